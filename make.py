@@ -1,0 +1,271 @@
+"""nobroker's task runner: ``python make.py TASK [ARGS...]``.
+
+``python make.py`` alone lists the tasks. Each task is one small function
+registered with ``@task``; the first line of its docstring is its help. Extra
+arguments after the task name go straight to the script the task runs
+(``python make.py bench --jobs 100``). The Makefile only forwards here.
+
+Rules: stdlib only; run from any directory (every path is relative to this
+file); every command is printed before it runs; library code always runs with
+``src`` on PYTHONPATH, so nothing has to be installed. The one thing this file
+installs is the lint toolchain, into the ignored venv ``.dev/venv``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent
+SRC = REPO / "src"
+DEV = REPO / ".dev"
+VENV = DEV / "venv"
+REQUIREMENTS_DEV = REPO / "requirements-dev.txt"
+LINT_PATHS = ("src", "tests", "tools", "examples", "make.py")
+
+TaskFn = Callable[[list[str]], int]
+TASKS: dict[str, TaskFn] = {}
+
+
+def task(name: str) -> Callable[[TaskFn], TaskFn]:
+    """Register ``fn`` as the task ``name``; its docstring's first line is the help."""
+
+    def register(fn: TaskFn) -> TaskFn:
+        TASKS[name] = fn
+        return fn
+
+    return register
+
+
+def summary(fn: TaskFn) -> str:
+    """The first line of a task's docstring."""
+    lines = (fn.__doc__ or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+# --------------------------------------------------------------------------
+# running things
+
+
+def env_with_src(**extra: str) -> dict[str, str]:
+    """This process's environment with ``src`` first on PYTHONPATH."""
+    env = dict(os.environ)
+    parts = [str(SRC)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    env.update(extra)
+    return env
+
+
+def show(cmd: Sequence[str], extra_env: dict[str, str] | None = None) -> None:
+    """Print a command the way a person would type it from the repo root."""
+    words = [os.path.relpath(w, REPO) if os.path.isabs(w) and w.startswith(str(REPO)) else w
+             for w in cmd]
+    if words and words[0] == sys.executable:
+        words[0] = "python"
+    prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in (extra_env or {}).items())
+    print(f"$ {prefix}{shlex.join(words)}", flush=True)
+
+
+def run(cmd: Sequence[str], **extra_env: str) -> int:
+    """Run ``cmd`` from the repo root with ``src`` on PYTHONPATH; return its exit code."""
+    show(cmd, extra_env)
+    try:
+        proc = subprocess.run(list(cmd), cwd=REPO, env=env_with_src(**extra_env), check=False)
+        return proc.returncode
+    except KeyboardInterrupt:
+        return 130
+
+
+def python_script(script: str, args: Sequence[str], **extra_env: str) -> int:
+    """Run a repo script with this interpreter, or explain that it is missing (exit 2)."""
+    path = REPO / script
+    if not path.exists():
+        print(f"make.py: {script} does not exist yet; nothing to run", file=sys.stderr)
+        return 2
+    return run([sys.executable, str(path), *args], **extra_env)
+
+
+# --------------------------------------------------------------------------
+# tasks
+
+
+@task("test")
+def test(args: list[str]) -> int:
+    """Run the whole unittest suite (tests/run.py; -j N, -k PATTERN, module names)."""
+    return python_script("tests/run.py", args)
+
+
+@task("test-quick")
+def test_quick(args: list[str]) -> int:
+    """Run the suite with NOBROKER_QUICK=1, skipping tests marked @slow."""
+    return python_script("tests/run.py", args, NOBROKER_QUICK="1")
+
+
+@task("demo")
+def demo(args: list[str]) -> int:
+    """Run the guided tour, examples/demo.py."""
+    return python_script("examples/demo.py", args)
+
+
+@task("video-demo")
+def video_demo(args: list[str]) -> int:
+    """Run the tour paced for screen recording (examples/video_demo.py; --scenes N)."""
+    return python_script("examples/video_demo.py", args)
+
+
+@task("build")
+def build(args: list[str]) -> int:
+    """Build dist/nobroker.pyz, one runnable file (tools/build_pyz.py)."""
+    return python_script("tools/build_pyz.py", args)
+
+
+@task("check-deps")
+def check_deps(args: list[str]) -> int:
+    """Prove no third-party import exists; fail if one does (tools/check_deps.py)."""
+    return python_script("tools/check_deps.py", args)
+
+
+@task("deps-proof")
+def deps_proof(args: list[str]) -> int:
+    """Regenerate deps-proof.txt, the committed output of check-deps."""
+    return python_script("tools/check_deps.py", ["--write", "deps-proof.txt", *args])
+
+
+@task("bench")
+def bench(args: list[str]) -> int:
+    """Measure throughput on this machine (tools/bench.py)."""
+    return python_script("tools/bench.py", args)
+
+
+@task("bench-md")
+def bench_md(args: list[str]) -> int:
+    """The benchmark, printed as a Markdown table (tools/bench.py --markdown)."""
+    return python_script("tools/bench.py", ["--markdown", *args])
+
+
+@task("bench-peers")
+def bench_peers(args: list[str]) -> int:
+    """Compare against other job queues (tools/bench_peers.py)."""
+    return python_script("tools/bench_peers.py", args)
+
+
+@task("torture")
+def torture(args: list[str]) -> int:
+    """Long crash-and-recover stress run (tools/torture.py)."""
+    return python_script("tools/torture.py", args)
+
+
+@task("cli")
+def cli(args: list[str]) -> int:
+    """Run the command line from the tree (python -m nobroker; --help by default)."""
+    return run([sys.executable, "-m", "nobroker", *(args or ["--help"])])
+
+
+@task("lint")
+def lint(args: list[str]) -> int:
+    """Run ruff and mypy --strict from the pinned venv .dev/venv (created if missing)."""
+    venv_python = ensure_lint_venv()
+    if venv_python is None:
+        return 1
+    paths = [p for p in LINT_PATHS if (REPO / p).exists()]
+    ruff = run([str(venv_python), "-m", "ruff", "check", "--output-format", "concise",
+                "--cache-dir", str(DEV / "ruff_cache"), *paths, *args])
+    mypy = run([str(venv_python), "-m", "mypy", "--strict",
+                "--cache-dir", str(DEV / "mypy_cache"), "src/nobroker"])
+    print(f"lint: ruff {'ok' if ruff == 0 else 'FAILED'}, mypy {'ok' if mypy == 0 else 'FAILED'}")
+    return 0 if ruff == 0 and mypy == 0 else 1
+
+
+@task("clean")
+def clean(args: list[str]) -> int:
+    """Remove caches, build output and benchmark scratch (--all: the lint venv too)."""
+    doomed: list[Path] = [REPO / "dist", REPO / "build", REPO / ".bench",
+                          DEV / "ruff_cache", DEV / "mypy_cache"]
+    doomed += REPO.glob("*.egg-info")
+    doomed += SRC.glob("*.egg-info")
+    doomed += pycache_dirs(REPO)
+    if "--all" in args:
+        doomed.append(VENV)
+    for path in sorted(set(doomed)):
+        if path.is_dir():
+            print(f"removing {path.relative_to(REPO)}/")
+            shutil.rmtree(path)
+        elif path.exists():
+            print(f"removing {path.relative_to(REPO)}")
+            path.unlink()
+    return 0
+
+
+def pycache_dirs(root: Path) -> list[Path]:
+    """``__pycache__`` dirs under ``root``, never entering hidden dirs or venvs."""
+    found: list[Path] = []
+    for here, dirs, files in os.walk(root):
+        if "pyvenv.cfg" in files and Path(here) != root:
+            dirs.clear()  # someone's virtualenv: not ours to clean
+            continue
+        if "__pycache__" in dirs:
+            found.append(Path(here) / "__pycache__")
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+    return found
+
+
+@task("help")
+def help_(args: list[str]) -> int:
+    """List the tasks."""
+    print("usage: python make.py TASK [ARGS...]    (or: make TASK ARGS='...')\n")
+    print("tasks:")
+    width = max(len(name) for name in TASKS)
+    for name, fn in TASKS.items():
+        print(f"  {name:<{width}}  {summary(fn)}")
+    return 0
+
+
+# --------------------------------------------------------------------------
+# the lint venv
+
+
+def venv_python_path() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_lint_venv() -> Path | None:
+    """Create .dev/venv if missing and install requirements-dev.txt when it changed."""
+    python = venv_python_path()
+    if not python.exists():
+        print(f"creating the lint venv in {VENV.relative_to(REPO)}")
+        if run([sys.executable, "-m", "venv", str(VENV)]) != 0:
+            return None
+    wanted = hashlib.sha256(REQUIREMENTS_DEV.read_bytes()).hexdigest()
+    stamp = VENV / "requirements-dev.sha256"
+    if stamp.exists() and stamp.read_text().strip() == wanted:
+        print(f"lint venv is up to date with {REQUIREMENTS_DEV.name}")
+        return python
+    code = run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                "--quiet", "-r", str(REQUIREMENTS_DEV)])
+    if code != 0:
+        print("make.py: installing the lint tools failed", file=sys.stderr)
+        return None
+    stamp.write_text(wanted + "\n")
+    return python
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        return help_([])
+    name, args = argv[0], argv[1:]
+    fn = TASKS.get(name)
+    if fn is None:
+        print(f"make.py: unknown task {name!r}; `python make.py` lists them", file=sys.stderr)
+        return 2
+    return fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
