@@ -1,0 +1,51 @@
+"""nobroker: a durable, crash-safe job queue in a directory of files.
+
+    from nobroker import Queue, Worker
+
+    q = Queue("./jobs")
+    q.enqueue({"email": "ada@example.com"})
+    Worker(q, handle).run()
+
+Only the standard library is used. See README.md for the guarantees and
+docs/FORMAT.md for the on-disk format.
+"""
+
+from .backoff import BackoffPolicy
+from .errors import (
+    CompactionError,
+    CorruptLogError,
+    JobNotFoundError,
+    LockTimeoutError,
+    NobrokerError,
+    NotLeasedError,
+    QueueClosedError,
+    SerializationError,
+    StorageError,
+    UnsafeFilesystemError,
+)
+from .models import CompactionResult, Job, QueueStats, RecoveryReport
+from .queue import Queue
+from .state import JobState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackoffPolicy",
+    "CompactionError",
+    "CompactionResult",
+    "CorruptLogError",
+    "Job",
+    "JobNotFoundError",
+    "JobState",
+    "LockTimeoutError",
+    "NobrokerError",
+    "NotLeasedError",
+    "Queue",
+    "QueueClosedError",
+    "QueueStats",
+    "RecoveryReport",
+    "SerializationError",
+    "StorageError",
+    "UnsafeFilesystemError",
+    "__version__",
+]

@@ -1,0 +1,168 @@
+"""Turning API calls into records: leasing, fencing, retries, idempotent keys.
+
+Each function looks at the replay state and the present time and returns the
+records an API call must write, or raises before anything is written
+(NotLeasedError, JobNotFoundError). Nothing here touches a file, so the same
+decisions can back another storage engine.
+
+Every non-deterministic value (a job id, a jittered retry time, a lease
+deadline, a fencing token) is chosen here, once, and written into the record,
+so that replay never has to choose it again.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Final
+
+from . import framing
+from .backoff import BackoffPolicy
+from .errors import JobNotFoundError, NotLeasedError
+from .records import Record, RecordType, dumps
+from .state import Applied, Entry, JobState, QueueState
+
+__all__ = ["Batch", "new_job_id", "plan_reclaim", "plan_enqueue", "plan_lease",
+           "check_lease", "plan_settle", "plan_requeue", "plan_purge", "LEASE_EXPIRED"]
+
+LEASE_EXPIRED: Final = "lease expired"
+_rng = random.Random()  # seeded from os.urandom; job ids and jitter only
+
+
+def new_job_id(taken: dict[str, Entry]) -> str:
+    while True:
+        job_id = f"{_rng.getrandbits(64):016x}"
+        if job_id not in taken:
+            return job_id
+
+
+class Batch:
+    """The records of one API call, framed so that they commit or vanish together."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self._texts: list[tuple[int, str]] = []
+        self._records: list[Record] = []  # what replay will see (payload text omitted)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def last_id(self) -> str:
+        """The job id of the record added last."""
+        return str(self._records[-1]["id"])
+
+    def add(self, rtype: RecordType, fields: Record) -> Record:
+        record = {"b": self.number, **fields}
+        self._texts.append((rtype, dumps(record)))
+        self._records.append(record)
+        return record
+
+    def add_payload(self, rtype: RecordType, fields: Record, payload_text: str) -> Record:
+        """A record carrying a job payload that is already JSON text (not encoded twice)."""
+        record = {"b": self.number, **fields}
+        head = dumps(record)
+        self._texts.append((rtype, f'{head[:-1]},"p":{payload_text}}}'))
+        self._records.append(record)
+        return record
+
+    def encode(self, start: int) -> tuple[bytes, list[Applied]]:
+        """The framed bytes to write at offset `start`, and what replay will apply."""
+        parts: list[bytes] = []
+        applied: list[Applied] = []
+        offset = start
+        last = len(self._texts) - 1
+        for index, ((rtype, text), record) in enumerate(zip(self._texts, self._records)):
+            frame = framing.encode_record(rtype, text.encode("ascii"), more=index < last)
+            parts.append(frame)
+            applied.append((rtype, record, offset, len(frame)))
+            offset += len(frame)
+        return b"".join(parts), applied
+
+
+def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPolicy,
+                 spare: str | None = None) -> None:
+    """Expire every lease whose deadline has passed (except the caller's own job)."""
+    for entry in state.expired(now):
+        if entry.id == spare:
+            continue
+        batch.add(RecordType.EXPIRE, {"id": entry.id, "tok": entry.token,
+                                      "at": now + backoff.delay(entry.attempts, _rng)})
+
+
+def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
+                 priority: int, delay: float, max_attempts: int, job_id: str | None,
+                 key_retention: float) -> Entry | float | None:
+    """Add an ENQUEUE record, unless `job_id` is already known.
+
+    Returns the existing Entry, or the done time (float) of a finished keyed
+    job still remembered, or None when a record was added.
+    """
+    if job_id is not None:
+        existing = state.jobs.get(job_id)
+        if existing is not None:
+            return existing
+        done_at = state.done_keys.get(job_id)
+        if done_at is not None and done_at + key_retention > now:
+            return done_at
+    fields: Record = {"id": job_id or new_job_id(state.jobs), "pr": priority,
+                      "at": now + delay, "t": now, "ma": max_attempts}
+    if job_id is not None:
+        fields["k"] = True
+    batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
+    return None
+
+
+def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
+               visibility_timeout: float, taken: set[str] | None = None) -> list[Record]:
+    """LEASE records for up to `count` ready jobs, each under a new fencing token."""
+    token = state.next_token
+    leased: list[Record] = []
+    skip = taken or set()
+    for entry in state.ready(now, count + len(skip)):
+        if entry.id in skip:
+            continue
+        if len(leased) == count:
+            break
+        leased.append(batch.add(RecordType.LEASE, {"id": entry.id, "tok": token,
+                                                   "until": now + visibility_timeout, "t": now}))
+        token += 1
+    return leased
+
+
+def check_lease(state: QueueState, job_id: str, token: int | None) -> Entry:
+    """The entry, if `token` is still the job's lease; else NotLeasedError."""
+    entry = state.jobs.get(job_id)
+    if entry is None:
+        raise NotLeasedError(job_id, "it is no longer in the queue")
+    if entry.state is not JobState.LEASED:
+        raise NotLeasedError(job_id, f"it is {entry.state}")
+    if token is None or entry.token != token:
+        raise NotLeasedError(job_id, f"lease {token} was superseded by lease {entry.token}")
+    return entry
+
+
+def plan_settle(state: QueueState, batch: Batch, now: float, rtype: RecordType,
+                job_id: str, token: int | None, **fields: Any) -> Entry:
+    """ACK, NACK or EXTEND for a job the caller holds."""
+    entry = check_lease(state, job_id, token)
+    batch.add(rtype, {"id": job_id, "tok": token, **fields})
+    return entry
+
+
+def plan_requeue(state: QueueState, batch: Batch, now: float, job_id: str | None) -> int:
+    """REQUEUE records: one dead job, or every dead job."""
+    if job_id is not None:
+        entry = state.jobs.get(job_id)
+        if entry is None or entry.state is not JobState.DEAD:
+            raise JobNotFoundError(job_id, "dead job")
+        targets = [entry]
+    else:
+        targets = list(state.entries(JobState.DEAD))
+    for entry in targets:
+        batch.add(RecordType.REQUEUE, {"id": entry.id, "at": now})
+    return len(targets)
+
+
+def plan_purge(state: QueueState, batch: Batch, now: float) -> int:
+    if state.pending:
+        batch.add(RecordType.PURGE, {"t": now})
+    return state.pending

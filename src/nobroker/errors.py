@@ -1,0 +1,96 @@
+"""The one error hierarchy of nobroker.
+
+Every error the library raises on purpose derives from `NobrokerError`, so a
+caller can catch one class. Low-level errors (`struct.error`,
+`json.JSONDecodeError`, `OSError`) are translated into these at the boundary
+where they happen and never leak as themselves.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "NobrokerError",
+    "NotLeasedError",
+    "JobNotFoundError",
+    "LockTimeoutError",
+    "CorruptLogError",
+    "CompactionError",
+    "QueueClosedError",
+    "SerializationError",
+    "StorageError",
+    "UnsafeFilesystemError",
+]
+
+
+class NobrokerError(Exception):
+    """Root of every error nobroker raises on purpose."""
+
+
+class NotLeasedError(NobrokerError):
+    """An ack/nack/extend carried a fencing token that is no longer the job's lease."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id!r} is not leased by this holder: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+class JobNotFoundError(NobrokerError):
+    """No job with this id is in the queue (never enqueued, purged, or done and forgotten)."""
+
+    def __init__(self, job_id: str, what: str = "job") -> None:
+        super().__init__(f"no {what} with id {job_id!r}")
+        self.job_id = job_id
+
+
+class LockTimeoutError(NobrokerError):
+    """Another process held the queue's lock for longer than `lock_timeout`."""
+
+    def __init__(self, path: str, timeout: float, holder_pid: int | None) -> None:
+        holder = f" (held by pid {holder_pid})" if holder_pid is not None else ""
+        super().__init__(f"could not lock {path} within {timeout:g}s{holder}")
+        self.path = path
+        self.timeout = timeout
+        self.holder_pid = holder_pid
+
+
+class CorruptLogError(NobrokerError):
+    """A log holds damage that no crash can produce; nothing was modified."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path}: corrupt at offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+class CompactionError(NobrokerError):
+    """Compaction failed; the previous generation is still the authoritative one."""
+
+
+class QueueClosedError(NobrokerError):
+    """The queue was closed, or poisoned by a failed fsync and must be reopened."""
+
+
+class SerializationError(NobrokerError, ValueError):
+    """A payload, job id or argument cannot be stored as strict JSON; nothing was written."""
+
+
+class StorageError(NobrokerError):
+    """The operating system refused a write or an fsync.
+
+    The call's outcome is indeterminate: it may or may not survive a crash.
+    After a failed fsync the handle is poisoned (every later call raises
+    `QueueClosedError`) because the kernel may already have dropped the pages,
+    so a retried fsync would prove nothing.
+    """
+
+    def __init__(self, path: str, operation: str, error: OSError) -> None:
+        super().__init__(f"{path}: {operation} failed: {error.strerror or error}")
+        self.path = path
+        self.operation = operation
+        self.errno = error.errno
+
+
+class UnsafeFilesystemError(NobrokerError):
+    """The queue directory is on a network file system, where file locks protect nothing."""

@@ -1,0 +1,158 @@
+"""The cross-process lock that serialises every writer of one queue.
+
+A queue has one lock file, `NAME.lock`, which is never deleted: its only job
+is to be an inode the kernel can arbitrate on. The kernel drops the lock when
+its holder dies, so a `kill -9` never leaves a queue locked.
+
+Inside one process, every `Queue` object for the same queue shares one
+`SharedLock` (one descriptor, one re-entrant thread lock), because `flock`
+treats two descriptors of one process as rivals: two handles in one process
+would otherwise deadlock on each other.
+
+POSIX uses `fcntl.flock`; Windows uses `msvcrt.locking` on the first byte,
+polled with LK_NBLCK so that `lock_timeout` is honoured.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from .errors import LockTimeoutError
+from .fs import FileSystem
+
+__all__ = ["SharedLock", "shared_lock"]
+
+if os.name == "nt":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        os.lseek(fd, 0, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+    def _unlock(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def holder_pid(path: str) -> int | None:
+    """The pid holding a lock on `path`, where the OS tells (Linux /proc/locks)."""
+    try:
+        inode = os.stat(path).st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            for line in locks:
+                fields = line.split()
+                if len(fields) >= 6 and fields[5].rsplit(":", 1)[-1] == str(inode):
+                    return int(fields[4])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class SharedLock:
+    """One queue's lock, shared by every handle of this process."""
+
+    def __init__(self, fs: FileSystem, path: str) -> None:
+        self.path = path
+        self._fs = fs
+        self._fd = fs.open(path, os.O_RDWR | os.O_CREAT)
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+        self.users = 0
+
+    def acquire(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        if not self._thread_lock.acquire(timeout=max(timeout, 0.0)):
+            raise LockTimeoutError(self.path, timeout, os.getpid())
+        if self._depth:
+            self._depth += 1
+            return
+        try:
+            self._lock_file(deadline, timeout)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        self._depth = 1
+
+    def _lock_file(self, deadline: float, timeout: float) -> None:
+        pause = 0.0002
+        while True:
+            if _try_lock(self._fd):
+                if self._same_file():
+                    return
+                # Someone replaced the lock file: our inode no longer arbitrates.
+                _unlock(self._fd)
+                self._fs.close(self._fd)
+                self._fd = self._fs.open(self.path, os.O_RDWR | os.O_CREAT)
+                continue
+            if time.monotonic() >= deadline:
+                raise LockTimeoutError(self.path, timeout, holder_pid(self.path))
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
+
+    def _same_file(self) -> bool:
+        if os.name == "nt":  # pragma: no cover - st_ino is not meaningful there
+            return True
+        try:
+            mine, named = self._fs.fstat(self._fd), self._fs.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (mine.st_dev, mine.st_ino) == (named.st_dev, named.st_ino)
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            _unlock(self._fd)
+        self._thread_lock.release()
+
+    def held_by_me(self) -> bool:
+        return self._depth > 0 and self._thread_lock._is_owned()  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._fs.close(self._fd)
+
+
+_registry: dict[str, SharedLock] = {}
+_registry_lock = threading.Lock()
+
+
+def shared_lock(fs: FileSystem, path: str) -> SharedLock:
+    """The process's SharedLock for `path`, created on first use; counts its users."""
+    key = os.path.realpath(path)
+    with _registry_lock:
+        lock = _registry.get(key)
+        if lock is None or lock._fs is not fs:
+            lock = SharedLock(fs, path)
+            if key not in _registry:
+                _registry[key] = lock
+        lock.users += 1
+        return lock
+
+
+def release_shared_lock(lock: SharedLock) -> None:
+    """Drop one user; the descriptor closes with the last one."""
+    with _registry_lock:
+        lock.users -= 1
+        if lock.users == 0:
+            key = os.path.realpath(lock.path)
+            if _registry.get(key) is lock:
+                del _registry[key]
+            lock.close()

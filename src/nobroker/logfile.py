@@ -1,0 +1,278 @@
+"""One generation of the write-ahead log: `NAME.NNNNNN.log`.
+
+Owns the file descriptor, the logical end (the byte after the last complete
+batch) and the physical size (the file is preallocated with zeros, so that
+an fdatasync after a write into allocated space flushes data only).
+
+Reading stops at the end of the last complete batch. What follows must be
+all zeros (a clean end); otherwise it is either a torn tail or corruption:
+
+- torn tail: nothing after the damage belongs to a later batch. Only the
+  last batch can have been in flight when a writer died or the power went,
+  and its caller never got an answer, so the bytes may be cut. They are
+  saved to `NAME.NNNNNN.log.torn-OFFSET` first and reported.
+- corruption: a well-formed record of a *later* batch follows the damage, so
+  the damaged bytes were once durable. Raise CorruptLogError; touch nothing.
+
+This module knows frames and batches, not what records mean (state.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Final
+
+from . import framing
+from .errors import CorruptLogError
+from .fs import FileSystem
+from .records import Record, loads
+from .state import Applied
+
+__all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
+
+PREALLOCATE: Final = 1 << 20  # grow the file by up to this many zero bytes at a time
+MIN_PREALLOCATE: Final = 64 << 10
+READ_CHUNK: Final = 4 << 20
+
+
+def log_filename(name: str, generation: int) -> str:
+    return f"{name}.{generation:06d}.log"
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """What reading forward found."""
+
+    end: int  # logical end: after the last complete batch
+    records: int  # records in the complete batches applied
+    torn_offset: int | None = None  # where a torn tail starts, if one was found
+    torn_bytes: int = 0  # its length up to the last non-zero byte
+    torn_reason: str = ""
+
+
+class LogFile:
+    """An open generation of the log."""
+
+    def __init__(self, fs: FileSystem, directory: str, name: str, generation: int,
+                 fd: int, size: int) -> None:
+        self.fs = fs
+        self.directory = directory
+        self.name = name
+        self.generation = generation
+        self.path = os.path.join(directory, log_filename(name, generation))
+        self.fd = fd
+        self.end = framing.FILE_HEADER.size
+        self.size = size
+        self.inflight = 0  # fsyncs running outside the lock; close waits for them
+        self.retired = False
+
+    # -- opening ------------------------------------------------------------
+
+    @classmethod
+    def create(cls, fs: FileSystem, directory: str, name: str, generation: int) -> LogFile:
+        """Create a new generation holding only its header; durable on return."""
+        path = os.path.join(directory, log_filename(name, generation))
+        fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        try:
+            fs.write_all(fd, framing.encode_file_header(generation), 0)
+            fs.fsync(fd)  # the header is on disk before the name can be relied on
+        except BaseException:
+            fs.close(fd)
+            raise
+        fs.fsync_dir(directory)  # the new name itself survives a power cut
+        return cls(fs, directory, name, generation, fd, framing.FILE_HEADER.size)
+
+    @classmethod
+    def open(cls, fs: FileSystem, directory: str, name: str, generation: int) -> LogFile:
+        """Open an existing generation and check its header (not its records)."""
+        path = os.path.join(directory, log_filename(name, generation))
+        fd = fs.open(path, os.O_RDWR)
+        try:
+            size = fs.fstat(fd).st_size
+            header = fs.pread(fd, framing.FILE_HEADER.size, 0)
+            try:
+                found = framing.decode_file_header(header)
+            except framing.FrameError as exc:
+                raise CorruptLogError(path, 0, str(exc)) from None
+            if found != generation:
+                raise CorruptLogError(path, 0, f"header says generation {found}, "
+                                      f"file name says {generation}")
+        except BaseException:
+            fs.close(fd)
+            raise
+        return cls(fs, directory, name, generation, fd, size)
+
+    # -- reading ------------------------------------------------------------
+
+    def scan(self, on_batch: Callable[[list[Applied]], None], last_batch: int,
+             *, full: bool = True) -> ScanResult:
+        """Read every complete batch after `self.end`, handing each to `on_batch`.
+
+        Advances `self.end`. Raises CorruptLogError for damage followed by a
+        later batch; reports (without repairing) a torn tail. With `full`,
+        also checks that everything after the last record is zero; a live
+        read-forward skips that, since a writer killed mid-write leaves a
+        prefix of its bytes and then zeros, never bytes further on.
+        """
+        self.size = self.fs.fstat(self.fd).st_size
+        pos = self.end
+        buf = b""
+        buf_start = pos
+        chunk = 4096 if not full else READ_CHUNK
+        batch: list[Applied] = []
+        batch_start = pos
+        count = 0
+        reason = ""
+        while True:
+            rel = pos - buf_start
+            outcome, type_byte, payload, nxt = framing.decode_record(buf, rel)
+            if outcome == framing.INCOMPLETE or (
+                    outcome == framing.END and len(buf) - rel < framing.RECORD_HEADER.size):
+                have = buf_start + len(buf)
+                if have >= self.size:
+                    if outcome == framing.INCOMPLETE:
+                        reason = "record runs past the end of the file"
+                    elif batch:
+                        reason = "batch never finished"
+                    break
+                more = self.fs.pread(self.fd, chunk, have)
+                chunk = min(chunk * 4, READ_CHUNK)
+                if not more:
+                    reason = "file shrank while reading"
+                    break
+                buf = buf[rel:] + more
+                buf_start = pos
+                continue
+            if outcome == framing.END:
+                if batch:
+                    reason = "batch never finished"
+                break
+            if outcome == framing.BAD:
+                reason = payload.decode("ascii")
+                break
+            record = self._decode(payload)
+            if record is None:
+                reason = "record is not a JSON object"
+                break
+            batch.append((type_byte & framing.TYPE_MASK, record, pos,
+                          framing.RECORD_HEADER.size + len(payload)))
+            pos = buf_start + nxt
+            if not type_byte & framing.MORE:
+                try:
+                    on_batch(batch)
+                except CorruptLogError:
+                    raise
+                except ValueError as exc:  # state.ReplayError
+                    offset = getattr(exc, "offset", batch_start)
+                    raise CorruptLogError(self.path, offset, str(exc)) from None
+                count += len(batch)
+                last_batch = batch[0][1]["b"]
+                self.end = pos
+                batch = []
+                batch_start = pos
+        result = ScanResult(end=self.end, records=count)
+        stop = batch_start  # the first byte that is not part of a complete batch
+        if not (full or reason):
+            return result
+        tail_end = self._last_nonzero(stop)
+        if tail_end > stop:
+            bad_at = pos if reason else stop
+            later = self._later_batch_after(bad_at, tail_end, last_batch)
+            if later is not None:
+                raise CorruptLogError(self.path, bad_at, f"{reason or 'damaged bytes'}, "
+                                      f"followed by intact batch {later} at a later offset")
+            result.torn_offset = stop
+            result.torn_bytes = tail_end - stop
+            result.torn_reason = reason or "garbage after the last batch"
+        return result
+
+    @staticmethod
+    def _decode(payload: bytes) -> Record | None:
+        if not payload.startswith(framing.RESYNC_MARKER):
+            return None
+        try:
+            record = loads(payload)
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _last_nonzero(self, start: int) -> int:
+        """The offset after the last non-zero byte at or after `start` (or `start`)."""
+        end = self.size
+        while end > start:
+            chunk_start = max(start, end - READ_CHUNK)
+            chunk = self.fs.pread(self.fd, end - chunk_start, chunk_start)
+            stripped = chunk.rstrip(b"\0")
+            if stripped:
+                return chunk_start + len(stripped)
+            end = chunk_start
+        return start
+
+    def _later_batch_after(self, bad_at: int, tail_end: int, last_batch: int) -> int | None:
+        """A batch number > last_batch + 1 found intact after `bad_at`, if any."""
+        data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
+        marker = framing.RESYNC_MARKER
+        hit = data.find(marker, 1)
+        while hit != -1:
+            start = hit - framing.RECORD_HEADER.size
+            if start > 0:
+                outcome, _, payload, _ = framing.decode_record(data, start)
+                if outcome == framing.RECORD:
+                    record = self._decode(payload)
+                    number = record.get("b") if record else None
+                    if type(number) is int and number > last_batch + 1:
+                        return number
+            hit = data.find(marker, hit + 1)
+        return None
+
+    def read_record(self, offset: int) -> Record:
+        """The record at `offset` (a payload lookup); CorruptLogError if it is not one."""
+        head = self.fs.pread(self.fd, framing.RECORD_HEADER.size, offset)
+        length = int.from_bytes(head[:4], "little") if len(head) == 9 else 0
+        data = head + self.fs.pread(self.fd, min(length, framing.MAX_RECORD),
+                                    offset + framing.RECORD_HEADER.size)
+        outcome, _, payload, _ = framing.decode_record(data, 0)
+        record = self._decode(payload) if outcome == framing.RECORD else None
+        if record is None:
+            raise CorruptLogError(self.path, offset, "payload record unreadable")
+        return record
+
+    # -- writing ------------------------------------------------------------
+
+    def append(self, data: bytes) -> None:
+        """Write `data` at the logical end (not durable until `sync`)."""
+        start = self.end
+        need = start + len(data)
+        if need > self.size:
+            # Double a small file, then grow in fixed steps: tiny queues stay tiny.
+            grow = max(need - self.size, min(PREALLOCATE, max(MIN_PREALLOCATE, self.size)))
+            self.fs.write_all(self.fd, bytes(grow), self.size)
+            self.size += grow
+        self.fs.write_all(self.fd, data, start)
+        self.end = need
+
+    def sync(self) -> None:
+        self.fs.fdatasync(self.fd)
+
+    def cut(self, end: int) -> None:
+        """Drop everything from `end` on (torn tail, failed write) and make it durable."""
+        self.fs.ftruncate(self.fd, end)
+        self.fs.fsync(self.fd)
+        self.size = end
+        self.end = min(self.end, end)
+
+    def save_torn(self, offset: int, length: int) -> str:
+        """Copy a torn tail to a side file before it is cut; returns the side file's path."""
+        side = f"{self.path}.torn-{offset}"
+        data = self.fs.pread(self.fd, length, offset)
+        fd = self.fs.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            self.fs.write_all(fd, data, 0)
+            self.fs.fsync(fd)
+        finally:
+            self.fs.close(fd)
+        return side
+
+    def close(self) -> None:
+        self.fs.close(self.fd)

@@ -1,0 +1,83 @@
+"""The values the public API hands out: Job, QueueStats, RecoveryReport, CompactionResult.
+
+All are frozen: a Job is a snapshot of a job at the moment of the call, not
+a live view. To act on a job (ack, nack, extend), pass the Job back; its
+`token` is the fencing token that proves the caller still holds the lease.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .state import JobState
+
+__all__ = ["Job", "QueueStats", "RecoveryReport", "CompactionResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    payload: Any  # None for a finished job remembered only by its key
+    priority: int
+    attempts: int  # deliveries so far (a lease counts; an expired lease counted too)
+    max_attempts: int
+    state: JobState
+    available_at: float  # when it becomes (or became) leasable, seconds since the epoch
+    enqueued_at: float
+    last_error: str | None
+    token: int | None = None  # fencing token of the current lease, when leased
+    lease_expires_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    pending: int  # waiting, ready now or delayed
+    leased: int
+    dead: int  # in the dead-letter queue
+    done: int  # acks since the queue was created (survives compaction)
+    total: int  # pending + leased + dead: jobs the queue currently holds
+    generation: int
+    log_bytes: int  # logical size of the current log generation
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What opening (or reading forward) found and what it repaired."""
+
+    generation: int
+    records: int  # records replayed on open
+    torn_offset: int | None = None
+    torn_bytes: int = 0
+    torn_reason: str = ""
+    repaired: bool = False  # the torn tail was cut (False when opened read-only)
+    side_file: str | None = None  # where the cut bytes were saved
+    notes: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return self.torn_offset is None and not self.notes
+
+    def describe(self) -> str:
+        lines = [f"generation {self.generation}: {self.records} records replayed"]
+        if self.torn_offset is not None:
+            action = "cut" if self.repaired else "found (not cut: read-only)"
+            lines.append(f"torn tail at offset {self.torn_offset}: {self.torn_bytes} bytes "
+                         f"{action} ({self.torn_reason})")
+            if self.side_file:
+                lines.append(f"cut bytes saved to {self.side_file}")
+        lines.extend(self.notes)
+        if self.clean:
+            lines.append("log is clean: nothing to repair")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    old_generation: int
+    new_generation: int
+    bytes_before: int
+    bytes_after: int
+    live_jobs: int
+    remembered_keys: int
+    seconds: float

@@ -1,0 +1,659 @@
+"""The Queue: the public face of one queue in a directory.
+
+Every call follows the same beats, under the queue's lock:
+  1. read forward whatever other handles appended (and notice a compaction);
+  2. expire leases whose deadline has passed (recorded, so replay stays pure);
+  3. plan the call's records against the state (errors here write nothing);
+  4. write them as one batch and apply them to the in-memory state.
+Then, outside the lock, fdatasync the log before returning, so that
+concurrent callers (threads or processes) share fsyncs instead of queueing
+for them. A call returns only after an fsync that began after its records
+were written; if that fsync fails, the handle is poisoned, because the
+kernel may have dropped the pages and a second fsync would prove nothing.
+
+Memory is a cache of the log: if a handle is ever unsure (a failed write,
+a peer's corrupt record), it stops and must be reopened, which replays.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TypeVar
+
+from . import compaction
+from .backoff import BackoffPolicy
+from .commands import (Batch, check_lease, plan_enqueue, plan_lease, plan_purge, plan_reclaim,
+                       plan_requeue, plan_settle)
+from .errors import (CompactionError, CorruptLogError, JobNotFoundError, NobrokerError,
+                     NotLeasedError, QueueClosedError, SerializationError, StorageError,
+                     UnsafeFilesystemError)
+from .fs import NETWORK_FILESYSTEMS, OS, FileSystem, filesystem_type
+from .lock import release_shared_lock, shared_lock
+from .logfile import LogFile, log_filename
+from .models import CompactionResult, Job, QueueStats, RecoveryReport
+from .records import RecordType, check_id, check_number, dumps, encode_payload
+from .state import Entry, JobState, QueueState
+
+__all__ = ["Queue"]
+
+log = logging.getLogger("nobroker")
+T = TypeVar("T")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+_MISSING: Any = object()
+MIN_COMPACT_BYTES = 1 << 20  # auto-compaction never bothers below this log size
+MAX_ERROR_LENGTH = 4000
+_INT_LIMIT = 2**53  # integers beyond this do not survive a round trip through most JSON readers
+
+
+class Queue:
+    """A durable job queue stored in `path/NAME.*` files.
+
+    Safe to share between threads, and to open from many processes at once.
+    Do not carry a Queue object across `fork()`; it reopens itself if you do.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
+                 fsync: bool = True, visibility_timeout: float = 30.0, max_attempts: int = 5,
+                 backoff: BackoffPolicy | None = None, lock_timeout: float = 10.0,
+                 key_retention: float = 86400.0, auto_compact: float | None = 0.5,
+                 readonly: bool = False, allow_network_fs: bool = False,
+                 clock: Callable[[], float] = time.time, _fs: FileSystem = OS) -> None:
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ValueError(f"queue name {name!r} must be 1-100 letters, digits, '_' or '-'")
+        self.visibility_timeout = check_number("visibility_timeout", visibility_timeout,
+                                               minimum=0.001)
+        self.max_attempts = _check_int("max_attempts", max_attempts, 1)
+        self.lock_timeout = check_number("lock_timeout", lock_timeout, minimum=0)
+        self.key_retention = check_number("key_retention", key_retention, minimum=0)
+        if auto_compact is not None:
+            check_number("auto_compact", auto_compact, minimum=0)
+            if not 0 < auto_compact < 1:
+                raise ValueError(f"auto_compact must be between 0 and 1 (or None), "
+                                 f"not {auto_compact!r}")
+        self.auto_compact = auto_compact
+        self.backoff = backoff if backoff is not None else BackoffPolicy()
+        self.fsync = bool(fsync)
+        self.readonly = bool(readonly)
+        self.directory = os.path.abspath(os.fspath(path))
+        self.name = name
+        self._fs = _fs
+        self._clock = clock
+        self._last_now = 0.0
+        self._closed = False
+        self._poisoned: str | None = None
+        self._pid = os.getpid()
+        self._sync_lock = threading.Lock()
+        self._log: LogFile | None = None
+        self._state = QueueState()
+        self._current_id: tuple[int, int, int] | None = None
+        self._prepare_directory(allow_network_fs)
+        self._lock = shared_lock(_fs, self._lock_path)
+        try:
+            with self._locked(refresh=False):
+                self.recovery: RecoveryReport = self._load()
+        except BaseException:
+            release_shared_lock(self._lock)
+            raise
+
+    # -- opening ------------------------------------------------------------
+
+    @property
+    def _lock_path(self) -> str:
+        return os.path.join(self.directory, f"{self.name}.lock")
+
+    @property
+    def _current_path(self) -> str:
+        return os.path.join(self.directory, compaction.current_filename(self.name))
+
+    @property
+    def generation(self) -> int:
+        return self._live_log().generation
+
+    def _prepare_directory(self, allow_network_fs: bool) -> None:
+        if not os.path.isdir(self.directory):
+            if self.readonly:
+                raise NobrokerError(f"no queue directory at {self.directory}")
+            parent = os.path.dirname(self.directory)
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+            try:
+                self._fs.mkdir(self.directory, 0o700)  # payloads are often private
+                self._fs.fsync_dir(parent)
+            except FileExistsError:
+                pass
+        kind = filesystem_type(self.directory)
+        if kind in NETWORK_FILESYSTEMS and not allow_network_fs:
+            raise UnsafeFilesystemError(
+                f"{self.directory} is on a network file system ({kind}); kernel file locks "
+                f"do not protect a queue there. Pass allow_network_fs=True to use it anyway, "
+                f"with one process only.")
+
+    def _current_identity(self) -> tuple[int, int, int] | None:
+        try:
+            st = self._fs.stat(self._current_path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _read_current(self) -> int:
+        path = self._current_path
+        try:
+            fd = self._fs.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise CorruptLogError(path, 0, f"cannot open: {exc.strerror}") from None
+        try:
+            data = self._fs.pread(fd, 64, 0)
+        finally:
+            self._fs.close(fd)
+        generation = compaction.parse_current(data)
+        if generation is None:
+            raise CorruptLogError(path, 0, f"does not name a generation: {data[:20]!r}")
+        return generation
+
+    def _load(self) -> RecoveryReport:
+        """(Re)build the state from the current generation; under the lock."""
+        identity = self._current_identity()
+        notes: list[str] = []
+        if identity is None:
+            generation = 0
+            self._ensure_first_generation(notes)
+        else:
+            generation = self._read_current()
+        try:
+            new_log = LogFile.open(self._fs, self.directory, self.name, generation)
+        except FileNotFoundError:
+            raise CorruptLogError(self._current_path, 0,
+                                  f"names generation {generation}, whose log file is missing")\
+                from None
+        state = QueueState()
+        try:
+            result = new_log.scan(state.apply_batch, 0, full=True)
+            if generation > 0 and not state.snapshot_seen:
+                raise CorruptLogError(new_log.path, new_log.end,
+                                      "generation does not start with a complete snapshot")
+            side = None
+            if result.torn_offset is not None and not self.readonly:
+                side = new_log.save_torn(result.torn_offset, result.torn_bytes)
+                new_log.cut(result.torn_offset)
+                log.warning("%s: cut a torn tail of %d bytes at offset %d (%s); saved to %s",
+                            new_log.path, result.torn_bytes, result.torn_offset,
+                            result.torn_reason, side)
+        except BaseException:
+            new_log.close()
+            raise
+        old = self._log
+        self._log, self._state, self._current_id = new_log, state, identity
+        if old is not None:
+            self._retire(old)
+        return RecoveryReport(
+            generation=generation, records=result.records, torn_offset=result.torn_offset,
+            torn_bytes=result.torn_bytes, torn_reason=result.torn_reason,
+            repaired=side is not None, side_file=side, notes=tuple(notes))
+
+    def _ensure_first_generation(self, notes: list[str]) -> None:
+        path = os.path.join(self.directory, log_filename(self.name, 0))
+        try:
+            size = self._fs.stat(path).st_size
+        except FileNotFoundError:
+            size = None
+        if size is not None and size >= 16:
+            return
+        if self.readonly:
+            raise NobrokerError(f"no queue named {self.name!r} in {self.directory}")
+        if size is None:
+            others = [entry for entry in self._fs.listdir(self.directory)
+                      if entry.startswith(self.name + ".") and entry.endswith(".log")]
+            if others:
+                raise CorruptLogError(self._current_path, 0,
+                                      f"missing, yet generations exist: {sorted(others)}")
+        else:
+            # A crash while the queue was being created: the header never became durable,
+            # so no call on this queue ever returned. Start it again.
+            notes.append(f"re-created {os.path.basename(path)}: its {size}-byte header was torn")
+            self._fs.unlink(path)
+        LogFile.create(self._fs, self.directory, self.name, 0).close()
+
+    # -- the beats ----------------------------------------------------------
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise QueueClosedError(f"queue {self.name!r} in {self.directory} is closed")
+        if self._poisoned is not None:
+            raise QueueClosedError(f"queue {self.name!r} must be reopened: {self._poisoned}")
+        if os.getpid() != self._pid:  # we are a forked child: nothing inherited is ours
+            self._pid = os.getpid()
+            self._lock = shared_lock(self._fs, self._lock_path)
+            self._log = None
+            with self._locked(refresh=False):
+                self._load()
+
+    @contextmanager
+    def _locked(self, refresh: bool = True) -> Iterator[None]:
+        self._usable()
+        self._lock.acquire(self.lock_timeout)
+        try:
+            if refresh:
+                self._refresh()
+            yield
+        finally:
+            self._lock.release()
+
+    def _refresh(self) -> None:
+        """Catch up with what other handles wrote since we last looked."""
+        if self._current_identity() != self._current_id:
+            self._load()  # someone compacted: the old generation is history
+            return
+        current = self._live_log()
+        try:
+            result = current.scan(self._state.apply_batch, self._state.last_batch, full=False)
+        except CorruptLogError as exc:
+            self._poison(str(exc))
+            raise
+        if result.torn_offset is not None and not self.readonly:
+            side = current.save_torn(result.torn_offset, result.torn_bytes)
+            current.cut(result.torn_offset)
+            log.warning("%s: a writer died mid-write; cut %d bytes at offset %d (%s), saved to %s",
+                        current.path, result.torn_bytes, result.torn_offset,
+                        result.torn_reason, side)
+
+    def _now(self) -> float:
+        # Recorded queue time never goes backwards, even if the clock is stepped back.
+        now = max(float(self._clock()), self._last_now)
+        self._last_now = now
+        return now
+
+    def _live_log(self) -> LogFile:
+        if self._log is None:
+            raise QueueClosedError("queue is not open")
+        return self._log
+
+    def _mutate(self, plan: Callable[[Batch, float], Callable[[], T]],
+                spare: str | None = None) -> T:
+        """Run one write call: plan records, commit them as a batch, then fsync."""
+        if self.readonly:
+            raise NobrokerError("queue was opened read-only")
+        synced: LogFile | None = None
+        with self._locked():
+            now = self._now()
+            batch = Batch(self._state.last_batch + 1)
+            plan_reclaim(self._state, batch, now, self.backoff, spare)
+            build = plan(batch, now)
+            if len(batch):
+                self._commit(batch)
+                if self.fsync:
+                    synced = self._log
+                    with self._sync_lock:
+                        synced.inflight += 1  # type: ignore[union-attr]
+            result = build()
+            due = self._compaction_due()
+        if synced is not None:
+            self._sync(synced)
+        if due:
+            self._auto_compact()
+        return result
+
+    def _commit(self, batch: Batch) -> None:
+        current = self._live_log()
+        start = current.end
+        data, applied = batch.encode(start)
+        try:
+            current.append(data)
+        except OSError as exc:
+            try:  # leave the log ending on a batch boundary, durably
+                current.cut(start)
+            except OSError as second:
+                self._poison(f"could not undo a failed write: {second}")
+            raise StorageError(current.path, "write", exc) from None
+        try:
+            self._state.apply_batch(applied)
+        except ValueError as exc:  # a planning bug; the disk and memory now disagree
+            self._poison(f"internal error applying our own batch: {exc}")
+            raise
+
+    def _sync(self, target: LogFile) -> None:
+        try:
+            target.sync()
+        except OSError as exc:
+            self._poison(f"fsync of {target.path} failed: {exc}")
+            raise StorageError(target.path, "fsync", exc) from None
+        finally:
+            with self._sync_lock:
+                target.inflight -= 1
+                if target.retired and target.inflight == 0:
+                    target.close()
+
+    def _retire(self, old: LogFile) -> None:
+        with self._sync_lock:
+            old.retired = True
+            if old.inflight == 0:
+                old.close()
+
+    def _poison(self, reason: str) -> None:
+        log.error("queue %r in %s poisoned: %s", self.name, self.directory, reason)
+        self._poisoned = reason
+
+    def _read(self, query: Callable[[], T]) -> T:
+        with self._locked():
+            return query()
+
+    # -- views --------------------------------------------------------------
+
+    def _payload(self, entry: Entry) -> Any:
+        record = self._live_log().read_record(entry.loc)
+        if "p" not in record:
+            raise CorruptLogError(self._live_log().path, entry.loc, "record has no payload")
+        return record["p"]
+
+    def _view(self, entry: Entry, payload: Any = _MISSING) -> Job:
+        leased = entry.state is JobState.LEASED
+        return Job(
+            id=entry.id, payload=self._payload(entry) if payload is _MISSING else payload,
+            priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
+            state=entry.state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
+            last_error=entry.last_error, token=entry.token if leased else None,
+            lease_expires_at=entry.lease_until if leased else None)
+
+    @staticmethod
+    def _done_view(job_id: str, done_at: float) -> Job:
+        return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
+                   state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
+                   last_error=None)
+
+    # -- producing ----------------------------------------------------------
+
+    def _job_args(self, payload: Any, priority: int, delay: float,
+                  max_attempts: int | None) -> tuple[str, int, float, int]:
+        try:
+            text = encode_payload(payload)
+        except ValueError as exc:
+            raise SerializationError(str(exc)) from None
+        return (text, _check_int("priority", priority, -_INT_LIMIT, _INT_LIMIT),
+                check_number("delay", delay, minimum=0),
+                self.max_attempts if max_attempts is None
+                else _check_int("max_attempts", max_attempts, 1))
+
+    def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
+                max_attempts: int | None = None, job_id: str | None = None) -> Job:
+        """Add a job; durable when this returns.
+
+        A higher `priority` is leased first; `delay` seconds hide it until
+        then. With `job_id`, a second enqueue of a known id (pending, leased,
+        dead, or done less than `key_retention` seconds ago) writes nothing
+        and returns the existing job.
+        """
+        text, priority, delay, attempts = self._job_args(payload, priority, delay, max_attempts)
+        key = check_id(job_id) if job_id is not None else None
+
+        def plan(batch: Batch, now: float) -> Callable[[], Job]:
+            found = plan_enqueue(self._state, batch, now, text, priority=priority, delay=delay,
+                                 max_attempts=attempts, job_id=key,
+                                 key_retention=self.key_retention)
+            if isinstance(found, Entry):
+                return lambda: self._view(found)
+            if isinstance(found, float):
+                return lambda: self._done_view(key or "", found)
+            new_id = batch.last_id()
+            return lambda: self._view(self._state.jobs[new_id], payload)
+
+        return self._mutate(plan)
+
+    def enqueue_many(self, payloads: Any, *, priority: int = 0, delay: float = 0.0,
+                     max_attempts: int | None = None) -> list[Job]:
+        """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
+        items = list(payloads)
+        checked = [self._job_args(p, priority, delay, max_attempts) for p in items]
+
+        def plan(batch: Batch, now: float) -> Callable[[], list[Job]]:
+            ids = []
+            for text, prio, wait, attempts in checked:
+                plan_enqueue(self._state, batch, now, text, priority=prio, delay=wait,
+                             max_attempts=attempts, job_id=None, key_retention=0.0)
+                ids.append(batch.last_id())
+            jobs = self._state.jobs
+            return lambda: [self._view(jobs[i], p) for i, p in zip(ids, items)]
+
+        return self._mutate(plan) if items else []
+
+    # -- consuming ----------------------------------------------------------
+
+    def _visibility(self, visibility_timeout: float | None) -> float:
+        if visibility_timeout is None:
+            return self.visibility_timeout
+        return check_number("visibility_timeout", visibility_timeout, minimum=0.001)
+
+    def lease(self, count: int = 1, *, visibility_timeout: float | None = None) -> list[Job]:
+        """Take up to `count` ready jobs; each is invisible to others until its deadline."""
+        count = _check_int("count", count, 1)
+        timeout = self._visibility(visibility_timeout)
+
+        def plan(batch: Batch, now: float) -> Callable[[], list[Job]]:
+            leased = plan_lease(self._state, batch, now, count, timeout)
+            jobs = self._state.jobs
+            return lambda: [self._view(jobs[r["id"]]) for r in leased]
+
+        return self._mutate(plan)
+
+    def lease_one(self, *, visibility_timeout: float | None = None) -> Job | None:
+        jobs = self.lease(1, visibility_timeout=visibility_timeout)
+        return jobs[0] if jobs else None
+
+    def ack(self, job: Job) -> None:
+        """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current."""
+        def plan(batch: Batch, now: float) -> Callable[[], None]:
+            plan_settle(self._state, batch, now, RecordType.ACK, job.id, job.token, t=now)
+            return lambda: None
+
+        self._mutate(plan, spare=job.id)
+
+    def ack_many(self, jobs: list[Job]) -> None:
+        """Finish many jobs in one batch; if any lease is stale, nothing is written."""
+        def plan(batch: Batch, now: float) -> Callable[[], None]:
+            seen: set[str] = set()
+            for job in jobs:
+                if job.id in seen:
+                    raise NotLeasedError(job.id, "it appears twice in one ack_many")
+                seen.add(job.id)
+                check_lease(self._state, job.id, job.token)
+            for job in jobs:
+                batch.add(RecordType.ACK, {"id": job.id, "tok": job.token, "t": now})
+            return lambda: None
+
+        if jobs:
+            self._mutate(plan, spare=jobs[0].id if len(jobs) == 1 else None)
+
+    def ack_and_lease(self, job: Job, *,
+                      visibility_timeout: float | None = None) -> Job | None:
+        """Ack `job` and lease the next ready job in the same batch (one fsync)."""
+        timeout = self._visibility(visibility_timeout)
+
+        def plan(batch: Batch, now: float) -> Callable[[], Job | None]:
+            plan_settle(self._state, batch, now, RecordType.ACK, job.id, job.token, t=now)
+            leased = plan_lease(self._state, batch, now, 1, timeout, taken={job.id})
+            jobs = self._state.jobs
+            return lambda: self._view(jobs[leased[0]["id"]]) if leased else None
+
+        return self._mutate(plan, spare=job.id)
+
+    def nack(self, job: Job, *, error: str | None = None, delay: float | None = None) -> Job:
+        """Give a job back: retried after `delay` (default: the backoff policy), or
+        dead-lettered when it has used `max_attempts`. Returns the job's new state."""
+        if error is not None:
+            error = str(error)[:MAX_ERROR_LENGTH]
+        wait = None if delay is None else check_number("delay", delay, minimum=0)
+
+        def plan(batch: Batch, now: float) -> Callable[[], Job]:
+            entry = check_lease(self._state, job.id, job.token)
+            pause = wait if wait is not None else self.backoff.delay(entry.attempts)
+            plan_settle(self._state, batch, now, RecordType.NACK, job.id, job.token,
+                        at=now + pause, err=error)
+            return lambda: self._view(entry)
+
+        return self._mutate(plan, spare=job.id)
+
+    def extend(self, job: Job, seconds: float) -> Job:
+        """Move the lease's deadline to `seconds` from now (not added to the old one)."""
+        seconds = check_number("seconds", seconds, minimum=0.001)
+
+        def plan(batch: Batch, now: float) -> Callable[[], Job]:
+            entry = plan_settle(self._state, batch, now, RecordType.EXTEND, job.id, job.token,
+                                until=now + seconds)
+            return lambda: self._view(entry)
+
+        return self._mutate(plan, spare=job.id)
+
+    # -- operating ----------------------------------------------------------
+
+    def requeue_dead(self, job_id: str | None = None) -> int:
+        """Move one dead job (or all) back to pending with a fresh attempt budget."""
+        def plan(batch: Batch, now: float) -> Callable[[], int]:
+            count = plan_requeue(self._state, batch, now, job_id)
+            return lambda: count
+
+        return self._mutate(plan)
+
+    def purge(self) -> int:
+        """Remove every pending job (leased ones finish normally); returns how many."""
+        def plan(batch: Batch, now: float) -> Callable[[], int]:
+            count = plan_purge(self._state, batch, now)
+            return lambda: count
+
+        return self._mutate(plan)
+
+    def get(self, job_id: str) -> Job:
+        def query() -> Job:
+            entry = self._state.jobs.get(job_id)
+            if entry is not None:
+                return self._view(entry)
+            done_at = self._state.done_keys.get(job_id)
+            if done_at is not None:
+                return self._done_view(job_id, done_at)
+            raise JobNotFoundError(job_id)
+
+        return self._read(query)
+
+    def stats(self) -> QueueStats:
+        """Counts kept as records are applied: O(1) whatever the queue's size."""
+        def query() -> QueueStats:
+            s = self._state
+            return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
+                              total=s.pending + s.leased + s.dead,
+                              generation=self._live_log().generation,
+                              log_bytes=self._live_log().end)
+
+        return self._read(query)
+
+    def list_jobs(self, state: JobState | str | None = None, *,
+                  limit: int | None = None) -> list[Job]:
+        """Jobs in enqueue order, optionally of one state, at most `limit`."""
+        wanted = JobState(state) if state is not None else None
+        if wanted is JobState.DONE:
+            raise ValueError("finished jobs are not listed; only their keys are remembered")
+        if limit is not None:
+            limit = _check_int("limit", limit, 0)
+
+        def query() -> list[Job]:
+            jobs = []
+            for entry in self._state.entries(wanted):
+                if limit is not None and len(jobs) >= limit:
+                    break
+                jobs.append(self._view(entry))
+            return jobs
+
+        return self._read(query)
+
+    def dlq(self, *, limit: int | None = None) -> list[Job]:
+        """The dead-letter queue: jobs that used up their attempts."""
+        return self.list_jobs(JobState.DEAD, limit=limit)
+
+    def compact(self) -> CompactionResult:
+        """Rewrite the live jobs into a new log generation and switch to it atomically."""
+        if self.readonly:
+            raise NobrokerError("queue was opened read-only")
+        with self._locked():
+            return self._compact_locked()
+
+    def _compact_locked(self) -> CompactionResult:
+        started = time.perf_counter()
+        old = self._live_log()
+        new_generation = old.generation + 1
+
+        def payload_text(loc: int) -> str:
+            record = old.read_record(loc)
+            if "p" not in record:
+                raise CorruptLogError(old.path, loc, "record has no payload")
+            return dumps(record["p"])
+
+        try:
+            new_log, _, keys = compaction.write_generation(
+                self._fs, old, self._state, new_generation, self._now(), self.key_retention,
+                payload_text)
+        except OSError as exc:
+            raise CompactionError(f"writing generation {new_generation} failed: {exc}") from None
+        new_log.close()
+        try:
+            compaction.publish_generation(self._fs, self.directory, self.name, new_generation)
+        except OSError as exc:
+            # The rename may or may not have reached the disk: only a reopen can tell.
+            self._poison(f"switching to generation {new_generation} failed: {exc}")
+            raise CompactionError(f"switching to generation {new_generation} failed: {exc}")\
+                from None
+        before, live = old.end, len(self._state.jobs)
+        self._load()  # memory is a cache of the log: rebuild it from what is now authoritative
+        try:
+            compaction.remove_stale_files(self._fs, self.directory, self.name, new_generation)
+        except OSError as exc:  # harmless: stale generations are never read
+            log.warning("could not remove old generations: %s", exc)
+        return CompactionResult(old_generation=old.generation, new_generation=new_generation,
+                                bytes_before=before, bytes_after=self._live_log().end,
+                                live_jobs=live, remembered_keys=keys,
+                                seconds=time.perf_counter() - started)
+
+    def _compaction_due(self) -> bool:
+        current = self._log
+        if self.auto_compact is None or current is None or current.end < MIN_COMPACT_BYTES:
+            return False
+        return self._state.live_bytes < current.end * (1 - self.auto_compact)
+
+    def _auto_compact(self) -> None:
+        try:
+            with self._locked():
+                if self._compaction_due():
+                    result = self._compact_locked()
+                    log.info("auto-compacted %s: %d -> %d bytes", self.name,
+                             result.bytes_before, result.bytes_after)
+        except CompactionError as exc:  # the call that triggered it already succeeded
+            log.error("auto-compaction of %r failed: %s", self.name, exc)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._log is not None and os.getpid() == self._pid:
+            self._retire(self._log)
+            release_shared_lock(self._lock)
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Queue({self.directory!r}, name={self.name!r})"
+
+
+def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ValueError(f"{name} must be {bound}, not {value}")
+    return value
+

@@ -1,0 +1,101 @@
+"""Record types and the strict JSON codec for record payloads.
+
+A record payload is a JSON object. Its first key is always "b", the batch
+number of the API call that wrote it (see framing.RESYNC_MARKER). The other
+keys depend on the type; docs/FORMAT.md lists them. The codec refuses what
+Python's json module would otherwise let through and another reader would
+not: NaN and Infinity, and nesting deep enough to blow the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import IntEnum
+from typing import Any, Final
+
+__all__ = [
+    "RecordType",
+    "Record",
+    "dumps",
+    "loads",
+    "encode_payload",
+    "check_id",
+    "check_number",
+    "MAX_ID_LENGTH",
+]
+
+Record = dict[str, Any]
+MAX_ID_LENGTH: Final = 256
+
+
+class RecordType(IntEnum):
+    ENQUEUE = 1  # a new job
+    LEASE = 2  # a job handed to a holder until a deadline, under a fencing token
+    ACK = 3  # the holder finished the job
+    NACK = 4  # the holder failed; retry later or dead-letter
+    EXTEND = 5  # the holder moved its deadline
+    EXPIRE = 6  # a lease ran out: counts as a failed attempt
+    REQUEUE = 7  # a dead job revived
+    PURGE = 8  # every pending job removed
+    JOB = 9  # snapshot: one live job, written by compaction
+    KEY = 10  # snapshot: an idempotency key of a finished job, still remembered
+    SNAPSHOT = 11  # snapshot: end marker with the queue's counters
+
+
+class _Rejected(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _Rejected(f"{name} is not valid JSON")
+
+
+_encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def dumps(value: Any) -> str:
+    """Strict JSON text for `value`; raises ValueError/TypeError/RecursionError."""
+    return _encoder.encode(value)
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse strict JSON; raises ValueError for anything else (never RecursionError)."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return _decoder.decode(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def encode_payload(payload: Any) -> str:
+    """JSON text of a user payload, or ValueError naming what is wrong with it."""
+    try:
+        return _encoder.encode(payload)
+    except RecursionError:
+        raise ValueError("payload is nested too deeply to be JSON") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"payload is not JSON: {exc}") from None
+
+
+def check_id(job_id: object) -> str:
+    """A job id: a non-empty string without control characters."""
+    if not isinstance(job_id, str):
+        raise ValueError(f"job_id must be a string, not {type(job_id).__name__}")
+    if not job_id or len(job_id) > MAX_ID_LENGTH:
+        raise ValueError(f"job_id must be 1 to {MAX_ID_LENGTH} characters")
+    if not job_id.isprintable():
+        raise ValueError(f"job_id {job_id!r} contains control characters")
+    return job_id
+
+
+def check_number(name: str, value: object, *, minimum: float | None = None) -> float:
+    """A finite real number (bool refused), optionally at least `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, not {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum:g}, not {value!r}")
+    return float(value)
