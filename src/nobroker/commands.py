@@ -70,7 +70,8 @@ class Batch:
         applied: list[Applied] = []
         offset = start
         last = len(self._texts) - 1
-        for index, ((rtype, text), record) in enumerate(zip(self._texts, self._records)):
+        pairs = zip(self._texts, self._records, strict=True)
+        for index, ((rtype, text), record) in enumerate(pairs):
             frame = framing.encode_record(rtype, text.encode("ascii"), more=index < last)
             parts.append(frame)
             applied.append((rtype, record, offset, len(frame)))

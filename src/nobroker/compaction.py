@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from .commands import Batch
 from .fs import FileSystem, replace_durably
@@ -42,10 +42,12 @@ def parse_current(data: bytes) -> int | None:
     return int(match.group(1)) if match else None
 
 
+Locations = dict[str, tuple[int, int]]
+
+
 def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation: int,
                      now: float, key_retention: float,
-                     payload_text: Callable[[int], str]) -> tuple[LogFile, dict[str, tuple[int, int]],
-                                                             int]:
+                     payload_text: Callable[[int], str]) -> tuple[LogFile, Locations, int]:
     """Write generation `generation` holding `state`; durable (file and name) on return.
 
     Returns the open new log, the new (offset, size) of every job's record,

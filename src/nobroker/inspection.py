@@ -9,8 +9,9 @@ decode, saying why.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from . import framing
 from .compaction import current_filename, parse_current

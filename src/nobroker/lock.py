@@ -16,6 +16,7 @@ polled with LK_NBLCK so that `lock_timeout` is honoured.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -24,7 +25,7 @@ from .fs import FileSystem
 
 __all__ = ["SharedLock", "shared_lock"]
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows only
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
     def _try_lock(fd: int) -> bool:

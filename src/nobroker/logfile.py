@@ -20,8 +20,9 @@ This module knows frames and batches, not what records mean (state.py).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Final
+from typing import Final
 
 from . import framing
 from .errors import CorruptLogError

@@ -22,16 +22,33 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from . import compaction
 from .backoff import BackoffPolicy
-from .commands import (Batch, check_lease, plan_enqueue, plan_lease, plan_purge, plan_reclaim,
-                       plan_requeue, plan_settle)
-from .errors import (CompactionError, CorruptLogError, JobNotFoundError, NobrokerError,
-                     NotLeasedError, QueueClosedError, SerializationError, StorageError,
-                     UnsafeFilesystemError)
+from .commands import (
+    Batch,
+    check_lease,
+    plan_enqueue,
+    plan_lease,
+    plan_purge,
+    plan_reclaim,
+    plan_requeue,
+    plan_settle,
+)
+from .errors import (
+    CompactionError,
+    CorruptLogError,
+    JobNotFoundError,
+    NobrokerError,
+    NotLeasedError,
+    QueueClosedError,
+    SerializationError,
+    StorageError,
+    UnsafeFilesystemError,
+)
 from .fs import NETWORK_FILESYSTEMS, OS, FileSystem, filesystem_type
 from .lock import release_shared_lock, shared_lock
 from .logfile import LogFile, log_filename
@@ -415,7 +432,7 @@ class Queue:
                              max_attempts=attempts, job_id=None, key_retention=0.0)
                 ids.append(batch.last_id())
             jobs = self._state.jobs
-            return lambda: [self._view(jobs[i], p) for i, p in zip(ids, items)]
+            return lambda: [self._view(jobs[i], p) for i, p in zip(ids, items, strict=True)]
 
         return self._mutate(plan) if items else []
 
@@ -557,7 +574,7 @@ class Queue:
             limit = _check_int("limit", limit, 0)
 
         def query() -> list[Job]:
-            jobs = []
+            jobs: list[Job] = []
             for entry in self._state.entries(wanted):
                 if limit is not None and len(jobs) >= limit:
                     break

@@ -18,9 +18,10 @@ CorruptLogError) when a record breaks it:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, Iterable, Iterator, Sequence
+from typing import Any, Final
 
 from .records import Record, RecordType
 
@@ -151,9 +152,10 @@ class QueueState:
         if rtype == RecordType.KEY:
             self.done_keys[job_id] = _field(rec, "done", float, offset)
             return
-        entry = self.jobs.get(job_id)
-        if entry is None:
+        found = self.jobs.get(job_id)
+        if found is None:
             raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
+        entry = found
         if rtype == RecordType.REQUEUE:
             self._expect(entry, JobState.DEAD, offset)
             entry.attempts = 0
