@@ -110,13 +110,9 @@ class SharedLock:
             pause = min(pause * 2, 0.005)
 
     def _same_file(self) -> bool:
-        if os.name == "nt":  # pragma: no cover - st_ino is not meaningful there
-            return True
-        try:
-            mine, named = self._fs.fstat(self._fd), self._fs.stat(self.path)
-        except FileNotFoundError:
-            return False
-        return (mine.st_dev, mine.st_ino) == (named.st_dev, named.st_ino)
+        # If NAME.lock was unlinked or renamed over, our inode has no links left and
+        # a newcomer would lock a different inode: two "holders". One fstat tells.
+        return sys.platform == "win32" or self._fs.fstat(self._fd).st_nlink > 0
 
     def release(self) -> None:
         self._depth -= 1

@@ -37,6 +37,9 @@ MIN_PREALLOCATE: Final = 64 << 10
 READ_CHUNK: Final = 4 << 20
 
 
+_ZERO_HEADER: Final = bytes(framing.RECORD_HEADER.size)
+
+
 def log_filename(name: str, generation: int) -> str:
     return f"{name}.{generation:06d}.log"
 
@@ -116,11 +119,17 @@ class LogFile:
         read-forward skips that, since a writer killed mid-write leaves a
         prefix of its bytes and then zeros, never bytes further on.
         """
-        self.size = self.fs.fstat(self.fd).st_size
         pos = self.end
         buf = b""
+        chunk = READ_CHUNK
+        if not full:
+            # The common case, nothing new: one small read shows zeros (or EOF) at our end.
+            buf = self.fs.pread(self.fd, 4096, pos)
+            if not buf or buf[:framing.RECORD_HEADER.size] == _ZERO_HEADER:
+                return ScanResult(end=pos, records=0)
+            chunk = 16384
+        self.size = self.fs.fstat(self.fd).st_size
         buf_start = pos
-        chunk = 4096 if not full else READ_CHUNK
         batch: list[Applied] = []
         batch_start = pos
         count = 0
