@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import multiprocessing
 import os
@@ -69,13 +70,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (  # noqa: E402
+from bench_common import (
     REPO,
     ensure_src_on_path,
     facts_line,
     fmt_bytes,
     fmt_per_op,
-    fmt_rate,
     fmt_ratio,
     fmt_time,
     framed_sizes,
@@ -176,14 +176,14 @@ class Missing(Exception):
 def require(obj: object, *names: str) -> None:
     absent = [n for n in names if not hasattr(obj, n)]
     if absent:
-        raise Missing(", ".join(f"{type(obj).__name__ if not isinstance(obj, type) else obj.__name__}.{n}"
-                                for n in absent))
+        owner = obj.__name__ if isinstance(obj, type) else type(obj).__name__
+        raise Missing(", ".join(f"{owner}.{n}" for n in absent))
 
 
 def nobroker_api() -> Any:
     """The nobroker module, or Missing if it (or Queue) cannot be imported."""
     try:
-        import nobroker
+        nobroker = importlib.import_module("nobroker")
     except ImportError as exc:
         raise Missing(f"nobroker ({exc})") from None
     if not hasattr(nobroker, "Queue"):
@@ -192,12 +192,12 @@ def nobroker_api() -> Any:
 
 
 def worker_class() -> Any:
-    nb = nobroker_api()
-    worker = getattr(nb, "Worker", None)
+    """nobroker.Worker (or nobroker.worker.Worker), or Missing."""
+    worker = getattr(nobroker_api(), "Worker", None)
     if worker is None:
         try:
-            from nobroker.worker import Worker as worker  # type: ignore[import-not-found]
-        except ImportError:
+            worker = importlib.import_module("nobroker.worker").Worker
+        except (ImportError, AttributeError):
             raise Missing("nobroker.Worker") from None
     return worker
 
@@ -327,7 +327,7 @@ def wl_threads(ctx: Context) -> list[Row]:
                         q.enqueue(p)
                 return go
 
-            return run_threads([target(q, c) for q, c in zip(queues, chunks)])
+            return run_threads([target(q, c) for q, c in zip(queues, chunks, strict=True)])
 
         res = interleave(cfg.rounds, [
             ("one_queue", lambda: run_on([shared] * 4)),
@@ -354,10 +354,8 @@ def wl_threads(ctx: Context) -> list[Row]:
 def _child_enqueue(directory: str, first: int, count: int, barrier: Any, out: Any) -> None:
     """Process body for wl_processes: open, wait for the start, enqueue, report end time."""
     try:
-        import nobroker
-
         payloads = small_payloads(first, count)
-        with nobroker.Queue(directory) as q:
+        with nobroker_api().Queue(directory) as q:
             barrier.wait(timeout=120)
             for p in payloads:
                 q.enqueue(p)
@@ -593,8 +591,7 @@ def _child_memory(directory: str, mode: str, out: Any) -> None:
     try:
         import tracemalloc
 
-        import nobroker
-
+        nobroker = nobroker_api()
         gc.collect()
         if mode == "tracemalloc":
             tracemalloc.start()
@@ -693,11 +690,8 @@ def wl_stats(ctx: Context) -> list[Row]:
 def _child_worker(directory: str, max_jobs: int, conn: Any, out: Any) -> None:
     """Process body for wl_latency: a Worker whose handler reports when it starts."""
     try:
-        import nobroker
-
-        worker_cls = getattr(nobroker, "Worker", None)
-        if worker_cls is None:
-            from nobroker.worker import Worker as worker_cls  # type: ignore[import-not-found]
+        nobroker = nobroker_api()
+        worker_cls = worker_class()
 
         def handler(job: Any) -> None:
             stamp = time.time()
@@ -801,10 +795,8 @@ def wl_latency(ctx: Context) -> list[Row]:
 def _child_enqueuer(directory: str, ready: Any, stop: Any, out: Any) -> None:
     """Process body for wl_compaction: enqueue nonstop, timing every call."""
     try:
-        import nobroker
-
         samples: list[tuple[float, float]] = []
-        with nobroker.Queue(directory) as q:
+        with nobroker_api().Queue(directory) as q:
             i = 0
             while not stop.is_set():
                 t = time.monotonic()
@@ -902,6 +894,19 @@ TITLES = {
     "compaction": "compaction blocking",
 }
 
+TARGETS = {
+    "enqueue": ">= 1.0x (speed)",
+    "threads": ">= 0.8x (speed)",
+    "processes": ">= 2x (speed)",
+    "enqueue_many": "<= 1.5x (time)",
+    "lease_ack": ">= 1.0x; batch >= 20x",
+    "cold_open": "<= 1.0x (time)",
+    "memory": "<= 150 B",
+    "stats": "<= 20 us, O(1)",
+    "latency": "p50 <= 2 ms + 2 fsyncs, p99 <= 10 ms, idle <= 2%",
+    "compaction": "<= 200 ms",
+}
+
 
 # --------------------------------------------------------------------------
 # main
@@ -968,11 +973,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 new = RUNNERS[name](ctx)
             except Missing as exc:
-                new = [Row(name, TITLES[name], result=f"n/a (missing: {exc})")]
+                new = [Row(name, TITLES[name], target=TARGETS[name],
+                           result=f"n/a (missing: {exc})")]
             except Exception as exc:
                 errors += 1
                 traceback.print_exc(file=sys.stderr)
-                new = [Row(name, TITLES[name], result=f"ERROR: {type(exc).__name__}: {exc}")]
+                new = [Row(name, TITLES[name], target=TARGETS[name],
+                           result=f"ERROR: {type(exc).__name__}: {exc}")]
             for row in new:
                 extra = f"  [{row.note}]" if row.note else ""
                 log(f"  {row.workload}: {row.nobroker} | baseline {row.baseline} | "

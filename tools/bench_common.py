@@ -125,9 +125,9 @@ def render_text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> 
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
     line = "  ".join("-" * w for w in widths)
-    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), line]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip(), line]
     for row in rows:
-        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(out)
 
 
@@ -305,7 +305,8 @@ def run_threads(targets: Sequence[Callable[[], object]]) -> float:
 
 def raw_fsync_threads(paths: Sequence[Path], record_size: int, count_each: int) -> float:
     """Wall seconds for len(paths) threads, each running raw_fsync_loop on its own file."""
-    return run_threads([functools.partial(raw_fsync_loop, p, record_size, count_each) for p in paths])
+    loops = [functools.partial(raw_fsync_loop, p, record_size, count_each) for p in paths]
+    return run_threads(loops)
 
 
 # --------------------------------------------------------------------------

@@ -63,6 +63,7 @@ import argparse
 import atexit
 import gc
 import hashlib
+import importlib
 import json
 import os
 import shlex
@@ -81,12 +82,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (  # noqa: E402
+from bench_common import (
     REPO,
     SRC,
     ensure_src_on_path,
     facts_line,
-    fmt_bytes,
     fmt_rate,
     fmt_ratio,
     fmt_time,
@@ -98,8 +98,6 @@ from bench_common import (  # noqa: E402
     raw_fsync_loop,
     render_markdown_table,
     render_text_table,
-    rss_bytes,
-    small_payload,
     small_payloads,
 )
 
@@ -127,7 +125,7 @@ def venv_python() -> Path:
 
 
 def pip_install(python: Path) -> None:
-    """Install the pinned peers; one by one if the whole set fails, so one bad pin skips one peer."""
+    """Install the pinned peers; one by one if the set fails, so a bad pin skips one peer."""
     reqs = [line.split("#", 1)[0].strip() for line in REQUIREMENTS.read_text().splitlines()]
     reqs = [r for r in reqs if r]
     base = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
@@ -174,10 +172,14 @@ def ensure_redis_server() -> str | None:
         return None
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     print("bench_peers: redis-server missing; apt-get install -y redis-server", file=sys.stderr)
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    if subprocess.run([apt, "install", "-y", "redis-server"], env=env, **quiet).returncode != 0:
-        subprocess.run([apt, "update"], env=env, **quiet)
-        subprocess.run([apt, "install", "-y", "redis-server"], env=env, **quiet)
+
+    def apt_get(*words: str) -> int:
+        return subprocess.run([apt, *words], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode
+
+    if apt_get("install", "-y", "redis-server") != 0:
+        apt_get("update")
+        apt_get("install", "-y", "redis-server")
     return shutil.which("redis-server")
 
 
@@ -261,6 +263,14 @@ class NotApplicable(Skip):
     """The workload does not apply to this system (e.g. no batch API): "n/a: reason"."""
 
 
+def peer_module(name: str) -> Any:
+    """Import a peer package (third-party imports happen only here, at run time)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise Skip(f"{name} not importable: {exc}") from None
+
+
 def sqlite_durability(conn: sqlite3.Connection) -> str:
     mode = str(conn.execute("pragma journal_mode").fetchone()[0]).upper()
     sync = SYNC_NAMES.get(int(conn.execute("pragma synchronous").fetchone()[0]), "?")
@@ -274,7 +284,7 @@ def sqlite_durability(conn: sqlite3.Connection) -> str:
 
 
 class System:
-    """One queue system under test. Each method does the named thing once, untimed overhead aside."""
+    """One queue system under test, behind the operations the workloads need."""
 
     name = "?"
     takes = ""  # what happens to a taken job if the consumer crashes
@@ -329,9 +339,7 @@ class NobrokerSystem(System):
 
     def __init__(self, two_calls: bool = False) -> None:
         super().__init__()
-        import nobroker
-
-        self.nb = nobroker
+        self.nb = importlib.import_module("nobroker")
         self.two_calls = two_calls
         if two_calls:
             self.name = "nobroker (lease_one + ack)"
@@ -400,11 +408,7 @@ class HueySystem(System):
 
     def __init__(self) -> None:
         super().__init__()
-        try:
-            import huey
-        except ImportError as exc:
-            raise Skip(f"huey not importable: {exc}") from None
-        self.huey_mod = huey
+        self.huey_mod = peer_module("huey")
         self.storage: Any = None
 
     def _make(self, d: Path) -> Any:
@@ -455,11 +459,7 @@ class PersistQueueSystem(System):
 
     def __init__(self) -> None:
         super().__init__()
-        try:
-            import persistqueue
-        except ImportError as exc:
-            raise Skip(f"persist-queue not importable: {exc}") from None
-        self.pq = persistqueue
+        self.pq = peer_module("persistqueue")
         self.q: Any = None
 
     def _make(self, d: Path) -> Any:
@@ -509,11 +509,7 @@ class LiteQueueSystem(System):
 
     def __init__(self, full: bool) -> None:
         super().__init__()
-        try:
-            import litequeue
-        except ImportError as exc:
-            raise Skip(f"litequeue not importable: {exc}") from None
-        self.lq = litequeue
+        self.lq = peer_module("litequeue")
         self.full = full
         self.name = "litequeue (synchronous=FULL)" if full else "litequeue (default)"
         self.q: Any = None
@@ -644,12 +640,7 @@ class RQSystem(System):
         super().__init__()
         if server is None:
             raise Skip(why_not)
-        try:
-            import redis
-            import rq
-        except ImportError as exc:
-            raise Skip(f"rq/redis not importable: {exc}") from None
-        self.redis_mod, self.rq = redis, rq
+        self.redis_mod, self.rq = peer_module("redis"), peer_module("rq")
         self.server = server
         self.name = f"RQ (appendfsync {server.appendfsync})"
         self.r: Any = None
@@ -839,14 +830,16 @@ class Runner:
     # ---- workloads
 
     def record_size(self) -> int:
-        import nobroker
-
+        nobroker = importlib.import_module("nobroker")
         d = self.new_dir("recsize")
         with nobroker.Queue(str(d)) as q:
             for p in self.payloads(50):
                 q.enqueue(p)
         sizes = framed_sizes(d).get(1, [])
-        size = round(sum(sizes) / len(sizes)) if len(sizes) >= 50 else round(log_record_bytes(d) / 50)
+        if len(sizes) >= 50:
+            size = round(sum(sizes) / len(sizes))
+        else:
+            size = round(log_record_bytes(d) / 50)
         shutil.rmtree(d, ignore_errors=True)
         return size
 
@@ -937,8 +930,7 @@ class Runner:
 
         self.interleaved(wl, 1, prepare, lambda s, d: s.cold_open(d), finish)
         # baseline: json.loads of nobroker's log, built the same way
-        import nobroker
-
+        nobroker = importlib.import_module("nobroker")
         d = self.new_dir("coldbase")
         with nobroker.Queue(str(d)) as q:
             for i in range(0, n, 10_000):
@@ -1164,7 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"rounds: {sizes.rounds} interleaved, medians; enqueue {sizes.enqueue_ops}/round, "
         f"batch {sizes.batch:,}, take+ack {sizes.take_ops}/round, cold open {sizes.cold_n:,}")
     try:
-        import nobroker  # noqa: F401
+        importlib.import_module("nobroker")
     except ImportError as exc:
         print(f"bench_peers.py: cannot import nobroker ({exc}); is src on PYTHONPATH?",
               file=sys.stderr)
@@ -1264,8 +1256,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"- {line}")
     else:
         print(report_text(wls, durability, takes))
+        total = time.perf_counter() - started
         print(f"\nnobroker vs it: above 1 = nobroker ahead (throughput ratio; for times and "
-              f"memory the peer's figure over nobroker's). Total {time.perf_counter() - started:.0f} s.")
+              f"memory the peer's figure over nobroker's). Total {total:.0f} s.")
         checks = target_checks(wls, durability)
         if checks:
             print("\n== peer targets ==")
