@@ -26,6 +26,8 @@ __all__ = ["Batch", "new_job_id", "plan_reclaim", "plan_enqueue", "plan_lease",
 
 LEASE_EXPIRED: Final = "lease expired"
 _rng = random.Random()  # seeded from os.urandom; job ids and jitter only
+_WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.NACK, RecordType.EXPIRE,
+                            RecordType.REQUEUE})
 
 
 def new_job_id(taken: dict[str, Entry]) -> str:
@@ -42,6 +44,7 @@ class Batch:
         self.number = number
         self._texts: list[tuple[int, str]] = []
         self._records: list[Record] = []  # what replay will see (payload text omitted)
+        self.wakes = 0  # records that may make a job leasable: idle workers are poked
 
     def __len__(self) -> int:
         return len(self._texts)
@@ -51,6 +54,8 @@ class Batch:
         return str(self._records[-1]["id"])
 
     def add(self, rtype: RecordType, fields: Record) -> Record:
+        if rtype in _WAKING:
+            self.wakes += 1
         record = {"b": self.number, **fields}
         self._texts.append((rtype, dumps(record)))
         self._records.append(record)
@@ -58,6 +63,8 @@ class Batch:
 
     def add_payload(self, rtype: RecordType, fields: Record, payload_text: str) -> Record:
         """A record carrying a job payload that is already JSON text (not encoded twice)."""
+        if rtype in _WAKING:
+            self.wakes += 1
         record = {"b": self.number, **fields}
         head = dumps(record)
         self._texts.append((rtype, f'{head[:-1]},"p":{payload_text}}}'))

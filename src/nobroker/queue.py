@@ -55,6 +55,7 @@ from .logfile import LogFile, log_filename
 from .models import CompactionResult, Job, QueueStats, RecoveryReport
 from .records import RecordType, check_id, check_number, dumps, encode_payload
 from .state import Entry, JobState, QueueState
+from .wake import WakeChannel
 
 __all__ = ["Queue"]
 
@@ -110,6 +111,7 @@ class Queue:
         self._state = QueueState()
         self._current_id: tuple[int, int, int] | None = None
         self._prepare_directory(allow_network_fs)
+        self._wake = WakeChannel(os.path.join(self.directory, f"{name}.wake"))
         self._lock = shared_lock(_fs, self._lock_path)
         try:
             with self._locked(refresh=False):
@@ -308,6 +310,9 @@ class Queue:
                         synced.inflight += 1  # type: ignore[union-attr]
             result = build()
             due = self._compaction_due()
+        if batch.wakes:
+            # Before our fsync: a woken worker's own fsync covers these records too.
+            self._wake.notify(batch.wakes)
         if synced is not None:
             self._sync(synced)
         if due:
@@ -523,6 +528,27 @@ class Queue:
 
         return self._mutate(plan, spare=job.id)
 
+    def wait(self, timeout: float) -> bool:
+        """Block until a job may be leasable, for at most `timeout` seconds.
+
+        Returns True when something may be ready (a job is ready now, a
+        delayed job or a lease deadline came due, or a writer poked the wake
+        pipe), False on timeout. It never leases: call lease() after it.
+        An idle worker blocked here uses no CPU.
+        """
+        timeout = check_number("timeout", timeout, minimum=0)
+        self._wake.prepare()  # before looking, so a poke from now on is kept for us
+
+        def query() -> float | None:
+            return self._state.next_wakeup()
+
+        due = self._read(query)
+        now = float(self._clock())
+        if due is not None and due <= now:
+            return True
+        limit = timeout if due is None else min(timeout, due - now)
+        return self._wake.wait(limit) or (due is not None and due <= self._clock())
+
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None = None) -> int:
@@ -652,6 +678,7 @@ class Queue:
         if self._closed:
             return
         self._closed = True
+        self._wake.close()
         if self._log is not None and os.getpid() == self._pid:
             self._retire(self._log)
             release_shared_lock(self._lock)

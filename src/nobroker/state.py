@@ -344,10 +344,23 @@ class QueueState:
         return [jobs[item[2]] for item in found]
 
     def next_wakeup(self) -> float | None:
-        """Earliest moment a delayed job becomes ready or a lease expires (may be stale)."""
-        times = [heap[0][0] for heap in (self._delayed, self._leases) if heap]
-        if self._ready:
+        """Earliest moment a job may become leasable: -inf if one is ready now, the
+        first delayed job's time or lease deadline otherwise, None if neither exists."""
+        versions, jobs = self._versions, self.jobs
+        ready, delayed, leases = self._ready, self._delayed, self._leases
+        while ready and versions.get(ready[0][3]) != ready[0][2]:
+            heapq.heappop(ready)
+        if ready:
             return float("-inf")
+        while delayed and versions.get(delayed[0][3]) != delayed[0][2]:
+            heapq.heappop(delayed)
+        while leases:
+            entry = jobs.get(leases[0][2])
+            if (entry is not None and entry.state is JobState.LEASED
+                    and entry.token == leases[0][1] and entry.lease_until == leases[0][0]):
+                break
+            heapq.heappop(leases)
+        times = [heap[0][0] for heap in (delayed, leases) if heap]
         return min(times) if times else None
 
     def entries(self, state: JobState | None = None) -> Iterator[Entry]:
