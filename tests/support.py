@@ -62,3 +62,70 @@ class TempDirTestCase(unittest.TestCase):
         super().setUp()
         self.tmp = Path(tempfile.mkdtemp(prefix=f"nobroker-{self._testMethodName}-"))
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# Helpers for the storage tests (state, framing, queue contract, crash, bad input).
+
+import hashlib  # noqa: E402
+import subprocess  # noqa: E402
+
+
+class FakeClock:
+    """A clock a test moves by hand: ``Queue(path, clock=clock)``; ``clock.advance(30)``."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = float(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+def tree_digest(root: os.PathLike[str] | str) -> dict[str, tuple[int, str]]:
+    """Every file under ``root`` (relative name -> (mode bits, sha256)), directories too.
+
+    Two equal digests mean no byte, name or permission under ``root`` changed.
+    """
+    found: dict[str, tuple[int, str]] = {}
+    base = Path(root)
+    for path in sorted(base.rglob("*")):
+        rel = str(path.relative_to(base))
+        mode = path.lstat().st_mode & 0o7777
+        if path.is_file() and not path.is_symlink():
+            found[rel] = (mode, hashlib.sha256(path.read_bytes()).hexdigest())
+        else:
+            found[rel] = (mode, "dir" if path.is_dir() else "other")
+    return found
+
+
+def scratch_root() -> str | None:
+    """A tmpfs directory for tests that create thousands of small files, if there is one."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return str(shm)
+    return None
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a child Python process that imports nobroker from ``SRC``."""
+    env = dict(os.environ)
+    parts = [str(SRC)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def spawn_python(code: str, *args: str, **popen: object) -> subprocess.Popen[bytes]:
+    """Start ``python -c code args...`` as a real OS process with nobroker importable.
+
+    stdin, stdout and stderr default to pipes; the caller owns the process
+    (kill it with ``proc.kill()``, which is SIGKILL on POSIX, then ``wait()``).
+    """
+    options: dict[str, object] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE,
+                                  "stderr": subprocess.PIPE, "env": child_env()}
+    options.update(popen)
+    return subprocess.Popen([sys.executable, "-c", code, *args], **options)  # type: ignore[call-overload, no-any-return]

@@ -52,7 +52,14 @@ def _reject_constant(name: str) -> Any:
 
 
 _encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # "1e400" parses to inf without ever spelling Infinity
+        raise _Rejected(f"{text[:20]} is out of a float's range")
+    return value
+
+
+_decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def dumps(value: Any) -> str:

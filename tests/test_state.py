@@ -1,0 +1,536 @@
+"""The pure replay state, tested without a disk.
+
+Records are built as the log reader would hand them over: JSON text decoded
+by the strict codec (records.loads), grouped into batches, with offsets. No
+file, clock or thread is involved; `now` is always an argument.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import unittest
+from typing import Any
+
+import support  # noqa: F401  (puts src/ on sys.path)
+
+from nobroker.records import RecordType, dumps, loads
+from nobroker.state import TRANSITIONS, Applied, JobState, QueueState, ReplayError, replay
+
+RT = RecordType
+JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE)
+
+
+class Log:
+    """Builds batches of decoded records with rising batch numbers and offsets."""
+
+    def __init__(self, first_batch: int = 1) -> None:
+        self.number = first_batch
+        self.offset = 16
+        self.batches: list[list[Applied]] = []
+
+    def batch(self, *records: tuple[int, dict[str, Any]], number: int | None = None
+              ) -> list[Applied]:
+        num = self.number if number is None else number
+        out: list[Applied] = []
+        for rtype, fields in records:
+            text = dumps({"b": num, **fields})
+            rec = loads(text.encode("ascii"))  # exactly what the reader would decode
+            size = 9 + len(text)
+            out.append((int(rtype), rec, self.offset, size))
+            self.offset += size
+        self.number = num + 1
+        self.batches.append(out)
+        return out
+
+
+def enq(job_id: str, *, pr: int = 0, at: float = 0.0, t: float = 0.0, ma: int = 3,
+        keyed: bool | None = None, p: Any = "x") -> tuple[int, dict[str, Any]]:
+    fields: dict[str, Any] = {"id": job_id, "pr": pr, "at": at, "t": t, "ma": ma}
+    if keyed is not None:
+        fields["k"] = keyed
+    fields["p"] = p
+    return RT.ENQUEUE, fields
+
+
+def lease(job_id: str, tok: int, until: float = 100.0, t: float = 0.0
+          ) -> tuple[int, dict[str, Any]]:
+    return RT.LEASE, {"id": job_id, "tok": tok, "until": until, "t": t}
+
+
+def ack(job_id: str, tok: int, t: float = 1.0) -> tuple[int, dict[str, Any]]:
+    return RT.ACK, {"id": job_id, "tok": tok, "t": t}
+
+
+def nack(job_id: str, tok: int, at: float = 5.0, err: str | None = "boom"
+         ) -> tuple[int, dict[str, Any]]:
+    return RT.NACK, {"id": job_id, "tok": tok, "at": at, "err": err}
+
+
+def extend(job_id: str, tok: int, until: float = 200.0) -> tuple[int, dict[str, Any]]:
+    return RT.EXTEND, {"id": job_id, "tok": tok, "until": until}
+
+
+def expire(job_id: str, tok: int, at: float = 5.0) -> tuple[int, dict[str, Any]]:
+    return RT.EXPIRE, {"id": job_id, "tok": tok, "at": at}
+
+
+def requeue(job_id: str, at: float = 7.0) -> tuple[int, dict[str, Any]]:
+    return RT.REQUEUE, {"id": job_id, "at": at}
+
+
+def purge(t: float = 0.0) -> tuple[int, dict[str, Any]]:
+    return RT.PURGE, {"t": t}
+
+
+def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
+    """The snapshot batch compaction writes for `state` (docs: JOB*, KEY*, SNAPSHOT)."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    for e in state.entries():
+        out.append((RT.JOB, {
+            "id": e.id, "pr": e.priority, "at": e.available_at, "t": e.enqueued_at,
+            "ma": e.max_attempts, "a": e.attempts, "s": str(e.state), "tok": e.token,
+            "until": e.lease_until if e.state is JobState.LEASED else 0.0,
+            "err": e.last_error, "k": e.keyed, "p": None}))
+    for job_id, done in state.done_keys.items():
+        out.append((RT.KEY, {"id": job_id, "done": done}))
+    out.append((RT.SNAPSHOT, {"tok": state.next_token, "done": state.done,
+                              "jobs": len(state.jobs)}))
+    return out
+
+
+def recount(state: QueueState) -> tuple[int, int, int]:
+    states = [e.state for e in state.jobs.values()]
+    return (states.count(JobState.PENDING), states.count(JobState.LEASED),
+            states.count(JobState.DEAD))
+
+
+def in_state(before: JobState | None, *, ma: int = 3) -> tuple[QueueState, Log]:
+    """A state holding job "j" in `before` (or no job at all); leased jobs hold token 1."""
+    state, log = QueueState(), Log()
+    if before is None:
+        state.apply_batch(log.batch(enq("other")))
+        return state, log
+    state.apply_batch(log.batch(enq("j", ma=ma)))
+    if before in (JobState.LEASED, JobState.DEAD):
+        state.apply_batch(log.batch(lease("j", 1)))
+    if before is JobState.DEAD:
+        state.apply_batch(log.batch(nack("j", 1)))
+        assert state.jobs["j"].state is JobState.DEAD, "setup needs max_attempts=1"
+    return state, log
+
+
+def record_for(rtype: RT, job_id: str = "j") -> tuple[int, dict[str, Any]]:
+    return {RT.ENQUEUE: lambda: enq(job_id), RT.LEASE: lambda: lease(job_id, 2),
+            RT.ACK: lambda: ack(job_id, 1), RT.NACK: lambda: nack(job_id, 1),
+            RT.EXTEND: lambda: extend(job_id, 1), RT.EXPIRE: lambda: expire(job_id, 1),
+            RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge}[rtype]()
+
+
+class RecordTypesTest(unittest.TestCase):
+    def test_enqueue_adds_a_pending_job_with_every_field_from_the_record(self) -> None:
+        s = replay([Log().batch(enq("a", pr=4, at=9.5, t=2.0, ma=7, keyed=True))])
+        e = s.jobs["a"]
+        self.assertEqual((e.state, e.priority, e.available_at, e.enqueued_at, e.max_attempts,
+                          e.attempts, e.keyed, e.token, e.last_error),
+                         (JobState.PENDING, 4, 9.5, 2.0, 7, 0, True, 0, None))
+        self.assertEqual((s.pending, s.leased, s.dead, s.done), (1, 0, 0, 0))
+
+    def test_lease_records_token_deadline_and_counts_an_attempt(self) -> None:
+        s, log = in_state(JobState.PENDING)
+        s.apply_batch(log.batch(lease("j", 5, until=42.0)))
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.token, e.lease_until, e.attempts),
+                         (JobState.LEASED, 5, 42.0, 1))
+        self.assertEqual(s.next_token, 6)
+
+    def test_ack_removes_the_job_and_counts_it_done(self) -> None:
+        s, log = in_state(JobState.LEASED)
+        s.apply_batch(log.batch(ack("j", 1, t=3.0)))
+        self.assertNotIn("j", s.jobs)
+        self.assertEqual((s.pending, s.leased, s.dead, s.done), (0, 0, 0, 1))
+        self.assertEqual(s.done_keys, {}, "an unkeyed job leaves no key behind")
+
+    def test_ack_of_a_keyed_job_remembers_its_key_with_the_ack_time(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("k1", keyed=True)))
+        s.apply_batch(log.batch(lease("k1", 1)))
+        s.apply_batch(log.batch(ack("k1", 1, t=77.0)))
+        self.assertEqual(s.done_keys, {"k1": 77.0})
+
+    def test_enqueue_of_a_remembered_key_forgets_the_key(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("k1", keyed=True)))
+        s.apply_batch(log.batch(lease("k1", 1)))
+        s.apply_batch(log.batch(ack("k1", 1)))
+        s.apply_batch(log.batch(enq("k1", keyed=True)))
+        self.assertEqual(s.done_keys, {})
+        self.assertEqual(s.jobs["k1"].state, JobState.PENDING)
+
+    def test_nack_below_max_attempts_returns_the_job_to_pending_at_its_retry_time(self) -> None:
+        s, log = in_state(JobState.LEASED, ma=3)
+        s.apply_batch(log.batch(nack("j", 1, at=55.0, err="disk full")))
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.available_at, e.last_error, e.token, e.attempts),
+                         (JobState.PENDING, 55.0, "disk full", 0, 1))
+
+    def test_nack_at_max_attempts_dead_letters_the_job(self) -> None:
+        s, log = in_state(JobState.LEASED, ma=1)
+        s.apply_batch(log.batch(nack("j", 1, err=None)))
+        self.assertEqual(s.jobs["j"].state, JobState.DEAD)
+        self.assertIsNone(s.jobs["j"].last_error)
+        self.assertEqual((s.pending, s.leased, s.dead), (0, 0, 1))
+
+    def test_extend_moves_the_deadline(self) -> None:
+        s, log = in_state(JobState.LEASED)
+        s.apply_batch(log.batch(extend("j", 1, until=500.0)))
+        self.assertEqual(s.jobs["j"].lease_until, 500.0)
+        self.assertEqual(s.jobs["j"].state, JobState.LEASED)
+
+    def test_expire_counts_as_a_failed_attempt_and_says_so_in_last_error(self) -> None:
+        s, log = in_state(JobState.LEASED, ma=2)
+        s.apply_batch(log.batch(expire("j", 1, at=9.0)))
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.available_at, e.attempts), (JobState.PENDING, 9.0, 1))
+        self.assertIn("lease expired", e.last_error or "")
+        s.apply_batch(log.batch(lease("j", 2)))
+        s.apply_batch(log.batch(expire("j", 2)))
+        self.assertEqual(s.jobs["j"].state, JobState.DEAD)
+        self.assertIn("lease expired", s.jobs["j"].last_error or "")
+
+    def test_requeue_revives_a_dead_job_with_a_fresh_attempt_budget(self) -> None:
+        s, log = in_state(JobState.DEAD, ma=1)
+        s.apply_batch(log.batch(requeue("j", at=70.0)))
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.attempts, e.available_at), (JobState.PENDING, 0, 70.0))
+        self.assertEqual((s.pending, s.dead), (1, 0))
+
+    def test_purge_removes_pending_jobs_only(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("p1"), enq("p2"), enq("l"), enq("d", ma=1)))
+        s.apply_batch(log.batch(lease("l", 1), lease("d", 2)))
+        s.apply_batch(log.batch(nack("d", 2)))
+        s.apply_batch(log.batch(purge()))
+        self.assertEqual(sorted(s.jobs), ["d", "l"])
+        self.assertEqual((s.pending, s.leased, s.dead), (0, 1, 1))
+
+    def test_snapshot_records_rebuild_an_equal_state(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("a", pr=2), enq("b", keyed=True), enq("c", ma=1),
+                                enq("k", keyed=True), enq("e")))
+        s.apply_batch(log.batch(lease("b", 1, until=50.0), lease("c", 2), lease("k", 3)))
+        s.apply_batch(log.batch(nack("c", 2, err="bad"), ack("k", 3, t=8.0)))
+        snap = Log(first_batch=s.last_batch + 1)
+        rebuilt = replay([snap.batch(*snapshot_records(s))])
+        self.assertEqual(rebuilt.fingerprint(), s.fingerprint())
+        self.assertTrue(rebuilt.snapshot_seen)
+        self.assertEqual(rebuilt.done_keys, {"k": 8.0})
+        # Tokens keep rising across the snapshot: a stale holder stays stale.
+        self.assertEqual(rebuilt.next_token, 4)
+
+
+class TransitionTableTest(unittest.TestCase):
+    """TRANSITIONS is the whole truth: every listed move works, nothing else does."""
+
+    def test_every_listed_transition_applies_and_lands_in_a_listed_state(self) -> None:
+        for (rtype, before), afters in TRANSITIONS.items():
+            for after in afters:
+                with self.subTest(rtype=rtype.name, before=before, after=after):
+                    # NACK/EXPIRE dead-letter only on the last attempt.
+                    ma = 1 if after is JobState.DEAD or before is JobState.DEAD else 3
+                    s, log = in_state(before, ma=ma)
+                    s.apply_batch(log.batch(record_for(rtype)))
+                    got = s.jobs["j"].state if "j" in s.jobs else None
+                    if rtype is RT.ACK:
+                        self.assertIs(after, JobState.DONE)
+                        self.assertIsNone(got, "a done job leaves the job table")
+                    else:
+                        self.assertIs(got, after)
+                    self.assertEqual((s.pending, s.leased, s.dead), recount(s))
+
+    def test_every_unlisted_transition_is_a_replay_error(self) -> None:
+        befores: list[JobState | None] = [None, JobState.PENDING, JobState.LEASED,
+                                          JobState.DEAD]
+        for rtype in (RT.ENQUEUE, *JOB_TYPES):
+            for before in befores:
+                if (rtype, before) in TRANSITIONS:
+                    continue
+                with self.subTest(rtype=rtype.name, before=before):
+                    s, log = in_state(before, ma=1)
+                    with self.assertRaises(ReplayError):
+                        s.apply_batch(log.batch(record_for(rtype)))
+
+    def test_purge_leaves_leased_and_dead_jobs_alone(self) -> None:
+        for before in (JobState.LEASED, JobState.DEAD):
+            with self.subTest(before=before):
+                s, log = in_state(before, ma=1)
+                s.apply_batch(log.batch(purge()))
+                self.assertIs(s.jobs["j"].state, before)
+
+    def test_a_done_job_accepts_no_further_records(self) -> None:
+        for rtype in JOB_TYPES:
+            with self.subTest(rtype=rtype.name):
+                s, log = in_state(JobState.LEASED)
+                s.apply_batch(log.batch(ack("j", 1)))
+                with self.assertRaises(ReplayError):
+                    s.apply_batch(log.batch(record_for(rtype)))
+
+
+class ReplayErrorTest(unittest.TestCase):
+    def assertRejected(self, *batches: list[tuple[int, dict[str, Any]]],
+                       numbers: list[int] | None = None) -> ReplayError:
+        log = Log()
+        built = [log.batch(*records, number=numbers[i] if numbers else None)
+                 for i, records in enumerate(batches)]
+        with self.assertRaises(ReplayError) as caught:
+            replay(built)
+        self.assertIsInstance(caught.exception.offset, int)
+        self.assertTrue(caught.exception.reason)
+        return caught.exception
+
+    def test_batch_numbers_must_rise_by_exactly_one(self) -> None:
+        for numbers in ([1, 3], [1, 1], [2, 1], [5, 7]):
+            with self.subTest(numbers=numbers):
+                self.assertRejected([enq("a")], [enq("b")], numbers=numbers)
+
+    def test_a_log_may_start_at_any_positive_batch_number(self) -> None:
+        log = Log(first_batch=41)
+        s = replay([log.batch(enq("a")), log.batch(enq("b"))])
+        self.assertEqual(s.last_batch, 42)
+
+    def test_batch_number_must_be_a_positive_int(self) -> None:
+        for bad in (0, -1, True, 1.0, "1", None):
+            with self.subTest(batch=bad):
+                text = dumps({"b": bad, "id": "a", "pr": 0, "at": 0.0, "t": 0.0, "ma": 1})
+                with self.assertRaises(ReplayError):
+                    QueueState().apply_batch([(RT.ENQUEUE, loads(text), 16, 9 + len(text))])
+
+    def test_every_record_of_a_batch_carries_the_batch_number(self) -> None:
+        log = Log()
+        batch = log.batch(enq("a"), enq("b"))
+        batch[1][1]["b"] = 2
+        with self.assertRaises(ReplayError) as caught:
+            QueueState().apply_batch(batch)
+        self.assertEqual(caught.exception.offset, batch[1][2])
+
+    def test_wrong_token_is_rejected_for_ack_nack_extend_expire(self) -> None:
+        for record in (ack("j", 9), nack("j", 9), extend("j", 9), expire("j", 9)):
+            with self.subTest(rtype=RT(record[0]).name):
+                self.assertRejected([enq("j")], [lease("j", 1)], [record])
+
+    def test_lease_token_must_be_positive(self) -> None:
+        self.assertRejected([enq("j")], [lease("j", 0)])
+
+    def test_records_for_an_unknown_job_are_rejected(self) -> None:
+        for rtype in JOB_TYPES:
+            with self.subTest(rtype=rtype.name):
+                self.assertRejected([enq("other")], [record_for(rtype, "ghost")])
+
+    def test_enqueuing_a_live_id_twice_is_rejected(self) -> None:
+        self.assertRejected([enq("a")], [enq("a")])
+
+    def test_bools_are_not_accepted_where_numbers_belong(self) -> None:
+        cases = [
+            (RT.ENQUEUE, {**enq("a")[1], "pr": True}),
+            (RT.ENQUEUE, {**enq("a")[1], "at": False}),
+            (RT.ENQUEUE, {**enq("a")[1], "ma": True}),
+            (RT.ENQUEUE, {**enq("a")[1], "t": True}),
+        ]
+        for record in cases:
+            with self.subTest(record=record):
+                self.assertRejected([record])
+        self.assertRejected([enq("j")], [(RT.LEASE, {"id": "j", "tok": True, "until": 1.0})])
+        self.assertRejected([enq("j")], [(RT.LEASE, {"id": "j", "tok": 1, "until": True})])
+
+    def test_missing_or_mistyped_fields_are_rejected(self) -> None:
+        base = enq("a")[1]
+        for key in ("id", "pr", "at", "t", "ma"):
+            with self.subTest(missing=key):
+                self.assertRejected([(RT.ENQUEUE, {k: v for k, v in base.items() if k != key})])
+        for key, value in (("id", 5), ("id", None), ("pr", 1.5), ("pr", "1"), ("at", "now"),
+                           ("ma", 0), ("ma", -3), ("k", "yes"), ("k", 1)):
+            with self.subTest(field=key, value=value):
+                self.assertRejected([(RT.ENQUEUE, {**base, key: value})])
+        self.assertRejected([enq("j")], [lease("j", 1)], [nack("j", 1, err=5)])  # type: ignore[arg-type]
+        self.assertRejected([enq("j")], [lease("j", 1)],
+                            [(RT.ACK, {"id": "j", "tok": 1})])  # no "t"
+        self.assertRejected([(RT.KEY, {"id": "k"})])
+        self.assertRejected([(RT.SNAPSHOT, {"tok": 1, "done": 0})])
+
+    def test_inconsistent_snapshot_records_are_rejected(self) -> None:
+        job = {"id": "a", "pr": 0, "at": 0.0, "t": 0.0, "ma": 3, "a": 0, "s": "pending",
+               "tok": 0, "until": 0.0, "err": None, "k": False}
+        for change in ({"s": "done"}, {"s": "nonsense"}, {"a": -1}, {"tok": -1},
+                       {"s": "leased", "tok": 0}, {"s": "pending", "tok": 4},
+                       {"k": "no"}, {"err": 3}):
+            with self.subTest(change=change):
+                self.assertRejected([(RT.JOB, {**job, **change}),
+                                     (RT.SNAPSHOT, {"tok": 1, "done": 0, "jobs": 1})])
+        with self.subTest("job count does not match"):
+            self.assertRejected([(RT.JOB, job), (RT.SNAPSHOT, {"tok": 1, "done": 0, "jobs": 2})])
+        with self.subTest("same job twice"):
+            self.assertRejected([(RT.JOB, job), (RT.JOB, job),
+                                 (RT.SNAPSHOT, {"tok": 1, "done": 0, "jobs": 2})])
+
+    def test_unknown_record_type_is_rejected(self) -> None:
+        self.assertRejected([enq("j")], [(99, {"id": "j", "tok": 1})])
+
+    def test_nan_and_infinity_cannot_reach_the_state(self) -> None:
+        # The only way in is the strict codec; it refuses every non-finite number,
+        # including a literal that overflows a float.
+        for text in ('{"b":1,"at":NaN}', '{"b":1,"at":Infinity}', '{"b":1,"at":-Infinity}',
+                     '{"b":1,"at":1e400}', '{"b":1,"at":-1e999}'):
+            with self.subTest(text=text):
+                with self.assertRaises(ValueError):
+                    loads(text.encode())
+
+
+class ReplayDeterminismTest(unittest.TestCase):
+    def test_replaying_the_same_records_twice_gives_equal_states(self) -> None:
+        batches = random_history(random.Random(7), 300)
+        frozen = copy.deepcopy(batches)
+        first, second = replay(batches), replay(batches)
+        self.assertEqual(first, second)
+        self.assertEqual(first.fingerprint(), second.fingerprint())
+        self.assertEqual(batches, frozen, "replay must not modify the records it reads")
+
+    def test_asking_questions_does_not_change_the_state(self) -> None:
+        s = replay(random_history(random.Random(8), 200))
+        before = s.fingerprint()
+        for now in (0.0, 50.0, 1e9):
+            s.ready(now, 1000)
+            s.expired(now)
+            s.next_wakeup()
+            list(s.entries())
+        self.assertEqual(s.fingerprint(), before)
+
+    def test_counters_always_equal_a_recount(self) -> None:
+        for seed in range(5):
+            rng = random.Random(seed)
+            s = QueueState()
+            acks = 0
+            for batch in random_history(rng, 400):
+                s.apply_batch(batch)
+                acks += sum(1 for rtype, *_ in batch if rtype == RT.ACK)
+                self.assertEqual((s.pending, s.leased, s.dead), recount(s), f"seed {seed}")
+                self.assertEqual(s.done, acks)
+
+    def test_a_snapshot_of_any_state_replays_to_an_equal_state(self) -> None:
+        for seed in range(5):
+            s = replay(random_history(random.Random(100 + seed), 250))
+            snap = Log(first_batch=s.last_batch + 1)
+            rebuilt = replay([snap.batch(*snapshot_records(s))])
+            self.assertEqual(rebuilt.fingerprint(), s.fingerprint(), f"seed {seed}")
+            self.assertEqual((rebuilt.pending, rebuilt.leased, rebuilt.dead), recount(rebuilt))
+
+
+class ReadyAndExpiredTest(unittest.TestCase):
+    def test_ready_returns_higher_priority_first_and_fifo_within_a_priority(self) -> None:
+        s = replay([Log().batch(enq("a"), enq("b", pr=5), enq("c"), enq("d", pr=5),
+                                enq("e", pr=-1), enq("f", pr=5))])
+        self.assertEqual([e.id for e in s.ready(0.0, 10)], ["b", "d", "f", "a", "c", "e"])
+        self.assertEqual([e.id for e in s.ready(0.0, 2)], ["b", "d"])
+        self.assertEqual([e.id for e in s.ready(0.0, 10)], ["b", "d", "f", "a", "c", "e"],
+                         "asking must not consume")
+
+    def test_delayed_jobs_are_invisible_until_their_time(self) -> None:
+        s = replay([Log().batch(enq("now"), enq("later", pr=9, at=100.0),
+                                enq("latest", pr=9, at=200.0))])
+        self.assertEqual([e.id for e in s.ready(99.999, 10)], ["now"])
+        self.assertEqual([e.id for e in s.ready(100.0, 10)], ["later", "now"])
+        self.assertEqual([e.id for e in s.ready(250.0, 10)], ["later", "latest", "now"])
+
+    def test_leased_and_dead_jobs_are_not_ready_and_a_nacked_job_returns_at_its_time(self
+                                                                                     ) -> None:
+        log = Log()
+        s = replay([log.batch(enq("a"), enq("b"), enq("d", ma=1))])
+        s.apply_batch(log.batch(lease("a", 1), lease("d", 2)))
+        s.apply_batch(log.batch(nack("d", 2)))
+        self.assertEqual([e.id for e in s.ready(0.0, 10)], ["b"])
+        s.apply_batch(log.batch(nack("a", 1, at=30.0)))
+        self.assertEqual([e.id for e in s.ready(29.0, 10)], ["b"])
+        self.assertEqual({e.id for e in s.ready(30.0, 10)}, {"a", "b"})
+        s.apply_batch(log.batch(requeue("d", at=40.0)))
+        self.assertEqual({e.id for e in s.ready(40.0, 10)}, {"a", "b", "d"})
+
+    def test_expired_lists_leases_at_or_past_their_deadline_earliest_first(self) -> None:
+        log = Log()
+        s = replay([log.batch(enq("a"), enq("b"), enq("c"))])
+        s.apply_batch(log.batch(lease("a", 1, until=100.0), lease("b", 2, until=50.0),
+                                lease("c", 3, until=300.0)))
+        self.assertEqual(s.expired(49.0), [])
+        self.assertEqual([e.id for e in s.expired(100.0)], ["b", "a"])
+        s.apply_batch(log.batch(extend("a", 1, until=250.0)))
+        self.assertEqual([e.id for e in s.expired(100.0)], ["b"])
+        self.assertEqual([e.id for e in s.expired(260.0)], ["b", "a"])
+        s.apply_batch(log.batch(ack("b", 2)))
+        s.apply_batch(log.batch(expire("c", 3)))
+        self.assertEqual([e.id for e in s.expired(1e9)], ["a"])
+
+    def test_a_released_and_re_leased_job_expires_only_at_its_new_deadline(self) -> None:
+        log = Log()
+        s = replay([log.batch(enq("a"))])
+        s.apply_batch(log.batch(lease("a", 1, until=10.0)))
+        s.apply_batch(log.batch(nack("a", 1, at=0.0)))
+        s.apply_batch(log.batch(lease("a", 2, until=90.0)))
+        self.assertEqual(s.expired(50.0), [])
+        self.assertEqual([e.token for e in s.expired(90.0)], [2])
+
+
+def random_history(rng: random.Random, steps: int) -> list[list[Applied]]:
+    """A valid random history: every record is legal for the state it meets."""
+    log = Log()
+    model = QueueState()
+    token = 1
+    serial = 0
+    for _ in range(steps):
+        records: list[tuple[int, dict[str, Any]]] = []
+        touched: set[str] = set()
+        for _ in range(rng.choice((1, 1, 1, 2, 3))):
+            by_state: dict[JobState, list[str]] = {st: [] for st in JobState}
+            for e in model.entries():
+                if e.id not in touched:
+                    by_state[e.state].append(e.id)
+            choices = ["enqueue"]
+            if by_state[JobState.PENDING]:
+                choices += ["lease", "lease"]
+            if by_state[JobState.LEASED]:
+                choices += ["ack", "nack", "extend", "expire"]
+            if by_state[JobState.DEAD]:
+                choices += ["requeue"]
+            if not records:
+                choices += ["purge"] if rng.random() < 0.05 else []
+            what = rng.choice(choices)
+            t = float(rng.randrange(1000))
+            if what == "enqueue":
+                serial += 1
+                job_id = f"j{serial}"
+                records.append(enq(job_id, pr=rng.randrange(-2, 3), at=t, t=t,
+                                   ma=rng.randrange(1, 4), keyed=rng.random() < 0.3))
+            elif what == "lease":
+                job_id = rng.choice(by_state[JobState.PENDING])
+                records.append(lease(job_id, token, until=t + 30))
+                token += 1
+            elif what in ("ack", "nack", "extend", "expire"):
+                job_id = rng.choice(by_state[JobState.LEASED])
+                tok = model.jobs[job_id].token
+                records.append({"ack": lambda: ack(job_id, tok, t),
+                                "nack": lambda: nack(job_id, tok, t, rng.choice((None, "e"))),
+                                "extend": lambda: extend(job_id, tok, t + 60),
+                                "expire": lambda: expire(job_id, tok, t)}[what]())
+            elif what == "requeue":
+                job_id = rng.choice(by_state[JobState.DEAD])
+                records.append(requeue(job_id, t))
+            else:
+                records.append(purge(t))
+                break
+            touched.add(records[-1][1].get("id", ""))
+            if what == "purge":
+                break
+        batch = log.batch(*records)
+        model.apply_batch(copy.deepcopy(batch))
+    return log.batches
+
+
+if __name__ == "__main__":
+    unittest.main()
