@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from enum import IntEnum
 from typing import Any, Final
 
@@ -52,6 +53,8 @@ def _reject_constant(name: str) -> Any:
 
 
 _encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):  # "1e400" parses to inf without ever spelling Infinity
@@ -59,7 +62,11 @@ def _finite_float(text: str) -> float:
     return value
 
 
-_decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+_checking_decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+# Only a number with a 3-digit exponent or hundreds of digits can overflow to inf;
+# texts without one skip the (slow, per-float) finiteness hook.
+_MAY_OVERFLOW = re.compile(r"[eE][+-]?[0-9]{3}|[0-9]{300}")
 
 
 def dumps(value: Any) -> str:
@@ -71,7 +78,8 @@ def loads(data: bytes | str) -> Any:
     """Parse strict JSON; raises ValueError for anything else (never RecursionError)."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return _decoder.decode(text)
+        decoder = _checking_decoder if _MAY_OVERFLOW.search(text) else _decoder
+        return decoder.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
