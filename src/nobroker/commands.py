@@ -87,10 +87,15 @@ class Batch:
 
 
 def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPolicy,
-                 spare: str | None = None) -> None:
-    """Expire every lease whose deadline has passed (except the caller's own job)."""
+                 spare: str | frozenset[str] | None = None) -> None:
+    """Expire every lease whose deadline has passed (except the caller's own jobs).
+
+    The caller's jobs must be spared: the call's own ACK/NACK/EXTEND records
+    follow in the same batch and would meet a job the EXPIRE already released.
+    """
+    spared = spare if isinstance(spare, frozenset) else frozenset((spare,) if spare else ())
     for entry in state.expired(now):
-        if entry.id == spare:
+        if entry.id in spared:
             continue
         batch.add(RecordType.EXPIRE, {"id": entry.id, "tok": entry.token,
                                       "at": now + backoff.delay(entry.attempts, _rng)})

@@ -292,7 +292,7 @@ class Queue:
         return self._log
 
     def _mutate(self, plan: Callable[[Batch, float], Callable[[], T]],
-                spare: str | None = None) -> T:
+                spare: str | frozenset[str] | None = None) -> T:
         """Run one write call: plan records, commit them as a batch, then fsync."""
         if self.readonly:
             raise NobrokerError("queue was opened read-only")
@@ -486,7 +486,7 @@ class Queue:
             return lambda: None
 
         if jobs:
-            self._mutate(plan, spare=jobs[0].id if len(jobs) == 1 else None)
+            self._mutate(plan, spare=frozenset(job.id for job in jobs))
 
     def ack_and_lease(self, job: Job, *,
                       visibility_timeout: float | None = None) -> Job | None:

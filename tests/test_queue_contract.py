@@ -1,0 +1,679 @@
+"""The queue's public semantics, as a contract any backend must pass.
+
+`QueueContract` is a mixin: it uses only the public API, never a file, so a
+future PostgreSQL backend can run the same tests by supplying `make_queue`.
+A backend subclass may also supply two hooks:
+
+- `check_reopened(queue)`: called after every test for every queue the test
+  made; reopen the queue from storage and assert the state equals the one
+  in memory (the file backend compares replay fingerprints).
+- `storage_marker(queue)`: an opaque value that changes whenever anything is
+  written; tests that promise "writes nothing" assert it does not change.
+
+Time is always a `FakeClock` passed as `clock=`; no test sleeps.
+"""
+
+from __future__ import annotations
+
+import math
+import unittest
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from support import FakeClock, TempDirTestCase, tree_digest
+
+from nobroker import (BackoffPolicy, Job, JobNotFoundError, JobState, NotLeasedError, Queue,
+                      QueueClosedError, SerializationError)
+
+NO_JITTER = BackoffPolicy(base=10.0, factor=3.0, max_delay=1000.0, jitter=0.0)
+
+
+def nested_list(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def nested_dict(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+class QueueContract:
+    """Public queue semantics. Mix into a TestCase that defines make_queue()."""
+
+    # -- what a backend supplies ---------------------------------------------
+
+    def make_queue(self, **kwargs: Any) -> Queue:
+        raise NotImplementedError
+
+    def check_reopened(self, queue: Queue) -> None:
+        """Hook: reopen `queue` from storage and compare with memory (default: skip)."""
+
+    def storage_marker(self, queue: Queue) -> object:
+        """Hook: a value that changes whenever `queue` writes anything (default: None)."""
+        return None
+
+    # -- plumbing -------------------------------------------------------------
+
+    def queue(self, **kwargs: Any) -> Queue:
+        """A queue for this test; checked against storage and closed after the test."""
+        q = self.make_queue(**kwargs)
+        self.addCleanup(self._finish, q)  # type: ignore[attr-defined]
+        return q
+
+    def _finish(self, q: Queue) -> None:
+        try:
+            self.check_reopened(q)
+        finally:
+            q.close()
+
+    def clocked(self, **kwargs: Any) -> tuple[Queue, FakeClock]:
+        clock = FakeClock()
+        return self.queue(clock=clock, **kwargs), clock
+
+    @contextmanager
+    def assertWritesNothing(self, q: Queue) -> Iterator[None]:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        before_marker, before_stats = self.storage_marker(q), q.stats()
+        yield
+        t.assertEqual(self.storage_marker(q), before_marker, "the call wrote something")
+        t.assertEqual(q.stats(), before_stats)
+
+    # -- enqueue, lease, ack --------------------------------------------------
+
+    def test_enqueue_returns_a_pending_job_that_get_returns_with_its_payload(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked()
+        job = q.enqueue({"to": "ada", "n": [1, 2.5, None, True]}, priority=3)
+        t.assertEqual((job.state, job.priority, job.attempts, job.token, job.enqueued_at),
+                      (JobState.PENDING, 3, 0, None, clock.now))
+        got = q.get(job.id)
+        t.assertEqual(got, job)
+        t.assertEqual(got.payload, {"to": "ada", "n": [1, 2.5, None, True]})
+
+    def test_json_payloads_round_trip_unchanged(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        payloads = [None, 0, -7, 2**52, 1.25, "", "naïve ☃ \u2028", [], {}, [1, [2, [3]]],
+                    {"k": {"deep": ["x", {"y": None}]}}, "a" * 100_000]
+        ids = [q.enqueue(p).id for p in payloads]
+        t.assertEqual([q.get(i).payload for i in ids], payloads)
+        t.assertEqual([j.payload for j in q.lease(len(payloads))], payloads)
+
+    def test_a_leased_job_is_handed_out_once_and_ack_finishes_it(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=30)
+        job = q.enqueue("work")
+        (leased,) = q.lease()
+        t.assertEqual((leased.id, leased.payload, leased.state, leased.attempts),
+                      (job.id, "work", JobState.LEASED, 1))
+        t.assertIsNotNone(leased.token)
+        t.assertEqual(leased.lease_expires_at, clock.now + 30)
+        t.assertEqual(q.lease(), [])
+        t.assertIsNone(q.lease_one())
+        q.ack(leased)
+        t.assertRaises(JobNotFoundError, q.get, job.id)
+        stats = q.stats()
+        t.assertEqual((stats.pending, stats.leased, stats.dead, stats.done, stats.total),
+                      (0, 0, 0, 1, 0))
+
+    def test_lease_takes_up_to_count_jobs(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(range(5))
+        t.assertEqual(len(q.lease(3)), 3)
+        t.assertEqual(len(q.lease(3)), 2)
+        t.assertEqual(q.lease(3), [])
+
+    def test_enqueue_many_returns_jobs_in_order_with_distinct_ids(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        jobs = q.enqueue_many([{"i": i} for i in range(50)], priority=2, max_attempts=9)
+        t.assertEqual([j.payload for j in jobs], [{"i": i} for i in range(50)])
+        t.assertEqual(len({j.id for j in jobs}), 50)
+        t.assertTrue(all(j.priority == 2 and j.max_attempts == 9 for j in jobs))
+        t.assertEqual(q.enqueue_many([]), [])
+        t.assertEqual([j.id for j in q.list_jobs()], [j.id for j in jobs])
+
+    def test_fencing_tokens_differ_between_leases(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(range(3))
+        tokens = [j.token for j in q.lease(3)]
+        t.assertEqual(len(set(tokens)), 3)
+
+    # -- ordering and time ----------------------------------------------------
+
+    def test_higher_priority_is_leased_first_and_fifo_within_a_priority(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        for name, prio in [("a", 0), ("b", 5), ("c", 0), ("d", 5), ("e", -3), ("f", 5)]:
+            q.enqueue(name, priority=prio)
+        t.assertEqual([j.payload for j in q.lease(2)], ["b", "d"])
+        t.assertEqual([j.payload for j in q.lease(10)], ["f", "a", "c", "e"])
+
+    def test_a_delayed_job_is_invisible_until_its_time(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked()
+        start = clock.now
+        job = q.enqueue("later", delay=60, priority=9)
+        q.enqueue("now")
+        t.assertEqual(job.available_at, start + 60)
+        t.assertEqual([j.payload for j in q.lease(10)], ["now"])
+        clock.advance(59.5)
+        t.assertEqual(q.lease(10), [])
+        clock.advance(0.5)
+        t.assertEqual([j.payload for j in q.lease(10)], ["later"])
+
+    def test_a_leased_job_stays_invisible_until_its_deadline(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, backoff=BackoffPolicy(base=0, jitter=0))
+        q.enqueue("x")
+        first = q.lease_one()
+        clock.advance(9.9)
+        t.assertIsNone(q.lease_one())
+        clock.advance(0.1)
+        q.stats()
+        t.assertIsNone(q.lease_one(), "the call that reclaims a lease sees it leased")
+        again = q.lease_one()
+        assert first is not None and again is not None
+        t.assertEqual(again.id, first.id)
+        t.assertEqual(again.attempts, 2)
+        t.assertNotEqual(again.token, first.token)
+
+    def test_expired_leases_count_as_attempts_then_dead_letter_naming_the_expiry(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, max_attempts=2, backoff=NO_JITTER)
+        job = q.enqueue("x")
+        q.lease_one()
+        clock.advance(10)
+        t.assertEqual(q.lease(), [])  # reclaims: attempt 1 failed, retry in 10 s
+        reclaimed = q.get(job.id)
+        t.assertEqual((reclaimed.state, reclaimed.attempts, reclaimed.available_at),
+                      (JobState.PENDING, 1, clock.now + 10))
+        t.assertIn("expired", reclaimed.last_error or "")
+        clock.advance(10)
+        second = q.lease_one()
+        assert second is not None
+        t.assertEqual(second.attempts, 2)
+        clock.advance(10)
+        t.assertEqual(q.lease(), [])
+        dead = q.get(job.id)
+        t.assertEqual((dead.state, dead.attempts), (JobState.DEAD, 2))
+        t.assertIn("lease expired", dead.last_error or "")
+        t.assertEqual([j.id for j in q.dlq()], [job.id])
+        t.assertEqual(q.stats().dead, 1)
+
+    # -- nack and backoff -----------------------------------------------------
+
+    def test_nack_retries_after_the_backoff_delay_then_dead_letters(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(max_attempts=3, backoff=NO_JITTER)
+        job = q.enqueue("x")
+        for attempt, wait in ((1, 10.0), (2, 30.0)):
+            leased = q.lease_one()
+            assert leased is not None
+            t.assertEqual(leased.attempts, attempt)
+            after = q.nack(leased, error=f"failure {attempt}")
+            t.assertEqual((after.state, after.available_at, after.last_error),
+                          (JobState.PENDING, clock.now + wait, f"failure {attempt}"))
+            clock.advance(wait - 0.01)
+            t.assertIsNone(q.lease_one())
+            clock.advance(0.01)
+        last = q.lease_one()
+        assert last is not None
+        dead = q.nack(last, error="final")
+        t.assertEqual((dead.state, dead.attempts, dead.last_error), (JobState.DEAD, 3, "final"))
+        t.assertEqual([j.id for j in q.dlq()], [job.id])
+        clock.advance(10_000)
+        t.assertIsNone(q.lease_one(), "a dead job is never leased")
+
+    def test_nack_with_an_explicit_delay_overrides_the_backoff(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(backoff=NO_JITTER)
+        q.enqueue("x")
+        leased = q.lease_one()
+        assert leased is not None
+        t.assertEqual(q.nack(leased, delay=0).available_at, clock.now)
+        again = q.lease_one()
+        assert again is not None
+        t.assertEqual(q.nack(again, delay=2.5).available_at, clock.now + 2.5)
+
+    def test_nack_with_jitter_stays_within_the_policy_bounds(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        policy = BackoffPolicy(base=100.0, factor=2.0, max_delay=1000.0, jitter=0.5)
+        q, clock = self.clocked(max_attempts=100, backoff=policy)
+        q.enqueue_many(range(20))
+        for job in q.lease(20):
+            at = q.nack(job).available_at
+            t.assertTrue(clock.now + 50 <= at <= clock.now + 100, at - clock.now)
+
+    # -- dead letters, purge --------------------------------------------------
+
+    def _dead_jobs(self, q: Queue, n: int) -> list[Job]:
+        jobs = q.enqueue_many(range(n), max_attempts=1)
+        for leased in q.lease(n):
+            q.nack(leased, error="boom")
+        return jobs
+
+    def test_requeue_dead_revives_one_job_with_a_fresh_attempt_budget(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked()
+        a, b = self._dead_jobs(q, 2)
+        t.assertEqual(q.requeue_dead(a.id), 1)
+        revived = q.get(a.id)
+        t.assertEqual((revived.state, revived.attempts, revived.available_at),
+                      (JobState.PENDING, 0, clock.now))
+        t.assertEqual(q.get(b.id).state, JobState.DEAD)
+        t.assertEqual([j.id for j in q.lease(5)], [a.id])
+
+    def test_requeue_dead_without_an_id_revives_every_dead_job(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        jobs = self._dead_jobs(q, 4)
+        t.assertEqual(q.requeue_dead(), 4)
+        t.assertEqual(q.dlq(), [])
+        t.assertEqual({j.id for j in q.lease(10)}, {j.id for j in jobs})
+        t.assertEqual(q.requeue_dead(), 0)
+
+    def test_requeue_dead_of_a_job_that_is_not_dead_raises_job_not_found(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        pending = q.enqueue("p")
+        for job_id in ("no-such-job", pending.id):
+            with self.assertWritesNothing(q):
+                t.assertRaises(JobNotFoundError, q.requeue_dead, job_id)
+
+    def test_purge_removes_pending_jobs_only_and_leased_ones_finish_normally(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        dead = self._dead_jobs(q, 1)[0]
+        leased_job = q.enqueue("leased")
+        (leased,) = q.lease()
+        q.enqueue_many(["p1", "p2"])
+        q.enqueue("delayed", delay=3600)
+        t.assertEqual(q.purge(), 3)
+        t.assertEqual(q.list_jobs(JobState.PENDING), [])
+        t.assertEqual(q.get(dead.id).state, JobState.DEAD)
+        t.assertEqual(q.get(leased_job.id).state, JobState.LEASED)
+        q.ack(leased)
+        stats = q.stats()
+        t.assertEqual((stats.pending, stats.leased, stats.dead, stats.done), (0, 0, 1, 1))
+        t.assertEqual(q.purge(), 0)
+
+    # -- extend and stale tokens ----------------------------------------------
+
+    def test_extend_moves_the_deadline_to_seconds_from_now(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10)
+        q.enqueue("x")
+        leased = q.lease_one()
+        assert leased is not None
+        clock.advance(8)
+        extended = q.extend(leased, 20)
+        t.assertEqual(extended.lease_expires_at, clock.now + 20)
+        t.assertEqual(extended.token, leased.token)
+        clock.advance(15)  # past the original deadline, before the new one
+        t.assertIsNone(q.lease_one())
+        q.ack(leased)
+        t.assertEqual(q.stats().done, 1)
+
+    def test_a_stale_token_is_refused_by_ack_nack_and_extend(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, backoff=BackoffPolicy(base=0, jitter=0))
+        q.enqueue("x")
+        old = q.lease_one()
+        clock.advance(11)
+        q.stats()
+        q.lease()  # reclaims the old lease
+        new = q.lease_one()
+        assert old is not None and new is not None
+        t.assertEqual(new.id, old.id)
+        for call in (lambda: q.ack(old), lambda: q.nack(old, error="late"),
+                     lambda: q.extend(old, 5)):
+            with self.assertWritesNothing(q):
+                with t.assertRaises(NotLeasedError) as caught:
+                    call()
+            t.assertEqual(caught.exception.job_id, old.id)
+        q.ack(new)
+        t.assertEqual(q.stats().done, 1)
+
+    def test_ack_twice_is_refused(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue("x")
+        leased = q.lease_one()
+        assert leased is not None
+        q.ack(leased)
+        with self.assertWritesNothing(q):
+            t.assertRaises(NotLeasedError, q.ack, leased)
+
+    def test_a_job_that_was_never_leased_cannot_be_acked(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        job = q.enqueue("x")
+        with self.assertWritesNothing(q):
+            t.assertRaises(NotLeasedError, q.ack, job)
+            t.assertRaises(NotLeasedError, q.nack, job)
+            t.assertRaises(NotLeasedError, q.extend, job, 5)
+
+    def test_ack_after_the_lease_expired_succeeds_while_nobody_re_leased_the_job(self) -> None:
+        # Documented choice: the token is stale only once the job was handed to
+        # someone else; a late ack of a lease nobody reclaimed finishes the job.
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10)
+        q.enqueue("x")
+        leased = q.lease_one()
+        assert leased is not None
+        clock.advance(25)
+        q.ack(leased)
+        t.assertEqual(q.stats().done, 1)
+        t.assertIsNone(q.lease_one())
+
+    def test_nack_and_extend_after_the_lease_expired_succeed_while_nobody_re_leased(self
+                                                                                  ) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, backoff=NO_JITTER)
+        q.enqueue("a")
+        a = q.lease_one()
+        assert a is not None
+        clock.advance(25)
+        t.assertEqual(q.extend(a, 30).lease_expires_at, clock.now + 30)
+        q.ack(a)
+        q.enqueue("b")
+        b = q.lease_one()
+        assert b is not None
+        clock.advance(25)
+        t.assertEqual(q.nack(b, delay=0).state, JobState.PENDING)
+
+    def test_ack_many_after_the_leases_expired_succeeds_while_nobody_re_leased_them(self
+                                                                                   ) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10)
+        q.enqueue_many(["a", "b", "c"])
+        jobs = q.lease(3)
+        clock.advance(25)
+        q.ack_many(jobs)
+        t.assertEqual(q.stats().done, 3)
+        t.assertEqual(q.stats().total, 0)
+
+    # -- idempotent enqueue ---------------------------------------------------
+
+    def test_enqueue_with_a_known_job_id_returns_the_existing_job_and_writes_nothing(self
+                                                                                     ) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(max_attempts=1)
+        first = q.enqueue({"v": 1}, job_id="order-42")
+        t.assertEqual(first.id, "order-42")
+        with self.assertWritesNothing(q):
+            again = q.enqueue({"v": 2}, job_id="order-42", priority=7)
+        t.assertEqual(again, first)
+        t.assertEqual(again.payload, {"v": 1})
+        (leased,) = q.lease()
+        with self.assertWritesNothing(q):
+            t.assertEqual(q.enqueue("x", job_id="order-42").state, JobState.LEASED)
+        q.nack(leased)
+        with self.assertWritesNothing(q):
+            t.assertEqual(q.enqueue("x", job_id="order-42").state, JobState.DEAD)
+        t.assertEqual(q.stats().total, 1)
+
+    def test_a_finished_key_is_remembered_for_key_retention_even_across_compaction(self
+                                                                                   ) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(key_retention=100)
+        q.enqueue("x", job_id="k")
+        q.ack(q.lease()[0])
+        done_at = clock.now
+        clock.advance(50)
+        with self.assertWritesNothing(q):
+            remembered = q.enqueue("y", job_id="k")
+        t.assertEqual((remembered.id, remembered.state), ("k", JobState.DONE))
+        t.assertEqual(q.get("k").state, JobState.DONE)
+        q.compact()
+        clock.advance(49)
+        with self.assertWritesNothing(q):
+            t.assertEqual(q.enqueue("y", job_id="k").state, JobState.DONE)
+        t.assertEqual(q.get("k").available_at, done_at)
+
+    def test_a_finished_key_is_forgotten_after_key_retention(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(key_retention=100)
+        q.enqueue("x", job_id="k")
+        q.ack(q.lease()[0])
+        clock.advance(101)
+        fresh = q.enqueue("new", job_id="k")
+        t.assertEqual((fresh.state, fresh.payload), (JobState.PENDING, "new"))
+        t.assertEqual(q.stats().pending, 1)
+
+    def test_compaction_after_key_retention_forgets_the_key(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(key_retention=100)
+        q.enqueue("x", job_id="k")
+        q.ack(q.lease()[0])
+        clock.advance(101)
+        q.compact()
+        t.assertRaises(JobNotFoundError, q.get, "k")
+
+    # -- batches --------------------------------------------------------------
+
+    def test_ack_many_finishes_every_job(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(range(5))
+        q.ack_many(q.lease(5))
+        t.assertEqual((q.stats().done, q.stats().total), (5, 0))
+        q.ack_many([])
+
+    def test_ack_many_with_one_stale_token_finishes_none(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(range(3))
+        a, b, c = q.lease(3)
+        q.ack(b)
+        with self.assertWritesNothing(q):
+            with t.assertRaises(NotLeasedError) as caught:
+                q.ack_many([a, b, c])
+        t.assertEqual(caught.exception.job_id, b.id)
+        t.assertEqual(q.stats().leased, 2)
+        q.ack_many([a, c])
+        t.assertEqual(q.stats().done, 3)
+
+    def test_ack_many_with_a_job_listed_twice_finishes_none(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(range(2))
+        a, b = q.lease(2)
+        with self.assertWritesNothing(q):
+            t.assertRaises(NotLeasedError, q.ack_many, [a, b, a])
+        t.assertEqual(q.stats().leased, 2)
+
+    def test_ack_and_lease_acks_one_job_and_leases_the_next(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(["a", "b"])
+        first = q.lease_one()
+        assert first is not None
+        second = q.ack_and_lease(first)
+        assert second is not None
+        t.assertEqual((second.payload, second.state), ("b", JobState.LEASED))
+        t.assertIsNone(q.ack_and_lease(second))
+        t.assertEqual((q.stats().done, q.stats().total), (2, 0))
+
+    def test_ack_and_lease_with_a_stale_token_neither_acks_nor_leases(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(["a", "b"])
+        first = q.lease_one()
+        assert first is not None
+        q.ack(first)
+        with self.assertWritesNothing(q):
+            t.assertRaises(NotLeasedError, q.ack_and_lease, first)
+        t.assertEqual(q.stats().pending, 1)
+
+    # -- views ----------------------------------------------------------------
+
+    def test_list_jobs_is_in_enqueue_order_filtered_by_state_and_limited(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(max_attempts=1)
+        jobs = q.enqueue_many(["a", "b", "c", "d"], priority=0)
+        q.enqueue("e", priority=9)
+        leased = q.lease(2)  # e, then a
+        q.nack(leased[1])  # a is dead
+        t.assertEqual([j.payload for j in q.list_jobs()], ["a", "b", "c", "d", "e"])
+        t.assertEqual([j.payload for j in q.list_jobs(JobState.PENDING)], ["b", "c", "d"])
+        t.assertEqual([j.payload for j in q.list_jobs("pending", limit=2)], ["b", "c"])
+        t.assertEqual([j.payload for j in q.list_jobs(JobState.LEASED)], ["e"])
+        t.assertEqual([j.payload for j in q.list_jobs(JobState.DEAD)], ["a"])
+        t.assertEqual([j.id for j in q.dlq()], [jobs[0].id])
+        t.assertEqual(q.list_jobs(limit=0), [])
+        t.assertEqual(q.dlq(limit=0), [])
+        t.assertRaises(ValueError, q.list_jobs, JobState.DONE)
+        t.assertRaises(ValueError, q.list_jobs, "bogus")
+
+    def test_stats_counts_every_state(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(max_attempts=1)
+        q.enqueue_many(range(6))
+        a, b, c = q.lease(3)
+        q.ack(a)
+        q.nack(b)
+        stats = q.stats()
+        t.assertEqual((stats.pending, stats.leased, stats.dead, stats.done, stats.total),
+                      (3, 1, 1, 1, 5))
+        del c
+
+    def test_get_of_an_unknown_id_raises_job_not_found(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        with t.assertRaises(JobNotFoundError) as caught:
+            q.get("nope")
+        t.assertEqual(caught.exception.job_id, "nope")
+
+    def test_jobs_are_frozen_snapshots(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        job = q.enqueue("x")
+        q.lease()
+        t.assertEqual(job.state, JobState.PENDING)
+        with t.assertRaises(AttributeError):
+            job.state = JobState.DONE  # type: ignore[misc]
+
+    # -- refusing bad input ---------------------------------------------------
+
+    def test_non_json_payloads_raise_serialization_error_and_write_nothing(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue("before")
+        circular: list[Any] = []
+        circular.append(circular)
+        bad = {"set": {1, 2}, "bytes": b"raw", "nan": math.nan, "inf": math.inf,
+               "nested nan": {"x": [1, -math.inf]}, "object": object(),
+               "circular": circular, "deep list": nested_list(100_000),
+               "deep dict": nested_dict(100_000), "tuple key": {(1, 2): "v"}}
+        for name, payload in bad.items():
+            with t.subTest(name):
+                with self.assertWritesNothing(q):
+                    t.assertRaises(SerializationError, q.enqueue, payload)
+                    t.assertRaises(SerializationError, q.enqueue_many, ["fine", payload])
+        t.assertTrue(issubclass(SerializationError, ValueError))
+        t.assertEqual([j.payload for j in q.list_jobs()], ["before"])
+
+    def test_bad_arguments_raise_type_or_value_errors_and_write_nothing(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue("x")
+        leased = q.lease_one()
+        q.enqueue("y")
+        assert leased is not None
+        calls = {
+            "negative delay": lambda: q.enqueue("z", delay=-1),
+            "nan delay": lambda: q.enqueue("z", delay=math.nan),
+            "infinite delay": lambda: q.enqueue("z", delay=math.inf),
+            "string delay": lambda: q.enqueue("z", delay="5"),
+            "bool priority": lambda: q.enqueue("z", priority=True),
+            "float priority": lambda: q.enqueue("z", priority=1.5),
+            "huge priority": lambda: q.enqueue("z", priority=2**60),
+            "zero max_attempts": lambda: q.enqueue("z", max_attempts=0),
+            "bool max_attempts": lambda: q.enqueue("z", max_attempts=True),
+            "empty job_id": lambda: q.enqueue("z", job_id=""),
+            "int job_id": lambda: q.enqueue("z", job_id=5),
+            "control char job_id": lambda: q.enqueue("z", job_id="a\nb"),
+            "overlong job_id": lambda: q.enqueue("z", job_id="x" * 1000),
+            "enqueue_many bad delay": lambda: q.enqueue_many(["z"], delay=-1),
+            "count 0": lambda: q.lease(0),
+            "negative count": lambda: q.lease(-1),
+            "bool count": lambda: q.lease(True),
+            "float count": lambda: q.lease(1.0),
+            "zero visibility": lambda: q.lease(1, visibility_timeout=0),
+            "nan visibility": lambda: q.lease(1, visibility_timeout=math.nan),
+            "negative nack delay": lambda: q.nack(leased, delay=-1),
+            "nan nack delay": lambda: q.nack(leased, delay=math.nan),
+            "zero extend": lambda: q.extend(leased, 0),
+            "nan extend": lambda: q.extend(leased, math.nan),
+            "negative limit": lambda: q.list_jobs(limit=-1),
+            "bool limit": lambda: q.list_jobs(limit=True),
+        }
+        for name, call in calls.items():
+            with t.subTest(name):
+                with self.assertWritesNothing(q):
+                    t.assertRaises((TypeError, ValueError), call)
+
+    def test_bad_queue_settings_are_refused(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        for setting in ({"visibility_timeout": 0}, {"visibility_timeout": math.nan},
+                        {"max_attempts": 0}, {"max_attempts": 1.5},
+                        {"key_retention": -1}, {"lock_timeout": math.inf},
+                        {"auto_compact": 1.5}, {"auto_compact": 0}):
+            with t.subTest(setting):
+                t.assertRaises((TypeError, ValueError), self.make_queue, **setting)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def test_a_queue_is_a_context_manager_that_closes(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        with self.queue() as q:
+            q.enqueue("x")
+        t.assertRaises(QueueClosedError, q.stats)
+
+    def test_every_call_on_a_closed_queue_raises_queue_closed(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue("x")
+        leased = q.lease_one()
+        assert leased is not None
+        q.close()
+        q.close()  # closing twice is harmless
+        calls = [lambda: q.enqueue("y"), lambda: q.enqueue_many(["y"]), q.lease, q.lease_one,
+                 lambda: q.ack(leased), lambda: q.ack_many([leased]),
+                 lambda: q.ack_and_lease(leased), lambda: q.nack(leased),
+                 lambda: q.extend(leased, 5), lambda: q.get(leased.id), q.stats, q.list_jobs,
+                 q.dlq, q.requeue_dead, q.purge, q.compact]
+        for call in calls:
+            with t.subTest(call=getattr(call, "__name__", call)):
+                t.assertRaises(QueueClosedError, call)
+
+
+class FileQueueContractTest(QueueContract, TempDirTestCase):
+    """The contract on the file queue; every test ends by replaying the log."""
+
+    def make_queue(self, **kwargs: Any) -> Queue:
+        return Queue(self.tmp / "q", **kwargs)
+
+    def check_reopened(self, queue: Queue) -> None:
+        memory = queue._state.fingerprint()
+        with Queue(self.tmp / "q", readonly=True) as fresh:
+            self.assertTrue(fresh.recovery.clean, fresh.recovery.describe())
+            self.assertEqual(fresh._state.fingerprint(), memory,
+                             "replaying the log does not give the state in memory")
+
+    def storage_marker(self, queue: Queue) -> object:
+        return tree_digest(self.tmp)
+
+
+if __name__ == "__main__":
+    unittest.main()
