@@ -111,6 +111,11 @@ class Queue:
         self._state = QueueState()
         self._current_id: tuple[int, int, int] | None = None
         self._prepare_directory(allow_network_fs)
+        if self.readonly and not any(
+                os.path.lexists(os.path.join(self.directory, entry))
+                for entry in (compaction.current_filename(name), log_filename(name, 0))):
+            # Checked before the lock file is opened (O_CREAT): read-only creates nothing.
+            raise NobrokerError(f"no queue named {name!r} in {self.directory}")
         self._wake = WakeChannel(os.path.join(self.directory, f"{name}.wake"))
         self._lock = shared_lock(_fs, self._lock_path)
         try:
