@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from dataclasses import replace
 
 from .commands import Batch
 from .fs import FileSystem, replace_durably
@@ -47,11 +48,11 @@ Locations = dict[str, tuple[int, int]]
 
 def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation: int,
                      now: float, key_retention: float,
-                     payload_text: Callable[[int], str]) -> tuple[LogFile, Locations, int]:
+                     payload_text: Callable[[int], str]) -> tuple[LogFile, QueueState]:
     """Write generation `generation` holding `state`; durable (file and name) on return.
 
-    Returns the open new log, the new (offset, size) of every job's record,
-    and the number of idempotency keys kept.
+    Returns the open new log and the state its replay gives (so the caller can
+    checkpoint it without re-reading what it just wrote).
     """
     path = os.path.join(old.directory, log_filename(old.name, generation))
     try:
@@ -68,11 +69,10 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                       "until": entry.lease_until if entry.state is JobState.LEASED else 0.0,
                       "err": entry.last_error, "k": entry.keyed}
             batch.add_payload(RecordType.JOB, fields, payload_text(entry.loc))
-        keys = 0
-        for job_id, done_at in state.done_keys.items():
-            if done_at + key_retention > now:
-                batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
-                keys += 1
+        keys = {job_id: done_at for job_id, done_at in state.done_keys.items()
+                if done_at + key_retention > now}
+        for job_id, done_at in keys.items():
+            batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
         batch.add(RecordType.SNAPSHOT, {"tok": state.next_token, "done": state.done,
                                         "jobs": len(state.jobs)})
         data, applied = batch.encode(log.end)
@@ -88,7 +88,20 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         raise
     locations = {rec["id"]: (offset, size) for rtype, rec, offset, size in applied
                  if rtype == RecordType.JOB}
-    return log, locations, keys
+    return log, snapshot_state(state, locations, keys, batch.number)
+
+
+def snapshot_state(state: QueueState, locations: Locations, keys: dict[str, float],
+                   batch: int) -> QueueState:
+    """What replaying a snapshot of `state` written as batch `batch` gives."""
+    entries = []
+    for entry in state.entries():
+        loc, size = locations[entry.id]
+        leased = entry.state is JobState.LEASED
+        entries.append(replace(entry, loc=loc, size=size,
+                               lease_until=entry.lease_until if leased else 0.0))
+    return QueueState.restore(entries, keys, last_batch=batch, next_token=state.next_token,
+                              done=state.done, snapshot_seen=True)
 
 
 def publish_generation(fs: FileSystem, directory: str, name: str, generation: int) -> None:
@@ -98,12 +111,12 @@ def publish_generation(fs: FileSystem, directory: str, name: str, generation: in
 
 def remove_stale_files(fs: FileSystem, directory: str, name: str, current: int) -> list[str]:
     """Delete other generations and temp files of this queue; returns what was removed."""
-    pattern = re.compile(re.escape(name) + r"\.(\d{6,})\.log(\.torn-\d+)?$")
+    pattern = re.compile(re.escape(name) + r"\.(\d{6,})\.(log|ckpt|ckpt\.tmp)$")
     removed = []
     for entry in fs.listdir(directory):
         match = pattern.fullmatch(entry)
         stale_temp = entry == current_filename(name) + ".tmp"
-        if (match and not match.group(2) and int(match.group(1)) != current) or stale_temp:
+        if (match and int(match.group(1)) != current) or stale_temp:
             fs.unlink(os.path.join(directory, entry))
             removed.append(entry)
     if removed:

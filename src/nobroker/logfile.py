@@ -284,5 +284,37 @@ class LogFile:
             self.fs.close(fd)
         return side
 
+    # -- the checkpoint sidecar (a cache; see checkpoint.py) -------------------
+
+    @property
+    def checkpoint_path(self) -> str:
+        return self.path[: -len(".log")] + ".ckpt"
+
+    def tail(self, end: int, size: int) -> bytes:
+        """The `size` bytes just before `end`: what a checkpoint fingerprints."""
+        return self.fs.pread(self.fd, size, end - size)
+
+    def read_checkpoint(self) -> bytes | None:
+        try:
+            fd = self.fs.open(self.checkpoint_path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            size = self.fs.fstat(fd).st_size
+            return self.fs.pread(fd, size, 0)
+        finally:
+            self.fs.close(fd)
+
+    def write_checkpoint(self, data: bytes) -> None:
+        """Replace the checkpoint atomically. No fsync: a torn or lost checkpoint
+        fails its CRC or is missing, and opening then replays the log instead."""
+        temp = self.checkpoint_path + ".tmp"
+        fd = self.fs.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            self.fs.write_all(fd, data, 0)
+        finally:
+            self.fs.close(fd)
+        self.fs.replace(temp, self.checkpoint_path)
+
     def close(self) -> None:
         self.fs.close(self.fd)

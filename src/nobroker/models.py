@@ -53,6 +53,7 @@ class RecoveryReport:
     repaired: bool = False  # the torn tail was cut (False when opened read-only)
     side_file: str | None = None  # where the cut bytes were saved
     notes: tuple[str, ...] = ()
+    checkpoint_offset: int | None = None  # replay started here, from a checkpoint
 
     @property
     def clean(self) -> bool:
@@ -60,6 +61,8 @@ class RecoveryReport:
 
     def describe(self) -> str:
         lines = [f"generation {self.generation}: {self.records} records replayed"]
+        if self.checkpoint_offset is not None:
+            lines[0] += f" after a checkpoint at offset {self.checkpoint_offset}"
         if self.torn_offset is not None:
             action = "cut" if self.repaired else "found (not cut: read-only)"
             lines.append(f"torn tail at offset {self.torn_offset}: {self.torn_bytes} bytes "

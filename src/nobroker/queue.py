@@ -22,11 +22,12 @@ import os
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from . import compaction
+from . import checkpoint, compaction, framing
 from .backoff import BackoffPolicy
 from .commands import (
     Batch,
@@ -65,6 +66,7 @@ T = TypeVar("T")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 _MISSING: Any = object()
 MIN_COMPACT_BYTES = 1 << 20  # auto-compaction never bothers below this log size
+CHECKPOINT_AFTER_BYTES = 1 << 20  # close() saves a checkpoint when this much was logged since
 MAX_ERROR_LENGTH = 4000
 _INT_LIMIT = 2**53  # integers beyond this do not survive a round trip through most JSON readers
 
@@ -110,6 +112,7 @@ class Queue:
         self._log: LogFile | None = None
         self._state = QueueState()
         self._current_id: tuple[int, int, int] | None = None
+        self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
         self._prepare_directory(allow_network_fs)
         if self.readonly and not any(
                 os.path.lexists(os.path.join(self.directory, entry))
@@ -194,9 +197,9 @@ class Queue:
             raise CorruptLogError(self._current_path, 0,
                                   f"names generation {generation}, whose log file is missing")\
                 from None
-        state = QueueState()
         try:
-            result = new_log.scan(state.apply_batch, 0, full=True)
+            state, from_checkpoint = self._restore(new_log)
+            result = new_log.scan(state.apply_batch, state.last_batch, full=True)
             if generation > 0 and not state.snapshot_seen:
                 raise CorruptLogError(new_log.path, new_log.end,
                                       "generation does not start with a complete snapshot")
@@ -212,12 +215,43 @@ class Queue:
             raise
         old = self._log
         self._log, self._state, self._current_id = new_log, state, identity
+        self._checkpointed = from_checkpoint or framing.FILE_HEADER.size
         if old is not None:
             self._retire(old)
         return RecoveryReport(
             generation=generation, records=result.records, torn_offset=result.torn_offset,
             torn_bytes=result.torn_bytes, torn_reason=result.torn_reason,
-            repaired=side is not None, side_file=side, notes=tuple(notes))
+            repaired=side is not None, side_file=side, notes=tuple(notes),
+            checkpoint_offset=from_checkpoint)
+
+    def _restore(self, target: LogFile) -> tuple[QueueState, int | None]:
+        """The state from the generation's checkpoint, if it can be trusted; else empty."""
+        data = target.read_checkpoint() if checkpoint.ENABLED else None
+        if data is not None:
+            try:
+                size = self._fs.fstat(target.fd).st_size
+                state, end = checkpoint.decode(
+                    data, target.generation, size,
+                    lambda end: target.tail(end, checkpoint.TAIL_BYTES))
+            except (checkpoint.CheckpointError, ValueError, OSError) as exc:
+                log.info("%s: ignoring checkpoint (%s); replaying the log", target.path, exc)
+            else:
+                target.end = end
+                return state, end
+        return QueueState(), None
+
+    def _save_checkpoint(self) -> None:
+        """Under the lock: write a checkpoint if enough was logged since the last one."""
+        current = self._live_log()
+        if (self.readonly or not checkpoint.ENABLED
+                or current.end - self._checkpointed < CHECKPOINT_AFTER_BYTES):
+            return
+        if self.fsync:
+            current.sync()  # the checkpoint must not describe records the disk may lose
+        data = checkpoint.encode(self._state, current.generation, current.end,
+                                 zlib.crc32(current.tail(current.end, checkpoint.TAIL_BYTES)))
+        current.write_checkpoint(data)
+        self._checkpointed = current.end
 
     def _ensure_first_generation(self, notes: list[str]) -> None:
         path = os.path.join(self.directory, log_filename(self.name, 0))
@@ -637,12 +671,21 @@ class Queue:
             return dumps(record["p"])
 
         try:
-            new_log, _, keys = compaction.write_generation(
+            new_log, snapshot = compaction.write_generation(
                 self._fs, old, self._state, new_generation, self._now(), self.key_retention,
                 payload_text)
         except OSError as exc:
             raise CompactionError(f"writing generation {new_generation} failed: {exc}") from None
-        new_log.close()
+        keys = len(snapshot.done_keys)
+        try:
+            if checkpoint.ENABLED:  # so the reload below need not re-parse the snapshot
+                tail = zlib.crc32(new_log.tail(new_log.end, checkpoint.TAIL_BYTES))
+                new_log.write_checkpoint(
+                    checkpoint.encode(snapshot, new_generation, new_log.end, tail))
+        except OSError as exc:
+            log.warning("could not checkpoint generation %d: %s", new_generation, exc)
+        finally:
+            new_log.close()
         try:
             compaction.publish_generation(self._fs, self.directory, self.name, new_generation)
         except OSError as exc:
@@ -682,6 +725,13 @@ class Queue:
     def close(self) -> None:
         if self._closed:
             return
+        if (self._log is not None and self._poisoned is None and not self.readonly
+                and os.getpid() == self._pid):
+            try:
+                with self._locked():
+                    self._save_checkpoint()
+            except (NobrokerError, OSError) as exc:  # a cache: closing must not fail over it
+                log.warning("could not save a checkpoint of %r: %s", self.name, exc)
         self._closed = True
         self._wake.close()
         if self._log is not None and os.getpid() == self._pid:

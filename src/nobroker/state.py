@@ -81,6 +81,7 @@ class Entry:
     keyed: bool
     loc: int  # offset of the record holding the payload, in the current generation
     size: int  # bytes of that record, for the live-bytes estimate
+    version: int = 0  # stamp of the latest index entry; older heap entries are stale
 
 
 def _field(rec: Record, key: str, kind: type, offset: int) -> Any:
@@ -112,11 +113,44 @@ class QueueState:
         self.snapshot_seen = False
         self.live_bytes = 0
         self._next_seq = 0
-        self._versions: dict[str, int] = {}
+        self._stamp = 0  # never reused, so a re-enqueued id cannot revive stale entries
         # Lazy heaps: an entry is valid only while its version matches.
         self._delayed: list[tuple[float, int, int, str]] = []  # (available_at, seq, ver, id)
         self._ready: list[tuple[int, int, int, str]] = []  # (-priority, seq, ver, id)
         self._leases: list[tuple[float, int, str]] = []  # (lease_until, token, id)
+
+    @classmethod
+    def restore(cls, entries: Sequence[Entry], done_keys: dict[str, float], *,
+                last_batch: int, next_token: int, done: int,
+                snapshot_seen: bool) -> QueueState:
+        """The state holding `entries` (in enqueue order), as a checkpoint saved it."""
+        state = cls()
+        jobs = state.jobs
+        delayed = state._delayed
+        leases = state._leases
+        pending, leased = JobState.PENDING, JobState.LEASED
+        live = 0
+        for seq, entry in enumerate(entries):
+            entry.seq = seq
+            entry.version = seq + 1
+            jobs[entry.id] = entry
+            live += entry.size
+            if entry.state is pending:
+                delayed.append((entry.available_at, seq, seq + 1, entry.id))
+            elif entry.state is leased:
+                leases.append((entry.lease_until, entry.token, entry.id))
+        if len(jobs) != len(entries):
+            raise ReplayError(0, "a job id appears twice in a checkpoint")
+        state.live_bytes = live
+        state.pending, state.leased = len(delayed), len(leases)
+        state.dead = len(entries) - len(delayed) - len(leases)
+        heapq.heapify(delayed)
+        heapq.heapify(leases)
+        state._stamp = state._next_seq = len(entries)
+        state.done_keys = dict(done_keys)
+        state.last_batch, state.next_token, state.done = last_batch, next_token, done
+        state.snapshot_seen = snapshot_seen
+        return state
 
     # -- applying records ---------------------------------------------------
 
@@ -285,7 +319,6 @@ class QueueState:
 
     def _remove(self, entry: Entry) -> None:
         del self.jobs[entry.id]
-        self._versions.pop(entry.id, None)
         self.live_bytes -= entry.size
         self._count(entry.state, -1)
 
@@ -296,8 +329,8 @@ class QueueState:
         self._index(entry)
 
     def _index(self, entry: Entry) -> None:
-        version = self._versions.get(entry.id, 0) + 1
-        self._versions[entry.id] = version
+        self._stamp += 1
+        version = entry.version = self._stamp
         if entry.state is JobState.PENDING:
             heapq.heappush(self._delayed, (entry.available_at, entry.seq, version, entry.id))
         elif entry.state is JobState.LEASED:
@@ -315,19 +348,45 @@ class QueueState:
 
     def ready(self, now: float, count: int) -> list[Entry]:
         """Up to `count` leasable jobs: highest priority first, FIFO within a priority."""
-        delayed, ready, versions, jobs = self._delayed, self._ready, self._versions, self.jobs
+        delayed, ready, jobs = self._delayed, self._ready, self.jobs
+        moved = 0
         while delayed and delayed[0][0] <= now:
+            if moved == 256:  # many came due at once (a fresh open): one linear pass
+                self._promote_all(now)
+                break
             _, seq, version, job_id = heapq.heappop(delayed)
-            if versions.get(job_id) == version:
-                heapq.heappush(ready, (-jobs[job_id].priority, seq, version, job_id))
+            entry = jobs.get(job_id)
+            if entry is not None and entry.version == version:
+                heapq.heappush(ready, (-entry.priority, seq, version, job_id))
+            moved += 1
         chosen: list[tuple[int, int, int, str]] = []
         while ready and len(chosen) < count:
             item = heapq.heappop(ready)
-            if versions.get(item[3]) == item[2]:
+            entry = jobs.get(item[3])
+            if entry is not None and entry.version == item[2]:
                 chosen.append(item)
         for item in chosen:  # selection must not change the state; LEASE records will
             heapq.heappush(ready, item)
         return [jobs[item[3]] for item in chosen]
+
+    def _promote_all(self, now: float) -> None:
+        """Move every due delayed entry to the ready heap in O(n), not O(k log n)."""
+        jobs = self.jobs
+        later: list[tuple[float, int, int, str]] = []
+        for item in self._delayed:
+            if item[0] > now:
+                later.append(item)
+                continue
+            entry = jobs.get(item[3])
+            if entry is not None and entry.version == item[2]:
+                self._ready.append((-entry.priority, item[1], item[2], item[3]))
+        heapq.heapify(later)
+        heapq.heapify(self._ready)
+        self._delayed = later
+
+    def _jobs_version(self, job_id: str) -> int:
+        entry = self.jobs.get(job_id)
+        return -1 if entry is None else entry.version
 
     def expired(self, now: float) -> list[Entry]:
         """Leased jobs whose deadline is at or before `now`."""
@@ -346,16 +405,16 @@ class QueueState:
     def next_wakeup(self) -> float | None:
         """Earliest moment a job may become leasable: -inf if one is ready now, the
         first delayed job's time or lease deadline otherwise, None if neither exists."""
-        versions, jobs = self._versions, self.jobs
+        jobs = self._jobs_version
         ready, delayed, leases = self._ready, self._delayed, self._leases
-        while ready and versions.get(ready[0][3]) != ready[0][2]:
+        while ready and jobs(ready[0][3]) != ready[0][2]:
             heapq.heappop(ready)
         if ready:
             return float("-inf")
-        while delayed and versions.get(delayed[0][3]) != delayed[0][2]:
+        while delayed and jobs(delayed[0][3]) != delayed[0][2]:
             heapq.heappop(delayed)
         while leases:
-            entry = jobs.get(leases[0][2])
+            entry = self.jobs.get(leases[0][2])
             if (entry is not None and entry.state is JobState.LEASED
                     and entry.token == leases[0][1] and entry.lease_until == leases[0][0]):
                 break

@@ -1,0 +1,143 @@
+"""Checkpoints: the replay state saved as columns, so opening need not re-parse the log.
+
+A checkpoint is a *cache* of the log, never a source of truth. It records the
+state after the complete batches up to a log offset (`end`) of one
+generation; opening loads it and replays only the records after `end`. It is
+used only if everything checks out: magic, CRC of the whole file, byte
+order, generation, and a CRC of the 64 log bytes just before `end` (so a log
+that was cut, replaced or damaged below `end` is never trusted). Any doubt
+means a full replay, which gives the same state, only slower.
+
+Layout of `NAME.GGGGGG.ckpt` (little or big endian as the writer's machine;
+the meta says which):
+
+    <8s magic "NBCKPT01"> <I crc32 of everything after these 12 bytes>
+    then sections, each <Q length><bytes>:
+      meta     JSON: generation, end, tail crc, counters, byte order, job count
+      ids      JSON list of job ids, in enqueue order
+      errors   JSON object {index: last_error} for the jobs that have one
+      keys     JSON object {id: done_at} of remembered idempotency keys
+      then one array per column (see COLUMNS)
+
+Pure functions over bytes plus the state; the Queue does the file I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import zlib
+from array import array
+from typing import Any, Final
+
+from .state import Entry, JobState, QueueState
+
+__all__ = ["encode", "decode", "TAIL_BYTES", "MAGIC"]
+
+ENABLED = True  # tests switch it off to compare against a full replay
+MAGIC: Final = b"NBCKPT01"
+TAIL_BYTES: Final = 64
+_HEAD: Final = struct.Struct("<8sI")
+_LEN: Final = struct.Struct("<Q")
+_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
+_CODES: Final = {state: code for code, state in enumerate(_STATES)}
+# (attribute, array typecode); 'q'/'d' are 8 bytes everywhere CPython runs.
+COLUMNS: Final = (("priority", "q"), ("available_at", "d"), ("enqueued_at", "d"),
+                  ("max_attempts", "q"), ("attempts", "q"), ("token", "q"),
+                  ("lease_until", "d"), ("loc", "q"), ("size", "q"))
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be trusted (internal: the caller replays instead)."""
+
+
+def encode(state: QueueState, generation: int, end: int, tail_crc: int) -> bytes:
+    """The checkpoint bytes for `state`, valid for log `generation` up to offset `end`."""
+    entries = list(state.entries())
+    meta = {"generation": generation, "end": end, "tail": tail_crc,
+            "byteorder": sys.byteorder, "jobs": len(entries),
+            "last_batch": state.last_batch, "next_token": state.next_token,
+            "done": state.done, "snapshot": state.snapshot_seen}
+    sections = [
+        json.dumps(meta).encode(),
+        json.dumps([e.id for e in entries]).encode(),
+        json.dumps({i: e.last_error for i, e in enumerate(entries)
+                    if e.last_error is not None}).encode(),
+        json.dumps(state.done_keys).encode(),
+        bytes(_CODES[e.state] for e in entries),
+        bytes(e.keyed for e in entries),
+    ]
+    for attribute, code in COLUMNS:
+        sections.append(array(code, [getattr(e, attribute) for e in entries]).tobytes())
+    body = b"".join(_LEN.pack(len(section)) + section for section in sections)
+    return _HEAD.pack(MAGIC, zlib.crc32(body)) + body
+
+
+def decode(data: bytes, generation: int, log_size: int,
+           tail: Any) -> tuple[QueueState, int]:
+    """Rebuild the state from checkpoint bytes; returns it and the log offset it covers.
+
+    `tail(end)` returns the log's TAIL_BYTES bytes before `end`. Raises
+    CheckpointError for anything that does not check out.
+    """
+    if len(data) < _HEAD.size:
+        raise CheckpointError("too short")
+    magic, crc = _HEAD.unpack_from(data)
+    body = memoryview(data)[_HEAD.size:]
+    if magic != MAGIC or zlib.crc32(body) != crc:
+        raise CheckpointError("bad magic or crc")
+    sections = _split(body)
+    if len(sections) != 6 + len(COLUMNS):
+        raise CheckpointError("wrong number of sections")
+    try:
+        meta, ids, raw_errors, keys = (json.loads(bytes(sections[i])) for i in range(4))
+        errors = {int(k): v for k, v in raw_errors.items()}
+    except (ValueError, AttributeError) as exc:
+        raise CheckpointError(f"bad json: {exc}") from None
+    end = meta.get("end")
+    if (meta.get("generation") != generation or meta.get("byteorder") != sys.byteorder
+            or type(end) is not int or not TAIL_BYTES <= end <= log_size
+            or zlib.crc32(tail(end)) != meta.get("tail")):
+        raise CheckpointError("does not match this log")
+    count = meta["jobs"]
+    states, keyed = bytes(sections[4]), bytes(sections[5])
+    columns = []
+    for (_, code), raw in zip(COLUMNS, sections[6:], strict=True):
+        column = array(code)
+        column.frombytes(raw)
+        columns.append(column)
+    if not (len(ids) == len(states) == len(keyed) == count
+            and all(len(column) == count for column in columns)):
+        raise CheckpointError("column lengths disagree")
+    # Positional arguments: this line runs once per job and keywords cost double.
+    pending = _STATES[0]
+    entries = [
+        Entry(job_id, 0, pr, at, t, ma, a, pending if code == 0 else _STATES[code], tok, until,
+              None, key == 1, loc, size)
+        for job_id, code, key, pr, at, t, ma, a, tok, until, loc, size
+        in zip(ids, states, keyed, *columns, strict=True)
+    ]
+    for index, error in errors.items():
+        if not 0 <= index < count:
+            raise CheckpointError("error for a job that does not exist")
+        entries[index].last_error = error
+    state = QueueState.restore(entries, keys, last_batch=meta["last_batch"],
+                               next_token=meta["next_token"], done=meta["done"],
+                               snapshot_seen=meta["snapshot"])
+    return state, end
+
+
+def _split(body: memoryview) -> list[memoryview]:
+    sections = []
+    pos = 0
+    while pos < len(body):
+        if pos + _LEN.size > len(body):
+            raise CheckpointError("truncated section header")
+        (length,) = _LEN.unpack_from(body, pos)
+        pos += _LEN.size
+        if pos + length > len(body):
+            raise CheckpointError("truncated section")
+        sections.append(body[pos:pos + length])
+        pos += length
+    return sections
