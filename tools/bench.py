@@ -263,6 +263,13 @@ class Context:
         return self._big
 
 
+def child_error(exc: BaseException) -> str:
+    """An exception in a child process, with where it was raised, for the parent to report."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
 def spawn() -> Any:
     return multiprocessing.get_context("spawn")
 
@@ -362,7 +369,7 @@ def _child_enqueue(directory: str, first: int, count: int, barrier: Any, out: An
             out.put(("ok", time.monotonic()))
     except BaseException as exc:  # reported to the parent
         barrier.abort()
-        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        out.put(("error", child_error(exc)))
 
 
 def run_processes(directory: Path, nprocs: int, total: int, first: int) -> float:
@@ -605,7 +612,7 @@ def _child_memory(directory: str, mode: str, out: Any) -> None:
         q.close()
         out.put(("ok", {"rss_delta": rss1 - rss0, "traced": traced, "jobs": jobs}))
     except BaseException as exc:
-        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        out.put(("error", child_error(exc)))
 
 
 def run_child(target: Callable[..., None], *args: Any, timeout: float = 600) -> Any:
@@ -705,9 +712,9 @@ def _child_worker(directory: str, max_jobs: int, conn: Any, out: Any) -> None:
         q.close()
         out.put(("ok", None))
     except BaseException as exc:
-        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        out.put(("error", child_error(exc)))
         try:
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            conn.send(("error", child_error(exc)))
         except Exception:
             pass
 
@@ -808,7 +815,7 @@ def _child_enqueuer(directory: str, ready: Any, stop: Any, out: Any) -> None:
         out.put(("ok", samples))
     except BaseException as exc:
         ready.set()
-        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        out.put(("error", child_error(exc)))
 
 
 def wl_compaction(ctx: Context) -> list[Row]:
