@@ -116,11 +116,15 @@ class Queue:
         self._prepare_directory(allow_network_fs)
         if self.readonly and not any(
                 os.path.lexists(os.path.join(self.directory, entry))
-                for entry in (compaction.current_filename(name), log_filename(name, 0))):
+                for entry in (compaction.current_filename(name), log_filename(name, 0),
+                              f"{name}.lock")):
             # Checked before the lock file is opened (O_CREAT): read-only creates nothing.
             raise NobrokerError(f"no queue named {name!r} in {self.directory}")
         self._wake = WakeChannel(os.path.join(self.directory, f"{name}.wake"))
-        self._lock = shared_lock(_fs, self._lock_path)
+        try:
+            self._lock = shared_lock(_fs, self._lock_path)
+        except OSError as exc:  # e.g. the lock file's name is taken by a directory
+            raise StorageError(self._lock_path, "opening the lock file", exc) from None
         try:
             with self._locked(refresh=False):
                 self.recovery: RecoveryReport = self._load()
@@ -175,6 +179,8 @@ class Queue:
             raise CorruptLogError(path, 0, f"cannot open: {exc.strerror}") from None
         try:
             data = self._fs.pread(fd, 64, 0)
+        except OSError as exc:  # a directory opens on Linux, then refuses to be read
+            raise CorruptLogError(path, 0, f"cannot read: {exc.strerror}") from None
         finally:
             self._fs.close(fd)
         generation = compaction.parse_current(data)
@@ -261,8 +267,6 @@ class Queue:
             size = None
         if size is not None and size >= 16:
             return
-        if self.readonly:
-            raise NobrokerError(f"no queue named {self.name!r} in {self.directory}")
         if size is None:
             others = [entry for entry in self._fs.listdir(self.directory)
                       if entry.startswith(self.name + ".") and entry.endswith(".log")]
@@ -270,6 +274,17 @@ class Queue:
                 raise CorruptLogError(self._current_path, 0,
                                       f"missing, yet generations exist: {sorted(others)}")
         else:
+            fd = self._fs.open(path, os.O_RDONLY)
+            try:
+                head = self._fs.pread(fd, size, 0)
+            finally:
+                self._fs.close(fd)
+            if head not in (framing.encode_file_header(0)[:size], bytes(size)):
+                # Not what a crash during creation leaves: someone else's file. Keep it.
+                raise CorruptLogError(path, 0, f"{size}-byte file is not a nobroker log")
+        if self.readonly:
+            raise NobrokerError(f"no queue named {self.name!r} in {self.directory}")
+        if size is not None:
             # A crash while the queue was being created: the header never became durable,
             # so no call on this queue ever returned. Start it again.
             notes.append(f"re-created {os.path.basename(path)}: its {size}-byte header was torn")
