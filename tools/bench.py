@@ -137,7 +137,7 @@ class Config:
     @classmethod
     def make(cls, quick: bool, big: bool, rounds: int | None) -> Config:
         if quick:
-            cfg = cls(quick, big, 2, 200, 400, 400, 1_000, 200, 1_000, 20_000, 2_000, 15, 1.0)
+            cfg = cls(quick, big, 2, 200, 400, 400, 1_000, 200, 1_000, 20_000, 2_000, 15, 2.0)
         else:
             cfg = cls(quick, big, 5, 1_000, 2_000, 2_000, 10_000, 1_000, 1_000, 200_000,
                       10_000, 50, 2.0)
@@ -526,14 +526,19 @@ def wl_lease_ack(ctx: Context) -> list[Row]:
         if has_many:
             contenders.append(("ack_many", batch_run))
         contenders.append(("raw", lambda: raw_fsync_loop(raw_path, size, n)))
+        gen0 = getattr(q.stats(), "generation", None)
         res = interleave(cfg.rounds, contenders)
+        gen1 = getattr(q.stats(), "generation", None)
+    compactions = f"; auto-compactions during the rounds: {gen1 - gen0}" if gen0 is not None \
+        and gen1 is not None else ""
     raw_t = median(res["raw"])
     raw_text = f"raw write+fsync of {size} B: {fmt_per_op(raw_t, n)}"
     if has_al:
         t = median(res["ack_and_lease"])
         rows.append(Row("lease_ack", "lease + durable ack round trip (ack_and_lease)",
                         fmt_per_op(t, n), raw_text, raw_t / t, ">= 1.0x (speed)",
-                        verdict(raw_t / t >= 1.0), note=f"{n} round trips/round, one consumer",
+                        verdict(raw_t / t >= 1.0),
+                        note=f"{n} round trips/round, one consumer{compactions}",
                         data={"ops": n, "record_size": size, **res}))
     else:
         rows.append(Row("lease_ack", "lease + durable ack round trip (ack_and_lease)",
@@ -795,7 +800,9 @@ def wl_latency(ctx: Context) -> list[Row]:
             "<= 10 ms", verdict(p99 <= 0.010),
             note=f"max {fmt_time(max(latencies))}; p99 of {len(latencies)} samples"),
         Row("latency", "idle worker CPU", f"{idle_pct:.2f}% of a core", "—", None, "<= 2%",
-            verdict(idle_pct <= 2.0), note=f"over {cfg.idle_seconds:.0f} s idle"),
+            verdict(idle_pct <= 2.0),
+            note=(f"over {cfg.idle_seconds:.0f} s idle; resolution "
+                  f"{100 / os.sysconf('SC_CLK_TCK') / cfg.idle_seconds:.1f}% (clock ticks)")),
     ]
 
 
