@@ -1,0 +1,212 @@
+"""Several OS processes on one queue: no job handed out twice, none lost, fencing holds.
+
+Each child is a real `python -c` process (spawn_python) that imports nobroker
+from src/. Children wait for a "go" line on stdin so that they start their
+loops together, and print what they got as one JSON line when they finish.
+No lease expires in the first two tests (visibility_timeout is an hour), so
+"every job exactly once" is the claim, not "at least once".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import unittest
+from collections import Counter
+
+from support import TempDirTestCase, spawn_python
+
+from nobroker import BackoffPolicy, JobNotFoundError, NotLeasedError, Queue
+
+CONSUMER = r"""
+import json, sys, time
+from nobroker import Queue
+directory, batch, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+q = Queue(directory, visibility_timeout=3600)
+print("ready", flush=True)
+sys.stdin.readline()
+got = []
+if mode == "drain":  # stop at the first empty lease: every job is already there
+    while True:
+        jobs = q.lease(batch)
+        if not jobs:
+            break
+        for job in jobs:
+            got.append(job.id)
+        q.ack_many(jobs)
+else:  # run until a "stop" job arrives
+    job = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if job is None:
+            job = q.lease_one()
+            if job is None:
+                time.sleep(0.002)
+                continue
+        if job.payload == "stop":
+            q.ack(job)
+            break
+        got.append(job.id)
+        if mode == "ack_and_lease":
+            job = q.ack_and_lease(job)
+        else:
+            q.ack(job)
+            job = None
+print(json.dumps(got), flush=True)
+"""
+
+PRODUCER = r"""
+import json, sys
+from nobroker import Queue
+q = Queue(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+ids = []
+for i in range(300):
+    if i % 50 == 0:
+        ids += [j.id for j in q.enqueue_many([{"n": i, "k": k} for k in range(10)])]
+    else:
+        ids.append(q.enqueue({"n": i}).id)
+for _ in range(3):
+    q.enqueue("stop", priority=-1)  # leased only when nothing else is ready
+print(json.dumps(ids), flush=True)
+"""
+
+HOLDER = r"""
+import sys, time
+from nobroker import BackoffPolicy, Queue
+# This process lives 100 s in the future: every lease the parent holds has expired.
+q = Queue(sys.argv[1], clock=lambda: time.time() + 100,
+          backoff=BackoffPolicy(base=0, jitter=0))
+job = None
+for _ in range(10):
+    job = q.lease_one(visibility_timeout=3600)
+    if job is not None:
+        break
+print(job.id if job else "none", job.token if job else 0, job.attempts if job else 0,
+      flush=True)
+sys.stdin.readline()
+q.ack(job)
+print("acked", flush=True)
+"""
+
+
+class ProcessTestCase(TempDirTestCase):
+    def start(self, code: str, *args: str) -> subprocess.Popen[bytes]:
+        proc = spawn_python(code, *args)
+        self.addCleanup(self._reap, proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != b"ready":
+            proc.kill()
+            raise AssertionError(f"child failed to start: {line!r} "
+                                 f"{proc.communicate()[1].decode(errors='replace')}")
+        return proc
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+    @staticmethod
+    def go(procs: list[subprocess.Popen[bytes]]) -> None:
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
+
+    def result(self, proc: subprocess.Popen[bytes], timeout: float = 120) -> list[str]:
+        out, err = proc.communicate(timeout=timeout)
+        self.assertEqual(proc.returncode, 0, err.decode(errors="replace"))
+        return list(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+class ParallelConsumersTest(ProcessTestCase):
+    def test_four_processes_draining_one_queue_get_disjoint_sets_covering_every_job(self
+                                                                                   ) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory) as q:
+            all_ids = [j.id for j in q.enqueue_many({"n": i} for i in range(400))]
+        procs = [self.start(CONSUMER, directory, str(batch), "drain") for batch in (1, 2, 5, 7)]
+        self.go(procs)
+        got = [self.result(p) for p in procs]
+        counts = Counter(job_id for ids in got for job_id in ids)
+        self.assertEqual([i for i, n in counts.items() if n > 1], [], "a job went to two holders")
+        self.assertEqual(set(counts), set(all_ids), "a job was never handed out")
+        with Queue(directory) as q:
+            stats = q.stats()
+            self.assertEqual((stats.done, stats.total), (400, 0))
+
+    def test_a_producer_and_three_consumers_hand_every_job_over_exactly_once(self) -> None:
+        directory = str(self.tmp / "q")
+        Queue(directory).close()
+        consumers = [self.start(CONSUMER, directory, "1", mode)
+                     for mode in ("one", "one", "ack_and_lease")]
+        producer = self.start(PRODUCER, directory)
+        self.go([*consumers, producer])
+        produced = self.result(producer)
+        consumed = [self.result(p) for p in consumers]
+        counts = Counter(job_id for ids in consumed for job_id in ids)
+        self.assertEqual(len(produced), 300 + 6 * 9)
+        self.assertEqual([i for i, n in counts.items() if n > 1], [], "consumed twice")
+        self.assertEqual(set(counts), set(produced), "a produced job was never consumed")
+        with Queue(directory) as q:
+            stats = q.stats()
+            self.assertEqual((stats.done, stats.total), (len(produced) + 3, 0))
+
+
+class CrossProcessFencingTest(ProcessTestCase):
+    def test_an_expired_lease_is_reclaimed_elsewhere_and_only_the_new_holder_may_ack(self
+                                                                                      ) -> None:
+        directory = str(self.tmp / "q")
+        q = Queue(directory, visibility_timeout=30)
+        self.addCleanup(q.close)
+        job = q.enqueue("contested")
+        (mine,) = q.lease()
+        holder = spawn_python(HOLDER, directory)
+        self.addCleanup(self._reap, holder)
+        assert holder.stdout is not None and holder.stdin is not None
+        job_id, token, attempts = holder.stdout.readline().decode().split()
+        self.assertEqual(job_id, job.id, "the other process did not reclaim the lease")
+        self.assertNotEqual(int(token), mine.token)
+        self.assertEqual(int(attempts), 2, "the expired lease counts as an attempt")
+        for stale in (lambda: q.ack(mine), lambda: q.nack(mine, error="late"),
+                      lambda: q.extend(mine, 60), lambda: q.ack_many([mine]),
+                      lambda: q.ack_and_lease(mine)):
+            with self.assertRaises(NotLeasedError):
+                stale()
+        holder.stdin.write(b"ack\n")
+        holder.stdin.flush()
+        out, err = holder.communicate(timeout=60)
+        self.assertEqual(out.strip(), b"acked", err.decode(errors="replace"))
+        self.assertRaises(JobNotFoundError, q.get, job.id)
+        self.assertEqual(q.stats().done, 1)
+
+    def test_a_lease_held_by_a_killed_process_is_reclaimed_after_it_expires(self) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory) as q:
+            job = q.enqueue("orphaned")
+        code = ("import sys; from nobroker import Queue\n"
+                "q = Queue(sys.argv[1], visibility_timeout=30)\n"
+                "print(q.lease_one().token, flush=True)\n"
+                "sys.stdin.readline()\n")
+        child = spawn_python(code, directory)
+        self.addCleanup(self._reap, child)
+        assert child.stdout is not None
+        dead_token = int(child.stdout.readline())
+        child.kill()
+        child.wait()
+        later = time.time() + 100
+        with Queue(directory, clock=lambda: later,
+                   backoff=BackoffPolicy(base=0, jitter=0)) as q:
+            again = q.lease_one() or q.lease_one()  # reclaiming may take a call of its own
+            assert again is not None
+            self.assertEqual((again.id, again.attempts), (job.id, 2))
+            self.assertNotEqual(again.token, dead_token)
+            q.ack(again)
+
+
+if __name__ == "__main__":
+    unittest.main()
