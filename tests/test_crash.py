@@ -25,9 +25,11 @@ import unittest
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from support import FakeClock, TempDirTestCase, scratch_root, slow, spawn_python
 
+import nobroker.queue
 from nobroker import BackoffPolicy, Job, Queue
 from nobroker.inspection import read_records
 from nobroker.records import RecordType
@@ -254,7 +256,13 @@ while True:
 
 
 class TruncationSweepTest(TempDirTestCase):
-    """Cut a real log at every byte: each cut opens to the replay of what precedes it."""
+    """Cut a real log at every byte: each cut opens to the replay of what precedes it.
+
+    Run twice: on the log alone (full replay), and with the checkpoint saved
+    midway (used for cuts at or past its offset, refused below it).
+    """
+
+    checkpoint_end = 0
 
     def build_log(self, directory: str) -> dict[int, tuple[object, ...]]:
         """A mixed workload; returns {log size after a call: fingerprint after it}."""
@@ -290,6 +298,12 @@ class TruncationSweepTest(TempDirTestCase):
         pair = step(lambda: q.lease(2))
         step(lambda: q.ack_many(pair))
         step(lambda: q.ack(leased[0]))
+        # Close with a checkpoint here (the sweep also runs with it), then go on.
+        with mock.patch.object(nobroker.queue, "CHECKPOINT_AFTER_BYTES", 0):
+            q.close()
+        self.checkpoint_end = max(sizes)
+        q = Queue(directory, clock=clock, fsync=False, visibility_timeout=10, max_attempts=2,
+                  backoff=BackoffPolicy(base=1.0, factor=2.0, jitter=0.0), auto_compact=None)
         one = step(lambda: q.lease(1))
         step(lambda: q.ack_and_lease(one[0]))
         step(lambda: q.enqueue_many([{"d": i, "text": "naïve ☃"} for i in range(4)]))
@@ -323,16 +337,17 @@ class TruncationSweepTest(TempDirTestCase):
         source = str(self.tmp / "source")
         sizes = self.build_log(source)
         log = os.path.join(source, "default.000000.log")
+        checkpoint = Path(source, "default.000000.ckpt").read_bytes()
         boundaries = self.replayed_boundaries(log)
         # The two oracles agree: replaying the records is what memory held.
         self.assertEqual(boundaries, sizes)
         end = max(boundaries)
         data = Path(log).read_bytes()[:end]
         self.assertGreater(len(boundaries), 20)
+        self.assertIn(self.checkpoint_end, boundaries)
         kinds = {raw.type for raw in read_records(log)}
         self.assertEqual(kinds, {"ENQUEUE", "LEASE", "ACK", "NACK", "EXTEND", "EXPIRE",
                                  "REQUEUE", "PURGE"}, "the workload is not mixed enough")
-        order = sorted(boundaries)
 
         scratch = tempfile.mkdtemp(prefix="nobroker-sweep-", dir=scratch_root())
         self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)
@@ -341,8 +356,15 @@ class TruncationSweepTest(TempDirTestCase):
         quiet.setLevel(logging.CRITICAL)  # thousands of "cut a torn tail" warnings
         self.addCleanup(quiet.setLevel, level)
         started = time.monotonic()
+        for with_checkpoint in (False, True):
+            self.sweep(scratch, data, boundaries, checkpoint if with_checkpoint else None)
+        self.assertLess(time.monotonic() - started, 120, "the sweep became too slow")
+
+    def sweep(self, scratch: str, data: bytes, boundaries: dict[int, tuple[object, ...]],
+              checkpoint: bytes | None) -> None:
+        order = sorted(boundaries)
         boundary_index = 0
-        for cut in range(16, end + 1):
+        for cut in range(16, len(data) + 1):
             while boundary_index + 1 < len(order) and order[boundary_index + 1] <= cut:
                 boundary_index += 1
             good = order[boundary_index]
@@ -350,22 +372,27 @@ class TruncationSweepTest(TempDirTestCase):
             os.mkdir(directory, 0o700)
             with open(os.path.join(directory, "default.000000.log"), "wb") as handle:
                 handle.write(data[:cut])
+            if checkpoint is not None:
+                with open(os.path.join(directory, "default.000000.ckpt"), "wb") as handle:
+                    handle.write(checkpoint)
+            where = f"cut at {cut}" + (" with a checkpoint" if checkpoint else "")
             try:
                 with Queue(directory, auto_compact=None) as q:
-                    self.assertEqual(q._state.fingerprint(), boundaries[good], f"cut at {cut}")
+                    self.assertEqual(q._state.fingerprint(), boundaries[good], where)
                     torn = any(data[good:cut])
-                    self.assertEqual(q.recovery.torn_offset, good if torn else None,
-                                     f"cut at {cut}")
+                    self.assertEqual(q.recovery.torn_offset, good if torn else None, where)
+                    used = checkpoint is not None and cut >= self.checkpoint_end
+                    self.assertEqual(q.recovery.checkpoint_offset,
+                                     self.checkpoint_end if used else None, where)
                     if cut % 97 == 0:  # the repaired log takes new writes and replays them
                         q.enqueue("after the crash")
                         after = q._state.fingerprint()
                 if cut % 97 == 0:
                     with Queue(directory, readonly=True) as again:
-                        self.assertTrue(again.recovery.clean, f"cut at {cut}")
-                        self.assertEqual(again._state.fingerprint(), after, f"cut at {cut}")
+                        self.assertTrue(again.recovery.clean, where)
+                        self.assertEqual(again._state.fingerprint(), after, where)
             finally:
                 shutil.rmtree(directory)
-        self.assertLess(time.monotonic() - started, 120, "the sweep became too slow")
 
 
 if __name__ == "__main__":

@@ -170,6 +170,17 @@ class QueueContract:
         clock.advance(0.5)
         t.assertEqual([j.payload for j in q.lease(10)], ["later"])
 
+    def test_recorded_time_never_goes_backwards_when_the_clock_steps_back(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10)
+        first = q.enqueue("a")
+        clock.advance(-500)
+        second = q.enqueue("b")
+        t.assertGreaterEqual(second.enqueued_at, first.enqueued_at)
+        leased = q.lease(2)
+        t.assertEqual([j.payload for j in leased], ["a", "b"], "FIFO survives the step back")
+        t.assertTrue(all(j.lease_expires_at == first.enqueued_at + 10 for j in leased))
+
     def test_a_leased_job_stays_invisible_until_its_deadline(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q, clock = self.clocked(visibility_timeout=10, backoff=BackoffPolicy(base=0, jitter=0))
