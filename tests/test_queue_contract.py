@@ -315,6 +315,17 @@ class QueueContract:
         t.assertEqual((stats.pending, stats.leased, stats.dead, stats.done), (0, 0, 1, 1))
         t.assertEqual(q.purge(), 0)
 
+    def test_purge_returns_how_many_jobs_it_removed_even_when_a_lease_just_expired(self
+                                                                                  ) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, backoff=NO_JITTER)
+        q.enqueue_many(["a", "b", "c"])
+        q.lease(1)
+        clock.advance(11)  # the lease is past its deadline: the job is due back
+        before = q.stats().total
+        removed = q.purge()
+        t.assertEqual(removed, before - q.stats().total)
+
     # -- extend and stale tokens ----------------------------------------------
 
     def test_extend_moves_the_deadline_to_seconds_from_now(self) -> None:

@@ -176,6 +176,11 @@ def plan_requeue(state: QueueState, batch: Batch, now: float, job_id: str | None
 
 
 def plan_purge(state: QueueState, batch: Batch, now: float) -> int:
-    if state.pending:
+    # Leases reclaimed earlier in this batch are pending by the time PURGE applies.
+    reclaimed = sum(1 for (rtype, _), record in zip(batch._texts, batch._records, strict=True)
+                    if rtype == RecordType.EXPIRE
+                    and state.jobs[record["id"]].attempts < state.jobs[record["id"]].max_attempts)
+    count = state.pending + reclaimed
+    if count:
         batch.add(RecordType.PURGE, {"t": now})
-    return state.pending
+    return count
