@@ -88,7 +88,7 @@ class Queue:
             raise ValueError(f"queue name {name!r} must be 1-100 letters, digits, '_' or '-'")
         self.visibility_timeout = check_number("visibility_timeout", visibility_timeout,
                                                minimum=0.001)
-        self.max_attempts = _check_int("max_attempts", max_attempts, 1)
+        self.max_attempts = _check_int("max_attempts", max_attempts, 1, _INT_LIMIT)
         self.lock_timeout = check_number("lock_timeout", lock_timeout, minimum=0)
         self.key_retention = check_number("key_retention", key_retention, minimum=0)
         if auto_compact is not None:
@@ -451,7 +451,7 @@ class Queue:
         return (text, _check_int("priority", priority, -_INT_LIMIT, _INT_LIMIT),
                 check_number("delay", delay, minimum=0),
                 self.max_attempts if max_attempts is None
-                else _check_int("max_attempts", max_attempts, 1))
+                else _check_int("max_attempts", max_attempts, 1, _INT_LIMIT))
 
     def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
                 max_attempts: int | None = None, job_id: str | None = None) -> Job:

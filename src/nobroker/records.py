@@ -15,6 +15,8 @@ import re
 from enum import IntEnum
 from typing import Any, Final
 
+from .framing import MAX_RECORD
+
 __all__ = [
     "RecordType",
     "Record",
@@ -24,10 +26,18 @@ __all__ = [
     "check_id",
     "check_number",
     "MAX_ID_LENGTH",
+    "MAX_DEPTH",
+    "MAX_PAYLOAD_BYTES",
 ]
 
 Record = dict[str, Any]
 MAX_ID_LENGTH: Final = 256
+# A payload the writer accepts must stay readable: replay decodes it from whatever
+# stack depth the reader happens to be at, so nesting is capped far below the
+# recursion limit; and its record must fit under MAX_RECORD, with room for the
+# fields a snapshot JOB record adds (an error text of up to 4000 escaped chars).
+MAX_DEPTH: Final = 128
+MAX_PAYLOAD_BYTES: Final = MAX_RECORD - (64 << 10)
 
 
 class RecordType(IntEnum):
@@ -87,11 +97,36 @@ def loads(data: bytes | str) -> Any:
 def encode_payload(payload: Any) -> str:
     """JSON text of a user payload, or ValueError naming what is wrong with it."""
     try:
-        return _encoder.encode(payload)
+        text = _encoder.encode(payload)
     except RecursionError:
         raise ValueError("payload is nested too deeply to be JSON") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"payload is not JSON: {exc}") from None
+    if len(text) > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"payload is {len(text)} bytes of JSON; the limit is "
+                         f"{MAX_PAYLOAD_BYTES}")
+    if _too_deep(text):
+        raise ValueError(f"payload nests more than {MAX_DEPTH} levels deep")
+    return text
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _too_deep(text: str) -> bool:
+    """Whether JSON `text` nests containers more than MAX_DEPTH deep."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:  # the usual case: cannot be
+        return False
+    depth = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def check_id(job_id: object) -> str:
