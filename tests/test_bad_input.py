@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import struct
 import unittest
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -28,7 +29,6 @@ from nobroker.framing import FILE_HEADER, MAGIC, encode_file_header, encode_reco
 from nobroker.inspection import read_records
 from nobroker.records import RecordType
 
-
 LAST = 8  # index of the last batch
 MID = 4  # a batch with later batches after it
 ACK = 6  # the batch holding the one ACK
@@ -39,7 +39,7 @@ def log_path(directory: Path, generation: int = 0) -> Path:
 
 
 class DamagedLogTestCase(TempDirTestCase):
-    """A queue of nine small batches (one per call); `spans[i]` is batch i's (start, end) in the log."""
+    """A queue of nine small batches, one per call; `spans[i]` is batch i's (start, end)."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -50,11 +50,12 @@ class DamagedLogTestCase(TempDirTestCase):
         held: list[Job] = []
         with Queue(self.dir, clock=clock, fsync=False, max_attempts=1) as q:
             self.fingerprints[16] = q._state.fingerprint()
-            steps = [lambda: q.enqueue({"n": 1}), lambda: q.enqueue({"n": 2}),
-                     lambda: q.enqueue_many([{"n": 3}, {"n": 4}, {"n": 5}]),
-                     lambda: q.lease(1), lambda: q.enqueue({"n": 6}, job_id="six"),
-                     lambda: held.extend(q.lease(1)), lambda: q.ack(held[0]),
-                     lambda: q.enqueue({"n": 7}), lambda: q.enqueue({"n": 8})]
+            steps: list[Callable[[], object]] = [
+                lambda: q.enqueue({"n": 1}), lambda: q.enqueue({"n": 2}),
+                lambda: q.enqueue_many([{"n": 3}, {"n": 4}, {"n": 5}]),
+                lambda: q.lease(1), lambda: q.enqueue({"n": 6}, job_id="six"),
+                lambda: held.extend(q.lease(1)), lambda: q.ack(held[0]),
+                lambda: q.enqueue({"n": 7}), lambda: q.enqueue({"n": 8})]
             for step in steps:
                 clock.advance(1)
                 step()
@@ -184,8 +185,8 @@ class CrcValidButInvalidTest(DamagedLogTestCase):
         return {
             "id is an int": (RecordType.ENQUEUE,
                              b'{"b":%d,"id":5,"pr":0,"at":0,"t":0,"ma":1,"p":1}' % b),
-            "priority is a bool": (RecordType.ENQUEUE,
-                                   b'{"b":%d,"id":"x","pr":true,"at":0,"t":0,"ma":1,"p":1}' % b),
+            "priority is a bool": (
+                RecordType.ENQUEUE, b'{"b":%d,"id":"x","pr":true,"at":0,"t":0,"ma":1,"p":1}' % b),
             "missing fields": (RecordType.ENQUEUE, b'{"b":%d,"id":"x"}' % b),
             "ack of an unknown job": (RecordType.ACK, b'{"b":%d,"id":"ghost","tok":1,"t":0}' % b),
             "unknown record type": (100, b'{"b":%d,"id":"x"}' % b),

@@ -14,6 +14,7 @@ import subprocess
 import time
 import unittest
 from collections import Counter
+from collections.abc import Callable
 
 from support import TempDirTestCase, spawn_python
 
@@ -172,9 +173,11 @@ class CrossProcessFencingTest(ProcessTestCase):
         self.assertEqual(job_id, job.id, "the other process did not reclaim the lease")
         self.assertNotEqual(int(token), mine.token)
         self.assertEqual(int(attempts), 2, "the expired lease counts as an attempt")
-        for stale in (lambda: q.ack(mine), lambda: q.nack(mine, error="late"),
-                      lambda: q.extend(mine, 60), lambda: q.ack_many([mine]),
-                      lambda: q.ack_and_lease(mine)):
+        stale_calls: list[Callable[[], object]] = [
+            lambda: q.ack(mine), lambda: q.nack(mine, error="late"),
+            lambda: q.extend(mine, 60), lambda: q.ack_many([mine]),
+            lambda: q.ack_and_lease(mine)]
+        for stale in stale_calls:
             with self.assertRaises(NotLeasedError):
                 stale()
         holder.stdin.write(b"ack\n")

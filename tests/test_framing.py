@@ -10,9 +10,22 @@ import zlib
 import support  # noqa: F401  (puts src/ on sys.path)
 
 from nobroker import framing
-from nobroker.framing import (BAD, END, FILE_HEADER, INCOMPLETE, MAX_RECORD, MORE, RECORD,
-                              RECORD_HEADER, TYPE_MASK, FrameError, decode_file_header,
-                              decode_record, encode_file_header, encode_record)
+from nobroker.framing import (
+    BAD,
+    END,
+    FILE_HEADER,
+    INCOMPLETE,
+    MAX_RECORD,
+    MORE,
+    RECORD,
+    RECORD_HEADER,
+    TYPE_MASK,
+    FrameError,
+    decode_file_header,
+    decode_record,
+    encode_file_header,
+    encode_record,
+)
 
 
 def frame(length: int, type_byte: int, crc: int, payload: bytes = b"") -> bytes:
@@ -42,7 +55,7 @@ class RecordRoundTripTest(unittest.TestCase):
         data = memoryview(b"".join(records) + bytes(64))
         pos, seen = 0, []
         while True:
-            outcome, type_byte, payload, nxt = decode_record(data, pos)
+            outcome, _, payload, nxt = decode_record(data, pos)
             if outcome != RECORD:
                 break
             seen.append(payload)

@@ -23,8 +23,16 @@ from typing import Any
 
 from support import FakeClock, TempDirTestCase, tree_digest
 
-from nobroker import (BackoffPolicy, Job, JobNotFoundError, JobState, NotLeasedError, Queue,
-                      QueueClosedError, SerializationError)
+from nobroker import (
+    BackoffPolicy,
+    Job,
+    JobNotFoundError,
+    JobState,
+    NotLeasedError,
+    Queue,
+    QueueClosedError,
+    SerializationError,
+)
 
 NO_JITTER = BackoffPolicy(base=10.0, factor=3.0, max_delay=1000.0, jitter=0.0)
 
@@ -612,21 +620,21 @@ class QueueContract:
             "negative delay": lambda: q.enqueue("z", delay=-1),
             "nan delay": lambda: q.enqueue("z", delay=math.nan),
             "infinite delay": lambda: q.enqueue("z", delay=math.inf),
-            "string delay": lambda: q.enqueue("z", delay="5"),
+            "string delay": lambda: q.enqueue("z", delay="5"),  # type: ignore[arg-type]
             "bool priority": lambda: q.enqueue("z", priority=True),
-            "float priority": lambda: q.enqueue("z", priority=1.5),
+            "float priority": lambda: q.enqueue("z", priority=1.5),  # type: ignore[arg-type]
             "huge priority": lambda: q.enqueue("z", priority=2**60),
             "zero max_attempts": lambda: q.enqueue("z", max_attempts=0),
             "bool max_attempts": lambda: q.enqueue("z", max_attempts=True),
             "empty job_id": lambda: q.enqueue("z", job_id=""),
-            "int job_id": lambda: q.enqueue("z", job_id=5),
+            "int job_id": lambda: q.enqueue("z", job_id=5),  # type: ignore[arg-type]
             "control char job_id": lambda: q.enqueue("z", job_id="a\nb"),
             "overlong job_id": lambda: q.enqueue("z", job_id="x" * 1000),
             "enqueue_many bad delay": lambda: q.enqueue_many(["z"], delay=-1),
             "count 0": lambda: q.lease(0),
             "negative count": lambda: q.lease(-1),
             "bool count": lambda: q.lease(True),
-            "float count": lambda: q.lease(1.0),
+            "float count": lambda: q.lease(1.0),  # type: ignore[arg-type]
             "zero visibility": lambda: q.lease(1, visibility_timeout=0),
             "nan visibility": lambda: q.lease(1, visibility_timeout=math.nan),
             "negative nack delay": lambda: q.nack(leased, delay=-1),

@@ -16,7 +16,7 @@ from unittest import mock
 from support import FakeClock, TempDirTestCase, tree_digest
 
 import nobroker.queue
-from nobroker import CorruptLogError, JobState, NobrokerError, Queue
+from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
 from nobroker.framing import FILE_HEADER
 
 
@@ -252,7 +252,7 @@ class SameProcessHandlesTest(FileQueueTestCase):
                     if i % 4 == 0:
                         for job in q.lease(2):
                             q.ack(job)
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=work, args=(handles[n % 2], n)) for n in range(4)]
@@ -272,7 +272,7 @@ class SameProcessHandlesTest(FileQueueTestCase):
 
 
 class CompactionTest(FileQueueTestCase):
-    def build(self, q: Queue, clock: FakeClock) -> object:
+    def build(self, q: Queue, clock: FakeClock) -> Job:
         jobs = q.enqueue_many([{"n": i, "pad": "x" * 200} for i in range(200)])
         leased = q.lease(190)
         q.ack_many(leased[:150])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import random
 import unittest
+from collections.abc import Callable
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
@@ -120,11 +121,13 @@ def in_state(before: JobState | None, *, ma: int = 3) -> tuple[QueueState, Log]:
     return state, log
 
 
-def record_for(rtype: RT, job_id: str = "j") -> tuple[int, dict[str, Any]]:
-    return {RT.ENQUEUE: lambda: enq(job_id), RT.LEASE: lambda: lease(job_id, 2),
-            RT.ACK: lambda: ack(job_id, 1), RT.NACK: lambda: nack(job_id, 1),
-            RT.EXTEND: lambda: extend(job_id, 1), RT.EXPIRE: lambda: expire(job_id, 1),
-            RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge}[rtype]()
+def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any]]:
+    makers: dict[RecordType, Callable[[], tuple[int, dict[str, Any]]]] = {
+        RT.ENQUEUE: lambda: enq(job_id), RT.LEASE: lambda: lease(job_id, 2),
+        RT.ACK: lambda: ack(job_id, 1), RT.NACK: lambda: nack(job_id, 1),
+        RT.EXTEND: lambda: extend(job_id, 1), RT.EXPIRE: lambda: expire(job_id, 1),
+        RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge}
+    return makers[rtype]()
 
 
 class RecordTypesTest(unittest.TestCase):
@@ -514,10 +517,14 @@ def random_history(rng: random.Random, steps: int) -> list[list[Applied]]:
             elif what in ("ack", "nack", "extend", "expire"):
                 job_id = rng.choice(by_state[JobState.LEASED])
                 tok = model.jobs[job_id].token
-                records.append({"ack": lambda: ack(job_id, tok, t),
-                                "nack": lambda: nack(job_id, tok, t, rng.choice((None, "e"))),
-                                "extend": lambda: extend(job_id, tok, t + 60),
-                                "expire": lambda: expire(job_id, tok, t)}[what]())
+                if what == "ack":
+                    records.append(ack(job_id, tok, t))
+                elif what == "nack":
+                    records.append(nack(job_id, tok, t, rng.choice((None, "e"))))
+                elif what == "extend":
+                    records.append(extend(job_id, tok, t + 60))
+                else:
+                    records.append(expire(job_id, tok, t))
             elif what == "requeue":
                 job_id = rng.choice(by_state[JobState.DEAD])
                 records.append(requeue(job_id, t))
