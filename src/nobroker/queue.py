@@ -387,8 +387,12 @@ class Queue:
             raise StorageError(current.path, "write", exc) from None
         try:
             self._state.apply_batch(applied)
-        except ValueError as exc:  # a planning bug; the disk and memory now disagree
+        except ValueError as exc:  # a planning bug; memory may be half-applied
             self._poison(f"internal error applying our own batch: {exc}")
+            try:  # replay would refuse this batch too: never leave it on disk
+                current.cut(start)
+            except OSError:
+                pass
             raise
 
     def _sync(self, target: LogFile) -> None:

@@ -392,12 +392,16 @@ class QueueState:
         """Leased jobs whose deadline is at or before `now`."""
         leases, jobs = self._leases, self.jobs
         found: list[tuple[float, int, str]] = []
+        seen: set[str] = set()
         while leases and leases[0][0] <= now:
             item = heapq.heappop(leases)
             entry = jobs.get(item[2])
-            if (entry is not None and entry.state is JobState.LEASED
+            # An EXTEND to the deadline the lease already had pushes a second,
+            # identical heap entry; answering the job twice would plan two EXPIREs.
+            if (entry is not None and entry.state is JobState.LEASED and item[2] not in seen
                     and entry.token == item[1] and entry.lease_until == item[0]):
                 found.append(item)
+                seen.add(item[2])
         for item in found:
             heapq.heappush(leases, item)
         return [jobs[item[2]] for item in found]
