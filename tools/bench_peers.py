@@ -92,6 +92,7 @@ from bench_common import (
     fmt_time,
     framed_sizes,
     json_loads_log,
+    log_files,
     log_record_bytes,
     machine_facts,
     median,
@@ -388,18 +389,20 @@ class NobrokerSystem(System):
         return elapsed
 
     def memory_per_job(self, d: Path, n: int) -> tuple[float, str]:
-        code = (
-            "import gc, sys, json; sys.path[:0] = sys.argv[2:]\n"
+        code = (  # warm up on a one-job queue, then: open + first lease, RSS growth per job
+            "import gc, sys, json, os, tempfile; sys.path[:0] = sys.argv[2:]\n"
             "from bench_common import rss_bytes\n"
             "import nobroker\n"
-            "gc.collect(); r0 = rss_bytes(); q = nobroker.Queue(sys.argv[1]); gc.collect()\n"
-            "r1 = rss_bytes(); s = q.stats(); q.close()\n"
+            "w = nobroker.Queue(tempfile.mkdtemp(dir=os.path.dirname(sys.argv[1])))\n"
+            "w.enqueue(1); w.ack(w.lease_one()); w.stats(); w.close()\n"
+            "gc.collect(); r0 = rss_bytes(); q = nobroker.Queue(sys.argv[1]); q.lease_one()\n"
+            "gc.collect(); r1 = rss_bytes(); s = q.stats(); q.close()\n"
             "print(json.dumps([r1 - r0, s.pending + s.leased]))\n"
         )
         out = subprocess.run([sys.executable, "-c", code, str(d), str(Path(__file__).parent),
                               str(SRC)], capture_output=True, text=True, check=True)
         delta, jobs = json.loads(out.stdout.strip().splitlines()[-1])
-        return delta / max(1, jobs), "process RSS growth on open"
+        return delta / max(1, jobs), "process RSS growth on open + first lease"
 
 
 class HueySystem(System):
@@ -766,6 +769,7 @@ class Runner:
         self.skipped = skipped  # system name -> reason, for systems that could not be built
         self.log = log
         self._n = 10_000_000
+        self.baseline = Baseline(self.record_size())
 
     def payloads(self, count: int) -> list[dict[str, Any]]:
         first, self._n = self._n, self._n + count
@@ -843,14 +847,22 @@ class Runner:
         shutil.rmtree(d, ignore_errors=True)
         return size
 
-    def raw_cell(self, size: int, ops: int) -> Cell:
-        d = self.new_dir("raw")
-        samples = [raw_fsync_loop(d / "raw.bin", size, ops) for _ in range(self.sizes.rounds)]
-        shutil.rmtree(d, ignore_errors=True)
-        return Cell(seconds=median(samples), ops=ops, samples=samples,
-                    text=f"raw O_APPEND write+fsync of {size} B")
+    def with_baseline(self, wl: Workload, text: str, ops: int,
+                      prepare: Callable[[System, Path], None],
+                      measure: Callable[[System, Path], float],
+                      finish: Callable[[System, Path], None]) -> Workload:
+        """interleaved() with the physical baseline as the first contender of every round."""
+        self.systems.insert(0, self.baseline)
+        try:
+            self.interleaved(wl, ops, prepare, measure, finish)
+        finally:
+            self.systems.remove(self.baseline)
+        cell = wl.cells.pop(self.baseline.name)
+        cell.text = text
+        wl.baselines[self.baseline.name] = cell
+        return wl
 
-    def wl_enqueue(self, size: int) -> Workload:
+    def wl_enqueue(self) -> Workload:
         n = self.sizes.enqueue_ops
         wl = Workload("enqueue", "durable single enqueue", "rate",
                       note=f"{n} enqueues per round, one call each")
@@ -858,16 +870,9 @@ class Runner:
         def measure(s: System, d: Path) -> float:
             return s.enqueue_loop(self.payloads(n))
 
-        raw_dir = self.new_dir("raw")
-        raw = RawInterleave(raw_dir / "raw.bin", size, n)
-        self.systems.insert(0, raw)  # interleave the baseline with the peers
-        try:
-            self.interleaved(wl, n, lambda s, d: s.open(d), measure, lambda s, d: s.close())
-        finally:
-            self.systems.remove(raw)
-        wl.baselines["raw"] = wl.cells.pop(raw.name)
-        wl.baselines["raw"].text = f"raw O_APPEND write+fsync of {size} B"
-        return wl
+        return self.with_baseline(
+            wl, f"raw O_APPEND write+fsync of {self.baseline.size} B", n,
+            lambda s, d: s.open(d), measure, lambda s, d: s.close())
 
     def wl_batch(self) -> Workload:
         b = self.sizes.batch
@@ -885,18 +890,10 @@ class Runner:
                 raise NotApplicable("no batch API")
             s.open(d)
 
-        self.interleaved(wl, b, prepare, measure, lambda s, d: s.close())
-        fixed = self.payloads(b)
-        samples = []
-        for _ in range(self.sizes.rounds):
-            t = time.perf_counter()
-            json.dumps(fixed)
-            samples.append(time.perf_counter() - t)
-        wl.baselines["json"] = Cell(seconds=median(samples), ops=b, samples=samples,
-                                    text="json.dumps(list of the payloads)")
-        return wl
+        return self.with_baseline(wl, "json.dumps(list of the payloads)", b, prepare, measure,
+                                  lambda s, d: s.close())
 
-    def wl_take_ack(self, size: int) -> Workload:
+    def wl_take_ack(self) -> Workload:
         n = self.sizes.take_ops
         wl = Workload("take_ack", "take + ack round trip, one consumer", "rate",
                       note=f"{n} jobs per round, queued before the clock starts")
@@ -905,50 +902,34 @@ class Runner:
             s.prefill(self.payloads(n))
             return s.take_ack(n)
 
-        self.interleaved(wl, n, lambda s, d: s.open(d), measure, lambda s, d: s.close())
-        wl.baselines["raw"] = self.raw_cell(size, n)
-        return wl
+        return self.with_baseline(
+            wl, f"raw O_APPEND write+fsync of {self.baseline.size} B", n,
+            lambda s, d: s.open(d), measure, lambda s, d: s.close())
 
     def wl_cold_open(self) -> Workload:
         n = self.sizes.cold_n
         wl = Workload("cold_open", f"cold open with {n:,} pending, to first job", "time",
                       note="open the closed store + take one job; warm page cache "
                            "(RQ: restart redis-server on its AOF)")
-        dirs: dict[str, Path] = {}
 
         def prepare(s: System, d: Path) -> None:
             s.open(d)
             s.prefill(small_payloads(0, n))
-            if isinstance(s, RQSystem):
-                return  # stays in the server; cold_open restarts it
-            s.close()
-            dirs[s.name] = d
+            if not isinstance(s, RQSystem):  # RQ's jobs stay in the server it restarts
+                s.close()
 
         def finish(s: System, d: Path) -> None:
             if isinstance(s, RQSystem):
                 s.close()
 
-        self.interleaved(wl, 1, prepare, lambda s, d: s.cold_open(d), finish)
-        # baseline: json.loads of nobroker's log, built the same way
-        nobroker = importlib.import_module("nobroker")
-        d = self.new_dir("coldbase")
-        with nobroker.Queue(str(d)) as q:
-            for i in range(0, n, 10_000):
-                q.enqueue_many(small_payloads(i, min(10_000, n - i)))
-        samples = []
-        for _ in range(self.sizes.rounds):
-            t = time.perf_counter()
-            json_loads_log(d)
-            samples.append(time.perf_counter() - t)
-        shutil.rmtree(d, ignore_errors=True)
-        wl.baselines["json"] = Cell(seconds=median(samples), ops=1, samples=samples,
-                                    text="json.loads of every record in nobroker's log")
-        return wl
+        return self.with_baseline(wl, "json.loads of every record in nobroker's log", 1,
+                                  prepare, lambda s, d: s.cold_open(d), finish)
 
     def wl_memory(self) -> Workload:
         n = self.sizes.cold_n
         wl = Workload("memory", f"memory per pending job ({n:,} jobs)", "bytes",
-                      note="nobroker: RSS growth of a fresh process opening the queue; "
+                      note="nobroker: RSS growth of a warmed-up process opening the queue "
+                           "and leasing once; "
                            "RQ: redis used_memory growth")
         self._skip_all(wl)
         for s in self.systems:
@@ -973,27 +954,59 @@ class Runner:
         return wl
 
 
-class RawInterleave(System):
-    """The raw write+fsync loop dressed as a System, so it interleaves with the peers."""
+class Baseline(System):
+    """The physical floor of each workload, run as a contender so it interleaves with the peers.
 
-    name = "raw write+fsync"
+    enqueue and take+ack: the raw O_APPEND write+fsync loop with nobroker's
+    record size; batch: json.dumps of the list; cold open: json.loads of every
+    record of a nobroker log holding the same jobs (built untimed by prefill).
+    """
 
-    def __init__(self, path: Path, size: int, n: int) -> None:
+    name = "baseline"
+    supports_batch = True
+
+    def __init__(self, size: int) -> None:
         super().__init__()
-        self.path, self.size, self.n = path, size, n
-        self.durability = "fsync per write (physical floor)"
+        self.size = size
+        self.dir: Path | None = None
+        self.durability = "physical floor: fsync per write, or no I/O"
 
     def open(self, d: Path) -> None:
-        pass
+        self.dir = d
 
     def close(self) -> None:
         pass
+
+    def _path(self) -> Path:
+        assert self.dir is not None
+        return self.dir / "raw.bin"
 
     def enqueue(self, payload: dict[str, Any]) -> None:
         raise AssertionError("measured as a whole loop")
 
     def enqueue_loop(self, payloads: list[dict[str, Any]]) -> float:
-        return raw_fsync_loop(self.path, self.size, len(payloads))
+        return raw_fsync_loop(self._path(), self.size, len(payloads))
+
+    def enqueue_batch(self, payloads: list[dict[str, Any]]) -> None:
+        json.dumps(payloads)
+
+    def prefill(self, payloads: list[dict[str, Any]]) -> None:
+        self._pending = len(payloads)
+
+    def take_ack(self, n: int) -> float:
+        return raw_fsync_loop(self._path(), self.size, n)
+
+    def cold_open(self, d: Path) -> float:
+        if not log_files(d):  # first round: build the nobroker log, untimed
+            nobroker = importlib.import_module("nobroker")
+            with nobroker.Queue(str(d)) as q:
+                for i in range(0, self._pending, 10_000):
+                    q.enqueue_many(small_payloads(i, min(10_000, self._pending - i)))
+        t = time.perf_counter()
+        json_loads_log(d)
+        return time.perf_counter() - t
+
+    _pending = 0
 
 
 # --------------------------------------------------------------------------
@@ -1208,12 +1221,11 @@ def main(argv: list[str] | None = None) -> int:
             skipped[label] = f"error: {type(exc).__name__}: {exc}"
             log(f"!!! {label}: skipped: {skipped[label]}")
 
-    runner = Runner(sizes, root, systems, skipped, log)
     wls: list[Workload] = []
     started = time.perf_counter()
     try:
-        size = runner.record_size()
-        log(f"nobroker's framed ENQUEUE record for the standard job: {size} B")
+        runner = Runner(sizes, root, systems, skipped, log)
+        log(f"nobroker's framed ENQUEUE record for the standard job: {runner.baseline.size} B")
         two_calls = [s for s in systems if isinstance(s, NobrokerSystem) and s.two_calls]
         for key in selected:
             log(f"[{key}] ...")
@@ -1223,11 +1235,11 @@ def main(argv: list[str] | None = None) -> int:
                     systems.remove(s)
             try:
                 if key == "enqueue":
-                    wls.append(runner.wl_enqueue(size))
+                    wls.append(runner.wl_enqueue())
                 elif key == "batch":
                     wls.append(runner.wl_batch())
                 elif key == "take_ack":
-                    wls.append(runner.wl_take_ack(size))
+                    wls.append(runner.wl_take_ack())
                 elif key == "cold_open":
                     wls.append(runner.wl_cold_open())
                 elif key == "memory":
