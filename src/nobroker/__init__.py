@@ -26,6 +26,7 @@ from .errors import (
 from .models import CompactionResult, Job, QueueStats, RecoveryReport
 from .queue import Queue
 from .state import JobState
+from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
 
@@ -47,5 +48,7 @@ __all__ = [
     "SerializationError",
     "StorageError",
     "UnsafeFilesystemError",
+    "Worker",
+    "WorkerStats",
     "__version__",
 ]

@@ -1,0 +1,490 @@
+"""The `nobroker` command line: every queue operation, for shells and scripts.
+
+What it owns: parsing arguments, opening the queue the way each command
+needs it, printing results, and turning every failure into one line on
+stderr and an exit code:
+
+    0  done
+    1  the queue said no: unknown job, locked, damaged, missing, unusable
+    2  the command line was wrong: bad option, bad JSON, unimportable handler
+
+Rules: a user mistake gets one line, never a traceback (a traceback means a
+bug in nobroker); a failing command changes nothing; looking never changes
+anything -- `stats`, `list`, `get` and `dlq` open the queue read-only,
+`inspect` reads the raw log file without opening a queue, and no command
+but `enqueue` and `work` creates a queue that is not there. Results go to
+stdout (`--json` for scripts); progress and repairs are logged to stderr
+through the `nobroker` logger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from . import __version__
+from .compaction import current_filename
+from .errors import NobrokerError, SerializationError
+from .inspection import RawRecord, current_log_path, read_records
+from .logfile import log_filename
+from .models import Job
+from .queue import Queue
+from .records import loads
+from .state import JobState
+from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
+
+__all__ = ["main", "load_handler", "UsageError"]
+
+DEFAULT_DIR = "./jobs"
+DIR_ENV = "NOBROKER_DIR"
+PAYLOAD_WIDTH = 60  # characters of payload shown per row by `list` and `dlq`
+
+Command = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """The command line cannot be carried out as written (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors raised (one line, exit 2) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# -- argument types ---------------------------------------------------------
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+# -- opening queues ---------------------------------------------------------
+
+def _directory(args: argparse.Namespace) -> str:
+    chosen = getattr(args, "dir", None) or os.environ.get(DIR_ENV) or DEFAULT_DIR
+    return os.path.abspath(chosen)
+
+
+def _name(args: argparse.Namespace) -> str:
+    return getattr(args, "queue", None) or "default"
+
+
+def _require_queue(args: argparse.Namespace) -> tuple[str, str]:
+    """The queue's directory and name, or a NobrokerError if no such queue exists."""
+    directory, name = _directory(args), _name(args)
+    if not os.path.isdir(directory):
+        raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")
+    if not any(os.path.exists(os.path.join(directory, f))
+               for f in (current_filename(name), log_filename(name, 0))):
+        raise NobrokerError(f"no queue named {name!r} in {directory}")
+    return directory, name
+
+
+def _open(args: argparse.Namespace, *, readonly: bool = False, create: bool = False,
+          **options: Any) -> Queue:
+    if create:
+        directory, name = _directory(args), _name(args)
+    else:
+        directory, name = _require_queue(args)
+    return Queue(directory, name, readonly=readonly, lock_timeout=args.lock_timeout, **options)
+
+
+# -- output -----------------------------------------------------------------
+
+def _job_dict(job: Job) -> dict[str, Any]:
+    return {"id": job.id, "state": str(job.state), "priority": job.priority,
+            "attempts": job.attempts, "max_attempts": job.max_attempts,
+            "available_at": job.available_at, "enqueued_at": job.enqueued_at,
+            "lease_expires_at": job.lease_expires_at, "last_error": job.last_error,
+            "payload": job.payload}
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _short(value: Any, width: int = PAYLOAD_WIDTH) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _when(job: Job, now: float) -> str:
+    if job.state is JobState.LEASED and job.lease_expires_at is not None:
+        return f"lease {_ago(job.lease_expires_at - now)}"
+    if job.state is JobState.PENDING:
+        return "ready" if job.available_at <= now else f"in {_ago(job.available_at - now)}"
+    return "-"
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+
+
+# -- commands ---------------------------------------------------------------
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.payload == "-" else args.payload
+    try:
+        payload = loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the payload is not valid JSON: {exc}") from None
+    with _open(args, create=True) as queue:
+        try:
+            job = queue.enqueue(payload, priority=args.priority, delay=args.delay,
+                                max_attempts=args.max_attempts, job_id=args.job_id)
+        except (SerializationError, ValueError, TypeError) as exc:
+            raise UsageError(str(exc)) from None
+    print(job.id)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args, readonly=True) as queue:
+        stats = queue.stats()
+    if args.json:
+        _print_json({"queue": queue.name, "directory": queue.directory,
+                     **dataclasses.asdict(stats)})
+        return 0
+    print(f"queue {queue.name!r} in {queue.directory}")
+    for label, value in (("pending", stats.pending), ("leased", stats.leased),
+                         ("dead", stats.dead), ("done", stats.done), ("total", stats.total),
+                         ("generation", stats.generation), ("log bytes", stats.log_bytes)):
+        print(f"  {label:<11}{value:>12,}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _open(args, readonly=True) as queue:
+        jobs = queue.list_jobs(args.state, limit=args.limit)
+    if args.json:
+        _print_json([_job_dict(job) for job in jobs])
+        return 0
+    if not jobs:
+        print(f"no {args.state or ''} jobs".replace("  ", " "))
+        return 0
+    now = time.time()
+    rows = [("ID", "STATE", "PRIORITY", "ATTEMPTS", "WHEN", "PAYLOAD")]
+    rows += [(job.id, str(job.state), str(job.priority), f"{job.attempts}/{job.max_attempts}",
+              _when(job, now), _short(job.payload)) for job in jobs]
+    _table(rows)
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with _open(args, readonly=True) as queue:
+        job = queue.get(args.id)
+    _print_json(_job_dict(job))
+    return 0
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    if args.requeue is not None:
+        with _open(args) as queue:
+            count = queue.requeue_dead(args.requeue or None)
+        print(f"requeued {count} job(s) from the dead-letter queue")
+        return 0
+    with _open(args, readonly=True) as queue:
+        jobs = queue.dlq()
+    if args.json:
+        _print_json([_job_dict(job) for job in jobs])
+        return 0
+    if not jobs:
+        print("the dead-letter queue is empty")
+        return 0
+    rows = [("ID", "ATTEMPTS", "LAST ERROR", "PAYLOAD")]
+    rows += [(job.id, str(job.attempts), _short(job.last_error or "", 50).strip('"'),
+              _short(job.payload, 40)) for job in jobs]
+    _table(rows)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    directory, name = _require_queue(args)
+    path = current_log_path(directory, name)
+    try:
+        records = list(read_records(path))
+    except FileNotFoundError:
+        raise NobrokerError(f"{path} is missing") from None
+    broken = next((r for r in records if r.error is not None), None)
+    if args.json:
+        _print_json({"path": path, "records": [dataclasses.asdict(r) for r in records]})
+    else:
+        print(path)
+        rows = [("OFFSET", "TYPE", "CRC", "PAYLOAD")]
+        rows += [(str(r.offset), r.type + ("+" if r.more else ""), "ok" if r.crc_ok else "BAD",
+                  _record_text(r)) for r in records]
+        _table(rows)
+        print(f"{len(records)} record(s); '+' marks a record whose batch continues")
+    if broken is not None:
+        print(f"nobroker: the log stops at offset {broken.offset}: {broken.error} "
+              f"(`nobroker recover` repairs a torn tail)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _record_text(record: RawRecord) -> str:
+    if record.error is not None:
+        return f"({record.error})"
+    return json.dumps(record.payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    with _open(args) as queue:  # opening is what repairs: it cuts a torn tail
+        report = queue.recovery
+    print(report.describe())
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        result = queue.compact()
+    print(f"compacted generation {result.old_generation} -> {result.new_generation}: "
+          f"{result.bytes_before:,} -> {result.bytes_after:,} bytes, {result.live_jobs} live "
+          f"job(s), {result.remembered_keys} remembered key(s), in "
+          f"{result.seconds * 1000:.1f} ms")
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise UsageError("purge deletes every pending job; add --yes to confirm")
+    with _open(args) as queue:
+        count = queue.purge()
+    print(f"purged {count} pending job(s)")
+    return 0
+
+
+def cmd_work(args: argparse.Namespace) -> int:
+    handler = load_handler(args.handler)  # before opening: a typo must not create a queue
+    with _open(args, create=True) as queue:
+        worker = Worker(queue, handler, concurrency=args.concurrency,
+                        poll_interval=args.poll_interval, max_jobs=args.max_jobs,
+                        idle_timeout=args.idle_timeout, shutdown_timeout=args.shutdown_timeout,
+                        visibility_timeout=args.visibility_timeout)
+        stats = worker.run()
+    if stats.forced:
+        signum = getattr(signal, stats.stopped_by, None)
+        return 128 + int(signum) if isinstance(signum, int) else 1
+    return 0
+
+
+def load_handler(spec: str) -> Handler:
+    """The callable named by MODULE:FUNCTION, imported like `python -m` would.
+
+    The current directory is searched first, so `nobroker work tasks:handle`
+    finds ./tasks.py. Every failure is a UsageError with one line of text.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"handler {spec!r} must look like MODULE:FUNCTION, "
+                         f"e.g. myapp.tasks:handle")
+    here = os.getcwd()
+    if not any(os.path.abspath(entry or ".") == here for entry in sys.path):
+        sys.path.insert(0, here)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise UsageError(f"cannot import {module_name!r}: no such module in {here} "
+                             f"or on sys.path") from None
+        raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
+    except Exception as exc:  # the handler's own module is broken: say how, in one line
+        raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not callable(target):
+        raise UsageError(f"{spec} is a {type(target).__name__}, not a function")
+    handler: Handler = target
+    return handler
+
+
+# -- the parser -------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    # --dir/--queue/--lock-timeout work before or after the command name. The copies
+    # use SUPPRESS so a subcommand's absent option never hides the global one.
+    common = _Parser(add_help=False)
+    common.add_argument("--dir", default=argparse.SUPPRESS, metavar="DIR",
+                        help=f"the queue directory (default: ${DIR_ENV} or {DEFAULT_DIR})")
+    common.add_argument("--queue", default=argparse.SUPPRESS, metavar="NAME",
+                        help="the queue's name within the directory (default: default)")
+    common.add_argument("--lock-timeout", type=_seconds, default=argparse.SUPPRESS,
+                        metavar="S", help="give up if another process holds the queue's "
+                        "lock this long (default: 10)")
+    parser = _Parser(prog="nobroker", parents=[common],
+                     description="A durable job queue in a directory: no broker, no server.",
+                     epilog="exit codes: 0 ok, 1 queue error, 2 usage error")
+    parser.add_argument("--version", action="version", version=f"nobroker {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help_text,
+                                  description=help_text)
+        sub.set_defaults(func=func)
+        return sub
+
+    sub = command("enqueue", cmd_enqueue, "add a job; prints its id")
+    sub.add_argument("payload", metavar="JSON", help="the job's payload as JSON ('-': stdin)")
+    sub.add_argument("--priority", type=int, default=0, metavar="N",
+                     help="higher runs first (default: 0)")
+    sub.add_argument("--delay", type=_seconds, default=0.0, metavar="S",
+                     help="hide the job for S seconds")
+    sub.add_argument("--job-id", metavar="KEY",
+                     help="an idempotency key: enqueueing a known key adds nothing")
+    sub.add_argument("--max-attempts", type=_positive_int, metavar="N",
+                     help="deliveries before the dead-letter queue (default: 5)")
+
+    sub = command("stats", cmd_stats, "count jobs by state (read-only)")
+    sub.add_argument("--json", action="store_true", help="print JSON")
+
+    sub = command("list", cmd_list, "list jobs in enqueue order (read-only)")
+    sub.add_argument("--state", choices=[str(s) for s in JobState if s is not JobState.DONE])
+    sub.add_argument("--limit", type=_non_negative_int, metavar="N", help="at most N jobs")
+    sub.add_argument("--json", action="store_true", help="print JSON")
+
+    sub = command("get", cmd_get, "show one job as JSON (read-only)")
+    sub.add_argument("id", metavar="ID")
+
+    sub = command("work", cmd_work, "run a handler on the queue's jobs until stopped")
+    sub.add_argument("handler", metavar="MODULE:FUNC",
+                     help="the handler, imported from the current directory first")
+    sub.add_argument("--concurrency", type=_positive_int, default=1, metavar="N",
+                     help="handlers running at once, in threads (default: 1)")
+    sub.add_argument("--max-jobs", type=_positive_int, metavar="N",
+                     help="stop after N jobs")
+    sub.add_argument("--idle-timeout", type=_seconds, metavar="S",
+                     help="stop after S seconds without work")
+    sub.add_argument("--shutdown-timeout", type=_seconds, default=DEFAULT_SHUTDOWN_TIMEOUT,
+                     metavar="S", help="on SIGINT/SIGTERM, wait at most S seconds for "
+                     f"running handlers (default: {DEFAULT_SHUTDOWN_TIMEOUT:g})")
+    sub.add_argument("--visibility-timeout", type=_positive_seconds, metavar="S",
+                     help="lease length, renewed by heartbeats (default: 30)")
+    sub.add_argument("--poll-interval", type=_positive_seconds, default=0.1, metavar="S",
+                     help="how often an idle worker looks for work (default: 0.1)")
+    sub.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+    sub.add_argument("-v", "--verbose", action="store_true", help="log debug detail too")
+
+    sub = command("dlq", cmd_dlq, "list the dead-letter queue, or requeue from it")
+    sub.add_argument("--requeue", nargs="?", const="", metavar="ID",
+                     help="move one dead job (or, without ID, all) back to pending")
+    sub.add_argument("--json", action="store_true", help="print JSON")
+
+    sub = command("inspect", cmd_inspect, "print every raw record of the log (read-only)")
+    sub.add_argument("--json", action="store_true", help="print JSON")
+
+    command("recover", cmd_recover, "open the queue, repairing a torn tail, and report")
+    command("compact", cmd_compact, "rewrite the log with only the live jobs")
+    sub = command("purge", cmd_purge, "delete every pending job")
+    sub.add_argument("--yes", action="store_true", help="really do it")
+    return parser
+
+
+def _log_level(args: argparse.Namespace) -> int:
+    if args.command != "work":
+        return logging.WARNING
+    if args.verbose:
+        return logging.DEBUG
+    return logging.WARNING if args.quiet else logging.INFO
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (never raises for a user mistake)."""
+    parser = build_parser()
+    logger = logging.getLogger("nobroker")
+    handler: logging.Handler | None = None
+    saved_level = logger.level
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        if not hasattr(args, "lock_timeout"):
+            args.lock_timeout = 10.0
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(_log_level(args))
+        func: Command = args.func
+        return func(args)
+    except UsageError as exc:
+        _complain(str(exc))
+        return 2
+    except NobrokerError as exc:
+        _complain(str(exc))
+        return 1
+    except BrokenPipeError:  # `nobroker list | head`: the reader left; that is fine
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # e.g. the directory is not writable: not a bug of ours
+        _complain(str(exc))
+        return 1
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+            logger.setLevel(saved_level)
+
+
+def _complain(message: str) -> None:
+    print(f"nobroker: {message}", file=sys.stderr)

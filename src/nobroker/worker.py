@@ -1,0 +1,558 @@
+"""The Worker: runs a handler over a queue's jobs until it is told to stop.
+
+What it owns: the loop that leases jobs, calls `handler(job)` and settles
+each job -- returning acks it; raising nacks it with "Type: message" as its
+`last_error`, so the queue retries it after its backoff or dead-letters it
+after `max_attempts` -- and the two duties that make that loop safe to leave
+running: lease heartbeats and a graceful shutdown.
+
+Threads, and who does what:
+- the *dispatcher* is the thread that called `run()`. It leases jobs when a
+  slot is free, idles in `_wait_for_work` (the only place the worker waits
+  for work) when none is ready, and decides when to stop;
+- `concurrency` *slot* threads call the handler. A slot that finishes a job
+  acks it and leases the next one in the same write (`Queue.ack_and_lease`:
+  one fsync per job) for as long as jobs are ready;
+- one *heartbeat* thread extends every in-flight lease each third of the
+  visibility timeout, so a slow but healthy handler is never delivered
+  twice: two heartbeats in a row can fail before a lease runs out. A
+  heartbeat that finds its lease gone (fenced: it expired and the job went
+  to someone else) stops treating the job as its own: it is logged and the
+  handler's outcome is never acked or nacked.
+
+Handlers run in threads, which suits I/O-bound work. CPU-bound work wants
+processes: run several `nobroker work` processes on one queue; the queue's
+file lock makes that safe.
+
+Stopping, in this order: stop leasing; let in-flight handlers finish and be
+settled, for at most `shutdown_timeout` seconds after the stop request; stop
+heartbeats last. `max_jobs` and `idle_timeout` stop the same way. Python
+cannot kill a thread, so a handler still running at the deadline is
+*abandoned*: its heartbeats stop, this worker never settles it, and its job
+is delivered again (counting an attempt) once its lease runs out. Slot
+threads are daemons, so an abandoned handler does not keep the process
+alive. A second SIGINT/SIGTERM skips the wait entirely; the in-flight jobs
+come back the same way.
+
+Rules: signal handlers only set flags and wake the dispatcher; no queue call
+is ever made while holding the worker's condition; the library prints
+nothing -- it logs to the `nobroker` logger, one line per failed job.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import signal
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from .errors import LockTimeoutError, NobrokerError, NotLeasedError
+from .models import Job
+from .queue import Queue
+from .state import JobState
+
+__all__ = ["Worker", "WorkerStats", "Handler", "DEFAULT_SHUTDOWN_TIMEOUT"]
+
+log = logging.getLogger("nobroker")
+
+Handler = Callable[[Job], object]
+
+# Kubernetes sends SIGKILL 30 s after SIGTERM by default (systemd: 90 s); finish first.
+DEFAULT_SHUTDOWN_TIMEOUT = 25.0
+# Longest the dispatcher blocks without looking at its flags. Python runs signal
+# handlers on the main thread only, and a signal the kernel hands to another thread
+# waits until the main thread next runs bytecode: this bounds that delay.
+_TICK = 0.1
+# How long one wait on a queue's wake-up channel may last: a producer's poke ends it
+# early, so this only bounds how late an idle worker sees a stop request.
+_IDLE_SLICE = 0.5
+_WAKE_CHANNEL = hasattr(os, "mkfifo")  # elsewhere Queue.wait is a plain sleep
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """What one `Worker.run()` did."""
+
+    succeeded: int = 0  # the handler returned; the job was acked
+    retried: int = 0  # the handler raised; the job will be retried after its backoff
+    dead_lettered: int = 0  # the handler raised on the job's last attempt
+    lost: int = 0  # the lease was gone before the job could be settled
+    abandoned: int = 0  # still running when the worker stopped; will be redelivered
+    heartbeats: int = 0  # lease extensions written
+    seconds: float = 0.0  # wall time of run()
+    stopped_by: str = ""  # max_jobs, idle_timeout, stop(), SIGINT, SIGTERM or error
+    forced: bool = False  # a second signal or stop(immediate=True) skipped the wait
+
+    @property
+    def failed(self) -> int:
+        return self.retried + self.dead_lettered
+
+    @property
+    def processed(self) -> int:
+        return self.succeeded + self.failed + self.lost
+
+
+@dataclass(eq=False, slots=True)
+class _Flight:
+    """One leased job, from the lease until it is settled (or given up)."""
+
+    job: Job
+    renew_at: float  # time.monotonic() of the next heartbeat
+    settling: bool = False  # its slot is acking or nacking it: heartbeats keep off
+    lost: bool = False  # a heartbeat found the lease gone: not ours any more
+    abandoned: bool = False  # the worker stopped without it
+
+
+def describe_error(exc: BaseException) -> str:
+    """`last_error` for a handler's exception: its type and message."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Worker:
+    """Calls `handler(job)` for each job of `queue` until stopped; see the module doc."""
+
+    def __init__(self, queue: Queue, handler: Handler, *, concurrency: int = 1,
+                 poll_interval: float = 0.1, max_jobs: int | None = None,
+                 idle_timeout: float | None = None, handle_signals: bool = True,
+                 shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+                 visibility_timeout: float | None = None) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError("async handlers are not supported; wrap one in a plain function "
+                            "that calls asyncio.run(...)")
+        if getattr(queue, "readonly", False):
+            raise ValueError("a worker needs a writable queue, not one opened read-only")
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = _count("concurrency", concurrency)
+        self.poll_interval = _seconds("poll_interval", poll_interval, positive=True)
+        self.max_jobs = None if max_jobs is None else _count("max_jobs", max_jobs)
+        self.idle_timeout = None if idle_timeout is None else _seconds("idle_timeout",
+                                                                      idle_timeout)
+        self.shutdown_timeout = _seconds("shutdown_timeout", shutdown_timeout)
+        self.visibility_timeout = (queue.visibility_timeout if visibility_timeout is None else
+                                   _seconds("visibility_timeout", visibility_timeout, True))
+        self.heartbeat_interval = self.visibility_timeout / 3
+        self.handle_signals = bool(handle_signals)
+        # Everything below is shared between threads and guarded by _cond. Its lock is
+        # re-entrant because the signal handler takes it on the main thread, which
+        # may already hold it.
+        self._cond = threading.Condition(threading.RLock())
+        self._flights: set[_Flight] = set()
+        self._inbox: deque[_Flight] = deque()
+        self._reserved = 0  # leases taken (or being taken), for max_jobs
+        self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "lost",
+                                      "abandoned", "heartbeats"), 0)
+        self._started = False
+        self._began = 0.0
+        self._seconds: float | None = None
+        self._last_busy = 0.0
+        self._stop_reason: str | None = None
+        self._stop_at: float | None = None  # when a stop with a deadline was requested
+        self._signals = 0
+        self._forced = False
+        self._closing = False  # slots: exit when idle
+        self._beating = True  # heartbeat thread: keep going
+        self._fatal: NobrokerError | None = None
+
+    # -- public -------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        """Work until stopped; returns what was done. Raises the queue's error if the
+        queue became unusable (after letting in-flight handlers finish)."""
+        with self._cond:
+            if self._started:
+                raise RuntimeError("a Worker runs once; create a new one")
+            self._started = True
+            self._began = self._last_busy = time.monotonic()
+        previous = self._install_signal_handlers()
+        heartbeat = _spawn(self._heartbeat_loop, "nobroker-heartbeat")
+        slots = [_spawn(self._slot_loop, f"nobroker-slot-{n}") for n in range(self.concurrency)]
+        log.info("worker started on queue %r in %s: concurrency %d, visibility timeout %gs",
+                 self.queue.name, self.queue.directory, self.concurrency,
+                 self.visibility_timeout)
+        try:
+            self._dispatch()
+            self._drain()
+        finally:
+            self._shut_down(heartbeat, slots)
+            _restore_signal_handlers(previous)
+        stats = self.stats
+        log.info("worker stopped (%s%s) after %.1fs: %d succeeded, %d retried, "
+                 "%d dead-lettered, %d lost, %d abandoned", stats.stopped_by,
+                 ", forced" if stats.forced else "", stats.seconds, stats.succeeded,
+                 stats.retried, stats.dead_lettered, stats.lost, stats.abandoned)
+        if self._fatal is not None:
+            raise self._fatal
+        return stats
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Ask a running worker to stop; safe from any thread, including a handler's.
+
+        It stops leasing and lets in-flight handlers finish, for at most
+        `shutdown_timeout` seconds. With `immediate=True` it does not wait for
+        them: their jobs come back when their leases run out.
+        """
+        with self._cond:
+            self._request_stop("stop()", deadline=True)
+            self._forced = self._forced or immediate
+            self._cond.notify_all()
+
+    @property
+    def stats(self) -> WorkerStats:
+        """A snapshot of the counters, also while running."""
+        with self._cond:
+            seconds = self._seconds
+            if seconds is None:
+                seconds = time.monotonic() - self._began if self._started else 0.0
+            return WorkerStats(**self._counts, seconds=seconds,
+                               stopped_by=self._stop_reason or "", forced=self._forced)
+
+    # -- the dispatcher -----------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Lease jobs into free slots until a stop is due."""
+        while True:
+            with self._cond:
+                if self._stop_reason is not None:
+                    return
+                free = self.concurrency - len(self._flights)
+                want = self._reserve(free) if free > 0 else 0
+                if want == 0:
+                    if free > 0 and not self._flights:  # max_jobs reached, all settled
+                        self._request_stop("max_jobs", deadline=False)
+                        return
+                    self._cond.wait(_TICK)  # a slot finishing, or a stop, wakes us
+                    continue
+            jobs = self._lease(want)
+            with self._cond:
+                self._reserved -= want - len(jobs)
+                if jobs:
+                    self._admit(jobs)
+                    continue
+                if self.idle_timeout is not None and self._idle_for() >= self.idle_timeout:
+                    self._request_stop("idle_timeout", deadline=False)
+                    return
+            self._wait_for_work()
+
+    def _wait_for_work(self) -> None:
+        """Idle until a job may be ready; the caller then tries to lease again.
+
+        With the queue's wake-up channel (`Queue.wait`), a producer's enqueue
+        ends the wait at once, so the wait can be long: up to `_IDLE_SLICE`,
+        which bounds how late an idle worker notices a stop request. Without
+        one (or where the channel is a plain sleep, as on Windows) this is
+        polling: wait `poll_interval`, waking early only for a stop request
+        or a slot that finished.
+        """
+        wait = getattr(self.queue, "wait", None)
+        timeout = self.poll_interval
+        if callable(wait) and _WAKE_CHANNEL:
+            timeout = max(timeout, _IDLE_SLICE)
+        if self.idle_timeout is not None:
+            with self._cond:
+                timeout = min(timeout, max(self.idle_timeout - self._idle_for(), 0.001))
+        if callable(wait):
+            wait(timeout)
+            return
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._stop_reason is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._cond.wait(min(left, _TICK)):
+                    return  # time to look again, or a slot finished: capacity changed
+
+    def _lease(self, count: int) -> list[Job]:
+        try:
+            return self.queue.lease(count, visibility_timeout=self.visibility_timeout)
+        except LockTimeoutError as exc:
+            log.warning("could not lease: %s; trying again", exc)
+        except NobrokerError as exc:
+            self._fail(exc)
+        return []
+
+    def _admit(self, jobs: list[Job]) -> None:
+        """Hand freshly leased jobs to the slots (under _cond)."""
+        renew_at = time.monotonic() + self.heartbeat_interval
+        for job in jobs:
+            flight = _Flight(job, renew_at)
+            self._flights.add(flight)
+            self._inbox.append(flight)
+        self._last_busy = time.monotonic()
+        self._cond.notify_all()
+
+    def _reserve(self, wanted: int) -> int:
+        """How many of `wanted` more leases max_jobs still allows (under _cond)."""
+        granted = wanted if self.max_jobs is None else min(wanted,
+                                                           self.max_jobs - self._reserved)
+        self._reserved += max(granted, 0)
+        return max(granted, 0)
+
+    def _idle_for(self) -> float:
+        return 0.0 if self._flights else time.monotonic() - self._last_busy
+
+    def _request_stop(self, reason: str, *, deadline: bool) -> None:
+        """Record the first stop request; a deadline starts the shutdown_timeout (under _cond)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        if deadline and self._stop_at is None:
+            self._stop_at = time.monotonic()
+        self._cond.notify_all()
+
+    def _fail(self, exc: NobrokerError) -> None:
+        with self._cond:
+            first = self._fatal is None
+            if first:
+                self._fatal = exc
+            self._request_stop("error", deadline=True)
+        if first:
+            log.error("the queue failed, stopping the worker: %s", exc)
+
+    def _drain(self) -> None:
+        """Wait for in-flight jobs to settle, until the shutdown deadline."""
+        with self._cond:
+            if self._flights and not self._forced:
+                hint = "; signal again to exit at once" if self._signals else ""
+                log.info("stopping (%s): waiting for %d in-flight job(s)%s",
+                         self._stop_reason, len(self._flights), hint)
+            while self._flights and not self._forced:
+                pause = _TICK
+                if self._stop_at is not None:
+                    left = self._stop_at + self.shutdown_timeout - time.monotonic()
+                    if left <= 0:
+                        return
+                    pause = min(pause, left)
+                self._cond.wait(pause)
+
+    def _shut_down(self, heartbeat: threading.Thread, slots: list[threading.Thread]) -> None:
+        """Give up on what is still running, stop the slots, then the heartbeats."""
+        with self._cond:
+            left = sorted(self._flights, key=lambda f: f.job.id)
+            for flight in left:
+                flight.abandoned = True
+            self._counts["abandoned"] += len(left)
+            self._flights.clear()
+            self._inbox.clear()
+            self._closing = True
+            self._beating = False
+            self._seconds = time.monotonic() - self._began
+            forced = self._forced
+            self._cond.notify_all()
+        why = "exiting at once" if forced else \
+            f"still running {self.shutdown_timeout:g}s after the stop request"
+        for flight in left:
+            log.warning("job %s (attempt %d): %s; abandoned, it will be delivered again when "
+                        "its lease runs out", flight.job.id, flight.job.attempts, why)
+        if forced:
+            return
+        heartbeat.join(self.queue.lock_timeout + 1.0)
+        for slot in slots:
+            slot.join(0.0 if left else 1.0)
+
+    # -- the slots ----------------------------------------------------------
+
+    def _slot_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._inbox and not self._closing:
+                    self._cond.wait()
+                if not self._inbox:
+                    return
+                flight: _Flight | None = self._inbox.popleft()
+            while flight is not None:
+                flight = self._work_on(flight)
+
+    def _work_on(self, flight: _Flight) -> _Flight | None:
+        """Run the handler on one job and settle it; returns the next job, if one was leased."""
+        job = flight.job
+        error: BaseException | None = None
+        try:
+            result = self.handler(job)
+            if inspect.isawaitable(result):
+                close = getattr(result, "close", None)
+                if callable(close):
+                    close()
+                raise TypeError("the handler returned an awaitable; async handlers are "
+                                "not supported")
+        except BaseException as exc:  # whatever a handler raises is that job's failure
+            error = exc
+        chain = False
+        with self._cond:
+            if flight.abandoned:
+                gave_up = True
+            else:
+                gave_up = False
+                flight.settling = True
+                chain = (error is None and not flight.lost and self._stop_reason is None
+                         and self._reserve(1) == 1)
+        if gave_up:
+            log.info("job %s finished after the worker stopped; not acked", job.id)
+            return None
+        if flight.lost:
+            outcome, following = "lost", None
+        else:
+            outcome, following = self._settle(job, error, chain)
+        with self._cond:
+            if chain and following is None:
+                self._reserved -= 1
+            self._counts[outcome] += 1
+            self._flights.discard(flight)
+            nxt = None
+            if following is not None:
+                nxt = _Flight(following, time.monotonic() + self.heartbeat_interval)
+                self._flights.add(nxt)
+            self._last_busy = time.monotonic()
+            self._cond.notify_all()
+        return nxt
+
+    def _settle(self, job: Job, error: BaseException | None,
+                chain: bool) -> tuple[str, Job | None]:
+        """Ack (and maybe lease the next job) or nack; returns the outcome's counter."""
+        verb = "acked" if error is None else "nacked"
+        try:
+            if error is None:
+                if chain:
+                    return "succeeded", self.queue.ack_and_lease(
+                        job, visibility_timeout=self.visibility_timeout)
+                self.queue.ack(job)
+                return "succeeded", None
+            text = describe_error(error)
+            after = self.queue.nack(job, error=text)
+        except NotLeasedError as exc:
+            log.warning("job %s (attempt %d): lease lost before it could be %s (%s); "
+                        "whoever holds it now will settle it", job.id, job.attempts, verb,
+                        exc.reason)
+            return "lost", None
+        except LockTimeoutError as exc:
+            log.error("job %s (attempt %d) could not be %s: %s; it will be delivered again "
+                      "when its lease runs out", job.id, job.attempts, verb, exc)
+            return "lost", None
+        except NobrokerError as exc:
+            self._fail(exc)
+            return "lost", None
+        one_line = text.replace("\n", "\\n")
+        if after.state is JobState.DEAD:
+            log.error("job %s failed on attempt %d of %d: %s; moved to the dead-letter queue",
+                      job.id, job.attempts, job.max_attempts, one_line)
+            outcome = "dead_lettered"
+        else:
+            log.warning("job %s failed on attempt %d of %d: %s; retrying in %.1fs", job.id,
+                        job.attempts, job.max_attempts, one_line,
+                        max(0.0, after.available_at - time.time()))
+            outcome = "retried"
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("job %s traceback:\n%s", job.id,
+                      "".join(traceback.format_exception(error)).rstrip())
+        return outcome, None
+
+    # -- heartbeats ---------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if not self._beating:
+                        return
+                    now = time.monotonic()
+                    live = [f for f in self._flights if not (f.settling or f.lost)]
+                    due = [f for f in live if f.renew_at <= now]
+                    if due:
+                        break
+                    wake = min((f.renew_at for f in live), default=None)
+                    self._cond.wait(None if wake is None else wake - now)
+            for flight in due:
+                self._beat(flight)
+
+    def _beat(self, flight: _Flight) -> None:
+        """Extend one lease; mark the flight lost if the lease is no longer ours."""
+        job = flight.job
+        try:
+            self.queue.extend(job, self.visibility_timeout)
+        except NotLeasedError as exc:
+            with self._cond:
+                if flight.settling or flight not in self._flights:
+                    return  # settled meanwhile: the ack, not a rival, ended the lease
+                flight.lost = True
+            log.warning("job %s (attempt %d): heartbeat found the lease lost (%s); this "
+                        "worker no longer treats the job as its own and will not settle it",
+                        job.id, job.attempts, exc.reason)
+            return
+        except LockTimeoutError as exc:
+            retry = min(self.heartbeat_interval / 4, 1.0)
+            log.warning("job %s: heartbeat could not extend the lease (%s); retrying in %.2fs",
+                        job.id, exc, retry)
+            with self._cond:
+                flight.renew_at = time.monotonic() + retry
+            return
+        except NobrokerError as exc:
+            self._fail(exc)
+            with self._cond:
+                flight.renew_at = time.monotonic() + self.heartbeat_interval
+            return
+        with self._cond:
+            flight.renew_at = time.monotonic() + self.heartbeat_interval
+            self._counts["heartbeats"] += 1
+
+    # -- signals ------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: dict[int, Any] = {}
+        for name in ("SIGINT", "SIGTERM"):
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only flags: the dispatcher, woken here, does the logging and the work.
+        with self._cond:
+            self._signals += 1
+            if self._signals == 1:
+                self._request_stop(signal.Signals(signum).name, deadline=True)
+            else:
+                self._forced = True
+            self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        return (f"Worker({self.queue!r}, {getattr(self.handler, '__qualname__', self.handler)}, "
+                f"concurrency={self.concurrency})")
+
+
+def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def _spawn(target: Callable[[], None], name: str) -> threading.Thread:
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, not {value}")
+    return value
+
+
+def _seconds(name: str, value: object, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not value >= 0 or value == float("inf") or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, not {value}")
+    return float(value)
