@@ -78,6 +78,7 @@ class SharedLock:
         self._thread_lock = threading.RLock()
         self._depth = 0
         self.users = 0
+        self.stamp = 0  # the lock file's size at the last acquisition
 
     def acquire(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -111,8 +112,22 @@ class SharedLock:
 
     def _same_file(self) -> bool:
         # If NAME.lock was unlinked or renamed over, our inode has no links left and
-        # a newcomer would lock a different inode: two "holders". One fstat tells.
-        return sys.platform == "win32" or self._fs.fstat(self._fd).st_nlink > 0
+        # a newcomer would lock a different inode: two "holders". The same fstat
+        # reads the stamp (see `set_stamp`).
+        st = self._fs.fstat(self._fd)
+        self.stamp = st.st_size
+        return sys.platform == "win32" or st.st_nlink > 0
+
+    def set_stamp(self, value: int) -> None:
+        """Record `value` (the current log generation) as the lock file's size.
+
+        Every acquisition reads it back with the fstat it makes anyway, so a
+        holder learns of another process's compaction without a further
+        system call. It is a hint: the truth is NAME.current, which a holder
+        re-reads whenever the stamp differs from the generation it has.
+        """
+        self._fs.ftruncate(self._fd, value)
+        self.stamp = value
 
     def release(self) -> None:
         self._depth -= 1

@@ -20,6 +20,7 @@ This module knows frames and batches, not what records mean (state.py).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -38,6 +39,24 @@ READ_CHUNK: Final = 4 << 20
 
 
 _ZERO_HEADER: Final = bytes(framing.RECORD_HEADER.size)
+
+
+def _unwritten_sector(data: bytes, base: int) -> int:
+    """Where, in `data` read from file offset `base`, a never-written sector ends a gap.
+
+    A power cut loses whole sectors (512 bytes or a multiple, aligned), which read
+    back as the preallocated zeros: so zeros right before a sector boundary, 16 of
+    them or all the way back to `base`, are a gap. Records never hold 16 zero
+    bytes in a row (payloads are ASCII JSON), and a zeroed region that reaches no
+    sector boundary was not left by a crash. Returns len(data) if there is none.
+    """
+    boundary = -base % 512 or 512
+    while boundary <= len(data):
+        start = max(0, boundary - 16)
+        if not any(data[start:boundary]):
+            return start
+        boundary += 512
+    return len(data)
 
 
 def log_filename(name: str, generation: int) -> str:
@@ -70,6 +89,12 @@ class LogFile:
         self.size = size
         self.inflight = 0  # fsyncs running outside the lock; close waits for them
         self.retired = False
+        # Group commit between threads: one fdatasync serves everyone whose records
+        # were written before it started.
+        self._sync_cond = threading.Condition()
+        self._durable = 0  # bytes before this offset are known to be on disk
+        self._syncing = False
+        self._sync_failed: OSError | None = None
 
     # -- opening ------------------------------------------------------------
 
@@ -124,7 +149,7 @@ class LogFile:
         chunk = READ_CHUNK
         if not full:
             # The common case, nothing new: one small read shows zeros (or EOF) at our end.
-            buf = self.fs.pread(self.fd, 4096, pos)
+            buf = self.fs.pread(self.fd, 512, pos)
             if not buf or buf[:framing.RECORD_HEADER.size] == _ZERO_HEADER:
                 return ScanResult(end=pos, records=0)
             chunk = 16384
@@ -220,8 +245,15 @@ class LogFile:
         return start
 
     def _later_batch_after(self, bad_at: int, tail_end: int, last_batch: int) -> int | None:
-        """A batch number > last_batch + 1 found intact after `bad_at`, if any."""
+        """A batch number > last_batch + 1 found intact after `bad_at`, if any.
+
+        Only up to the first sector that was never written: batches beyond it were
+        in the same un-synced window as the damage (several batches can be in
+        flight: group commit, a writer that died before its fsync, fsync=False),
+        so none of them was acknowledged, and the damage is a torn tail.
+        """
         data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
+        data = data[:_unwritten_sector(data, bad_at)]
         marker = framing.RESYNC_MARKER
         hit = data.find(marker, 1)
         while hit != -1:
@@ -258,12 +290,50 @@ class LogFile:
             # Double a small file, then grow in fixed steps: tiny queues stay tiny.
             grow = max(need - self.size, min(PREALLOCATE, max(MIN_PREALLOCATE, self.size)))
             self.fs.write_all(self.fd, bytes(grow), self.size)
+            # The new space must be durable zeros before records land in it: a crash
+            # could otherwise show the grown size with garbage where un-synced records
+            # should be, and garbage (unlike zeros) before an intact later batch reads
+            # as corruption. One extra fsync per growth step.
+            self.fs.fdatasync(self.fd)
             self.size += grow
         self.fs.write_all(self.fd, data, start)
         self.end = need
 
     def sync(self) -> None:
-        self.fs.fdatasync(self.fd)
+        """Make everything written so far durable."""
+        self.sync_to(self.end)
+
+    def sync_to(self, offset: int) -> None:
+        """Return once the bytes before `offset` are on disk.
+
+        A thread that finds an fsync already running waits for it and, if
+        that one did not cover its offset, runs the next, covering everyone
+        who wrote meanwhile. A failed fsync fails every waiter and every later
+        call: the kernel may have dropped the pages, so retrying proves nothing.
+        """
+        with self._sync_cond:
+            while True:
+                if self._sync_failed is not None:
+                    raise self._sync_failed
+                if self._durable >= offset:
+                    return
+                if not self._syncing:
+                    break
+                self._sync_cond.wait()
+            self._syncing = True
+            target = self.end  # written before we start, so covered by this fsync
+        try:
+            self.fs.fdatasync(self.fd)
+        except OSError as exc:
+            with self._sync_cond:
+                self._sync_failed = exc
+                self._syncing = False
+                self._sync_cond.notify_all()
+            raise
+        with self._sync_cond:
+            self._durable = max(self._durable, target)
+            self._syncing = False
+            self._sync_cond.notify_all()
 
     def cut(self, end: int) -> None:
         """Drop everything from `end` on (torn tail, failed write) and make it durable."""
@@ -271,6 +341,8 @@ class LogFile:
         self.fs.fsync(self.fd)
         self.size = end
         self.end = min(self.end, end)
+        with self._sync_cond:
+            self._durable = min(self._durable, end)
 
     def save_torn(self, offset: int, length: int) -> str:
         """Copy a torn tail to a side file before it is cut; returns the side file's path."""

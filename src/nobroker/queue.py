@@ -69,6 +69,8 @@ MIN_COMPACT_BYTES = 1 << 20  # auto-compaction never bothers below this log size
 CHECKPOINT_AFTER_BYTES = 1 << 20  # close() saves a checkpoint when this much was logged since
 MAX_ERROR_LENGTH = 4000
 _INT_LIMIT = 2**53  # integers beyond this do not survive a round trip through most JSON readers
+# Queues (realpath/NAME) whose log fsync failed in this process: the next open rescues them.
+_FSYNC_FAILED: set[str] = set()
 
 
 class Queue:
@@ -111,7 +113,6 @@ class Queue:
         self._sync_lock = threading.Lock()
         self._log: LogFile | None = None
         self._state = QueueState()
-        self._current_id: tuple[int, int, int] | None = None
         self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
         self._prepare_directory(allow_network_fs)
         if self.readonly and not any(
@@ -128,11 +129,21 @@ class Queue:
         try:
             with self._locked(refresh=False):
                 self.recovery: RecoveryReport = self._load()
+                if self._rescue_key in _FSYNC_FAILED and not self.readonly:
+                    # An fsync of this queue failed in this process: the kernel may have
+                    # marked pages clean that never reached the disk, yet we just read
+                    # them back. Rewrite everything as fresh pages before trusting it.
+                    self._compact_locked()
+                    _FSYNC_FAILED.discard(self._rescue_key)
         except BaseException:
             release_shared_lock(self._lock)
             raise
 
     # -- opening ------------------------------------------------------------
+
+    @property
+    def _rescue_key(self) -> str:
+        return os.path.join(os.path.realpath(self.directory), self.name)
 
     @property
     def _lock_path(self) -> str:
@@ -164,17 +175,13 @@ class Queue:
                 f"do not protect a queue there. Pass allow_network_fs=True to use it anyway, "
                 f"with one process only.")
 
-    def _current_identity(self) -> tuple[int, int, int] | None:
-        try:
-            st = self._fs.stat(self._current_path)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
     def _read_current(self) -> int:
+        """The generation NAME.current names; 0 when it does not exist yet."""
         path = self._current_path
         try:
             fd = self._fs.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return 0
         except OSError as exc:
             raise CorruptLogError(path, 0, f"cannot open: {exc.strerror}") from None
         try:
@@ -190,13 +197,10 @@ class Queue:
 
     def _load(self) -> RecoveryReport:
         """(Re)build the state from the current generation; under the lock."""
-        identity = self._current_identity()
         notes: list[str] = []
-        if identity is None:
-            generation = 0
-            self._ensure_first_generation(notes)
-        else:
-            generation = self._read_current()
+        generation = self._read_current()
+        if generation == 0:
+            generation = self._ensure_first_generation(notes)
         try:
             new_log = LogFile.open(self._fs, self.directory, self.name, generation)
         except FileNotFoundError:
@@ -220,7 +224,9 @@ class Queue:
             new_log.close()
             raise
         old = self._log
-        self._log, self._state, self._current_id = new_log, state, identity
+        self._log, self._state = new_log, state
+        if self._lock.stamp != generation and not self.readonly:
+            self._lock.set_stamp(generation)  # heal a stamp left by a crashed compaction
         self._checkpointed = from_checkpoint or framing.FILE_HEADER.size
         if old is not None:
             self._retire(old)
@@ -259,26 +265,40 @@ class Queue:
         current.write_checkpoint(data)
         self._checkpointed = current.end
 
-    def _ensure_first_generation(self, notes: list[str]) -> None:
+    def _ensure_first_generation(self, notes: list[str]) -> int:
+        """The generation to open when NAME.current is absent: 0, created if need be."""
         path = os.path.join(self.directory, log_filename(self.name, 0))
         try:
             size = self._fs.stat(path).st_size
         except FileNotFoundError:
             size = None
-        if size is not None and size >= 16:
-            return
+        if size is not None and size > 16:
+            return 0
         if size is None:
-            others = [entry for entry in self._fs.listdir(self.directory)
-                      if entry.startswith(self.name + ".") and entry.endswith(".log")]
+            others = sorted(entry for entry in self._fs.listdir(self.directory)
+                            if entry.startswith(self.name + ".") and entry.endswith(".log"))
+            numbers = [int(e[len(self.name) + 1:-4]) for e in others
+                       if e[len(self.name) + 1:-4].isdigit()]
+            if len(numbers) >= 2:
+                # A flip from generation g to g+1 whose rename was torn: the old entry of
+                # NAME.current is gone, the new one never landed (a rename is not atomic
+                # on every file system). g+1 was complete and durable before the flip
+                # began, and g is unlinked only after the flip is, so both exist: use g+1.
+                notes.append(f"{os.path.basename(self._current_path)} was missing; "
+                             f"opened the newest generation, {max(numbers)}")
+                return max(numbers)
             if others:
                 raise CorruptLogError(self._current_path, 0,
-                                      f"missing, yet generations exist: {sorted(others)}")
+                                      f"missing, yet generations exist: {others}")
         else:
             fd = self._fs.open(path, os.O_RDONLY)
             try:
                 head = self._fs.pread(fd, size, 0)
             finally:
                 self._fs.close(fd)
+            if size == 16 and head != bytes(16):
+                return 0  # a whole header (LogFile.open judges it); 16 zero bytes fall through:
+                # the header write's new size reached the disk, its bytes did not
             if head not in (framing.encode_file_header(0)[:size], bytes(size)):
                 # Not what a crash during creation leaves: someone else's file. Keep it.
                 raise CorruptLogError(path, 0, f"{size}-byte file is not a nobroker log")
@@ -290,6 +310,7 @@ class Queue:
             notes.append(f"re-created {os.path.basename(path)}: its {size}-byte header was torn")
             self._fs.unlink(path)
         LogFile.create(self._fs, self.directory, self.name, 0).close()
+        return 0
 
     # -- the beats ----------------------------------------------------------
 
@@ -318,7 +339,7 @@ class Queue:
 
     def _refresh(self) -> None:
         """Catch up with what other handles wrote since we last looked."""
-        if self._current_identity() != self._current_id:
+        if self._lock.stamp != self._live_log().generation:
             self._load()  # someone compacted: the old generation is history
             return
         current = self._live_log()
@@ -351,6 +372,7 @@ class Queue:
         if self.readonly:
             raise NobrokerError("queue was opened read-only")
         synced: LogFile | None = None
+        offset = 0
         with self._locked():
             now = self._now()
             batch = Batch(self._state.last_batch + 1)
@@ -359,16 +381,17 @@ class Queue:
             if len(batch):
                 self._commit(batch)
                 if self.fsync:
-                    synced = self._log
+                    synced = self._live_log()
+                    offset = synced.end
                     with self._sync_lock:
-                        synced.inflight += 1  # type: ignore[union-attr]
+                        synced.inflight += 1
             result = build()
             due = self._compaction_due()
         if batch.wakes:
             # Before our fsync: a woken worker's own fsync covers these records too.
             self._wake.notify(batch.wakes)
         if synced is not None:
-            self._sync(synced)
+            self._sync(synced, offset)
         if due:
             self._auto_compact()
         return result
@@ -395,11 +418,12 @@ class Queue:
                 pass
             raise
 
-    def _sync(self, target: LogFile) -> None:
+    def _sync(self, target: LogFile, offset: int) -> None:
         try:
-            target.sync()
+            target.sync_to(offset)
         except OSError as exc:
             self._poison(f"fsync of {target.path} failed: {exc}")
+            _FSYNC_FAILED.add(self._rescue_key)
             raise StorageError(target.path, "fsync", exc) from None
         finally:
             with self._sync_lock:
@@ -706,6 +730,9 @@ class Queue:
         finally:
             new_log.close()
         try:
+            # Stamp first: a peer that sees the new stamp before the flip re-reads
+            # NAME.current and finds the old generation, which is still right.
+            self._lock.set_stamp(new_generation)
             compaction.publish_generation(self._fs, self.directory, self.name, new_generation)
         except OSError as exc:
             # The rename may or may not have reached the disk: only a reopen can tell.
