@@ -4,16 +4,17 @@ A checkpoint is a *cache* of the log, never a source of truth. It records the
 state after the complete batches up to a log offset (`end`) of one
 generation; opening loads it and replays only the records after `end`. It is
 used only if everything checks out: magic, CRC of the whole file, byte
-order, generation, and a CRC of the 64 log bytes just before `end` (so a log
-that was cut, replaced or damaged below `end` is never trusted). Any doubt
-means a full replay, which gives the same state, only slower.
+order, generation, and the CRC-32 of the whole log before `end` (so a log
+that was cut, replaced or damaged below `end` is never trusted, and damage
+there is found by the full replay that follows). Any doubt means a full
+replay, which gives the same state, only slower.
 
 Layout of `NAME.GGGGGG.ckpt` (little or big endian as the writer's machine;
 the meta says which):
 
     <8s magic "NBCKPT01"> <I crc32 of everything after these 12 bytes>
     then sections, each <Q length><bytes>:
-      meta     JSON: generation, end, tail crc, counters, byte order, job count
+      meta     JSON: generation, end, crc of the log before end, counters, byte order
       ids      JSON list of job ids, in enqueue order
       errors   JSON object {index: last_error} for the jobs that have one
       keys     JSON object {id: done_at} of remembered idempotency keys
@@ -29,15 +30,16 @@ import struct
 import sys
 import zlib
 from array import array
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
+from .framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
 from .state import Entry, JobState, QueueState
 
-__all__ = ["encode", "decode", "TAIL_BYTES", "MAGIC"]
+__all__ = ["encode", "decode", "MAGIC", "CheckpointError"]
 
 ENABLED = True  # tests switch it off to compare against a full replay
 MAGIC: Final = b"NBCKPT01"
-TAIL_BYTES: Final = 64
 _HEAD: Final = struct.Struct("<8sI")
 _LEN: Final = struct.Struct("<Q")
 _STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
@@ -52,10 +54,11 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be trusted (internal: the caller replays instead)."""
 
 
-def encode(state: QueueState, generation: int, end: int, tail_crc: int) -> bytes:
-    """The checkpoint bytes for `state`, valid for log `generation` up to offset `end`."""
+def encode(state: QueueState, generation: int, end: int, log_crc: int) -> bytes:
+    """The checkpoint bytes for `state`, valid for log `generation` up to offset `end`,
+    whose bytes before `end` have CRC-32 `log_crc`."""
     entries = list(state.entries())
-    meta = {"generation": generation, "end": end, "tail": tail_crc,
+    meta = {"generation": generation, "end": end, "crc": log_crc, "clock": state.clock,
             "byteorder": sys.byteorder, "jobs": len(entries),
             "last_batch": state.last_batch, "next_token": state.next_token,
             "done": state.done, "snapshot": state.snapshot_seen}
@@ -75,12 +78,23 @@ def encode(state: QueueState, generation: int, end: int, tail_crc: int) -> bytes
 
 
 def decode(data: bytes, generation: int, log_size: int,
-           tail: Any) -> tuple[QueueState, int]:
-    """Rebuild the state from checkpoint bytes; returns it and the log offset it covers.
+           prefix_crc: Callable[[int], int]) -> tuple[QueueState, int, int]:
+    """Rebuild the state from checkpoint bytes.
 
-    `tail(end)` returns the log's TAIL_BYTES bytes before `end`. Raises
-    CheckpointError for anything that does not check out.
+    Returns the state, the log offset it covers and the log's CRC up to there.
+    `prefix_crc(end)` computes the CRC-32 of the log's first `end` bytes.
+    Raises CheckpointError for anything that does not check out.
     """
+    try:
+        return _decode(data, generation, log_size, prefix_crc)
+    except (LookupError, TypeError, AttributeError, OverflowError) as exc:
+        # A CRC-valid file of the wrong shape (another version, a forgery): only a
+        # cache, so doubt means replay, never a crash of the open.
+        raise CheckpointError(f"malformed: {type(exc).__name__}: {exc}") from None
+
+
+def _decode(data: bytes, generation: int, log_size: int,
+            prefix_crc: Callable[[int], int]) -> tuple[QueueState, int, int]:
     if len(data) < _HEAD.size:
         raise CheckpointError("too short")
     magic, crc = _HEAD.unpack_from(data)
@@ -97,8 +111,8 @@ def decode(data: bytes, generation: int, log_size: int,
         raise CheckpointError(f"bad json: {exc}") from None
     end = meta.get("end")
     if (meta.get("generation") != generation or meta.get("byteorder") != sys.byteorder
-            or type(end) is not int or not TAIL_BYTES <= end <= log_size
-            or zlib.crc32(tail(end)) != meta.get("tail")):
+            or type(end) is not int or not 0 < end <= log_size
+            or prefix_crc(end) != meta.get("crc")):
         raise CheckpointError("does not match this log")
     count = meta["jobs"]
     states, keyed = bytes(sections[4]), bytes(sections[5])
@@ -110,6 +124,11 @@ def decode(data: bytes, generation: int, log_size: int,
     if not (len(ids) == len(states) == len(keyed) == count
             and all(len(column) == count for column in columns)):
         raise CheckpointError("column lengths disagree")
+    locs, sizes = columns[-2], columns[-1]
+    if count and (min(locs) < FILE_HEADER.size or max(locs) >= end
+                  or min(sizes) <= RECORD_HEADER.size
+                  or max(sizes) > RECORD_HEADER.size + MAX_RECORD):
+        raise CheckpointError("a job's record lies outside the log")
     # Positional arguments: this line runs once per job and keywords cost double.
     pending = _STATES[0]
     entries = [
@@ -125,7 +144,8 @@ def decode(data: bytes, generation: int, log_size: int,
     state = QueueState.restore(entries, keys, last_batch=meta["last_batch"],
                                next_token=meta["next_token"], done=meta["done"],
                                snapshot_seen=meta["snapshot"])
-    return state, end
+    state.clock = float(meta["clock"])
+    return state, end, int(meta["crc"])
 
 
 def _split(body: memoryview) -> list[memoryview]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -86,6 +87,10 @@ class LogFile:
         self.path = os.path.join(directory, log_filename(name, generation))
         self.fd = fd
         self.end = framing.FILE_HEADER.size
+        # CRC-32 of every byte before `end`, kept as batches are read or written;
+        # a checkpoint records it so that a damaged, already-durable record can
+        # never hide behind the checkpoint.
+        self.crc = zlib.crc32(framing.encode_file_header(generation))
         self.size = size
         self.inflight = 0  # fsyncs running outside the lock; close waits for them
         self.retired = False
@@ -159,6 +164,7 @@ class LogFile:
         batch_start = pos
         count = 0
         reason = ""
+        crc = self.crc
         while True:
             rel = pos - buf_start
             outcome, type_byte, payload, nxt = framing.decode_record(buf, rel)
@@ -192,6 +198,7 @@ class LogFile:
                 break
             batch.append((type_byte & framing.TYPE_MASK, record, pos,
                           framing.RECORD_HEADER.size + len(payload)))
+            crc = zlib.crc32(buf[rel:nxt], crc)
             pos = buf_start + nxt
             if not type_byte & framing.MORE:
                 try:
@@ -204,6 +211,7 @@ class LogFile:
                 count += len(batch)
                 last_batch = batch[0][1]["b"]
                 self.end = pos
+                self.crc = crc
                 batch = []
                 batch_start = pos
         result = ScanResult(end=self.end, records=count)
@@ -297,6 +305,7 @@ class LogFile:
             self.fs.fdatasync(self.fd)
             self.size += grow
         self.fs.write_all(self.fd, data, start)
+        self.crc = zlib.crc32(data, self.crc)
         self.end = need
 
     def sync(self) -> None:
@@ -362,9 +371,17 @@ class LogFile:
     def checkpoint_path(self) -> str:
         return self.path[: -len(".log")] + ".ckpt"
 
-    def tail(self, end: int, size: int) -> bytes:
-        """The `size` bytes just before `end`: what a checkpoint fingerprints."""
-        return self.fs.pread(self.fd, size, end - size)
+    def prefix_crc(self, end: int) -> int:
+        """CRC-32 of the file's first `end` bytes, read from disk."""
+        crc = 0
+        pos = 0
+        while pos < end:
+            chunk = self.fs.pread(self.fd, min(READ_CHUNK, end - pos), pos)
+            if not chunk:
+                break
+            crc = zlib.crc32(chunk, crc)
+            pos += len(chunk)
+        return crc
 
     def read_checkpoint(self) -> bytes | None:
         try:

@@ -22,7 +22,6 @@ import os
 import re
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -242,13 +241,12 @@ class Queue:
         if data is not None:
             try:
                 size = self._fs.fstat(target.fd).st_size
-                state, end = checkpoint.decode(
-                    data, target.generation, size,
-                    lambda end: target.tail(end, checkpoint.TAIL_BYTES))
+                state, end, crc = checkpoint.decode(data, target.generation, size,
+                                                    target.prefix_crc)
             except (checkpoint.CheckpointError, ValueError, OSError) as exc:
                 log.info("%s: ignoring checkpoint (%s); replaying the log", target.path, exc)
             else:
-                target.end = end
+                target.end, target.crc = end, crc
                 return state, end
         return QueueState(), None
 
@@ -260,8 +258,7 @@ class Queue:
             return
         if self.fsync:
             current.sync()  # the checkpoint must not describe records the disk may lose
-        data = checkpoint.encode(self._state, current.generation, current.end,
-                                 zlib.crc32(current.tail(current.end, checkpoint.TAIL_BYTES)))
+        data = checkpoint.encode(self._state, current.generation, current.end, current.crc)
         current.write_checkpoint(data)
         self._checkpointed = current.end
 
@@ -356,8 +353,9 @@ class Queue:
                         result.torn_reason, side)
 
     def _now(self) -> float:
-        # Recorded queue time never goes backwards, even if the clock is stepped back.
-        now = max(float(self._clock()), self._last_now)
+        # Recorded queue time never goes backwards, even if the clock is stepped back
+        # or another process's clock ran ahead: the log remembers the latest time.
+        now = max(float(self._clock()), self._last_now, self._state.clock)
         self._last_now = now
         return now
 
@@ -722,9 +720,8 @@ class Queue:
         keys = len(snapshot.done_keys)
         try:
             if checkpoint.ENABLED:  # so the reload below need not re-parse the snapshot
-                tail = zlib.crc32(new_log.tail(new_log.end, checkpoint.TAIL_BYTES))
                 new_log.write_checkpoint(
-                    checkpoint.encode(snapshot, new_generation, new_log.end, tail))
+                    checkpoint.encode(snapshot, new_generation, new_log.end, new_log.crc))
         except OSError as exc:
             log.warning("could not checkpoint generation %d: %s", new_generation, exc)
         finally:

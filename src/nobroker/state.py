@@ -54,6 +54,9 @@ _SNAPSHOT_STATES: Final = {"pending": JobState.PENDING, "leased": JobState.LEASE
                            "dead": JobState.DEAD}
 
 
+_INT64: Final = 2**63
+
+
 class ReplayError(ValueError):
     """A record that no correct writer produces (internal; see CorruptLogError)."""
 
@@ -88,6 +91,8 @@ def _field(rec: Record, key: str, kind: type, offset: int) -> Any:
     value = rec.get(key)
     if type(value) is not kind and not (kind is float and type(value) is int):
         raise ReplayError(offset, f"field {key!r} must be {kind.__name__}, got {value!r:.60}")
+    if type(value) is int and not -_INT64 <= value < _INT64:  # no writer stores these, and
+        raise ReplayError(offset, f"field {key!r} is out of range")  # checkpoints cannot
     return value
 
 
@@ -111,6 +116,7 @@ class QueueState:
         self.next_token = 1
         self.last_batch = 0
         self.snapshot_seen = False
+        self.clock = 0.0  # latest time any record carries: writers never record earlier
         self.live_bytes = 0
         self._next_seq = 0
         self._stamp = 0  # never reused, so a re-enqueued id cannot revive stale entries
@@ -162,10 +168,15 @@ class QueueState:
         if self.last_batch and number != self.last_batch + 1:
             raise ReplayError(first_offset,
                               f"batch {number} follows batch {self.last_batch}")
+        clock = self.clock
         for rtype, rec, offset, size in batch:
             if rec.get("b") != number:
                 raise ReplayError(offset, f"record of batch {rec.get('b')!r} inside batch {number}")
             self._apply(rtype, rec, offset, size)
+            stamp = rec.get("t", rec.get("done"))
+            if type(stamp) is float and stamp > clock:
+                clock = stamp
+        self.clock = clock
         self.last_batch = number
 
     def _apply(self, rtype: int, rec: Record, offset: int, size: int) -> None:
@@ -237,6 +248,8 @@ class QueueState:
     def _apply_enqueue(self, job_id: str, rec: Record, offset: int, size: int) -> None:
         if job_id in self.jobs:
             raise ReplayError(offset, f"job {job_id!r} enqueued twice")
+        if "p" not in rec:
+            raise ReplayError(offset, f"enqueue of {job_id!r} has no payload")
         self.done_keys.pop(job_id, None)
         keyed = rec.get("k", False)
         if type(keyed) is not bool:
@@ -254,7 +267,10 @@ class QueueState:
     def _apply_snapshot_job(self, job_id: str, rec: Record, offset: int, size: int) -> None:
         if job_id in self.jobs:
             raise ReplayError(offset, f"job {job_id!r} twice in a snapshot")
-        state = _SNAPSHOT_STATES.get(rec.get("s"))  # type: ignore[arg-type]
+        if "p" not in rec:
+            raise ReplayError(offset, f"snapshot of {job_id!r} has no payload")
+        code = rec.get("s")
+        state = _SNAPSHOT_STATES.get(code) if type(code) is str else None
         if state is None:
             raise ReplayError(offset, f"bad snapshot state {rec.get('s')!r}")
         attempts = _field(rec, "a", int, offset)
