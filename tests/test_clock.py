@@ -7,9 +7,9 @@ nobroker reads the wall clock (`time.time`, or the `clock=` you pass) only
 when a call writes: the time is recorded in the log, and every deadline --
 a lease's expiry, a delayed job's or a retry's ready time, how long a
 finished job's idempotency key is remembered -- is stored as an absolute
-queue time. Replay never reads the clock. Each handle records
-max(clock, the latest time it used before), so the times one handle writes
-never go backwards.
+queue time. Replay never reads the clock. Writers record
+max(clock, the latest time already in the log), so recorded queue time never
+goes backwards, whichever process writes and however its clock was set.
 
 * A forward jump of D seconds makes deadlines arrive D seconds early: leases
   expire and their jobs are handed out again (each expiry counts as a failed
@@ -18,21 +18,20 @@ never go backwards.
   early. Nothing is lost, and no job ever has two holders: every lease has
   a new fencing token, and the old holder's `ack`/`nack`/`extend` raises
   `NotLeasedError`.
-* A backward jump of D seconds on a running handle stops its queue time
-  until the clock catches up: for up to D seconds nothing expires and
-  nothing delayed becomes ready through that handle, and the times it
-  records stand still rather than go back.
-* A handle opened after a backward jump (a restarted process) has no memory
-  of the later time, so deadlines recorded before the jump are D seconds
-  further away for it: a dead worker's job is reclaimed up to D seconds
-  late. Until then, an older handle that still remembers the later time can
-  expire the new handle's fresh leases early (see the expected failure
-  below); fencing still keeps every job to one holder.
+* A backward jump of D seconds stops queue time, for every handle, until
+  the clock catches up: for up to D seconds nothing expires and nothing
+  delayed becomes ready, so a dead worker's job is reclaimed up to D
+  seconds late. The times written stand still rather than go back.
+* A forward jump that is later undone is both: its deadlines arrive early,
+  and then the log remembers the jumped-to time, so queue time stands still
+  until the real clock reaches it again (up to D seconds of no expiries and
+  no delays running out).
 * A frozen clock (or identical timestamps) changes nothing but timing:
   order within a priority is enqueue order, not time order.
-* A forward jump that is later undone leaves its deadlines in the log: jobs
-  leased or delayed during it wait until real time reaches those deadlines
-  (or until their holder settles them).
+* Compaction keeps only the times of what it keeps (each live job's enqueue
+  time, each remembered key's ack time), so just after a compaction a
+  handle whose clock is behind may start from a slightly earlier time than
+  the latest one before it -- never earlier than any time a live job carries.
 
 In short: a clock jump can cause an extra delivery (at-least-once allows
 it; fencing refuses the stale holder) or a late one; it never loses a job,
@@ -177,15 +176,12 @@ class BackwardJumpTest(ClockTestCase):
             q.ack(job)
         q.ack(again)
 
-    @unittest.expectedFailure
     def test_an_older_handle_does_not_expire_a_newer_handles_fresh_lease(self) -> None:
-        # KNOWN BUG (reported; reliability.md §4.9 says the writer records
-        # max(now, last recorded time) -- nobroker keeps that maximum per handle,
-        # not per log). After the clock steps back, a freshly opened handle
-        # records leases an hour "in the past" of an older handle, which then
-        # expires them at its next call: deliveries churn and burn attempts.
-        # Fencing still holds (the stale ack is refused). Remove the decorator
-        # once queue time is monotonic across handles.
+        # Regression (reliability.md §4.9): queue time was once monotonic per handle
+        # only. After the clock stepped back, a freshly opened handle recorded
+        # leases an hour "in the past" of an older handle, which then expired them
+        # at its next call: deliveries churned and burned attempts. The log now
+        # remembers the latest time, so every writer records at least that.
         clock_old, clock_new = Clock(), Clock()
         old = self.open(clock_old)
         old.enqueue("work")
@@ -199,6 +195,25 @@ class BackwardJumpTest(ClockTestCase):
         clock_new.jump(1.0)
         old.enqueue("anything")  # the older handle writes: it must not expire our lease
         new.ack(job)
+
+
+    def test_undone_forward_jump_holds_queue_time_until_the_clock_catches_up(self) -> None:
+        clock = Clock()
+        start = clock.now
+        q = self.open(clock)
+        clock.jump(HOUR)
+        q.enqueue("written during the jump")
+        clock.now = start + 1  # the jump is undone
+        q.close()
+        q = self.open(clock)  # even a fresh handle: the log remembers
+        q.enqueue("work")
+        job = [j for j in q.lease(5) if j.payload == "work"][0]
+        self.assertEqual(job.lease_expires_at, start + HOUR + VT)
+        clock.now = start + HOUR  # an hour later, the lease is still young
+        self.assertIsNone(q.lease_one())
+        clock.now = start + HOUR + VT
+        q.stats()
+        self.assertIn(job.id, [j.id for j in q.lease(5) or q.lease(5)])
 
 
 class FrozenClockTest(ClockTestCase):

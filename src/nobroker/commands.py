@@ -68,6 +68,7 @@ class Batch:
         record = {"b": self.number, **fields}
         head = dumps(record)
         self._texts.append((rtype, f'{head[:-1]},"p":{payload_text}}}'))
+        record["p"] = None  # replay checks the payload is there; memory never keeps it
         self._records.append(record)
         return record
 
