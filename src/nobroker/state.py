@@ -21,7 +21,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from .records import Record, RecordType
 
@@ -46,6 +46,8 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.REQUEUE, JobState.DEAD): (JobState.PENDING,),
     (RecordType.PURGE, JobState.PENDING): (None,),
 }
+
+_NUMBER: Final = frozenset({int, float})
 
 # A record as the log reader hands it over: type, decoded object, offset, size.
 Applied = tuple[int, Record, int, int]
@@ -246,6 +248,17 @@ class QueueState:
             raise ReplayError(offset, f"unknown record type {rtype}")
 
     def _apply_enqueue(self, job_id: str, rec: Record, offset: int, size: int) -> None:
+        # The hot path of replay: check every field in one expression, and only
+        # when something is off, walk the checks one by one to name it.
+        pr, at, t, ma, keyed = rec.get("pr"), rec.get("at"), rec.get("t"), rec.get("ma"), \
+            rec.get("k", False)
+        if (type(pr) is int and type(ma) is int and ma >= 1 and type(at) in _NUMBER
+                and type(t) in _NUMBER and type(keyed) is bool and "p" in rec
+                and job_id not in self.jobs):
+            self.done_keys.pop(job_id, None)
+            self._add(Entry(job_id, 0, pr, cast(float, at), cast(float, t), ma, 0,
+                            JobState.PENDING, 0, 0.0, None, keyed, offset, size))
+            return
         if job_id in self.jobs:
             raise ReplayError(offset, f"job {job_id!r} enqueued twice")
         if "p" not in rec:
