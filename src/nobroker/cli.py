@@ -153,7 +153,7 @@ def _short(value: Any, width: int = PAYLOAD_WIDTH) -> str:
 
 def _when(job: Job, now: float) -> str:
     if job.state is JobState.LEASED and job.lease_expires_at is not None:
-        return f"lease {_ago(job.lease_expires_at - now)}"
+        return f"lease ends in {_ago(job.lease_expires_at - now)}"
     if job.state is JobState.PENDING:
         return "ready" if job.available_at <= now else f"in {_ago(job.available_at - now)}"
     return "-"
