@@ -15,17 +15,23 @@ only logs.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
 from nobroker import Job
 
-__all__ = ["hello", "slow", "flaky", "broken", "sleepy"]
+__all__ = ["echo", "hello", "slow", "flaky", "broken", "sleepy"]
 
 
 def _field(job: Job, key: str, default: Any) -> Any:
     return job.payload.get(key, default) if isinstance(job.payload, dict) else default
+
+
+def echo(job: Job) -> None:
+    """Prints the job's payload and succeeds."""
+    print(f"job {job.id} (attempt {job.attempts}): {json.dumps(job.payload)}", flush=True)
 
 
 def hello(job: Job) -> None:

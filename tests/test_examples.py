@@ -121,7 +121,9 @@ class HandlersTest(unittest.TestCase):
         with redirect_stdout(io.StringIO()) as out:
             handlers.hello(job({"name": "Ada"}))
             handlers.hello(job(["not", "a", "dict"]))
+            handlers.echo(job({"resize": "a.jpg"}))
         self.assertIn("hello, Ada", out.getvalue())
+        self.assertIn('{"resize": "a.jpg"}', out.getvalue())
 
     def test_slow_announces_itself_before_working(self) -> None:
         marker = Path(self.id() + ".pid")
