@@ -80,7 +80,7 @@ class Batch:
         last = len(self._texts) - 1
         pairs = zip(self._texts, self._records, strict=True)
         for index, ((rtype, text), record) in enumerate(pairs):
-            frame = framing.encode_record(rtype, text.encode("ascii"), more=index < last)
+            frame = framing.encode_record(rtype, text.encode("utf-8"), more=index < last)
             parts.append(frame)
             applied.append((rtype, record, offset, len(frame)))
             offset += len(frame)

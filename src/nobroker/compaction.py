@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
-from dataclasses import replace
 
 from .commands import Batch
 from .fs import FileSystem, replace_durably
 from .logfile import LogFile, log_filename
-from .records import RecordType
-from .state import JobState, QueueState
+from .records import Record, RecordType
+from .state import Entry, JobState, QueueState
 
 __all__ = ["write_generation", "publish_generation", "remove_stale_files", "current_filename",
            "parse_current"]
@@ -43,12 +41,8 @@ def parse_current(data: bytes) -> int | None:
     return int(match.group(1)) if match else None
 
 
-Locations = dict[str, tuple[int, int]]
-
-
 def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation: int,
-                     now: float, key_retention: float,
-                     payload_text: Callable[[int], str]) -> tuple[LogFile, QueueState]:
+                     now: float, key_retention: float) -> tuple[LogFile, QueueState]:
     """Write generation `generation` holding `state`; durable (file and name) on return.
 
     Returns the open new log and the state its replay gives (so the caller can
@@ -62,13 +56,11 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
     log = LogFile.create(fs, old.directory, old.name, generation)
     try:
         batch = Batch(state.last_batch + 1)
-        for entry in state.entries():
-            fields = {"id": entry.id, "pr": entry.priority, "at": entry.available_at,
-                      "t": entry.enqueued_at, "ma": entry.max_attempts, "a": entry.attempts,
-                      "s": str(entry.state), "tok": entry.token,
-                      "until": entry.lease_until if entry.state is JobState.LEASED else 0.0,
-                      "err": entry.last_error, "k": entry.keyed}
-            batch.add_payload(RecordType.JOB, fields, payload_text(entry.loc))
+        entries = list(state.entries())
+        # Enqueue order is also log order, so this reads the old log front to back.
+        texts = old.payload_texts([entry.loc for entry in entries])
+        for entry, text in zip(entries, texts, strict=True):
+            batch.add_payload(RecordType.JOB, _snapshot_fields(entry), text)
         keys = {job_id: done_at for job_id, done_at in state.done_keys.items()
                 if done_at + key_retention > now}
         for job_id, done_at in keys.items():
@@ -86,22 +78,35 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         except OSError:
             pass
         raise
-    locations = {rec["id"]: (offset, size) for rtype, rec, offset, size in applied
-                 if rtype == RecordType.JOB}
-    return log, snapshot_state(state, locations, keys, batch.number)
+    # What replaying the snapshot gives: the same jobs, their payloads at new offsets.
+    moved = [Entry(e.id, 0, e.priority, e.available_at, e.enqueued_at, e.max_attempts,
+                   e.attempts, e.state, e.token,
+                   e.lease_until if e.state is JobState.LEASED else 0.0, e.last_error,
+                   e.keyed, offset, size)
+             for e, (_, _, offset, size) in zip(entries, applied, strict=False)]
+    snapshot = QueueState.restore(moved, keys, last_batch=batch.number,
+                                  next_token=state.next_token, done=state.done,
+                                  snapshot_seen=True)
+    snapshot.clock = state.clock
+    return log, snapshot
 
 
-def snapshot_state(state: QueueState, locations: Locations, keys: dict[str, float],
-                   batch: int) -> QueueState:
-    """What replaying a snapshot of `state` written as batch `batch` gives."""
-    entries = []
-    for entry in state.entries():
-        loc, size = locations[entry.id]
-        leased = entry.state is JobState.LEASED
-        entries.append(replace(entry, loc=loc, size=size,
-                               lease_until=entry.lease_until if leased else 0.0))
-    return QueueState.restore(entries, keys, last_batch=batch, next_token=state.next_token,
-                              done=state.done, snapshot_seen=True)
+def _snapshot_fields(entry: Entry) -> Record:
+    """A JOB record's fields; those at their default value are left out."""
+    fields: Record = {"id": entry.id, "pr": entry.priority, "at": entry.available_at,
+                      "t": entry.enqueued_at, "ma": entry.max_attempts}
+    if entry.attempts:
+        fields["a"] = entry.attempts
+    if entry.state is not JobState.PENDING:
+        fields["s"] = str(entry.state)
+    if entry.state is JobState.LEASED:
+        fields["tok"] = entry.token
+        fields["until"] = entry.lease_until
+    if entry.last_error is not None:
+        fields["err"] = entry.last_error
+    if entry.keyed:
+        fields["k"] = True
+    return fields
 
 
 def publish_generation(fs: FileSystem, directory: str, name: str, generation: int) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -287,6 +287,31 @@ class LogFile:
         if record is None:
             raise CorruptLogError(self.path, offset, "payload record unreadable")
         return record
+
+    def payload_texts(self, locs: list[int]) -> Iterator[str]:
+        """The payload JSON text of the records at `locs`, CRC-checked, without parsing.
+
+        Reads ahead in large chunks, so increasing offsets (the usual order)
+        cost one read per chunk rather than two per record. A record's payload
+        key is always its last: `..., "p": PAYLOAD}`; the first `,"p":` in the
+        text is that key, because a quote inside a JSON string is escaped.
+        """
+        buf = b""
+        buf_start = 0
+        for loc in locs:
+            rel = loc - buf_start
+            if rel < 0 or rel + framing.RECORD_HEADER.size > len(buf):
+                buf, buf_start, rel = self.fs.pread(self.fd, READ_CHUNK, loc), loc, 0
+            length = int.from_bytes(buf[rel:rel + 4], "little")
+            if rel + framing.RECORD_HEADER.size + length > len(buf):
+                need = max(READ_CHUNK, framing.RECORD_HEADER.size + min(length,
+                                                                        framing.MAX_RECORD))
+                buf, buf_start, rel = self.fs.pread(self.fd, need, loc), loc, 0
+            outcome, _, payload, _ = framing.decode_record(buf, rel)
+            key = payload.find(b',"p":') if outcome == framing.RECORD else -1
+            if key < 0 or not payload.endswith(b"}"):
+                raise CorruptLogError(self.path, loc, "payload record unreadable")
+            yield payload[key + 5:-1].decode("utf-8")
 
     # -- writing ------------------------------------------------------------
 

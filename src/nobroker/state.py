@@ -282,12 +282,13 @@ class QueueState:
             raise ReplayError(offset, f"job {job_id!r} twice in a snapshot")
         if "p" not in rec:
             raise ReplayError(offset, f"snapshot of {job_id!r} has no payload")
-        code = rec.get("s")
+        # Fields at their default value are left out of a snapshot record.
+        code = rec.get("s", "pending")
         state = _SNAPSHOT_STATES.get(code) if type(code) is str else None
         if state is None:
             raise ReplayError(offset, f"bad snapshot state {rec.get('s')!r}")
-        attempts = _field(rec, "a", int, offset)
-        token = _field(rec, "tok", int, offset)
+        attempts = _field(rec, "a", int, offset) if "a" in rec else 0
+        token = _field(rec, "tok", int, offset) if "tok" in rec else 0
         if attempts < 0 or token < 0 or (state is JobState.LEASED) != (token > 0):
             raise ReplayError(offset, "inconsistent attempts/token in snapshot job")
         keyed = rec.get("k", False)
@@ -300,7 +301,7 @@ class QueueState:
             enqueued_at=_field(rec, "t", float, offset),
             max_attempts=self._max_attempts(rec, offset),
             attempts=attempts, state=JobState.PENDING, token=token,
-            lease_until=_field(rec, "until", float, offset),
+            lease_until=_field(rec, "until", float, offset) if "until" in rec else 0.0,
             last_error=_opt_str(rec, "err", offset), keyed=keyed, loc=offset, size=size,
         )
         self._add(entry)
