@@ -1,16 +1,29 @@
 """Compaction: rewrite the live state as a new log generation and switch to it.
 
-Protocol (each step's fsync is what makes the next one safe):
-  1. create NAME.<g+1>.log, write one snapshot batch: a JOB record per live
-     job in enqueue order, a KEY record per remembered idempotency key, and a
-     SNAPSHOT record with the counters; fsync it; fsync the directory.
-  2. durably replace NAME.current with "<g+1>" (fs.replace_durably). This
-     rename is the commit point: before it generation g is authoritative and
-     the new file is ignorable garbage; after it, the reverse.
-  3. unlink older generations and leftovers; fsync the directory.
+The slow part runs without the queue's lock, so producers and workers carry
+on meanwhile. In order (each fsync is what makes the next step safe):
 
-A crash before step 2 leaves g current (the next compaction deletes the
-orphan); a crash after it leaves g+1 current and maybe stale files, which
+  prepare (no lock; `prepare_generation`)
+    1. note the current generation g and its logical end X (under the lock,
+       a moment);
+    2. rebuild the state at X privately, from g's checkpoint and records (g
+       below X never changes: the log is append-only);
+    3. write it as the snapshot batch of generation g+1 under a temporary
+       name, NAME.<g+1>.log.tmp-*, and fsync it; write g+1's checkpoint.
+  finish (under the lock; `Queue._finish_compaction`)
+    4. if another process compacted meanwhile, throw the file away;
+    5. copy the batches appended to g after X, byte for byte, to the end of
+       the new file (batch numbers carry on: the snapshot batch has the number
+       of the last batch it summarises); fsync;
+    6. rename the file to NAME.<g+1>.log and fsync the directory, so the name
+       exists on disk before anything points at it;
+    7. durably replace NAME.current with "<g+1>" (fs.replace_durably). This
+       is the commit point: before it g is authoritative and the new file is
+       an ignorable leftover; after it, the reverse;
+    8. unlink older generations and leftovers; fsync the directory.
+
+A crash before step 7 leaves g current (leftovers are removed by the next
+compaction); a crash after it leaves g+1 current and maybe stale files, which
 are never read because NAME.current does not name them.
 """
 
@@ -18,15 +31,17 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
+from . import checkpoint
 from .commands import Batch
 from .fs import FileSystem, replace_durably
-from .logfile import LogFile, log_filename
+from .logfile import READ_CHUNK, LogFile, log_filename
 from .records import Record, RecordType
 from .state import Entry, JobState, QueueState
 
-__all__ = ["write_generation", "publish_generation", "remove_stale_files", "current_filename",
-           "parse_current"]
+__all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",
+           "remove_stale_files", "current_filename", "parse_current"]
 
 _WRITE_BUFFER = 1 << 20
 
@@ -41,21 +56,89 @@ def parse_current(data: bytes) -> int | None:
     return int(match.group(1)) if match else None
 
 
+@dataclass(slots=True)
+class Prepared:
+    """A new generation written under a temporary name, ready to be switched to."""
+
+    log: LogFile  # open, still under its temporary name
+    state: QueueState  # what replaying its snapshot gives
+    upto: int  # the new file holds the old generation's state up to this offset
+    replayed_end: int  # `state` is the replay of the new file up to here
+    replayed_crc: int
+    checkpointed: int = 0  # offset the new generation's checkpoint covers (0: none)
+
+    def catch_up(self, end: int) -> None:
+        """Copy the old generation's batches from `upto` to `end` (complete batches,
+        unchanged bytes) onto the new file, and replay them into `state`."""
+        if end <= self.upto:
+            return
+        source = LogFile.open(self.log.fs, self.log.directory, self.log.name,
+                              self.log.generation - 1)
+        try:
+            pos = self.upto
+            while pos < end:
+                chunk = source.fs.pread(source.fd, min(READ_CHUNK, end - pos), pos)
+                if not chunk:
+                    raise OSError(5, f"{source.path} ends early at {pos}")
+                self.log.append(chunk)
+                pos += len(chunk)
+        finally:
+            source.close()
+        written = self.log.end
+        self.log.end, self.log.crc = self.replayed_end, self.replayed_crc
+        self.log.scan(self.state.apply_batch, self.state.last_batch, full=False)
+        if self.log.end != written:
+            raise OSError(5, f"{self.log.path}: copied batches replay to {self.log.end}, "
+                             f"not {written}")
+        self.upto, self.replayed_end, self.replayed_crc = end, self.log.end, self.log.crc
+
+    def discard(self) -> None:
+        self.log.close()
+        try:
+            self.log.fs.unlink(self.log.path)
+        except OSError:
+            pass
+
+
+def prepare_generation(fs: FileSystem, directory: str, name: str, generation: int, upto: int,
+                       now: float, key_retention: float) -> Prepared:
+    """Steps 2-3: the snapshot of generation `generation` at offset `upto`, written as
+    generation `generation` + 1 under a temporary name. Takes no lock."""
+    reader = LogFile.open(fs, directory, name, generation)
+    try:
+        state = reader.load_checkpoint(max_end=upto) or QueueState()
+        reader.scan(state.apply_batch, state.last_batch, full=False, limit=upto)
+        if reader.end != upto:
+            raise OSError(5, f"{reader.path} ends at {reader.end}, expected {upto}")
+        temp = f"{log_filename(name, generation + 1)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+        new_log, snapshot = write_generation(fs, reader, state, generation + 1, now,
+                                             key_retention, filename=temp)
+    finally:
+        reader.close()
+    prepared = Prepared(new_log, snapshot, upto, new_log.end, new_log.crc)
+    try:
+        if checkpoint.ENABLED:  # the next open (and every peer) loads this, not the snapshot
+            new_log.write_checkpoint(
+                checkpoint.encode(snapshot, new_log.generation, new_log.end, new_log.crc))
+            prepared.checkpointed = new_log.end
+    except OSError:
+        pass  # only a cache
+    return prepared
+
+
 def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation: int,
-                     now: float, key_retention: float) -> tuple[LogFile, QueueState]:
-    """Write generation `generation` holding `state`; durable (file and name) on return.
+                     now: float, key_retention: float,
+                     filename: str | None = None) -> tuple[LogFile, QueueState]:
+    """Write `state` as the snapshot batch of a new generation file; durable on return.
 
     Returns the open new log and the state its replay gives (so the caller can
     checkpoint it without re-reading what it just wrote).
     """
-    path = os.path.join(old.directory, log_filename(old.name, generation))
+    log = LogFile.create(fs, old.directory, old.name, generation, filename)
     try:
-        fs.unlink(path)  # an orphan of a compaction that crashed before its flip
-    except FileNotFoundError:
-        pass
-    log = LogFile.create(fs, old.directory, old.name, generation)
-    try:
-        batch = Batch(state.last_batch + 1)
+        # The snapshot takes the number of the last batch it summarises, so the
+        # batches copied after it continue the sequence unchanged.
+        batch = Batch(state.last_batch)
         entries = list(state.entries())
         # Enqueue order is also log order, so this reads the old log front to back.
         texts = old.payload_texts([entry.loc for entry in entries])
@@ -74,7 +157,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
     except BaseException:
         log.close()
         try:
-            fs.unlink(path)
+            fs.unlink(log.path)
         except OSError:
             pass
         raise
@@ -116,7 +199,8 @@ def publish_generation(fs: FileSystem, directory: str, name: str, generation: in
 
 def remove_stale_files(fs: FileSystem, directory: str, name: str, current: int) -> list[str]:
     """Delete other generations and temp files of this queue; returns what was removed."""
-    pattern = re.compile(re.escape(name) + r"\.(\d{6,})\.(log|ckpt|ckpt\.tmp)$")
+    pattern = re.compile(
+        re.escape(name) + r"\.(\d{6,})\.(log|ckpt|ckpt\.tmp|log\.tmp-[0-9a-f-]+)$")
     removed = []
     for entry in fs.listdir(directory):
         match = pattern.fullmatch(entry)

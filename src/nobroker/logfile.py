@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from . import framing
+from . import checkpoint, framing
 from .errors import CorruptLogError
 from .fs import FileSystem
 from .records import Record, loads
-from .state import Applied
+from .state import Applied, QueueState
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
 
@@ -104,9 +104,14 @@ class LogFile:
     # -- opening ------------------------------------------------------------
 
     @classmethod
-    def create(cls, fs: FileSystem, directory: str, name: str, generation: int) -> LogFile:
-        """Create a new generation holding only its header; durable on return."""
-        path = os.path.join(directory, log_filename(name, generation))
+    def create(cls, fs: FileSystem, directory: str, name: str, generation: int,
+               filename: str | None = None) -> LogFile:
+        """Create a new generation holding only its header; durable on return.
+
+        With `filename`, the file gets that (temporary) name instead; `rename`
+        gives it its real one later.
+        """
+        path = os.path.join(directory, filename or log_filename(name, generation))
         fd = fs.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         try:
             fs.write_all(fd, framing.encode_file_header(generation), 0)
@@ -115,7 +120,16 @@ class LogFile:
             fs.close(fd)
             raise
         fs.fsync_dir(directory)  # the new name itself survives a power cut
-        return cls(fs, directory, name, generation, fd, framing.FILE_HEADER.size)
+        created = cls(fs, directory, name, generation, fd, framing.FILE_HEADER.size)
+        created.path = path
+        return created
+
+    def rename(self) -> None:
+        """Give a generation created under a temporary name its real name, durably."""
+        final = os.path.join(self.directory, log_filename(self.name, self.generation))
+        self.fs.replace(self.path, final)
+        self.fs.fsync_dir(self.directory)  # the name is durable before anything refers to it
+        self.path = final
 
     @classmethod
     def open(cls, fs: FileSystem, directory: str, name: str, generation: int) -> LogFile:
@@ -140,7 +154,7 @@ class LogFile:
     # -- reading ------------------------------------------------------------
 
     def scan(self, on_batch: Callable[[list[Applied]], None], last_batch: int,
-             *, full: bool = True) -> ScanResult:
+             *, full: bool = True, limit: int | None = None) -> ScanResult:
         """Read every complete batch after `self.end`, handing each to `on_batch`.
 
         Advances `self.end`. Raises CorruptLogError for damage followed by a
@@ -166,6 +180,8 @@ class LogFile:
         reason = ""
         crc = self.crc
         while True:
+            if limit is not None and pos >= limit:
+                return ScanResult(end=self.end, records=count)  # a prefix was asked for
             rel = pos - buf_start
             outcome, type_byte, payload, nxt = framing.decode_record(buf, rel)
             if outcome == framing.INCOMPLETE or (
@@ -394,7 +410,7 @@ class LogFile:
 
     @property
     def checkpoint_path(self) -> str:
-        return self.path[: -len(".log")] + ".ckpt"
+        return os.path.join(self.directory, f"{self.name}.{self.generation:06d}.ckpt")
 
     def prefix_crc(self, end: int) -> int:
         """CRC-32 of the file's first `end` bytes, read from disk."""
@@ -407,6 +423,26 @@ class LogFile:
             crc = zlib.crc32(chunk, crc)
             pos += len(chunk)
         return crc
+
+    def load_checkpoint(self, max_end: int | None = None) -> QueueState | None:
+        """The state saved by this generation's checkpoint, if it can be trusted.
+
+        On success `end` and `crc` move to where the checkpoint leaves off, and
+        a scan continues from there. Any doubt (missing, torn, stale, beyond
+        `max_end`) returns None: replaying from the start gives the same state.
+        """
+        data = self.read_checkpoint() if checkpoint.ENABLED else None
+        if data is None:
+            return None
+        try:
+            size = self.fs.fstat(self.fd).st_size
+            state, end, crc = checkpoint.decode(data, self.generation, size, self.prefix_crc)
+        except (checkpoint.CheckpointError, ValueError, OSError):
+            return None
+        if max_end is not None and end > max_end:
+            return None
+        self.end, self.crc = end, crc
+        return state
 
     def read_checkpoint(self) -> bytes | None:
         try:

@@ -64,6 +64,7 @@ T = TypeVar("T")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 _MISSING: Any = object()
+_LOCKED_CATCH_UP = 256 << 10  # copy at most about this much under the lock at the switch
 MIN_COMPACT_BYTES = 1 << 20  # auto-compaction never bothers below this log size
 CHECKPOINT_AFTER_BYTES = 1 << 20  # close() saves a checkpoint when this much was logged since
 MAX_ERROR_LENGTH = 4000
@@ -110,6 +111,7 @@ class Queue:
         self._poisoned: str | None = None
         self._pid = os.getpid()
         self._sync_lock = threading.Lock()
+        self._compacting = threading.RLock()  # one compaction at a time per handle
         self._log: LogFile | None = None
         self._state = QueueState()
         self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
@@ -237,18 +239,10 @@ class Queue:
 
     def _restore(self, target: LogFile) -> tuple[QueueState, int | None]:
         """The state from the generation's checkpoint, if it can be trusted; else empty."""
-        data = target.read_checkpoint() if checkpoint.ENABLED else None
-        if data is not None:
-            try:
-                size = self._fs.fstat(target.fd).st_size
-                state, end, crc = checkpoint.decode(data, target.generation, size,
-                                                    target.prefix_crc)
-            except (checkpoint.CheckpointError, ValueError, OSError) as exc:
-                log.info("%s: ignoring checkpoint (%s); replaying the log", target.path, exc)
-            else:
-                target.end, target.crc = end, crc
-                return state, end
-        return QueueState(), None
+        state = target.load_checkpoint()
+        if state is None:
+            return QueueState(), None
+        return state, target.end
 
     def _save_checkpoint(self) -> None:
         """Under the lock: write a checkpoint if enough was logged since the last one."""
@@ -694,51 +688,104 @@ class Queue:
         return self.list_jobs(JobState.DEAD, limit=limit)
 
     def compact(self) -> CompactionResult:
-        """Rewrite the live jobs into a new log generation and switch to it atomically."""
+        """Rewrite the live jobs into a new log generation and switch to it atomically.
+
+        The new generation is written without holding the queue's lock, so other
+        handles and processes keep working; only the switch at the end locks.
+        """
         if self.readonly:
             raise NobrokerError("queue was opened read-only")
-        with self._locked():
-            return self._compact_locked()
+        for _ in range(3):
+            result = self._compact()
+            if result is not None:
+                return result
+        raise CompactionError("other processes kept compacting this queue first")
+
+    def _compact(self) -> CompactionResult | None:
+        """One compaction; None if another process switched generations meanwhile."""
+        with self._compacting:
+            started = time.perf_counter()
+            with self._locked():
+                old = self._live_log()
+                generation, upto = old.generation, old.end
+            if upto == framing.FILE_HEADER.size:
+                return CompactionResult(generation, generation, upto, upto, 0, 0,
+                                        time.perf_counter() - started)  # nothing to rewrite
+            try:
+                prepared = compaction.prepare_generation(
+                    self._fs, self.directory, self.name, generation, upto, self._now(),
+                    self.key_retention)
+            except (OSError, CorruptLogError) as exc:
+                raise CompactionError(f"writing generation {generation + 1} failed: {exc}")\
+                    from None
+            # Catch up with what was appended meanwhile, still without the lock, until
+            # what is left to copy under the lock is small.
+            for _ in range(4):
+                with self._locked():
+                    current = self._live_log()
+                    if current.generation != generation:
+                        prepared.discard()
+                        return None
+                    end = current.end
+                if end - prepared.upto <= _LOCKED_CATCH_UP:
+                    break
+                try:
+                    prepared.catch_up(end)
+                except (OSError, CorruptLogError) as exc:
+                    prepared.discard()
+                    raise CompactionError(f"copying to generation {generation + 1} failed: "
+                                          f"{exc}") from None
+            with self._locked():
+                if self._live_log().generation != generation:
+                    prepared.discard()
+                    return None
+                return self._finish_compaction(prepared, started)
 
     def _compact_locked(self) -> CompactionResult:
-        started = time.perf_counter()
-        old = self._live_log()
-        new_generation = old.generation + 1
+        """Compact while already holding the lock (the rescue after a failed fsync)."""
+        result = self._compact()
+        if result is None:  # cannot happen while we hold the lock throughout
+            raise CompactionError("the generation changed under the lock")
+        return result
+
+    def _finish_compaction(self, prepared: compaction.Prepared,
+                           started: float) -> CompactionResult:
+        """Steps 4-8 of compaction.py's protocol; under the lock."""
+        old, new_log = self._live_log(), prepared.log
         try:
-            new_log, snapshot = compaction.write_generation(
-                self._fs, old, self._state, new_generation, self._now(), self.key_retention)
-        except OSError as exc:
-            raise CompactionError(f"writing generation {new_generation} failed: {exc}") from None
-        try:
-            if checkpoint.ENABLED:  # peers (and the next open) load this, not the snapshot
-                new_log.write_checkpoint(
-                    checkpoint.encode(snapshot, new_generation, new_log.end, new_log.crc))
-        except OSError as exc:
-            log.warning("could not checkpoint generation %d: %s", new_generation, exc)
-        try:
+            prepared.catch_up(old.end)  # the last few batches appended meanwhile
+            new_log.sync()
+            new_log.rename()
             # Stamp first: a peer that sees the new stamp before the flip re-reads
             # NAME.current and finds the old generation, which is still right.
-            self._lock.set_stamp(new_generation)
-            compaction.publish_generation(self._fs, self.directory, self.name, new_generation)
+            self._lock.set_stamp(new_log.generation)
+        except OSError as exc:
+            prepared.discard()
+            raise CompactionError(f"writing generation {new_log.generation} failed: {exc}")\
+                from None
+        try:
+            compaction.publish_generation(self._fs, self.directory, self.name,
+                                          new_log.generation)
         except OSError as exc:
             new_log.close()
             # The rename may or may not have reached the disk: only a reopen can tell.
-            self._poison(f"switching to generation {new_generation} failed: {exc}")
-            raise CompactionError(f"switching to generation {new_generation} failed: {exc}")\
-                from None
-        before, live = old.end, len(self._state.jobs)
-        # The snapshot state is exactly what replaying the new generation gives (the
-        # tests reopen and compare), so switch to it rather than re-reading the file.
-        self._log, self._state = new_log, snapshot
-        self._checkpointed = new_log.end if checkpoint.ENABLED else framing.FILE_HEADER.size
+            self._poison(f"switching to generation {new_log.generation} failed: {exc}")
+            raise CompactionError(
+                f"switching to generation {new_log.generation} failed: {exc}") from None
+        state = prepared.state  # = replaying the whole new file (catch_up replays each copy)
+        before = old.end
+        self._log, self._state = new_log, state
+        self._checkpointed = prepared.checkpointed
         self._retire(old)
         try:
-            compaction.remove_stale_files(self._fs, self.directory, self.name, new_generation)
+            compaction.remove_stale_files(self._fs, self.directory, self.name,
+                                          new_log.generation)
         except OSError as exc:  # harmless: stale generations are never read
             log.warning("could not remove old generations: %s", exc)
-        return CompactionResult(old_generation=old.generation, new_generation=new_generation,
-                                bytes_before=before, bytes_after=new_log.end,
-                                live_jobs=live, remembered_keys=len(snapshot.done_keys),
+        return CompactionResult(old_generation=old.generation,
+                                new_generation=new_log.generation, bytes_before=before,
+                                bytes_after=new_log.end, live_jobs=len(state.jobs),
+                                remembered_keys=len(state.done_keys),
                                 seconds=time.perf_counter() - started)
 
     def _compaction_due(self) -> bool:
@@ -748,14 +795,19 @@ class Queue:
         return self._state.live_bytes < current.end * (1 - self.auto_compact)
 
     def _auto_compact(self) -> None:
+        if not self._compacting.acquire(blocking=False):
+            return  # another thread of ours is on it
         try:
             with self._locked():
-                if self._compaction_due():
-                    result = self._compact_locked()
-                    log.info("auto-compacted %s: %d -> %d bytes", self.name,
-                             result.bytes_before, result.bytes_after)
+                due = self._compaction_due()
+            result = self._compact() if due else None
+            if result is not None:
+                log.info("auto-compacted %s: %d -> %d bytes", self.name,
+                         result.bytes_before, result.bytes_after)
         except CompactionError as exc:  # the call that triggered it already succeeded
             log.error("auto-compaction of %r failed: %s", self.name, exc)
+        finally:
+            self._compacting.release()
 
     # -- lifecycle ----------------------------------------------------------
 

@@ -86,11 +86,9 @@ def _finite_float(text: str) -> float:
     return value
 
 
-_decoder = json.JSONDecoder(parse_constant=_reject_constant)
-_checking_decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
-# Only a number with a 3-digit exponent or hundreds of digits can overflow to inf;
-# texts without one skip the (slow, per-float) finiteness hook.
-_MAY_OVERFLOW = re.compile(r"[eE][+-]?[0-9]{3}|[0-9]{300}")
+# The finiteness hook costs about as much per record as the regex that tried to
+# decide when it was needed did, so it always runs.
+_decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def dumps(value: Any) -> str:
@@ -104,8 +102,7 @@ def loads(data: bytes | str) -> Any:
     """Parse strict JSON; raises ValueError for anything else (never RecursionError)."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        decoder = _checking_decoder if _MAY_OVERFLOW.search(text) else _decoder
-        return decoder.decode(text)
+        return _decoder.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
