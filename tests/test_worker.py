@@ -384,13 +384,10 @@ class StoppingTest(WorkerTestCase):
             Worker(Queue(self.tmp / "q", readonly=True), print)
 
 
-class CoreQuirkTest(WorkerTestCase):
-    @unittest.expectedFailure  # reported to the core; remove this line when lease() sees it
+class ReclaimTest(WorkerTestCase):
     def test_a_lease_that_reclaims_an_expired_job_can_lease_it_in_the_same_call(self) -> None:
-        # plan_reclaim adds the EXPIRE to the call's batch, but plan_lease picks from the
-        # state before that batch: with no backoff the job is ready, yet the first lease()
-        # after the expiry returns nothing and only the second one gets it. A worker
-        # loses one poll to it; nothing is lost.
+        # The expiries a call finds are committed as their own batch before the call
+        # plans, so with no backoff the reclaimed job is leasable in that same call.
         q = self.queue(backoff=NO_BACKOFF, visibility_timeout=0.05)
         q.enqueue({})
         first = q.lease_one()

@@ -31,12 +31,13 @@ import sys
 import zlib
 from array import array
 from collections.abc import Callable
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 from .framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
 from .state import Entry, JobState, QueueState
 
-__all__ = ["encode", "decode", "MAGIC", "CheckpointError"]
+__all__ = ["encode", "decode", "relocation", "Relocation", "MAGIC", "CheckpointError"]
 
 ENABLED = True  # tests switch it off to compare against a full replay
 MAGIC: Final = b"NBCKPT01"
@@ -48,20 +49,24 @@ _CODES: Final = {state: code for code, state in enumerate(_STATES)}
 COLUMNS: Final = (("priority", "q"), ("available_at", "d"), ("enqueued_at", "d"),
                   ("max_attempts", "q"), ("attempts", "q"), ("token", "q"),
                   ("lease_until", "d"), ("loc", "q"), ("size", "q"))
+_LOC: Final = 7  # index of "loc" in COLUMNS ("size" follows it)
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be trusted (internal: the caller replays instead)."""
 
 
-def encode(state: QueueState, generation: int, end: int, log_crc: int) -> bytes:
+def encode(state: QueueState, generation: int, end: int, log_crc: int,
+           source: tuple[int, int] | None = None) -> bytes:
     """The checkpoint bytes for `state`, valid for log `generation` up to offset `end`,
-    whose bytes before `end` have CRC-32 `log_crc`."""
+    whose bytes before `end` have CRC-32 `log_crc`. A compaction passes `source`,
+    the (generation, offset) its snapshot summarises, so that other processes can
+    move to the new generation without reloading (see `relocation`)."""
     entries = list(state.entries())
     meta = {"generation": generation, "end": end, "crc": log_crc, "clock": state.clock,
             "byteorder": sys.byteorder, "jobs": len(entries),
             "last_batch": state.last_batch, "next_token": state.next_token,
-            "done": state.done, "snapshot": state.snapshot_seen}
+            "done": state.done, "snapshot": state.snapshot_seen, "source": source}
     sections = [
         json.dumps(meta).encode(),
         json.dumps([e.id for e in entries]).encode(),
@@ -95,25 +100,15 @@ def decode(data: bytes, generation: int, log_size: int,
 
 def _decode(data: bytes, generation: int, log_size: int,
             prefix_crc: Callable[[int], int]) -> tuple[QueueState, int, int]:
-    if len(data) < _HEAD.size:
-        raise CheckpointError("too short")
-    magic, crc = _HEAD.unpack_from(data)
-    body = memoryview(data)[_HEAD.size:]
-    if magic != MAGIC or zlib.crc32(body) != crc:
-        raise CheckpointError("bad magic or crc")
-    sections = _split(body)
-    if len(sections) != 6 + len(COLUMNS):
-        raise CheckpointError("wrong number of sections")
     try:
-        meta, ids, raw_errors, keys = (json.loads(bytes(sections[i])) for i in range(4))
+        sections, meta = _checked(data, generation, log_size, prefix_crc)
+        ids, raw_errors, keys = (json.loads(bytes(sections[i])) for i in range(1, 4))
         errors = {int(k): v for k, v in raw_errors.items()}
     except (ValueError, AttributeError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
         raise CheckpointError(f"bad json: {exc}") from None
-    end = meta.get("end")
-    if (meta.get("generation") != generation or meta.get("byteorder") != sys.byteorder
-            or type(end) is not int or not 0 < end <= log_size
-            or prefix_crc(end) != meta.get("crc")):
-        raise CheckpointError("does not match this log")
+    end = meta["end"]
     count = meta["jobs"]
     states, keyed = bytes(sections[4]), bytes(sections[5])
     columns = []
@@ -146,6 +141,61 @@ def _decode(data: bytes, generation: int, log_size: int,
                                snapshot_seen=meta["snapshot"])
     state.clock = float(meta["clock"])
     return state, end, int(meta["crc"])
+
+
+@dataclass(frozen=True, slots=True)
+class Relocation:
+    """Where a compaction put each job: what a peer needs to follow it."""
+
+    source_generation: int
+    source_offset: int  # the snapshot summarises the source up to here
+    end: int  # the snapshot batch ends here in the new generation
+    ids: list[str]  # the snapshot's jobs in enqueue order
+    locs: array[int]
+    sizes: array[int]
+
+
+def relocation(data: bytes, generation: int, log_size: int,
+               prefix_crc: Callable[[int], int]) -> Relocation:
+    """The job locations of a compaction's checkpoint, after the same checks as decode."""
+    try:
+        sections, meta = _checked(data, generation, log_size, prefix_crc)
+        source = meta["source"]
+        if not (isinstance(source, list) and len(source) == 2
+                and all(type(v) is int for v in source)):
+            raise CheckpointError("not written by a compaction")
+        ids = json.loads(bytes(sections[1]))
+        locs, sizes = array("q"), array("q")
+        locs.frombytes(sections[6 + _LOC])
+        sizes.frombytes(sections[6 + _LOC + 1])
+        if not (isinstance(ids, list) and len(ids) == len(locs) == len(sizes) == meta["jobs"]):
+            raise CheckpointError("column lengths disagree")
+        return Relocation(source[0], source[1], meta["end"], ids, locs, sizes)
+    except (LookupError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"malformed: {type(exc).__name__}: {exc}") from None
+
+
+def _checked(data: bytes, generation: int, log_size: int,
+             prefix_crc: Callable[[int], int]) -> tuple[list[memoryview], dict[str, Any]]:
+    """The sections and meta of a checkpoint that matches this log, or CheckpointError."""
+    if len(data) < _HEAD.size:
+        raise CheckpointError("too short")
+    magic, crc = _HEAD.unpack_from(data)
+    body = memoryview(data)[_HEAD.size:]
+    if magic != MAGIC or zlib.crc32(body) != crc:
+        raise CheckpointError("bad magic or crc")
+    sections = _split(body)
+    if len(sections) != 6 + len(COLUMNS):
+        raise CheckpointError("wrong number of sections")
+    meta = json.loads(bytes(sections[0]))
+    end = meta.get("end")
+    if (meta.get("generation") != generation or meta.get("byteorder") != sys.byteorder
+            or type(end) is not int or not 0 < end <= log_size
+            or prefix_crc(end) != meta.get("crc")):
+        raise CheckpointError("does not match this log")
+    return sections, meta
 
 
 def _split(body: memoryview) -> list[memoryview]:

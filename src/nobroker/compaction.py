@@ -118,8 +118,8 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
     prepared = Prepared(new_log, snapshot, upto, new_log.end, new_log.crc)
     try:
         if checkpoint.ENABLED:  # the next open (and every peer) loads this, not the snapshot
-            new_log.write_checkpoint(
-                checkpoint.encode(snapshot, new_log.generation, new_log.end, new_log.crc))
+            new_log.write_checkpoint(checkpoint.encode(
+                snapshot, new_log.generation, new_log.end, new_log.crc, (generation, upto)))
             prepared.checkpointed = new_log.end
     except OSError:
         pass  # only a cache

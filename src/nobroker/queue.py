@@ -331,7 +331,9 @@ class Queue:
     def _refresh(self) -> None:
         """Catch up with what other handles wrote since we last looked."""
         if self._lock.stamp != self._live_log().generation:
-            self._load()  # someone compacted: the old generation is history
+            # Someone compacted: move to the new generation, cheaply if we can.
+            if not self._follow_compaction():
+                self._load()
             return
         current = self._live_log()
         try:
@@ -345,6 +347,63 @@ class Queue:
             log.warning("%s: a writer died mid-write; cut %d bytes at offset %d (%s), saved to %s",
                         current.path, result.torn_bytes, result.torn_offset,
                         result.torn_reason, side)
+
+    def _follow_compaction(self) -> bool:
+        """Switch to the generation another handle compacted into, keeping our state.
+
+        Our state, once we have read the old generation to its end (nobody
+        writes it after the switch), holds exactly the jobs the new generation
+        does; only where their payloads live has changed. The new generation's
+        checkpoint says where the snapshot put each job, and everything
+        appended to the old generation after the snapshot point was copied
+        byte for byte, so it moved by a fixed distance. That is O(jobs) of
+        simple updates instead of decoding a checkpoint or replaying a log.
+        Returns False (the caller reloads) if anything does not line up.
+        """
+        old = self._live_log()
+        generation = self._read_current()
+        if generation != old.generation + 1:
+            return False
+        try:
+            old.scan(self._state.apply_batch, self._state.last_batch, full=False)
+            new_log = LogFile.open(self._fs, self.directory, self.name, generation)
+        except (OSError, CorruptLogError):
+            return False
+        try:
+            data = new_log.read_checkpoint() if checkpoint.ENABLED else None
+            moved = None if data is None else checkpoint.relocation(
+                data, generation, self._fs.fstat(new_log.fd).st_size, new_log.prefix_crc)
+        except (checkpoint.CheckpointError, OSError):
+            moved = None
+        if (moved is None or moved.source_generation != old.generation
+                or not moved.source_offset <= old.end):
+            new_log.close()
+            return False
+        shift = moved.end - moved.source_offset
+        ids, locs, sizes = moved.ids, moved.locs, moved.sizes
+        index = 0
+        relocated: list[tuple[Entry, int, int]] = []
+        for entry in self._state.jobs.values():  # enqueue order, like the snapshot's
+            if entry.loc >= moved.source_offset:
+                relocated.append((entry, entry.loc + shift, entry.size))
+                continue
+            while index < len(ids) and ids[index] != entry.id:
+                index += 1
+            if index == len(ids):
+                new_log.close()
+                return False  # not the jobs we know: reload instead
+            relocated.append((entry, locs[index], sizes[index]))
+            index += 1
+        for entry, loc, size in relocated:
+            self._state.live_bytes += size - entry.size
+            entry.loc, entry.size = loc, size
+        new_log.end = moved.end + old.end - moved.source_offset
+        new_log.crc = new_log.prefix_crc(new_log.end)
+        self._log = new_log
+        self._checkpointed = moved.end
+        self._retire(old)
+        self._refresh()  # and read what was written to the new generation since
+        return True
 
     def _now(self) -> float:
         # Recorded queue time never goes backwards, even if the clock is stepped back
@@ -366,12 +425,21 @@ class Queue:
         synced: LogFile | None = None
         offset = 0
         with self._locked():
+            start = self._live_log().end
             now = self._now()
             batch = Batch(self._state.last_batch + 1)
             plan_reclaim(self._state, batch, now, self.backoff, spare)
+            if len(batch):
+                # Expiries first, as a batch of their own, so that the call sees
+                # their effect (a reclaimed job with no backoff is leasable now).
+                self._commit(batch)
+                reclaimed = batch.wakes
+                batch = Batch(self._state.last_batch + 1)
+                batch.wakes = reclaimed
             build = plan(batch, now)
             if len(batch):
                 self._commit(batch)
+            if self._log is not None and self._log.end != start:
                 if self.fsync:
                     synced = self._live_log()
                     offset = synced.end

@@ -1,0 +1,162 @@
+"""Compaction while others keep working: the unlocked write, the catch-up, and peers
+that follow a compaction by relocating their jobs instead of reloading.
+
+The claim each test checks: after a compaction that ran while another handle
+(same process or another process) wrote, every handle's in-memory state equals
+a full replay of the new generation, and every job's payload reads back
+(payload locations are not part of a state's fingerprint, so they are checked
+separately, job by job).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from support import TempDirTestCase, spawn_python
+
+from nobroker import Queue, checkpoint
+
+
+def full_replay(directory: str) -> tuple[object, ...]:
+    """The fingerprint a fresh open gives with checkpoints switched off."""
+    saved = checkpoint.ENABLED
+    checkpoint.ENABLED = False
+    try:
+        with Queue(directory, readonly=True) as fresh:
+            return fresh._state.fingerprint()
+    finally:
+        checkpoint.ENABLED = saved
+
+
+def payloads(q: Queue) -> dict[str, Any]:
+    return {job.id: job.payload for job in q.list_jobs()}
+
+
+class CompactionWithPeersTest(TempDirTestCase):
+    def fill(self, q: Queue, jobs: int) -> None:
+        q.enqueue_many([{"n": i, "pad": "x" * (i % 50)} for i in range(jobs)])
+        leased = q.lease(300)
+        q.ack_many(leased[:100])
+        for job in leased[100:200]:
+            q.nack(job, error=f"failed {job.id}")
+        q.enqueue({"keyed": True}, job_id="key-1")
+
+    def test_a_peer_in_this_process_follows_a_compaction_with_every_payload_intact(self) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory, fsync=False, auto_compact=None) as q, \
+                Queue(directory, fsync=False, auto_compact=None) as peer:
+            self.fill(q, 3000)
+            before = payloads(peer)
+            result = q.compact()
+            self.assertEqual(result.new_generation, 1)
+            peer.enqueue({"after": 1})  # the peer notices the new generation here
+            self.assertEqual(peer.generation, 1)
+            after = payloads(peer)
+            self.assertEqual({k: v for k, v in after.items() if k in before}, before)
+            self.assertEqual(len(after), len(before) + 1)
+            self.assertEqual(peer._state.fingerprint(), full_replay(directory))
+            q.stats()
+            self.assertEqual(q._state.fingerprint(), peer._state.fingerprint())
+
+    def test_writes_during_an_unlocked_compaction_are_carried_over(self) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory, fsync=False, auto_compact=None) as q:
+            self.fill(q, 20000)
+            stop = threading.Event()
+            written: list[str] = []
+
+            def writer() -> None:
+                with Queue(directory, fsync=False, auto_compact=None) as other:
+                    while not stop.is_set() or len(written) < 50:
+                        job = other.enqueue({"during": len(written)})
+                        written.append(job.id)
+                        leased = other.lease_one()
+                        assert leased is not None
+                        other.ack(leased) if len(written) % 2 else other.nack(leased)
+
+            thread = threading.Thread(target=writer)
+            thread.start()
+            try:
+                q.compact()
+            finally:
+                stop.set()
+                thread.join()
+            q.stats()
+            self.assertEqual(q._state.fingerprint(), full_replay(directory))
+            self.assertEqual(len(payloads(q)), len(q._state.jobs))
+
+    def test_a_peer_process_follows_and_agrees_with_a_full_replay(self) -> None:
+        directory = str(self.tmp / "q")
+        code = r"""
+import json, sys
+from nobroker import Queue
+q = Queue(sys.argv[1], fsync=False, auto_compact=None)
+print("ready", flush=True)
+n = 0
+for line in sys.stdin:
+    if line.strip() == "stop":
+        break
+    job = q.enqueue({"peer": n}); n += 1
+    got = q.lease_one()
+    q.ack(got)
+    print("ok", flush=True)
+q.stats()
+jobs = {j.id: j.payload for j in q.list_jobs()}
+print(json.dumps({"generation": q.generation, "jobs": len(jobs),
+                  "fingerprint": repr(q._state.fingerprint())}), flush=True)
+"""
+        with Queue(directory, fsync=False, auto_compact=None) as q:
+            self.fill(q, 5000)
+            peer = spawn_python(code, directory)
+            assert peer.stdin is not None and peer.stdout is not None
+            self.assertEqual(peer.stdout.readline().strip(), b"ready")
+            for _ in range(20):
+                peer.stdin.write(b"go\n")
+                peer.stdin.flush()
+                self.assertEqual(peer.stdout.readline().strip(), b"ok")
+            q.compact()
+            for _ in range(20):  # the first of these follows the compaction
+                peer.stdin.write(b"go\n")
+                peer.stdin.flush()
+                self.assertEqual(peer.stdout.readline().strip(), b"ok")
+            peer.stdin.write(b"stop\n")
+            peer.stdin.flush()
+            report = json.loads(peer.stdout.readline())
+            peer.wait(timeout=60)
+        self.assertEqual(report["generation"], 1)
+        self.assertEqual(report["fingerprint"], repr(full_replay(directory)))
+
+    def test_a_compaction_that_loses_the_race_throws_its_file_away(self) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory, fsync=False, auto_compact=None) as q, \
+                Queue(directory, fsync=False, auto_compact=None) as other:
+            self.fill(q, 500)
+            original = q._compact
+
+            def racing() -> object:
+                # Let `other` compact between our preparation and our switch.
+                from nobroker import compaction
+                real = compaction.prepare_generation
+
+                def prepare(*args: Any, **kwargs: Any) -> Any:
+                    prepared = real(*args, **kwargs)
+                    compaction.prepare_generation = real  # type: ignore[assignment]
+                    other.compact()
+                    return prepared
+
+                compaction.prepare_generation = prepare  # type: ignore[assignment]
+                try:
+                    return original()
+                finally:
+                    compaction.prepare_generation = real  # type: ignore[assignment]
+
+            q._compact = racing  # type: ignore[method-assign]
+            self.assertIsNone(q._compact())
+            q._compact = original  # type: ignore[method-assign]
+            leftovers = [n for n in (self.tmp / "q").iterdir() if ".tmp-" in n.name]
+            self.assertEqual(leftovers, [])
+            self.assertEqual(q.generation, 1)
+            self.assertEqual(q.compact().new_generation, 2)
+            self.assertEqual(q._state.fingerprint(), full_replay(directory))
