@@ -207,7 +207,7 @@ class BackwardJumpTest(ClockTestCase):
         q.close()
         q = self.open(clock)  # even a fresh handle: the log remembers
         q.enqueue("work")
-        job = [j for j in q.lease(5) if j.payload == "work"][0]
+        job = next(j for j in q.lease(5) if j.payload == "work")
         self.assertEqual(job.lease_expires_at, start + HOUR + VT)
         clock.now = start + HOUR  # an hour later, the lease is still young
         self.assertIsNone(q.lease_one())

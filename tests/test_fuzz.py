@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -84,6 +85,9 @@ REGRESSIONS: list[tuple[int, int]] = [
     (3, 12896),  # forged checkpoint with a job at offset < 0: raw OSError reading it
     (3, 33528),  # JOB record whose state "s" is {}: TypeError (unhashable) from replay
     (3, 33605),  # JOB record whose state "s" is [1]: the same
+    (10007, 0),  # ENQUEUE with "at" 10**30 (an int): accepted by the fast replay path,
+    (10007, 1300),  # ... then a checkpoint gave it back as a float: another state
+    (10007, 2788),  # "until" 2**53 + 1: int in replay, float from a checkpoint
 ]
 
 
@@ -665,8 +669,8 @@ def fuzz(count: int, seed: int = 0, *, deadline: float | None = None,
     logger.disabled = True  # repairs log warnings; thousands of them say nothing here
     try:
         corpus = build_corpus(os.path.join(root, "corpus"), seed=0)
-        cases = [(s, i) for s, i in REGRESSIONS] if regressions else []
-        cases += [(seed, i) for i in range(count)]
+        fixed = list(REGRESSIONS) if regressions else []
+        cases = itertools.chain(fixed, ((seed, i) for i in range(count)))
         for case_seed, index in cases:
             if deadline is not None and time.monotonic() > deadline:
                 break

@@ -93,8 +93,11 @@ def _field(rec: Record, key: str, kind: type, offset: int) -> Any:
     value = rec.get(key)
     if type(value) is not kind and not (kind is float and type(value) is int):
         raise ReplayError(offset, f"field {key!r} must be {kind.__name__}, got {value!r:.60}")
-    if type(value) is int and not -_INT64 <= value < _INT64:  # no writer stores these, and
-        raise ReplayError(offset, f"field {key!r} is out of range")  # checkpoints cannot
+    if type(value) is int:
+        if not -_INT64 <= value < _INT64:  # no writer stores these, and checkpoints cannot
+            raise ReplayError(offset, f"field {key!r} is out of range")
+        if kind is float:  # as a checkpoint would give it back: replay and checkpoint agree
+            return float(value)
     return value
 
 
@@ -252,9 +255,9 @@ class QueueState:
         # when something is off, walk the checks one by one to name it.
         pr, at, t, ma, keyed = rec.get("pr"), rec.get("at"), rec.get("t"), rec.get("ma"), \
             rec.get("k", False)
-        if (type(pr) is int and type(ma) is int and ma >= 1 and type(at) in _NUMBER
-                and type(t) in _NUMBER and type(keyed) is bool and "p" in rec
-                and job_id not in self.jobs):
+        if (type(pr) is int and -_INT64 <= pr < _INT64 and type(ma) is int
+                and 1 <= ma < _INT64 and type(at) is float and type(t) is float
+                and type(keyed) is bool and "p" in rec and job_id not in self.jobs):
             self.done_keys.pop(job_id, None)
             self._add(Entry(job_id, 0, pr, cast(float, at), cast(float, t), ma, 0,
                             JobState.PENDING, 0, 0.0, None, keyed, offset, size))
