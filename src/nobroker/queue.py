@@ -66,6 +66,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 _MISSING: Any = object()
 _LOCKED_CATCH_UP = 256 << 10  # copy at most about this much under the lock at the switch
 MIN_COMPACT_BYTES = 1 << 20  # auto-compaction never bothers below this log size
+CHECKPOINT_EVERY_BYTES = 8 << 20  # a live handle checkpoints at least this far apart
 CHECKPOINT_AFTER_BYTES = 1 << 20  # close() saves a checkpoint when this much was logged since
 MAX_ERROR_LENGTH = 4000
 _INT_LIMIT = 2**53  # integers beyond this do not survive a round trip through most JSON readers
@@ -255,6 +256,46 @@ class Queue:
         data = checkpoint.encode(self._state, current.generation, current.end, current.crc)
         current.write_checkpoint(data)
         self._checkpointed = current.end
+
+    def _checkpoint_due(self) -> bool:
+        """Whether so much was logged since the last checkpoint that a crash would make
+        the next open slow: a quarter of what the checkpoint covers, and 8 MiB at least
+        (so the total cost of checkpoints stays a constant factor of the log's size)."""
+        current = self._log
+        if self.readonly or not checkpoint.ENABLED or current is None:
+            return False
+        return current.end - self._checkpointed >= max(CHECKPOINT_EVERY_BYTES,
+                                                      self._checkpointed // 4)
+
+    def _auto_checkpoint(self) -> None:
+        """Save a checkpoint of the log as it is now, without holding the lock.
+
+        Like compaction, it rebuilds the state privately from the part of the log
+        that can no longer change (the last checkpoint plus what follows it), so
+        other handles and processes are never blocked by it.
+        """
+        if not self._compacting.acquire(blocking=False):
+            return
+        try:
+            with self._locked():
+                if not self._checkpoint_due():
+                    return
+                current = self._live_log()
+                generation, upto = current.generation, current.end
+            reader = LogFile.open(self._fs, self.directory, self.name, generation)
+            try:
+                state = reader.load_checkpoint(max_end=upto) or QueueState()
+                reader.scan(state.apply_batch, state.last_batch, full=False, limit=upto)
+                if reader.end == upto:
+                    reader.write_checkpoint(
+                        checkpoint.encode(state, generation, upto, reader.crc))
+                    self._checkpointed = upto
+            finally:
+                reader.close()
+        except (OSError, NobrokerError) as exc:  # a cache: the call itself succeeded
+            log.warning("could not save a checkpoint of %r: %s", self.name, exc)
+        finally:
+            self._compacting.release()
 
     def _ensure_first_generation(self, notes: list[str]) -> int:
         """The generation to open when NAME.current is absent: 0, created if need be."""
@@ -447,6 +488,7 @@ class Queue:
                         synced.inflight += 1
             result = build()
             due = self._compaction_due()
+            checkpoint_due = not due and self._checkpoint_due()
         if batch.wakes:
             # Before our fsync: a woken worker's own fsync covers these records too.
             self._wake.notify(batch.wakes)
@@ -454,6 +496,8 @@ class Queue:
             self._sync(synced, offset)
         if due:
             self._auto_compact()
+        elif checkpoint_due:
+            self._auto_checkpoint()
         return result
 
     def _commit(self, batch: Batch) -> None:

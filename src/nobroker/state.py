@@ -21,7 +21,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from .records import Record, RecordType
 
@@ -259,8 +259,8 @@ class QueueState:
                 and 1 <= ma < _INT64 and type(at) is float and type(t) is float
                 and type(keyed) is bool and "p" in rec and job_id not in self.jobs):
             self.done_keys.pop(job_id, None)
-            self._add(Entry(job_id, 0, pr, cast(float, at), cast(float, t), ma, 0,
-                            JobState.PENDING, 0, 0.0, None, keyed, offset, size))
+            self._add(Entry(job_id, 0, pr, at, t, ma, 0, JobState.PENDING, 0, 0.0, None,
+                            keyed, offset, size))
             return
         if job_id in self.jobs:
             raise ReplayError(offset, f"job {job_id!r} enqueued twice")
