@@ -119,7 +119,7 @@ def run_child(tests_dir: Path, module: str, patterns: list[str], result_path: Pa
     with result_path.open("a", encoding="utf-8") as sink:
         try:
             suite = loader.loadTestsFromName(module)
-        except Exception:  # noqa: BLE001 - a module that fails to import is one error
+        except Exception:
             line = {"id": module, "outcome": "error", "detail": traceback.format_exc()}
             sink.write(json.dumps(line) + "\n")
         else:
