@@ -48,8 +48,9 @@ def _unwritten_sector(data: bytes, base: int) -> int:
     A power cut loses whole sectors (512 bytes or a multiple, aligned), which read
     back as the preallocated zeros: so zeros right before a sector boundary, 16 of
     them or all the way back to `base`, are a gap. Records never hold 16 zero
-    bytes in a row (payloads are ASCII JSON), and a zeroed region that reaches no
-    sector boundary was not left by a crash. Returns len(data) if there is none.
+    bytes in a row (a header has at most 4, JSON text none), and a zeroed region
+    that reaches no sector boundary was not left by a crash. Returns len(data)
+    if there is none.
     """
     boundary = -base % 512 or 512
     while boundary <= len(data):
