@@ -7,14 +7,20 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
    a seeded `nobroker.commands._rng`. Every file operation of the storage
    layer goes through `RecordingFS`, a `nobroker.fs.FileSystem` that
    performs the call on the real OS and appends an `Event` (with its bytes,
-   a synthetic inode id, and the nobroker source lines that issued it) to a
-   trace. The driver adds BEGIN / RETURNED / RAISED / CRASHED markers around
-   every API call and records, after each call, the calling handle's replay
-   state (`QueueState.fingerprint()`) under the batch number it reached:
-   the live process is the model, so the oracle is exact and cheap. After
-   every call a *shadow check* compares the recorder's mirror of the
-   directory with the real one, so a write that bypassed the seam fails the
-   run instead of being silently missed.
+   a synthetic inode id, and the source lines that issued it) to a trace.
+   The driver adds BEGIN and END (returned / raised / crashed) markers
+   around every API call. Before and after every call a *shadow check*
+   compares the recorder's mirror of the directory with the real one, so a
+   write that bypassed the seam fails the run instead of being missed.
+
+   The oracle is exact and needs no model of its own: after each call the
+   driver replays every log file it wrote (its complete batches, with
+   `nobroker.state.QueueState.apply_batch`) and keeps the fingerprint after
+   *each* batch, keyed by position (batch, generation). Positions order by
+   batch first, so a generation that lost batches copied into it sorts below
+   them, and at equal batch the newer generation (a compaction's snapshot)
+   is the later one. The handle's own memory is cross-checked against that
+   replay after every call (memory must be the replay of its log).
 
 2. **Build crash states.** `_Model` replays the trace event by event under a
    disk model (a *profile*) and keeps, per inode, the bytes durable as of its
@@ -28,19 +34,30 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
    - `ext4ish`: per inode, any subset of the un-fsynced sector versions,
      and any un-fsynced size (a grown file may show zeros where its data did
      not land); directory operations persist as an in-order prefix; rename
-     is atomic and "safe" (a renamed file's earlier data lands with it). No
-     "safe file flush": fsync of a file does not persist its name.
+     is atomic and "safe" (a renamed file's earlier data lands no later than
+     the rename: ext4's auto_da_alloc, modelled for every rename). No "safe
+     file flush": fsync of a file does not persist its name.
    - `weak` (ALICE's default model): as ext4ish, but directory operations
      persist as any subset, a rename is three independent micro-ops (drop
      the target entry, add it, drop the source), nothing orders data before
-     a rename, and the un-written part of a grown file may hold garbage.
+     a rename, and the un-written part of a grown file may hold garbage
+     (random bytes) rather than zeros. One restriction, `new_file_garbage`
+     (off by default): a file that never had a durable byte shows zeros, not
+     garbage. nobroker deliberately refuses (CorruptLogError, file kept) to
+     take a first log holding 16 random bytes for a torn creation, since it
+     cannot tell it from someone else's file (tests/test_bad_input.py); no
+     call can have returned on such a queue, so nothing would be lost.
    - `windows`: as ext4ish, but `fsync_dir` does nothing (there is none on
      Windows) and, as NTFS's ordered metadata journal does, a file's fsync
-     persists every directory operation issued before it.
+     persists every directory operation issued before it. The spec's
+     Windows caveat follows: a compaction's flip (and the rescue an open
+     may do) is durable only at the next fsync, so under `windows` a
+     returned `compact`/`open` promises nothing about generations; every
+     other call's durability is still checked.
 
-   An fsync that failed (`RecordingFS.arm(..., error=EIO)`) follows the
-   Linux "fsyncgate" behaviour: the pages stay in the cache, readable, but
-   are marked clean and never reach the disk unless written again.
+   An fsync that failed (`RecordingFS.arm(..., "eio")`) follows the Linux
+   "fsyncgate" behaviour: the pages stay in the cache, readable, but are
+   marked clean and never reach the disk unless written again.
 
    The state space is bounded by strategies (reliability.md section 9.4);
    each crash point gets E1 floor, E2 ceiling, E3 every unit rolled back
@@ -51,38 +68,49 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
    E5 every subset (weak) or prefix (ext4ish) of the pending directory
    micro-ops when there are at most `max_dir_subset` of them (else
    prefixes, single omissions and random subsets), E6 = E4 x E5 when both
-   are pending (compaction), E7 `random_subsets` seeded random choices. With
-   an fsync per call at most one call's bytes are pending, so the count
-   grows linearly with the workload. Units of a zero-only run (log
-   preallocation) are one unit. Identical states are opened once (content
-   hash) and the outcome is checked against every crash point that made it.
+   are pending (compaction), E7 `random_subsets` seeded random choices;
+   E3/E4/E6 are sampled down to `max_unit_variants` per crash point. A
+   unit is the size of an inode, one 512-byte sector (a run of sectors
+   that only ever held zeros, such as log preallocation, is one unit) or
+   one directory micro-op. With an fsync per call at most one call's bytes
+   are pending, so the count grows linearly with the workload (the 50-call
+   workload: about 180 crash points, 1,000-4,000 states per profile, a few
+   seconds). Identical states are opened once (content hash) and the
+   outcome is checked against every crash point that produced it.
 
 3. **Check** each unique state: materialise it in a scratch directory (on
    /dev/shm when present), open `Queue` on it, compare with the oracle:
 
-   - I1 the recovered state is `history[L]`, the live state after batch
-     `L`, with `lo <= L <= hi`: `hi` is the last batch whose bytes were
-     issued before the crash, `lo` the last batch of a call that RETURNED
-     (so a torn batch never shows, nothing never written appears, and the
-     state is the replay of a batch-aligned prefix of the history);
+   - I1 the recovered state is `history[L]` with `lo <= L <= hi`: `hi` is
+     the last position whose bytes were issued before the crash, `lo` the
+     last position written by a call that RETURNED (so a torn batch never
+     shows, nothing never written appears, and the state is the replay of
+     a batch-aligned prefix of the history);
    - I2 at a persistence point (just after a RETURNED marker) `L == hi`;
    - I3 no update of a returned call is lost (`L >= lo`; reported with the
-     lost calls named; an acked job that is back is I4);
+     lost calls and their writes and fsyncs named; an acked job that is
+     back is I4);
    - P2 `enqueue_many` all-or-nothing: of a batch's jobs, none or all show;
    - I5 after recovery a job leased with a live deadline is not handed out
      again, a wrong token cannot ack it (checked on sampled states, I9);
    - I6 opening raises nothing (every state here is one a crash produces);
    - I7 opening twice gives the same state and the second open writes
-     nothing; I10 no file outside `NAME.*` appears;
+     nothing (the second open runs whenever the first one wrote anything;
+     otherwise it would read the same files); I10 no file outside `NAME.*`;
    - I8 (compound) the recovery of sampled repaired states is itself
      recorded and crashed (weak model); every state of it recovers to the
      same state;
-   - I9 (continuation, sampled) after recovery: lease every ready job,
-     enqueue X, lease and ack it, enqueue Y, reopen: X gone, Y present;
-   - E8 (rot, a corruption probe, not a crash state): bits of the
-     type, length and CRC fields of every record of the final log flipped;
-     opening must raise `CorruptLogError` and modify nothing, or give a
-     state of the history (damage in the last batch reads as a torn tail).
+   - I9 (continuation, sampled; always at persistence points) after
+     recovery: lease every ready job, enqueue X, lease and ack it, enqueue
+     Y, reopen: X gone, Y present;
+   - E8 (rot, a corruption probe, not a crash state): bits of the type,
+     length and CRC fields of sampled records of the final log flipped, with
+     the log ending at that record's batch or one batch later; opening must
+     raise `CorruptLogError` and modify nothing, or give a state of the
+     history (damage in the last batch reads as a torn tail).
+
+   nobroker's network-file-system probe is stubbed while exploring (it
+   reads /proc on every open and has nothing to do with crash states).
 
 4. **Report** figures and violations; each violation names the crash point,
    the strategy, the operations the state dropped and the nobroker source
@@ -90,14 +118,17 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
 
 Public API (tools/torture.py calls these with bigger bounds):
 
-    explore(workload, profile="weak", bounds=None) -> Report
+    explore(workload, profile="weak", bounds=None, *, name=None) -> Report
         workload: a name in WORKLOADS or a callable taking a Driver;
         profile: "process" | "ext4ish" | "weak" | "windows", or a sequence
         of them (the workload is recorded once and explored per profile);
-        bounds: a Bounds (strategies, random_subsets, byte_exhaustive,
-        max_dir_subset, max_unit_variants, continuation, compound, rot,
-        seed, sector). Report: .ok, .violations, .stats[profile]
-        (crash_points, states, unique, violations, seconds), .summary().
+        bounds: a Bounds (strategies, random_subsets, max_dir_subset,
+        max_unit_variants, byte_exhaustive, continuation, compound,
+        compound_states, rot, rot_records, new_file_garbage, seed).
+        Report: .ok, .total_violations, .violations (the first 50),
+        .stats[profile] (crash_points, states, unique, violations,
+        seconds), .compound_states, .continued_states, .rot_states,
+        .merge(other), .summary().
     WORKLOADS: dict name -> workload; random_workload(seed, length);
     ace_workloads(length) -> {name: workload}; Bounds.torture(), Bounds.quick().
     long_run(seed=0, ace_length=3, random_workloads=8, random_length=300,
@@ -105,17 +136,25 @@ Public API (tools/torture.py calls these with bigger bounds):
         the long run for `make.py torture`: every scenario under
         Bounds.torture(), every ACE sequence up to ace_length, and long random
         workloads; report.summary() prints the figures to quote.
+    crash_states(events, profile) -> [ {name: bytes} ]: the states of a
+        hand-written trace (for unit tests of the disk models).
+    save_fixture / load_fixture / check_fixture / iter_fixtures: the
+        regression corpus in tests/crash_corpus.
 
     (tests/ must be on sys.path: the module imports tests/support.py.)
 
 What it does not model: lying devices and bit rot in data that was once
 durable (only the E8 probe); reads of not-yet-durable data reported to a
-caller (P8); true concurrency (handles are serialised in one process); the
+caller (P8); true concurrency (handles are serialised in one process, so
+group commit's overlapping batches are exercised through a writer that died
+before its fsync and through fsync=False, not through racing threads); the
 lock file's identity (the concurrency tests own that); a crash in the
-middle of an fsync; the queue directory's own creation (it exists
-beforehand); and, being bounded, a state that only a specific large subset
-of pending units produces (the torture run's random subsets lower, not
-remove, that risk).
+middle of an fsync; Linux's per-descriptor fsync error reporting (errseq: an
+injected EIO reaches only the failing call); sector sizes other than 512
+(a 4096-byte device tears less finely, so 512 is the stricter case); the
+queue directory's own creation (it exists beforehand); and, being bounded,
+a state that only a specific large subset of pending units produces (the
+torture run's random subsets lower, not remove, that risk).
 """
 
 from __future__ import annotations
@@ -449,8 +488,8 @@ def _log_inodes(events: Iterable[Event]) -> set[int]:
     """Inodes that are, at some point, named like a log generation (NAME.NNNNNN.log)."""
     out = set()
     for event in events:
-        if event.kind == "create" and _LOG_NAME.fullmatch(event.name) or \
-                event.kind == "rename" and _LOG_NAME.fullmatch(event.name2):
+        if (event.kind == "create" and _LOG_NAME.fullmatch(event.name)) or \
+                (event.kind == "rename" and _LOG_NAME.fullmatch(event.name2)):
             out.add(event.ino)
     return out
 
@@ -554,7 +593,8 @@ class Driver:
         self.clock = FakeClock()
         self.queue_kwargs = {"auto_compact": None, **queue_kwargs}
         self.handles: list[Queue | None] = []
-        self.dead: set[int] = set()
+        self.dead: set[int] = set()  # crashed (a SimulatedCrash) or closed: unusable
+        self.closed: set[int] = set()  # closed by the workload: nothing left to clean up
         self.calls: list[Call] = []
         # The oracle: position (batch, generation) -> fingerprints of the replay there.
         # Positions order by batch first: a new generation that lost batches copied into
@@ -596,6 +636,7 @@ class Driver:
         queue = self.handles[handle]
         if queue is not None and handle not in self.dead:
             self._run(handle, "close", (), {}, queue.close)
+            self.closed.add(handle)
         self.dead.add(handle)
 
     def crash_next(self, kind: str, *, skip: int = 0, keep: int | None = None) -> None:
@@ -705,7 +746,7 @@ class Driver:
 
     def finish(self) -> None:
         for handle, queue in enumerate(self.handles):
-            if queue is not None:
+            if queue is not None and handle not in self.closed:
                 with contextlib.suppress(Exception):
                     if handle in self.dead:
                         queue._closed = True  # a dead process saves no checkpoint
@@ -1454,7 +1495,7 @@ class _Opener:
             outcome.corrupt = True
             outcome.modified_on_error = self.snapshot() != before
             return outcome
-        except Exception as exc:  # noqa: BLE001 - any other exception is the finding
+        except Exception as exc:
             outcome.error = f"{type(exc).__name__}: {exc}"
             return outcome
         try:
@@ -1479,7 +1520,7 @@ class _Opener:
             again = self.queue()
             second = (again._state.fingerprint(), again._state.last_batch)
             again.close()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             outcome.problems.append(("I7", f"second open raised {type(exc).__name__}: {exc}"))
         else:
             if second != (outcome.fingerprint, outcome.last_batch):
@@ -1532,7 +1573,7 @@ class _Opener:
                                  "or Y (enqueued) is missing"
             finally:
                 reopened.close()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return "I9", f"continuing after recovery raised {type(exc).__name__}: {exc}"
         return None
 
@@ -1559,7 +1600,7 @@ class _Explorer:
         self.root = root
         self.outcomes: dict[bytes, _Outcome] = {}
         self.rng = random.Random(bounds.seed)
-        self.seen: set[tuple[str, bytes, int, int]] = set()
+        self.seen: set[tuple[str, bytes, tuple[int, int], tuple[int, int]]] = set()
         self._oracle()
 
     # -- the oracle ---------------------------------------------------------
@@ -1763,7 +1804,7 @@ class _Explorer:
         initial = {name: bytes(fs.files[ino]) for name, ino in fs.names.items()}
         try:
             self.opener.queue(fs=fs).close()
-        except Exception:  # noqa: BLE001 - the plain open already reported it
+        except Exception:
             return
         model = _Model("weak", {n: i + 1 for i, n in enumerate(sorted(initial))},
                        {i + 1: initial[n] for i, n in enumerate(sorted(initial))})
@@ -1919,16 +1960,15 @@ def _quiet() -> Iterator[None]:
     The probe (nobroker.queue.filesystem_type) reads /proc/self/mountinfo on every
     open and has nothing to do with crash states; the scratch is tmpfs anyway.
     """
-    import nobroker.queue
+    from unittest import mock
     logger = logging.getLogger("nobroker")
-    disabled, probe = logger.disabled, nobroker.queue.filesystem_type
+    disabled = logger.disabled
     logger.disabled = True
-    nobroker.queue.filesystem_type = lambda path: "tmpfs"  # type: ignore[assignment]
     try:
-        yield
+        with mock.patch("nobroker.queue.filesystem_type", lambda path: "tmpfs"):
+            yield
     finally:
         logger.disabled = disabled
-        nobroker.queue.filesystem_type = probe  # type: ignore[assignment]
 
 
 def scratch_root() -> str | None:
@@ -1947,17 +1987,17 @@ def explore(workload: str | Workload, profile: str | Sequence[str] = "weak",
     if isinstance(workload, str):
         name = name or workload
         workload = WORKLOADS[workload]
-    name = name or getattr(workload, "__name__", "workload")
-    report = Report(workloads=[name])
+    label = name or str(getattr(workload, "__name__", "workload"))
+    report = Report(workloads=[label])
     started = time.perf_counter()
     root = tempfile.mkdtemp(prefix="nobroker-explorer-", dir=scratch_root())
     try:
         with _quiet():
-            trace = record(workload, os.path.join(root, "live"), seed=bounds.seed, name=name)
+            trace = record(workload, os.path.join(root, "live"), seed=bounds.seed, name=label)
             report.calls, report.events = len(trace.calls), len(trace.events)
             for problem in trace.problems:
                 report.total_violations += 1
-                report.violations.append(Violation("shadow", name, "-", -1, "recording",
+                report.violations.append(Violation("shadow", label, "-", -1, "recording",
                                                    problem))
             explorer = _Explorer(trace, root, bounds, report)
             explorer._compound_budget = bounds.compound
@@ -2179,6 +2219,32 @@ def _w_fsync_false(d: Driver) -> None:
     d.call(h, "enqueue", payload(9, 400))
 
 
+@workload("checkpoints")
+def _w_checkpoints(d: Driver) -> None:
+    from unittest import mock
+
+    import nobroker.queue
+    # Checkpoints at every close and every 2 KiB logged, instead of after MiBs.
+    with mock.patch.object(nobroker.queue, "CHECKPOINT_AFTER_BYTES", 0), \
+            mock.patch.object(nobroker.queue, "CHECKPOINT_EVERY_BYTES", 2048):
+        h = d.open()
+        d.call(h, "enqueue_many", [payload(i, 300) for i in range(6)])
+        d.close(h)  # writes NAME.000000.ckpt
+        g = d.open()  # loads it
+        for job in _held(d.call(g, "lease", 2)):
+            d.call(g, "ack", job)
+        d.call(g, "enqueue_many", [payload(10 + i, 400) for i in range(6)])  # auto checkpoint
+        d.call(g, "compact")  # the new generation's checkpoint
+        d.call(g, "enqueue", payload(20, 200))
+        d.close(g)
+        k = d.open(fsync=False)  # an un-synced log under a checkpoint
+        d.call(k, "enqueue_many", [payload(30 + i, 300) for i in range(4)])
+        for job in _held(d.call(k, "lease", 3)):
+            d.call(k, "ack", job)
+        d.close(k)
+        d.call(d.open(), "stats")
+
+
 def random_workload(seed: int, length: int = 50, handles: int = 2) -> Workload:
     """A seeded random mix of exactly `length` calls over `handles` handles.
 
@@ -2239,6 +2305,11 @@ def random_workload(seed: int, length: int = 50, handles: int = 2) -> Workload:
 WORKLOADS["mixed50"] = random_workload(34, 50)
 WORKLOADS["mixed50"].__name__ = "mixed50"
 
+def _ace_expire(d: Driver, h: int) -> None:
+    d.advance(15)  # past every lease's deadline: this lease call reclaims them
+    d.call(h, "lease", 2)
+
+
 _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
     "enqueue": lambda d, h, held: d.call(h, "enqueue", payload(5, 300)),
     "enqueue_many": lambda d, h, held: d.call(h, "enqueue_many",
@@ -2248,7 +2319,7 @@ _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
     "ack": lambda d, h, held: d.call(h, "ack", held.pop()) if held else None,
     "nack": lambda d, h, held: d.call(h, "nack", held.pop(), delay=0) if held else None,
     "extend": lambda d, h, held: d.call(h, "extend", held[-1], 30) if held else None,
-    "expire": lambda d, h, held: (d.advance(15), d.call(h, "lease", 2)),
+    "expire": lambda d, h, held: _ace_expire(d, h),
     "compact": lambda d, h, held: d.call(h, "compact"),
     "requeue_dead": lambda d, h, held: d.call(h, "requeue_dead"),
     "purge": lambda d, h, held: d.call(h, "purge"),

@@ -29,10 +29,9 @@ import tempfile
 import time
 import unittest
 
-from support import TempDirTestCase, slow
-
 import explorer
 from explorer import SECTOR, Bounds, Driver, Event, crash_states, explore, record
+from support import TempDirTestCase, slow
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_corpus")
 PROFILES = ("process", "ext4ish", "weak", "windows")
@@ -40,7 +39,7 @@ SCENARIOS = [name for name in explorer.WORKLOADS if name != "mixed50"]
 # Workloads with directory operations beyond the first create: where `windows`
 # (no directory fsync) differs from ext4ish.
 DIRECTORY_SCENARIOS = {"first_enqueue", "compaction", "keyed_compaction", "big_compaction",
-                       "two_handles", "fsync_fails_reopen", "fsync_false"}
+                       "two_handles", "fsync_fails_reopen", "fsync_false", "checkpoints"}
 
 
 def show(report: explorer.Report) -> None:

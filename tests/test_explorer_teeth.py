@@ -38,9 +38,8 @@ from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
-import support  # noqa: F401
-
 import explorer
+import support  # noqa: F401
 from explorer import Bounds, RecordingFS, explore
 
 import nobroker.compaction
