@@ -259,6 +259,7 @@ class RecordingFS(FileSystem):
         self.call = -1
         self.frozen = False
         self._faults: list[_Fault] = []
+        self._before_sync: list[Callable[[], None]] = []  # run just before the next fsync
         self._next_ino = 1
         if adopt:  # every file already present is durable: the start of a compound trace
             for name in sorted(os.listdir(self.root)):
@@ -381,6 +382,8 @@ class RecordingFS(FileSystem):
         if ino is None:
             super().fsync(fd)
             return
+        if self._before_sync:  # another writer gets in between this write and its fsync
+            self._before_sync.pop(0)()
         fault = self._fault("fsync")
         if fault is not None:
             if fault.action == "crash":
@@ -647,6 +650,10 @@ class Driver:
                   keep: int | None = None) -> None:
         self.fs.arm(kind, error, skip=skip, keep=keep)
 
+    def before_next_fsync(self, action: Callable[[], None]) -> None:
+        """Run `action` (other calls) when the next fsync is about to start: group commit."""
+        self.fs._before_sync.append(action)
+
     # -- internals ------------------------------------------------------------
 
     def _run(self, handle: int, op: str, args: Sequence[Any], kwargs: dict[str, Any],
@@ -658,6 +665,7 @@ class Driver:
         problem = self.fs.shadow_check(_ignored_name)
         if problem:
             self.problems.append(f"before call {index} ({op}): {problem}")
+        outer = self.fs.call  # a call made from inside another's fsync (group commit)
         self.fs.call = index
         begin = self.fs.mark("begin", f"call {index} {op}")
         call = Call(index, handle, op, text, begin.index, now=self.clock.now)
@@ -679,7 +687,7 @@ class Driver:
             call.result = type(exc).__name__
             result = exc
         call.end = self.fs.mark("end", f"call {index} {call.outcome}").index
-        self.fs.call = -1
+        self.fs.call = outer
         self._classify(call)
         problem = self.fs.shadow_check(_ignored_name)
         if problem:
@@ -695,7 +703,8 @@ class Driver:
         for event in self.fs.events[call.begin:call.end]:
             if event.kind in ("write", "trunc") and event.ino in logs:
                 touched.add(event.ino)
-            if event.kind != "write" or event.ino not in logs or event.offset < 16:
+            if event.kind != "write" or event.ino not in logs or event.offset < 16 or \
+                    event.call != call.index:  # not a call made from inside this one
                 continue
             generation = _generation(self.fs.files[event.ino])
             for rtype, _, record in _scan_frames(event.data):
@@ -2219,6 +2228,21 @@ def _w_fsync_false(d: Driver) -> None:
     d.call(h, "enqueue", payload(9, 400))
 
 
+@workload("group_commit")
+def _w_group_commit(d: Driver) -> None:
+    a, b = d.open(), d.open()
+    d.call(a, "enqueue", payload(1, 100))
+    # a writes its batch and releases the lock; before its fsync starts, b writes,
+    # fsyncs and returns (its fsync covers a's batch too); then a's fsync runs.
+    d.before_next_fsync(lambda: d.call(b, "enqueue_many", [payload(10 + i, 300)
+                                                            for i in range(3)]))
+    d.call(a, "enqueue", payload(2, 700))
+    d.before_next_fsync(lambda: (d.call(b, "lease", 2), None)[1])
+    d.call(a, "enqueue", payload(3, 500))
+    for job in _held(d.call(a, "lease", 5)):
+        d.call(b, "ack", job)
+
+
 @workload("checkpoints")
 def _w_checkpoints(d: Driver) -> None:
     from unittest import mock
@@ -2434,7 +2458,15 @@ def load_fixture(path: str) -> dict[str, Any]:
 
 
 def check_fixture(fixture: dict[str, Any], directory: str) -> list[str]:
-    """Open a fixture's files; the problems found (empty when the fix holds)."""
+    """The problems a fixture shows now (empty when its fix holds).
+
+    A state fixture's files are opened and checked (I6, I7, I9, the expected
+    batch and job count); a workload fixture ("kind": "workload") is explored
+    again under its profiles.
+    """
+    if fixture.get("kind") == "workload":
+        report = explore(fixture["workload"], fixture["profile"], Bounds(rot=False))
+        return [str(v) for v in report.violations[:5]] if not report.ok else []
     os.makedirs(directory, exist_ok=True)
     opener = _Opener(os.path.dirname(directory) or ".", {})
     opener.dir = directory
