@@ -84,6 +84,10 @@ def purge(t: float = 0.0) -> tuple[int, dict[str, Any]]:
     return RT.PURGE, {"t": t}
 
 
+def forget(job_id: str) -> tuple[int, dict[str, Any]]:
+    return RT.FORGET, {"id": job_id}
+
+
 def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
     """The snapshot batch compaction writes for `state` (docs: JOB*, KEY*, SNAPSHOT)."""
     out: list[tuple[int, dict[str, Any]]] = []
@@ -112,6 +116,11 @@ def in_state(before: JobState | None, *, ma: int = 3) -> tuple[QueueState, Log]:
     if before is None:
         state.apply_batch(log.batch(enq("other")))
         return state, log
+    if before is JobState.DONE:  # a finished keyed job: only its key is left
+        state.apply_batch(log.batch(enq("j", ma=ma, keyed=True)))
+        state.apply_batch(log.batch(lease("j", 1)))
+        state.apply_batch(log.batch(ack("j", 1)))
+        return state, log
     state.apply_batch(log.batch(enq("j", ma=ma)))
     if before in (JobState.LEASED, JobState.DEAD):
         state.apply_batch(log.batch(lease("j", 1)))
@@ -126,7 +135,8 @@ def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any
         RT.ENQUEUE: lambda: enq(job_id), RT.LEASE: lambda: lease(job_id, 2),
         RT.ACK: lambda: ack(job_id, 1), RT.NACK: lambda: nack(job_id, 1),
         RT.EXTEND: lambda: extend(job_id, 1), RT.EXPIRE: lambda: expire(job_id, 1),
-        RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge}
+        RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge,
+        RT.FORGET: lambda: forget(job_id)}
     return makers[rtype]()
 
 
@@ -247,6 +257,8 @@ class TransitionTableTest(unittest.TestCase):
                     if rtype is RT.ACK:
                         self.assertIs(after, JobState.DONE)
                         self.assertIsNone(got, "a done job leaves the job table")
+                    elif rtype is RT.FORGET:
+                        self.assertNotIn("j", s.done_keys, "the key is forgotten")
                     else:
                         self.assertIs(got, after)
                     self.assertEqual((s.pending, s.leased, s.dead), recount(s))
@@ -541,3 +553,21 @@ def random_history(rng: random.Random, steps: int) -> list[list[Applied]]:
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ForgetTest(unittest.TestCase):
+    def test_forgettable_lists_keys_finished_at_or_before_a_time_oldest_first(self) -> None:
+        s, log = QueueState(), Log()
+        for job_id, t in (("late", 30.0), ("early", 10.0), ("mid", 20.0)):
+            s.apply_batch(log.batch(enq(job_id, keyed=True)))
+            s.apply_batch(log.batch(lease(job_id, s.next_token)))
+            s.apply_batch(log.batch(ack(job_id, s.jobs[job_id].token, t=t)))
+        self.assertEqual(s.forgettable(20.0), ["early", "mid"])
+        self.assertEqual(s.forgettable(20.0), ["early", "mid"], "asking changes nothing")
+        s.apply_batch(log.batch(forget("early")))
+        self.assertEqual(s.forgettable(100.0), ["mid", "late"])
+
+    def test_forgetting_a_key_that_is_not_remembered_is_a_replay_error(self) -> None:
+        s, log = in_state(JobState.PENDING)
+        with self.assertRaises(ReplayError):
+            s.apply_batch(log.batch(forget("j")))

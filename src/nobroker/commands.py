@@ -88,12 +88,19 @@ class Batch:
 
 
 def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPolicy,
-                 spare: str | frozenset[str] | None = None) -> None:
-    """Expire every lease whose deadline has passed (except the caller's own jobs).
+                 spare: str | frozenset[str] | None = None,
+                 key_retention: float | None = None) -> None:
+    """Expire every lease whose deadline has passed (except the caller's own jobs),
+    and forget the idempotency keys older than `key_retention`.
 
-    The caller's jobs must be spared: the call's own ACK/NACK/EXTEND records
-    follow in the same batch and would meet a job the EXPIRE already released.
+    The caller's jobs are spared so that an ack arriving after its deadline
+    still succeeds when nobody has taken the job since. Keys are forgotten by
+    a record, like everything else, so that every handle's state (and a
+    compaction's snapshot) agrees on which keys are still remembered.
     """
+    if key_retention is not None:
+        for job_id in state.forgettable(now - key_retention):
+            batch.add(RecordType.FORGET, {"id": job_id})
     spared = spare if isinstance(spare, frozenset) else frozenset((spare,) if spare else ())
     for entry in state.expired(now):
         if entry.id in spared:

@@ -100,8 +100,8 @@ class Prepared:
             pass
 
 
-def prepare_generation(fs: FileSystem, directory: str, name: str, generation: int, upto: int,
-                       now: float, key_retention: float) -> Prepared:
+def prepare_generation(fs: FileSystem, directory: str, name: str, generation: int,
+                       upto: int) -> Prepared:
     """Steps 2-3: the snapshot of generation `generation` at offset `upto`, written as
     generation `generation` + 1 under a temporary name. Takes no lock."""
     reader = LogFile.open(fs, directory, name, generation)
@@ -111,8 +111,7 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
         if reader.end != upto:
             raise OSError(5, f"{reader.path} ends at {reader.end}, expected {upto}")
         temp = f"{log_filename(name, generation + 1)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-        new_log, snapshot = write_generation(fs, reader, state, generation + 1, now,
-                                             key_retention, filename=temp)
+        new_log, snapshot = write_generation(fs, reader, state, generation + 1, filename=temp)
     finally:
         reader.close()
     prepared = Prepared(new_log, snapshot, upto, new_log.end, new_log.crc)
@@ -127,7 +126,6 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
 
 
 def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation: int,
-                     now: float, key_retention: float,
                      filename: str | None = None) -> tuple[LogFile, QueueState]:
     """Write `state` as the snapshot batch of a new generation file; durable on return.
 
@@ -144,8 +142,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         texts = old.payload_texts([entry.loc for entry in entries])
         for entry, text in zip(entries, texts, strict=True):
             batch.add_payload(RecordType.JOB, _snapshot_fields(entry), text)
-        keys = {job_id: done_at for job_id, done_at in state.done_keys.items()
-                if done_at + key_retention > now}
+        keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
         batch.add(RecordType.SNAPSHOT, {"tok": state.next_token, "done": state.done,

@@ -440,6 +440,7 @@ class Queue:
             entry.loc, entry.size = loc, size
         new_log.end = moved.end + old.end - moved.source_offset
         new_log.crc = new_log.prefix_crc(new_log.end)
+        self._state.snapshot_seen = True  # what a replay of the new generation says
         self._log = new_log
         self._checkpointed = moved.end
         self._retire(old)
@@ -469,7 +470,7 @@ class Queue:
             start = self._live_log().end
             now = self._now()
             batch = Batch(self._state.last_batch + 1)
-            plan_reclaim(self._state, batch, now, self.backoff, spare)
+            plan_reclaim(self._state, batch, now, self.backoff, spare, self.key_retention)
             if len(batch):
                 # Expiries first, as a batch of their own, so that the call sees
                 # their effect (a reclaimed job with no backoff is leasable now).
@@ -759,7 +760,7 @@ class Queue:
             if entry is not None:
                 return self._view(entry)
             done_at = self._state.done_keys.get(job_id)
-            if done_at is not None:
+            if done_at is not None and done_at + self.key_retention > self._clock():
                 return self._done_view(job_id, done_at)
             raise JobNotFoundError(job_id)
 
@@ -825,8 +826,7 @@ class Queue:
                                         time.perf_counter() - started)  # nothing to rewrite
             try:
                 prepared = compaction.prepare_generation(
-                    self._fs, self.directory, self.name, generation, upto, self._now(),
-                    self.key_retention)
+                    self._fs, self.directory, self.name, generation, upto)
             except (OSError, CorruptLogError) as exc:
                 raise CompactionError(f"writing generation {generation + 1} failed: {exc}")\
                     from None

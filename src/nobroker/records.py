@@ -52,6 +52,7 @@ class RecordType(IntEnum):
     JOB = 9  # snapshot: one live job, written by compaction
     KEY = 10  # snapshot: an idempotency key of a finished job, still remembered
     SNAPSHOT = 11  # snapshot: end marker with the queue's counters
+    FORGET = 12  # an idempotency key's retention ran out
 
 
 class _Rejected(ValueError):

@@ -45,6 +45,7 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.EXPIRE, JobState.LEASED): (JobState.PENDING, JobState.DEAD),
     (RecordType.REQUEUE, JobState.DEAD): (JobState.PENDING,),
     (RecordType.PURGE, JobState.PENDING): (None,),
+    (RecordType.FORGET, JobState.DONE): (None,),
 }
 
 _NUMBER: Final = frozenset({int, float})
@@ -129,6 +130,7 @@ class QueueState:
         self._delayed: list[tuple[float, int, int, str]] = []  # (available_at, seq, ver, id)
         self._ready: list[tuple[int, int, int, str]] = []  # (-priority, seq, ver, id)
         self._leases: list[tuple[float, int, str]] = []  # (lease_until, token, id)
+        self._key_times: list[tuple[float, str]] = []  # (done_at, id) of remembered keys
 
     @classmethod
     def restore(cls, entries: Sequence[Entry], done_keys: dict[str, float], *,
@@ -159,6 +161,8 @@ class QueueState:
         heapq.heapify(leases)
         state._stamp = state._next_seq = len(entries)
         state.done_keys = dict(done_keys)
+        state._key_times = [(done_at, job_id) for job_id, done_at in done_keys.items()]
+        heapq.heapify(state._key_times)
         state.last_batch, state.next_token, state.done = last_batch, next_token, done
         state.snapshot_seen = snapshot_seen
         return state
@@ -200,7 +204,11 @@ class QueueState:
             self._apply_snapshot_job(job_id, rec, offset, size)
             return
         if rtype == RecordType.KEY:
-            self.done_keys[job_id] = _field(rec, "done", float, offset)
+            self._remember(job_id, _field(rec, "done", float, offset))
+            return
+        if rtype == RecordType.FORGET:
+            if self.done_keys.pop(job_id, None) is None:
+                raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
             return
         found = self.jobs.get(job_id)
         if found is None:
@@ -231,7 +239,7 @@ class QueueState:
             self._remove(entry)
             self.done += 1
             if entry.keyed:
-                self.done_keys[job_id] = done_at
+                self._remember(job_id, done_at)
         elif rtype == RecordType.EXTEND:
             entry.lease_until = _field(rec, "until", float, offset)
             heapq.heappush(self._leases, (entry.lease_until, token, job_id))
@@ -416,6 +424,22 @@ class QueueState:
         heapq.heapify(later)
         heapq.heapify(self._ready)
         self._delayed = later
+
+    def _remember(self, job_id: str, done_at: float) -> None:
+        self.done_keys[job_id] = done_at
+        heapq.heappush(self._key_times, (done_at, job_id))
+
+    def forgettable(self, before: float) -> list[str]:
+        """Remembered keys whose job finished at or before `before`, oldest first."""
+        heap, keys = self._key_times, self.done_keys
+        found: list[tuple[float, str]] = []
+        while heap and heap[0][0] <= before:
+            item = heapq.heappop(heap)
+            if keys.get(item[1]) == item[0]:
+                found.append(item)
+        for item in found:  # selection must not change the state; FORGET records will
+            heapq.heappush(heap, item)
+        return [job_id for _, job_id in found]
 
     def _jobs_version(self, job_id: str) -> int:
         entry = self.jobs.get(job_id)
