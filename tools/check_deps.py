@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCAN_DIRS = ("src", "tests", "tools", "examples")
 SCAN_FILES = ("make.py",)
 REQUIREMENTS_DEV = "requirements-dev.txt"
+REQUIREMENTS_BENCH = "requirements-bench.txt"
 
 OPTIONAL_EXTRAS = frozenset({"psycopg"})
 OPTIONAL_BACKENDS = ("src/nobroker/postgres.py", "src/nobroker/backends/postgres*.py")
@@ -214,9 +215,9 @@ def violation(imp: Import) -> str | None:
     return None
 
 
-def dev_requirements(root: Path) -> list[str]:
-    """The pinned lint tools from requirements-dev.txt, if the file exists."""
-    path = root / REQUIREMENTS_DEV
+def dev_requirements(root: Path, name: str = REQUIREMENTS_DEV) -> list[str]:
+    """The pinned packages of a requirements file (lint tools, peer queues), if it exists."""
+    path = root / name
     if not path.is_file():
         return []
     lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
@@ -232,6 +233,7 @@ class Scan:
     unparsable: list[str]
     first_party: set[str]
     dev_requirements: list[str]
+    bench_requirements: list[str]
 
     def kind(self, imp: Import) -> str:
         if imp.module in sys.stdlib_module_names:
@@ -256,7 +258,7 @@ def scan(root: Path) -> Scan:
         imports += collector.found
     rels = [p.relative_to(root).as_posix() for p in files]
     return Scan(rels, sorted(imports), unparsable, first_party_names(root),
-                dev_requirements(root))
+                dev_requirements(root), dev_requirements(root, REQUIREMENTS_BENCH))
 
 
 # --------------------------------------------------------------------------
@@ -322,6 +324,11 @@ def report(result: Scan) -> tuple[str, bool]:
     out += ["", "development tools (for working on nobroker, never needed to run it):"]
     for pin in result.dev_requirements:
         out += _row(pin, f"lint venv .dev/venv, pinned in {REQUIREMENTS_DEV}")
+    # The peer queues are imported by name at run time (importlib), which no
+    # static scan sees, so the pins are listed from the file that installs them.
+    for pin in result.bench_requirements:
+        out += _row(pin, f"bench venv .dev/bench-venv, pinned in {REQUIREMENTS_BENCH}; "
+                         "imported by name in tools/bench_peers.py")
     tools = [i for i in allowed if file_role(i.path) == "tool"]
     if tools or not result.dev_requirements:
         out += _lazy_rows(tools)
