@@ -19,10 +19,12 @@ This module knows frames and batches, not what records mean (state.py).
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
@@ -59,6 +61,24 @@ def _unwritten_sector(data: bytes, base: int) -> int:
             return start
         boundary += 512
     return len(data)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while bulk-building a state.
+
+    Replaying a large log creates millions of objects and no reference cycles;
+    the collector would scan them all again and again as they pile up (a
+    quarter of the time of a 200k-job replay). Its previous setting returns
+    afterwards; it is process-wide, so this is only for bounded bulk work.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def log_filename(name: str, generation: int) -> str:

@@ -51,7 +51,7 @@ from .errors import (
 )
 from .fs import NETWORK_FILESYSTEMS, OS, FileSystem, filesystem_type
 from .lock import release_shared_lock, shared_lock
-from .logfile import LogFile, log_filename
+from .logfile import LogFile, log_filename, paused_gc
 from .models import CompactionResult, Job, QueueStats, RecoveryReport
 from .records import RecordType, check_id, check_number, encode_payload
 from .state import Entry, JobState, QueueState
@@ -210,8 +210,9 @@ class Queue:
                                   f"names generation {generation}, whose log file is missing")\
                 from None
         try:
-            state, from_checkpoint = self._restore(new_log)
-            result = new_log.scan(state.apply_batch, state.last_batch, full=True)
+            with paused_gc():
+                state, from_checkpoint = self._restore(new_log)
+                result = new_log.scan(state.apply_batch, state.last_batch, full=True)
             if generation > 0 and not state.snapshot_seen:
                 raise CorruptLogError(new_log.path, new_log.end,
                                       "generation does not start with a complete snapshot")
@@ -284,8 +285,9 @@ class Queue:
                 generation, upto = current.generation, current.end
             reader = LogFile.open(self._fs, self.directory, self.name, generation)
             try:
-                state = reader.load_checkpoint(max_end=upto) or QueueState()
-                reader.scan(state.apply_batch, state.last_batch, full=False, limit=upto)
+                with paused_gc():
+                    state = reader.load_checkpoint(max_end=upto) or QueueState()
+                    reader.scan(state.apply_batch, state.last_batch, full=False, limit=upto)
                 if reader.end == upto:
                     reader.write_checkpoint(
                         checkpoint.encode(state, generation, upto, reader.crc))
