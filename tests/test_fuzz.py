@@ -88,6 +88,8 @@ REGRESSIONS: list[tuple[int, int]] = [
     (10007, 0),  # ENQUEUE with "at" 10**30 (an int): accepted by the fast replay path,
     (10007, 1300),  # ... then a checkpoint gave it back as a float: another state
     (10007, 2788),  # "until" 2**53 + 1: int in replay, float from a checkpoint
+    (750974, 7700),  # KEY record twice in a snapshot: two FORGETs planned for one key,
+    (750974, 20514),  # ... the second failed to apply: a raw ReplayError from enqueue
 ]
 
 

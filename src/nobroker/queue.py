@@ -523,7 +523,8 @@ class Queue:
                 current.cut(start)
             except OSError:
                 pass
-            raise
+            raise QueueClosedError(f"queue {self.name!r} must be reopened: internal error "
+                                   f"applying its own batch: {exc}") from exc
 
     def _sync(self, target: LogFile, offset: int) -> None:
         try:

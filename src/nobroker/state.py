@@ -204,6 +204,8 @@ class QueueState:
             self._apply_snapshot_job(job_id, rec, offset, size)
             return
         if rtype == RecordType.KEY:
+            if job_id in self.done_keys:
+                raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
             self._remember(job_id, _field(rec, "done", float, offset))
             return
         if rtype == RecordType.FORGET:
@@ -433,10 +435,12 @@ class QueueState:
         """Remembered keys whose job finished at or before `before`, oldest first."""
         heap, keys = self._key_times, self.done_keys
         found: list[tuple[float, str]] = []
+        seen: set[str] = set()
         while heap and heap[0][0] <= before:
             item = heapq.heappop(heap)
-            if keys.get(item[1]) == item[0]:
+            if keys.get(item[1]) == item[0] and item[1] not in seen:  # once per key
                 found.append(item)
+                seen.add(item[1])
         for item in found:  # selection must not change the state; FORGET records will
             heapq.heappush(heap, item)
         return [job_id for _, job_id in found]
