@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-from support import TempDirTestCase, scratch_root, slow
+from support import FakeClock, TempDirTestCase, scratch_root, slow
 
 import nobroker
 from nobroker import (
@@ -62,19 +62,6 @@ __all__ = ["FaultFS", "FakeClock", "FaultOutcome", "run_fault_case", "run_fault_
 
 ERRNOS = (errno.EIO, errno.ENOSPC)
 MODES = ("once", "persist", "short", "drop")
-
-
-class FakeClock:
-    """A settable clock: `clock()` returns `now`; tests move it by hand."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FaultFS(FileSystem):

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from support import TempDirTestCase, scratch_root
+from support import FakeClock, TempDirTestCase, scratch_root
 
 import nobroker.commands
 from nobroker import BackoffPolicy, CorruptLogError, NobrokerError, Queue
@@ -91,17 +91,6 @@ REGRESSIONS: list[tuple[int, int]] = [
     (750974, 7700),  # KEY record twice in a snapshot: two FORGETs planned for one key,
     (750974, 20514),  # ... the second failed to apply: a raw ReplayError from enqueue
 ]
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 # --------------------------------------------------------------------------
