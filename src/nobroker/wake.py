@@ -35,15 +35,24 @@ class WakeChannel:
         self._reader: int | None = None
         self._keepalive: int | None = None
         self._writer: int | None = None
+        self._retry_at = 0.0  # monotonic time before which a failed open is not retried
 
     def notify(self, jobs: int = 1) -> None:
         """Wake up to `jobs` waiters. Never blocks, never raises."""
         if not _SUPPORTED:
             return
         if self._writer is None:
+            if time.monotonic() < self._retry_at:
+                return
             try:
                 self._writer = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:  # no pipe yet (ENOENT) or no reader (ENXIO): nobody waits
+                # A failed open costs more than a whole enqueue's bookkeeping, so
+                # do not retry it on every call. A waiter that arrives meanwhile
+                # misses at most the pokes of the next 10 ms (it looks at the queue
+                # before it sleeps), and only until the first open succeeds: the
+                # descriptor is then kept, and readers keep the pipe open.
+                self._retry_at = time.monotonic() + 0.01
                 return
         try:
             os.write(self._writer, b"!" * max(1, min(jobs, _POKES_CAP)))
