@@ -199,7 +199,7 @@ def publish_generation(fs: FileSystem, directory: str, name: str, generation: in
 def remove_stale_files(fs: FileSystem, directory: str, name: str, current: int) -> list[str]:
     """Delete other generations and temp files of this queue; returns what was removed."""
     pattern = re.compile(
-        re.escape(name) + r"\.(\d{6,})\.(log|ckpt|ckpt\.tmp|log\.tmp-[0-9a-f-]+)$")
+        re.escape(name) + r"\.(\d{6,})\.(log|ckpt|(?:ckpt|log)\.tmp-[0-9a-f-]+)$")
     removed = []
     for entry in fs.listdir(directory):
         match = pattern.fullmatch(entry)

@@ -478,8 +478,10 @@ class LogFile:
 
     def write_checkpoint(self, data: bytes) -> None:
         """Replace the checkpoint atomically. No fsync: a torn or lost checkpoint
-        fails its CRC or is missing, and opening then replays the log instead."""
-        temp = self.checkpoint_path + ".tmp"
+        fails its CRC or is missing, and opening then replays the log instead.
+        The temporary name is our own, so two processes saving at once cannot
+        interleave their bytes in one file."""
+        temp = f"{self.checkpoint_path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
         fd = self.fs.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             self.fs.write_all(fd, data, 0)
