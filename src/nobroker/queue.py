@@ -51,7 +51,7 @@ from .errors import (
 )
 from .fs import NETWORK_FILESYSTEMS, OS, FileSystem, filesystem_type
 from .lock import release_shared_lock, shared_lock
-from .logfile import LogFile, log_filename, paused_gc
+from .logfile import LogFile, ScanResult, log_filename, paused_gc
 from .models import CompactionResult, Job, QueueStats, RecoveryReport
 from .records import RecordType, check_id, check_number, encode_payload
 from .state import Entry, JobState, QueueState
@@ -218,11 +218,7 @@ class Queue:
                                       "generation does not start with a complete snapshot")
             side = None
             if result.torn_offset is not None and not self.readonly:
-                side = new_log.save_torn(result.torn_offset, result.torn_bytes)
-                new_log.cut(result.torn_offset)
-                log.warning("%s: cut a torn tail of %d bytes at offset %d (%s); saved to %s",
-                            new_log.path, result.torn_bytes, result.torn_offset,
-                            result.torn_reason, side)
+                side = self._cut_torn_tail(new_log, result)
         except BaseException:
             new_log.close()
             raise
@@ -385,11 +381,18 @@ class Queue:
             self._poison(str(exc))
             raise
         if result.torn_offset is not None and not self.readonly:
-            side = current.save_torn(result.torn_offset, result.torn_bytes)
-            current.cut(result.torn_offset)
-            log.warning("%s: a writer died mid-write; cut %d bytes at offset %d (%s), saved to %s",
-                        current.path, result.torn_bytes, result.torn_offset,
-                        result.torn_reason, side)
+            self._cut_torn_tail(current, result)
+
+    @staticmethod
+    def _cut_torn_tail(target: LogFile, result: ScanResult) -> str:
+        """Save a torn tail to a side file, cut it, say so; returns the side file."""
+        assert result.torn_offset is not None
+        side = target.save_torn(result.torn_offset, result.torn_bytes)
+        target.cut(result.torn_offset)
+        log.warning("%s: cut a torn tail of %d bytes at offset %d (%s); saved to %s",
+                    target.path, result.torn_bytes, result.torn_offset, result.torn_reason,
+                    side)
+        return side
 
     def _follow_compaction(self) -> bool:
         """Switch to the generation another handle compacted into, keeping our state.
