@@ -106,12 +106,9 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
     generation `generation` + 1 under a temporary name. Takes no lock."""
     reader = LogFile.open(fs, directory, name, generation)
     try:
+        state = reader.state_at(upto)
+        temp = f"{log_filename(name, generation + 1)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
         with paused_gc():
-            state = reader.load_checkpoint(max_end=upto) or QueueState()
-            reader.scan(state.apply_batch, state.last_batch, full=False, limit=upto)
-            if reader.end != upto:
-                raise OSError(5, f"{reader.path} ends at {reader.end}, expected {upto}")
-            temp = f"{log_filename(name, generation + 1)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
             new_log, snapshot = write_generation(fs, reader, state, generation + 1,
                                                  filename=temp)
     finally:

@@ -135,9 +135,6 @@ class SharedLock:
             _unlock(self._fd)
         self._thread_lock.release()
 
-    def held_by_me(self) -> bool:
-        return self._depth > 0 and self._thread_lock._is_owned()  # type: ignore[attr-defined]
-
     def close(self) -> None:
         self._fs.close(self._fd)
 

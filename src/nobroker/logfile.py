@@ -465,6 +465,21 @@ class LogFile:
         self.end, self.crc = end, crc
         return state
 
+    def state_at(self, upto: int) -> QueueState:
+        """The state after the complete batches before offset `upto`, rebuilt from
+        the checkpoint (if one ends at or before it) and the records that follow.
+
+        Below an offset that was once the logical end the log never changes, so
+        this needs no lock: compaction and running checkpoints use it to work
+        beside the writers. Raises OSError if the records do not end at `upto`.
+        """
+        with paused_gc():
+            state = self.load_checkpoint(max_end=upto) or QueueState()
+            self.scan(state.apply_batch, state.last_batch, full=False, limit=upto)
+        if self.end != upto:
+            raise OSError(5, f"{self.path} ends at {self.end}, expected {upto}")
+        return state
+
     def read_checkpoint(self) -> bytes | None:
         try:
             fd = self.fs.open(self.checkpoint_path, os.O_RDONLY)

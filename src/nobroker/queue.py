@@ -211,7 +211,9 @@ class Queue:
                 from None
         try:
             with paused_gc():
-                state, from_checkpoint = self._restore(new_log)
+                loaded = new_log.load_checkpoint()
+                from_checkpoint = None if loaded is None else new_log.end
+                state = QueueState() if loaded is None else loaded
                 result = new_log.scan(state.apply_batch, state.last_batch, full=True)
             if generation > 0 and not state.snapshot_seen:
                 raise CorruptLogError(new_log.path, new_log.end,
@@ -234,13 +236,6 @@ class Queue:
             torn_bytes=result.torn_bytes, torn_reason=result.torn_reason,
             repaired=side is not None, side_file=side, notes=tuple(notes),
             checkpoint_offset=from_checkpoint)
-
-    def _restore(self, target: LogFile) -> tuple[QueueState, int | None]:
-        """The state from the generation's checkpoint, if it can be trusted; else empty."""
-        state = target.load_checkpoint()
-        if state is None:
-            return QueueState(), None
-        return state, target.end
 
     def _save_checkpoint(self) -> None:
         """Under the lock: write a checkpoint if enough was logged since the last one."""
@@ -281,13 +276,9 @@ class Queue:
                 generation, upto = current.generation, current.end
             reader = LogFile.open(self._fs, self.directory, self.name, generation)
             try:
-                with paused_gc():
-                    state = reader.load_checkpoint(max_end=upto) or QueueState()
-                    reader.scan(state.apply_batch, state.last_batch, full=False, limit=upto)
-                if reader.end == upto:
-                    reader.write_checkpoint(
-                        checkpoint.encode(state, generation, upto, reader.crc))
-                    self._checkpointed = upto
+                state = reader.state_at(upto)
+                reader.write_checkpoint(checkpoint.encode(state, generation, upto, reader.crc))
+                self._checkpointed = upto
             finally:
                 reader.close()
         except (OSError, NobrokerError) as exc:  # a cache: the call itself succeeded

@@ -379,14 +379,6 @@ class QueueState:
         elif entry.state is JobState.LEASED:
             heapq.heappush(self._leases, (entry.lease_until, entry.token, entry.id))
 
-    def relocate(self, locations: dict[str, tuple[int, int]]) -> None:
-        """After compaction: payloads now live at new offsets of the new generation."""
-        self.live_bytes = 0
-        for job_id, (loc, size) in locations.items():
-            entry = self.jobs[job_id]
-            entry.loc, entry.size = loc, size
-            self.live_bytes += size
-
     # -- questions (read-only with respect to the state's meaning) ----------
 
     def ready(self, now: float, count: int) -> list[Entry]:
