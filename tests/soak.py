@@ -325,6 +325,12 @@ class _Chaos:
                 child.proc.wait()
                 self.problems.append(f"{child.role}{child.ident} did not stop on SIGTERM")
                 continue
+            events = os.path.join(self.logdir, f"{child.role}{child.ident}-{child.proc.pid}.log")
+            if code == -signal.SIGTERM and not os.path.exists(events):
+                # Stopped while still starting up, before it set its SIGTERM handler
+                # (which it does before opening its event log): it made no call at all.
+                self.children.remove(child)
+                continue
             if code != 0:
                 with open(child.err_path, "rb") as err:
                     tail = err.read()[-1500:].decode("utf-8", "replace")
