@@ -13,6 +13,7 @@ so that replay never has to choose it again.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from typing import Any, Final
 
 from . import framing
@@ -42,23 +43,26 @@ class Batch:
 
     def __init__(self, number: int) -> None:
         self.number = number
-        self._texts: list[tuple[int, str]] = []
-        self._records: list[Record] = []  # what replay will see (payload text omitted)
+        # (type, JSON text, what replay will see: the record without its payload text)
+        self._items: list[tuple[int, str, Record]] = []
         self.wakes = 0  # records that may make a job leasable: idle workers are poked
 
     def __len__(self) -> int:
-        return len(self._texts)
+        return len(self._items)
+
+    def records(self) -> Iterator[tuple[int, Record]]:
+        """(type, record) of every record added so far."""
+        return ((rtype, record) for rtype, _, record in self._items)
 
     def last_id(self) -> str:
         """The job id of the record added last."""
-        return str(self._records[-1]["id"])
+        return str(self._items[-1][2]["id"])
 
     def add(self, rtype: RecordType, fields: Record) -> Record:
         if rtype in _WAKING:
             self.wakes += 1
         record = {"b": self.number, **fields}
-        self._texts.append((rtype, dumps(record)))
-        self._records.append(record)
+        self._items.append((rtype, dumps(record), record))
         return record
 
     def add_payload(self, rtype: RecordType, fields: Record, payload_text: str) -> Record:
@@ -67,19 +71,22 @@ class Batch:
             self.wakes += 1
         record = {"b": self.number, **fields}
         head = dumps(record)
-        self._texts.append((rtype, f'{head[:-1]},"p":{payload_text}}}'))
         record["p"] = None  # replay checks the payload is there; memory never keeps it
-        self._records.append(record)
+        self._items.append((rtype, f'{head[:-1]},"p":{payload_text}}}', record))
         return record
 
     def encode(self, start: int) -> tuple[bytes, list[Applied]]:
         """The framed bytes to write at offset `start`, and what replay will apply."""
+        items = self._items
+        if len(items) == 1:  # most calls: skip the loop's bookkeeping
+            rtype, text, record = items[0]
+            frame = framing.encode_record(rtype, text.encode("utf-8"))
+            return frame, [(rtype, record, start, len(frame))]
         parts: list[bytes] = []
         applied: list[Applied] = []
         offset = start
-        last = len(self._texts) - 1
-        pairs = zip(self._texts, self._records, strict=True)
-        for index, ((rtype, text), record) in enumerate(pairs):
+        last = len(items) - 1
+        for index, (rtype, text, record) in enumerate(items):
             frame = framing.encode_record(rtype, text.encode("utf-8"), more=index < last)
             parts.append(frame)
             applied.append((rtype, record, offset, len(frame)))
@@ -185,7 +192,7 @@ def plan_requeue(state: QueueState, batch: Batch, now: float, job_id: str | None
 
 def plan_purge(state: QueueState, batch: Batch, now: float) -> int:
     # Leases reclaimed earlier in this batch are pending by the time PURGE applies.
-    reclaimed = sum(1 for (rtype, _), record in zip(batch._texts, batch._records, strict=True)
+    reclaimed = sum(1 for rtype, record in batch.records()
                     if rtype == RecordType.EXPIRE
                     and state.jobs[record["id"]].attempts < state.jobs[record["id"]].max_attempts)
     count = state.pending + reclaimed

@@ -81,20 +81,24 @@ class SharedLock:
         self.stamp = 0  # the lock file's size at the last acquisition
 
     def acquire(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        if not self._thread_lock.acquire(timeout=max(timeout, 0.0)):
-            raise LockTimeoutError(self.path, timeout, os.getpid())
+        # Uncontended (the usual case) costs no clock read; the deadline is
+        # fixed at the first wait.
+        started = None
+        if not self._thread_lock.acquire(blocking=False):
+            started = time.monotonic()
+            if not self._thread_lock.acquire(timeout=max(timeout, 0.0)):
+                raise LockTimeoutError(self.path, timeout, os.getpid())
         if self._depth:
             self._depth += 1
             return
         try:
-            self._lock_file(deadline, timeout)
+            self._lock_file(started, timeout)
         except BaseException:
             self._thread_lock.release()
             raise
         self._depth = 1
 
-    def _lock_file(self, deadline: float, timeout: float) -> None:
+    def _lock_file(self, started: float | None, timeout: float) -> None:
         pause = 0.0002
         while True:
             if _try_lock(self._fd):
@@ -105,7 +109,9 @@ class SharedLock:
                 self._fs.close(self._fd)
                 self._fd = self._fs.open(self.path, os.O_RDWR | os.O_CREAT)
                 continue
-            if time.monotonic() >= deadline:
+            if started is None:
+                started = time.monotonic()
+            if time.monotonic() >= started + timeout:
                 raise LockTimeoutError(self.path, timeout, holder_pid(self.path))
             time.sleep(pause)
             pause = min(pause * 2, 0.005)

@@ -313,19 +313,11 @@ class LogFile:
             hit = data.find(marker, hit + 1)
         return None
 
-    def read_record(self, offset: int) -> Record:
-        """The record at `offset` (a payload lookup); CorruptLogError if it is not one."""
-        head = self.fs.pread(self.fd, framing.RECORD_HEADER.size, offset)
-        length = int.from_bytes(head[:4], "little") if len(head) == 9 else 0
-        data = head + self.fs.pread(self.fd, min(length, framing.MAX_RECORD),
-                                    offset + framing.RECORD_HEADER.size)
-        outcome, _, payload, _ = framing.decode_record(data, 0)
-        record = self._decode(payload) if outcome == framing.RECORD else None
-        if record is None:
-            raise CorruptLogError(self.path, offset, "payload record unreadable")
-        return record
+    def read_payload(self, offset: int) -> str:
+        """The payload JSON text of the record at `offset` (one lookup, one small read)."""
+        return next(self.payload_texts([offset], chunk=4096))
 
-    def payload_texts(self, locs: list[int]) -> Iterator[str]:
+    def payload_texts(self, locs: list[int], chunk: int = READ_CHUNK) -> Iterator[str]:
         """The payload JSON text of the records at `locs`, CRC-checked, without parsing.
 
         Reads ahead in large chunks, so increasing offsets (the usual order)
@@ -338,11 +330,10 @@ class LogFile:
         for loc in locs:
             rel = loc - buf_start
             if rel < 0 or rel + framing.RECORD_HEADER.size > len(buf):
-                buf, buf_start, rel = self.fs.pread(self.fd, READ_CHUNK, loc), loc, 0
+                buf, buf_start, rel = self.fs.pread(self.fd, chunk, loc), loc, 0
             length = int.from_bytes(buf[rel:rel + 4], "little")
             if rel + framing.RECORD_HEADER.size + length > len(buf):
-                need = max(READ_CHUNK, framing.RECORD_HEADER.size + min(length,
-                                                                        framing.MAX_RECORD))
+                need = max(chunk, framing.RECORD_HEADER.size + min(length, framing.MAX_RECORD))
                 buf, buf_start, rel = self.fs.pread(self.fd, need, loc), loc, 0
             outcome, _, payload, _ = framing.decode_record(buf, rel)
             key = payload.find(b',"p":') if outcome == framing.RECORD else -1
