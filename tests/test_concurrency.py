@@ -10,7 +10,9 @@ No lease expires in the first two tests (visibility_timeout is an hour), so
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import threading
 import time
 import unittest
 from collections import Counter
@@ -18,7 +20,8 @@ from collections.abc import Callable
 
 from support import TempDirTestCase, spawn_python
 
-from nobroker import BackoffPolicy, JobNotFoundError, NotLeasedError, Queue
+from nobroker import (BackoffPolicy, JobNotFoundError, LockTimeoutError, NotLeasedError,
+                      Queue)
 
 CONSUMER = r"""
 import json, sys, time
@@ -209,6 +212,61 @@ class CrossProcessFencingTest(ProcessTestCase):
             self.assertEqual((again.id, again.attempts), (job.id, 2))
             self.assertNotEqual(again.token, dead_token)
             q.ack(again)
+
+
+class ThreadsAndForksTest(ProcessTestCase):
+    def test_threads_handing_the_file_lock_over_still_exclude_another_process(self) -> None:
+        # Our threads pass the file lock from one to the next while one waits;
+        # a producer in another process must still get turns, and no write may
+        # interleave with another (the reopened log replays every job).
+        directory = str(self.tmp / "q")
+        with Queue(directory, lock_timeout=60) as q:
+            other = self.start(PRODUCER, directory)
+            mine: list[list[str]] = [[] for _ in range(4)]
+
+            def produce(into: list[str]) -> None:
+                for i in range(150):
+                    into.append(q.enqueue({"thread": i}).id)
+
+            threads = [threading.Thread(target=produce, args=(ids,)) for ids in mine]
+            for thread in threads:
+                thread.start()
+            self.go([other])
+            for thread in threads:
+                thread.join(timeout=120)
+            theirs = self.result(other)
+        ours = [job_id for ids in mine for job_id in ids]
+        self.assertEqual(len(ours), 600)
+        self.assertEqual(len(theirs), 294 + 6 * 10)
+        with Queue(directory) as q:
+            every = {job.id for job in q.list_jobs()}
+        self.assertEqual(len(every), 600 + 354 + 3)
+        self.assertTrue(set(ours) | set(theirs) <= every)
+
+    @unittest.skipUnless(hasattr(os, "fork"), "needs fork()")
+    def test_a_forked_child_does_not_share_its_parents_file_lock(self) -> None:
+        # flock() belongs to an open file description, which fork() shares: a
+        # child using its parent's descriptor would "hold" the lock alongside it.
+        with Queue(str(self.tmp / "q"), lock_timeout=0.3) as q:
+            q.enqueue("before")
+            q._lock.acquire(5)
+            try:
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the child reports by exit code
+                    code = 3
+                    try:
+                        q.enqueue("child")
+                        code = 1
+                    except LockTimeoutError:
+                        code = 0
+                    finally:
+                        os._exit(code)
+                _, status = os.waitpid(pid, 0)
+            finally:
+                q._lock.release()
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0,
+                             "the child wrote while its parent held the lock")
+            self.assertEqual(q.stats().pending, 1)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,9 @@ def holder_pid(path: str) -> int | None:
     return None
 
 
+MAX_HANDOVERS = 8  # file-lock handovers between our threads before others get a turn
+
+
 class SharedLock:
     """One queue's lock, shared by every handle of this process."""
 
@@ -77,6 +80,9 @@ class SharedLock:
         self._fd = fs.open(path, os.O_RDWR | os.O_CREAT)
         self._thread_lock = threading.RLock()
         self._depth = 0
+        self._file_locked = False  # held by whichever thread holds _thread_lock
+        self._waiting = 0  # threads blocked in acquire (a hint for release)
+        self._handovers = 0  # consecutive releases that kept the file lock
         self.users = 0
         self.stamp = 0  # the lock file's size at the last acquisition
 
@@ -86,16 +92,26 @@ class SharedLock:
         started = None
         if not self._thread_lock.acquire(blocking=False):
             started = time.monotonic()
-            if not self._thread_lock.acquire(timeout=max(timeout, 0.0)):
+            self._waiting += 1
+            got = False
+            try:
+                got = self._thread_lock.acquire(timeout=max(timeout, 0.0))
+            finally:
+                self._waiting -= 1
+                if not got:
+                    self._drop_unowned_file_lock()
+            if not got:
                 raise LockTimeoutError(self.path, timeout, os.getpid())
         if self._depth:
             self._depth += 1
             return
-        try:
-            self._lock_file(started, timeout)
-        except BaseException:
-            self._thread_lock.release()
-            raise
+        if not self._file_locked:  # else handed over by the thread before us
+            try:
+                self._lock_file(started, timeout)
+            except BaseException:
+                self._thread_lock.release()
+                raise
+            self._file_locked = True
         self._depth = 1
 
     def _lock_file(self, started: float | None, timeout: float) -> None:
@@ -138,8 +154,22 @@ class SharedLock:
     def release(self) -> None:
         self._depth -= 1
         if self._depth == 0:
-            _unlock(self._fd)
+            if self._waiting and self._handovers < MAX_HANDOVERS:
+                # Another thread of ours waits: hand it the file lock as it is,
+                # saving an unlock, a lock and an fstat. Bounded, so that other
+                # processes get their turn.
+                self._handovers += 1
+            elif self._file_locked:
+                self._handovers = 0
+                self._file_locked = False
+                _unlock(self._fd)
         self._thread_lock.release()
+
+    def _drop_unowned_file_lock(self) -> None:
+        """After giving up waiting: if the file lock was handed to us, let it go."""
+        if self._thread_lock.acquire(blocking=False):
+            self._depth += 1
+            self.release()  # unlocks the file unless yet another thread waits
 
     def close(self) -> None:
         self._fs.close(self._fd)
@@ -147,6 +177,19 @@ class SharedLock:
 
 _registry: dict[str, SharedLock] = {}
 _registry_lock = threading.Lock()
+
+
+def _forget_inherited_locks() -> None:
+    # A forked child shares its parent's open file descriptions, and flock()
+    # is held per description: an inherited SharedLock would let parent and
+    # child both "hold" the queue. The child opens its own.
+    global _registry_lock
+    _registry.clear()
+    _registry_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited_locks)
 
 
 def shared_lock(fs: FileSystem, path: str) -> SharedLock:
