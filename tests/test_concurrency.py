@@ -20,8 +20,7 @@ from collections.abc import Callable
 
 from support import TempDirTestCase, spawn_python
 
-from nobroker import (BackoffPolicy, JobNotFoundError, LockTimeoutError, NotLeasedError,
-                      Queue)
+from nobroker import BackoffPolicy, JobNotFoundError, LockTimeoutError, NotLeasedError, Queue
 
 CONSUMER = r"""
 import json, sys, time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 import tracemalloc
 import unittest
@@ -9,7 +10,7 @@ import zlib
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
-from nobroker import framing
+from nobroker import framing, records
 from nobroker.framing import (
     BAD,
     END,
@@ -230,6 +231,29 @@ class FileHeaderTest(unittest.TestCase):
 
     def test_frame_error_is_a_value_error(self) -> None:
         self.assertTrue(issubclass(FrameError, ValueError))
+
+
+class EnqueueTextTest(unittest.TestCase):
+    """The ENQUEUE fast path must write what the generic encoder would."""
+
+    def test_enqueue_text_equals_the_generic_encoding_of_the_same_fields(self) -> None:
+        rng = random.Random(4)
+        ids = ["0123456789abcdef", "order-7", 'quote " and \\ backslash', "caf\u00e9 \u2603",
+               "x" * records.MAX_ID_LENGTH]
+        times = [0.0, 1.5, 1e16, 1732900000.123456, 2.0 ** -30, 123456789012.0]
+        for _ in range(400):
+            job_id, keyed = rng.choice(ids), rng.random() < 0.5
+            fields = {"b": rng.randrange(1, 2**40), "id": job_id,
+                      "pr": rng.choice([0, -3, 2**62, -(2**63)]), "at": rng.choice(times),
+                      "t": rng.choice(times), "ma": rng.choice([1, 5, 2**62])}
+            if keyed:
+                fields["k"] = True
+            payload = records.encode_payload(rng.choice([None, 1, "text", {"a": [1.5, "\u00e9"]}]))
+            expected = records.dumps(fields)[:-1] + ',"p":' + payload + "}"
+            got = records.enqueue_text(fields["b"], job_id, fields["pr"], fields["at"],
+                                       fields["t"], fields["ma"], keyed, payload)
+            self.assertEqual(got, expected)
+            self.assertEqual(records.loads(got), {**fields, "p": records.loads(payload)})
 
 
 if __name__ == "__main__":

@@ -147,6 +147,12 @@ class PayloadTest(HostileTestCase):
         for bad in (math.nan, math.inf, -math.inf, {"a": [1, math.nan]}, [{"x": math.inf}]):
             self.assert_refused(lambda bad=bad: self.q.enqueue(bad), (SerializationError,))
 
+    def test_enqueue_many_names_the_payload_that_is_not_json(self) -> None:
+        before = self.q.stats().pending
+        with self.assertRaisesRegex(SerializationError, r"^payload 2: payload is not JSON"):
+            self.q.enqueue_many(["fine", {"also": "fine"}, {1, 2}, "never reached"])
+        self.assertEqual(self.q.stats().pending, before)
+
     def test_values_json_cannot_encode_are_refused(self) -> None:
         for bad in ({1, 2}, b"bytes", object(), {(1, 2): "tuple key"}, [complex(1, 2)]):
             self.assert_refused(lambda bad=bad: self.q.enqueue(bad), (SerializationError,))

@@ -19,7 +19,7 @@ from typing import Any, Final
 from . import framing
 from .backoff import BackoffPolicy
 from .errors import JobNotFoundError, NotLeasedError
-from .records import Record, RecordType, dumps
+from .records import Record, RecordType, dumps, enqueue_text
 from .state import Applied, Entry, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "plan_reclaim", "plan_enqueue", "plan_lease",
@@ -74,6 +74,18 @@ class Batch:
         record["p"] = None  # replay checks the payload is there; memory never keeps it
         self._items.append((rtype, f'{head[:-1]},"p":{payload_text}}}', record))
         return record
+
+    def add_enqueue(self, job_id: str, priority: int, at: float, t: float,
+                    max_attempts: int, keyed: bool, payload_text: str) -> None:
+        """An ENQUEUE record (the common case of add_payload, without a dumps call)."""
+        self.wakes += 1
+        record: Record = {"b": self.number, "id": job_id, "pr": priority, "at": at, "t": t,
+                          "ma": max_attempts}
+        if keyed:
+            record["k"] = True
+        record["p"] = None
+        self._items.append((RecordType.ENQUEUE, enqueue_text(
+            self.number, job_id, priority, at, t, max_attempts, keyed, payload_text), record))
 
     def encode(self, start: int) -> tuple[bytes, list[Applied]]:
         """The framed bytes to write at offset `start`, and what replay will apply."""
@@ -131,11 +143,8 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
-    fields: Record = {"id": job_id or new_job_id(state.jobs), "pr": priority,
-                      "at": now + delay, "t": now, "ma": max_attempts}
-    if job_id is not None:
-        fields["k"] = True
-    batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
+    batch.add_enqueue(job_id or new_job_id(state.jobs), priority, now + delay, now,
+                      max_attempts, job_id is not None, payload_text)
     return None
 
 

@@ -580,16 +580,20 @@ class Queue:
 
     # -- producing ----------------------------------------------------------
 
-    def _job_args(self, payload: Any, priority: int, delay: float,
-                  max_attempts: int | None) -> tuple[str, int, float, int]:
-        try:
-            text = encode_payload(payload)
-        except ValueError as exc:
-            raise SerializationError(str(exc)) from None
-        return (text, _check_int("priority", priority, -_INT_LIMIT, _INT_LIMIT),
+    def _options(self, priority: int, delay: float,
+                 max_attempts: int | None) -> tuple[int, float, int]:
+        return (_check_int("priority", priority, -_INT_LIMIT, _INT_LIMIT),
                 check_number("delay", delay, minimum=0),
                 self.max_attempts if max_attempts is None
                 else _check_int("max_attempts", max_attempts, 1, _INT_LIMIT))
+
+    @staticmethod
+    def _encode(payload: Any, index: int | None = None) -> str:
+        try:
+            return encode_payload(payload)
+        except ValueError as exc:
+            where = "" if index is None else f"payload {index}: "
+            raise SerializationError(f"{where}{exc}") from None
 
     def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
                 max_attempts: int | None = None, job_id: str | None = None) -> Job:
@@ -600,7 +604,8 @@ class Queue:
         dead, or done less than `key_retention` seconds ago) writes nothing
         and returns the existing job.
         """
-        text, priority, delay, attempts = self._job_args(payload, priority, delay, max_attempts)
+        text = self._encode(payload)
+        priority, delay, attempts = self._options(priority, delay, max_attempts)
         key = check_id(job_id) if job_id is not None else None
 
         def plan(batch: Batch, now: float) -> Callable[[], Job]:
@@ -620,11 +625,12 @@ class Queue:
                      max_attempts: int | None = None) -> list[Job]:
         """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
         items = list(payloads)
-        checked = [self._job_args(p, priority, delay, max_attempts) for p in items]
+        prio, wait, attempts = self._options(priority, delay, max_attempts)
+        texts = [self._encode(p, index) for index, p in enumerate(items)]
 
         def plan(batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = []
-            for text, prio, wait, attempts in checked:
+            for text in texts:
                 plan_enqueue(self._state, batch, now, text, priority=prio, delay=wait,
                              max_attempts=attempts, job_id=None, key_retention=0.0)
                 ids.append(batch.last_id())
