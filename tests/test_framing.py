@@ -256,5 +256,26 @@ class EnqueueTextTest(unittest.TestCase):
             self.assertEqual(records.loads(got), {**fields, "p": records.loads(payload)})
 
 
+class LoadsObjectTest(unittest.TestCase):
+    """Replay's record parser must accept and refuse exactly what `loads` does."""
+
+    def test_loads_object_agrees_with_loads(self) -> None:
+        cases = [b'{"b":1}', b'{"b":1} ', b'{"b":1}\n\t', b'{"b":1}x', b'{"b":1}{"b":2}',
+                 b'{"b":NaN}', b'{"b":Infinity}', b'{"b":1e400}', b'{"b":-1e400}',
+                 b'{"b":1,"p":[1.5,"\\u00e9",null,true]}', b'{"b":', b'{', b'{"b":1,}',
+                 b'{"b":"\xff"}', b'{"b":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                 b'{"b":1}\x0b', b'{"b":"a\\"}']
+        for data in cases:
+            try:
+                expected: object = records.loads(data)
+            except ValueError:
+                expected = ValueError
+            try:
+                got: object = records.loads_object(data)
+            except ValueError:
+                got = ValueError
+            self.assertEqual(got, expected, data[:60])
+
+
 if __name__ == "__main__":
     unittest.main()
