@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, Final
 
@@ -122,8 +123,9 @@ def loads(data: bytes | str) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-_scan_once = _decoder.scan_once
-_WHITESPACE = json.decoder.WHITESPACE
+# Both are documented only in the json module's source; typeshed omits them.
+_scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
+_WHITESPACE: re.Pattern[str] = json.decoder.WHITESPACE  # type: ignore[attr-defined]
 
 
 def loads_object(data: bytes) -> Any:
@@ -136,8 +138,10 @@ def loads_object(data: bytes) -> Any:
         raise ValueError("not a JSON value") from None
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    if end != len(text) and _WHITESPACE.match(text, end).end() != len(text):
-        raise ValueError("extra data after the JSON value")
+    if end != len(text):
+        rest = _WHITESPACE.match(text, end)  # matches the empty string too: never None
+        if rest is None or rest.end() != len(text):
+            raise ValueError("extra data after the JSON value")
     return value
 
 
