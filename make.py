@@ -149,6 +149,12 @@ def bench_md(args: list[str]) -> int:
     return python_script("tools/bench.py", ["--markdown", *args])
 
 
+@task("profile")
+def profile(args: list[str]) -> int:
+    """Where a call's time goes, layer by layer (tools/profile_calls.py)."""
+    return python_script("tools/profile_calls.py", args)
+
+
 @task("bench-peers")
 def bench_peers(args: list[str]) -> int:
     """Compare against other job queues (tools/bench_peers.py)."""

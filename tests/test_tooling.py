@@ -129,9 +129,18 @@ class MakeTest(TempDirTestCase):
         result = run_python(MAKE, env=clean_env())
         self.assertEqual(result.returncode, 0, result.stderr)
         for name in ("test", "test-quick", "demo", "video-demo", "build", "check-deps",
-                     "deps-proof", "bench", "bench-md", "bench-peers", "torture", "lint",
+                     "deps-proof", "bench", "bench-md", "bench-peers", "profile", "torture", "lint",
                      "cli", "clean"):
             self.assertRegex(result.stdout, rf"(?m)^  {name} +\S")
+
+    def test_profile_splits_a_call_into_layers(self) -> None:
+        result = run_python(MAKE, "profile", "--calls", "300", "--only", "enqueue,read_forward",
+                            env=clean_env())
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for name in ("enqueue", "read_forward"):
+            self.assertRegex(result.stdout, rf"(?m)^{name}: ")
+        self.assertRegex(result.stdout, r"(?m)^ +\d+\.\d+  nobroker\.state$")
+        self.assertRegex(result.stdout, r"us with fsync, +\d+\.\d us with fsync=False")
 
     def test_unknown_task_exits_2(self) -> None:
         result = run_python(MAKE, "no-such-task", env=clean_env())
