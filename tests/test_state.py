@@ -691,19 +691,27 @@ class ColumnsTest(unittest.TestCase):
                              brute_ready(s, 500.0, 1000))
 
     def test_removed_jobs_are_packed_out_and_lookups_still_work(self) -> None:
-        s, log = QueueState(), Log()
-        ids = [seq_id(i) for i in range(3000)]
-        s.apply_batch(log.batch(*(enq(i, pr=int(i.endswith("7"))) for i in ids)))
-        for number, job_id in enumerate(ids[:2800]):
-            s.apply_batch(log.batch(lease(job_id, number + 1)))
-            s.apply_batch(log.batch(ack(job_id, number + 1)))
-        self.assertLess(len(s._seqs), 1500, "holes were packed out")
-        self.assertEqual(len(s.jobs), 200)
-        self.assertEqual([e.id for e in s.entries()], ids[2800:])
-        self.assertNotIn(ids[5], s.jobs)
-        self.assertEqual(s.jobs[ids[2950]].seq, 2950)
-        self.assertEqual(s.ready(0.0, 1)[0].id, ids[2807], "priority 1 first")
-        self.assertEqual(via_checkpoint(s).fingerprint(), s.fingerprint())
+        for pattern in ("prefix", "scattered"):
+            s, log = QueueState(), Log()
+            ids = [seq_id(i) for i in range(3000)]
+            s.apply_batch(log.batch(*(enq(i, pr=int(i.endswith("7"))) for i in ids)))
+            gone = ids[:2800] if pattern == "prefix" else [i for i in ids if id_seq(i) % 15]
+            for number, job_id in enumerate(gone):
+                s.apply_batch(log.batch(lease(job_id, number + 1)))
+                s.apply_batch(log.batch(ack(job_id, number + 1)))
+            kept = [i for i in ids if i not in set(gone)]
+            self.assertLess(len(s._seqs), 1500, "holes were packed out")
+            self.assertEqual(len(s.jobs), len(kept))
+            self.assertEqual([e.id for e in s.entries()], kept)
+            self.assertNotIn(ids[5], s.jobs)
+            self.assertEqual(s.jobs[kept[-1]].id, kept[-1])
+            self.assertEqual([e.id for e in s.ready(0.0, 1000)], brute_ready(s, 0.0, 1000))
+            self.assertEqual(via_checkpoint(s).fingerprint(), s.fingerprint())
+
+    def test_many_priorities_do_not_make_many_lanes(self) -> None:
+        s = replay([Log().batch(*(enq(seq_id(i), pr=i) for i in range(100)))])
+        self.assertLessEqual(len(s._lanes), 16)
+        self.assertEqual([e.id for e in s.ready(0.0, 5)], brute_ready(s, 0.0, 5))
 
     def test_entries_are_snapshots(self) -> None:
         s, log = in_state(JobState.PENDING)
