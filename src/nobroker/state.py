@@ -144,6 +144,7 @@ _PENDING_MASK: Final = bytes([1] + [0] * 255)  # pending slot -> 1
 _WITH_LANED: Final = bytes((flags | _LANED) & 0xFF for flags in range(256))
 _CODES: Final = {JobState.PENDING: _PENDING, JobState.LEASED: _LEASED, JobState.DEAD: _DEAD}
 _PACK_AT: Final = 1024  # holes a removal may leave before the columns are packed
+_RECENT_MAX: Final = 1 << 14  # ids of a batch's new jobs whose slot is cached
 _MAX_LANES: Final = 16  # ready() looks at every lane: other priorities use the heaps
 
 
@@ -272,6 +273,9 @@ class QueueState:
         # Leased jobs are few and each call that settles one looks it up, twice: keep
         # their entries built (replaced, never changed, so entries stay snapshots).
         self._held: dict[str, Entry] = {}
+        # The slots of the jobs the latest batch added: the writer views each of them
+        # right after its commit, and would otherwise parse every id back.
+        self._recent: dict[str, int] = {}
         self._errors: dict[int, str] = {}  # seq -> last_error
         self._lanes: dict[int, _Lane] = {}  # priority -> lane
         # Pending jobs outside the lanes sit in lazy heaps: an entry is valid only
@@ -458,6 +462,9 @@ class QueueState:
         """The slot of the live job `job_id`, or -1. (On every call's path: inlined.)"""
         if not isinstance(job_id, str):
             return -1
+        slot = self._recent.get(job_id, -1)
+        if slot >= 0 and self._code[slot] != _FREE:
+            return slot
         seq = self._ids.get(job_id)
         generated = seq is None
         if seq is None:  # id_seq, inlined
@@ -492,7 +499,7 @@ class QueueState:
     def _reserve(self) -> str | None:
         seq = max(self._issued, self.next_seq)
         while seq < SEQ_LIMIT:
-            job_id = seq_id(seq)
+            job_id = f"{seq:016x}"
             seq += 1
             if job_id not in self._ids and job_id not in self.done_keys:
                 self._issued = seq
@@ -510,6 +517,7 @@ class QueueState:
             raise ReplayError(first_offset,
                               f"batch {number} follows batch {self.last_batch}")
         clock = self.clock
+        self._recent.clear()
         for rtype, rec, offset, size in batch:
             if rec.get("b") != number:
                 raise ReplayError(offset, f"record of batch {rec.get('b')!r} inside batch {number}")
@@ -629,7 +637,9 @@ class QueueState:
                 and ((job_id == self._expect and job_id not in self._ids)
                      or self._find(job_id) < 0)):
             self.done_keys.pop(job_id, None)
-            self._add(job_id, keyed, _PENDING, pr, at, t, ma, 0, offset, size)
+            slot = self._add(job_id, keyed, _PENDING, pr, at, t, ma, 0, offset, size)
+            if len(self._recent) < _RECENT_MAX:
+                self._recent[job_id] = slot
             return
         if self._find(job_id) >= 0:
             raise ReplayError(offset, f"job {job_id!r} enqueued twice")
@@ -733,8 +743,23 @@ class QueueState:
         if flags & _NAMED:
             self._ids[job_id] = seq
             self._names[seq] = job_id
-        self._set_next_seq(seq + 1)
+        following = self.next_seq = seq + 1  # _set_next_seq, inlined: once per job
+        self._expect = f"{following:016x}" if following < SEQ_LIMIT else None
         slot = len(self._seqs)
+        if code == _PENDING:
+            self.pending += 1
+            lanes = self._lanes
+            lane = lanes.get(priority)
+            if lane is None and len(lanes) < _MAX_LANES:
+                lane = lanes[priority] = _Lane()
+            if lane is not None and at >= lane.last_at:
+                lane.seqs.append(seq)
+                lane.last_at = at
+                flags |= _LANED
+            else:
+                self._push(seq, at)
+        else:
+            self._count(code, 1)
         self._seqs.append(seq)
         self._code.append(code)
         self._flags.append(flags)
@@ -746,17 +771,6 @@ class QueueState:
         self._loc.append(loc)
         self._size.append(size)
         self.live_bytes += size
-        self._count(code, 1)
-        if code == _PENDING:
-            lane = self._lanes.get(priority)
-            if lane is None and len(self._lanes) < _MAX_LANES:
-                lane = self._lanes[priority] = _Lane()
-            if lane is not None and at >= lane.last_at:
-                lane.seqs.append(seq)
-                lane.last_at = at
-                self._flags[slot] = flags | _LANED
-            else:
-                self._push(seq, at)
         return slot
 
     def _push(self, seq: int, at: float) -> None:
@@ -804,6 +818,7 @@ class QueueState:
     def _pack(self) -> None:
         """Drop the holes removed jobs left (lanes and heaps hold seqs, not slots)."""
         holes, self._holes, self._layout = self._holes, 0, self._layout + 1
+        self._recent.clear()
         lead = len(self._code) - len(self._code.lstrip(b"\3"))
         if lead == holes:  # FIFO consumption: the holes are a prefix, cut it
             for name in ("_seqs", "_pr", "_at", "_t", "_ma", "_att", "_loc", "_size"):
@@ -877,6 +892,10 @@ class QueueState:
             if versions.get(seq) == stamp:
                 heapq.heappush(ready, (-self._pr[self._slot(seq)], seq, stamp))
             moved += 1
+        if not ready and len(self._lanes) == 1:  # the usual queue: one lane, nothing else
+            priority, lane = next(iter(self._lanes.items()))
+            return [self._entry(slot)
+                    for _, _, slot in self._lane_due(priority, lane, now, count)]
         chosen: list[tuple[int, int, int]] = []
         while ready and len(chosen) < count:
             item = heapq.heappop(ready)
