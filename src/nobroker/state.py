@@ -28,8 +28,8 @@ from typing import Any, Final
 
 from .records import Record, RecordType
 
-__all__ = ["JobState", "Entry", "JobIndex", "QueueState", "ReplayError", "TRANSITIONS",
-           "Applied", "seq_id", "id_seq", "SEQ_LIMIT"]
+__all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",
+           "TRANSITIONS", "Applied", "seq_id", "id_seq", "SEQ_LIMIT"]
 
 
 class JobState(StrEnum):
