@@ -10,13 +10,24 @@ from __future__ import annotations
 import copy
 import random
 import unittest
+from array import array
 from collections.abc import Callable
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
+from nobroker import checkpoint
 from nobroker.records import RecordType, dumps, loads
-from nobroker.state import TRANSITIONS, Applied, JobState, QueueState, ReplayError, replay
+from nobroker.state import (
+    TRANSITIONS,
+    Applied,
+    JobState,
+    QueueState,
+    ReplayError,
+    id_seq,
+    replay,
+    seq_id,
+)
 
 RT = RecordType
 JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE)
@@ -492,8 +503,11 @@ class ReadyAndExpiredTest(unittest.TestCase):
         self.assertEqual([e.token for e in s.expired(90.0)], [2])
 
 
-def random_history(rng: random.Random, steps: int) -> list[list[Applied]]:
-    """A valid random history: every record is legal for the state it meets."""
+def random_history(rng: random.Random, steps: int, generated: bool = False
+                   ) -> list[list[Applied]]:
+    """A valid random history: every record is legal for the state it meets. With
+    `generated`, unkeyed jobs get a writer's ids (seq ids) or an old version's
+    (random hex) instead of made-up names."""
     log = Log()
     model = QueueState()
     token = 1
@@ -519,9 +533,14 @@ def random_history(rng: random.Random, steps: int) -> list[list[Applied]]:
             t = float(rng.randrange(1000))
             if what == "enqueue":
                 serial += 1
+                keyed = rng.random() < 0.3
                 job_id = f"j{serial}"
+                if generated and not keyed:
+                    reserved = model.jobs.reserve()
+                    assert reserved is not None
+                    job_id = reserved if rng.random() < 0.8 else f"{rng.getrandbits(64):016x}"
                 records.append(enq(job_id, pr=rng.randrange(-2, 3), at=t, t=t,
-                                   ma=rng.randrange(1, 4), keyed=rng.random() < 0.3))
+                                   ma=rng.randrange(1, 4), keyed=keyed))
             elif what == "lease":
                 job_id = rng.choice(by_state[JobState.PENDING])
                 records.append(lease(job_id, token, until=t + 30))
@@ -551,10 +570,6 @@ def random_history(rng: random.Random, steps: int) -> list[list[Applied]]:
     return log.batches
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class ForgetTest(unittest.TestCase):
     def test_forgettable_lists_keys_finished_at_or_before_a_time_oldest_first(self) -> None:
         s, log = QueueState(), Log()
@@ -571,3 +586,162 @@ class ForgetTest(unittest.TestCase):
         s, log = in_state(JobState.PENDING)
         with self.assertRaises(ReplayError):
             s.apply_batch(log.batch(forget("j")))
+
+
+def snapshot_of(state: QueueState, seq: bool = True) -> QueueState:
+    """What replaying the snapshot compaction writes for `state` gives (optionally
+    written as before snapshots carried the next seq)."""
+    records = snapshot_records(state)
+    if seq:
+        records[-1][1]["seq"] = state.next_seq
+    return replay([Log(first_batch=state.last_batch + 1).batch(*records)])
+
+
+def via_checkpoint(state: QueueState, end: int = 1 << 40) -> QueueState:
+    data = checkpoint.encode(state, 0, end, 1234)
+    return checkpoint.decode(data, 0, end, lambda _: 1234)[0]
+
+
+def brute_ready(state: QueueState, now: float, count: int) -> list[str]:
+    due = [e for e in state.entries(JobState.PENDING) if e.available_at <= now]
+    return [e.id for e in sorted(due, key=lambda e: (-e.priority, e.seq))][:count]
+
+
+class GeneratedIdTest(unittest.TestCase):
+    def test_a_generated_id_is_the_seq_in_16_hex_digits(self) -> None:
+        self.assertEqual(seq_id(0x2a), "000000000000002a")
+        self.assertEqual(id_seq("000000000000002a"), 0x2a)
+        for other in ("00000000000002a", "000000000000002A", "0000_0000000002a", "x",
+                      "0001000000000000", "9f3a5c0e12ab44d1"):
+            self.assertEqual(id_seq(other), -1, other)
+
+    def test_reserve_hands_out_consecutive_ids_that_replay_without_a_dict(self) -> None:
+        s, log = QueueState(), Log()
+        ids = [s.jobs.reserve() for _ in range(3)]
+        self.assertEqual(ids, [seq_id(0), seq_id(1), seq_id(2)], "unique before applying")
+        s.apply_batch(log.batch(*(enq(str(i)) for i in ids)))
+        self.assertEqual(s.next_seq, 3)
+        self.assertEqual(s._ids, {}, "generated ids need no dict entry")
+        self.assertEqual([e.id for e in s.entries()], ids)
+        self.assertEqual(s.jobs[ids[1]].seq, 1)
+        self.assertEqual(s.jobs.reserve(), seq_id(3))
+
+    def test_reserve_skips_ids_that_keys_took(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("x"), enq(seq_id(2), keyed=True)))
+        s.apply_batch(log.batch(enq(seq_id(3), keyed=True)))
+        s.apply_batch(log.batch(lease(seq_id(3), 1)))
+        s.apply_batch(log.batch(ack(seq_id(3), 1)))
+        self.assertEqual(s.next_seq, 3, "keys take a seq, never jump to the one they spell")
+        self.assertIn(seq_id(3), s.done_keys)
+        self.assertEqual(s.jobs.reserve(), seq_id(4), "2 is a live key, 3 a remembered one")
+
+    def test_ids_of_older_writers_and_stale_generated_ids_still_replay(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("9f3a5c0e12ab44d1"), enq(seq_id(7)), enq(seq_id(2)),
+                                enq("00000000000000ff")))
+        self.assertEqual(s.next_seq, 0x100, "a generated id ahead of the count moves it")
+        self.assertEqual([e.id for e in s.entries()],
+                         ["9f3a5c0e12ab44d1", seq_id(7), seq_id(2), "00000000000000ff"])
+        self.assertEqual(sorted(s._ids), ["0000000000000002", "9f3a5c0e12ab44d1"])
+        for job_id in ("9f3a5c0e12ab44d1", seq_id(2), seq_id(7), "00000000000000ff"):
+            self.assertEqual(s.jobs[job_id].id, job_id)
+        self.assertNotIn(seq_id(1), s.jobs)
+        with self.assertRaises(ReplayError):
+            s.apply_batch(log.batch(enq(seq_id(2))))
+
+    def test_snapshots_carry_the_next_seq_and_old_ones_still_replay(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq(seq_id(0)), enq(seq_id(1))))
+        s.apply_batch(log.batch(lease(seq_id(1), 1)))
+        s.apply_batch(log.batch(ack(seq_id(1), 1)))
+        self.assertEqual(snapshot_of(s).next_seq, 2, "ids are not handed out twice")
+        old = snapshot_of(s, seq=False)
+        self.assertEqual(old.next_seq, 1)
+        self.assertEqual(old.fingerprint(), s.fingerprint())
+
+    def test_random_histories_with_generated_ids_survive_snapshot_and_checkpoint(self) -> None:
+        for seed in range(6):
+            s = replay(random_history(random.Random(300 + seed), 250, generated=True))
+            self.assertEqual(via_checkpoint(s).live_bytes, s.live_bytes)
+            for rebuilt in (snapshot_of(s), via_checkpoint(s)):
+                self.assertEqual(rebuilt.fingerprint(), s.fingerprint(), f"seed {seed}")
+                self.assertEqual(rebuilt.next_seq, s.next_seq)
+                self.assertEqual((rebuilt.pending, rebuilt.leased, rebuilt.dead),
+                                 (s.pending, s.leased, s.dead))
+                for e in s.entries():
+                    self.assertEqual(rebuilt.jobs[e.id].id, e.id)
+
+
+class ColumnsTest(unittest.TestCase):
+    def test_ready_agrees_with_a_brute_force_answer_whatever_lane_or_heap_holds_jobs(
+            self) -> None:
+        for seed in range(8):
+            batches = random_history(random.Random(400 + seed), 300, generated=seed % 2 == 0)
+            s = QueueState()
+            for number, batch in enumerate(batches):
+                s.apply_batch(batch)
+                if number % 10 == 0:  # `now` never goes back: promoted jobs stay ready
+                    for now in (number * 3.0, number * 3.0 + 15):
+                        for count in (1, 3, 100):
+                            self.assertEqual([e.id for e in s.ready(now, count)],
+                                             brute_ready(s, now, count), f"seed {seed}")
+            restored = via_checkpoint(s)
+            self.assertEqual([e.id for e in restored.ready(500.0, 1000)],
+                             brute_ready(s, 500.0, 1000))
+
+    def test_removed_jobs_are_packed_out_and_lookups_still_work(self) -> None:
+        for pattern in ("prefix", "scattered"):
+            s, log = QueueState(), Log()
+            ids = [seq_id(i) for i in range(3000)]
+            s.apply_batch(log.batch(*(enq(i, pr=int(i.endswith("7"))) for i in ids)))
+            gone = ids[:2800] if pattern == "prefix" else [i for i in ids if id_seq(i) % 15]
+            for number, job_id in enumerate(gone):
+                s.apply_batch(log.batch(lease(job_id, number + 1)))
+                s.apply_batch(log.batch(ack(job_id, number + 1)))
+            kept = [i for i in ids if i not in set(gone)]
+            self.assertLess(len(s._seqs), 1500, "holes were packed out")
+            self.assertEqual(len(s.jobs), len(kept))
+            self.assertEqual([e.id for e in s.entries()], kept)
+            self.assertNotIn(ids[5], s.jobs)
+            self.assertEqual(s.jobs[kept[-1]].id, kept[-1])
+            self.assertEqual([e.id for e in s.ready(0.0, 1000)], brute_ready(s, 0.0, 1000))
+            self.assertEqual(via_checkpoint(s).fingerprint(), s.fingerprint())
+
+    def test_many_priorities_do_not_make_many_lanes(self) -> None:
+        s = replay([Log().batch(*(enq(seq_id(i), pr=i) for i in range(100)))])
+        self.assertLessEqual(len(s._lanes), 16)
+        self.assertEqual([e.id for e in s.ready(0.0, 5)], brute_ready(s, 0.0, 5))
+
+    def test_entries_are_snapshots(self) -> None:
+        s, log = in_state(JobState.PENDING)
+        before = s.jobs["j"]
+        s.apply_batch(log.batch(lease("j", 1)))
+        self.assertIs(before.state, JobState.PENDING)
+        self.assertIs(s.jobs["j"].state, JobState.LEASED)
+
+    def test_relocate_moves_payload_locations_or_refuses_jobs_it_does_not_know(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq(seq_id(0)), enq("key", keyed=True), enq(seq_id(2))))
+        split = log.offset
+        s.apply_batch(log.batch(enq(seq_id(3))))
+        cols = s.columns()
+        locs = array("q", [100, 200, 300, 400])
+        sizes = array("I", [50, 60, 70, 80])
+        self.assertFalse(s.relocate(split, 1000, cols.seqs[:3], {}, locs[:3], sizes[:3]))
+        self.assertTrue(s.relocate(split, 1000, cols.seqs[:3], cols.names, locs[:3],
+                                   sizes[:3]))
+        self.assertEqual([(e.loc, e.size) for e in s.entries()],
+                         [(100, 50), (200, 60), (300, 70), (split + 1000, cols.size[3])])
+        self.assertEqual(s.live_bytes, 50 + 60 + 70 + cols.size[3])
+
+    def test_a_checkpoint_of_the_old_format_is_not_used(self) -> None:
+        s = replay([Log().batch(enq(seq_id(0)))])
+        data = bytearray(checkpoint.encode(s, 0, 1 << 20, 7))
+        data[:8] = b"NBCKPT01"
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.decode(bytes(data), 0, 1 << 20, lambda _: 7)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -12,13 +12,14 @@ replay, which gives the same state, only slower.
 Layout of `NAME.GGGGGG.ckpt` (little or big endian as the writer's machine;
 the meta says which):
 
-    <8s magic "NBCKPT01"> <I crc32 of everything after these 12 bytes>
+    <8s magic "NBCKPT02"> <I crc32 of everything after these 12 bytes>
     then sections, each <Q length><bytes>:
       meta     JSON: generation, end, crc of the log before end, counters, byte order
-      ids      JSON list of job ids, in enqueue order
+      names    JSON object {index: id} for the jobs whose id is not seq_id(seq)
       errors   JSON object {index: last_error} for the jobs that have one
       keys     JSON object {id: done_at} of remembered idempotency keys
-      then one array per column (see COLUMNS)
+      states   one byte per job (0 pending, 1 leased, 2 dead); keyed: one byte per job
+      then one array per column (see COLUMNS), loaded as the state's own columns
 
 Pure functions over bytes plus the state; the Queue does the file I/O.
 """
@@ -35,21 +36,19 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
-from .state import Entry, JobState, QueueState
+from .state import Columns, QueueState, ReplayError
 
 __all__ = ["encode", "decode", "relocation", "Relocation", "MAGIC", "CheckpointError"]
 
 ENABLED = True  # tests switch it off to compare against a full replay
-MAGIC: Final = b"NBCKPT01"
+MAGIC: Final = b"NBCKPT02"  # 01 (per-job ids as JSON) is ignored: a full replay
 _HEAD: Final = struct.Struct("<8sI")
 _LEN: Final = struct.Struct("<Q")
-_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
-_CODES: Final = {state: code for code, state in enumerate(_STATES)}
-# (attribute, array typecode); 'q'/'d' are 8 bytes everywhere CPython runs.
-COLUMNS: Final = (("priority", "q"), ("available_at", "d"), ("enqueued_at", "d"),
-                  ("max_attempts", "q"), ("attempts", "q"), ("token", "q"),
-                  ("lease_until", "d"), ("loc", "q"), ("size", "q"))
-_LOC: Final = 7  # index of "loc" in COLUMNS ("size" follows it)
+# (Columns field, array typecode); 'q'/'d' are 8 bytes and 'I' 4 everywhere CPython runs.
+COLUMNS: Final = (("seqs", "q"), ("priority", "q"), ("available_at", "d"),
+                  ("enqueued_at", "d"), ("max_attempts", "q"), ("attempts", "q"),
+                  ("token", "q"), ("lease_until", "d"), ("loc", "q"), ("size", "I"))
+_SEQS, _LOC = 0, 8  # indexes in COLUMNS ("size" follows "loc")
 
 
 class CheckpointError(ValueError):
@@ -62,22 +61,22 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
     whose bytes before `end` have CRC-32 `log_crc`. A compaction passes `source`,
     the (generation, offset) its snapshot summarises, so that other processes can
     move to the new generation without reloading (see `relocation`)."""
-    entries = list(state.entries())
+    columns = state.columns()
     meta = {"generation": generation, "end": end, "crc": log_crc, "clock": state.clock,
-            "byteorder": sys.byteorder, "jobs": len(entries),
+            "byteorder": sys.byteorder, "jobs": len(columns.seqs),
             "last_batch": state.last_batch, "next_token": state.next_token,
-            "done": state.done, "snapshot": state.snapshot_seen, "source": source}
+            "next_seq": state.next_seq, "done": state.done, "snapshot": state.snapshot_seen,
+            "source": source}
     sections = [
         json.dumps(meta).encode(),
-        json.dumps([e.id for e in entries]).encode(),
-        json.dumps({i: e.last_error for i, e in enumerate(entries)
-                    if e.last_error is not None}).encode(),
+        json.dumps(columns.names).encode(),
+        json.dumps(columns.errors).encode(),
         json.dumps(state.done_keys).encode(),
-        bytes(_CODES[e.state] for e in entries),
-        bytes(e.keyed for e in entries),
+        columns.states,
+        columns.keyed,
     ]
-    for attribute, code in COLUMNS:
-        sections.append(array(code, [getattr(e, attribute) for e in entries]).tobytes())
+    for attribute, _ in COLUMNS:
+        sections.append(getattr(columns, attribute).tobytes())
     body = b"".join(_LEN.pack(len(section)) + section for section in sections)
     return _HEAD.pack(MAGIC, zlib.crc32(body)) + body
 
@@ -102,7 +101,8 @@ def _decode(data: bytes, generation: int, log_size: int,
             prefix_crc: Callable[[int], int]) -> tuple[QueueState, int, int]:
     try:
         sections, meta = _checked(data, generation, log_size, prefix_crc)
-        ids, raw_errors, keys = (json.loads(bytes(sections[i])) for i in range(1, 4))
+        raw_names, raw_errors, keys = (json.loads(bytes(sections[i])) for i in range(1, 4))
+        names = {int(k): v for k, v in raw_names.items()}
         errors = {int(k): v for k, v in raw_errors.items()}
     except (ValueError, AttributeError) as exc:
         if isinstance(exc, CheckpointError):
@@ -110,37 +110,36 @@ def _decode(data: bytes, generation: int, log_size: int,
         raise CheckpointError(f"bad json: {exc}") from None
     end = meta["end"]
     count = meta["jobs"]
-    states, keyed = bytes(sections[4]), bytes(sections[5])
-    columns = []
-    for (_, code), raw in zip(COLUMNS, sections[6:], strict=True):
-        column = array(code)
-        column.frombytes(raw)
-        columns.append(column)
-    if not (len(ids) == len(states) == len(keyed) == count
-            and all(len(column) == count for column in columns)):
+    arrays = _arrays(sections)
+    if len(arrays[_SEQS]) != count:
         raise CheckpointError("column lengths disagree")
-    locs, sizes = columns[-2], columns[-1]
+    locs, sizes = arrays[_LOC], arrays[_LOC + 1]
     if count and (min(locs) < FILE_HEADER.size or max(locs) >= end
                   or min(sizes) <= RECORD_HEADER.size
                   or max(sizes) > RECORD_HEADER.size + MAX_RECORD):
         raise CheckpointError("a job's record lies outside the log")
-    # Positional arguments: this line runs once per job and keywords cost double.
-    pending = _STATES[0]
-    entries = [
-        Entry(job_id, 0, pr, at, t, ma, a, pending if code == 0 else _STATES[code], tok, until,
-              None, key == 1, loc, size)
-        for job_id, code, key, pr, at, t, ma, a, tok, until, loc, size
-        in zip(ids, states, keyed, *columns, strict=True)
-    ]
-    for index, error in errors.items():
-        if not 0 <= index < count:
-            raise CheckpointError("error for a job that does not exist")
-        entries[index].last_error = error
-    state = QueueState.restore(entries, keys, last_batch=meta["last_batch"],
-                               next_token=meta["next_token"], done=meta["done"],
-                               snapshot_seen=meta["snapshot"])
+    pr, at, t, ma, attempts, token, until = arrays[1:_LOC]
+    columns = Columns(arrays[_SEQS], bytes(sections[4]), bytes(sections[5]), pr, at, t, ma,
+                      attempts, token, until, locs, sizes, names=names, errors=errors)
+    try:
+        state = QueueState.from_columns(
+            columns, keys, last_batch=meta["last_batch"], next_token=meta["next_token"],
+            done=meta["done"], snapshot_seen=meta["snapshot"], next_seq=meta["next_seq"])
+    except ReplayError as exc:
+        raise CheckpointError(exc.reason) from None
     state.clock = float(meta["clock"])
     return state, end, int(meta["crc"])
+
+
+def _arrays(sections: list[memoryview]) -> list[array[Any]]:
+    columns = []
+    for (_, code), raw in zip(COLUMNS, sections[6:], strict=True):
+        column = array(code)
+        if column.itemsize * 8 not in (32, 64) or len(raw) % column.itemsize:
+            raise CheckpointError("a column of the wrong size")
+        column.frombytes(raw)
+        columns.append(column)
+    return columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +149,8 @@ class Relocation:
     source_generation: int
     source_offset: int  # the snapshot summarises the source up to here
     end: int  # the snapshot batch ends here in the new generation
-    ids: list[str]  # the snapshot's jobs in enqueue order
+    seqs: array[int]  # the snapshot's jobs in enqueue order
+    names: dict[int, str]  # index -> id, for ids that are not seq_id(seq)
     locs: array[int]
     sizes: array[int]
 
@@ -164,13 +164,13 @@ def relocation(data: bytes, generation: int, log_size: int,
         if not (isinstance(source, list) and len(source) == 2
                 and all(type(v) is int for v in source)):
             raise CheckpointError("not written by a compaction")
-        ids = json.loads(bytes(sections[1]))
-        locs, sizes = array("q"), array("q")
-        locs.frombytes(sections[6 + _LOC])
-        sizes.frombytes(sections[6 + _LOC + 1])
-        if not (isinstance(ids, list) and len(ids) == len(locs) == len(sizes) == meta["jobs"]):
+        names = {int(k): v for k, v in json.loads(bytes(sections[1])).items()}
+        arrays = _arrays(sections)
+        seqs, locs, sizes = arrays[_SEQS], arrays[_LOC], arrays[_LOC + 1]
+        if not (len(seqs) == len(locs) == len(sizes) == meta["jobs"]
+                and all(type(v) is str for v in names.values())):
             raise CheckpointError("column lengths disagree")
-        return Relocation(source[0], source[1], meta["end"], ids, locs, sizes)
+        return Relocation(source[0], source[1], meta["end"], seqs, names, locs, sizes)
     except (LookupError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, CheckpointError):
             raise

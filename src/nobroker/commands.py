@@ -20,7 +20,7 @@ from . import framing
 from .backoff import BackoffPolicy
 from .errors import JobNotFoundError, NotLeasedError
 from .records import Record, RecordType, dumps, enqueue_text
-from .state import Applied, Entry, JobState, QueueState
+from .state import Applied, Entry, JobIndex, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "plan_reclaim", "plan_enqueue", "plan_lease",
            "check_lease", "plan_settle", "plan_requeue", "plan_purge", "LEASE_EXPIRED"]
@@ -31,11 +31,15 @@ _WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.NACK, RecordType.EXPI
                             RecordType.REQUEUE})
 
 
-def new_job_id(taken: dict[str, Entry]) -> str:
-    while True:
+def new_job_id(taken: JobIndex) -> str:
+    """The next sequence number's id (state.seq_id): the state then needs no dict
+    entry for it. Random only in the unlikely case that 2**48 ids were used up."""
+    job_id = taken.reserve()
+    while job_id is None:
         job_id = f"{_rng.getrandbits(64):016x}"
-        if job_id not in taken:
-            return job_id
+        if job_id in taken:
+            job_id = None
+    return job_id
 
 
 class Batch:

@@ -145,7 +145,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
         batch.add(RecordType.SNAPSHOT, {"tok": state.next_token, "done": state.done,
-                                        "jobs": len(state.jobs)})
+                                        "jobs": len(state.jobs), "seq": state.next_seq})
         data, applied = batch.encode(log.end)
         for start in range(0, len(data), _WRITE_BUFFER):
             log.append(data[start:start + _WRITE_BUFFER])
@@ -165,7 +165,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
              for e, (_, _, offset, size) in zip(entries, applied, strict=False)]
     snapshot = QueueState.restore(moved, keys, last_batch=batch.number,
                                   next_token=state.next_token, done=state.done,
-                                  snapshot_seen=True)
+                                  snapshot_seen=True, next_seq=state.next_seq)
     snapshot.clock = state.clock
     return log, snapshot
 

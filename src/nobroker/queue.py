@@ -417,23 +417,10 @@ class Queue:
             new_log.close()
             return False
         shift = moved.end - moved.source_offset
-        ids, locs, sizes = moved.ids, moved.locs, moved.sizes
-        index = 0
-        relocated: list[tuple[Entry, int, int]] = []
-        for entry in self._state.jobs.values():  # enqueue order, like the snapshot's
-            if entry.loc >= moved.source_offset:
-                relocated.append((entry, entry.loc + shift, entry.size))
-                continue
-            while index < len(ids) and ids[index] != entry.id:
-                index += 1
-            if index == len(ids):
-                new_log.close()
-                return False  # not the jobs we know: reload instead
-            relocated.append((entry, locs[index], sizes[index]))
-            index += 1
-        for entry, loc, size in relocated:
-            self._state.live_bytes += size - entry.size
-            entry.loc, entry.size = loc, size
+        if not self._state.relocate(moved.source_offset, shift, moved.seqs, moved.names,
+                                    moved.locs, moved.sizes):
+            new_log.close()
+            return False  # not the jobs we know: reload instead
         new_log.end = moved.end + old.end - moved.source_offset
         new_log.crc = new_log.prefix_crc(new_log.end)
         self._state.snapshot_seen = True  # what a replay of the new generation says
@@ -711,7 +698,7 @@ class Queue:
             pause = wait if wait is not None else self.backoff.delay(entry.attempts)
             plan_settle(self._state, batch, now, RecordType.NACK, job.id, job.token,
                         at=now + pause, err=error)
-            return lambda: self._view(entry)
+            return lambda: self._view(self._state.jobs[job.id])  # entries are snapshots
 
         return self._mutate(plan, spare=job.id)
 
@@ -720,9 +707,9 @@ class Queue:
         seconds = check_number("seconds", seconds, minimum=0.001)
 
         def plan(batch: Batch, now: float) -> Callable[[], Job]:
-            entry = plan_settle(self._state, batch, now, RecordType.EXTEND, job.id, job.token,
-                                until=now + seconds)
-            return lambda: self._view(entry)
+            plan_settle(self._state, batch, now, RecordType.EXTEND, job.id, job.token,
+                        until=now + seconds)
+            return lambda: self._view(self._state.jobs[job.id])  # entries are snapshots
 
         return self._mutate(plan, spare=job.id)
 
