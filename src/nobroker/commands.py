@@ -153,16 +153,11 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
 
 
 def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
-               visibility_timeout: float, taken: set[str] | None = None) -> list[Record]:
+               visibility_timeout: float) -> list[Record]:
     """LEASE records for up to `count` ready jobs, each under a new fencing token."""
     token = state.next_token
     leased: list[Record] = []
-    skip = taken or set()
-    for entry in state.ready(now, count + len(skip)):
-        if entry.id in skip:
-            continue
-        if len(leased) == count:
-            break
+    for entry in state.ready(now, count):
         leased.append(batch.add(RecordType.LEASE, {"id": entry.id, "tok": token,
                                                    "until": now + visibility_timeout, "t": now}))
         token += 1

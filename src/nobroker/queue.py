@@ -680,7 +680,8 @@ class Queue:
 
         def plan(batch: Batch, now: float) -> Callable[[], Job | None]:
             plan_settle(self._state, batch, now, RecordType.ACK, job.id, job.token, t=now)
-            leased = plan_lease(self._state, batch, now, 1, timeout, taken={job.id})
+            # The acked job is still leased while we plan, so ready() cannot offer it.
+            leased = plan_lease(self._state, batch, now, 1, timeout)
             jobs = self._state.jobs
             return lambda: self._view(jobs[leased[0]["id"]]) if leased else None
 
