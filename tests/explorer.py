@@ -742,10 +742,9 @@ class Driver:
 
     def _observe(self, call: Call, queue: Queue) -> None:
         """Cross-check: the handle's memory must be the replay of what it read and wrote."""
-        state = getattr(queue, "_state", None)
-        log = getattr(queue, "_log", None)
-        if state is None or log is None or call.outcome != "returned" or \
-                getattr(queue, "_poisoned", None):
+        store = queue._store
+        state, log = store._state, store._log
+        if log is None or call.outcome != "returned" or store._poisoned:
             return
         position = (state.last_batch, log.generation)
         known = self.history.get(position)
@@ -758,11 +757,12 @@ class Driver:
             if queue is not None and handle not in self.closed:
                 with contextlib.suppress(Exception):
                     if handle in self.dead:
-                        queue._closed = True  # a dead process saves no checkpoint
-                        queue._wake.close()
-                        queue._retire(queue._log)  # type: ignore[arg-type]
+                        store = queue._store
+                        store._closed = True  # a dead process saves no checkpoint
+                        store._wake.close()
+                        store._retire(store._log)  # type: ignore[arg-type]
                         from nobroker.lock import release_shared_lock
-                        release_shared_lock(queue._lock)
+                        release_shared_lock(store._lock)
                     else:
                         queue.close()
 
@@ -1508,7 +1508,7 @@ class _Opener:
             outcome.error = f"{type(exc).__name__}: {exc}"
             return outcome
         try:
-            state_ = queue._state
+            state_ = queue._store.state
             outcome.fingerprint = state_.fingerprint()
             outcome.last_batch = state_.last_batch
             outcome.generation = queue.generation
@@ -1527,7 +1527,7 @@ class _Opener:
             return outcome
         try:
             again = self.queue()
-            second = (again._state.fingerprint(), again._state.last_batch)
+            second = (again._store.state.fingerprint(), again._store.state.last_batch)
             again.close()
         except Exception as exc:
             outcome.problems.append(("I7", f"second open raised {type(exc).__name__}: {exc}"))
@@ -1576,7 +1576,7 @@ class _Opener:
                 queue.close()
             reopened = self.queue(clock)
             try:
-                jobs = reopened._state.jobs
+                jobs = reopened._store.state.jobs
                 if x.id in jobs or y.id not in jobs:
                     return "I9", "after continuing and reopening, X (acked) is present " \
                                  "or Y (enqueued) is missing"
@@ -1966,7 +1966,7 @@ def crash_states(events: Sequence[Event], profile: str, bounds: Bounds | None = 
 def _quiet() -> Iterator[None]:
     """No log lines for the thousands of repairs, and no network-FS probe per open.
 
-    The probe (nobroker.queue.filesystem_type) reads /proc/self/mountinfo on every
+    The probe (nobroker.store.filesystem_type) reads /proc/self/mountinfo on every
     open and has nothing to do with crash states; the scratch is tmpfs anyway.
     """
     from unittest import mock
@@ -1974,7 +1974,7 @@ def _quiet() -> Iterator[None]:
     disabled = logger.disabled
     logger.disabled = True
     try:
-        with mock.patch("nobroker.queue.filesystem_type", lambda path: "tmpfs"):
+        with mock.patch("nobroker.store.filesystem_type", lambda path: "tmpfs"):
             yield
     finally:
         logger.disabled = disabled
@@ -2247,10 +2247,10 @@ def _w_group_commit(d: Driver) -> None:
 def _w_checkpoints(d: Driver) -> None:
     from unittest import mock
 
-    import nobroker.queue
+    import nobroker.store
     # Checkpoints at every close and every 1 KiB logged, instead of after MiBs.
-    with mock.patch.object(nobroker.queue, "CHECKPOINT_AFTER_BYTES", 0), \
-            mock.patch.object(nobroker.queue, "CHECKPOINT_EVERY_BYTES", 1024):
+    with mock.patch.object(nobroker.store, "CHECKPOINT_AFTER_BYTES", 0), \
+            mock.patch.object(nobroker.store, "CHECKPOINT_EVERY_BYTES", 1024):
         h = d.open()
         d.call(h, "enqueue_many", [payload(i, 200) for i in range(3)])
         d.close(h)  # writes NAME.000000.ckpt

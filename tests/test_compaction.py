@@ -25,7 +25,7 @@ def full_replay(directory: str) -> tuple[object, ...]:
     checkpoint.ENABLED = False
     try:
         with Queue(directory, readonly=True) as fresh:
-            return fresh._state.fingerprint()
+            return fresh._store.state.fingerprint()
     finally:
         checkpoint.ENABLED = saved
 
@@ -56,9 +56,9 @@ class CompactionWithPeersTest(TempDirTestCase):
             after = payloads(peer)
             self.assertEqual({k: v for k, v in after.items() if k in before}, before)
             self.assertEqual(len(after), len(before) + 1)
-            self.assertEqual(peer._state.fingerprint(), full_replay(directory))
+            self.assertEqual(peer._store.state.fingerprint(), full_replay(directory))
             q.stats()
-            self.assertEqual(q._state.fingerprint(), peer._state.fingerprint())
+            self.assertEqual(q._store.state.fingerprint(), peer._store.state.fingerprint())
 
     def test_writes_during_an_unlocked_compaction_are_carried_over(self) -> None:
         directory = str(self.tmp / "q")
@@ -84,8 +84,8 @@ class CompactionWithPeersTest(TempDirTestCase):
                 stop.set()
                 thread.join()
             q.stats()
-            self.assertEqual(q._state.fingerprint(), full_replay(directory))
-            self.assertEqual(len(payloads(q)), len(q._state.jobs))
+            self.assertEqual(q._store.state.fingerprint(), full_replay(directory))
+            self.assertEqual(len(payloads(q)), len(q._store.state.jobs))
 
     def test_a_peer_process_follows_and_agrees_with_a_full_replay(self) -> None:
         directory = str(self.tmp / "q")
@@ -105,7 +105,7 @@ for line in sys.stdin:
 q.stats()
 jobs = {j.id: j.payload for j in q.list_jobs()}
 print(json.dumps({"generation": q.generation, "jobs": len(jobs),
-                  "fingerprint": repr(q._state.fingerprint())}), flush=True)
+                  "fingerprint": repr(q._store.state.fingerprint())}), flush=True)
 """
         with Queue(directory, fsync=False, auto_compact=None) as q:
             self.fill(q, 5000)
@@ -133,7 +133,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
         with Queue(directory, fsync=False, auto_compact=None) as q, \
                 Queue(directory, fsync=False, auto_compact=None) as other:
             self.fill(q, 500)
-            original = q._compact
+            original = q._store._compact
 
             def racing() -> object:
                 # Let `other` compact between our preparation and our switch.
@@ -152,11 +152,11 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
                 finally:
                     compaction.prepare_generation = real  # type: ignore[assignment]
 
-            q._compact = racing  # type: ignore[method-assign]
-            self.assertIsNone(q._compact())
-            q._compact = original  # type: ignore[method-assign]
+            q._store._compact = racing  # type: ignore[method-assign]
+            self.assertIsNone(q._store._compact())
+            q._store._compact = original  # type: ignore[method-assign]
             leftovers = [n for n in (self.tmp / "q").iterdir() if ".tmp-" in n.name]
             self.assertEqual(leftovers, [])
             self.assertEqual(q.generation, 1)
             self.assertEqual(q.compact().new_generation, 2)
-            self.assertEqual(q._state.fingerprint(), full_replay(directory))
+            self.assertEqual(q._store.state.fingerprint(), full_replay(directory))

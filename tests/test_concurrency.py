@@ -248,7 +248,7 @@ class ThreadsAndForksTest(ProcessTestCase):
         # child using its parent's descriptor would "hold" the lock alongside it.
         with Queue(str(self.tmp / "q"), lock_timeout=0.3) as q:
             q.enqueue("before")
-            q._lock.acquire(5)
+            q._store._lock.acquire(5)
             try:
                 pid = os.fork()
                 if pid == 0:  # pragma: no cover - the child reports by exit code
@@ -262,7 +262,7 @@ class ThreadsAndForksTest(ProcessTestCase):
                         os._exit(code)
                 _, status = os.waitpid(pid, 0)
             finally:
-                q._lock.release()
+                q._store._lock.release()
             self.assertEqual(os.waitstatus_to_exitcode(status), 0,
                              "the child wrote while its parent held the lock")
             self.assertEqual(q.stats().pending, 1)

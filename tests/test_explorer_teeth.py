@@ -21,7 +21,7 @@ The planted bugs:
   resynchronising past damage): part of a batch is applied (P2/I1);
 - an fdatasync that swallows EIO and retries: the call returns though its pages
   never reached the disk (I2 under the fsyncfail overlay);
-- no generation re-check under the lock (Queue._refresh reads forward in its
+- no generation re-check under the lock (FileStore._refresh reads forward in its
   own generation only): a handle that missed a peer's compaction appends to
   the unlinked old generation and its returned ack is lost (I2/I3/I4).
 """
@@ -44,9 +44,9 @@ from explorer import Bounds, RecordingFS, explore
 
 import nobroker.compaction
 import nobroker.framing as framing
-from nobroker import Queue
 from nobroker.fs import FileSystem
 from nobroker.logfile import LogFile
+from nobroker.store import FileStore
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:
@@ -173,7 +173,7 @@ class ReaderTest(TeethTestCase):
 
         with mock.patch.object(framing, "decode_record", skipping):
             report = self.explore("enqueue_many", ("ext4ish",), rot=False)
-        caught(report, {"P2", "I1"}, "queue.py")
+        caught(report, {"P2", "I1"}, "store.py")
         self.assertTrue(any(v.check == "P2" for v in report.violations),
                         "no torn enqueue_many was reported")
 
@@ -199,14 +199,14 @@ class FsyncErrorTest(TeethTestCase):
 class GenerationTest(TeethTestCase):
     def test_a_handle_that_misses_a_compaction_writes_into_the_unlinked_generation(self
                                                                                   ) -> None:
-        def no_generation_check(self: Queue) -> None:
+        def no_generation_check(self: FileStore) -> None:
             # The planted bug: read forward in our own generation without asking
             # whether a peer compacted into a new one.
             self._live_log().scan(self._state.apply_batch, self._state.last_batch, full=False)
 
-        with mock.patch.object(Queue, "_refresh", no_generation_check):
+        with mock.patch.object(FileStore, "_refresh", no_generation_check):
             report = self.explore("two_handles", ("process",), rot=False)
-        violation = caught(report, {"I2", "I3", "I4"}, "Queue._commit")
+        violation = caught(report, {"I2", "I3", "I4"}, "FileStore._commit")
         self.assertIn("h1.ack", violation.message)
 
 

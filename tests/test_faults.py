@@ -303,7 +303,7 @@ class _Driver:
         except (StorageError, CompactionError) as exc:
             kind = getattr(exc, "operation", "compaction")
             self.out.calls.append((name, f"raised {type(exc).__name__} ({kind})"))
-            if self.q._poisoned is not None:
+            if self.q._store._poisoned is not None:
                 self.poisoned_by = name
                 return "indeterminate", exc
             if isinstance(exc, StorageError) and exc.operation == "write":
@@ -437,13 +437,13 @@ def audit(directory: str, d: _Driver, out: FaultOutcome) -> None:
     try:
         jobs = first.list_jobs()
         stats = first.stats()
-        fingerprint = first._state.fingerprint()
+        fingerprint = first._store.state.fingerprint()
     finally:
         first.close()
     with nobroker.Queue(directory, clock=d.clock) as second:
         if not second.recovery.clean:
             v.append(f"second reopen still repaired: {second.recovery.describe()}")
-        if second._state.fingerprint() != fingerprint:
+        if second._store.state.fingerprint() != fingerprint:
             v.append("recovery is not idempotent: two reopens give different states")
     present: dict[str, str] = {}
     for job in jobs:
@@ -743,7 +743,7 @@ class WriteFailureTest(TempDirTestCase):
         fs.arm(fs.mutating + 1, errno.ENOSPC, "short")
         with self.assertRaises(StorageError):
             q.enqueue("x" * 500)
-        size_after = os.path.getsize(q._live_log().path)
+        size_after = os.path.getsize(q._store._live_log().path)
         self.assertEqual(q.stats().log_bytes, size_after, "the half record was not cut away")
         q.close()
         with nobroker.Queue(self.tmp / "q") as again:
@@ -818,7 +818,7 @@ class LockHolderTest(TempDirTestCase):
 class NetworkFilesystemTest(TempDirTestCase):
     def test_network_mount_is_refused_with_a_clear_error(self) -> None:
         for kind in ("nfs", "nfs4", "cifs", "smb3", "fuse.sshfs"):
-            with mock.patch("nobroker.queue.filesystem_type", return_value=kind):
+            with mock.patch("nobroker.store.filesystem_type", return_value=kind):
                 with self.assertRaises(UnsafeFilesystemError) as caught:
                     nobroker.Queue(self.tmp / kind)
             message = str(caught.exception)
@@ -828,14 +828,14 @@ class NetworkFilesystemTest(TempDirTestCase):
             self.assertFalse((self.tmp / kind / "default.000000.log").exists())
 
     def test_opting_in_opens_the_queue(self) -> None:
-        with mock.patch("nobroker.queue.filesystem_type", return_value="nfs4"):
+        with mock.patch("nobroker.store.filesystem_type", return_value="nfs4"):
             with nobroker.Queue(self.tmp / "q", allow_network_fs=True) as q:
                 q.enqueue("on nfs, at my own risk")
                 self.assertEqual(q.stats().total, 1)
 
     def test_local_file_systems_are_not_refused(self) -> None:
         for kind in ("ext4", "xfs", "btrfs", "tmpfs", "apfs", None):
-            with mock.patch("nobroker.queue.filesystem_type", return_value=kind):
+            with mock.patch("nobroker.store.filesystem_type", return_value=kind):
                 nobroker.Queue(self.tmp / str(kind)).close()
 
     @unittest.skipUnless(os.path.exists("/proc/self/mountinfo"), "Linux mountinfo")

@@ -585,7 +585,7 @@ def exercise(directory: str, clock: FakeClock) -> tuple[str, str | None]:
             q.ack(job)
         q.enqueue({"fuzz": "after"})
         q.compact()
-        before = q._state.fingerprint()
+        before = q._store.state.fingerprint()
     except NobrokerError as exc:
         # Typed and honest (e.g. a payload record found unreadable later): allowed.
         q.close()
@@ -594,7 +594,7 @@ def exercise(directory: str, clock: FakeClock) -> tuple[str, str | None]:
     with Queue(directory, clock=clock, auto_compact=None) as again:
         if not again.recovery.clean:
             problem = f"reopen still repairs: {again.recovery.describe()}"
-        elif again._state.fingerprint() != before:
+        elif again._store.state.fingerprint() != before:
             problem = "reopen gives a different state"
     return ("repaired" if repaired else "clean"), problem
 

@@ -691,10 +691,10 @@ class FileQueueContractTest(QueueContract, TempDirTestCase):
         return Queue(self.tmp / "q", **kwargs)
 
     def check_reopened(self, queue: Queue) -> None:
-        memory = queue._state.fingerprint()
+        memory = queue._store.state.fingerprint()
         with Queue(self.tmp / "q", readonly=True) as fresh:
             self.assertTrue(fresh.recovery.clean, fresh.recovery.describe())
-            self.assertEqual(fresh._state.fingerprint(), memory,
+            self.assertEqual(fresh._store.state.fingerprint(), memory,
                              "replaying the log does not give the state in memory")
 
     def storage_marker(self, queue: Queue) -> object:

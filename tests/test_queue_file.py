@@ -15,7 +15,7 @@ from unittest import mock
 
 from support import FakeClock, TempDirTestCase, tree_digest
 
-import nobroker.queue
+import nobroker.store
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
 from nobroker.framing import FILE_HEADER
 
@@ -50,11 +50,11 @@ class FileQueueTestCase(TempDirTestCase):
             q.ack(a)
             q.nack(b, error="boom")
             q.lease()
-            return q._state.fingerprint(), q.stats().log_bytes
+            return q._store.state.fingerprint(), q.stats().log_bytes
 
     def assertReopensAs(self, fingerprint: tuple[object, ...], **kwargs: object) -> Queue:
         q = self.open(**kwargs)
-        self.assertEqual(q._state.fingerprint(), fingerprint)
+        self.assertEqual(q._store.state.fingerprint(), fingerprint)
         return q
 
 
@@ -122,7 +122,7 @@ class TornTailTest(FileQueueTestCase):
         self.assertIn(str(torn_at), report.describe())
         # The repaired queue works, and reopens clean with the new write.
         q.enqueue("after repair")
-        expected = q._state.fingerprint()
+        expected = q._store.state.fingerprint()
         q.close()
         again = self.assertReopensAs(expected)
         self.assertTrue(again.recovery.clean, again.recovery.describe())
@@ -181,7 +181,7 @@ class TornTailTest(FileQueueTestCase):
         q = self.open()
         write_at(log_path(self.dir), end, b"\x07" * 50)  # a peer died mid-write
         q.enqueue("next")
-        expected = q._state.fingerprint()
+        expected = q._store.state.fingerprint()
         self.assertNotEqual(expected, fingerprint)
         q.close()
         self.assertReopensAs(expected)
@@ -241,7 +241,7 @@ class SameProcessHandlesTest(FileQueueTestCase):
         q2.compact()
         q1.enqueue("after compaction")
         self.assertEqual([j.payload for j in q2.list_jobs()], ["after compaction"])
-        self.assertEqual(q1._state.fingerprint(), q2._state.fingerprint())
+        self.assertEqual(q1._store.state.fingerprint(), q2._store.state.fingerprint())
 
     def test_threads_on_two_handles_neither_deadlock_nor_lose_writes(self) -> None:
         handles = [self.open(), self.open()]
@@ -270,7 +270,8 @@ class SameProcessHandlesTest(FileQueueTestCase):
         for q in handles:
             q.close()
         with Queue(self.dir) as fresh:
-            self.assertEqual(fresh._state.fingerprint(), handles[0]._state.fingerprint())
+            self.assertEqual(fresh._store.state.fingerprint(),
+                             handles[0]._store.state.fingerprint())
 
 
 class CompactionTest(FileQueueTestCase):
@@ -290,14 +291,14 @@ class CompactionTest(FileQueueTestCase):
         clock = FakeClock()
         q = self.open(clock=clock, max_attempts=1)
         still_leased = self.build(q, clock)
-        before_fp, before_bytes = q._state.fingerprint(), q.stats().log_bytes
+        before_fp, before_bytes = q._store.state.fingerprint(), q.stats().log_bytes
         before_payloads = {j.id: j.payload for j in q.list_jobs()}
         result = q.compact()
         self.assertEqual((result.old_generation, result.new_generation), (0, 1))
         self.assertEqual((self.dir / "default.current").read_bytes(), b"1\n")
         self.assertFalse(log_path(self.dir, 0).exists(), "old generation removed")
         self.assertTrue(log_path(self.dir, 1).exists())
-        self.assertEqual(q._state.fingerprint(), before_fp)
+        self.assertEqual(q._store.state.fingerprint(), before_fp)
         self.assertEqual({j.id: j.payload for j in q.list_jobs()}, before_payloads)
         self.assertLess(q.stats().log_bytes, before_bytes / 3)
         self.assertEqual(result.bytes_before, before_bytes)
@@ -305,7 +306,7 @@ class CompactionTest(FileQueueTestCase):
         self.assertEqual(result.live_jobs, q.stats().total)
         self.assertEqual(q.stats().generation, 1)
         q.ack(still_leased)  # a lease survives compaction with its token
-        expected = q._state.fingerprint()
+        expected = q._store.state.fingerprint()
         q.close()
         reopened = self.assertReopensAs(expected)
         self.assertEqual(reopened.recovery.generation, 1)
@@ -348,7 +349,7 @@ class AutoCompactionTest(FileQueueTestCase):
             q.ack_many(q.lease(10))
 
     def test_auto_compaction_runs_once_dead_records_pass_the_threshold(self) -> None:
-        with mock.patch.object(nobroker.queue, "MIN_COMPACT_BYTES", 4096):
+        with mock.patch.object(nobroker.store, "MIN_COMPACT_BYTES", 4096):
             q = self.open(auto_compact=0.5)
             self.churn(q)
             self.assertGreaterEqual(q.stats().generation, 1)
@@ -356,7 +357,7 @@ class AutoCompactionTest(FileQueueTestCase):
             self.assertTrue((self.dir / "default.current").exists())
 
     def test_auto_compact_none_never_compacts(self) -> None:
-        with mock.patch.object(nobroker.queue, "MIN_COMPACT_BYTES", 4096):
+        with mock.patch.object(nobroker.store, "MIN_COMPACT_BYTES", 4096):
             q = self.open(auto_compact=None)
             self.churn(q)
             self.assertEqual(q.stats().generation, 0)
@@ -411,7 +412,7 @@ class StatsAreCountersTest(FileQueueTestCase):
         def walk(*args: object, **kwargs: object) -> object:
             raise AssertionError("stats() walked the job table")
 
-        with mock.patch.object(q._state, "entries", walk):
+        with mock.patch.object(q._store.state, "entries", walk):
             stats = q.stats()
         self.assertEqual((stats.pending, stats.leased, stats.total), (90, 10, 100))
 

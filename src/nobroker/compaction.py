@@ -10,7 +10,7 @@ on meanwhile. In order (each fsync is what makes the next step safe):
        below X never changes: the log is append-only);
     3. write it as the snapshot batch of generation g+1 under a temporary
        name, NAME.<g+1>.log.tmp-*, and fsync it; write g+1's checkpoint.
-  finish (under the lock; `Queue._finish_compaction`)
+  finish (under the lock; `FileStore._finish_compaction`)
     4. if another process compacted meanwhile, throw the file away;
     5. copy the batches appended to g after X, byte for byte, to the end of
        the new file (batch numbers carry on: the snapshot batch has the number
