@@ -25,6 +25,10 @@ on meanwhile. In order (each fsync is what makes the next step safe):
 A crash before step 7 leaves g current (leftovers are removed by the next
 compaction); a crash after it leaves g+1 current and maybe stale files, which
 are never read because NAME.current does not name them.
+
+Opening starts here too: `read_current` says which generation NAME.current
+names, and `first_generation` what to open when there is no NAME.current (a
+new queue, a torn creation, or a torn flip at step 7).
 """
 
 from __future__ import annotations
@@ -33,15 +37,17 @@ import os
 import re
 from dataclasses import dataclass
 
-from . import checkpoint
+from . import checkpoint, framing
 from .commands import Batch
+from .errors import CorruptLogError, NobrokerError
 from .fs import FileSystem, replace_durably
 from .logfile import READ_CHUNK, LogFile, log_filename, paused_gc
 from .records import Record, RecordType
 from .state import Entry, JobState, QueueState
 
 __all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",
-           "remove_stale_files", "current_filename", "parse_current"]
+           "remove_stale_files", "current_filename", "parse_current", "read_current",
+           "first_generation"]
 
 _WRITE_BUFFER = 1 << 20
 
@@ -54,6 +60,76 @@ def parse_current(data: bytes) -> int | None:
     """The generation a NAME.current file names, or None if it is malformed."""
     match = re.fullmatch(rb"(\d{1,9})\n?", data)
     return int(match.group(1)) if match else None
+
+
+def read_current(fs: FileSystem, directory: str, name: str) -> int:
+    """The generation NAME.current names; 0 when it does not exist yet."""
+    path = os.path.join(directory, current_filename(name))
+    try:
+        fd = fs.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise CorruptLogError(path, 0, f"cannot open: {exc.strerror}") from None
+    try:
+        data = fs.pread(fd, 64, 0)
+    except OSError as exc:  # a directory opens on Linux, then refuses to be read
+        raise CorruptLogError(path, 0, f"cannot read: {exc.strerror}") from None
+    finally:
+        fs.close(fd)
+    generation = parse_current(data)
+    if generation is None:
+        raise CorruptLogError(path, 0, f"does not name a generation: {data[:20]!r}")
+    return generation
+
+
+def first_generation(fs: FileSystem, directory: str, name: str, *, readonly: bool,
+                     notes: list[str]) -> int:
+    """The generation to open when NAME.current is absent: 0, created if need be."""
+    path = os.path.join(directory, log_filename(name, 0))
+    current = os.path.join(directory, current_filename(name))
+    try:
+        size = fs.stat(path).st_size
+    except FileNotFoundError:
+        size = None
+    if size is not None and size > 16:
+        return 0
+    if size is None:
+        others = sorted(entry for entry in fs.listdir(directory)
+                        if entry.startswith(name + ".") and entry.endswith(".log"))
+        numbers = [int(e[len(name) + 1:-4]) for e in others
+                   if e[len(name) + 1:-4].isdigit()]
+        if len(numbers) >= 2:
+            # A flip from generation g to g+1 whose rename was torn: the old entry of
+            # NAME.current is gone, the new one never landed (a rename is not atomic
+            # on every file system). g+1 was complete and durable before the flip
+            # began, and g is unlinked only after the flip is, so both exist: use g+1.
+            notes.append(f"{os.path.basename(current)} was missing; "
+                         f"opened the newest generation, {max(numbers)}")
+            return max(numbers)
+        if others:
+            raise CorruptLogError(current, 0, f"missing, yet generations exist: {others}")
+    else:
+        fd = fs.open(path, os.O_RDONLY)
+        try:
+            head = fs.pread(fd, size, 0)
+        finally:
+            fs.close(fd)
+        if size == 16 and head != bytes(16):
+            return 0  # a whole header (LogFile.open judges it); 16 zero bytes fall through:
+            # the header write's new size reached the disk, its bytes did not
+        if head not in (framing.encode_file_header(0)[:size], bytes(size)):
+            # Not what a crash during creation leaves: someone else's file. Keep it.
+            raise CorruptLogError(path, 0, f"{size}-byte file is not a nobroker log")
+    if readonly:
+        raise NobrokerError(f"no queue named {name!r} in {directory}")
+    if size is not None:
+        # A crash while the queue was being created: the header never became durable,
+        # so no call on this queue ever returned. Start it again.
+        notes.append(f"re-created {os.path.basename(path)}: its {size}-byte header was torn")
+        fs.unlink(path)
+    LogFile.create(fs, directory, name, 0).close()
+    return 0
 
 
 @dataclass(slots=True)

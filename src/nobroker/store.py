@@ -126,19 +126,7 @@ class FileStore:
             release_shared_lock(self._lock)
             raise
 
-    # -- opening ------------------------------------------------------------
-
-    @property
-    def _rescue_key(self) -> str:
-        return os.path.join(os.path.realpath(self.directory), self.name)
-
-    @property
-    def _lock_path(self) -> str:
-        return os.path.join(self.directory, f"{self.name}.lock")
-
-    @property
-    def _current_path(self) -> str:
-        return os.path.join(self.directory, compaction.current_filename(self.name))
+    # -- what the Queue reads -----------------------------------------------
 
     @property
     def generation(self) -> int:
@@ -154,6 +142,20 @@ class FileStore:
         """The replay state; consistent with the log only under the lock (in a plan
         or query). A reload or a compaction replaces the object."""
         return self._state
+
+    # -- opening ------------------------------------------------------------
+
+    @property
+    def _rescue_key(self) -> str:
+        return os.path.join(os.path.realpath(self.directory), self.name)
+
+    @property
+    def _lock_path(self) -> str:
+        return os.path.join(self.directory, f"{self.name}.lock")
+
+    @property
+    def _current_path(self) -> str:
+        return os.path.join(self.directory, compaction.current_filename(self.name))
 
     def _prepare_directory(self, allow_network_fs: bool) -> None:
         if not os.path.isdir(self.directory):
@@ -173,32 +175,13 @@ class FileStore:
                 f"do not protect a queue there. Pass allow_network_fs=True to use it anyway, "
                 f"with one process only.")
 
-    def _read_current(self) -> int:
-        """The generation NAME.current names; 0 when it does not exist yet."""
-        path = self._current_path
-        try:
-            fd = self._fs.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return 0
-        except OSError as exc:
-            raise CorruptLogError(path, 0, f"cannot open: {exc.strerror}") from None
-        try:
-            data = self._fs.pread(fd, 64, 0)
-        except OSError as exc:  # a directory opens on Linux, then refuses to be read
-            raise CorruptLogError(path, 0, f"cannot read: {exc.strerror}") from None
-        finally:
-            self._fs.close(fd)
-        generation = compaction.parse_current(data)
-        if generation is None:
-            raise CorruptLogError(path, 0, f"does not name a generation: {data[:20]!r}")
-        return generation
-
     def _load(self) -> RecoveryReport:
         """(Re)build the state from the current generation; under the lock."""
         notes: list[str] = []
-        generation = self._read_current()
+        generation = compaction.read_current(self._fs, self.directory, self.name)
         if generation == 0:
-            generation = self._ensure_first_generation(notes)
+            generation = compaction.first_generation(
+                self._fs, self.directory, self.name, readonly=self.readonly, notes=notes)
         try:
             new_log = LogFile.open(self._fs, self.directory, self.name, generation)
         except FileNotFoundError:
@@ -282,53 +265,6 @@ class FileStore:
         finally:
             self._compacting.release()
 
-    def _ensure_first_generation(self, notes: list[str]) -> int:
-        """The generation to open when NAME.current is absent: 0, created if need be."""
-        path = os.path.join(self.directory, log_filename(self.name, 0))
-        try:
-            size = self._fs.stat(path).st_size
-        except FileNotFoundError:
-            size = None
-        if size is not None and size > 16:
-            return 0
-        if size is None:
-            others = sorted(entry for entry in self._fs.listdir(self.directory)
-                            if entry.startswith(self.name + ".") and entry.endswith(".log"))
-            numbers = [int(e[len(self.name) + 1:-4]) for e in others
-                       if e[len(self.name) + 1:-4].isdigit()]
-            if len(numbers) >= 2:
-                # A flip from generation g to g+1 whose rename was torn: the old entry of
-                # NAME.current is gone, the new one never landed (a rename is not atomic
-                # on every file system). g+1 was complete and durable before the flip
-                # began, and g is unlinked only after the flip is, so both exist: use g+1.
-                notes.append(f"{os.path.basename(self._current_path)} was missing; "
-                             f"opened the newest generation, {max(numbers)}")
-                return max(numbers)
-            if others:
-                raise CorruptLogError(self._current_path, 0,
-                                      f"missing, yet generations exist: {others}")
-        else:
-            fd = self._fs.open(path, os.O_RDONLY)
-            try:
-                head = self._fs.pread(fd, size, 0)
-            finally:
-                self._fs.close(fd)
-            if size == 16 and head != bytes(16):
-                return 0  # a whole header (LogFile.open judges it); 16 zero bytes fall through:
-                # the header write's new size reached the disk, its bytes did not
-            if head not in (framing.encode_file_header(0)[:size], bytes(size)):
-                # Not what a crash during creation leaves: someone else's file. Keep it.
-                raise CorruptLogError(path, 0, f"{size}-byte file is not a nobroker log")
-        if self.readonly:
-            raise NobrokerError(f"no queue named {self.name!r} in {self.directory}")
-        if size is not None:
-            # A crash while the queue was being created: the header never became durable,
-            # so no call on this queue ever returned. Start it again.
-            notes.append(f"re-created {os.path.basename(path)}: its {size}-byte header was torn")
-            self._fs.unlink(path)
-        LogFile.create(self._fs, self.directory, self.name, 0).close()
-        return 0
-
     # -- the beats ----------------------------------------------------------
 
     def _usable(self) -> None:
@@ -394,7 +330,7 @@ class FileStore:
         Returns False (the caller reloads) if anything does not line up.
         """
         old = self._live_log()
-        generation = self._read_current()
+        generation = compaction.read_current(self._fs, self.directory, self.name)
         if generation != old.generation + 1:
             return False
         try:
