@@ -128,6 +128,73 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
         self.assertEqual(report["generation"], 1)
         self.assertEqual(report["fingerprint"], repr(full_replay(directory)))
 
+    def run_after_preparing(self, q: Queue, action: Any) -> object:
+        """q.compact(), with `action()` run right after the new file is written."""
+        from nobroker import compaction
+        real = compaction.prepare_generation
+
+        def prepare(*args: Any, **kwargs: Any) -> Any:
+            prepared = real(*args, **kwargs)
+            action()
+            return prepared
+
+        compaction.prepare_generation = prepare  # type: ignore[assignment]
+        try:
+            return q.compact()
+        finally:
+            compaction.prepare_generation = real  # type: ignore[assignment]
+
+    def test_the_switch_does_not_replay_what_peers_wrote_into_the_state_it_drops(self
+                                                                               ) -> None:
+        # Everything a peer wrote during the compaction is replayed once, into
+        # the new generation's state, outside the lock; reading it forward into
+        # the compacting handle's old state, under the lock, would block
+        # everyone for as long as that replay takes.
+        directory = str(self.tmp / "q")
+        with Queue(directory, fsync=False, auto_compact=None) as q, \
+                Queue(directory, fsync=False, auto_compact=None) as peer:
+            self.fill(q, 2000)
+            old_state = q._store.state
+            applied: list[int] = []
+            real_apply = old_state.apply_batch
+
+            def counting(batch: Any) -> None:
+                applied.append(len(batch))
+                real_apply(batch)
+
+            def peer_writes() -> None:
+                old_state.apply_batch = counting  # type: ignore[method-assign]
+                for i in range(300):
+                    peer.enqueue({"during": i})
+                peer.ack(peer.lease_one())
+
+            self.run_after_preparing(q, peer_writes)
+            self.assertEqual(applied, [])
+            self.assertIsNot(q._store.state, old_state)
+            self.assertEqual(q._store.state.fingerprint(), full_replay(directory))
+            self.assertEqual(len(payloads(q)), 2000 - 100 + 1 + 300 - 1)
+
+    def test_a_dead_writers_torn_tail_found_at_the_switch_is_saved_aside(self) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory, fsync=False, auto_compact=None) as q:
+            self.fill(q, 500)
+            log_path = q._store._live_log().path
+            end = q._store._live_log().end
+
+            def die_mid_write() -> None:
+                # A batch whose first record says more follow, and then nothing.
+                from nobroker import framing
+                record = b'{"b":999999,"id":"x","pr":0,"at":1.0,"t":1.0,"ma":1,"p":1}'
+                with open(log_path, "r+b") as f:
+                    f.seek(end)
+                    f.write(framing.encode_record(1, record, more=True))
+
+            result = self.run_after_preparing(q, die_mid_write)
+            self.assertEqual(getattr(result, "new_generation", None), 1)
+            sides = [p.name for p in (self.tmp / "q").iterdir() if ".torn-" in p.name]
+            self.assertEqual(sides, [f"default.000000.log.torn-{end}"])
+            self.assertEqual(q._store.state.fingerprint(), full_replay(directory))
+
     def test_a_compaction_that_loses_the_race_throws_its_file_away(self) -> None:
         directory = str(self.tmp / "q")
         with Queue(directory, fsync=False, auto_compact=None) as q, \

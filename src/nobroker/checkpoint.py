@@ -153,6 +153,7 @@ class Relocation:
     names: dict[int, str]  # index -> id, for ids that are not seq_id(seq)
     locs: array[int]
     sizes: array[int]
+    crc: int  # CRC-32 of the new generation's bytes before `end` (checked against them)
 
 
 def relocation(data: bytes, generation: int, log_size: int,
@@ -170,7 +171,8 @@ def relocation(data: bytes, generation: int, log_size: int,
         if not (len(seqs) == len(locs) == len(sizes) == meta["jobs"]
                 and all(type(v) is str for v in names.values())):
             raise CheckpointError("column lengths disagree")
-        return Relocation(source[0], source[1], meta["end"], seqs, names, locs, sizes)
+        return Relocation(source[0], source[1], meta["end"], seqs, names, locs, sizes,
+                          meta["crc"])
     except (LookupError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, CheckpointError):
             raise

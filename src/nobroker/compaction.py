@@ -41,9 +41,9 @@ from . import checkpoint, framing
 from .commands import Batch
 from .errors import CorruptLogError, NobrokerError
 from .fs import FileSystem, replace_durably
-from .logfile import READ_CHUNK, LogFile, log_filename, paused_gc
+from .logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from .records import Record, RecordType
-from .state import Entry, JobState, QueueState
+from .state import Applied, Entry, JobState, QueueState
 
 __all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",
            "remove_stale_files", "current_filename", "parse_current", "read_current",
@@ -138,37 +138,41 @@ class Prepared:
 
     log: LogFile  # open, still under its temporary name
     state: QueueState  # what replaying its snapshot gives
+    source: LogFile  # the old generation, held open: a peer's compaction may unlink it
     upto: int  # the new file holds the old generation's state up to this offset
-    replayed_end: int  # `state` is the replay of the new file up to here
-    replayed_crc: int
     checkpointed: int = 0  # offset the new generation's checkpoint covers (0: none)
 
-    def catch_up(self, end: int) -> None:
-        """Copy the old generation's batches from `upto` to `end` (complete batches,
-        unchanged bytes) onto the new file, and replay them into `state`."""
-        if end <= self.upto:
-            return
-        source = LogFile.open(self.log.fs, self.log.directory, self.log.name,
-                              self.log.generation - 1)
-        try:
-            pos = self.upto
-            while pos < end:
-                chunk = source.fs.pread(source.fd, min(READ_CHUNK, end - pos), pos)
-                if not chunk:
-                    raise OSError(5, f"{source.path} ends early at {pos}")
-                self.log.append(chunk)
-                pos += len(chunk)
-        finally:
-            source.close()
-        written = self.log.end
-        self.log.end, self.log.crc = self.replayed_end, self.replayed_crc
-        self.log.scan(self.state.apply_batch, self.state.last_batch, full=False)
-        if self.log.end != written:
-            raise OSError(5, f"{self.log.path}: copied batches replay to {self.log.end}, "
-                             f"not {written}")
-        self.upto, self.replayed_end, self.replayed_crc = end, self.log.end, self.log.crc
+    def catch_up(self, end: int | None = None) -> ScanResult:
+        """Copy the old generation's complete batches from `upto` (to `end`, or as far
+        as complete batches go) onto the new file, unchanged, replaying them into
+        `state`. Returns what reading the old generation found: a torn tail there is
+        reported, never copied; whether it is a writer still at work or a dead one's
+        leftovers only the lock can tell, so cutting it is the caller's business."""
+        source = self.source
+        start = source.end = self.upto
+        shift = self.log.end - start  # old offset -> new offset of a copied record
+
+        def replay(batch: list[Applied]) -> None:
+            self.state.apply_batch([(rtype, record, offset + shift, size)
+                                    for rtype, record, offset, size in batch])
+
+        result = source.scan(replay, self.state.last_batch, full=False, limit=end)
+        pos = start
+        while pos < source.end:
+            chunk = source.fs.pread(source.fd, min(READ_CHUNK, source.end - pos), pos)
+            if not chunk:
+                raise OSError(5, f"{source.path} ends early at {pos}")
+            self.log.append(chunk)
+            pos += len(chunk)
+        self.upto = source.end
+        return result
+
+    def close(self) -> None:
+        """After the switch: let go of the old generation."""
+        self.source.close()
 
     def discard(self) -> None:
+        self.source.close()
         self.log.close()
         try:
             self.log.fs.unlink(self.log.path)
@@ -187,9 +191,10 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
         with paused_gc():
             new_log, snapshot = write_generation(fs, reader, state, generation + 1,
                                                  filename=temp)
-    finally:
+    except BaseException:
         reader.close()
-    prepared = Prepared(new_log, snapshot, upto, new_log.end, new_log.crc)
+        raise
+    prepared = Prepared(new_log, snapshot, reader, upto)
     try:
         if checkpoint.ENABLED:  # the next open (and every peer) loads this, not the snapshot
             new_log.write_checkpoint(checkpoint.encode(

@@ -424,10 +424,10 @@ class LogFile:
     def checkpoint_path(self) -> str:
         return os.path.join(self.directory, f"{self.name}.{self.generation:06d}.ckpt")
 
-    def prefix_crc(self, end: int) -> int:
-        """CRC-32 of the file's first `end` bytes, read from disk."""
-        crc = 0
-        pos = 0
+    def prefix_crc(self, end: int, start: int = 0, crc: int = 0) -> int:
+        """CRC-32 of the file's first `end` bytes, read from disk; or, given the CRC
+        of the first `start` bytes, of the first `end` reading only the rest."""
+        pos = start
         while pos < end:
             chunk = self.fs.pread(self.fd, min(READ_CHUNK, end - pos), pos)
             if not chunk:

@@ -354,7 +354,7 @@ class FileStore:
             new_log.close()
             return False  # not the jobs we know: reload instead
         new_log.end = moved.end + old.end - moved.source_offset
-        new_log.crc = new_log.prefix_crc(new_log.end)
+        new_log.crc = new_log.prefix_crc(new_log.end, moved.end, moved.crc)  # the copied tail
         self._state.snapshot_seen = True  # what a replay of the new generation says
         self._log = new_log
         self._checkpointed = moved.end
@@ -528,25 +528,24 @@ class FileStore:
                 raise CompactionError(f"writing generation {generation + 1} failed: {exc}")\
                     from None
             # Catch up with what was appended meanwhile, still without the lock, until
-            # what is left to copy under the lock is small.
+            # what is left to copy under the lock is small. Our own state is replaced
+            # by the new generation's at the switch, so the locked step does not read
+            # forward into it: after a long compaction that would replay, under the
+            # lock, everything the others wrote meanwhile.
             for _ in range(4):
-                with self._locked():
-                    current = self._live_log()
-                    if current.generation != generation:
-                        prepared.discard()
-                        return None
-                    end = current.end
-                if end - prepared.upto <= _LOCKED_CATCH_UP:
-                    break
+                before = prepared.upto
                 try:
-                    prepared.catch_up(end)
+                    prepared.catch_up()
                 except (OSError, CorruptLogError) as exc:
                     prepared.discard()
                     raise CompactionError(f"copying to generation {generation + 1} failed: "
                                           f"{exc}") from None
-            with self._locked():
-                if self._live_log().generation != generation:
+                if prepared.upto - before <= _LOCKED_CATCH_UP:
+                    break
+            with self._locked(refresh=False):
+                if self._lock.stamp != generation:  # a peer compacted first
                     prepared.discard()
+                    self._refresh()  # follow it, as any locked call would
                     return None
                 return self._finish_compaction(prepared, started)
 
@@ -562,7 +561,11 @@ class FileStore:
         """Steps 4-8 of compaction.py's protocol; under the lock."""
         old, new_log = self._live_log(), prepared.log
         try:
-            prepared.catch_up(old.end)  # the last few batches appended meanwhile
+            # The last few batches appended meanwhile; nobody writes now, so a torn
+            # tail is a dead writer's: saved aside, like any read-forward would.
+            result = prepared.catch_up()
+            if result.torn_offset is not None and not self.readonly:
+                self._cut_torn_tail(old, result)
             new_log.sync()
             new_log.rename()
             # Stamp first: a peer that sees the new stamp before the flip re-reads
@@ -577,12 +580,14 @@ class FileStore:
                                           new_log.generation)
         except OSError as exc:
             new_log.close()
+            prepared.close()
             # The rename may or may not have reached the disk: only a reopen can tell.
             self._poison(f"switching to generation {new_log.generation} failed: {exc}")
             raise CompactionError(
                 f"switching to generation {new_log.generation} failed: {exc}") from None
         state = prepared.state  # = replaying the whole new file (catch_up replays each copy)
-        before = old.end
+        before = prepared.upto  # the old generation's end: our own view of it may lag
+        prepared.close()
         self._log, self._state = new_log, state
         self._checkpointed = prepared.checkpointed
         self._retire(old)
