@@ -195,6 +195,43 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
             self.assertEqual(sides, [f"default.000000.log.torn-{end}"])
             self.assertEqual(q._store.state.fingerprint(), full_replay(directory))
 
+    def test_a_losers_checkpoint_over_the_winners_is_never_used_to_follow(self) -> None:
+        # Two compactions of generation 0: `other` wins and switches; `q`, which
+        # had started first, writes its checkpoint afterwards, under the same
+        # name, then sees it lost. That checkpoint describes a file that was
+        # thrown away: a peer following the switch with it would read payloads
+        # at the wrong offsets. It must notice, and reload instead.
+        directory = str(self.tmp / "q")
+        with Queue(directory, fsync=False, auto_compact=None) as q, \
+                Queue(directory, fsync=False, auto_compact=None) as other, \
+                Queue(directory, fsync=False, auto_compact=None) as peer:
+            self.fill(q, 600)
+            for job in q.lease(50):  # so the two snapshots differ in their layout
+                q.nack(job, error="x" * 100)
+            expected = payloads(peer)
+            from nobroker import compaction
+            real = compaction.write_generation
+
+            def write_after_the_winner(*args: Any, **kwargs: Any) -> Any:
+                compaction.write_generation = real  # type: ignore[assignment]
+                # The same jobs, but early records grow: every later offset moves.
+                for job in other.lease(5):
+                    other.nack(job, error="y" * 300)
+                other.q_done = other.compact()  # type: ignore[attr-defined]
+                other.enqueue({"after": "switch"})
+                return real(*args, **kwargs)
+
+            compaction.write_generation = write_after_the_winner  # type: ignore[assignment]
+            try:
+                self.assertIsNone(q._store._compact())
+            finally:
+                compaction.write_generation = real  # type: ignore[assignment]
+            self.assertEqual(other.q_done.new_generation, 1)  # type: ignore[attr-defined]
+            after = payloads(peer)  # peer follows generation 1 now
+            self.assertEqual(peer.generation, 1)
+            self.assertEqual({k: v for k, v in after.items() if k in expected}, expected)
+            self.assertEqual(peer._store.state.fingerprint(), full_replay(directory))
+
     def test_a_compaction_that_loses_the_race_throws_its_file_away(self) -> None:
         directory = str(self.tmp / "q")
         with Queue(directory, fsync=False, auto_compact=None) as q, \

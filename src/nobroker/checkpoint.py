@@ -56,11 +56,12 @@ class CheckpointError(ValueError):
 
 
 def encode(state: QueueState, generation: int, end: int, log_crc: int,
-           source: tuple[int, int] | None = None) -> bytes:
+           source: tuple[int, int, int, str] | None = None) -> bytes:
     """The checkpoint bytes for `state`, valid for log `generation` up to offset `end`,
-    whose bytes before `end` have CRC-32 `log_crc`. A compaction passes `source`,
-    the (generation, offset) its snapshot summarises, so that other processes can
-    move to the new generation without reloading (see `relocation`)."""
+    whose bytes before `end` have CRC-32 `log_crc`. A compaction passes `source`:
+    the (generation, offset) its snapshot summarises, and the offset and nonce of
+    its SNAPSHOT record, so that other processes can move to the new generation
+    without reloading (see `relocation`)."""
     columns = state.columns()
     meta = {"generation": generation, "end": end, "crc": log_crc, "clock": state.clock,
             "byteorder": sys.byteorder, "jobs": len(columns.seqs),
@@ -157,14 +158,23 @@ class Relocation:
 
 
 def relocation(data: bytes, generation: int, log_size: int,
-               prefix_crc: Callable[[int], int]) -> Relocation:
-    """The job locations of a compaction's checkpoint, after the same checks as decode."""
+               snapshot_nonce: Callable[[int], str | None]) -> Relocation:
+    """The job locations of a compaction's checkpoint.
+
+    Instead of the CRC of the whole log (`decode`'s check, a full read of the
+    file), the checkpoint must name the nonce that `snapshot_nonce(offset)`
+    finds in the SNAPSHOT record at the offset it gives: that proves it was
+    written with this very file, not by a compaction that lost the race to it
+    and then wrote the same checkpoint name. The log's CRC up to `end` is then
+    taken from the checkpoint."""
     try:
-        sections, meta = _checked(data, generation, log_size, prefix_crc)
+        sections, meta = _checked(data, generation, log_size, None)
         source = meta["source"]
-        if not (isinstance(source, list) and len(source) == 2
-                and all(type(v) is int for v in source)):
+        if not (isinstance(source, list) and len(source) == 4
+                and all(type(v) is int for v in source[:3]) and type(source[3]) is str):
             raise CheckpointError("not written by a compaction")
+        if snapshot_nonce(source[2]) != source[3]:
+            raise CheckpointError("written for another file")
         names = {int(k): v for k, v in json.loads(bytes(sections[1])).items()}
         arrays = _arrays(sections)
         seqs, locs, sizes = arrays[_SEQS], arrays[_LOC], arrays[_LOC + 1]
@@ -180,8 +190,10 @@ def relocation(data: bytes, generation: int, log_size: int,
 
 
 def _checked(data: bytes, generation: int, log_size: int,
-             prefix_crc: Callable[[int], int]) -> tuple[list[memoryview], dict[str, Any]]:
-    """The sections and meta of a checkpoint that matches this log, or CheckpointError."""
+             prefix_crc: Callable[[int], int] | None,
+             ) -> tuple[list[memoryview], dict[str, Any]]:
+    """The sections and meta of a checkpoint that matches this log, or CheckpointError.
+    Without `prefix_crc` the caller proves the match some other way."""
     if len(data) < _HEAD.size:
         raise CheckpointError("too short")
     magic, crc = _HEAD.unpack_from(data)
@@ -195,7 +207,8 @@ def _checked(data: bytes, generation: int, log_size: int,
     end = meta.get("end")
     if (meta.get("generation") != generation or meta.get("byteorder") != sys.byteorder
             or type(end) is not int or not 0 < end <= log_size
-            or prefix_crc(end) != meta.get("crc")):
+            or type(meta.get("crc")) is not int
+            or (prefix_crc is not None and prefix_crc(end) != meta.get("crc"))):
         raise CheckpointError("does not match this log")
     return sections, meta
 

@@ -22,7 +22,7 @@ from .errors import JobNotFoundError, NotLeasedError
 from .records import Record, RecordType, dumps, enqueue_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
-__all__ = ["Batch", "new_job_id", "plan_reclaim", "plan_enqueue", "plan_lease",
+__all__ = ["Batch", "new_job_id", "new_nonce", "plan_reclaim", "plan_enqueue", "plan_lease",
            "check_lease", "plan_settle", "plan_requeue", "plan_purge", "LEASE_EXPIRED"]
 
 LEASE_EXPIRED: Final = "lease expired"
@@ -40,6 +40,11 @@ def new_job_id(taken: JobIndex) -> str:
         if job_id in taken:
             job_id = None
     return job_id
+
+
+def new_nonce() -> str:
+    """A random name for one compaction's snapshot (see compaction.write_generation)."""
+    return f"{_rng.getrandbits(64):016x}"
 
 
 class Batch:

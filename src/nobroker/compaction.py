@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 
 from . import checkpoint, framing
-from .commands import Batch
+from .commands import Batch, new_nonce
 from .errors import CorruptLogError, NobrokerError
 from .fs import FileSystem, replace_durably
 from .logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
@@ -189,8 +189,8 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
         state = reader.state_at(upto)
         temp = f"{log_filename(name, generation + 1)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
         with paused_gc():
-            new_log, snapshot = write_generation(fs, reader, state, generation + 1,
-                                                 filename=temp)
+            new_log, snapshot, marker = write_generation(fs, reader, state, generation + 1,
+                                                         filename=temp)
     except BaseException:
         reader.close()
         raise
@@ -198,7 +198,8 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
     try:
         if checkpoint.ENABLED:  # the next open (and every peer) loads this, not the snapshot
             new_log.write_checkpoint(checkpoint.encode(
-                snapshot, new_log.generation, new_log.end, new_log.crc, (generation, upto)))
+                snapshot, new_log.generation, new_log.end, new_log.crc,
+                (generation, upto, *marker)))
             prepared.checkpointed = new_log.end
     except OSError:
         pass  # only a cache
@@ -206,12 +207,15 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
 
 
 def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation: int,
-                     filename: str | None = None) -> tuple[LogFile, QueueState]:
+                     filename: str | None = None,
+                     ) -> tuple[LogFile, QueueState, tuple[int, str]]:
     """Write `state` as the snapshot batch of a new generation file; durable on return.
 
-    Returns the open new log and the state its replay gives (so the caller can
-    checkpoint it without re-reading what it just wrote).
+    Returns the open new log, the state its replay gives (so the caller can
+    checkpoint it without re-reading what it just wrote), and the offset and
+    nonce of its SNAPSHOT record, which tell this file from any other.
     """
+    nonce = new_nonce()
     log = LogFile.create(fs, old.directory, old.name, generation, filename)
     try:
         # The snapshot takes the number of the last batch it summarises, so the
@@ -226,7 +230,8 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
         batch.add(RecordType.SNAPSHOT, {"tok": state.next_token, "done": state.done,
-                                        "jobs": len(state.jobs), "seq": state.next_seq})
+                                        "jobs": len(state.jobs), "seq": state.next_seq,
+                                        "n": nonce})
         data, applied = batch.encode(log.end)
         for start in range(0, len(data), _WRITE_BUFFER):
             log.append(data[start:start + _WRITE_BUFFER])
@@ -248,7 +253,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                                   next_token=state.next_token, done=state.done,
                                   snapshot_seen=True, next_seq=state.next_seq)
     snapshot.clock = state.clock
-    return log, snapshot
+    return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 
 def _snapshot_fields(entry: Entry) -> Record:

@@ -313,6 +313,17 @@ class LogFile:
             hit = data.find(marker, hit + 1)
         return None
 
+    def record_at(self, offset: int) -> tuple[int, Record] | None:
+        """The (type, record) at `offset`, if an intact record starts there."""
+        head = self.fs.pread(self.fd, 4096, offset)
+        length = int.from_bytes(head[:4], "little") if len(head) >= 4 else 0
+        if framing.RECORD_HEADER.size + length > len(head):
+            head = self.fs.pread(self.fd, framing.RECORD_HEADER.size
+                                 + min(length, framing.MAX_RECORD), offset)
+        outcome, type_byte, payload, _ = framing.decode_record(head, 0)
+        record = self._decode(payload) if outcome == framing.RECORD else None
+        return None if record is None else (type_byte & framing.TYPE_MASK, record)
+
     def read_payload(self, offset: int) -> str:
         """The payload JSON text of the record at `offset` (one lookup, one small read)."""
         return next(self.payload_texts([offset], chunk=4096))

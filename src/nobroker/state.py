@@ -841,11 +841,8 @@ class QueueState:
         copied unchanged, `shift` bytes further. False (nothing changed) if the
         snapshot does not hold the jobs we know."""
         code, flags, my_seqs = self._code, self._flags, self._seqs
-        if (not self._holes and not self._names and not names and seqs == my_seqs
-                and (not my_seqs or max(self._loc) < source_offset)):
-            self._loc, self._size = array("q", locs), array("I", sizes)
-            self.live_bytes = sum(sizes)
-            self._rebuild_held()
+        if not self._names and not names and self._relocate_in_bulk(
+                source_offset, shift, seqs, locs, sizes):
             return True
         new_locs, new_sizes = array("q", self._loc), array("I", self._size)
         index, count, live = 0, len(seqs), 0
@@ -871,6 +868,41 @@ class QueueState:
             live += sizes[index]
             index += 1
         self._loc, self._size, self.live_bytes = new_locs, new_sizes, live
+        self._rebuild_held()
+        return True
+
+    def _relocate_in_bulk(self, source_offset: int, shift: int, seqs: array[int],
+                          locs: array[int], sizes: array[int]) -> bool:
+        """relocate() in the usual shape, with array slices instead of a loop per job.
+
+        The usual shape: every removed job's hole is at the front (FIFO), so our
+        live slots are one run; the snapshot holds them in the same order, after
+        the jobs removed since its offset; and every slot after them was
+        appended after that offset. Whatever else is true, it is checked: the
+        jobs matched by position are compared seq by seq (in C), and the slots
+        left over must all lie past the offset. False (nothing changed) otherwise.
+        """
+        code, my_seqs, old_loc, old_size = self._code, self._seqs, self._loc, self._size
+        slots = len(code)
+        lead = slots - len(code.lstrip(bytes([_FREE]))) if self._holes else 0
+        if lead != self._holes or seqs.typecode != "q" or locs.typecode != "q" \
+                or sizes.typecode != "I":
+            return False
+        first = bisect_left(seqs, my_seqs[lead]) if lead < slots else len(seqs)
+        last = lead + len(seqs) - first  # slots [lead, last) are the snapshot's jobs
+        if last > slots or my_seqs[lead:last] != seqs[first:]:
+            return False
+        moved = old_loc[last:]  # appended after the snapshot: a few, copied unchanged
+        if any(loc < source_offset for loc in moved):
+            return False
+        new_loc = old_loc[:lead]
+        new_loc.extend(locs[first:])
+        new_loc.extend(array("q", [loc + shift for loc in moved]))
+        new_size = old_size[:lead]
+        new_size.extend(sizes[first:])
+        new_size.extend(old_size[last:])
+        self._loc, self._size = new_loc, new_size
+        self.live_bytes = sum(sizes[first:]) + sum(old_size[last:])
         self._rebuild_held()
         return True
 
