@@ -132,9 +132,12 @@ def _decode(data: bytes, generation: int, log_size: int,
     return state, end, int(meta["crc"])
 
 
-def _arrays(sections: list[memoryview]) -> list[array[Any]]:
+def _arrays(sections: list[memoryview], only: tuple[int, ...] | None = None,
+            ) -> list[array[Any]]:
+    """The columns (or those at indexes `only`), decoded."""
     columns = []
-    for (_, code), raw in zip(COLUMNS, sections[6:], strict=True):
+    for index in only if only is not None else range(len(COLUMNS)):
+        code, raw = COLUMNS[index][1], sections[6 + index]
         column = array(code)
         if column.itemsize * 8 not in (32, 64) or len(raw) % column.itemsize:
             raise CheckpointError("a column of the wrong size")
@@ -176,8 +179,7 @@ def relocation(data: bytes, generation: int, log_size: int,
         if snapshot_nonce(source[2]) != source[3]:
             raise CheckpointError("written for another file")
         names = {int(k): v for k, v in json.loads(bytes(sections[1])).items()}
-        arrays = _arrays(sections)
-        seqs, locs, sizes = arrays[_SEQS], arrays[_LOC], arrays[_LOC + 1]
+        seqs, locs, sizes = _arrays(sections, (_SEQS, _LOC, _LOC + 1))
         if not (len(seqs) == len(locs) == len(sizes) == meta["jobs"]
                 and all(type(v) is str for v in names.values())):
             raise CheckpointError("column lengths disagree")
