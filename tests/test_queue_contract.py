@@ -104,6 +104,17 @@ class QueueContract:
         t.assertEqual(got, job)
         t.assertEqual(got.payload, {"to": "ada", "n": [1, 2.5, None, True]})
 
+    def test_jobs_enqueue_and_enqueue_many_return_equal_what_get_returns(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked()
+        clock.advance(0.123456789)
+        returned = [q.enqueue("one", priority=-2, delay=7.25, max_attempts=9),
+                    q.enqueue({"k": 1}, job_id="key-7"),
+                    *q.enqueue_many([[1], {"x": None}], priority=4, delay=0.5),
+                    *q.enqueue_many(["plain"])]
+        for job in returned:
+            t.assertEqual(q.get(job.id), job)
+
     def test_json_payloads_round_trip_unchanged(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q = self.queue()

@@ -95,6 +95,13 @@ class Queue:
             lease_expires_at=entry.lease_until if leased else None)
 
     @staticmethod
+    def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
+                  available_at: float, now: float) -> Job:
+        """A job just enqueued, as its ENQUEUE record makes it (no lookup needed)."""
+        return Job(job_id, payload, priority, 0, max_attempts, JobState.PENDING,
+                   available_at, now, None)
+
+    @staticmethod
     def _done_view(job_id: str, done_at: float) -> Job:
         return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                    state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
@@ -139,7 +146,7 @@ class Queue:
             if isinstance(found, float):
                 return lambda: self._done_view(key or "", found)
             new_id = batch.last_id()
-            return lambda: self._view(state.jobs[new_id], payload)
+            return lambda: self._new_view(new_id, payload, priority, attempts, now + delay, now)
 
         return self._store.write(plan)
 
@@ -156,8 +163,9 @@ class Queue:
                 plan_enqueue(state, batch, now, text, priority=prio, delay=wait,
                              max_attempts=attempts, job_id=None, key_retention=0.0)
                 ids.append(batch.last_id())
-            jobs = state.jobs
-            return lambda: [self._view(jobs[i], p) for i, p in zip(ids, items, strict=True)]
+            view, at = self._new_view, now + wait
+            return lambda: [view(i, p, prio, attempts, at, now)
+                            for i, p in zip(ids, items, strict=True)]
 
         return self._store.write(plan) if items else []
 
