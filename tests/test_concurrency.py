@@ -242,6 +242,26 @@ class ThreadsAndForksTest(ProcessTestCase):
         self.assertEqual(len(every), 600 + 354 + 3)
         self.assertTrue(set(ours) | set(theirs) <= every)
 
+    def test_a_thread_that_gives_up_waiting_leaves_no_file_lock_behind(self) -> None:
+        # The holder sees a waiting thread and keeps the file lock for it; if
+        # that thread times out at that very moment, nobody else of ours may
+        # come along to release it. The race, played out step by step:
+        directory = str(self.tmp / "q")
+        with Queue(directory, lock_timeout=0.2) as q:
+            q.enqueue("first")
+            lock = q._store._lock
+            lock.acquire(5)
+            lock._waiting += 1  # a thread waits ...
+            lock.release()  # ... so the holder hands the file lock over
+            lock._waiting -= 1  # ... and the thread gives up instead of taking it
+            lock._drop_unowned_file_lock()
+            code = ("import sys; from nobroker import Queue\n"
+                    "Queue(sys.argv[1], lock_timeout=3).enqueue('from another process')\n")
+            child = spawn_python(code, directory)
+            self.addCleanup(self._reap, child)
+            _, err = child.communicate(timeout=60)
+            self.assertEqual(child.returncode, 0, err.decode(errors="replace"))
+
     @unittest.skipUnless(hasattr(os, "fork"), "needs fork()")
     def test_a_forked_child_does_not_share_its_parents_file_lock(self) -> None:
         # flock() belongs to an open file description, which fork() shares: a
