@@ -43,6 +43,16 @@ class RecordRoundTripTest(unittest.TestCase):
                     self.assertEqual((outcome, type_byte, got, nxt),
                                      (RECORD, rtype, payload, len(data)))
 
+    def test_encode_batch_is_encode_record_per_record_with_more_on_all_but_the_last(
+            self) -> None:
+        records = [(1, b'{"b":1,"id":"a"}'), (3, b'{"b":1}'), (12, b"x" * 300)]
+        data, sizes = framing.encode_batch(records)
+        expected = [encode_record(t, p, more=i < len(records) - 1)
+                    for i, (t, p) in enumerate(records)]
+        self.assertEqual(data, b"".join(expected))
+        self.assertEqual(sizes, [len(frame) for frame in expected])
+        self.assertEqual(framing.encode_batch([(2, b"{}")]), (encode_record(2, b"{}"), [11]))
+
     def test_the_more_flag_survives_the_round_trip_and_leaves_the_type_intact(self) -> None:
         data = encode_record(3, b"{}", more=True)
         outcome, type_byte, _, _ = decode_record(data, 0)

@@ -22,7 +22,8 @@ from .errors import JobNotFoundError, NotLeasedError
 from .records import Record, RecordType, dumps, enqueue_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
-__all__ = ["Batch", "new_job_id", "new_nonce", "plan_reclaim", "plan_enqueue", "plan_lease",
+__all__ = ["Batch", "new_job_id", "new_nonce", "plan_reclaim", "plan_enqueue",
+           "plan_enqueue_many", "plan_lease",
            "check_lease", "plan_settle", "plan_requeue", "plan_purge", "LEASE_EXPIRED"]
 
 LEASE_EXPIRED: Final = "lease expired"
@@ -103,16 +104,14 @@ class Batch:
             rtype, text, record = items[0]
             frame = framing.encode_record(rtype, text.encode("utf-8"))
             return frame, [(rtype, record, start, len(frame))]
-        parts: list[bytes] = []
+        data, sizes = framing.encode_batch([(rtype, text.encode("utf-8"))
+                                            for rtype, text, _ in items])
         applied: list[Applied] = []
         offset = start
-        last = len(items) - 1
-        for index, (rtype, text, record) in enumerate(items):
-            frame = framing.encode_record(rtype, text.encode("utf-8"), more=index < last)
-            parts.append(frame)
-            applied.append((rtype, record, offset, len(frame)))
-            offset += len(frame)
-        return b"".join(parts), applied
+        for (rtype, _, record), size in zip(items, sizes, strict=True):
+            applied.append((rtype, record, offset, size))
+            offset += size
+        return data, applied
 
 
 def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPolicy,
@@ -155,6 +154,20 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
     batch.add_enqueue(job_id or new_job_id(state.jobs), priority, now + delay, now,
                       max_attempts, job_id is not None, payload_text)
     return None
+
+
+def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
+                      payload_texts: list[str], *, priority: int, delay: float,
+                      max_attempts: int) -> list[str]:
+    """ENQUEUE records for new unkeyed jobs (plan_enqueue in a loop, without its
+    per-job checks for keys); returns their ids."""
+    ids: list[str] = []
+    add, taken, at = batch.add_enqueue, state.jobs, now + delay
+    for text in payload_texts:
+        job_id = new_job_id(taken)
+        add(job_id, priority, at, now, max_attempts, False, text)
+        ids.append(job_id)
+    return ids
 
 
 def plan_lease(state: QueueState, batch: Batch, now: float, count: int,

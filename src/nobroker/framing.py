@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from typing import Final
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "encode_file_header",
     "decode_file_header",
     "encode_record",
+    "encode_batch",
     "decode_record",
     "RECORD",
     "END",
@@ -91,6 +93,19 @@ def encode_record(rtype: int, payload: bytes, more: bool = False) -> bytes:
     head = _LEN_TYPE.pack(len(payload), type_byte)
     crc = zlib.crc32(payload, zlib.crc32(head))
     return head + crc.to_bytes(4, "little") + payload
+
+
+def encode_batch(records: Sequence[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
+    """The frames of one batch, the MORE bit on all but the last, as one string, and
+    each frame's size: `encode_record` per record, in one pass over the batch."""
+    parts: list[bytes] = []
+    sizes: list[int] = []
+    pack, crc32, last = _LEN_TYPE.pack, zlib.crc32, len(records) - 1
+    for index, (rtype, payload) in enumerate(records):
+        head = pack(len(payload), rtype | MORE if index < last else rtype)
+        parts.append(head + crc32(payload, crc32(head)).to_bytes(4, "little") + payload)
+        sizes.append(RECORD_HEADER.size + len(payload))
+    return b"".join(parts), sizes
 
 
 def decode_record(buf: bytes | memoryview, pos: int) -> tuple[int, int, bytes, int]:

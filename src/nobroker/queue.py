@@ -20,6 +20,7 @@ from .commands import (
     Batch,
     check_lease,
     plan_enqueue,
+    plan_enqueue_many,
     plan_lease,
     plan_purge,
     plan_requeue,
@@ -158,11 +159,8 @@ class Queue:
         texts = [self._encode(p, index) for index, p in enumerate(items)]
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
-            ids = []
-            for text in texts:
-                plan_enqueue(state, batch, now, text, priority=prio, delay=wait,
-                             max_attempts=attempts, job_id=None, key_retention=0.0)
-                ids.append(batch.last_id())
+            ids = plan_enqueue_many(state, batch, now, texts, priority=prio, delay=wait,
+                                    max_attempts=attempts)
             view, at = self._new_view, now + wait
             return lambda: [view(i, p, prio, attempts, at, now)
                             for i, p in zip(ids, items, strict=True)]

@@ -167,7 +167,8 @@ _BRACKET = re.compile(r"[\[\]{}]")
 
 def _too_deep(text: str) -> bool:
     """Whether JSON `text` nests containers more than MAX_DEPTH deep."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:  # the usual case: cannot be
+    if len(text) <= 2 * MAX_DEPTH or text.count("[") + text.count("{") <= MAX_DEPTH:
+        # The usual case: too few brackets (each one opened is closed) to be that deep.
         return False
     depth = 0
     for bracket in _BRACKET.findall(_STRING.sub("", text)):
