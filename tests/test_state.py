@@ -621,7 +621,7 @@ class GeneratedIdTest(unittest.TestCase):
         self.assertEqual(ids, [seq_id(0), seq_id(1), seq_id(2)], "unique before applying")
         s.apply_batch(log.batch(*(enq(str(i)) for i in ids)))
         self.assertEqual(s.next_seq, 3)
-        self.assertEqual(s._ids, {}, "generated ids need no dict entry")
+        self.assertEqual(s._table.ids, {}, "generated ids need no dict entry")
         self.assertEqual([e.id for e in s.entries()], ids)
         self.assertEqual(s.jobs[ids[1]].seq, 1)
         self.assertEqual(s.jobs.reserve(), seq_id(3))
@@ -643,7 +643,7 @@ class GeneratedIdTest(unittest.TestCase):
         self.assertEqual(s.next_seq, 0x100, "a generated id ahead of the count moves it")
         self.assertEqual([e.id for e in s.entries()],
                          ["9f3a5c0e12ab44d1", seq_id(7), seq_id(2), "00000000000000ff"])
-        self.assertEqual(sorted(s._ids), ["0000000000000002", "9f3a5c0e12ab44d1"])
+        self.assertEqual(sorted(s._table.ids), ["0000000000000002", "9f3a5c0e12ab44d1"])
         for job_id in ("9f3a5c0e12ab44d1", seq_id(2), seq_id(7), "00000000000000ff"):
             self.assertEqual(s.jobs[job_id].id, job_id)
         self.assertNotIn(seq_id(1), s.jobs)
@@ -700,7 +700,7 @@ class ColumnsTest(unittest.TestCase):
                 s.apply_batch(log.batch(lease(job_id, number + 1)))
                 s.apply_batch(log.batch(ack(job_id, number + 1)))
             kept = [i for i in ids if i not in set(gone)]
-            self.assertLess(len(s._seqs), 1500, "holes were packed out")
+            self.assertLess(len(s._table.seqs), 1500, "holes were packed out")
             self.assertEqual(len(s.jobs), len(kept))
             self.assertEqual([e.id for e in s.entries()], kept)
             self.assertNotIn(ids[5], s.jobs)
@@ -710,7 +710,7 @@ class ColumnsTest(unittest.TestCase):
 
     def test_many_priorities_do_not_make_many_lanes(self) -> None:
         s = replay([Log().batch(*(enq(seq_id(i), pr=i) for i in range(100)))])
-        self.assertLessEqual(len(s._lanes), 16)
+        self.assertLessEqual(len(s._table._lanes), 16)
         self.assertEqual([e.id for e in s.ready(0.0, 5)], brute_ready(s, 0.0, 5))
 
     def test_entries_are_snapshots(self) -> None:
