@@ -29,7 +29,7 @@ from enum import StrEnum
 from itertools import compress, islice
 from typing import Any, Final
 
-__all__ = ["JobState", "Entry", "ReplayError", "Columns", "JobIndex", "JobTable",
+__all__ = ["JobState", "Entry", "ReplayError", "Columns", "JobTable",
            "seq_id", "id_seq", "SEQ_LIMIT", "SEQ_MAX", "PENDING", "LEASED", "DEAD", "FREE",
            "KEYED", "CODES", "CODE_STATES"]
 
@@ -172,54 +172,6 @@ class Columns:
         return columns, counter
 
 
-class JobIndex:
-    """The live jobs by id: a read-only mapping whose Entry values are built on demand."""
-
-    __slots__ = ("_table", "_taken")
-
-    def __init__(self, table: JobTable, taken: Container[str]) -> None:
-        self._table = table
-        self._taken = taken  # ids reserve() must not hand out besides live ones
-
-    def get(self, job_id: str) -> Entry | None:
-        held = self._table.held.get(job_id)
-        if held is not None:
-            return held
-        slot = self._table.find(job_id)
-        return None if slot < 0 else self._table.entry(slot, job_id)
-
-    def __getitem__(self, job_id: str) -> Entry:
-        held = self._table.held.get(job_id)
-        if held is not None:
-            return held
-        slot = self._table.find(job_id)
-        if slot < 0:
-            raise KeyError(job_id)
-        return self._table.entry(slot, job_id)
-
-    def __contains__(self, job_id: object) -> bool:
-        return isinstance(job_id, str) and self._table.find(job_id) >= 0
-
-    def __len__(self) -> int:
-        return len(self._table)
-
-    def __iter__(self) -> Iterator[str]:
-        return (entry.id for entry in self._table.entries())
-
-    def keys(self) -> Iterator[str]:
-        return iter(self)
-
-    def values(self) -> Iterator[Entry]:
-        return self._table.entries()
-
-    def items(self) -> Iterator[tuple[str, Entry]]:
-        return ((entry.id, entry) for entry in self._table.entries())
-
-    def reserve(self) -> str | None:
-        """A generated id for a job about to be enqueued (None once they run out)."""
-        return self._table.reserve(self._taken)
-
-
 class JobTable:
     """The live jobs in columns, found by id or seq, and scheduled by due time."""
 
@@ -258,10 +210,6 @@ class JobTable:
         self._delayed: list[tuple[float, int, int]] = []  # (available_at, seq, stamp)
         self._ready: list[tuple[int, int, int]] = []  # (-priority, seq, stamp)
         self._deadlines: list[tuple[float, int, int]] = []  # (lease_until, token, seq)
-
-    def __len__(self) -> int:
-        """The number of live jobs."""
-        return len(self.code) - self.holes
 
     @classmethod
     def from_columns(cls, columns: Columns, next_seq: int) -> JobTable:

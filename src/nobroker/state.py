@@ -37,7 +37,6 @@ from .jobtable import (
     SEQ_MAX,
     Columns,
     Entry,
-    JobIndex,
     JobState,
     JobTable,
     ReplayError,
@@ -95,6 +94,57 @@ def _opt_str(rec: Record, key: str, offset: int) -> str | None:
     return value
 
 
+class JobIndex:
+    """The live jobs by id: a read-only mapping whose Entry values are built on demand.
+    Lookups go straight to the job table; the count and reserve() are the state's."""
+
+    __slots__ = ("_state", "_table")
+
+    def __init__(self, state: QueueState, table: JobTable) -> None:
+        self._state = state
+        self._table = table
+
+    def get(self, job_id: str) -> Entry | None:
+        held = self._table.held.get(job_id)
+        if held is not None:
+            return held
+        slot = self._table.find(job_id)
+        return None if slot < 0 else self._table.entry(slot, job_id)
+
+    def __getitem__(self, job_id: str) -> Entry:
+        held = self._table.held.get(job_id)
+        if held is not None:
+            return held
+        slot = self._table.find(job_id)
+        if slot < 0:
+            raise KeyError(job_id)
+        return self._table.entry(slot, job_id)
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and self._table.find(job_id) >= 0
+
+    def __len__(self) -> int:
+        state = self._state
+        return state.pending + state.leased + state.dead
+
+    def __iter__(self) -> Iterator[str]:
+        return (entry.id for entry in self._table.entries())
+
+    def keys(self) -> Iterator[str]:
+        return iter(self)
+
+    def values(self) -> Iterator[Entry]:
+        return self._table.entries()
+
+    def items(self) -> Iterator[tuple[str, Entry]]:
+        return ((entry.id, entry) for entry in self._table.entries())
+
+    def reserve(self) -> str | None:
+        """A generated id for a job about to be enqueued (None once they run out): one
+        that neither a live job nor a remembered key holds."""
+        return self._table.reserve(self._state.done_keys)
+
+
 class QueueState:
     """Everything the log says, indexed for the writer's questions.
 
@@ -104,9 +154,8 @@ class QueueState:
 
     def __init__(self, table: JobTable | None = None) -> None:
         self._table = JobTable() if table is None else table
-        # Never rebound: `jobs` keeps it, so that reserve() skips remembered keys.
+        self.jobs = JobIndex(self, self._table)
         self.done_keys: dict[str, float] = {}  # finished keyed job id -> when acked
-        self.jobs = JobIndex(self._table, self.done_keys)
         self.pending = 0
         self.leased = 0
         self.dead = 0
@@ -144,7 +193,7 @@ class QueueState:
         state.pending, state.leased, state.dead = (states.count(code)
                                                    for code in (PENDING, LEASED, DEAD))
         state.live_bytes = sum(columns.size)
-        state.done_keys.update(done_keys)
+        state.done_keys = dict(done_keys)
         state._key_times = [(done_at, job_id) for job_id, done_at in done_keys.items()]
         heapq.heapify(state._key_times)
         state.last_batch, state.next_token, state.done = last_batch, next_token, done
