@@ -437,8 +437,8 @@ class JobTable:
         heapq.heappush(self._delayed, (at, seq, self._stamp))
 
     def lease(self, slot: int, job_id: str, token: int, until: float) -> None:
-        """Pending job `slot` becomes leased: set_code(slot, LEASED) and hold(), unrolled,
-        as every lease passes here."""
+        """Pending job `slot` becomes leased: set_code's part of the move and hold(),
+        unrolled, as every lease passes here."""
         seq = self.seqs[slot]
         self.code[slot] = LEASED
         flags = self.flags[slot]
