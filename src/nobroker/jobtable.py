@@ -72,7 +72,6 @@ class Entry:
     keyed: bool
     loc: int  # offset of the record holding the payload, in the current generation
     size: int  # bytes of that record, for the live-bytes estimate
-    version: int = 0  # unused; kept so that Entry(...) calls keep their shape
 
 
 # Generated job ids are the job's sequence number as 16 hex digits, below 2**48 so

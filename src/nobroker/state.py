@@ -62,7 +62,6 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.FORGET, JobState.DONE): (None,),
 }
 
-_NUMBER: Final = frozenset({int, float})
 
 # A record as the log reader hands it over: type, decoded object, offset, size.
 Applied = tuple[int, Record, int, int]
