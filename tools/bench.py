@@ -372,15 +372,13 @@ def _child_enqueue(directory: str, first: int, count: int, barrier: Any, out: An
         out.put(("error", child_error(exc)))
 
 
-def run_processes(directory: Path, nprocs: int, total: int, first: int) -> float:
-    """Wall seconds for `nprocs` processes to enqueue `total` jobs (start at the barrier)."""
+def run_at_barrier(target: Callable[..., None], args: list[tuple[Any, ...]]) -> float:
+    """Wall seconds from a shared start to the last of len(args) processes' reported
+    end: process i runs target(*args[i], barrier, out) and puts ("ok", its end time)."""
     mp = spawn()
-    barrier = mp.Barrier(nprocs + 1)
+    barrier = mp.Barrier(len(args) + 1)
     out = mp.Queue()
-    each = total // nprocs
-    procs = [mp.Process(target=_child_enqueue,
-                        args=(str(directory), first + i * each, each, barrier, out))
-             for i in range(nprocs)]
+    procs = [mp.Process(target=target, args=(*each, barrier, out)) for each in args]
     for p in procs:
         p.start()
     try:
@@ -390,7 +388,7 @@ def run_processes(directory: Path, nprocs: int, total: int, first: int) -> float
         for _ in procs:
             status, value = out.get(timeout=300)
             if status != "ok":
-                raise RuntimeError(f"enqueue process failed: {value}")
+                raise RuntimeError(f"benchmark process failed: {value}")
             ends.append(value)
         return max(ends) - start
     finally:
@@ -399,6 +397,13 @@ def run_processes(directory: Path, nprocs: int, total: int, first: int) -> float
             if p.is_alive():
                 p.kill()
                 p.join()
+
+
+def run_processes(directory: Path, nprocs: int, total: int, first: int) -> float:
+    """Wall seconds for `nprocs` processes to enqueue `total` jobs (start at the barrier)."""
+    each = total // nprocs
+    return run_at_barrier(_child_enqueue, [(str(directory), first + i * each, each)
+                                           for i in range(nprocs)])
 
 
 def _child_raw_append(path: str, record_size: int, count: int, barrier: Any, out: Any) -> None:
@@ -421,30 +426,8 @@ def _child_raw_append(path: str, record_size: int, count: int, barrier: Any, out
 
 def run_raw_processes(path: Path, nprocs: int, total: int, record_size: int) -> float:
     """Wall seconds for `nprocs` processes to append `total` records to one file."""
-    mp = spawn()
-    barrier = mp.Barrier(nprocs + 1)
-    out = mp.Queue()
-    procs = [mp.Process(target=_child_raw_append,
-                        args=(str(path), record_size, total // nprocs, barrier, out))
-             for _ in range(nprocs)]
-    for p in procs:
-        p.start()
-    try:
-        barrier.wait(timeout=120)
-        start = time.monotonic()
-        ends = []
-        for _ in procs:
-            status, value = out.get(timeout=300)
-            if status != "ok":
-                raise RuntimeError(f"raw append process failed: {value}")
-            ends.append(value)
-        return max(ends) - start
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+    return run_at_barrier(_child_raw_append,
+                          [(str(path), record_size, total // nprocs)] * nprocs)
 
 
 def wl_processes(ctx: Context) -> list[Row]:
