@@ -82,6 +82,7 @@ class SharedLock:
         self._depth = 0
         self._file_locked = False  # held by whichever thread holds _thread_lock
         self._waiting = 0  # threads blocked in acquire (a hint for release)
+        self._waiting_lock = threading.Lock()
         self._handovers = 0  # consecutive releases that kept the file lock
         self.users = 0
         self.stamp = 0  # the lock file's size at the last acquisition
@@ -92,12 +93,14 @@ class SharedLock:
         started = None
         if not self._thread_lock.acquire(blocking=False):
             started = time.monotonic()
-            self._waiting += 1
+            with self._waiting_lock:  # `+=` on an attribute is not atomic across threads
+                self._waiting += 1
             got = False
             try:
                 got = self._thread_lock.acquire(timeout=max(timeout, 0.0))
             finally:
-                self._waiting -= 1
+                with self._waiting_lock:
+                    self._waiting -= 1
                 if not got:
                     self._drop_unowned_file_lock()
             if not got:
