@@ -9,12 +9,18 @@ on meanwhile. In order (each fsync is what makes the next step safe):
     2. rebuild the state at X privately, from g's checkpoint and records (g
        below X never changes: the log is append-only);
     3. write it as the snapshot batch of generation g+1 under a temporary
-       name, NAME.<g+1>.log.tmp-*, and fsync it; write g+1's checkpoint.
+       name, NAME.<g+1>.log.tmp-*, and fsync it; write g+1's checkpoint
+       (naming the SNAPSHOT record's nonce, so that peers can tell it from a
+       racing compaction's);
+    3b. (`Prepared.catch_up`, still no lock) copy the complete batches others
+       appended to g after X, byte for byte, to the end of the new file (batch
+       numbers carry on: the snapshot batch has the number of the last batch
+       it summarises), replaying them into the new state; repeat while much
+       was appended. g stays open, so a peer unlinking it changes nothing.
   finish (under the lock; `FileStore._finish_compaction`)
     4. if another process compacted meanwhile, throw the file away;
-    5. copy the batches appended to g after X, byte for byte, to the end of
-       the new file (batch numbers carry on: the snapshot batch has the number
-       of the last batch it summarises); fsync;
+    5. copy the last batches the same way (a torn tail a dead writer left is
+       saved aside, as any read-forward would); fsync;
     6. rename the file to NAME.<g+1>.log and fsync the directory, so the name
        exists on disk before anything points at it;
     7. durably replace NAME.current with "<g+1>" (fs.replace_durably). This
