@@ -2,7 +2,7 @@
 # Extra arguments go in ARGS, e.g.  make bench ARGS="--jobs 100"
 .DEFAULT_GOAL := help
 PYTHON ?= python3
-.PHONY: help test test-quick demo video-demo build check-deps deps-proof bench bench-md bench-peers torture lint cli clean
+.PHONY: help test test-quick demo video-demo build check-deps deps-proof bench bench-md bench-peers profile torture lint cli clean
 
 help: ; @$(PYTHON) make.py help
 test: ; $(PYTHON) make.py test $(ARGS)
@@ -15,6 +15,7 @@ deps-proof: ; $(PYTHON) make.py deps-proof $(ARGS)
 bench: ; $(PYTHON) make.py bench $(ARGS)
 bench-md: ; $(PYTHON) make.py bench-md $(ARGS)
 bench-peers: ; $(PYTHON) make.py bench-peers $(ARGS)
+profile: ; $(PYTHON) make.py profile $(ARGS)
 torture: ; $(PYTHON) make.py torture $(ARGS)
 lint: ; $(PYTHON) make.py lint $(ARGS)
 cli: ; $(PYTHON) make.py cli $(ARGS)
