@@ -31,7 +31,7 @@ from typing import Final
 from . import checkpoint, framing
 from .errors import CorruptLogError
 from .fs import FileSystem
-from .records import Record, loads_object
+from .records import Record, loads
 from .state import Applied, QueueState
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
@@ -272,7 +272,7 @@ class LogFile:
         if not payload.startswith(framing.RESYNC_MARKER):
             return None
         try:
-            record = loads_object(payload)
+            record = loads(payload)
         except ValueError:
             return None
         return record if isinstance(record, dict) else None

@@ -24,7 +24,6 @@ __all__ = [
     "dumps",
     "enqueue_text",
     "loads",
-    "loads_object",
     "encode_payload",
     "check_id",
     "check_number",
@@ -114,34 +113,31 @@ def enqueue_text(number: int, job_id: str, priority: int, at: float, t: float,
             f'"t":{t!r},"ma":{max_attempts:d}{key},"p":{payload_text}}}')
 
 
-def loads(data: bytes | str) -> Any:
-    """Parse strict JSON; raises ValueError for anything else (never RecursionError)."""
-    try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return _decoder.decode(text)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-
-
 # Both are documented only in the json module's source; typeshed omits them.
 _scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
 _WHITESPACE: re.Pattern[str] = json.decoder.WHITESPACE  # type: ignore[attr-defined]
 
 
-def loads_object(data: bytes) -> Any:
-    """`loads` for text that starts with "{" (a record): the same answers, without
-    the pure-Python wrapper around the C scanner. Replay calls it per record."""
+def _skip_whitespace(text: str, pos: int) -> int:
+    found = _WHITESPACE.match(text, pos)  # matches the empty string too: never None
+    return pos if found is None else found.end()
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse strict JSON; raises ValueError for anything else (never RecursionError).
+
+    The steps of JSONDecoder.decode, with its errors, but calling the C scanner
+    directly: replay parses every record through here."""
     try:
-        text = data.decode("utf-8")
-        value, end = _scan_once(text, 0)
-    except StopIteration:
-        raise ValueError("not a JSON value") from None
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        value, end = _scan_once(text, _skip_whitespace(text, 0))
+    except StopIteration as stop:
+        raise json.JSONDecodeError("Expecting value", text, stop.value) from None
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    end = _skip_whitespace(text, end)
     if end != len(text):
-        rest = _WHITESPACE.match(text, end)  # matches the empty string too: never None
-        if rest is None or rest.end() != len(text):
-            raise ValueError("extra data after the JSON value")
+        raise json.JSONDecodeError("Extra data", text, end)
     return value
 
 
