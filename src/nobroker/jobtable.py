@@ -330,7 +330,7 @@ class JobTable:
         return -1 if self.code[slot] == FREE else slot
 
     def find(self, job_id: str) -> int:
-        """The slot of the live job `job_id`, or -1. (On every call's path: inlined.)"""
+        """The slot of the live job `job_id`, or -1."""
         if not isinstance(job_id, str):
             return -1
         slot = self.recent.get(job_id, -1)
@@ -338,19 +338,12 @@ class JobTable:
             return slot
         seq = self.ids.get(job_id)
         generated = seq is None
-        if seq is None:  # id_seq, inlined
-            if len(job_id) != 16 or not job_id.startswith("0000") or job_id.strip(_HEX):
+        if seq is None:
+            seq = id_seq(job_id)
+            if seq < 0:
                 return -1
-            seq = int(job_id, 16)
-        seqs = self.seqs
-        if not seqs:
-            return -1
-        slot = seq - seqs[0]  # exact while no hole before it has been packed out
-        if not (0 <= slot < len(seqs) and seqs[slot] == seq):
-            slot = bisect_left(seqs, seq)
-            if slot == len(seqs) or seqs[slot] != seq:
-                return -1
-        if self.code[slot] == FREE or (generated and self.flags[slot] & _NAMED):
+        slot = self.slot(seq)
+        if slot < 0 or (generated and self.flags[slot] & _NAMED):
             return -1
         return slot
 
