@@ -274,6 +274,14 @@ def spawn() -> Any:
     return multiprocessing.get_context("spawn")
 
 
+def reap(proc: Any, timeout: float) -> None:
+    """Wait up to `timeout` seconds for a child process to end, then kill it."""
+    proc.join(timeout=timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+
+
 # --------------------------------------------------------------------------
 # workloads
 
@@ -393,10 +401,7 @@ def run_at_barrier(target: Callable[..., None], args: list[tuple[Any, ...]]) -> 
         return max(ends) - start
     finally:
         for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+            reap(p, 30)
 
 
 def run_processes(directory: Path, nprocs: int, total: int, first: int) -> float:
@@ -730,10 +735,7 @@ def run_child(target: Callable[..., None], *args: Any, timeout: float = 600) -> 
     try:
         status, value = out.get(timeout=timeout)
     finally:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-            p.join()
+        reap(p, 30)
     if status != "ok":
         raise RuntimeError(value)
     return value
@@ -888,10 +890,7 @@ def wl_latency(ctx: Context) -> list[Row]:
             raise RuntimeError(f"worker failed: {value}")
     finally:
         q.close()
-        proc.join(timeout=10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+        reap(proc, 10)
     two = median(fsync2)
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
     budget = 0.002 + two
@@ -968,10 +967,7 @@ def wl_compaction(ctx: Context) -> list[Row]:
                     raise RuntimeError(f"enqueuing process failed: {samples}")
             finally:
                 stop.set()
-                proc.join(timeout=30)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
+                reap(proc, 30)
             over = [dur for (s, dur) in samples if s < t1 and s + dur > t0]
             before = [dur for (s, dur) in samples if s + dur <= t0]
             blocked.append(max(over) if over else 0.0)
