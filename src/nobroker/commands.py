@@ -163,9 +163,8 @@ def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
     per-job checks for keys); returns their ids."""
     ids: list[str] = []
     add, taken, at = batch.add_enqueue, state.jobs, now + delay
-    reserve = taken.reserve
     for text in payload_texts:
-        job_id = reserve() or new_job_id(taken)
+        job_id = new_job_id(taken)
         add(job_id, priority, at, now, max_attempts, False, text)
         ids.append(job_id)
     return ids

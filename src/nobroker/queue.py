@@ -161,8 +161,8 @@ class Queue:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, texts, priority=prio, delay=wait,
                                     max_attempts=attempts)
-            at, pending = now + wait, JobState.PENDING  # as in _new_view, written out
-            return lambda: [Job(i, p, prio, 0, attempts, pending, at, now, None)
+            view, at = self._new_view, now + wait
+            return lambda: [view(i, p, prio, attempts, at, now)
                             for i, p in zip(ids, items, strict=True)]
 
         return self._store.write(plan) if items else []
