@@ -53,7 +53,7 @@ from .state import Applied, Entry, JobState, QueueState
 
 __all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",
            "remove_stale_files", "current_filename", "parse_current", "read_current",
-           "first_generation"]
+           "first_generation", "snapshot_nonce"]
 
 _WRITE_BUFFER = 1 << 20
 
@@ -260,6 +260,16 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                                   snapshot_seen=True, next_seq=state.next_seq)
     snapshot.clock = state.clock
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
+
+
+def snapshot_nonce(log: LogFile, offset: int) -> str | None:
+    """The nonce `write_generation` put in the SNAPSHOT record at `offset` of `log`,
+    if such a record is there."""
+    found = log.record_at(offset)
+    if found is None or found[0] != RecordType.SNAPSHOT:
+        return None
+    nonce = found[1].get("n")
+    return nonce if isinstance(nonce, str) else None
 
 
 def _snapshot_fields(entry: Entry) -> Record:

@@ -52,7 +52,7 @@ from .fs import NETWORK_FILESYSTEMS, FileSystem, filesystem_type
 from .lock import release_shared_lock, shared_lock
 from .logfile import LogFile, ScanResult, log_filename, paused_gc
 from .models import CompactionResult, RecoveryReport
-from .records import RecordType, loads
+from .records import loads
 from .state import Entry, QueueState
 from .wake import WakeChannel
 
@@ -342,7 +342,7 @@ class FileStore:
             data = new_log.read_checkpoint() if checkpoint.ENABLED else None
             moved = None if data is None else checkpoint.relocation(
                 data, generation, self._fs.fstat(new_log.fd).st_size,
-                lambda offset: _snapshot_nonce(new_log, offset))
+                lambda offset: compaction.snapshot_nonce(new_log, offset))
         except (checkpoint.CheckpointError, OSError):
             moved = None
         if (moved is None or moved.source_generation != old.generation
@@ -642,12 +642,3 @@ class FileStore:
         if self._log is not None and os.getpid() == self._pid:
             self._retire(self._log)
             release_shared_lock(self._lock)
-
-
-def _snapshot_nonce(log_file: LogFile, offset: int) -> str | None:
-    """The nonce of the SNAPSHOT record at `offset` of `log_file`, if there is one."""
-    found = log_file.record_at(offset)
-    if found is None or found[0] != RecordType.SNAPSHOT:
-        return None
-    nonce = found[1].get("n")
-    return nonce if isinstance(nonce, str) else None
