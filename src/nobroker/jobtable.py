@@ -25,24 +25,18 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from itertools import compress, islice
 from typing import Any, Final
+
+from .models import JobState
 
 __all__ = ["JobState", "Entry", "ReplayError", "Columns", "JobTable",
            "seq_id", "id_seq", "SEQ_LIMIT", "SEQ_MAX", "PENDING", "LEASED", "DEAD", "FREE",
            "KEYED", "CODES", "CODE_STATES"]
 
 
-# JobState, Entry and ReplayError belong to the state's vocabulary (state.py
-# re-exports them); they are defined here because the table stores and builds them.
-
-class JobState(StrEnum):
-    PENDING = "pending"  # waiting for its available_at, then leasable
-    LEASED = "leased"  # held by one worker until lease_until
-    DEAD = "dead"  # failed max_attempts times; in the dead-letter queue
-    DONE = "done"  # acked; only keyed jobs are remembered, for a retention period
-
+# Entry and ReplayError belong to the state's vocabulary (state.py re-exports
+# them); they are defined here because the table stores and builds them.
 
 class ReplayError(ValueError):
     """A record that no correct writer produces (internal; see CorruptLogError)."""

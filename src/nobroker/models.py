@@ -8,11 +8,18 @@ a live view. To act on a job (ack, nack, extend), pass the Job back; its
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from .state import JobState
+__all__ = ["JobState", "Job", "QueueStats", "RecoveryReport", "CompactionResult"]
 
-__all__ = ["Job", "QueueStats", "RecoveryReport", "CompactionResult"]
+
+class JobState(StrEnum):
+    PENDING = "pending"  # waiting for its available_at, then leasable
+    LEASED = "leased"  # held by one worker until lease_until
+    DEAD = "dead"  # failed max_attempts times; in the dead-letter queue
+    DONE = "done"  # acked; remembered (with its result) for a retention period
+    CANCELLED = "cancelled"  # removed by Queue.cancel before it finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +35,8 @@ class Job:
     last_error: str | None
     token: int | None = None  # fencing token of the current lease, when leased
     lease_expires_at: float | None = None
+    result: Any = None  # what the handler returned (JSON), once DONE
+    finished_at: float | None = None  # when it was acked, dead-lettered or cancelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +48,7 @@ class QueueStats:
     total: int  # pending + leased + dead: jobs the queue currently holds
     generation: int
     log_bytes: int  # logical size of the current log generation
+    paused: bool = False  # Queue.pause(): nothing is leased until Queue.resume()
 
 
 @dataclass(frozen=True, slots=True)

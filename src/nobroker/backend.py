@@ -1,0 +1,114 @@
+"""The backend seam: what a storage engine must do for `Queue` to stand on it.
+
+`Queue` (queue.py) is the facade: it checks every argument (validation.py),
+encodes payloads as JSON text, and holds the clock and the random source.
+A backend stores jobs and makes each operation durable before it returns.
+The seam sits at the level of queue operations, not of bytes or rows: the
+file log (nobroker.file) and PostgreSQL (nobroker.postgres) share nothing
+below it, and neither imports the other.
+
+Every argument a backend receives is already checked: numbers are in range,
+payloads and results are JSON text, ids are valid. A backend builds the
+`Job` views it returns (models.py) and raises only the errors of errors.py.
+
+`Capabilities` says what a backend can do beyond the common operations, so
+that the CLI, the Worker, the dashboard and the contract suite ask instead
+of assuming files.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .backoff import BackoffPolicy
+from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+
+__all__ = ["Backend", "Capabilities", "Settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend offers beyond the operations every backend has."""
+
+    compaction: bool = False  # compact() rewrites storage; stats() reports generation/log_bytes
+    inspection: bool = False  # raw records of the log can be listed (nobroker inspect)
+    recovery: bool = False  # opening may repair a torn tail and report it (Queue.recovery)
+    local: bool = False  # one machine only (a directory); False: several hosts may share it
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The Queue's checked settings, handed to its backend once, at open."""
+
+    visibility_timeout: float = 30.0
+    max_attempts: int = 5
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    key_retention: float = 86400.0  # seconds a finished keyed job is remembered
+    result_ttl: float = 86400.0  # seconds a finished job's result (and state) is kept
+    lock_timeout: float = 10.0
+    fsync: bool = True
+    readonly: bool = False
+    clock: Callable[[], float] | None = None  # None: the backend's own (time.time)
+    rng: random.Random | None = None  # None: the backend's own (seeded from os.urandom)
+
+
+class Backend(Protocol):
+    """One queue's storage. Safe to share between threads."""
+
+    capabilities: Capabilities
+    recovery: RecoveryReport | None  # what opening repaired, where `capabilities.recovery`
+
+    # -- producing
+    def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
+                max_attempts: int, job_id: str | None) -> Job: ...
+
+    def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
+                     priority: int, delay: float, max_attempts: int) -> list[Job]: ...
+
+    # -- consuming
+    def lease(self, count: int, visibility_timeout: float) -> list[Job]: ...
+
+    def ack(self, job: Job, result_text: str | None = None,
+            result_ttl: float | None = None) -> None: ...
+
+    def ack_many(self, jobs: Sequence[Job]) -> None: ...
+
+    def ack_and_lease(self, job: Job, visibility_timeout: float,
+                      result_text: str | None = None,
+                      result_ttl: float | None = None) -> Job | None: ...
+
+    def nack(self, job: Job, error: str | None, delay: float | None) -> Job: ...
+
+    def extend(self, job: Job, seconds: float) -> Job: ...
+
+    def wait(self, timeout: float) -> bool: ...
+
+    def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
+        """The job once DONE, DEAD or CANCELLED (woken, never polled); None on timeout.
+        Raises JobNotFoundError for an id the backend has never heard of."""
+        ...
+
+    # -- job control
+    def cancel(self, job_id: str) -> bool: ...
+
+    def set_paused(self, paused: bool) -> None: ...
+
+    # -- operating
+    def requeue_dead(self, job_id: str | None) -> int: ...
+
+    def purge(self) -> int: ...
+
+    def delete_dead(self, job_id: str | None) -> int: ...
+
+    def get(self, job_id: str) -> Job: ...
+
+    def stats(self) -> QueueStats: ...
+
+    def list_jobs(self, state: JobState | None, limit: int | None) -> list[Job]: ...
+
+    def compact(self) -> CompactionResult: ...
+
+    def close(self) -> None: ...
