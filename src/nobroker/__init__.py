@@ -21,6 +21,7 @@ from .errors import (
     QueueClosedError,
     SerializationError,
     StorageError,
+    TaskFailed,
     UnsafeFilesystemError,
 )
 from .models import CompactionResult, Job, QueueStats, RecoveryReport
@@ -47,6 +48,7 @@ __all__ = [
     "RecoveryReport",
     "SerializationError",
     "StorageError",
+    "TaskFailed",
     "UnsafeFilesystemError",
     "Worker",
     "WorkerStats",

@@ -343,6 +343,27 @@ class Queue:
         """
         return self._store.compact()
 
+    # -- tasks (the layer above: nobroker.tasks, imported only when used) ----
+
+    def task(self, fn: Any = None, *, name: str | None = None, max_attempts: int | None = None,
+             priority: int = 0, timeout: float | None = None,
+             result_ttl: float | None = None) -> Any:
+        """Decorator: register a function as a task of this queue (`@q.task` or
+        `@q.task(...)`); see nobroker.tasks."""
+        from . import tasks
+        return tasks.task(self, fn, name=name, max_attempts=max_attempts, priority=priority,
+                          timeout=timeout, result_ttl=result_ttl)
+
+    def periodic(self, *, cron: str | None = None, every: Any = None, name: str | None = None,
+                 max_attempts: int | None = None, priority: int = 0,
+                 timeout: float | None = None, result_ttl: float | None = None) -> Any:
+        """Decorator: register a task the workers run on a schedule, `cron="*/5 * * * *"`
+        or `every=60` (seconds or a timedelta); see nobroker.tasks.schedule."""
+        from . import tasks
+        return tasks.periodic(self, cron=cron, every=every, name=name,
+                              max_attempts=max_attempts, priority=priority, timeout=timeout,
+                              result_ttl=result_ttl)
+
     # -- lifecycle ----------------------------------------------------------
 
     def close(self) -> None:

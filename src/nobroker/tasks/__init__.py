@@ -1,0 +1,70 @@
+"""The task layer, above the queue: `@q.task`, `@q.periodic`, results by name.
+
+Layer order: this package imports the queue's public names; queue.py
+imports it only lazily, inside `Queue.task` and `Queue.periodic`, so the
+core never depends on it. The Worker runs a queue's registered tasks when it
+is given no handler (worker.py).
+
+    registry.py  Task, TaskResult, the per-queue registry, the payload format
+    cron.py      the five-field cron parser and its next/previous times
+    schedule.py  periodic schedules and the Scheduler that enqueues their ticks
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from .cron import Cron
+from .registry import (
+    Task,
+    TaskCall,
+    TaskRegistry,
+    TaskResult,
+    parse_payload,
+    queue_clock,
+    registered_queues,
+    registry_of,
+)
+from .schedule import Schedule, Scheduler, tick_job_id
+
+if TYPE_CHECKING:
+    from ..queue import Queue
+
+__all__ = ["Cron", "Schedule", "Scheduler", "Task", "TaskCall", "TaskRegistry", "TaskResult",
+           "parse_payload", "periodic", "queue_clock", "registered_queues", "registry_of",
+           "task", "tick_job_id"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def task(queue: Queue, fn: Callable[P, R] | None = None, *, name: str | None = None,
+         max_attempts: int | None = None, priority: int = 0, timeout: float | None = None,
+         result_ttl: float | None = None,
+         schedule: Schedule | None = None) -> Any:
+    """Register `fn` on `queue` (what `Queue.task` does); usable with or without ()."""
+    def register(func: Callable[P, R]) -> Task[P, R]:
+        made = Task(queue, func, name=name, max_attempts=max_attempts, priority=priority,
+                    timeout=timeout, result_ttl=result_ttl, schedule=schedule)
+        registry_of(queue).add(made)
+        return made
+
+    return register if fn is None else register(fn)
+
+
+def periodic(queue: Queue, *, cron: str | None = None, every: float | timedelta | None = None,
+             name: str | None = None, max_attempts: int | None = None, priority: int = 0,
+             timeout: float | None = None,
+             result_ttl: float | None = None) -> Callable[[Callable[[], R]], Task[[], R]]:
+    """Register a task that runs on a schedule (what `Queue.periodic` does)."""
+    schedule = Schedule.of(cron, every)
+
+    def register(func: Callable[[], R]) -> Task[[], R]:
+        made: Task[[], R] = task(queue, func, name=name, max_attempts=max_attempts,
+                                 priority=priority, timeout=timeout, result_ttl=result_ttl,
+                                 schedule=schedule)
+        return made
+
+    return register

@@ -1,0 +1,278 @@
+"""Tasks: named functions a queue's jobs call, and the handle a caller keeps.
+
+What it owns: the `Task` a `@q.task` decorator returns (`.delay()`,
+`.apply_async()`, `.adelay()`; calling it runs the function in-process), the
+`TaskResult` that `.delay()` returns, and the per-queue `TaskRegistry` that
+a `Worker(q)` without a handler runs jobs from.
+
+The payload of a task job is plain JSON that any program may write:
+
+    {"task": "myapp.tasks.send_email", "args": ["ada@example.com"], "kwargs": {"subject": "hi"}}
+
+Rules: arguments are checked for JSON when the job is enqueued, so a bad one
+raises `SerializationError` from `.delay()` and never reaches a worker; the
+registry lives beside its Queue (a weak mapping), never in the Queue, so
+queue.py knows nothing of tasks; nothing here reads a clock except through
+the queue's (for `eta=`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from ..errors import JobNotFoundError, SerializationError
+from ..models import Job, JobState
+
+if TYPE_CHECKING:
+    from ..queue import Queue
+    from .schedule import Schedule
+
+__all__ = ["Task", "TaskResult", "TaskRegistry", "TaskCall", "registry_of", "parse_payload",
+           "queue_clock"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_FINISHED = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
+_REGISTRIES: weakref.WeakKeyDictionary[Queue, TaskRegistry] = weakref.WeakKeyDictionary()
+
+
+def queue_clock(queue: Queue) -> Callable[[], float]:
+    """The clock the queue stamps its records with (injected in tests)."""
+    clock = getattr(queue, "clock", None)
+    if not callable(clock):
+        clock = getattr(queue, "_clock", None)
+    return clock if callable(clock) else time.time
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCall:
+    """A task job's payload, decoded: which task, with what."""
+
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+def parse_payload(payload: Any) -> TaskCall:
+    """The task call a job's payload names; ValueError (one line) if it is not one."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("task"), str):
+        raise ValueError('not a task payload: expected {"task": NAME, "args": [...], '
+                         '"kwargs": {...}}')
+    args = payload.get("args", [])
+    kwargs = payload.get("kwargs", {})
+    if not isinstance(args, list):
+        raise ValueError(f"task payload: 'args' must be a list, not {type(args).__name__}")
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"task payload: 'kwargs' must be an object, not "
+                         f"{type(kwargs).__name__}")
+    return TaskCall(payload["task"], args, kwargs)
+
+
+class TaskResult:
+    """A handle on one task job: its id, its state, and a way to wait for its result."""
+
+    __slots__ = ("id", "queue")
+
+    def __init__(self, queue: Queue, job_id: str) -> None:
+        self.queue = queue
+        self.id = job_id
+
+    @property
+    def job(self) -> Job:
+        """The job as the queue holds it now (JobNotFoundError once it is forgotten)."""
+        return self.queue.get(self.id)
+
+    @property
+    def state(self) -> JobState:
+        """pending, leased, done, dead or cancelled, as of now."""
+        return self.job.state
+
+    def ready(self) -> bool:
+        """True once the job has finished: done, dead or cancelled."""
+        try:
+            return self.state in _FINISHED
+        except JobNotFoundError:
+            return True  # finished and forgotten after its retention
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Wait for the result (woken by the ack, no polling) and return it.
+
+        Raises TaskFailed (with the job's last_error) for a dead or cancelled
+        job, TimeoutError if it has not finished within `timeout` seconds.
+        """
+        return self.queue.result(self.id, timeout=timeout)  # type: ignore[attr-defined]
+
+    async def aget(self, timeout: float | None = None) -> Any:
+        """`get` for asyncio code: awaits without blocking the event loop."""
+        return await self.queue.aresult(self.id, timeout=timeout)  # type: ignore[attr-defined]
+
+    def cancel(self) -> bool:
+        """Cancel the job: True if it was pending or leased, False if already finished."""
+        cancelled: bool = self.queue.cancel(self.id)  # type: ignore[attr-defined]
+        return cancelled
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, TaskResult) and other.id == self.id
+                and other.queue is self.queue)
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"TaskResult({self.id!r})"
+
+
+class Task(Generic[P, R]):
+    """A function registered on a queue; see the module doc."""
+
+    def __init__(self, queue: Queue, fn: Callable[P, R], *, name: str | None = None,
+                 max_attempts: int | None = None, priority: int = 0,
+                 timeout: float | None = None, result_ttl: float | None = None,
+                 schedule: Schedule | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"a task must be a function, not {type(fn).__name__}")
+        self.fn = fn
+        self.queue = queue
+        self.name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"task name must be a non-empty string, not {self.name!r}")
+        self.max_attempts = _optional_int("max_attempts", max_attempts, 1)
+        self.priority = _int("priority", priority)
+        self.timeout = _optional_seconds("timeout", timeout)
+        self.result_ttl = _optional_seconds("result_ttl", result_ttl, zero=True)
+        self.schedule = schedule
+        self.is_async = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    @property
+    def spec(self) -> str:
+        """MODULE:QUALNAME, how a child process imports this task (pool="process")."""
+        return f"{self.fn.__module__}:{self.fn.__qualname__}"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function here and now; nothing is enqueued."""
+        return self.fn(*args, **kwargs)
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
+        """Enqueue a call with these arguments; durable when this returns."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                    *, delay: float | timedelta = 0.0, eta: datetime | float | None = None,
+                    job_id: str | None = None, priority: int | None = None,
+                    max_attempts: int | None = None) -> TaskResult:
+        """Enqueue a call, with the queue options: `delay` seconds (or `eta`, a datetime
+        or epoch seconds), an idempotency `job_id`, a `priority` for this call."""
+        payload = {"task": self.name, "args": list(args),
+                   "kwargs": {} if kwargs is None else dict(kwargs)}
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        if eta is not None:
+            if delay:
+                raise ValueError("give delay= or eta=, not both")
+            at = eta.timestamp() if isinstance(eta, datetime) else eta
+            delay = max(0.0, float(at) - queue_clock(self.queue)())
+        try:
+            job = self.queue.enqueue(
+                payload, priority=self.priority if priority is None else priority,
+                delay=delay, job_id=job_id,
+                max_attempts=self.max_attempts if max_attempts is None else max_attempts)
+        except SerializationError as exc:
+            raise SerializationError(f"task {self.name!r}: arguments are not JSON: "
+                                     f"{exc}") from None
+        return TaskResult(self.queue, job.id)
+
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
+        """`delay` for asyncio code: the write and its fsync run off the event loop."""
+        return await asyncio.to_thread(self.apply_async, args, kwargs)
+
+    async def aapply_async(self, args: Sequence[Any] = (),
+                           kwargs: Mapping[str, Any] | None = None,
+                           **options: Any) -> TaskResult:
+        """`apply_async` for asyncio code."""
+        return await asyncio.to_thread(functools.partial(self.apply_async, args, kwargs,
+                                                         **options))
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name}>"
+
+
+class TaskRegistry:
+    """The tasks registered on one queue, by name."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task[Any, Any]] = {}
+
+    def add(self, task: Task[Any, Any]) -> None:
+        known = self._tasks.get(task.name)
+        if known is not None and known.fn is not task.fn:
+            raise ValueError(f"a task named {task.name!r} is already registered on this "
+                             f"queue; pass name= to tell them apart")
+        self._tasks[task.name] = task
+
+    def get(self, name: str) -> Task[Any, Any] | None:
+        return self._tasks.get(name)
+
+    def periodic(self) -> list[Task[Any, Any]]:
+        return [t for t in self._tasks.values() if t.schedule is not None]
+
+    def __iter__(self) -> Iterator[Task[Any, Any]]:
+        return iter(list(self._tasks.values()))
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+
+def registry_of(queue: Queue, *, create: bool = True) -> TaskRegistry:
+    """The registry of `queue` (an empty one if it has none and `create` is False)."""
+    registry = _REGISTRIES.get(queue)
+    if registry is None:
+        registry = TaskRegistry()
+        if create:
+            _REGISTRIES[queue] = registry
+    return registry
+
+
+def registered_queues() -> list[Queue]:
+    """Every live queue with tasks registered on it, in no particular order."""
+    return [q for q, registry in list(_REGISTRIES.items()) if len(registry)]
+
+
+def _int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return value
+
+
+def _optional_int(name: str, value: object, minimum: int) -> int | None:
+    if value is None:
+        return None
+    number = _int(name, value)
+    if number < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, not {number}")
+    return number
+
+
+def _optional_seconds(name: str, value: object, *, zero: bool = False) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not (value >= 0 if zero else value > 0) or value == float("inf"):
+        raise ValueError(f"{name} must be a finite number {'>=' if zero else '>'} 0, "
+                         f"not {value}")
+    return float(value)
