@@ -21,8 +21,29 @@ Threads, and who does what:
   handler's outcome is never acked or nacked.
 
 Handlers run in threads, which suits I/O-bound work. CPU-bound work wants
-processes: run several `nobroker work` processes on one queue; the queue's
-file lock makes that safe.
+processes: `pool="process"` runs each slot's calls in a child process of its
+own (pool.py), or run several `nobroker work` processes on one queue; the
+queue's file lock makes that safe. `async def` handlers and tasks run on
+one event loop per Worker, the slot thread waiting on each coroutine, so at
+most `concurrency` run at once.
+
+Without a handler, `Worker(q)` runs the tasks registered on `q`
+(nobroker.tasks): each job's payload names its task; a task's return value
+is acked as the job's result; a payload naming a task this worker does not
+know is nacked with "unknown task 'NAME'" like any failure (retried after
+its backoff, so a newer worker of a rolling deploy may still take it, and
+dead-lettered after `max_attempts`). Periodic tasks get a *scheduler*
+thread that enqueues their ticks (tasks/schedule.py).
+
+Time limits (`timeout=` on a task or the Worker): a call over its limit is
+nacked with "TimeoutError: exceeded N s". In a child process it is killed;
+a coroutine is cancelled; a thread cannot be killed, so it is abandoned and
+runs on detached. A child that dies nacks its job naming the signal, and
+the next call gets a fresh child.
+
+A paused queue (`Queue.pause()`) leases nothing: the dispatcher waits on
+the wake-up channel, which a resume pokes, and looks at least every
+`poll_interval`.
 
 Stopping, in this order: stop leasing; let in-flight handlers finish and be
 settled, for at most `shutdown_timeout` seconds after the stop request; stop
@@ -41,25 +62,28 @@ nothing -- it logs to the `nobroker` logger, one line per failed job.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
 import signal
+import sys
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from .errors import LockTimeoutError, NobrokerError, NotLeasedError
-from .models import Job
+from .errors import LockTimeoutError, NobrokerError, NotLeasedError, SerializationError
+from .models import Job, JobState
+from .pool import ChildProcess, EventLoop, Outcome, describe_error, job_to_json, run_in_thread
 from .queue import Queue
-from .state import JobState
+from .tasks import Scheduler, TaskRegistry, parse_payload, queue_clock, registry_of
 
-__all__ = ["Worker", "WorkerStats", "Handler", "DEFAULT_SHUTDOWN_TIMEOUT"]
+__all__ = ["Worker", "WorkerStats", "Handler", "DEFAULT_SHUTDOWN_TIMEOUT", "POOLS",
+           "describe_error"]
 
 log = logging.getLogger("nobroker")
 
@@ -75,6 +99,7 @@ _TICK = 0.1
 # early, so this only bounds how late an idle worker sees a stop request.
 _IDLE_SLICE = 0.5
 _WAKE_CHANNEL = hasattr(os, "mkfifo")  # elsewhere Queue.wait is a plain sleep
+POOLS = ("thread", "process")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +112,8 @@ class WorkerStats:
     lost: int = 0  # the lease was gone before the job could be settled
     abandoned: int = 0  # still running when the worker stopped; will be redelivered
     heartbeats: int = 0  # lease extensions written
+    timed_out: int = 0  # calls stopped at their time limit (also counted as retried/dead)
+    crashed: int = 0  # child processes that died under a call (pool="process")
     seconds: float = 0.0  # wall time of run()
     stopped_by: str = ""  # max_jobs, idle_timeout, stop(), SIGINT, SIGTERM or error
     forced: bool = False  # a second signal or stop(immediate=True) skipped the wait
@@ -111,29 +138,51 @@ class _Flight:
     abandoned: bool = False  # the worker stopped without it
 
 
-def describe_error(exc: BaseException) -> str:
-    """`last_error` for a handler's exception: its type and message."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What to call for one job, and how (from the handler, or the task it names)."""
+
+    target: Callable[..., Any] | None
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] | None = None
+    timeout: float | None = None
+    keep: bool = False  # ack the return value as the job's result (tasks only)
+    result_ttl: float | None = None
+    spec: str = ""  # module:qualname, for a child process
+    refused: str | None = None  # the job cannot run here: this is its last_error
 
 
 class Worker:
     """Calls `handler(job)` for each job of `queue` until stopped; see the module doc."""
 
-    def __init__(self, queue: Queue, handler: Handler, *, concurrency: int = 1,
+    def __init__(self, queue: Queue, handler: Handler | None = None, *, concurrency: int = 1,
                  poll_interval: float = 0.1, max_jobs: int | None = None,
                  idle_timeout: float | None = None, handle_signals: bool = True,
                  shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
-                 visibility_timeout: float | None = None) -> None:
-        if not callable(handler):
+                 visibility_timeout: float | None = None, timeout: float | None = None,
+                 pool: str = "thread") -> None:
+        if handler is not None and not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
-        if inspect.iscoroutinefunction(handler):
-            raise TypeError("async handlers are not supported; wrap one in a plain function "
-                            "that calls asyncio.run(...)")
         if getattr(queue, "readonly", False):
             raise ValueError("a worker needs a writable queue, not one opened read-only")
+        if pool not in POOLS:
+            raise ValueError(f"pool must be 'thread' or 'process', not {pool!r}")
         self.queue = queue
         self.handler = handler
+        self.tasks: TaskRegistry | None = None
+        if handler is None:
+            self.tasks = registry_of(queue, create=False)
+            if not len(self.tasks):
+                raise ValueError(f"no handler given and no tasks registered on {queue!r}: "
+                                 f"pass a handler, or register tasks with @queue.task")
+        self.pool = pool
+        self.timeout = None if timeout is None else _seconds("timeout", timeout, True)
+        self._handler_spec = _spec_of(handler) if handler is not None and pool == "process" \
+            else ""
+        self._preload = self._child_modules() if pool == "process" else ()
+        self._loop = EventLoop("nobroker-asyncio")
+        self._children: list[ChildProcess] = []
+        self._results = "result" in inspect.signature(queue.ack).parameters
         self.concurrency = _count("concurrency", concurrency)
         self.poll_interval = _seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else _count("max_jobs", max_jobs)
@@ -152,7 +201,8 @@ class Worker:
         self._inbox: deque[_Flight] = deque()
         self._reserved = 0  # leases taken (or being taken), for max_jobs
         self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "lost",
-                                      "abandoned", "heartbeats"), 0)
+                                      "abandoned", "heartbeats", "timed_out", "crashed"), 0)
+        self._stopping = threading.Event()  # set with the first stop request: the scheduler
         self._started = False
         self._began = 0.0
         self._seconds: float | None = None
@@ -177,7 +227,15 @@ class Worker:
             self._began = self._last_busy = time.monotonic()
         previous = self._install_signal_handlers()
         heartbeat = _spawn(self._heartbeat_loop, "nobroker-heartbeat")
-        slots = [_spawn(self._slot_loop, f"nobroker-slot-{n}") for n in range(self.concurrency)]
+        if self.pool == "process":
+            self._children = [ChildProcess(self._preload, f"nobroker-child-{n}")
+                              for n in range(self.concurrency)]
+        slots = [_spawn(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
+                 for n in range(self.concurrency)]
+        periodic = self.tasks.periodic() if self.tasks is not None else []
+        if periodic:
+            scheduler = Scheduler(self.queue, periodic, queue_clock(self.queue))
+            _spawn(functools.partial(self._schedule, scheduler), "nobroker-scheduler")
         log.info("worker started on queue %r in %s: concurrency %d, visibility timeout %gs",
                  self.queue.name, self.queue.directory, self.concurrency,
                  self.visibility_timeout)
@@ -263,7 +321,10 @@ class Worker:
             with self._cond:
                 timeout = min(timeout, max(self.idle_timeout - self._idle_for(), 0.001))
         if callable(wait):
+            began = time.monotonic()
             wait(timeout)
+            if self._paused():  # ready jobs end the wait at once: do not spin on them
+                self._pause_for(self.poll_interval - (time.monotonic() - began))
             return
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -271,6 +332,18 @@ class Worker:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._cond.wait(min(left, _TICK)):
                     return  # time to look again, or a slot finished: capacity changed
+
+    def _paused(self) -> bool:
+        """Whether the queue is paused (asked only after a lease came back empty)."""
+        try:
+            return bool(getattr(self.queue.stats(), "paused", False))
+        except NobrokerError:
+            return False
+
+    def _pause_for(self, seconds: float) -> None:
+        with self._cond:
+            if seconds > 0 and self._stop_reason is None:
+                self._cond.wait(seconds)
 
     def _lease(self, count: int) -> list[Job]:
         try:
@@ -305,6 +378,7 @@ class Worker:
         """Record the first stop request; a deadline starts the shutdown_timeout (under _cond)."""
         if self._stop_reason is None:
             self._stop_reason = reason
+            self._stopping.set()
         if deadline and self._stop_at is None:
             self._stop_at = time.monotonic()
         self._cond.notify_all()
@@ -354,14 +428,31 @@ class Worker:
             log.warning("job %s (attempt %d): %s; abandoned, it will be delivered again when "
                         "its lease runs out", flight.job.id, flight.job.attempts, why)
         if forced:
+            self._close_runners(kill=True)
             return
         heartbeat.join(self.queue.lock_timeout + 1.0)
         for slot in slots:
             slot.join(0.0 if left else 1.0)
+        self._close_runners(kill=bool(left))
+
+    def _close_runners(self, *, kill: bool) -> None:
+        """End the child processes (killing those still at work) and the event loop."""
+        for child in self._children:
+            if kill:
+                child.kill()
+            else:
+                child.close()
+        self._loop.close()
 
     # -- the slots ----------------------------------------------------------
 
-    def _slot_loop(self) -> None:
+    def _slot_loop(self, number: int) -> None:
+        child = self._children[number] if self._children else None
+        if child is not None:
+            try:
+                child.start()  # now, so the first job does not wait for the interpreter
+            except OSError as exc:
+                log.error("could not start a child process: %s; trying again per job", exc)
         while True:
             with self._cond:
                 while not self._inbox and not self._closing:
@@ -370,24 +461,18 @@ class Worker:
                     return
                 flight: _Flight | None = self._inbox.popleft()
             while flight is not None:
-                flight = self._work_on(flight)
+                flight = self._work_on(flight, child)
 
-    def _work_on(self, flight: _Flight) -> _Flight | None:
+    def _work_on(self, flight: _Flight, child: ChildProcess | None) -> _Flight | None:
         """Run the handler on one job and settle it; returns the next job, if one was leased."""
         job = flight.job
-        error: BaseException | None = None
-        try:
-            result = self.handler(job)
-            if inspect.isawaitable(result):
-                close = getattr(result, "close", None)
-                if callable(close):
-                    close()
-                raise TypeError("the handler returned an awaitable; async handlers are "
-                                "not supported")
-        except BaseException as exc:  # whatever a handler raises is that job's failure
-            error = exc
+        plan = self._plan(job)
+        outcome = self._execute(job, plan, child)
+        error = outcome.error_text
         chain = False
         with self._cond:
+            self._counts["timed_out"] += outcome.timed_out
+            self._counts["crashed"] += outcome.crashed
             if flight.abandoned:
                 gave_up = True
             else:
@@ -399,13 +484,13 @@ class Worker:
             log.info("job %s finished after the worker stopped; not acked", job.id)
             return None
         if flight.lost:
-            outcome, following = "lost", None
+            counter, following = "lost", None
         else:
-            outcome, following = self._settle(job, error, chain)
+            counter, following = self._settle(job, outcome, plan, chain)
         with self._cond:
             if chain and following is None:
                 self._reserved -= 1
-            self._counts[outcome] += 1
+            self._counts[counter] += 1
             self._flights.discard(flight)
             nxt = None
             if following is not None:
@@ -415,18 +500,23 @@ class Worker:
             self._cond.notify_all()
         return nxt
 
-    def _settle(self, job: Job, error: BaseException | None,
+    def _settle(self, job: Job, outcome: Outcome, plan: _Plan,
                 chain: bool) -> tuple[str, Job | None]:
         """Ack (and maybe lease the next job) or nack; returns the outcome's counter."""
-        verb = "acked" if error is None else "nacked"
+        text = outcome.error_text
+        verb = "acked" if text is None else "nacked"
         try:
-            if error is None:
-                if chain:
-                    return "succeeded", self.queue.ack_and_lease(
-                        job, visibility_timeout=self.visibility_timeout)
-                self.queue.ack(job)
-                return "succeeded", None
-            text = describe_error(error)
+            if text is None:
+                options = self._ack_options(plan, outcome.result)
+                try:
+                    if chain:
+                        return "succeeded", self.queue.ack_and_lease(
+                            job, visibility_timeout=self.visibility_timeout, **options)
+                    self.queue.ack(job, **options)
+                    return "succeeded", None
+                except SerializationError as exc:  # the result is not JSON: the task failed
+                    text = describe_error(exc)
+                    verb = "nacked"
             after = self.queue.nack(job, error=text)
         except NotLeasedError as exc:
             log.warning("job %s (attempt %d): lease lost before it could be %s (%s); "
@@ -440,20 +530,85 @@ class Worker:
         except NobrokerError as exc:
             self._fail(exc)
             return "lost", None
-        one_line = text.replace("\n", "\\n")
+        one_line = (text or "").replace("\n", "\\n")
         if after.state is JobState.DEAD:
             log.error("job %s failed on attempt %d of %d: %s; moved to the dead-letter queue",
                       job.id, job.attempts, job.max_attempts, one_line)
-            outcome = "dead_lettered"
+            outcome_name = "dead_lettered"
         else:
             log.warning("job %s failed on attempt %d of %d: %s; retrying in %.1fs", job.id,
                         job.attempts, job.max_attempts, one_line,
                         max(0.0, after.available_at - time.time()))
-            outcome = "retried"
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("job %s traceback:\n%s", job.id,
-                      "".join(traceback.format_exception(error)).rstrip())
-        return outcome, None
+            outcome_name = "retried"
+        if log.isEnabledFor(logging.DEBUG) and outcome.error_text is not None:
+            log.debug("job %s traceback:\n%s", job.id, outcome.traceback())
+        return outcome_name, None
+
+    def _ack_options(self, plan: _Plan, result: Any) -> dict[str, Any]:
+        """The result (and its retention) to ack a task's job with."""
+        if not plan.keep or not self._results:  # not a task, or a queue without results
+            return {}
+        options: dict[str, Any] = {"result": result}
+        if plan.result_ttl is not None:
+            options["result_ttl"] = plan.result_ttl
+        return options
+
+    # -- running one call ---------------------------------------------------
+
+    def _plan(self, job: Job) -> _Plan:
+        """What this job calls: the handler, or the registered task its payload names."""
+        if self.tasks is None:
+            return _Plan(self.handler, (job,), None, self.timeout, spec=self._handler_spec)
+        try:
+            call = parse_payload(job.payload)
+        except ValueError as exc:
+            return _Plan(None, refused=str(exc))
+        task = self.tasks.get(call.name)
+        if task is None:
+            return _Plan(None, refused=f"unknown task {call.name!r}")
+        timeout = task.timeout if task.timeout is not None else self.timeout
+        return _Plan(task.fn, tuple(call.args), call.kwargs, timeout, keep=True,
+                     result_ttl=task.result_ttl, spec=task.spec)
+
+    def _execute(self, job: Job, plan: _Plan, child: ChildProcess | None) -> Outcome:
+        """Run the plan's call where the pool says, under its time limit."""
+        if plan.refused is not None or plan.target is None:
+            return Outcome(error_text=plan.refused)
+        if child is not None:
+            request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep}
+            if self.tasks is None:
+                request["job"] = job_to_json(job)
+            else:
+                request["args"], request["kwargs"] = plan.args, plan.kwargs or {}
+            return child.call(request, plan.timeout)
+        target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
+        if plan.timeout is not None and not inspect.iscoroutinefunction(target):
+            outcome = run_in_thread(lambda: target(*args, **kwargs), plan.timeout,
+                                    f"nobroker-call-{job.id}")
+        else:
+            try:
+                outcome = Outcome(result=target(*args, **kwargs))
+            except BaseException as exc:  # whatever a handler raises is that job's failure
+                return Outcome.failed(exc)
+        if outcome.error_text is None and inspect.isawaitable(outcome.result):
+            return self._loop.run(_awaited(outcome.result), plan.timeout)
+        return outcome
+
+    # -- periodic tasks -----------------------------------------------------
+
+    def _schedule(self, scheduler: Scheduler) -> None:
+        try:
+            scheduler.loop(self._stopping.wait)
+        except Exception:  # a bug: say so, and keep working the queue without the schedule
+            log.exception("the periodic-task scheduler failed; no more ticks are enqueued")
+
+    def _child_modules(self) -> tuple[str, ...]:
+        """The modules a child process imports up front (pool="process")."""
+        if self.tasks is not None:
+            specs = [_spec_of(task.fn, task.spec) for task in self.tasks]
+        else:
+            specs = [self._handler_spec]
+        return tuple(dict.fromkeys(spec.partition(":")[0] for spec in specs))
 
     # -- heartbeats ---------------------------------------------------------
 
@@ -526,13 +681,36 @@ class Worker:
             self._cond.notify_all()
 
     def __repr__(self) -> str:
-        return (f"Worker({self.queue!r}, {getattr(self.handler, '__qualname__', self.handler)}, "
-                f"concurrency={self.concurrency})")
+        what = ("its tasks" if self.handler is None
+                else getattr(self.handler, "__qualname__", self.handler))
+        return (f"Worker({self.queue!r}, {what}, concurrency={self.concurrency}, "
+                f"pool={self.pool!r})")
 
 
 def _restore_signal_handlers(previous: dict[int, Any]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    """A coroutine for any awaitable a plain function returned."""
+    return await awaitable
+
+
+def _spec_of(fn: Callable[..., Any], spec: str | None = None) -> str:
+    """How a child process imports `fn`: "module:qualname"; ValueError if it cannot."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if spec is None:
+        spec = f"{module}:{qualname}"
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        raise ValueError(f"pool='process' imports each handler by name in the child, and "
+                         f"{fn!r} cannot be imported (define it at module level)")
+    main = sys.modules.get("__main__")
+    if module == "__main__" and not getattr(main, "__file__", None):
+        raise ValueError(f"pool='process' cannot import {qualname!r} from an interactive "
+                         f"__main__; define it in a module")
+    return spec
 
 
 def _spawn(target: Callable[[], None], name: str) -> threading.Thread:

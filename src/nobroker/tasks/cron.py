@@ -59,7 +59,8 @@ class Cron:
         if len(parts) != 5:
             raise ValueError(f"cron {expression!r} must have 5 fields (minute hour "
                              f"day-of-month month day-of-week), not {len(parts)}")
-        sets = [_parse_field(expression, part, *spec) for part, spec in zip(parts, _FIELDS)]
+        sets = [_parse_field(expression, part, *spec)
+                for part, spec in zip(parts, _FIELDS, strict=True)]
         weekdays = frozenset(d % 7 for d in sets[4])
         cron = cls(expression, frozenset(sets[0]), frozenset(sets[1]), frozenset(sets[2]),
                    frozenset(sets[3]), weekdays, not parts[2].startswith("*"),

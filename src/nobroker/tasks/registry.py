@@ -151,7 +151,7 @@ class Task(Generic[P, R]):
         self.result_ttl = _optional_seconds("result_ttl", result_ttl, zero=True)
         self.schedule = schedule
         self.is_async = inspect.iscoroutinefunction(fn)
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     @property
     def spec(self) -> str:
