@@ -310,17 +310,73 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def cmd_work(args: argparse.Namespace) -> int:
-    handler = load_handler(args.handler)  # before opening: a typo must not create a queue
-    with _open(args, create=True) as queue:
-        worker = Worker(queue, handler, concurrency=args.concurrency,
-                        poll_interval=args.poll_interval, max_jobs=args.max_jobs,
-                        idle_timeout=args.idle_timeout, shutdown_timeout=args.shutdown_timeout,
-                        visibility_timeout=args.visibility_timeout)
-        stats = worker.run()
+    options: dict[str, Any] = dict(
+        concurrency=args.concurrency, poll_interval=args.poll_interval, max_jobs=args.max_jobs,
+        idle_timeout=args.idle_timeout, shutdown_timeout=args.shutdown_timeout,
+        visibility_timeout=args.visibility_timeout, timeout=args.timeout, pool=args.pool)
+    if ":" not in args.handler:  # a module of tasks: its queue and its registered tasks
+        with load_tasks_queue(args.handler, args) as queue:
+            stats = _run_worker(queue, None, options)
+    else:
+        handler = load_handler(args.handler)  # before opening: a typo must not create a queue
+        with _open(args, create=True) as queue:
+            stats = _run_worker(queue, handler, options)
     if stats.forced:
         signum = getattr(signal, stats.stopped_by, None)
         return 128 + int(signum) if isinstance(signum, int) else 1
     return 0
+
+
+def _run_worker(queue: Queue, handler: Handler | None, options: dict[str, Any]) -> Any:
+    try:
+        worker = Worker(queue, handler, **options)
+    except ValueError as exc:  # e.g. pool="process" and a handler it cannot import
+        raise UsageError(str(exc)) from None
+    return worker.run()
+
+
+def load_tasks_queue(module_name: str, args: argparse.Namespace) -> Queue:
+    """Import a tasks module; the queue its tasks are registered on.
+
+    `nobroker work myapp.tasks` runs on the queue the module opened; --dir
+    and --queue, if given, must name that queue (they pick one if the module
+    registered tasks on several).
+    """
+    from .tasks import registered_queues
+
+    _import_module(module_name, hint=" (work takes MODULE:FUNCTION, or a MODULE of tasks)")
+    queues = registered_queues()
+    if "dir" in args:
+        queues = [q for q in queues if q.directory == os.path.abspath(args.dir)]
+    if "queue" in args:
+        queues = [q for q in queues if q.name == args.queue]
+    if not queues:
+        given = " matching --dir/--queue" if "dir" in args or "queue" in args else ""
+        raise UsageError(f"module {module_name!r} registered no tasks on a queue{given} "
+                         f"(decorate functions with @queue.task)")
+    if len(queues) > 1:
+        names = ", ".join(sorted(f"{q.name!r} in {q.directory}" for q in queues))
+        raise UsageError(f"module {module_name!r} registered tasks on several queues "
+                         f"({names}); choose one with --dir and --queue")
+    return queues[0]
+
+
+def _import_module(module_name: str, hint: str = "") -> Any:
+    """Import a user's module like `python -m` would, the current directory first;
+    every failure is a UsageError with one line of text."""
+    here = os.getcwd()
+    if not any(os.path.abspath(entry or ".") == here for entry in sys.path):
+        sys.path.insert(0, here)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise UsageError(f"cannot import {module_name!r}: no such module in {here} "
+                             f"or on sys.path{hint}") from None
+        raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
+    except Exception as exc:  # the handler's own module is broken: say how, in one line
+        raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
 
 
 def load_handler(spec: str) -> Handler:
@@ -333,19 +389,7 @@ def load_handler(spec: str) -> Handler:
     if not module_name or not attribute:
         raise UsageError(f"handler {spec!r} must look like MODULE:FUNCTION, "
                          f"e.g. myapp.tasks:handle")
-    here = os.getcwd()
-    if not any(os.path.abspath(entry or ".") == here for entry in sys.path):
-        sys.path.insert(0, here)
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if module_name == missing or module_name.startswith(missing + "."):
-            raise UsageError(f"cannot import {module_name!r}: no such module in {here} "
-                             f"or on sys.path") from None
-        raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
-    except Exception as exc:  # the handler's own module is broken: say how, in one line
-        raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
+    target = _import_module(module_name)
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
@@ -404,9 +448,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("get", cmd_get, "show one job as JSON (read-only)")
     sub.add_argument("id", metavar="ID")
 
-    sub = command("work", cmd_work, "run a handler on the queue's jobs until stopped")
-    sub.add_argument("handler", metavar="MODULE:FUNC",
-                     help="the handler, imported from the current directory first")
+    sub = command("work", cmd_work, "run a handler, or a module's tasks, until stopped")
+    sub.add_argument("handler", metavar="MODULE:FUNC|MODULE",
+                     help="the handler, or a module whose @queue.task functions to run "
+                     "(imported from the current directory first)")
+    sub.add_argument("--pool", choices=("thread", "process"), default="thread",
+                     help="run handlers in threads or in child processes (default: thread)")
+    sub.add_argument("--timeout", type=_positive_seconds, metavar="S",
+                     help="time limit per job (a task's own timeout= wins); a job over it is "
+                     "nacked, and under --pool process its child is killed")
     sub.add_argument("--concurrency", type=_positive_int, default=1, metavar="N",
                      help="handlers running at once, in threads (default: 1)")
     sub.add_argument("--max-jobs", type=_positive_int, metavar="N",

@@ -35,12 +35,13 @@ import multiprocessing
 import signal
 import threading
 import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import SerializationError
 from .models import Job, JobState
+from .tasks import call_as
 
 __all__ = ["Outcome", "EventLoop", "ChildProcess", "run_in_thread", "timeout_text",
            "describe_error", "job_to_json"]
@@ -121,8 +122,9 @@ class EventLoop:
                 self._loop = loop
             return self._loop
 
-    def run(self, coroutine: Coroutine[Any, Any, Any], timeout: float | None) -> Outcome:
-        """Run `coroutine` on the loop; cancel it at `timeout` seconds."""
+    def run(self, awaitable: Awaitable[Any], timeout: float | None) -> Outcome:
+        """Run `awaitable` on the loop; cancel it at `timeout` seconds."""
+        coroutine = awaitable if asyncio.iscoroutine(awaitable) else _wrap(awaitable)
         future = asyncio.run_coroutine_threadsafe(coroutine, self._running())
         try:
             return Outcome(result=future.result(timeout))
@@ -147,6 +149,10 @@ class EventLoop:
         thread.join(1.0)
         if not thread.is_alive():
             loop.close()
+
+
+async def _wrap(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def job_to_json(job: Job) -> dict[str, Any]:
@@ -284,8 +290,9 @@ def _child_call(request: dict[str, Any]) -> Any:
     target: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         target = getattr(target, part)
-    if "job" in request:
-        fields = dict(request["job"])
-        fields["state"] = JobState(fields["state"])
-        return target(Job(**fields))
-    return target(*request["args"], **request["kwargs"])
+    fields = dict(request["job"])
+    fields["state"] = JobState(fields["state"])
+    job = Job(**fields)
+    if request["handler"]:
+        return call_as(job, target, (job,), {})
+    return call_as(job, target, request["args"], request["kwargs"])

@@ -80,7 +80,7 @@ from .errors import LockTimeoutError, NobrokerError, NotLeasedError, Serializati
 from .models import Job, JobState
 from .pool import ChildProcess, EventLoop, Outcome, describe_error, job_to_json, run_in_thread
 from .queue import Queue
-from .tasks import Scheduler, TaskRegistry, parse_payload, queue_clock, registry_of
+from .tasks import Scheduler, TaskRegistry, call_as, parse_payload, queue_clock, registry_of
 
 __all__ = ["Worker", "WorkerStats", "Handler", "DEFAULT_SHUTDOWN_TIMEOUT", "POOLS",
            "describe_error"]
@@ -575,23 +575,21 @@ class Worker:
         if plan.refused is not None or plan.target is None:
             return Outcome(error_text=plan.refused)
         if child is not None:
-            request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep}
-            if self.tasks is None:
-                request["job"] = job_to_json(job)
-            else:
-                request["args"], request["kwargs"] = plan.args, plan.kwargs or {}
+            request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
+                                       "job": job_to_json(job), "handler": self.tasks is None,
+                                       "args": plan.args, "kwargs": plan.kwargs or {}}
             return child.call(request, plan.timeout)
         target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
         if plan.timeout is not None and not inspect.iscoroutinefunction(target):
-            outcome = run_in_thread(lambda: target(*args, **kwargs), plan.timeout,
+            outcome = run_in_thread(lambda: call_as(job, target, args, kwargs), plan.timeout,
                                     f"nobroker-call-{job.id}")
         else:
             try:
-                outcome = Outcome(result=target(*args, **kwargs))
+                outcome = Outcome(result=call_as(job, target, args, kwargs))
             except BaseException as exc:  # whatever a handler raises is that job's failure
                 return Outcome.failed(exc)
         if outcome.error_text is None and inspect.isawaitable(outcome.result):
-            return self._loop.run(_awaited(outcome.result), plan.timeout)
+            return self._loop.run(outcome.result, plan.timeout)  # call_as made it a coroutine
         return outcome
 
     # -- periodic tasks -----------------------------------------------------
@@ -690,11 +688,6 @@ class Worker:
 def _restore_signal_handlers(previous: dict[int, Any]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-
-
-async def _awaited(awaitable: Any) -> Any:
-    """A coroutine for any awaitable a plain function returned."""
-    return await awaitable
 
 
 def _spec_of(fn: Callable[..., Any], spec: str | None = None) -> str:

@@ -22,6 +22,8 @@ from .registry import (
     TaskCall,
     TaskRegistry,
     TaskResult,
+    call_as,
+    current_job,
     parse_payload,
     queue_clock,
     registered_queues,
@@ -33,8 +35,8 @@ if TYPE_CHECKING:
     from ..queue import Queue
 
 __all__ = ["Cron", "Schedule", "Scheduler", "Task", "TaskCall", "TaskRegistry", "TaskResult",
-           "parse_payload", "periodic", "queue_clock", "registered_queues", "registry_of",
-           "task", "tick_job_id"]
+           "call_as", "current_job", "parse_payload", "periodic", "queue_clock",
+           "registered_queues", "registry_of", "task", "tick_job_id"]
 
 P = ParamSpec("P")
 R = TypeVar("R")

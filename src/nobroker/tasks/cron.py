@@ -8,8 +8,8 @@ Sunday too; the aliases `@hourly`, `@daily`, `@midnight`, `@weekly`,
 
 The day rule is Vixie cron's: when both day fields are restricted (neither
 starts with `*`), a day matches if EITHER matches, so `0 0 1 * mon` runs on
-the 1st and on every Monday; when one of them starts with `*`, only the other
-counts.
+the 1st and on every Monday; when one of them starts with `*`, a day must
+match both (so `0 0 */2 * mon` is a Monday with an odd date).
 
 Times are seconds since the epoch, evaluated in UTC (cron's wall clock is
 UTC here: no daylight-saving gaps or repeats to explain). Pure functions: no
@@ -89,11 +89,7 @@ class Cron:
         dow = (when.isoweekday() % 7) in self.weekdays
         if self.days_restricted and self.weekdays_restricted:
             return dom or dow
-        if self.days_restricted:
-            return dom
-        if self.weekdays_restricted:
-            return dow
-        return True
+        return dom and dow  # a field starting with '*' may still step: '*/2' is odd days
 
     def _search(self, t: float, *, forward: bool) -> float | None:
         """Walk month, day, hour, minute, jumping over whole units that cannot match."""

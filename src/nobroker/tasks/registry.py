@@ -19,6 +19,7 @@ the queue's (for `eta=`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import time
@@ -36,13 +37,43 @@ if TYPE_CHECKING:
     from .schedule import Schedule
 
 __all__ = ["Task", "TaskResult", "TaskRegistry", "TaskCall", "registry_of", "parse_payload",
-           "queue_clock"]
+           "queue_clock", "current_job", "call_as"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _FINISHED = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
 _REGISTRIES: weakref.WeakKeyDictionary[Queue, TaskRegistry] = weakref.WeakKeyDictionary()
+_CURRENT: contextvars.ContextVar[Job | None] = contextvars.ContextVar("nobroker_job",
+                                                                      default=None)
+
+
+def current_job() -> Job | None:
+    """The job a Worker is running this task or handler for (None outside one).
+
+    What Celery's `self.request` and RQ's `get_current_job()` give: the job's
+    id, attempts and payload, e.g. to make a side effect idempotent.
+    """
+    return _CURRENT.get()
+
+
+def call_as(job: Job, fn: Callable[..., Any], args: Sequence[Any],
+            kwargs: Mapping[str, Any]) -> Any:
+    """Call `fn` with `current_job()` returning `job`; an awaitable it returns is
+    wrapped so that `current_job()` holds while it runs too."""
+    token = _CURRENT.set(job)
+    try:
+        value = fn(*args, **kwargs)
+    finally:
+        _CURRENT.reset(token)
+    if inspect.isawaitable(value):
+        return _awaited_as(job, value)
+    return value
+
+
+async def _awaited_as(job: Job, awaitable: Any) -> Any:
+    _CURRENT.set(job)  # in the asyncio task's own copy of the context
+    return await awaitable
 
 
 def queue_clock(queue: Queue) -> Callable[[], float]:
