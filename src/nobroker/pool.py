@@ -172,6 +172,7 @@ class ChildProcess:
         self.name = name
         self._process: Any = None  # multiprocessing's SpawnProcess
         self._conn: Any = None  # the parent's end of the pipe
+        self._ready = False  # the child said it has imported its modules
         self.started = 0  # children started so far (replacements included)
 
     @property
@@ -187,22 +188,34 @@ class ChildProcess:
                                   name=self.name, daemon=False)
         process.start()
         child_end.close()
-        self._process, self._conn = process, parent_end
+        self._process, self._conn, self._ready = process, parent_end, False
         self.started += 1
 
     def call(self, request: dict[str, Any], timeout: float | None) -> Outcome:
-        """Send one request; wait for the reply, at most `timeout` seconds."""
+        """Send one request; wait for the reply, at most `timeout` seconds.
+
+        The limit counts from the request, not from the child's start: a fresh
+        child first reports that it has imported its modules.
+        """
+        text = json.dumps(request).encode()
         self.start()
+        conn = self._conn  # ours even if kill() from another thread forgets it
         try:
-            self._conn.send_bytes(json.dumps(request).encode())
-            if not self._conn.poll(timeout):
+            if not self._ready:
+                conn.recv_bytes()  # the child's "ready", once its imports are done
+                self._ready = True
+            conn.send_bytes(text)
+            if not conn.poll(timeout):
                 self.kill()
+                self.start()  # the replacement starts its imports now, not at the next job
                 assert timeout is not None
                 return _timed_out(timeout)
-            reply = json.loads(self._conn.recv_bytes())
+            reply = json.loads(conn.recv_bytes())
         except (EOFError, OSError):
+            how = self._reap()
+            self.start()  # its replacement
             return Outcome(error_text=f"WorkerLostError: the child process running the job "
-                                      f"{self._reap()}", crashed=True)
+                                      f"{how}", crashed=True)
         if reply["ok"]:
             return Outcome(result=reply["result"])
         return Outcome(error_text=reply["error"], detail=reply.get("traceback"))
@@ -262,6 +275,7 @@ def child_main(conn: Any, preload: tuple[str, ...]) -> None:
         except Exception:  # reported with the first job that needs it
             pass
     loop: asyncio.AbstractEventLoop | None = None
+    conn.send_bytes(b"ready")
     while True:
         try:
             request = json.loads(conn.recv_bytes())

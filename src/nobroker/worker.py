@@ -467,7 +467,11 @@ class Worker:
         """Run the handler on one job and settle it; returns the next job, if one was leased."""
         job = flight.job
         plan = self._plan(job)
-        outcome = self._execute(job, plan, child)
+        try:
+            outcome = self._execute(job, plan, child)
+        except Exception as exc:  # a bug of ours: fail the job, keep the slot alive
+            log.exception("job %s: running it failed inside the worker", job.id)
+            outcome = Outcome.failed(exc)
         error = outcome.error_text
         chain = False
         with self._cond:
@@ -575,9 +579,11 @@ class Worker:
         if plan.refused is not None or plan.target is None:
             return Outcome(error_text=plan.refused)
         if child is not None:
+            handler = self.tasks is None
             request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
-                                       "job": job_to_json(job), "handler": self.tasks is None,
-                                       "args": plan.args, "kwargs": plan.kwargs or {}}
+                                       "job": job_to_json(job), "handler": handler,
+                                       "args": [] if handler else plan.args,
+                                       "kwargs": plan.kwargs or {}}
             return child.call(request, plan.timeout)
         target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
         if plan.timeout is not None and not inspect.iscoroutinefunction(target):
