@@ -16,9 +16,9 @@ from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
-from nobroker import checkpoint
-from nobroker.records import RecordType, dumps, loads
-from nobroker.state import (
+from nobroker.file import checkpoint
+from nobroker.file.records import RecordType, dumps, loads
+from nobroker.file.state import (
     TRANSITIONS,
     Applied,
     JobState,

@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
+from ..errors import CorruptLogError
 from . import checkpoint, framing
-from .errors import CorruptLogError
 from .fs import FileSystem
 from .records import Record, loads
 from .state import Applied, QueueState

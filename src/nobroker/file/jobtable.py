@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import compress, islice
 from typing import Any, Final
 
-from .models import JobState
+from ..models import JobState
 
 __all__ = ["JobState", "Entry", "ReplayError", "Columns", "JobTable",
            "seq_id", "id_seq", "SEQ_LIMIT", "SEQ_MAX", "PENDING", "LEASED", "DEAD", "FREE",

@@ -16,9 +16,9 @@ import random
 from collections.abc import Iterator
 from typing import Any, Final
 
+from ..backoff import BackoffPolicy
+from ..errors import JobNotFoundError, NotLeasedError
 from . import framing
-from .backoff import BackoffPolicy
-from .errors import JobNotFoundError, NotLeasedError
 from .records import Record, RecordType, dumps, enqueue_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 

@@ -43,9 +43,9 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..errors import CorruptLogError, NobrokerError
 from . import checkpoint, framing
 from .commands import Batch, new_nonce
-from .errors import CorruptLogError, NobrokerError
 from .fs import FileSystem, replace_durably
 from .logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from .records import Record, RecordType
