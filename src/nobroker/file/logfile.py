@@ -233,8 +233,8 @@ class LogFile:
             if record is None:
                 reason = "record is not a JSON object"
                 break
-            batch.append((type_byte & framing.TYPE_MASK, record, pos,
-                          framing.RECORD_HEADER.size + len(payload)))
+            batch.append(Applied(type_byte & framing.TYPE_MASK, record, pos,
+                                 framing.RECORD_HEADER.size + len(payload)))
             crc = zlib.crc32(buf[rel:nxt], crc)
             pos = buf_start + nxt
             if not type_byte & framing.MORE:

@@ -366,7 +366,7 @@ class FileStore:
     def _now(self) -> float:
         # Recorded queue time never goes backwards, even if the clock is stepped back
         # or another process's clock ran ahead: the log remembers the latest time.
-        now = max(float(self._clock()), self._last_now, self._state.clock)
+        now = max(float(self._clock()), self._last_now, self._state.latest_time)
         self._last_now = now
         return now
 
