@@ -4,8 +4,8 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
 
 1. **Record.** A workload (a function of a `Driver`) runs the real `Queue`
    in one process, in a scratch directory, with an injected fake clock and
-   a seeded `nobroker.commands._rng`. Every file operation of the storage
-   layer goes through `RecordingFS`, a `nobroker.fs.FileSystem` that
+   a seeded `nobroker.file.commands._rng`. Every file operation of the storage
+   layer goes through `RecordingFS`, a `nobroker.file.fs.FileSystem` that
    performs the call on the real OS and appends an `Event` (with its bytes,
    a synthetic inode id, and the source lines that issued it) to a trace.
    The driver adds BEGIN and END (returned / raised / crashed) markers
@@ -15,7 +15,7 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
 
    The oracle is exact and needs no model of its own: after each call the
    driver replays every log file it wrote (its complete batches, with
-   `nobroker.state.QueueState.apply_batch`) and keeps the fingerprint after
+   `nobroker.file.state.QueueState.apply_batch`) and keeps the fingerprint after
    *each* batch, keyed by position (batch, generation). Positions order by
    batch first, so a generation that lost batches copied into it sorts below
    them, and at equal batch the newer generation (a compaction's snapshot)
@@ -183,9 +183,9 @@ from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
-import nobroker.commands
+import nobroker.file.commands
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, NotLeasedError, Queue
-from nobroker.fs import FileSystem
+from nobroker.file.fs import FileSystem
 
 __all__ = [
     "PROFILES", "SECTOR", "WORKLOADS", "Bounds", "Driver", "Event", "RecordingFS",
@@ -538,7 +538,7 @@ def _generation(data: bytes | bytearray) -> int | None:
 def _scan_frames(data: bytes) -> list[tuple[int, int, dict[str, Any]]]:
     """(type, offset, record) of each whole frame at the start of `data` (no CRC check).
 
-    Independent of nobroker.framing on purpose: mutation tests patch that.
+    Independent of nobroker.file.framing on purpose: mutation tests patch that.
     """
     out = []
     pos = 0
@@ -725,7 +725,7 @@ class Driver:
 
     def _replay(self, ino: int) -> None:
         """Apply the log's new complete batches to the oracle's own replay of it."""
-        from nobroker.state import QueueState
+        from nobroker.file.state import QueueState
         data = bytes(self.fs.files[ino])
         generation = _generation(data)
         if generation is None:
@@ -765,7 +765,7 @@ class Driver:
                         store._closed = True  # a dead process saves no checkpoint
                         store._wake.close()
                         store._retire(store._log)  # type: ignore[arg-type]
-                        from nobroker.lock import release_shared_lock
+                        from nobroker.file.lock import release_shared_lock
                         release_shared_lock(store._lock)
                     else:
                         queue.close()
@@ -789,7 +789,7 @@ def _ignored_name(name: str) -> bool:
 
 
 def _empty_fingerprint() -> tuple[object, ...]:
-    from nobroker.state import QueueState
+    from nobroker.file.state import QueueState
     return QueueState().fingerprint()
 
 
@@ -816,7 +816,7 @@ Workload = Callable[[Driver], None]
 def record(workload: Workload, directory: str, *, seed: int = 0, name: str = "") -> Trace:
     """Run `workload` in `directory` (created if missing) and return its trace."""
     os.makedirs(directory, exist_ok=True)
-    nobroker.commands._rng.seed(seed)
+    nobroker.file.commands._rng.seed(seed)
     started = time.perf_counter()
     fs = RecordingFS(directory)
     driver = Driver(fs, directory)
@@ -2017,7 +2017,7 @@ def crash_states(events: Sequence[Event], profile: str, bounds: Bounds | None = 
 def _quiet() -> Iterator[None]:
     """No log lines for the thousands of repairs, and no network-FS probe per open.
 
-    The probe (nobroker.store.filesystem_type) reads /proc/self/mountinfo on every
+    The probe (nobroker.file.store.filesystem_type) reads /proc/self/mountinfo on every
     open and has nothing to do with crash states; the scratch is tmpfs anyway.
     """
     from unittest import mock
@@ -2025,7 +2025,7 @@ def _quiet() -> Iterator[None]:
     disabled = logger.disabled
     logger.disabled = True
     try:
-        with mock.patch("nobroker.store.filesystem_type", lambda path: "tmpfs"):
+        with mock.patch("nobroker.file.store.filesystem_type", lambda path: "tmpfs"):
             yield
     finally:
         logger.disabled = disabled
@@ -2298,10 +2298,10 @@ def _w_group_commit(d: Driver) -> None:
 def _w_checkpoints(d: Driver) -> None:
     from unittest import mock
 
-    import nobroker.store
+    import nobroker.file.store
     # Checkpoints at every close and every 1 KiB logged, instead of after MiBs.
-    with mock.patch.object(nobroker.store, "CHECKPOINT_AFTER_BYTES", 0), \
-            mock.patch.object(nobroker.store, "CHECKPOINT_EVERY_BYTES", 1024):
+    with mock.patch.object(nobroker.file.store, "CHECKPOINT_AFTER_BYTES", 0), \
+            mock.patch.object(nobroker.file.store, "CHECKPOINT_EVERY_BYTES", 1024):
         h = d.open()
         d.call(h, "enqueue_many", [payload(i, 200) for i in range(3)])
         d.close(h)  # writes NAME.000000.ckpt

@@ -23,11 +23,11 @@ from unittest import mock
 
 from support import FakeClock, TempDirTestCase, tree_digest
 
-import nobroker.store
+import nobroker.file.store
 from nobroker import CorruptLogError, Job, NobrokerError, Queue
-from nobroker.framing import FILE_HEADER, MAGIC, encode_file_header, encode_record
-from nobroker.inspection import read_records
-from nobroker.records import RecordType
+from nobroker.file.framing import FILE_HEADER, MAGIC, encode_file_header, encode_record
+from nobroker.file.inspection import read_records
+from nobroker.file.records import RecordType
 
 LAST = 8  # index of the last batch
 MID = 4  # a batch with later batches after it
@@ -402,7 +402,7 @@ class CheckpointTest(DamagedLogTestCase):
     def test_a_bit_flip_below_a_checkpoint_is_still_reported_as_corruption(self) -> None:
         # A checkpoint is a cache of the log: it must not hide damage to durable
         # records that the log alone would have reported.
-        with mock.patch.object(nobroker.store, "CHECKPOINT_AFTER_BYTES", 0):
+        with mock.patch.object(nobroker.file.store, "CHECKPOINT_AFTER_BYTES", 0):
             with Queue(self.dir) as q:
                 q.enqueue("one more, so that close() saves a checkpoint")
         self.assertTrue(list(self.dir.glob("*.ckpt")), "setup: no checkpoint was written")

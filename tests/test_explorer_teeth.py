@@ -45,12 +45,12 @@ import explorer
 import support  # noqa: F401
 from explorer import Bounds, RecordingFS, explore
 
-import nobroker.compaction
-import nobroker.framing as framing
-import nobroker.logfile
-from nobroker.fs import FileSystem
-from nobroker.logfile import LogFile
-from nobroker.store import FileStore
+import nobroker.file.compaction
+import nobroker.file.framing as framing
+import nobroker.file.logfile
+from nobroker.file.fs import FileSystem
+from nobroker.file.logfile import LogFile
+from nobroker.file.store import FileStore
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:
@@ -106,7 +106,7 @@ class MissingFsyncTest(TeethTestCase):
             fs.replace(target + ".tmp", target)
             fs.fsync_dir(directory)
 
-        with mock.patch.object(nobroker.compaction, "replace_durably", no_fsync_before_rename):
+        with mock.patch.object(nobroker.file.compaction, "replace_durably", no_fsync_before_rename):
             clean = explore("compaction", ("ext4ish",), Bounds(compound=0, rot=False))
             report = self.explore("compaction", ("weak",), rot=False)
         self.assertTrue(clean.ok, "ext4's safe rename should hide this bug")
@@ -125,7 +125,7 @@ class MissingFsyncTest(TeethTestCase):
                 fs.close(fd)
             fs.replace(target + ".tmp", target)  # the planted bug: no fs.fsync_dir after
 
-        with mock.patch.object(nobroker.compaction, "replace_durably", no_fsync_after_rename):
+        with mock.patch.object(nobroker.file.compaction, "replace_durably", no_fsync_after_rename):
             report = self.explore("compaction", ("weak",), rot=False)
         caught(report, {"I6", "I2", "I3"}, "remove_stale_files")
 
@@ -187,7 +187,7 @@ class ReaderTest(TeethTestCase):
                            last_batch: int) -> int | None:
             data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
             # The planted bug: nothing past the first never-written sector is looked at.
-            data = data[:nobroker.logfile._unwritten_sector(data, bad_at)]
+            data = data[:nobroker.file.logfile._unwritten_sector(data, bad_at)]
             hit = data.find(framing.RESYNC_MARKER, 1)
             while hit != -1:
                 start = hit - framing.RECORD_HEADER.size

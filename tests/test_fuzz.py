@@ -54,9 +54,9 @@ from typing import Any
 
 from support import FakeClock, TempDirTestCase, scratch_root
 
-import nobroker.commands
+import nobroker.file.commands
 from nobroker import BackoffPolicy, CorruptLogError, NobrokerError, Queue
-from nobroker.framing import (
+from nobroker.file.framing import (
     FILE_HEADER,
     MAX_RECORD,
     MORE,
@@ -111,8 +111,8 @@ class Corpus:
 
 @contextlib.contextmanager
 def seeded_ids(seed: int) -> Iterator[None]:
-    """Job ids and jitter come from nobroker.commands._rng: seed it, then restore it."""
-    rng = nobroker.commands._rng
+    """Job ids and jitter come from nobroker.file.commands._rng: seed it, then restore it."""
+    rng = nobroker.file.commands._rng
     saved = rng.getstate()
     rng.seed(seed)
     try:

@@ -16,9 +16,9 @@ import random
 from collections.abc import Iterator
 from typing import Any, Final
 
+from ..backoff import BackoffPolicy
+from ..errors import JobNotFoundError, NotLeasedError
 from . import framing
-from .backoff import BackoffPolicy
-from .errors import JobNotFoundError, NotLeasedError
 from .records import Record, RecordType, dumps, enqueue_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
@@ -116,13 +116,13 @@ class Batch:
         if len(items) == 1:  # most calls: skip the loop's bookkeeping
             rtype, text, record = items[0]
             frame = framing.encode_record(rtype, text.encode("utf-8"))
-            return frame, [(rtype, record, start, len(frame))]
+            return frame, [Applied(rtype, record, start, len(frame))]
         data, sizes = framing.encode_batch([(rtype, text.encode("utf-8"))
                                             for rtype, text, _ in items])
         applied: list[Applied] = []
         offset = start
         for (rtype, _, record), size in zip(items, sizes, strict=True):
-            applied.append((rtype, record, offset, size))
+            applied.append(Applied(rtype, record, offset, size))
             offset += size
         return data, applied
 

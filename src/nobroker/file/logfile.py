@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
+from ..errors import CorruptLogError
 from . import checkpoint, framing
-from .errors import CorruptLogError
 from .fs import FileSystem
 from .records import Record, loads
 from .state import Applied, QueueState
@@ -239,8 +239,8 @@ class LogFile:
             if record is None:
                 reason = "record is not a JSON object"
                 break
-            batch.append((type_byte & framing.TYPE_MASK, record, pos,
-                          framing.RECORD_HEADER.size + len(payload)))
+            batch.append(Applied(type_byte & framing.TYPE_MASK, record, pos,
+                                 framing.RECORD_HEADER.size + len(payload)))
             crc = zlib.crc32(buf[rel:nxt], crc)
             pos = buf_start + nxt
             if not type_byte & framing.MORE:
