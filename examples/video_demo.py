@@ -26,7 +26,8 @@ PACE = 1.2  # seconds to let a result sink in
 TYPING = 0.025  # seconds per typed character
 BETWEEN = 2.5  # seconds of quiet before a new scene
 TITLES = ["Enqueue: priorities and delays", "A worker", "Retries, backoff, dead letters",
-          "Requeue from the DLQ", "kill -9 mid-job", "Compaction", "Inspect the raw log"]
+          "Requeue from the DLQ", "kill -9 mid-job", "Compaction", "Inspect the raw log",
+          "Tasks, a periodic tick, a result"]
 
 
 def title_card(number: int, pause: float) -> None:
@@ -42,7 +43,7 @@ def title_card(number: int, pause: float) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="nobroker's tour, paced for recording.")
     parser.add_argument("--scenes", type=demo.parse_scenes, default=demo.parse_scenes(None),
-                        metavar="N[,N...]", help="run only these scenes (1-7)")
+                        metavar="N[,N...]", help="run only these scenes (1-8)")
     parser.add_argument("--fast", action="store_true", help="skip every pause (for tests)")
     args = parser.parse_args(argv)
     pace, typing, between = (0.0, 0.0, 0.0) if args.fast else (PACE, TYPING, BETWEEN)

@@ -47,12 +47,12 @@ class MakeTargetsTest(TempDirTestCase):
         self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr)
         out = result.stdout
         self.assertNotIn("DEMO FAILED", out + result.stderr)
-        self.assertIn("All claims held: 7 scene(s)", out)
+        self.assertIn("All claims held: 8 scene(s)", out)
         for number, words in enumerate(["priorities and delays", "A worker",
                                         "retried with backoff", "dead-letter queue",
-                                        "kill -9", "Compaction", "inspect"], 1):
+                                        "kill -9", "Compaction", "inspect", "Tasks"], 1):
             self.assertRegex(out, rf"== {number}\. .*{re.escape(words)}")
-        self.assertGreaterEqual(out.count("[ok]"), 14)
+        self.assertGreaterEqual(out.count("[ok]"), 18)
         self.assertIn("$ kill -9 ", out)
         self.assertIn("ENQUEUE", out)
         match = re.search(r"working in (\S+)", out)
@@ -60,6 +60,17 @@ class MakeTargetsTest(TempDirTestCase):
         self.assertFalse(Path(match.group(1)).exists(), "the demo left its directory behind")
         seconds = float(re.findall(r"scene\(s\) in ([\d.]+)s", out)[0])
         self.assertLess(seconds, 60)
+
+    def test_the_tasks_example_runs_its_tour_and_cleans_up(self) -> None:
+        result = run(EXAMPLES / "tasks.py")
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr)
+        out = result.stdout
+        self.assertIn("'task': 'tasks.send_email', 'args': ['ada@example.com']", out)
+        self.assertIn("TimeoutError: exceeded 1 s", out)
+        self.assertIn("heartbeat ran at worker start: periodic:tasks.heartbeat:", out)
+        match = re.search(r"queue: (\S+)", out)
+        assert match is not None
+        self.assertFalse(Path(match.group(1)).exists(), "the example left its queue behind")
 
     def test_video_demo_runs_one_scene_unpaced(self) -> None:
         result = run(MAKE, "video-demo", "--fast", "--scenes", "4")

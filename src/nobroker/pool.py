@@ -275,7 +275,10 @@ def child_main(conn: Any, preload: tuple[str, ...]) -> None:
         except Exception:  # reported with the first job that needs it
             pass
     loop: asyncio.AbstractEventLoop | None = None
-    conn.send_bytes(b"ready")
+    try:
+        conn.send_bytes(b"ready")
+    except OSError:  # the parent let go of us before we were ready (it is stopping)
+        return
     while True:
         try:
             request = json.loads(conn.recv_bytes())
@@ -296,7 +299,10 @@ def child_main(conn: Any, preload: tuple[str, ...]) -> None:
         except BaseException as exc:  # the call's failure, sent back as its last_error
             text = json.dumps({"ok": False, "error": describe_error(exc),
                                "traceback": "".join(traceback.format_exception(exc))})
-        conn.send_bytes(text.encode())
+        try:
+            conn.send_bytes(text.encode())
+        except OSError:  # the parent is gone or gave up on this call
+            return
 
 
 def _child_call(request: dict[str, Any]) -> Any:
