@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["QUICK_ENV", "REPO", "SRC", "TempDirTestCase", "quick_run", "slow"]
+__all__ = ["QUICK_ENV", "REPO", "SRC", "TempDirTestCase", "quick_run", "slow", "wait_until"]
 
 REPO: Path = Path(__file__).resolve().parent.parent
 SRC: Path = REPO / "src"
@@ -129,3 +129,23 @@ def spawn_python(code: str, *args: str, **popen: object) -> subprocess.Popen[byt
                                   "stderr": subprocess.PIPE, "env": child_env()}
     options.update(popen)
     return subprocess.Popen([sys.executable, "-c", code, *args], **options)  # type: ignore[call-overload, no-any-return]
+
+
+# --------------------------------------------------------------------------
+# Waiting for a condition (worker and task tests).
+
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0,
+               what: str = "condition") -> Any:
+    """Poll `condition` until it is truthy and return it; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from support import SRC, FakeClock, TempDirTestCase
+from support import SRC, FakeClock, TempDirTestCase, wait_until
 
 from nobroker import BackoffPolicy, Job, JobState, Queue, SerializationError, Worker
 from nobroker.tasks import Scheduler, TaskResult, current_job, registry_of, tick_job_id
@@ -37,19 +37,6 @@ ENGINE = all(hasattr(Queue, name) for name in ("result", "cancel", "pause"))
 requires_engine = unittest.skipUnless(
     ENGINE, "REQUIRES ENGINE: Queue.result/cancel/pause are not on this branch yet")
 FAST_RETRY = BackoffPolicy(base=0.05, factor=1.0, jitter=0.0)
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 20.0,
-               what: str = "condition") -> Any:
-    """Poll `condition` until it is truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 # -- the API, in process ----------------------------------------------------
@@ -312,7 +299,8 @@ class WorkerTaskTest(TempDirTestCase):
         slow.apply_async(max_attempts=1)
         self.run_worker(Worker(self.q, max_jobs=1, handle_signals=False))()
         self.assertEqual(self.q.dlq()[0].last_error, "TimeoutError: exceeded 0.2 s")
-        wait_until(cancelled.is_set, what="the coroutine to see its cancellation")
+        wait_until(cancelled.is_set, timeout=30.0,
+                   what="the coroutine to see its cancellation")
 
     def test_current_job_is_the_job_being_run_in_threads_and_coroutines(self) -> None:
         seen: list[str | None] = []
@@ -415,13 +403,14 @@ class WorkerProcessTest(TempDirTestCase):
         q.enqueue({"task": "nope", "args": [], "kwargs": {}}, max_attempts=2)
         q.enqueue({"not": "a task"}, max_attempts=1)
         proc = self.work("known")
-        dead = wait_until(lambda: len(q.dlq()) == 2 and q.dlq(), what="two dead jobs")
+        dead = wait_until(lambda: len(q.dlq()) == 2 and q.dlq(), timeout=30.0,
+                          what="two dead jobs")
         self.assertEqual(sorted((d.last_error or "") for d in dead), [
             'not a task payload: expected {"task": NAME, "args": [...], "kwargs": {...}}',
             "unknown task 'nope'"])
         self.assertEqual({d.attempts for d in dead if d.payload.get("task") == "nope"}, {2})
         q.enqueue({"task": "known"})  # args and kwargs may be left out
-        wait_until(lambda: self.notes() == [["ran"]], what="the known task to run")
+        wait_until(lambda: self.notes() == [["ran"]], timeout=30.0, what="the known task to run")
         self.assertIsNone(proc.poll(), "the worker exited")
 
     def test_two_workers_with_a_fast_clock_run_each_periodic_tick_exactly_once(self) -> None:
@@ -456,14 +445,15 @@ class WorkerProcessTest(TempDirTestCase):
         q = self.queue()
         q.enqueue({"task": "sleepy"}, max_attempts=2)
         proc = self.work("sleepy", "--pool", "process", "--timeout", "0.5")
-        (dead,) = wait_until(q.dlq, what="the job to be dead-lettered")
+        (dead,) = wait_until(q.dlq, timeout=30.0, what="the job to be dead-lettered")
         self.assertEqual((dead.attempts, dead.last_error), (2, "TimeoutError: exceeded 0.5 s"))
         pids = [pid for what, pid in self.notes()]
         self.assertEqual(len(pids), 2)
         self.assertNotEqual(pids[0], pids[1], "the killed child was replaced")
         self.assertNotIn(proc.pid, pids, "the task ran in a child, not in the worker")
         for pid in pids:  # both children were killed at the limit, not left sleeping
-            wait_until(lambda p=pid: not _alive(p), what=f"child {pid} to be gone")
+            wait_until(lambda p=pid: not _alive(p), timeout=30.0,
+                       what=f"child {pid} to be gone")
         self.assertIsNone(proc.poll())
 
     def test_a_child_killed_by_a_signal_nacks_its_job_naming_it_and_is_replaced(self) -> None:
@@ -480,10 +470,11 @@ class WorkerProcessTest(TempDirTestCase):
         q.enqueue({"task": "crash"}, max_attempts=1)
         q.enqueue({"task": "fine", "args": [1]}, priority=-1)
         proc = self.work("crashy", "--pool", "process")
-        (dead,) = wait_until(q.dlq, what="the crashed job to be dead-lettered")
+        (dead,) = wait_until(q.dlq, timeout=30.0, what="the crashed job to be dead-lettered")
         self.assertEqual(dead.last_error, "WorkerLostError: the child process running the job "
                                           "was killed by SIGKILL")
-        wait_until(lambda: len(self.notes()) == 1, what="the next job, in a new child")
+        wait_until(lambda: len(self.notes()) == 1, timeout=30.0,
+                   what="the next job, in a new child")
         self.assertIsNone(proc.poll())
 
     def test_a_plain_handler_in_the_process_pool_gets_the_job(self) -> None:
@@ -569,7 +560,7 @@ class WorkerProcessTest(TempDirTestCase):
         self.assertEqual(self.notes(), [])
         began = time.monotonic()
         q.resume()  # type: ignore[attr-defined]
-        wait_until(lambda: self.notes() == [[1]], what="the job after resume")
+        wait_until(lambda: self.notes() == [[1]], timeout=30.0, what="the job after resume")
         self.assertLess(time.monotonic() - began, 2.0)
 
     @requires_engine
@@ -585,10 +576,11 @@ class WorkerProcessTest(TempDirTestCase):
         q = self.queue()
         job = q.enqueue({"task": "slow"})
         self.work("cancel")
-        wait_until(lambda: self.notes() == [["started"]], what="the task to start")
+        wait_until(lambda: self.notes() == [["started"]], timeout=30.0, what="the task to start")
         self.assertTrue(q.cancel(job.id))  # type: ignore[attr-defined]
         Path(str(self.log) + ".go").touch()
-        wait_until(lambda: q.get(job.id).state is JobState.CANCELLED, what="cancelled")
+        wait_until(lambda: q.get(job.id).state is JobState.CANCELLED, timeout=30.0,
+                   what="cancelled")
         self.assertIsNone(q.get(job.id).result)
 
 

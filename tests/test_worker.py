@@ -22,26 +22,13 @@ import unittest
 from collections.abc import Callable
 from typing import Any
 
-from support import SRC, TempDirTestCase
+from support import SRC, TempDirTestCase, wait_until
 
 from nobroker import BackoffPolicy, Job, JobNotFoundError, JobState, Queue
 from nobroker.worker import Worker, WorkerStats, describe_error
 
 FAST_RETRY = BackoffPolicy(base=0.05, factor=2.0, jitter=0.0)
 NO_BACKOFF = BackoffPolicy(base=0.0, jitter=0.0)
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 10.0,
-               what: str = "condition") -> Any:
-    """Poll `condition` until it is truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 class WorkerTestCase(TempDirTestCase):
