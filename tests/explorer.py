@@ -108,7 +108,11 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
      length and CRC fields of sampled records of the final log flipped, with
      the log ending at that record's batch or one batch later; opening must
      raise `CorruptLogError` and modify nothing, or give a state of the
-     history (damage in the last batch reads as a torn tail).
+     history (damage in the last batch reads as a torn tail). And each
+     512-byte sector holding a sampled record zeroed (a lost or misdirected
+     write) where the call that wrote the first damaged batch had returned,
+     fsynced, before its handle wrote a batch that lies wholly after the
+     sector: opening must refuse and modify nothing.
 
    nobroker's network-file-system probe is stubbed while exploring (it
    reads /proc on every open and has nothing to do with crash states).
@@ -1926,7 +1930,54 @@ class _Explorer:
                             f"{outcome.last_batch}, a state that is "
                             f"{'' if outcome.fingerprint in expected else 'not '}in the "
                             f"history (allowed: {sorted(allowed)})")
+        sectors = {record[2] // 512 * 512 for _, record in targets}
+        for sector in sorted(sectors):
+            self._rot_zero_sector(files, log_name, generation, batches, sector, stats, c)
         stats.seconds += time.perf_counter() - started
+
+    def _rot_zero_sector(self, files: dict[str, bytes], log_name: str, generation: int,
+                         batches: list[tuple[int, list[tuple[int, dict[str, Any], int, int]]]],
+                         sector: int, stats: ProfileStats, c: int) -> None:
+        """E8, a lost or misdirected write: one 512-byte sector of durable records reads
+        back as zeros. When the call that wrote the first damaged batch had returned
+        (fsynced) before its handle wrote a later batch that lies wholly after the
+        sector, the zeros hide acknowledged records: opening must refuse
+        (CorruptLogError, nothing modified), however many zeros lie between."""
+        low, high = max(sector, 16), sector + 512
+        first = next((i for i, (end, _) in enumerate(batches) if end > low), None)
+        later = next((i for i, (_, batch) in enumerate(batches) if batch[0][2] >= high), None)
+        if first is None or later is None:
+            return
+        lost_batch = batches[first][1][0][1]["b"]
+        later_batch = batches[later][1][0][1]["b"]
+        writers = {b: call for call in self.trace.calls for b in call.batches}
+        lost = writers.get((lost_batch, generation))
+        after = writers.get((later_batch, generation))
+        if lost is None or after is None or lost.outcome != "returned" or not lost.durable \
+                or lost.handle != after.handle or lost.end > after.begin:
+            return  # nothing proves the damaged batch was on disk before the later one
+        data = bytearray(files[log_name])
+        data[low:high] = bytes(high - low)
+        state = _State.make({n: k for k, n in enumerate(files)},
+                            {k: (bytes(data) if n == log_name else files[n])
+                             for k, n in enumerate(files)})
+        self.report.rot_states += 1
+        stats.states += 1
+        outcome = self.outcomes.get(state.digest)
+        if outcome is None:
+            outcome = self.opener.open(state, self.now[c], False)
+            self.outcomes[state.digest] = outcome
+            stats.unique += 1
+        what = (f"E8 zeroed sector [{low}, {high}) of {log_name}: batch {lost_batch}, "
+                f"returned by {lost.describe()}, lost before batch {later_batch} of the "
+                f"same handle")
+        if outcome.error is None:
+            self._rot_violation(c, what, state, f"durable records were cut: opened as batch "
+                                                f"{outcome.last_batch}")
+        elif not outcome.corrupt:
+            self._rot_violation(c, what, state, f"raised {outcome.error}")
+        elif outcome.modified_on_error:
+            self._rot_violation(c, what, state, "raised CorruptLogError but modified files")
 
     def _rot_violation(self, c: int, what: str, state: _State, message: str) -> None:
         logs = _log_inodes(self.trace.events)

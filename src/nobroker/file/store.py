@@ -397,16 +397,17 @@ class FileStore:
         try:
             self._refresh()
             state = self._state  # after the refresh: a reload replaces it
-            start = self._live_log().end
+            live = self._live_log()
+            start = live.end
             now = self._now()
-            batch = Batch(state.last_batch + 1)
+            batch = Batch(state.last_batch + 1, live.durable)
             plan_reclaim(state, batch, now, self.backoff, self.rng, spare, self.key_retention)
             if batch:
                 # Expiries first, as a batch of their own, so that the call sees
                 # their effect (a reclaimed job with no backoff is leasable now).
                 self._commit(batch)
                 reclaimed = batch.wakes
-                batch = Batch(state.last_batch + 1)
+                batch = Batch(state.last_batch + 1, live.durable)
                 batch.wakes = reclaimed
             build = plan(state, batch, now)
             if batch:
