@@ -229,6 +229,8 @@ class BrowserTest(unittest.TestCase):
                 self.check_against_reader(shown)
 
                 shown = click("tear")
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SCREENSHOTS / "playground-torn.png"), full_page=True)
                 self.assertTrue(shown["crashed"])
                 torn_offset = len(bytes.fromhex(shown["hex"]).rstrip(b"\0"))
                 _, recovery = reopen_from_bytes(shown["log_path"], bytes.fromhex(shown["hex"]))
@@ -247,7 +249,6 @@ class BrowserTest(unittest.TestCase):
                 self.assertEqual([t for _, t in shown["records"]], ["JOB", "JOB", "SNAPSHOT"])
                 self.check_against_reader(shown)
 
-                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SCREENSHOTS / "playground.png"), full_page=True)
             finally:
                 context.close()

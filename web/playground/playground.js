@@ -85,6 +85,13 @@ function drawHex(log) {
       b.title = title;
       row.append(b);
     }
+    for (let p = bytes.length; p < start + 16; p++) row.append(el("span", "", "byte pad"));
+    // The same bytes as ASCII, so the JSON payloads read as text.
+    const text = bytes.slice(start, start + 16).map((h) => {
+      const code = parseInt(h, 16);
+      return code >= 0x20 && code < 0x7f ? String.fromCharCode(code) : ".";
+    }).join("");
+    row.append(el("span", text, "ascii"));
     rows.push(row);
   }
   hex.replaceChildren(...rows);
