@@ -29,11 +29,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from nobroker import Queue
-
-try:
-    from nobroker.file.inspection import read_records
-except ImportError:  # before issue 9's move of the engine into nobroker.file
-    from nobroker.inspection import read_records  # type: ignore[no-redef]
+from nobroker.file.inspection import read_records
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "web" / "playground"))

@@ -95,6 +95,7 @@ function drawHex(log) {
     rows.push(row);
   }
   hex.replaceChildren(...rows);
+  hex.scrollTop = hex.scrollHeight; // new records land at the end
   hex.dataset.bytes = String(bytes.length);
   $("#log-path").textContent = log.path;
   $("#log-size").textContent =

@@ -32,11 +32,7 @@ import os
 from typing import Any
 
 from nobroker import Job, NobrokerError, Queue
-
-try:  # the engine's modules move into nobroker.file (issue 9)
-    from nobroker.file.inspection import current_log_path, read_records
-except ImportError:  # pragma: no cover - before the move
-    from nobroker.inspection import current_log_path, read_records  # type: ignore[no-redef]
+from nobroker.file.inspection import current_log_path, read_records
 
 __all__ = ["Playground"]
 
