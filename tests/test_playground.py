@@ -122,6 +122,20 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(job["attempts"], 1)  # the expiry counted; backoff keeps it pending
         self.check_bytes_match(snap)
 
+    def test_the_bytes_an_action_wrote_are_marked_as_new(self) -> None:
+        first = self.pg.act("enqueue")["log"]
+        self.assertEqual(first["new_from"], 16)  # the file header is all there was
+        second = self.pg.act("lease")["log"]
+        self.assertEqual(second["new_from"], first["records_end"])
+        fresh = [r["type"] for r in second["records"] if r["offset"] >= second["new_from"]]
+        self.assertEqual(fresh, ["LEASE"])
+
+    def test_transitions_are_the_replay_states_table(self) -> None:
+        rows = {(t["record"], t["before"]): t["after"] for t in self.pg.snapshot()["transitions"]}
+        self.assertEqual(rows[("NACK", "leased")], ["pending", "dead"])
+        self.assertEqual(rows[("ENQUEUE", "(none)")], ["pending"])
+        self.assertEqual(rows[("FORGET", "done")], ["(gone)"])
+
     def test_compaction_shows_the_new_generation(self) -> None:
         for action in ["enqueue", "enqueue", "lease", "ack", "compact"]:
             snap = self.pg.act(action)

@@ -81,6 +81,7 @@ function drawHex(log) {
         title = `offset ${p}: ${r.type} record at ${r.offset}` + (r.error ? ` (${r.error})` : "");
         if (p === r.offset) kind += " boundary";
       } else if (bytes[p] !== "00") { kind = "k-torn"; title = `offset ${p}: not a whole record`; }
+      if (p >= log.new_from && p < log.records_end) kind += " fresh";
       const b = el("span", bytes[p], `byte ${kind}`);
       b.title = title;
       row.append(b);
@@ -106,10 +107,20 @@ function drawHex(log) {
     el("td", r.payload ? JSON.stringify(r.payload) : (r.error || ""), "mono")]));
 }
 
+function drawTransitions(snap) {
+  const fresh = new Set(snap.log.records
+    .filter((r) => r.offset >= snap.log.new_from && r.crc_ok).map((r) => r.type));
+  fill($("#transitions tbody"), snap.transitions.map((t) => [t.record, t.before, t.after.join(" or ")]));
+  [...$("#transitions tbody").rows].forEach((tr, i) => {
+    tr.classList.toggle("fresh-row", fresh.has(snap.transitions[i].record));
+  });
+}
+
 function draw(snap) {
   drawStats(snap);
   drawJobs(snap);
   drawFiles(snap);
+  drawTransitions(snap);
   drawHex(snap.log);
   document.body.dataset.actions = String(Number(document.body.dataset.actions || 0) + 1);
 }

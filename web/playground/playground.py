@@ -33,6 +33,7 @@ from typing import Any
 
 from nobroker import Job, NobrokerError, Queue
 from nobroker.file.inspection import current_log_path, read_records
+from nobroker.file.state import TRANSITIONS
 
 __all__ = ["Playground"]
 
@@ -54,6 +55,7 @@ class Playground:
         self.counter = 0
         self.queue: Queue | None = None
         self.recovery = ""
+        self._seen: tuple[str, int] = ("", 0)  # (log file, records end) at the last snapshot
         self._open()
 
     # -- plumbing -----------------------------------------------------------
@@ -188,11 +190,19 @@ class Playground:
                      "available_at": j.available_at, "last_error": j.last_error,
                      "held": j.id in self.held}
                     for j in queue.list_jobs()]
+        log = self.log_view()
+        # Bytes the last action added: from where the records ended last time, or all
+        # of them when the log is a new generation.
+        path, end = self._seen
+        log["new_from"] = end if path == log["path"] else 16
+        self._seen = (log["path"], log["records_end"])
         return {"now": self.now, "elapsed": self.now - START_TIME, "crashed": self.crashed,
                 "stats": stats, "jobs": jobs, "events": list(self.events),
-                "recovery": self.recovery, "files": self.files(), "log": self.log_view()}
+                "recovery": self.recovery, "files": self.files(), "log": log,
+                "transitions": transitions()}
 
     def files(self) -> list[dict[str, Any]]:
+        """The queue directory's files and their sizes."""
         out = []
         for name in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, name)
@@ -217,3 +227,13 @@ class Playground:
         shown = data[:min(len(data), max(end, nonzero) + ZERO_TAIL)]
         return {"path": os.path.basename(path), "file_size": len(data), "records_end": end,
                 "hex": shown.hex(), "records": records}
+
+
+def transitions() -> list[dict[str, Any]]:
+    """The replay state's TRANSITIONS table, as rows for the page to draw."""
+    def name(state: Any) -> str:
+        return "(gone)" if state is None else str(state.value)
+
+    return [{"record": record.name, "before": "(none)" if before is None else before.value,
+             "after": [name(state) for state in after]}
+            for (record, before), after in TRANSITIONS.items()]
