@@ -106,28 +106,25 @@ class Playground:
         self.held[job.id] = job
         self._say(f"lease -> {job.id} (token {job.token}, attempt {job.attempts})")
 
-    def _held(self, job_id: str) -> Job | None:
-        if job_id:
-            return self.held.get(job_id)
-        return next(iter(self.held.values()), None)  # the oldest lease
+    def _settle(self, verb: str, job_id: str) -> Job | None:
+        """Take the worker's lease on `job_id` (default: its oldest) off its hands."""
+        key = job_id or next(iter(self.held), "")  # dicts keep insertion order
+        job = self.held.pop(key, None)
+        if job is None:
+            self._say(f"{verb}: the worker holds no lease" + (f" on {job_id}" if job_id else ""))
+        return job
 
     def do_ack(self, arg: str = "") -> None:
-        job = self._held(arg)
-        if job is None:
-            self._say("ack: the worker holds no lease")
-            return
-        del self.held[job.id]
-        self._live().ack(job)
-        self._say(f"ack {job.id}")
+        job = self._settle("ack", arg)
+        if job is not None:
+            self._live().ack(job)
+            self._say(f"ack {job.id}")
 
     def do_nack(self, arg: str = "") -> None:
-        job = self._held(arg)
-        if job is None:
-            self._say("nack: the worker holds no lease")
-            return
-        del self.held[job.id]
-        after = self._live().nack(job, error="RuntimeError: the handler failed")
-        self._say(f"nack {job.id} -> {after.state.value}")
+        job = self._settle("nack", arg)
+        if job is not None:
+            after = self._live().nack(job, error="RuntimeError: the handler failed")
+            self._say(f"nack {job.id} -> {after.state.value}")
 
     def do_kill_worker(self, arg: str = "") -> None:
         lost = sorted(self.held)
