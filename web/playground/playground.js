@@ -149,7 +149,15 @@ def _snapshot():
     draw(JSON.parse(pyodide.globals.get("_snapshot")()));
     for (const button of document.querySelectorAll("button[data-action]")) {
       button.disabled = false;
-      button.addEventListener("click", () => draw(JSON.parse(act(button.dataset.action, ""))));
+      button.addEventListener("click", () => {
+        try {
+          draw(JSON.parse(act(button.dataset.action, "")));
+        } catch (err) { // a bug in the driver: say so rather than show a stale state
+          status.textContent = `The ${button.dataset.action} action failed: ${err}`;
+          status.dataset.ready = "failed";
+          throw err;
+        }
+      });
     }
     const version = pyodide.runPython("import nobroker, sys; f'nobroker {nobroker.__version__} on Python {sys.version.split()[0]}'");
     status.textContent = `Ready: ${version}, queue directory ${QUEUE_DIR} (in memory).`;
