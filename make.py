@@ -7,8 +7,11 @@ arguments after the task name go straight to the script the task runs
 
 Rules: stdlib only; run from any directory (every path is relative to this
 file); every command is printed before it runs; library code always runs with
-``src`` on PYTHONPATH, so nothing has to be installed. The one thing this file
-installs is the lint toolchain, into the ignored venv ``.dev/venv``.
+``src`` on PYTHONPATH, so nothing has to be installed. What this file installs
+is development tooling, each into an ignored folder under ``.dev/``: the lint
+toolchain (``.dev/venv``), and for the docs site and its browser test MkDocs
+(``.dev/docs-venv``), Pyodide from npm (``.dev/npm``) and Playwright
+(``.dev/web-venv``).
 """
 
 from __future__ import annotations
@@ -190,14 +193,14 @@ def lint(args: list[str]) -> int:
 
 @task("clean")
 def clean(args: list[str]) -> int:
-    """Remove caches, build output and benchmark scratch (--all: the lint venv too)."""
+    """Remove caches, build output, the built site and benchmark scratch (--all: the venvs too)."""
     doomed: list[Path] = [REPO / "dist", REPO / "build", REPO / ".bench",
-                          DEV / "ruff_cache", DEV / "mypy_cache"]
+                          DEV / "ruff_cache", DEV / "mypy_cache", DEV / "site", DEV / "screenshots"]
     doomed += REPO.glob("*.egg-info")
     doomed += SRC.glob("*.egg-info")
     doomed += pycache_dirs(REPO)
     if "--all" in args:
-        doomed.append(VENV)
+        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR]
     for path in sorted(set(doomed)):
         if path.is_dir():
             print(f"removing {path.relative_to(REPO)}/")
@@ -279,7 +282,7 @@ def ensure_chromium() -> int:
         print(f"make.py: {CHROMIUM} is missing; install Debian's chromium package",
               file=sys.stderr)
         return 1
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+    install = ["apt-get", "install", "-y", "chromium"]
     if run(install) != 0 and (run(["apt-get", "update"]) != 0 or run(install) != 0):
         return 1
     return 0 if CHROMIUM.exists() else 1
