@@ -16,6 +16,7 @@ all three and runs this module. Without them it is skipped, saying so.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 import unittest
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -196,7 +198,9 @@ class BrowserTest(unittest.TestCase):
         self.profile = tempfile.mkdtemp(prefix="nobroker-chromium-")
         self.addCleanup(shutil.rmtree, self.profile, True)
 
-    def test_scenario_in_the_page_matches_the_python_reader(self) -> None:
+    @contextlib.contextmanager
+    def browser_page(self) -> Iterator[Any]:
+        """A Chromium page that may fetch only from our server; checked on the way out."""
         from playwright.sync_api import Route, sync_playwright
 
         outside: list[str] = []
@@ -205,7 +209,7 @@ class BrowserTest(unittest.TestCase):
         def only_local(route: Route) -> None:
             if urlsplit(route.request.url).hostname == "127.0.0.1":
                 route.continue_()
-            else:  # the page must work offline: anything else is a failure
+            else:  # the site must work offline: anything else is a failure
                 outside.append(route.request.url)
                 route.abort()
 
@@ -219,51 +223,64 @@ class BrowserTest(unittest.TestCase):
                 page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
                 page.on("console", lambda msg: problems.append(f"console: {msg.text}")
                         if msg.type == "error" else None)
-                page.goto(f"{self.base}/playground/index.html")
-                page.wait_for_selector("#status[data-ready=yes]", timeout=READY_TIMEOUT_MS)
-                self.assertIn("nobroker", page.inner_text("#status"))
-
-                def click(action: str) -> dict[str, Any]:
-                    before = int(page.get_attribute("body", "data-actions") or 0)
-                    page.click(f"button[data-action={action}]")
-                    page.wait_for_function(
-                        f"Number(document.body.dataset.actions) > {before}", timeout=30_000)
-                    return self.read_page(page)
-
-                for action in ["enqueue", "enqueue", "enqueue", "lease", "ack"]:
-                    shown = click(action)
-                self.assertEqual(shown["stats"]["pending"], "2")
-                self.assertEqual(shown["stats"]["done"], "1")
-                self.assertEqual([t for _, t in shown["records"]],
-                                 ["ENQUEUE"] * 3 + ["LEASE", "ACK"])
-                self.check_against_reader(shown)
-
-                shown = click("tear")
-                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(SCREENSHOTS / "playground-torn.png"), full_page=True)
-                self.assertTrue(shown["crashed"])
-                torn_offset = len(bytes.fromhex(shown["hex"]).rstrip(b"\0"))
-                _, recovery = reopen_from_bytes(shown["log_path"], bytes.fromhex(shown["hex"]))
-                page_torn = [o for o, t in shown["records"] if t.startswith("type")]
-                self.assertEqual(len(page_torn), 1, shown["records"])
-                self.assertIn(f"torn tail at offset {page_torn[0]}", recovery)
-                self.assertGreater(torn_offset, page_torn[0])
-
-                shown = click("recover")
-                self.assertIn(f"torn tail at offset {page_torn[0]}", shown["recovery"])
-                self.check_against_reader(shown)
-
-                shown = click("compact")
-                self.assertEqual(shown["log_path"], "default.000001.log")
-                self.assertEqual(shown["stats"]["generation"], "1")
-                self.assertEqual([t for _, t in shown["records"]], ["JOB", "JOB", "SNAPSHOT"])
-                self.check_against_reader(shown)
-
-                page.screenshot(path=str(SCREENSHOTS / "playground.png"), full_page=True)
+                yield page
             finally:
                 context.close()
         self.assertEqual(outside, [], "the page fetched something from outside 127.0.0.1")
         self.assertEqual(problems, [])
+
+    def test_docs_home_links_to_the_playground_and_fetches_nothing_outside(self) -> None:
+        with self.browser_page() as page:
+            page.goto(f"{self.base}/index.html")
+            self.assertIn("nobroker", page.title())
+            page.click("nav >> text=Playground")
+            page.wait_for_url("**/playground.html")
+            page.click("text=Open the playground")
+            page.wait_for_selector("#status[data-ready=yes]", timeout=READY_TIMEOUT_MS)
+
+    def test_scenario_in_the_page_matches_the_python_reader(self) -> None:
+        with self.browser_page() as page:
+            page.goto(f"{self.base}/playground/index.html")
+            page.wait_for_selector("#status[data-ready=yes]", timeout=READY_TIMEOUT_MS)
+            self.assertIn("nobroker", page.inner_text("#status"))
+
+            def click(action: str) -> dict[str, Any]:
+                before = int(page.get_attribute("body", "data-actions") or 0)
+                page.click(f"button[data-action={action}]")
+                page.wait_for_function(
+                    f"Number(document.body.dataset.actions) > {before}", timeout=30_000)
+                return self.read_page(page)
+
+            for action in ["enqueue", "enqueue", "enqueue", "lease", "ack"]:
+                shown = click(action)
+            self.assertEqual(shown["stats"]["pending"], "2")
+            self.assertEqual(shown["stats"]["done"], "1")
+            self.assertEqual([t for _, t in shown["records"]],
+                             ["ENQUEUE"] * 3 + ["LEASE", "ACK"])
+            self.check_against_reader(shown)
+
+            shown = click("tear")
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "playground-torn.png"), full_page=True)
+            self.assertTrue(shown["crashed"])
+            torn_offset = len(bytes.fromhex(shown["hex"]).rstrip(b"\0"))
+            _, recovery = reopen_from_bytes(shown["log_path"], bytes.fromhex(shown["hex"]))
+            page_torn = [o for o, t in shown["records"] if t.startswith("type")]
+            self.assertEqual(len(page_torn), 1, shown["records"])
+            self.assertIn(f"torn tail at offset {page_torn[0]}", recovery)
+            self.assertGreater(torn_offset, page_torn[0])
+
+            shown = click("recover")
+            self.assertIn(f"torn tail at offset {page_torn[0]}", shown["recovery"])
+            self.check_against_reader(shown)
+
+            shown = click("compact")
+            self.assertEqual(shown["log_path"], "default.000001.log")
+            self.assertEqual(shown["stats"]["generation"], "1")
+            self.assertEqual([t for _, t in shown["records"]], ["JOB", "JOB", "SNAPSHOT"])
+            self.check_against_reader(shown)
+
+            page.screenshot(path=str(SCREENSHOTS / "playground.png"), full_page=True)
 
     @staticmethod
     def read_page(page: Any) -> dict[str, Any]:
