@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import json
 import os
 import shutil
 import sys
@@ -122,6 +123,21 @@ class DriverTest(unittest.TestCase):
         self.assertIn("EXPIRE", types)
         (job,) = snap["jobs"]
         self.assertEqual(job["attempts"], 1)  # the expiry counted; backoff keeps it pending
+        self.check_bytes_match(snap)
+
+    def test_a_typed_payload_is_enqueued_and_bad_json_is_one_line_refused(self) -> None:
+        snap = self.pg.act("enqueue", '{"email": "ada@example.com"}')
+        self.assertEqual(snap["jobs"][0]["payload"], {"email": "ada@example.com"})
+        snap = self.pg.act("enqueue", "{not json")
+        self.assertIn("the payload is not JSON", snap["events"][-1])
+        self.assertEqual(len(snap["jobs"]), 1)  # nothing was written
+        self.check_bytes_match(snap)
+
+    def test_enqueue_many_is_one_batch_with_the_more_bit_on_all_but_the_last(self) -> None:
+        snap = self.pg.act("enqueue-many")
+        self.assertEqual([(r["type"], r["more"]) for r in snap["log"]["records"]],
+                         [("ENQUEUE", True), ("ENQUEUE", True), ("ENQUEUE", False)])
+        self.assertEqual(len({r["payload"]["b"] for r in snap["log"]["records"]}), 1)
         self.check_bytes_match(snap)
 
     def test_the_bytes_an_action_wrote_are_marked_as_new(self) -> None:
@@ -251,7 +267,17 @@ class BrowserTest(unittest.TestCase):
                     f"Number(document.body.dataset.actions) > {before}", timeout=30_000)
                 return self.read_page(page)
 
-            for action in ["enqueue", "enqueue", "enqueue", "lease", "ack"]:
+            click("enqueue")
+            click("enqueue")
+            # A payload that would run script if it were ever rendered as HTML.
+            hostile = "<img src=x onerror=document.title='pwned'>"
+            page.fill("#payload", json.dumps({"x": hostile}))
+            click("enqueue")
+            page.fill("#payload", "")
+            self.assertEqual(page.locator("#jobs img, #records img").count(), 0)
+            self.assertIn(hostile, page.inner_text("#jobs"))
+            self.assertNotEqual(page.title(), "pwned")
+            for action in ["lease", "ack"]:
                 shown = click(action)
             self.assertEqual(shown["stats"]["pending"], "2")
             self.assertEqual(shown["stats"]["done"], "1")

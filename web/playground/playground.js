@@ -151,7 +151,8 @@ def _snapshot():
       button.disabled = false;
       button.addEventListener("click", () => {
         try {
-          draw(JSON.parse(act(button.dataset.action, "")));
+          const takesPayload = button.dataset.action.startsWith("enqueue");
+          draw(JSON.parse(act(button.dataset.action, takesPayload ? $("#payload").value : "")));
         } catch (err) { // a bug in the driver: say so rather than show a stale state
           status.textContent = `The ${button.dataset.action} action failed: ${err}`;
           status.dataset.ready = "failed";

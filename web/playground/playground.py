@@ -28,6 +28,7 @@ to draw (and the tests to check).
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -92,11 +93,25 @@ class Playground:
 
     # -- actions ------------------------------------------------------------
 
-    def do_enqueue(self, arg: str = "") -> None:
+    def _payload(self, text: str) -> Any:
+        """The visitor's JSON payload, or {"n": N} when they typed none."""
         self.counter += 1
-        payload = {"n": self.counter, **({"note": arg} if arg else {})}
+        if not text.strip():
+            return {"n": self.counter}
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise NobrokerError(f"the payload is not JSON: {exc}") from None
+
+    def do_enqueue(self, arg: str = "") -> None:
+        payload = self._payload(arg)
         job = self._live().enqueue(payload)
-        self._say(f"enqueue {payload} -> {job.id}")
+        self._say(f"enqueue {json.dumps(payload)} -> {job.id}")
+
+    def do_enqueue_many(self, arg: str = "") -> None:
+        payloads = [self._payload(arg) for _ in range(3)]
+        jobs = self._live().enqueue_many(payloads)
+        self._say(f"enqueue_many of {len(jobs)} (one batch) -> {', '.join(j.id for j in jobs)}")
 
     def do_lease(self, arg: str = "") -> None:
         job = self._live().lease_one()
@@ -141,7 +156,7 @@ class Playground:
         path = current_log_path(self.directory, self.name)
         before = queue.stats().log_bytes
         self.counter += 1
-        job = queue.enqueue({"n": self.counter, "note": "torn"})
+        job = queue.enqueue({"n": self.counter, "torn": True})
         after = queue.stats().log_bytes
         kept = (after - before) // 2
         # The process dies with every handle it had: nothing is closed or checkpointed.
