@@ -60,8 +60,11 @@ function drawFiles(snap) {
 function drawHex(log) {
   const bytes = log.hex.match(/../g) || [];
   const owner = new Array(bytes.length).fill(null);
+  // A broken record owns what survives of it: up to the last non-zero byte.
+  let written = bytes.length;
+  while (written > 0 && bytes[written - 1] === "00") written--;
   log.records.forEach((rec, i) => {
-    const size = rec.crc_ok ? rec.size : bytes.length - rec.offset;
+    const size = rec.crc_ok ? rec.size : Math.max(written - rec.offset, 1);
     for (let p = rec.offset; p < Math.min(rec.offset + size, bytes.length); p++) {
       owner[p] = { rec, kind: rec.crc_ok ? `k-rec${i % 2}` : "k-torn" };
     }
