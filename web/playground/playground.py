@@ -18,8 +18,8 @@ in the open, at the level of files and handles:
   preallocated log. Every handle is dropped, as the process died with it.
 - "recover": open the queue again; the page shows `queue.recovery`.
 
-Time is a virtual clock that the page advances by buttons, so that leases
-can expire on demand and replay stays reproducible.
+Time is a virtual clock that only the "wait" button advances, so leases
+expire when the visitor says so, and the times in the log are round numbers.
 
 Each action returns `snapshot()`: a JSON-ready dict of the queue's jobs, its
 files and the current log's bytes with the record boundaries, for the page
