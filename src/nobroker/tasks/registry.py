@@ -77,10 +77,9 @@ async def _awaited_as(job: Job, awaitable: Any) -> Any:
 
 
 def queue_clock(queue: Queue) -> Callable[[], float]:
-    """The clock the queue stamps its records with (injected in tests)."""
-    clock = getattr(queue, "clock", None)
-    if not callable(clock):
-        clock = getattr(queue, "_clock", None)
+    """The clock the queue stamps its records with (its settings'; injected in tests)."""
+    settings = getattr(getattr(queue, "backend", None), "settings", None)
+    clock = getattr(settings, "clock", None)
     return clock if callable(clock) else time.time
 
 
