@@ -414,15 +414,15 @@ class WorkerProcessTest(TempDirTestCase):
         self.assertIsNone(proc.poll(), "the worker exited")
 
     def test_two_workers_with_a_fast_clock_run_each_periodic_tick_exactly_once(self) -> None:
-        # 200x: a tick every 60 clock seconds is one every 0.3 real seconds.
-        self.env.update(NB_SPEED="200", NB_T0=repr(time.time()))
+        # 120x: a tick every 60 clock seconds is one every 0.5 real seconds.
+        self.env.update(NB_SPEED="120", NB_T0=repr(time.time()))
         self.module("ticks", '''
             @q.periodic(every=60, name="tick")
             def tick():
                 note(current_job().id, os.getpid())
         ''')
         workers = [self.work("ticks", "--concurrency", "2") for _ in range(2)]
-        wait_until(lambda: len(self.notes()) >= 25, timeout=60, what="25 ticks")
+        wait_until(lambda: len(self.notes()) >= 20, timeout=60, what="20 ticks")
         for proc in workers:
             proc.send_signal(signal.SIGTERM)
         for proc in workers:
@@ -433,6 +433,29 @@ class WorkerProcessTest(TempDirTestCase):
                         for i in ids)
         gaps = [b - a for a, b in itertools.pairwise(stamps)]
         self.assertEqual(set(gaps), {60.0}, "every tick between the first and last ran")
+
+    def test_work_module_mistakes_exit_2_with_one_line(self) -> None:
+        self.module("empty", "x = 1\n")
+        self.module("known", 'q.task(name="known")(lambda: None)\n')
+        cases = [(["empty"], "module 'empty' registered no tasks on a queue"),
+                 (["--pool", "process", "empty:nope"], "has no attribute 'nope'"),
+                 (["known", "--pool", "fork"], "invalid choice: 'fork'")]
+        for args, needle in cases:
+            with self.subTest(args=args):
+                done = self.cli("work", *args)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertIn(needle, done.stderr)
+                self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
+        other = self.tmp / "elsewhere"
+        done = self.cli("--dir", str(other), "work", "known")
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("matching --dir/--queue", done.stderr)
+        self.assertFalse(other.exists(), "a refused command created a queue")
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "nobroker", *args], cwd=self.tmp,
+                              env=self.env, capture_output=True, text=True, timeout=60,
+                              check=False)
 
     def test_a_task_that_sleeps_forever_in_the_process_pool_is_killed_retried_then_dead(
             self) -> None:
