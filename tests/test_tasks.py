@@ -479,6 +479,22 @@ class WorkerProcessTest(TempDirTestCase):
                        what=f"child {pid} to be gone")
         self.assertIsNone(proc.poll())
 
+    def test_stopping_a_process_pool_worker_kills_the_child_it_gave_up_on(self) -> None:
+        self.module("forever", '''
+            @q.task(name="forever")
+            def forever():
+                note(os.getpid())
+                time.sleep(3600)
+        ''')
+        q = self.queue()
+        q.enqueue({"task": "forever"})
+        proc = self.work("forever", "--pool", "process", "--shutdown-timeout", "0.5")
+        ((pid,),) = wait_until(self.notes, timeout=30.0, what="the task to start")
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(30), 0, "the worker did not exit after its shutdown timeout")
+        wait_until(lambda: not _alive(pid), timeout=30.0, what=f"child {pid} to be gone")
+        self.assertIs(q.get(q.list_jobs()[0].id).state, JobState.LEASED)  # comes back later
+
     def test_a_child_killed_by_a_signal_nacks_its_job_naming_it_and_is_replaced(self) -> None:
         self.module("crashy", '''
             @q.task(name="crash")

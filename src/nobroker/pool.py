@@ -165,31 +165,34 @@ def job_to_json(job: Job) -> dict[str, Any]:
 
 
 class ChildProcess:
-    """One child process that runs calls sent to it, one at a time."""
+    """One child process that runs calls sent to it, one at a time.
+
+    Its slot thread calls `call`; the Worker's shutdown may `kill` or `close`
+    it from another thread meanwhile, so the handles change under a lock, and
+    once closed no replacement is started (it would outlive the Worker).
+    """
 
     def __init__(self, preload: tuple[str, ...], name: str) -> None:
         self.preload = preload
         self.name = name
+        self._lock = threading.Lock()
         self._process: Any = None  # multiprocessing's SpawnProcess
         self._conn: Any = None  # the parent's end of the pipe
         self._ready = False  # the child said it has imported its modules
-        self.started = 0  # children started so far (replacements included)
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else int(self._process.pid)
+        self._closed = False  # the Worker is done with it: start nothing more
 
     def start(self) -> None:
-        if self._process is not None:
-            return
-        context: Any = multiprocessing.get_context(_CONTEXT)
-        parent_end, child_end = context.Pipe(duplex=True)
-        process = context.Process(target=child_main, args=(child_end, self.preload),
-                                  name=self.name, daemon=False)
-        process.start()
-        child_end.close()
-        self._process, self._conn, self._ready = process, parent_end, False
-        self.started += 1
+        """Start the child if there is none (and the Worker is not done with it)."""
+        with self._lock:
+            if self._process is not None or self._closed:
+                return
+            context: Any = multiprocessing.get_context(_CONTEXT)
+            parent_end, child_end = context.Pipe(duplex=True)
+            process = context.Process(target=child_main, args=(child_end, self.preload),
+                                      name=self.name, daemon=False)
+            process.start()
+            child_end.close()
+            self._process, self._conn, self._ready = process, parent_end, False
 
     def call(self, request: dict[str, Any], timeout: float | None) -> Outcome:
         """Send one request; wait for the reply, at most `timeout` seconds.
@@ -200,6 +203,8 @@ class ChildProcess:
         text = json.dumps(request).encode()
         self.start()
         conn = self._conn  # ours even if kill() from another thread forgets it
+        if conn is None:
+            return Outcome(error_text="WorkerLostError: the worker is stopping")
         try:
             if not self._ready:
                 conn.recv_bytes()  # the child's "ready", once its imports are done
@@ -222,8 +227,7 @@ class ChildProcess:
 
     def _reap(self) -> str:
         """Wait for a dead child; say how it died."""
-        process = self._process
-        self._forget()
+        process = self._forget()
         if process is None:
             return "was gone"
         process.join(5.0)
@@ -239,17 +243,16 @@ class ChildProcess:
                 return f"was killed by signal {-code}"
         return f"exited with status {code}"
 
-    def kill(self) -> None:
-        process = self._process
-        self._forget()
+    def kill(self, *, final: bool = False) -> None:
+        """Kill the child now; `final`: and start no replacement."""
+        process = self._forget(final)
         if process is not None:
             process.kill()
             process.join()
 
     def close(self, timeout: float = 1.0) -> None:
-        """Let the child exit (it sees the pipe close); kill it if it does not."""
-        process = self._process
-        self._forget()
+        """Let the child exit (it sees the pipe close), kill it if it does not; final."""
+        process = self._forget(True)
         if process is None:
             return
         process.join(timeout)
@@ -257,10 +260,15 @@ class ChildProcess:
             process.kill()
             process.join()
 
-    def _forget(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        self._process = self._conn = None
+    def _forget(self, final: bool = False) -> Any:
+        """Drop the handles (closing the pipe); returns the process they were for."""
+        with self._lock:
+            process, conn = self._process, self._conn
+            self._process = self._conn = None
+            self._closed = self._closed or final
+        if conn is not None:
+            conn.close()
+        return process
 
 
 # -- the child's side ------------------------------------------------------

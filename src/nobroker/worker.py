@@ -439,7 +439,7 @@ class Worker:
         """End the child processes (killing those still at work) and the event loop."""
         for child in self._children:
             if kill:
-                child.kill()
+                child.kill(final=True)
             else:
                 child.close()
         self._loop.close()
