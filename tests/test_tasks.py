@@ -622,6 +622,30 @@ class WorkerProcessTest(TempDirTestCase):
                    what="cancelled")
         self.assertIsNone(q.get(job.id).result)
 
+    @requires_engine
+    def test_cancelling_a_task_in_the_process_pool_kills_its_child(self) -> None:
+        self.module("endless", '''
+            @q.task(name="endless")
+            def endless():
+                note("endless", os.getpid())
+                time.sleep(3600)
+
+            @q.task(name="after")
+            def after():
+                note("after", os.getpid())
+        ''')
+        q = self.queue()
+        job = q.enqueue({"task": "endless"})
+        q.enqueue({"task": "after"}, priority=-1)
+        proc = self.work("endless", "--pool", "process", "--visibility-timeout", "0.6")
+        ((_, pid),) = wait_until(self.notes, timeout=30.0, what="the task to start")
+        self.assertTrue(q.cancel(job.id))  # type: ignore[attr-defined]
+        wait_until(lambda: not _alive(pid), timeout=30.0, what=f"child {pid} to be killed")
+        wait_until(lambda: len(self.notes()) == 2, timeout=30.0, what="the next job to run")
+        self.assertEqual(self.notes()[1][0], "after")
+        self.assertIs(q.get(job.id).state, JobState.CANCELLED)
+        self.assertIsNone(proc.poll())
+
 
 def _alive(pid: int) -> bool:
     try:

@@ -244,11 +244,19 @@ class ChildProcess:
         return f"exited with status {code}"
 
     def kill(self, *, final: bool = False) -> None:
-        """Kill the child now; `final`: and start no replacement."""
-        process = self._forget(final)
+        """Kill the child now; `final`: and start no replacement.
+
+        The process dies before the pipe is closed: a slot thread blocked
+        reading the pipe then sees it end, whereas closing a descriptor under
+        another thread's select() would not wake it.
+        """
+        with self._lock:
+            process = self._process
+            self._closed = self._closed or final
         if process is not None:
             process.kill()
             process.join()
+        self._forget(final, only=process)
 
     def close(self, timeout: float = 1.0) -> None:
         """Let the child exit (it sees the pipe close), kill it if it does not; final."""
@@ -260,12 +268,15 @@ class ChildProcess:
             process.kill()
             process.join()
 
-    def _forget(self, final: bool = False) -> Any:
-        """Drop the handles (closing the pipe); returns the process they were for."""
+    def _forget(self, final: bool = False, only: Any = None) -> Any:
+        """Drop the handles (closing the pipe); returns the process they were for.
+        With `only`, nothing is dropped unless they are still that process's."""
         with self._lock:
+            self._closed = self._closed or final
+            if only is not None and self._process is not only:
+                return None  # the slot thread reaped it and started a replacement
             process, conn = self._process, self._conn
             self._process = self._conn = None
-            self._closed = self._closed or final
         if conn is not None:
             conn.close()
         return process

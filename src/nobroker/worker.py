@@ -136,6 +136,7 @@ class _Flight:
     settling: bool = False  # its slot is acking or nacking it: heartbeats keep off
     lost: bool = False  # a heartbeat found the lease gone: not ours any more
     abandoned: bool = False  # the worker stopped without it
+    child: ChildProcess | None = None  # the child process running it (pool="process")
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +468,8 @@ class Worker:
         """Run the handler on one job and settle it; returns the next job, if one was leased."""
         job = flight.job
         plan = self._plan(job)
+        with self._cond:
+            flight.child = child
         try:
             outcome = self._execute(job, plan, child)
         except Exception as exc:  # a bug of ours: fail the job, keep the slot alive
@@ -476,7 +479,7 @@ class Worker:
         chain = False
         with self._cond:
             self._counts["timed_out"] += outcome.timed_out
-            self._counts["crashed"] += outcome.crashed
+            self._counts["crashed"] += outcome.crashed and not flight.lost
             if flight.abandoned:
                 gave_up = True
             else:
@@ -642,9 +645,13 @@ class Worker:
                 if flight.settling or flight not in self._flights:
                     return  # settled meanwhile: the ack, not a rival, ended the lease
                 flight.lost = True
+                child = flight.child
             log.warning("job %s (attempt %d): heartbeat found the lease lost (%s); this "
                         "worker no longer treats the job as its own and will not settle it",
                         job.id, job.attempts, exc.reason)
+            if child is not None:  # a process can be stopped: free the slot (a cancel)
+                log.warning("job %s: killing the child process that runs it", job.id)
+                child.kill()
             return
         except LockTimeoutError as exc:
             retry = min(self.heartbeat_interval / 4, 1.0)
