@@ -9,6 +9,7 @@ outside the lock) belong to the `FileStore` (store.py); every call here is one
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import time
@@ -313,21 +314,20 @@ class Queue:
         return self._store.read(query)
 
     def list_jobs(self, state: JobState | str | None = None, *,
-                  limit: int | None = None) -> list[Job]:
-        """Jobs in enqueue order, optionally of one state, at most `limit`."""
+                  limit: int | None = None, offset: int = 0) -> list[Job]:
+        """Jobs in enqueue order, optionally of one state: at most `limit` of them,
+        after skipping the first `offset` (a page; skipping costs O(offset))."""
         wanted = JobState(state) if state is not None else None
         if wanted is JobState.DONE:
             raise ValueError("finished jobs are not listed; only their keys are remembered")
         if limit is not None:
             limit = _check_int("limit", limit, 0)
+        offset = _check_int("offset", offset, 0)
 
         def query(replay: QueueState) -> list[Job]:
-            jobs: list[Job] = []
-            for entry in replay.entries(wanted):
-                if limit is not None and len(jobs) >= limit:
-                    break
-                jobs.append(self._view(entry))
-            return jobs
+            page = itertools.islice(replay.entries(wanted), offset,
+                                    None if limit is None else offset + limit)
+            return [self._view(entry) for entry in page]
 
         return self._store.read(query)
 
