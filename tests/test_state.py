@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import random
 import unittest
+import zlib
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -741,6 +742,54 @@ class ColumnsTest(unittest.TestCase):
         data[:8] = b"NBCKPT01"
         with self.assertRaises(checkpoint.CheckpointError):
             checkpoint.decode(bytes(data), 0, 1 << 20, lambda _: 7)
+
+
+class TotalsTest(unittest.TestCase):
+    """The lifetime totals (enqueued, retried, dead-lettered) the dashboard reports."""
+
+    def history(self) -> QueueState:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("a", ma=2), enq("b", ma=1), enq("c")))
+        s.apply_batch(log.batch(lease("a", 1), lease("b", 2), lease("c", 3)))
+        s.apply_batch(log.batch(nack("a", 1), expire("b", 2), ack("c", 3)))
+        s.apply_batch(log.batch(lease("a", 4)))
+        s.apply_batch(log.batch(nack("a", 4)))
+        return s
+
+    def test_replay_counts_enqueues_retries_and_dead_letters(self) -> None:
+        s = self.history()
+        self.assertEqual(s.totals, (3, 1, 2))
+        self.assertEqual((s.done, s.dead), (1, 2))
+
+    def test_snapshots_and_checkpoints_carry_the_totals(self) -> None:
+        s = self.history()
+        records = snapshot_records(s)
+        records[-1][1]["tot"] = list(s.totals)
+        self.assertEqual(replay([Log(first_batch=s.last_batch + 1).batch(*records)]).totals,
+                         (3, 1, 2))
+        self.assertEqual(via_checkpoint(s).totals, (3, 1, 2))
+        self.assertEqual(snapshot_of(s).totals, (0, 0, 0), "a snapshot without them restarts")
+
+    def test_bad_totals_are_refused(self) -> None:
+        s = self.history()
+        for bad in ([1, 2], [1, 2, -1], [1, 2, "3"], "x", [1, 2, True]):
+            records = snapshot_records(s)
+            records[-1][1]["tot"] = bad
+            with self.subTest(bad=bad), self.assertRaises(ReplayError):
+                replay([Log(first_batch=s.last_batch + 1).batch(*records)])
+
+    def test_a_checkpoint_without_totals_is_not_used(self) -> None:
+        s = self.history()
+        data = checkpoint.encode(s, 0, 1 << 20, 7)
+        body = data[12:]
+        length = int.from_bytes(body[:8], "little")
+        meta = loads(bytes(body[8:8 + length]))
+        del meta["totals"]
+        raw = dumps(meta).encode()
+        body = len(raw).to_bytes(8, "little") + raw + body[8 + length:]
+        forged = data[:8] + zlib.crc32(body).to_bytes(4, "little") + body
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.decode(forged, 0, 1 << 20, lambda _: 7)
 
 
 if __name__ == "__main__":

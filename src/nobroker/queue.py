@@ -309,7 +309,9 @@ class Queue:
             return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
                               total=s.pending + s.leased + s.dead,
                               generation=self._store.generation,
-                              log_bytes=self._store.log_bytes)
+                              log_bytes=self._store.log_bytes, enqueued=s.enqueued,
+                              retried=s.retried, dead_lettered=s.dead_lettered,
+                              live_bytes=s.live_bytes)
 
         return self._store.read(query)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import JobNotFoundError, NobrokerError
@@ -166,6 +167,12 @@ def _job_id(body: dict[str, Any], required: bool) -> str | None:
     return value
 
 
+def _call(queue: Queue, method: str, *args: Any) -> Any:
+    """A Queue method that older engines lack (`features` says whether it is there)."""
+    found: Callable[..., Any] = getattr(queue, method)
+    return found(*args)
+
+
 def _need(queue: Queue, feature: str) -> None:
     if not features(queue)[feature]:
         raise ApiError(501, f"this queue's backend has no {feature.replace('_', '-')}")
@@ -182,13 +189,13 @@ def post_action(hub: Hub, name: str, action: str, body: dict[str, Any]) -> dict[
             return {"requeued": queue.requeue_dead(_job_id(body, False))}
         if action == "delete-dead":
             _need(queue, "delete_dead")
-            return {"deleted": int(queue.delete_dead(_job_id(body, False)))}  # type: ignore[attr-defined]
+            return {"deleted": int(_call(queue, "delete_dead", _job_id(body, False)))}
         if action == "cancel":
             _need(queue, "cancel")
-            return {"cancelled": bool(queue.cancel(_job_id(body, True)))}  # type: ignore[attr-defined]
+            return {"cancelled": bool(_call(queue, "cancel", _job_id(body, True)))}
         if action in ("pause", "resume"):
             _need(queue, "pause")
-            getattr(queue, action)()
+            _call(queue, action)
             return {"paused": bool(queue.stats().paused)}
         if action == "compact":
             _need(queue, "compaction")

@@ -14,6 +14,7 @@ goes through the request handlers, which call the Queue's own methods.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
@@ -138,7 +139,7 @@ class Hub:
         for key, field in names.items():
             if samples and counter(samples[-1].stats, field) is None:
                 out[key] = None
-        for before, after in zip(samples, samples[1:], strict=False):
+        for before, after in itertools.pairwise(samples):
             if after.at < start:
                 continue
             index = min(buckets - 1, max(0, int((after.at - start) // step)))

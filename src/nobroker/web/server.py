@@ -37,7 +37,6 @@ import json
 import logging
 import secrets
 import threading
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
@@ -177,8 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, value: Any) -> None:
-        body = json.dumps(value, ensure_ascii=True, allow_nan=False).encode() + b"\n"
-        self._send(status, body, "application/json")
+        self._send(status, to_json(value).encode() + b"\n", "application/json")
 
     def _refuse(self, status: int, reason: str) -> None:
         self.close_connection = True
@@ -357,7 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
                         event["series"] = hub.series(name, 10.0)
                     except (NobrokerError, api.ApiError) as exc:
                         event["error"] = str(exc)
-                data = json.dumps(event, ensure_ascii=True, allow_nan=False)
+                data = to_json(event)
                 self.wfile.write(f"event: update\ndata: {data}\n\n".encode())
                 self.wfile.flush()
                 with hub.changed:
@@ -369,6 +367,13 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the page went away
         finally:
             self.dash.streams.release()
+
+
+def to_json(value: Any) -> str:
+    """JSON text with <, > and & escaped too: even a body a browser misreads as HTML
+    (an old one ignoring nosniff) holds no markup."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _one(query: dict[str, list[str]], key: str) -> str | None:

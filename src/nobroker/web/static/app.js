@@ -2,8 +2,8 @@
 //
 // Rules: every piece of text from the server (queue names, job ids, payloads,
 // errors) goes into the DOM through textContent or an attribute set with
-// setAttribute, never through innerHTML, so nothing a job carries is parsed
-// as markup. Changes are POSTs with the token in the X-Nobroker-Token header;
+// setAttribute, never through an HTML parser, so nothing a job carries is
+// ever markup. Changes are POSTs with the token in the X-Nobroker-Token header;
 // the token comes from the URL's #token=... (then removed from the address bar)
 // or the token field, and lives in sessionStorage for this tab only.
 "use strict";
