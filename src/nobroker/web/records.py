@@ -12,7 +12,7 @@ import dataclasses
 import os
 from typing import Any
 
-from ..inspection import current_log_path, read_records
+from ..file.inspection import current_log_path, read_records
 from ..queue import Queue
 
 __all__ = ["available", "of_job", "RECORDS_MAX"]
