@@ -221,6 +221,57 @@ def pycache_dirs(root: Path) -> list[Path]:
     return found
 
 
+# --------------------------------------------------------------------------
+# the dashboard's browser tests (issue 12): Playwright from requirements-web.txt
+# in .dev/web-venv, driving Debian's /usr/bin/chromium (never a downloaded build).
+
+WEB_VENV = DEV / "web-venv"
+WEB_TESTS = ("test_dashboard_browser",)
+WEB_CHROMIUM = Path("/usr/bin/chromium")
+
+
+@task("test-web")
+def test_web(args: list[str]) -> int:
+    """Test the dashboard in headless Chromium (tests/test_dashboard_browser.py)."""
+    python = web_venv()
+    if python is None or web_chromium() != 0:
+        return 1
+    return run([str(python), str(REPO / "tests/run.py"), "-j", "1", "-v",
+                *(args or WEB_TESTS)], NOBROKER_REQUIRE_BROWSER="1")
+
+
+def web_venv() -> Path | None:
+    """.dev/web-venv with requirements-web.txt installed (again only when it changed)."""
+    requirements = REPO / "requirements-web.txt"
+    python = WEB_VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    if not python.exists() and run([sys.executable, "-m", "venv", str(WEB_VENV)]) != 0:
+        return None
+    wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    stamp = WEB_VENV / "requirements-web.sha256"
+    if stamp.exists() and stamp.read_text().strip() == wanted:
+        return python
+    if run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+            "-r", str(requirements)]) != 0:
+        print("make.py: installing requirements-web.txt failed", file=sys.stderr)
+        return None
+    stamp.write_text(wanted + "\n")
+    return python
+
+
+def web_chromium() -> int:
+    """Debian's chromium, installed with apt-get when missing and we are root (CI)."""
+    if WEB_CHROMIUM.exists():
+        return 0
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        print(f"make.py: {WEB_CHROMIUM} is missing: apt-get install -y chromium",
+              file=sys.stderr)
+        return 1
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+    if run(install) != 0 and (run(["apt-get", "update"]) != 0 or run(install) != 0):
+        return 1
+    return 0 if WEB_CHROMIUM.exists() else 1
+
+
 @task("help")
 def help_(args: list[str]) -> int:
     """List the tasks."""

@@ -58,7 +58,7 @@ KEEPALIVE = 15.0  # seconds between comments on an idle event stream
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 _STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
-           "index.html": "text/html; charset=utf-8"}
+           "index.html": "text/html; charset=utf-8", "favicon.svg": "image/svg+xml"}
 _LOCAL_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -243,6 +243,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if len(parts) == 2 and parts[0] == "static" and parts[1] in _STATIC:
             self._send(200, self.dash.static[parts[1]], _STATIC[parts[1]])
+            return
+        if parts == ["favicon.ico"]:
+            self._send(200, self.dash.static["favicon.svg"], _STATIC["favicon.svg"])
             return
         if parts == ["metrics"]:
             self._send(200, metrics.render(hub).encode(), metrics.CONTENT_TYPE)

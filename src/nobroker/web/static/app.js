@@ -330,7 +330,7 @@ function drawQueue(summary) {
 
 function drawChart(holder, series) {
   clear(holder);
-  const width = 900, height = 200, pad = 28;
+  const width = Math.max(300, (holder.clientWidth || 916) - 16), height = 200, pad = 28;
   const shown = SERIES.filter(([key]) => Array.isArray(series[key]));
   const count = shown.length ? series[shown[0][0]].length : 1;
   let top = 1;
@@ -360,8 +360,10 @@ function drawChart(holder, series) {
   }
   const axis = svg("text", {x: width - 4, y: height - 2, "font-size": 10, fill: "#66707c",
                             "text-anchor": "end"});
-  axis.textContent = "now; one point per " + series.step + " s";
-  plot.append(axis);
+  axis.textContent = "now (one point per " + series.step + " s)";
+  const start = svg("text", {x: pad, y: height - 2, "font-size": 10, fill: "#66707c"});
+  start.textContent = "\u2212" + Math.round((series.end - series.start) / 60) + " min";
+  plot.append(axis, start);
   holder.append(plot, legend);
   const missing = SERIES.filter(([key]) => !Array.isArray(series[key])).map(([, l]) => l);
   if (missing.length)
@@ -369,67 +371,65 @@ function drawChart(holder, series) {
                      missing.join(", ") + "."));
 }
 
+let jobsAsked = 0;  // only the answer to the latest request is drawn
+
 function loadJobs() {
   if (!view || view.kind !== "queue") return;
-  const name = view.queue, state = view.state, offset = view.offset;
+  const name = view.queue, state = view.state, offset = view.offset, asked = ++jobsAsked;
   const query = "?limit=" + PAGE + "&offset=" + offset + (state ? "&state=" + state : "");
-  getJSON(apiQueue(name) + "/jobs" + query).then((page) => {
-    if (!view || view.queue !== name || view.state !== state || view.offset !== offset) return;
-    drawJobs(page);
-  }).catch((err) => flash(err.message, false));
+  Promise.all([getJSON(apiQueue(name) + "/jobs" + query), getJSON(apiQueue(name))])
+    .then(([page, summary]) => { if (asked === jobsAsked) drawJobs(page, summary.features); })
+    .catch((err) => flash(err.message, false));
 }
 
-function drawJobs(page) {
+function drawJobs(page, f) {
   const holder = document.getElementById("jobs");
   if (!holder) return;
   clear(holder);
   const name = page.queue;
-  getJSON(apiQueue(name)).then((summary) => {
-    const f = summary.features;
-    const rows = page.jobs.map((job) => {
-      const actions = el("td", {});
-      if (job.state === "dead") {
-        actions.append(el("button", {type: "button", "data-action": "requeue", onclick: () =>
-          change(apiQueue(name) + "/requeue", {id: job.id}, (a) => "requeued " + a.requeued + " job(s)")},
-          "requeue"));
-        if (f.delete_dead) actions.append(" ", el("button", {type: "button", class: "danger",
-          "data-action": "delete", onclick: () => {
-            if (confirmed("Delete dead job " + job.id + "?"))
-              change(apiQueue(name) + "/delete-dead", {id: job.id}, (a) => "deleted " + a.deleted + " job(s)");
-          }}, "delete"));
-      } else if (f.cancel) {
-        actions.append(el("button", {type: "button", class: "danger", "data-action": "cancel",
-          onclick: () => {
-            if (confirmed("Cancel job " + job.id + "?"))
-              change(apiQueue(name) + "/cancel", {id: job.id}, (a) => a.cancelled ? "cancelled" : "not cancelled");
-          }}, "cancel"));
-      }
-      return el("tr", {"data-job": job.id},
-        el("td", {class: "mono"}, el("a", {href: jobHref(name, job.id), "data-nav": true}, job.id)),
-        el("td", {}, el("span", {class: "state " + job.state}, job.state)),
-        el("td", {class: "num"}, job.priority),
-        el("td", {class: "num"}, job.attempts + "/" + job.max_attempts),
-        el("td", {}, when(job.enqueued_at)),
-        el("td", {class: "mono"}, short(job.payload, 80)),
-        el("td", {class: "mono"}, job.last_error || ""),
-        actions);
-    });
-    const first = page.total ? page.offset + 1 : 0;
-    const last = page.offset + page.jobs.length;
-    const base = queueHref(name) + "?" + (page.state ? "state=" + page.state + "&" : "");
-    const pager = el("div", {class: "pager"},
-      el("button", {type: "button", id: "prev", disabled: page.offset === 0,
-        onclick: () => go(base + "offset=" + Math.max(0, page.offset - PAGE))}, "\u2190 newer"),
-      el("span", {id: "page-info"}, "jobs " + fmt(first) + "\u2013" + fmt(last) + " of " + fmt(page.total)),
-      el("button", {type: "button", id: "next", disabled: last >= page.total,
-        onclick: () => go(base + "offset=" + (page.offset + PAGE))}, "later \u2192"));
-    if (!f.cancel) pager.append(el("span", {class: "note"}, "cancel: not offered by this queue's backend yet."));
-    holder.append(pager, el("table", {id: "job-table"},
-      el("thead", {}, el("tr", {}, ...["id", "state", "priority", "attempts", "enqueued",
-        "payload", "last error", ""].map((h) => el("th", {}, h)))),
-      el("tbody", {}, ...rows)));
-    if (!rows.length) holder.append(el("p", {class: "muted"}, "No job here."));
-  }).catch((err) => flash(err.message, false));
+  const rows = page.jobs.map((job) => {
+    const actions = el("td", {});
+    if (job.state === "dead") {
+      actions.append(el("button", {type: "button", "data-action": "requeue", onclick: () =>
+        change(apiQueue(name) + "/requeue", {id: job.id}, (a) => "requeued " + a.requeued + " job(s)")},
+        "requeue"));
+      if (f.delete_dead) actions.append(" ", el("button", {type: "button", class: "danger",
+        "data-action": "delete", onclick: () => {
+          if (confirmed("Delete dead job " + job.id + "?"))
+            change(apiQueue(name) + "/delete-dead", {id: job.id}, (a) => "deleted " + a.deleted + " job(s)");
+        }}, "delete"));
+    } else if (f.cancel) {
+      actions.append(el("button", {type: "button", class: "danger", "data-action": "cancel",
+        onclick: () => {
+          if (confirmed("Cancel job " + job.id + "?"))
+            change(apiQueue(name) + "/cancel", {id: job.id}, (a) => a.cancelled ? "cancelled" : "not cancelled");
+        }}, "cancel"));
+    }
+    return el("tr", {"data-job": job.id},
+      el("td", {class: "mono"}, el("a", {href: jobHref(name, job.id), "data-nav": true}, job.id)),
+      el("td", {}, el("span", {class: "state " + job.state}, job.state)),
+      el("td", {class: "num"}, job.priority),
+      el("td", {class: "num"}, job.attempts + "/" + job.max_attempts),
+      el("td", {}, when(job.enqueued_at)),
+      el("td", {class: "mono"}, short(job.payload, 80)),
+      el("td", {class: "mono"}, job.last_error || ""),
+      actions);
+  });
+  const first = page.total ? page.offset + 1 : 0;
+  const last = page.offset + page.jobs.length;
+  const base = queueHref(name) + "?" + (page.state ? "state=" + page.state + "&" : "");
+  const pager = el("div", {class: "pager"},
+    el("button", {type: "button", id: "prev", disabled: page.offset === 0,
+      onclick: () => go(base + "offset=" + Math.max(0, page.offset - PAGE))}, "\u2190 newer"),
+    el("span", {id: "page-info"}, "jobs " + fmt(first) + "\u2013" + fmt(last) + " of " + fmt(page.total)),
+    el("button", {type: "button", id: "next", disabled: last >= page.total,
+      onclick: () => go(base + "offset=" + (page.offset + PAGE))}, "later \u2192"));
+  if (!f.cancel) pager.append(el("span", {class: "note"}, "cancel: not offered by this queue's backend yet."));
+  holder.append(pager, el("table", {id: "job-table"},
+    el("thead", {}, el("tr", {}, ...["id", "state", "priority", "attempts", "enqueued",
+      "payload", "last error", ""].map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...rows)));
+  if (!rows.length) holder.append(el("p", {class: "muted"}, "No job here."));
 }
 
 // -- a job --------------------------------------------------------------------------
