@@ -819,5 +819,31 @@ class TotalsTest(unittest.TestCase):
             checkpoint.decode(forged, 0, 1 << 20, lambda _: 7)
 
 
+class SkipTest(unittest.TestCase):
+    """entries(state, skip): a page of jobs deep in the table, as list_jobs(offset=) asks."""
+
+    def test_skipping_gives_the_same_jobs_as_slicing_the_whole_list(self) -> None:
+        rng = random.Random(12)
+        s, log = QueueState(), Log()
+        count = 70_000  # more than one counting chunk (65,536 slots)
+        s.apply_batch(log.batch(*(enq(seq_id(i), ma=1) for i in range(count))))
+        leased = sorted(rng.sample(range(count), 3000))
+        s.apply_batch(log.batch(*(lease(seq_id(i), n + 1) for n, i in enumerate(leased))))
+        settle = []
+        for n, i in enumerate(leased):
+            if n % 3 == 0:
+                settle.append(ack(seq_id(i), n + 1))  # a hole in the table
+            elif n % 3 == 1:
+                settle.append(nack(seq_id(i), n + 1))  # dead (ma=1)
+        s.apply_batch(log.batch(*settle))
+        for state in (None, JobState.PENDING, JobState.LEASED, JobState.DEAD):
+            every = [e.id for e in s.entries(state)]
+            for skip in (0, 1, 999, 65_535, 65_536, 65_537, len(every) - 1, len(every),
+                         len(every) + 7):
+                with self.subTest(state=state, skip=skip):
+                    page = [e.id for _, e in zip(range(25), s.entries(state, skip))]
+                    self.assertEqual(page, every[skip:skip + 25])
+
+
 if __name__ == "__main__":
     unittest.main()

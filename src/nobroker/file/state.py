@@ -514,10 +514,10 @@ class QueueState:
         neither exists."""
         return self._table.next_wakeup()
 
-    def entries(self, state: JobState | None = None) -> Iterator[Entry]:
-        """Jobs in enqueue order, optionally of one state. Do not apply records while
-        iterating: a pack would move the slots (RuntimeError)."""
-        return self._table.entries(state)
+    def entries(self, state: JobState | None = None, skip: int = 0) -> Iterator[Entry]:
+        """Jobs in enqueue order, optionally of one state, after the first `skip`. Do
+        not apply records while iterating: a pack would move the slots (RuntimeError)."""
+        return self._table.entries(state, skip)
 
     def fingerprint(self) -> tuple[object, ...]:
         """Everything that defines the state; equal logs give equal fingerprints.

@@ -135,7 +135,7 @@ def get_jobs(hub: Hub, name: str, state: str | None, offset: int, limit: int) ->
     total = stats.total if state is None else int(getattr(stats, state))
     jobs = queue.list_jobs(state, limit=limit, offset=offset)
     return {"queue": name, "state": state, "offset": offset, "limit": limit, "total": total,
-            "jobs": [job_dict(job, full=False) for job in jobs]}
+            "jobs": [job_dict(job, full=False) for job in jobs], "features": features(queue)}
 
 
 def get_job(hub: Hub, name: str, job_id: str) -> dict[str, Any]:

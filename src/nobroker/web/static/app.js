@@ -259,12 +259,16 @@ function queuePage(app) {
     drawQueue(event.queue);
     drawChart(chart, event.series);
   };
-  getJSON(apiQueue(name)).then((summary) => {
-    drawQueue(summary);
-    return getJSON(apiQueue(name) + "/series?step=10");
-  }).then((series) => drawChart(chart, series)).catch((err) => flash(err.message, false));
-  getJSON("/api/overview").then(header).catch(() => {});
+  // Everything the page needs at once, in parallel: one round trip before it is drawn.
+  lastCounts = "";
   loadJobs();
+  Promise.all([getJSON(apiQueue(name)), getJSON(apiQueue(name) + "/series?step=10"),
+               getJSON("/api/overview")])
+    .then(([summary, series, overviewData]) => {
+      header(overviewData);
+      drawQueue(summary);
+      drawChart(chart, series);
+    }).catch((err) => flash(err.message, false));
   listen("/api/events?queue=" + encodeURIComponent(name), draw);
 }
 
@@ -325,7 +329,8 @@ function drawQueue(summary) {
     comp.append(el("p", {class: "note"}, "This queue's backend does not compact."));
   }
   const counts = [s.pending, s.leased, s.dead].join(",");
-  if (counts !== lastCounts) { lastCounts = counts; loadJobs(); }
+  if (lastCounts && counts !== lastCounts) loadJobs();  // the first draw has its own load
+  lastCounts = counts;
 }
 
 function drawChart(holder, series) {
@@ -377,8 +382,8 @@ function loadJobs() {
   if (!view || view.kind !== "queue") return;
   const name = view.queue, state = view.state, offset = view.offset, asked = ++jobsAsked;
   const query = "?limit=" + PAGE + "&offset=" + offset + (state ? "&state=" + state : "");
-  Promise.all([getJSON(apiQueue(name) + "/jobs" + query), getJSON(apiQueue(name))])
-    .then(([page, summary]) => { if (asked === jobsAsked) drawJobs(page, summary.features); })
+  getJSON(apiQueue(name) + "/jobs" + query)
+    .then((page) => { if (asked === jobsAsked) drawJobs(page, page.features); })
     .catch((err) => flash(err.message, false));
 }
 
