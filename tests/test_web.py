@@ -10,6 +10,7 @@ The CLI's `dashboard` and `stats --watch` run as real processes.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -116,13 +117,24 @@ class WebCase(TempDirTestCase):
         return tree_digest(self.qdir)
 
 
+def served_index() -> bytes:
+    """index.html as served: each file it names carries a hash of its bytes (?v=)."""
+    index = (STATIC / "index.html").read_bytes()
+    for name in ("app.js", "app.css", "favicon.svg"):
+        digest = hashlib.sha256((STATIC / name).read_bytes()).hexdigest()[:16]
+        index = index.replace(f'"/static/{name}"'.encode(),
+                              f'"/static/{name}?v={digest}"'.encode())
+    assert index.count(b"?v=") == 3
+    return index
+
+
 def _q(text: str) -> str:
     return urllib.parse.quote(text, safe="")
 
 
 class PagesTest(WebCase):
     def test_every_page_path_serves_the_same_static_page_with_a_strict_csp(self) -> None:
-        index = (STATIC / "index.html").read_bytes()
+        index = served_index()
         for path in ("/", "/q/default", f"/q/{_q(XSS)}", f"/q/default/job/{_q(QUOTED_ID)}"):
             with self.subTest(path=path):
                 response = self.get(path)
@@ -138,6 +150,8 @@ class PagesTest(WebCase):
         for name, kind in (("app.js", "text/javascript"), ("app.css", "text/css")):
             response = self.get(f"/static/{name}")
             self.assertEqual(response.status, 200)
+            self.assertEqual(response.headers["Cache-Control"], "no-cache")
+            self.assertIn("immutable", self.get(f"/static/{name}?v=1").headers["Cache-Control"])
             self.assertTrue(response.headers["Content-Type"].startswith(kind))
             self.assertEqual(response.body, (STATIC / name).read_bytes())
         index = (STATIC / "index.html").read_text()
@@ -678,7 +692,8 @@ class CliTest(TempDirTestCase):
             path = "/" if name == "index.html" else f"/static/{name}"
             status, body = self.fetch(url, path)
             self.assertEqual(status, 200)
-            self.assertEqual(body, (STATIC / name).read_bytes())
+            self.assertEqual(body, served_index() if name == "index.html"
+                             else (STATIC / name).read_bytes())
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
         self.assertEqual(proc.returncode, 0)

@@ -32,6 +32,7 @@ traceback.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -70,8 +71,16 @@ def new_token() -> str:
 
 
 def _static_files() -> dict[str, bytes]:
+    """The page's files; index.html names each of the others with `?v=` and a hash of
+    its bytes, so the browser may cache them for good (a new version is a new URL)."""
     root = resources.files("nobroker.web").joinpath("static")
-    return {name: root.joinpath(name).read_bytes() for name in _STATIC}
+    files = {name: root.joinpath(name).read_bytes() for name in _STATIC}
+    page = files["index.html"]
+    for name, data in files.items():
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        page = page.replace(f'"/static/{name}"'.encode(), f'"/static/{name}?v={digest}"'.encode())
+    files["index.html"] = page
+    return files
 
 
 class Dashboard:
@@ -140,6 +149,9 @@ class _Refused(Exception):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    # Headers and body are two writes: without TCP_NODELAY the body waits for the
+    # client's delayed ACK of the headers on a kept-alive connection (40 ms a request).
+    disable_nagle_algorithm = True
     server_version = "nobroker-dashboard"
     sys_version = ""
     error_content_type = "text/plain; charset=utf-8"
@@ -157,7 +169,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- responses ----------------------------------------------------------
 
-    def _headers(self, status: int, content_type: str, length: int | None) -> None:
+    def _headers(self, status: int, content_type: str, length: int | None,
+                 cache: str = "no-store") -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         if length is not None:
@@ -167,11 +180,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("Referrer-Policy", "no-referrer")
         self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-store")
+        self.send_header("Cache-Control", cache)
         self.end_headers()
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self._headers(status, content_type, len(body))
+    def _send(self, status: int, body: bytes, content_type: str,
+              cache: str = "no-store") -> None:
+        self._headers(status, content_type, len(body), cache)
         if self.command != "HEAD":
             self.wfile.write(body)
 
@@ -242,7 +256,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, self.dash.static["index.html"], _STATIC["index.html"])
             return
         if len(parts) == 2 and parts[0] == "static" and parts[1] in _STATIC:
-            self._send(200, self.dash.static[parts[1]], _STATIC[parts[1]])
+            versioned = "v=" in urlsplit(self.path).query  # the URL changes with the bytes
+            self._send(200, self.dash.static[parts[1]], _STATIC[parts[1]],
+                       "public, max-age=31536000, immutable" if versioned else "no-cache")
             return
         if parts == ["favicon.ico"]:
             self._send(200, self.dash.static["favicon.svg"], _STATIC["favicon.svg"])

@@ -150,17 +150,41 @@ document.addEventListener("click", (event) => {
 });
 window.addEventListener("popstate", () => route());
 
-function listen(path, onUpdate) {
+// The stream's first event is sent at once and carries everything a page shows, so
+// a page draws from it; `fallback` fetches the same by hand if it is slow to come.
+function listen(path, onUpdate, fallback) {
   if (events) events.close();
   const live = document.getElementById("live");
-  events = new EventSource(path);
-  events.addEventListener("open", () => { live.textContent = "live"; live.className = "live on"; });
-  events.addEventListener("error", () => { live.textContent = "reconnecting"; live.className = "live"; });
-  events.addEventListener("update", (message) => onUpdate(JSON.parse(message.data)));
+  const source = new EventSource(path);
+  events = source;
+  let updated = false;
+  const timer = setTimeout(() => { if (!updated && events === source) fallback(); }, 1500);
+  source.addEventListener("open", () => { live.textContent = "live"; live.className = "live on"; });
+  source.addEventListener("error", () => {
+    live.textContent = "reconnecting";
+    live.className = "live";
+    if (!updated) { clearTimeout(timer); if (events === source) fallback(); updated = true; }
+  });
+  source.addEventListener("update", (message) => {
+    updated = true;
+    clearTimeout(timer);
+    onUpdate(JSON.parse(message.data));
+  });
+}
+
+// <html data-drawn="MS">: when the current view was first fully drawn, in ms since
+// navigation started, by the browser's clock (tools/bench_dashboard.py reads it).
+let drawnParts = new Set();
+function drawn(part, needed) {
+  drawnParts.add(part);
+  if (!document.documentElement.dataset.drawn && needed.every((p) => drawnParts.has(p)))
+    document.documentElement.dataset.drawn = String(Math.round(performance.now()));
 }
 
 function route() {
   view = parseLocation();
+  drawnParts = new Set();
+  delete document.documentElement.dataset.drawn;
   const app = document.getElementById("app");
   clear(app);
   if (view.kind === "overview") overview(app);
@@ -205,8 +229,8 @@ function overview(app) {
         "oldest pending", "log", "state"].map((h) => el("th", {}, h)))),
       el("tbody", {}, ...rows)));
   };
-  getJSON("/api/overview").then(draw).catch((err) => flash(err.message, false));
-  listen("/api/events", (event) => draw(event.overview));
+  listen("/api/events", (event) => draw(event.overview),
+         () => getJSON("/api/overview").then(draw).catch((err) => flash(err.message, false)));
 }
 
 function header(overviewData) {
@@ -258,18 +282,18 @@ function queuePage(app) {
     if (event.error) { flash(event.error, false); return; }
     drawQueue(event.queue);
     drawChart(chart, event.series);
+    drawn("queue", ["queue", "jobs"]);
   };
-  // Everything the page needs at once, in parallel: one round trip before it is drawn.
+  // Two requests at once draw the page: its jobs, and the event stream (whose first
+  // event holds the counts, the chart and the header).
   lastCounts = "";
   loadJobs();
-  Promise.all([getJSON(apiQueue(name)), getJSON(apiQueue(name) + "/series?step=10"),
-               getJSON("/api/overview")])
-    .then(([summary, series, overviewData]) => {
-      header(overviewData);
-      drawQueue(summary);
-      drawChart(chart, series);
-    }).catch((err) => flash(err.message, false));
-  listen("/api/events?queue=" + encodeURIComponent(name), draw);
+  listen("/api/events?queue=" + encodeURIComponent(name), draw, () =>
+    Promise.all([getJSON(apiQueue(name)), getJSON(apiQueue(name) + "/series?step=10"),
+                 getJSON("/api/overview")])
+      .then(([summary, series, overviewData]) =>
+        draw({overview: overviewData, queue: summary, series: series}))
+      .catch((err) => flash(err.message, false)));
 }
 
 let lastCounts = "";
@@ -383,7 +407,11 @@ function loadJobs() {
   const name = view.queue, state = view.state, offset = view.offset, asked = ++jobsAsked;
   const query = "?limit=" + PAGE + "&offset=" + offset + (state ? "&state=" + state : "");
   getJSON(apiQueue(name) + "/jobs" + query)
-    .then((page) => { if (asked === jobsAsked) drawJobs(page, page.features); })
+    .then((page) => {
+      if (asked !== jobsAsked) return;
+      drawJobs(page, page.features);
+      drawn("jobs", ["queue", "jobs"]);
+    })
     .catch((err) => flash(err.message, false));
 }
 
