@@ -45,6 +45,11 @@ def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition") -> 
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
+METRIC_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+METRIC_LINE = re.compile(rf"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
+                         rf"(?:\{{(?P<labels>{METRIC_PAIR}(?:,{METRIC_PAIR})*)\}})? (?P<value>\S+)")
+
+
 class Response:
     def __init__(self, status: int, headers: http.client.HTTPMessage, body: bytes) -> None:
         self.status, self.headers, self.body = status, headers, body
@@ -116,6 +121,33 @@ class WebCase(TempDirTestCase):
     def files(self) -> dict[str, tuple[int, str]]:
         return tree_digest(self.qdir)
 
+    def parse_metrics(self, text: str) -> dict[tuple[str, str], float]:
+        """A strict reading of the text format: every line is HELP, TYPE or a sample of a
+        family whose TYPE came first; values are numbers."""
+        self.assertTrue(text.endswith("\n"))
+        types: dict[str, str] = {}
+        samples: dict[tuple[str, str], float] = {}
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                self.assertRegex(line, r"^# HELP [a-zA-Z_:][a-zA-Z0-9_:]* \S")
+            elif line.startswith("# TYPE "):
+                _, _, name, kind = line.split(" ")
+                self.assertIn(kind, ("gauge", "counter"))
+                self.assertNotIn(name, types, "one TYPE per family")
+                types[name] = kind
+            else:
+                match = METRIC_LINE.fullmatch(line)
+                self.assertIsNotNone(match, f"not a sample line: {line!r}")
+                assert match is not None
+                name = match.group("name")
+                self.assertIn(name, types, f"{name} sampled before its TYPE")
+                if types[name] == "counter":
+                    self.assertTrue(name.endswith("_total"))
+                key = (name, match.group("labels") or "")
+                self.assertNotIn(key, samples, "a sample twice")
+                samples[key] = float(match.group("value"))
+        return samples
+
 
 def served_index() -> bytes:
     """index.html as served: each file it names carries a hash of its bytes (?v=)."""
@@ -172,6 +204,11 @@ class PagesTest(WebCase):
         self.assertRefused(self.get("/api/queues/default/nope"), 404, "no API endpoint")
         self.assertRefused(self.request("PUT", "/api/overview"), 405, "not allowed")
         self.assertRefused(self.request("DELETE", "/api/queues/default"), 405, "not allowed")
+        preflight = self.request("OPTIONS", "/api/queues/default/requeue",
+                                 headers={"Origin": "http://evil.example",
+                                          "Access-Control-Request-Method": "POST"})
+        self.assertRefused(preflight, 405, "not allowed")
+        self.assertIsNone(preflight.headers["Access-Control-Allow-Origin"])
         self.assertRefused(self.get("/api/queues/%ff"), 400, "UTF-8")
         self.assertEqual(self.get("/healthz").json(), {"ok": True})
 
@@ -190,6 +227,16 @@ class ReadApiTest(WebCase):
         self.assertFalse(queues["default"]["paused"])
         self.assertEqual(queues["emails"]["stats"]["pending"], 120)
         self.assertGreaterEqual(queues["emails"]["oldest_pending_age"], 0.0)
+
+    def test_a_damaged_queue_is_reported_and_the_others_still_served(self) -> None:
+        (self.qdir / "broken.000000.log").write_bytes(b"this is not a nobroker log" * 10)
+        queues = {q["name"]: q for q in self.get("/api/overview").json()["queues"]}
+        self.assertIn("error", queues["broken"])
+        self.assertEqual(queues["emails"]["stats"]["pending"], 120)
+        self.assertRefused(self.get("/api/queues/broken/jobs"), 409, "")
+        samples = self.parse_metrics(self.get("/metrics").body.decode())
+        self.assertEqual(samples[("nobroker_up", 'queue="broken"')], 0)
+        self.assertEqual(samples[("nobroker_up", 'queue="emails"')], 1)
 
     def test_a_queue_made_after_the_start_appears(self) -> None:
         Queue(self.qdir, "later").close()
@@ -309,42 +356,11 @@ class ReadApiTest(WebCase):
 
 
 class MetricsTest(WebCase):
-    PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
-    LINE = re.compile(rf"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
-                      rf"(?:\{{(?P<labels>{PAIR}(?:,{PAIR})*)\}})? (?P<value>\S+)")
-
-    def parse(self, text: str) -> dict[tuple[str, str], float]:
-        """A strict reading of the text format: every line is HELP, TYPE or a sample of a
-        family whose TYPE came first; values are numbers."""
-        self.assertTrue(text.endswith("\n"))
-        types: dict[str, str] = {}
-        samples: dict[tuple[str, str], float] = {}
-        for line in text.splitlines():
-            if line.startswith("# HELP "):
-                self.assertRegex(line, r"^# HELP [a-zA-Z_:][a-zA-Z0-9_:]* \S")
-            elif line.startswith("# TYPE "):
-                _, _, name, kind = line.split(" ")
-                self.assertIn(kind, ("gauge", "counter"))
-                self.assertNotIn(name, types, "one TYPE per family")
-                types[name] = kind
-            else:
-                match = self.LINE.fullmatch(line)
-                self.assertIsNotNone(match, f"not a sample line: {line!r}")
-                assert match is not None
-                name = match.group("name")
-                self.assertIn(name, types, f"{name} sampled before its TYPE")
-                if types[name] == "counter":
-                    self.assertTrue(name.endswith("_total"))
-                key = (name, match.group("labels") or "")
-                self.assertNotIn(key, samples, "a sample twice")
-                samples[key] = float(match.group("value"))
-        return samples
-
     def test_metrics_are_valid_exposition_text_with_the_right_numbers(self) -> None:
         response = self.get("/metrics")
         self.assertEqual(response.status, 200)
         self.assertTrue(response.headers["Content-Type"].startswith("text/plain; version=0.0.4"))
-        samples = self.parse(response.body.decode())
+        samples = self.parse_metrics(response.body.decode())
         self.assertEqual(samples[("nobroker_jobs", 'queue="default",state="dead"')], 2)
         self.assertEqual(samples[("nobroker_jobs", 'queue="default",state="pending"')], 1)
         self.assertEqual(samples[("nobroker_jobs", 'queue="emails",state="pending"')], 120)
@@ -365,7 +381,7 @@ class MetricsTest(WebCase):
             for job in q.lease(2, visibility_timeout=60):
                 q.ack(job)
             q.compact()
-        samples = self.parse(self.get("/metrics").body.decode())
+        samples = self.parse_metrics(self.get("/metrics").body.decode())
         self.assertEqual(samples[("nobroker_retried_total", 'queue="emails"')], 3)
         self.assertEqual(samples[("nobroker_succeeded_total", 'queue="emails"')], 2)
         self.assertEqual(samples[("nobroker_enqueued_total", 'queue="emails"')], 120)
