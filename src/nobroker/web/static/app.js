@@ -362,15 +362,16 @@ function drawChart(holder, series) {
   const width = Math.max(300, (holder.clientWidth || 916) - 16), height = 200, pad = 28;
   const shown = SERIES.filter(([key]) => Array.isArray(series[key]));
   const count = shown.length ? series[shown[0][0]].length : 1;
-  let top = 1;
+  let top = 0;
   for (const [key] of shown) for (const v of series[key]) top = Math.max(top, v);
+  top = Math.max(4, Math.ceil(top / 4) * 4);  // four whole-number grid steps
   const plot = svg("svg", {viewBox: `0 0 ${width} ${height}`, role: "img",
                            "aria-label": "jobs per interval"});
   for (let i = 0; i <= 4; i++) {
     const y = pad / 2 + (height - pad) * i / 4;
     plot.append(svg("line", {x1: pad, x2: width, y1: y, y2: y, stroke: "#e3e7eb"}));
     const label = svg("text", {x: 2, y: y + 4, "font-size": 10, fill: "#66707c"});
-    label.textContent = String(Math.round(top * (4 - i) / 4));
+    label.textContent = fmt(top * (4 - i) / 4);
     plot.append(label);
   }
   const x = (i) => pad + (width - pad) * (count <= 1 ? 0 : i / (count - 1));
@@ -477,7 +478,9 @@ function jobPage(app) {
   getJSON("/api/overview").then(header).catch(() => {});
   loadJob();
   if (events) { events.close(); events = null; }
-  document.getElementById("live").textContent = "static";
+  const live = document.getElementById("live");
+  live.textContent = "not live: reload to refresh";
+  live.className = "live";
 }
 
 function loadJob() {
