@@ -92,14 +92,20 @@ class Hub:
         """The open handle of queue `name`; UnknownQueue if the directory has none."""
         with self._lock:
             found = self._queues.get(name)
-            if found is not None:
-                return found
-            if name not in self.names():
-                raise UnknownQueue(name)
-            opened = self._opener(self.directory, name, self.readonly)
-            self._queues[name] = opened
-            self._samples[name] = deque(maxlen=int(WINDOW / self.interval) + 2)
-            return opened
+        if found is not None:
+            return found
+        if name not in self.names():
+            raise UnknownQueue(name)
+        # Opened outside the lock: replaying a big queue must not hold up the others.
+        opened = self._opener(self.directory, name, self.readonly)
+        with self._lock:
+            found = self._queues.get(name)
+            if found is None:
+                self._queues[name] = opened
+                self._samples[name] = deque(maxlen=int(WINDOW / self.interval) + 2)
+                return opened
+        opened.close()  # another request opened it meanwhile
+        return found
 
     # -- sampling -----------------------------------------------------------
 
