@@ -534,6 +534,23 @@ class SecurityTest(WebCase):
         self.assertEqual(response.status, 411)
         self.assertEqual(self.files(), before)
 
+    def test_an_ipv6_loopback_dashboard_checks_its_bracketed_host(self) -> None:
+        try:
+            dash = Dashboard(str(self.qdir), host="::1", port=0, token=TOKEN)
+        except OSError as exc:
+            self.skipTest(f"no IPv6 loopback here: {exc}")
+        dash.start()
+        self.addCleanup(dash.close)
+        self.assertEqual(dash.url, f"http://[::1]:{dash.port}/")
+        conn = http.client.HTTPConnection("::1", dash.port, timeout=30)
+        self.addCleanup(conn.close)
+        conn.request("GET", "/api/overview")
+        response = conn.getresponse()
+        self.assertEqual(response.status, 200, response.read())
+        response.read()
+        conn.request("GET", "/api/overview", headers={"Host": f"evil.example:{dash.port}"})
+        self.assertEqual(conn.getresponse().status, 403)
+
     def test_a_short_token_from_the_environment_is_refused(self) -> None:
         with self.assertRaisesRegex(ValueError, "at least 16"):
             Dashboard(str(self.qdir), port=0, token="short")

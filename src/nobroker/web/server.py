@@ -37,6 +37,7 @@ import hmac
 import json
 import logging
 import secrets
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -97,19 +98,21 @@ class Dashboard:
         self.hub = Hub(directory, readonly=readonly, interval=interval)
         self.static = _static_files()
         self.streams = threading.BoundedSemaphore(MAX_STREAMS)
-        self.httpd = _Server((host, port), _Handler)
+        server = _Server6 if ":" in host else _Server  # an IPv6 address such as ::1
+        self.httpd = server((host.strip("[]"), port), _Handler)
         self.httpd.dashboard = self
         self.host = host
         self.port = int(self.httpd.server_address[1])
-        names = (host,) if host not in _WILDCARDS else ()
+        bare = host.strip("[]")
+        names = () if host in _WILDCARDS else (f"[{bare}]" if ":" in bare else bare,)
         self.allowed_hosts = {f"{n}:{self.port}" for n in (*_LOCAL_NAMES, *names)}
         self.any_host = host in _WILDCARDS
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        shown = "127.0.0.1" if self.host in _WILDCARDS else self.host
-        if ":" in shown and not shown.startswith("["):
+        shown = "127.0.0.1" if self.host in _WILDCARDS else self.host.strip("[]")
+        if ":" in shown:
             shown = f"[{shown}]"
         return f"http://{shown}:{self.port}/"
 
@@ -137,6 +140,10 @@ class Dashboard:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     dashboard: Dashboard
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class _Refused(Exception):

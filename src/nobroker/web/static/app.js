@@ -40,6 +40,11 @@ function svg(tag, attrs) {
   return node;
 }
 
+function head(labels, numeric) {
+  return el("thead", {}, el("tr", {}, ...labels.map((label, i) =>
+    el("th", {class: numeric.includes(i) ? "num" : null}, label))));
+}
+
 function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
 
 function fmt(n) { return n === null || n === undefined ? "\u2013" : Number(n).toLocaleString("en-US"); }
@@ -225,8 +230,8 @@ function overview(app) {
           el("td", {}, q.paused ? el("span", {class: "badge paused"}, "paused")
                                 : el("span", {class: "muted"}, "running"))));
     holder.append(el("table", {},
-      el("thead", {}, el("tr", {}, ...["queue", "pending", "leased", "dead", "done",
-        "oldest pending", "log", "state"].map((h) => el("th", {}, h)))),
+      head(["queue", "pending", "leased", "dead", "done", "oldest pending", "log", "state"],
+           [1, 2, 3, 4, 5, 6]),
       el("tbody", {}, ...rows)));
   };
   listen("/api/events", (event) => draw(event.overview),
@@ -460,8 +465,7 @@ function drawJobs(page, f) {
       onclick: () => go(base + "offset=" + (page.offset + PAGE))}, "later \u2192"));
   if (!f.cancel) pager.append(el("span", {class: "note"}, "cancel: not offered by this queue's backend yet."));
   holder.append(pager, el("table", {id: "job-table"},
-    el("thead", {}, el("tr", {}, ...["id", "state", "priority", "attempts", "enqueued",
-      "payload", "last error", ""].map((h) => el("th", {}, h)))),
+    head(["id", "state", "priority", "attempts", "enqueued", "payload", "last error", ""], [2, 3]),
     el("tbody", {}, ...rows)));
   if (!rows.length) holder.append(el("p", {class: "muted"}, "No job here."));
 }
@@ -545,7 +549,7 @@ function loadRecords(name, id) {
     holder.append(el("p", {class: "note"}, answer.records.length + " record(s) of this job among " +
       fmt(answer.records_scanned) + " in " + answer.log + " (the current generation only)."));
     holder.append(el("table", {id: "record-table"},
-      el("thead", {}, el("tr", {}, ...["offset", "type", "crc", "fields"].map((h) => el("th", {}, h)))),
+      head(["offset", "type", "crc", "fields"], [0]),
       el("tbody", {}, ...answer.records.map((r) => el("tr", {},
         el("td", {class: "num"}, r.offset), el("td", {}, r.type + (r.more ? "+" : "")),
         el("td", {}, r.crc_ok ? "ok" : "BAD"), el("td", {class: "mono"}, short(r.payload, 160)))))));
