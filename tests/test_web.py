@@ -195,6 +195,9 @@ class PagesTest(WebCase):
                        "eval(", "new Function"):
             self.assertFalse(banned in script, f"app.js uses {banned}")
         self.assertNotRegex(script, r"https?://(?!www\.w3\.org/2000/svg)")
+        favicon = self.get("/favicon.ico")
+        self.assertEqual((favicon.status, favicon.headers["Content-Type"]), (200, "image/svg+xml"))
+        self.assertEqual(favicon.body, (STATIC / "favicon.svg").read_bytes())
         self.assertEqual(self.get("/static/../server.py").status, 404)
         self.assertEqual(self.get("/static/hub.py").status, 404)
 
