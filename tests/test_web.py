@@ -562,6 +562,20 @@ class SecurityTest(WebCase):
 class ReadOnlyTest(WebCase):
     readonly = True
 
+    def test_a_read_only_dashboard_leaves_the_directory_as_it_found_it(self) -> None:
+        self.dash.close()
+        before = self.files()
+        dash = Dashboard(str(self.qdir), port=0, readonly=True, interval=0.05)
+        dash.start()
+        conn = http.client.HTTPConnection("127.0.0.1", dash.port, timeout=30)
+        for path in ("/api/overview", "/api/queues/default/jobs?state=dead",
+                     f"/api/queues/default/jobs/{_q(QUOTED_ID)}/records", "/metrics"):
+            conn.request("GET", path)
+            self.assertEqual(conn.getresponse().read()[:1], b"{" if "api" in path else b"#")
+        conn.close()
+        dash.close()
+        self.assertEqual(self.files(), before)
+
     def test_read_only_refuses_every_change_even_with_the_token(self) -> None:
         before = self.files()
         for action in ("requeue", "compact", "pause", "resume", "cancel", "delete-dead"):
