@@ -544,6 +544,8 @@ function drawJob(answer) {
 
 function loadRecords(name, id) {
   const holder = document.getElementById("records");
+  clear(holder);
+  holder.append(el("p", {class: "muted"}, "reading the log\u2026 (a big log takes seconds)"));
   getJSON(apiQueue(name) + "/jobs/" + encodeURIComponent(id) + "/records").then((answer) => {
     clear(holder);
     holder.append(el("p", {class: "note"}, answer.records.length + " record(s) of this job among " +
