@@ -32,11 +32,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
-from .errors import NobrokerError, SerializationError
+from .errors import CorruptLogError, NobrokerError, SerializationError
 from .file.compaction import current_filename
 from .file.inspection import RawRecord, current_log_path, read_records
 from .file.logfile import log_filename
 from .file.records import loads
+from .file.salvage import salvage
 from .models import Job, JobState
 from .queue import Queue
 from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
@@ -259,7 +260,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         records = list(read_records(path))
     except FileNotFoundError:
         raise NobrokerError(f"{path} is missing") from None
-    broken = next((r for r in records if r.error is not None), None)
+    damaged = [r for r in records if r.error is not None]
     if args.json:
         _print_json({"path": path, "records": [dataclasses.asdict(r) for r in records]})
     else:
@@ -268,24 +269,46 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         rows += [(str(r.offset), r.type + ("+" if r.more else ""), "ok" if r.crc_ok else "BAD",
                   _record_text(r)) for r in records]
         _table(rows)
-        print(f"{len(records)} record(s); '+' marks a record whose batch continues")
-    if broken is not None:
-        print(f"nobroker: the log stops at offset {broken.offset}: {broken.error} "
-              f"(`nobroker recover` repairs a torn tail)", file=sys.stderr)
+        print(f"{len(records) - len(damaged)} record(s); '+' marks a record whose batch "
+              f"continues")
+    if damaged:
+        regions = ", ".join(f"{r.length} bytes at offset {r.offset} ({r.error})"
+                            for r in damaged[:5])
+        more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+        print(f"nobroker: damaged: {regions}{more}. `nobroker recover` repairs a torn "
+              f"tail; `nobroker recover --salvage` keeps the intact batches after "
+              f"damage (see README, 'When the log is damaged')", file=sys.stderr)
         return 1
     return 0
 
 
 def _record_text(record: RawRecord) -> str:
+    if record.type == "DAMAGED":
+        return f"<<< {record.length} damaged bytes: {record.error} >>>"
     if record.error is not None:
         return f"({record.error})"
     return json.dumps(record.payload, ensure_ascii=False, separators=(",", ":"))
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    if args.salvage or args.point_in_time:
+        return _salvage(args)
     with _open(args) as queue:  # opening is what repairs: it cuts a torn tail
         report = queue.recovery
     print(report.describe())
+    return 0
+
+
+def _salvage(args: argparse.Namespace) -> int:
+    """`recover --salvage` / `--point-in-time`: see file/salvage.py."""
+    if args.salvage and args.point_in_time:
+        raise UsageError("choose one of --salvage and --point-in-time")
+    directory, name = _require_queue(args)
+    report = salvage(directory, name, point_in_time=args.point_in_time)
+    if args.json:
+        _print_json({**dataclasses.asdict(report), "bytes_set_aside": report.bytes_set_aside})
+    else:
+        print(report.describe())
     return 0
 
 
@@ -430,7 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("inspect", cmd_inspect, "print every raw record of the log (read-only)")
     sub.add_argument("--json", action="store_true", help="print JSON")
 
-    command("recover", cmd_recover, "open the queue, repairing a torn tail, and report")
+    sub = command("recover", cmd_recover, "open the queue, repairing a torn tail, and report")
+    sub.add_argument("--salvage", action="store_true", help="damaged log: keep every intact "
+                     "batch, set each damaged region aside in a side file, report the loss")
+    sub.add_argument("--point-in-time", action="store_true", help="damaged log: keep what "
+                     "precedes the first damage, set the rest aside in a side file")
+    sub.add_argument("--json", action="store_true", help="print the salvage report as JSON")
     command("compact", cmd_compact, "rewrite the log with only the live jobs")
     sub = command("purge", cmd_purge, "delete every pending job")
     sub.add_argument("--yes", action="store_true", help="really do it")
@@ -465,6 +493,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         _complain(str(exc))
         return 2
+    except CorruptLogError as exc:
+        _complain(f"{exc} (`nobroker inspect` shows the damage; `nobroker recover "
+                  f"--salvage` keeps every intact batch)")
+        return 1
     except NobrokerError as exc:
         _complain(str(exc))
         return 1
