@@ -69,6 +69,7 @@ class SalvageReport:
     lost_batches: tuple[tuple[int, int], ...]  # (first, last) batch numbers never seen
     unknown_jobs: tuple[str, ...]  # named by kept records; their ENQUEUE was lost
     skipped: tuple[Skipped, ...]  # records of kept batches the strict rules refused
+    kept: tuple[tuple[int, int], ...] = ()  # (offset, length) of the runs of kept batches
 
     @property
     def bytes_set_aside(self) -> int:
@@ -94,7 +95,9 @@ class SalvageReport:
         other = len(self.skipped) - sum(1 for s in self.skipped
                                         if s.job_id in set(self.unknown_jobs))
         if other:
-            lines.append(f"skipped {other} other record(s) that no longer applied")
+            lines.append(f"skipped {other} other record(s) that no longer applied:")
+            lines.extend(f"  offset {s.offset}: {s.reason}" for s in self.skipped
+                         if s.job_id not in set(self.unknown_jobs))
         lines.append(f"{self.bytes_set_aside} bytes set aside in all; "
                      f"{os.path.basename(self.log)} stays until the next compaction")
         return "\n".join(lines)
@@ -146,20 +149,22 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
         fs.close(fd)
     mode = "point-in-time" if point_in_time else "salvage"
     with paused_gc():
-        scan = find_batches(data, stop_at_damage=point_in_time)
+        scan = find_batches(data, generation, stop_at_damage=point_in_time)
         replay = TolerantReplay()
         kept = _replay(scan, replay, point_in_time)
-    if not scan.damaged:
+    if not scan.damaged and not replay.skipped:
         return SalvageReport(mode, path, generation, None, len(scan.batches),
-                             replay.records, len(replay.state.jobs), (), (), (), ())
+                             replay.records, len(replay.state.jobs), (), (), (), (),
+                             _spans(scan))
+    # The snapshot batch takes the number of the last batch it summarises (>= 1).
+    replay.state.last_batch = max(replay.state.last_batch, 1)
     aside = tuple(_save_aside(fs, directory, path, data, region) for region in scan.damaged)
     new_generation = _write(fs, directory, name, generation, path, size, replay.state)
     lock.set_stamp(new_generation)  # before the flip, as compaction does (see FileStore)
     compaction.publish_generation(fs, directory, name, new_generation)
     return SalvageReport(mode, path, generation, new_generation, kept, replay.records,
                          len(replay.state.jobs), aside, _lost(scan, generation),
-                         replay.unknown_jobs,
-                         tuple(replay.skipped))
+                         replay.unknown_jobs, tuple(replay.skipped), _spans(scan))
 
 
 def _replay(scan: Scan, replay: TolerantReplay, point_in_time: bool) -> int:
@@ -242,3 +247,15 @@ def _lost(scan: Scan, generation: int) -> tuple[tuple[int, int], ...]:
         if after > before + 1:
             lost.append((before + 1, after - 1))
     return tuple(lost)
+
+
+def _spans(scan: Scan) -> tuple[tuple[int, int], ...]:
+    """The kept batches as runs of adjacent bytes: (offset, length)."""
+    spans: list[list[int]] = []
+    for batch in scan.batches:
+        start, stop = batch[0].offset, batch[-1].offset + batch[-1].size
+        if spans and spans[-1][1] == start:
+            spans[-1][1] = stop
+        else:
+            spans.append([start, stop])
+    return tuple((start, stop - start) for start, stop in spans)

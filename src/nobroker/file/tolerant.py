@@ -130,20 +130,20 @@ def _resume(data: bytes, after: int, end: int, last: int
     return None
 
 
-def find_batches(data: bytes, *, stop_at_damage: bool = False) -> Scan:
-    """Every intact batch of a log file's bytes (header included) and every damaged
-    region between them. With `stop_at_damage`, everything from the first damage
-    on is one region (a point-in-time recovery)."""
+def find_batches(data: bytes, generation: int, *, stop_at_damage: bool = False) -> Scan:
+    """Every intact batch of the bytes of log file `generation` (header included) and
+    every damaged region between them. With `stop_at_damage`, everything from the
+    first damage on is one region (a point-in-time recovery)."""
     end = len(data.rstrip(b"\0"))
     scan = Scan(end=max(end, framing.FILE_HEADER.size))
+    pos, bad_header = framing.FILE_HEADER.size, ""
     try:
-        framing.decode_file_header(data)
-        pos = framing.FILE_HEADER.size
+        found = framing.decode_file_header(data)
     except framing.FrameError as exc:
-        pos = 0
-        bad_header = str(exc)
+        pos, bad_header = 0, str(exc)
     else:
-        bad_header = ""
+        if found != generation:
+            pos, bad_header = 0, f"header says generation {found}"
     last = 0
     while pos < end:
         reason = bad_header
