@@ -31,7 +31,6 @@ from test_fuzz import (
     LOG0,
     LOG1,
     build_corpus,
-    digest,
     exercise,
     make_case,
     materialise,
@@ -39,9 +38,7 @@ from test_fuzz import (
 
 from nobroker import CorruptLogError, NobrokerError, Queue
 from nobroker.file import framing
-from nobroker.file.lock import shared_lock
 from nobroker.file.salvage import SalvageReport, salvage
-from nobroker.file.state import QueueState
 from nobroker.file.tolerant import find_batches, read_batch
 
 HERE = Path(__file__).resolve().parent

@@ -138,12 +138,12 @@ def find_batches(data: bytes, generation: int, *, stop_at_damage: bool = False) 
     scan = Scan(end=max(end, framing.FILE_HEADER.size))
     pos, bad_header = framing.FILE_HEADER.size, ""
     try:
-        found = framing.decode_file_header(data)
+        named = framing.decode_file_header(data)
     except framing.FrameError as exc:
         pos, bad_header = 0, str(exc)
     else:
-        if found != generation:
-            pos, bad_header = 0, f"header says generation {found}"
+        if named != generation:
+            pos, bad_header = 0, f"header says generation {named}"
     last = 0
     while pos < end:
         reason = bad_header
