@@ -153,6 +153,8 @@ def _short(value: Any, width: int = PAYLOAD_WIDTH) -> str:
 
 def _when(job: Job, now: float) -> str:
     if job.state is JobState.LEASED and job.lease_expires_at is not None:
+        if job.lease_expires_at <= now:  # recorded as expired by the next write
+            return f"lease expired {_ago(now - job.lease_expires_at)} ago"
         return f"lease ends in {_ago(job.lease_expires_at - now)}"
     if job.state is JobState.PENDING:
         return "ready" if job.available_at <= now else f"in {_ago(job.available_at - now)}"
@@ -196,21 +198,45 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args, readonly=True) as queue:
         stats = queue.stats()
+        now = time.time()
+        # Leases past their deadline still count as leased until a write records their
+        # expiry; a read-only look must not write, so it only tells them apart.
+        expired = sum(1 for job in queue.list_jobs(JobState.LEASED)
+                      if job.lease_expires_at is not None and job.lease_expires_at <= now)
+    torn = _torn_tail(queue)
     if args.json:
         _print_json({"queue": queue.name, "directory": queue.directory,
-                     **dataclasses.asdict(stats)})
+                     **dataclasses.asdict(stats), "leased": stats.leased - expired,
+                     "expired": expired, "torn_tail": torn})
         return 0
     print(f"queue {queue.name!r} in {queue.directory}")
-    for label, value in (("pending", stats.pending), ("leased", stats.leased),
+    for label, value in (("pending", stats.pending), ("leased", stats.leased - expired),
+                         ("expired", expired),
                          ("dead", stats.dead), ("done", stats.done), ("total", stats.total),
                          ("generation", stats.generation), ("log bytes", stats.log_bytes)):
         print(f"  {label:<11}{value:>12,}")
+    if expired:
+        print(f"  ({expired} lease(s) ran out; the next write to the queue retries or "
+              f"dead-letters them)")
     return 0
+
+
+def _torn_tail(queue: Queue) -> dict[str, Any] | None:
+    """A torn tail a read-only open found and left alone, said on stderr; for --json."""
+    report = queue.recovery
+    if report.torn_offset is None or report.repaired:
+        return None
+    print(f"nobroker: the log ends in a torn tail of {report.torn_bytes} bytes at offset "
+          f"{report.torn_offset} ({report.torn_reason}): the next write (or `nobroker "
+          f"recover`) cuts it and saves it to a side file", file=sys.stderr)
+    return {"offset": report.torn_offset, "bytes": report.torn_bytes,
+            "reason": report.torn_reason}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with _open(args, readonly=True) as queue:
         jobs = queue.list_jobs(args.state, limit=args.limit)
+    _torn_tail(queue)
     if args.json:
         _print_json([_job_dict(job) for job in jobs])
         return 0
