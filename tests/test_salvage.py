@@ -25,7 +25,7 @@ import textwrap
 import unittest
 from pathlib import Path
 
-from support import FakeClock, TempDirTestCase, child_env, tree_digest
+from support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
 from test_fuzz import (
     CURRENT,
     LOG0,
@@ -243,7 +243,7 @@ class SalvageBehaviourTest(TempDirTestCase):
         materialise(reference, pristine)
         salvage(reference)
         with Queue(reference) as q:
-            salvaged = q._store.state.fingerprint()
+            salvaged = store_of(q).state.fingerprint()
         ops = 0
         outcomes = {"old": 0, "new": 0}
         while True:
@@ -272,7 +272,7 @@ class SalvageBehaviourTest(TempDirTestCase):
     def opened(directory: str) -> tuple[object, ...] | None:
         try:
             with Queue(directory, auto_compact=None) as q:
-                return q._store.state.fingerprint()
+                return store_of(q).state.fingerprint()
         except CorruptLogError:
             return None
 

@@ -224,7 +224,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def _torn_tail(queue: Queue) -> dict[str, Any] | None:
     """A torn tail a read-only open found and left alone, said on stderr; for --json."""
     report = queue.recovery
-    if report.torn_offset is None or report.repaired:
+    if report is None or report.torn_offset is None or report.repaired:
         return None
     print(f"nobroker: the log ends in a torn tail of {report.torn_bytes} bytes at offset "
           f"{report.torn_offset} ({report.torn_reason}): the next write (or `nobroker "

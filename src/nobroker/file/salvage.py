@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 from dataclasses import dataclass
 
 from ..errors import LockTimeoutError, NobrokerError
 from . import compaction
+from .commands import new_nonce
 from .fs import FileSystem
 from .lock import SharedLock, release_shared_lock, shared_lock
 from .logfile import LogFile, log_filename, paused_gc
@@ -214,8 +216,8 @@ def _write(fs: FileSystem, directory: str, name: str, generation: int, path: str
     try:
         temp = f"{log_filename(name, new_generation)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
         with paused_gc():
-            new_log, snapshot, _ = compaction.write_generation(fs, old, state, new_generation,
-                                                               filename=temp)
+            new_log, snapshot, _ = compaction.write_generation(
+                fs, old, state, new_generation, new_nonce(random.Random()), filename=temp)
     finally:
         old.close()
     try:

@@ -110,7 +110,7 @@ class FileStore:
             raise NobrokerError(f"no queue named {name!r} in {self.directory}")
         self._wake = WakeChannel(os.path.join(self.directory, f"{name}.wake"))
         try:
-            self._lock = shared_lock(fs, self._lock_path, readonly=readonly)
+            self._lock = shared_lock(fs, self._lock_path, readonly=self.readonly)
         except OSError as exc:  # e.g. the lock file's name is taken by a directory
             raise StorageError(self._lock_path, "opening the lock file", exc) from None
         if self._lock.degraded:
