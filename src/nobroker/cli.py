@@ -346,6 +346,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
           f"{result.bytes_before:,} -> {result.bytes_after:,} bytes, {result.live_jobs} live "
           f"job(s), {result.remembered_keys} remembered key(s), in "
           f"{result.seconds * 1000:.1f} ms")
+    if result.bytes_after > result.bytes_before:
+        print("the log grew: a snapshot record states each live job in full (attempts, "
+              "state, times), and this log had too little dead space to make up for it")
     return 0
 
 
@@ -392,8 +395,11 @@ def load_handler(spec: str) -> Handler:
         if module_name == missing or module_name.startswith(missing + "."):
             raise UsageError(f"cannot import {module_name!r}: no such module in {here} "
                              f"or on sys.path") from None
+        logging.getLogger("nobroker").debug("importing %r failed", module_name, exc_info=True)
         raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
     except Exception as exc:  # the handler's own module is broken: say how, in one line
+        # ... and with `work -v`, where: the traceback goes to the debug log.
+        logging.getLogger("nobroker").debug("importing %r failed", module_name, exc_info=True)
         raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
     for part in attribute.split("."):
         try:
@@ -401,7 +407,9 @@ def load_handler(spec: str) -> Handler:
         except AttributeError:
             raise UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
     if not callable(target):
-        raise UsageError(f"{spec} is a {type(target).__name__}, not a function")
+        kind = type(target).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        raise UsageError(f"{spec} is {article} {kind}, not a function")
     handler: Handler = target
     return handler
 

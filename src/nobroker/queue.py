@@ -165,6 +165,8 @@ class Queue:
         return self._backend.lease(count, self._visibility(visibility_timeout))
 
     def lease_one(self, *, visibility_timeout: float | None = None) -> Job | None:
+        """Lease the next ready job, or return None at once if none is ready
+        (`lease(1)` without the list; `wait()` blocks until one may be)."""
         jobs = self.lease(1, visibility_timeout=visibility_timeout)
         return jobs[0] if jobs else None
 
@@ -213,6 +215,8 @@ class Queue:
         return self._backend.purge()
 
     def get(self, job_id: str) -> Job:
+        """The job `job_id` as it is now; JobNotFoundError if the queue holds no such
+        job (a finished job is known only while its idempotency key is remembered)."""
         return self._backend.get(job_id)
 
     def stats(self) -> QueueStats:
@@ -245,6 +249,8 @@ class Queue:
     # -- lifecycle ----------------------------------------------------------
 
     def close(self) -> None:
+        """Release the queue's files (saving a checkpoint if one is worth it). Calls
+        afterwards raise QueueClosedError; closing twice does nothing."""
         self._backend.close()
 
     def __enter__(self) -> Queue:

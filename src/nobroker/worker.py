@@ -445,7 +445,7 @@ class Worker:
                       job.id, job.attempts, job.max_attempts, one_line)
             outcome = "dead_lettered"
         else:
-            log.warning("job %s failed on attempt %d of %d: %s; retrying in %.1fs", job.id,
+            log.warning("job %s failed on attempt %d of %d: %s; retrying in %.3gs", job.id,
                         job.attempts, job.max_attempts, one_line,
                         max(0.0, after.available_at - time.time()))
             outcome = "retried"
