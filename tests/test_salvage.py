@@ -25,6 +25,7 @@ import textwrap
 import unittest
 from pathlib import Path
 
+from explorer import Bounds, RecordingFS, crash_states
 from support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
 from test_fuzz import (
     CURRENT,
@@ -267,6 +268,45 @@ class SalvageBehaviourTest(TempDirTestCase):
         self.assertGreater(ops, 10, "salvage made suspiciously few file operations")
         self.assertGreater(outcomes["old"], 0)
         self.assertGreater(outcomes["new"], 0)
+
+    def test_a_salvage_cut_short_by_a_power_cut_leaves_the_old_or_the_new_state(
+            self) -> None:
+        # The explorer's disk models (tests/explorer.py): every file operation of one
+        # salvage recorded, and after each the states a crash may leave on the disk.
+        directory, path = self.build()
+        self.damage(path, 20)
+        pristine = {p.name: p.read_bytes() for p in Path(directory).iterdir()}
+        recorded = str(self.tmp / "recorded")
+        materialise(recorded, pristine)
+        fs = RecordingFS(recorded, adopt=True)
+        salvage(recorded, fs=fs)
+        with Queue(recorded) as q:
+            salvaged = store_of(q).state.fingerprint()
+        seen: dict[str, int] = {"old": 0, "new": 0}
+        checked: set[bytes] = set()
+        bounds = Bounds(random_subsets=2, max_unit_variants=16)
+        for profile in ("ext4ish", "weak"):
+            for point in range(len(fs.events)):
+                for state in crash_states(fs.events[:point + 1], profile, bounds, pristine):
+                    key = repr(sorted(state.items())).encode()
+                    if key in checked:
+                        continue
+                    checked.add(key)
+                    target = str(self.tmp / f"state{len(checked)}")
+                    materialise(target, state)
+                    where = f"{profile}, crash after {fs.events[point].describe()}"
+                    found = self.opened(target)
+                    if found is None:
+                        seen["old"] += 1
+                        self.assertEqual(state.get(LOG0), pristine[LOG0], where)
+                        salvage(target)  # and the way on is to run it again
+                        self.assertEqual(self.opened(target), salvaged, where)
+                    else:
+                        seen["new"] += 1
+                        self.assertEqual(found, salvaged, where)
+        print(f"power-cut states of one salvage: {seen}", flush=True)
+        self.assertGreater(seen["old"], 20)
+        self.assertGreaterEqual(seen["new"], 3)
 
     @staticmethod
     def opened(directory: str) -> tuple[object, ...] | None:
