@@ -215,8 +215,8 @@ class Queue:
         return self._backend.purge()
 
     def get(self, job_id: str) -> Job:
-        """The job `job_id` as it is now; JobNotFoundError if the queue holds no such
-        job (a finished job is known only while its idempotency key is remembered)."""
+        """The job `job_id` as the queue knows it now (read-only: no lease is taken);
+        JobNotFoundError if it knows no such job."""
         return self._backend.get(job_id)
 
     def stats(self) -> QueueStats:

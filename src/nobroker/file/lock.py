@@ -84,8 +84,9 @@ class SharedLock:
         # A reader on files it may not write (immutable, another user's, a read-only
         # mount) locks a read-only descriptor instead: flock needs no write access.
         # Without even that (no lock file, and no right to create one) it reads
-        # unlocked, which is safe for a reader of an append-only log: it sees only
-        # complete batches, and a compaction's unlink leaves its open file readable.
+        # unlocked: the log is append-only and a compaction's unlink leaves an open
+        # file readable, so what it reads is a state the queue was in; a batch still
+        # being written shows as a torn tail, reported and never cut (read-only).
         self.degraded: str | None = None  # what a read-only open could not do, if anything
         try:
             self._fd: int | None = fs.open(path, os.O_RDWR | os.O_CREAT)
