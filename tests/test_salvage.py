@@ -39,8 +39,9 @@ from test_fuzz import (
 
 from nobroker import CorruptLogError, NobrokerError, Queue
 from nobroker.file import framing
+from nobroker.file.records import Applied, RecordType
 from nobroker.file.salvage import SalvageReport, salvage
-from nobroker.file.tolerant import find_batches, read_batch
+from nobroker.file.tolerant import Restart, TolerantReplay, find_batches, read_batch
 
 HERE = Path(__file__).resolve().parent
 
@@ -143,10 +144,54 @@ class SalvageFuzzTest(TempDirTestCase):
                 for offset, _ in survived:
                     self.assertTrue(offset in kept_bytes, f"{where}: lost the batch at {offset}")
                 check_accounting(self, bytes(data), report, where)
+                self.assertSameReplay(bytes(data), 1 if CURRENT in files else 0, where)
                 outcome, problem = exercise(directory, FakeClock(2_000_000.0))
                 self.assertEqual((outcome, problem), ("clean", None), where)
                 probed += 1
         self.assertGreater(probed, 40)
+
+
+    def assertSameReplay(self, data: bytes, generation: int, where: str) -> None:
+        """The fast path (whole batches that fit) and the careful one agree."""
+        scan = find_batches(data, generation)
+        fast, careful = TolerantReplay(), TolerantReplay(careful=True)
+        for batch in scan.batches:
+            fast.apply_batch(batch)
+            careful.apply_batch(batch)
+        self.assertEqual(fast.state.fingerprint(), careful.state.fingerprint(), where)
+        self.assertEqual(fast.skipped, careful.skipped, where)
+
+
+class TolerantReplayTest(unittest.TestCase):
+    def test_a_malformed_record_on_the_fast_path_asks_for_a_careful_replay(self) -> None:
+        good = [Applied(RecordType.ENQUEUE, {"b": 1, "id": "a", "pr": 0, "at": 1.0, "t": 1.0,
+                                             "ma": 3, "p": None}, 16, 50)]
+        # CRC-valid yet malformed: priority must be an int. No crash writes this.
+        bad = [Applied(RecordType.ENQUEUE, {"b": 2, "id": "b", "pr": "high", "at": 1.0,
+                                            "t": 1.0, "ma": 3, "p": None}, 66, 50),
+               Applied(RecordType.ENQUEUE, {"b": 2, "id": "c", "pr": 0, "at": 1.0, "t": 1.0,
+                                            "ma": 3, "p": None}, 116, 50)]
+        fast = TolerantReplay()
+        fast.apply_batch(good)
+        with self.assertRaises(Restart):
+            fast.apply_batch(bad)
+        careful = TolerantReplay(careful=True)
+        careful.apply_batch(good)
+        careful.apply_batch(bad)
+        self.assertEqual(sorted(careful.state.jobs), ["a", "c"])
+        self.assertEqual([(s.offset, s.job_id) for s in careful.skipped], [(66, "b")])
+        self.assertEqual(careful.unknown_jobs, ())
+
+    def test_records_about_a_job_never_seen_are_skipped_and_named(self) -> None:
+        replay = TolerantReplay()
+        replay.apply_batch([Applied(RecordType.LEASE, {"b": 7, "id": "lost", "tok": 1,
+                                                       "until": 5.0}, 16, 40)])
+        replay.apply_batch([Applied(RecordType.ENQUEUE, {"b": 8, "id": "new", "pr": 0,
+                                                         "at": 1.0, "t": 1.0, "ma": 3,
+                                                         "p": None}, 56, 50)])
+        self.assertEqual(replay.unknown_jobs, ("lost",))
+        self.assertEqual(list(replay.state.jobs), ["new"])
+        self.assertEqual(replay.state.last_batch, 8)
 
 
 class SalvageBehaviourTest(TempDirTestCase):

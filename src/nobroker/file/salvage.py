@@ -40,7 +40,7 @@ from .fs import FileSystem
 from .lock import SharedLock, release_shared_lock, shared_lock
 from .logfile import LogFile, log_filename, paused_gc
 from .state import QueueState, ReplayError
-from .tolerant import Region, Scan, Skipped, TolerantReplay, find_batches
+from .tolerant import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
 
 __all__ = ["SalvageReport", "SetAside", "salvage"]
 
@@ -153,7 +153,11 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
     with paused_gc():
         scan = find_batches(data, generation, stop_at_damage=point_in_time)
         replay = TolerantReplay()
-        kept = _replay(scan, replay, point_in_time)
+        try:
+            kept = _replay(scan, replay, point_in_time)
+        except Restart:
+            replay = TolerantReplay(careful=True)
+            kept = _replay(scan, replay, point_in_time)
     if not scan.damaged and not replay.skipped:
         return SalvageReport(mode, path, generation, None, len(scan.batches),
                              replay.records, len(replay.state.jobs), (), (), (), (),

@@ -29,10 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import framing
-from .records import Record, loads
-from .state import Applied, QueueState, ReplayError
+from .records import Record, RecordType, loads
+from .state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
 
-__all__ = ["Region", "Scan", "find_batches", "TolerantReplay", "Skipped"]
+# The state each job record requires before it (from the one table the strict
+# replay follows); PURGE and FORGET are about no single live job.
+_REQUIRED: dict[int, JobState] = {rtype: before for (rtype, before) in TRANSITIONS
+             if before is not None and rtype not in (RecordType.PURGE, RecordType.FORGET)}
+
+__all__ = ["Region", "Scan", "find_batches", "read_batch", "TolerantReplay", "Restart",
+           "Skipped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +124,17 @@ def _resume(data: bytes, after: int, end: int, last: int
     hit = data.find(marker, after + 1 + framing.RECORD_HEADER.size, end)
     while hit != -1:
         start = hit - framing.RECORD_HEADER.size
-        batch, stop, _ = read_batch(data, start)
-        if batch is not None:
-            head = batch[0].record
-            number = head["b"]
-            # b == last + 1 right after damage is the tail of that batch (see above),
-            # unless its first record carries "d", which only a batch's first does.
-            if number > last + 1 or (number > last and "d" in head):
+        # The first record alone decides most candidates (the rest of the damaged
+        # batch, record after record): only a plausible start is read as a batch.
+        outcome, _, payload, _ = framing.decode_record(data, start)
+        head = _decode(payload) if outcome == framing.RECORD else None
+        number = None if head is None else head.get("b")
+        # b == last + 1 right after damage is the tail of that batch (see above),
+        # unless its first record carries "d", which only a batch's first does.
+        if head is not None and type(number) is int and (
+                number > last + 1 or (number > last and "d" in head)):
+            batch, stop, _ = read_batch(data, start)
+            if batch is not None:
                 return start, batch, stop
         hit = data.find(marker, hit + 1, end)
     return None
@@ -177,6 +187,10 @@ class Skipped:
     reason: str
 
 
+class Restart(Exception):
+    """A batch failed halfway on the fast path: replay again with careful=True."""
+
+
 class TolerantReplay:
     """Apply batches to `state` a record at a time, skipping what cannot apply.
 
@@ -187,13 +201,27 @@ class TolerantReplay:
     salvage.py replays what it writes strictly before trusting it anyway.
     """
 
-    def __init__(self, state: QueueState | None = None) -> None:
-        self.state = QueueState() if state is None else state
+    def __init__(self, *, careful: bool = False) -> None:
+        self.state = QueueState()
+        self.careful = careful  # every batch record by record (after a Restart)
         self.skipped: list[Skipped] = []
         self.records = 0
 
     def apply_batch(self, batch: Sequence[Applied]) -> None:
         state = self.state
+        number = batch[0].record["b"]
+        if not self.careful and self._plausible(batch):
+            # The usual case: every record fits the state as it is, so the batch is
+            # applied whole, as the strict replay would. A record that still fails
+            # (a malformed field) may leave the state half-applied: Restart says to
+            # replay everything again with careful=True.
+            state.last_batch = number - 1 if number > 1 else 0
+            try:
+                state.apply_batch(batch)
+            except ReplayError:
+                raise Restart from None
+            self.records += len(batch)
+            return
         for applied in batch:
             number = applied.record["b"]
             saved = state.last_batch
@@ -208,6 +236,34 @@ class TolerantReplay:
                                             exc.reason))
                 continue
             self.records += 1
+
+    def _plausible(self, batch: Sequence[Applied]) -> bool:
+        """Whether every record finds its job (or its absence) as it requires, judged
+        against the state before the batch. False sends the batch down the careful
+        path, record by record (also when its records depend on each other)."""
+        jobs, keys = self.state.jobs, self.state.done_keys
+        for rtype, record, _, _ in batch:
+            job_id = record.get("id")
+            required = _REQUIRED.get(rtype)
+            if required is not None:
+                entry = jobs.get(job_id) if isinstance(job_id, str) else None
+                if entry is None or entry.state is not required or (
+                        required is JobState.LEASED and record.get("tok") != entry.token):
+                    return False
+            elif rtype in (RecordType.ENQUEUE, RecordType.JOB):
+                if not isinstance(job_id, str) or job_id in jobs:
+                    return False
+            elif rtype == RecordType.KEY:
+                if job_id in keys:
+                    return False
+            elif rtype == RecordType.FORGET:
+                if job_id not in keys:
+                    return False
+            elif rtype != RecordType.PURGE:
+                # SNAPSHOT checks the batch's job count (a snapshot's tail fails it), and
+                # a record type this check does not know: both go carefully.
+                return False
+        return True
 
     @property
     def unknown_jobs(self) -> tuple[str, ...]:
