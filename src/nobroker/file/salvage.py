@@ -24,6 +24,9 @@ Rules, each for a reason:
 - the queue's lock is held throughout and taken without waiting: while
   another process is inside a call on this queue, salvage refuses;
 - an undamaged log is left alone, byte for byte.
+
+It reads the damaged generation into memory whole (and builds its state, as
+opening does): salvage is a rare, offline repair, and simple beats frugal.
 """
 
 from __future__ import annotations
