@@ -39,6 +39,7 @@ from test_fuzz import (
 
 from nobroker import CorruptLogError, NobrokerError, Queue
 from nobroker.file import framing
+from nobroker.file.inspection import read_records
 from nobroker.file.records import Applied, RecordType
 from nobroker.file.salvage import SalvageReport, salvage
 from nobroker.file.tolerant import Restart, TolerantReplay, find_batches, read_batch
@@ -241,6 +242,20 @@ class SalvageBehaviourTest(TempDirTestCase):
         self.assertEqual(payloads, [{"i": i} for i in range(1, 6)]
                          + [{"many": i} for i in range(3)])
         check_accounting(self, data, report, "first enqueue")
+
+    def test_a_damaged_file_header_costs_only_its_16_bytes(self) -> None:
+        directory, path = self.build()
+        data = self.damage(path, 2)  # the magic
+        records = list(read_records(str(path)))
+        self.assertEqual((records[0].type, records[0].offset, records[0].length),
+                         ("DAMAGED", 0, 16))
+        self.assertEqual(sum(1 for r in records if r.error is None), len(records) - 1)
+        report = salvage(directory)
+        self.assertEqual([(r.offset, r.length) for r in report.set_aside], [(0, 16)])
+        self.assertEqual((report.unknown_jobs, report.skipped), ((), ()))
+        check_accounting(self, data, report, "header")
+        with Queue(directory) as q:
+            self.assertEqual(q.stats().pending, 8)
 
     def test_point_in_time_keeps_only_what_precedes_the_first_damage(self) -> None:
         directory, path = self.build()

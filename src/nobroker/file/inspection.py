@@ -51,15 +51,20 @@ def current_log_path(directory: str, name: str = "default") -> str:
 
 def read_records(path: str) -> Iterator[RawRecord]:
     """Every record of one log file, in order, with a DAMAGED entry for each region
-    that does not frame; raises CorruptLogError for a bad header."""
+    that does not frame (a bad file header included: the records after it are
+    shown all the same); raises CorruptLogError for a file too short for a header."""
     with open(path, "rb") as handle:
         data = handle.read()
+    if len(data) < framing.FILE_HEADER.size:
+        raise CorruptLogError(path, 0, f"{len(data)} bytes: too short for a log header")
+    pos = framing.FILE_HEADER.size
+    end = len(data.rstrip(b"\0"))
     try:
         framing.decode_file_header(data)
     except framing.FrameError as exc:
-        raise CorruptLogError(path, 0, str(exc)) from None
-    pos = framing.FILE_HEADER.size
-    end = len(data.rstrip(b"\0"))
+        resume = _next_record(data, 0, end) if end > pos else pos
+        yield RawRecord(0, "DAMAGED", False, resume, False, None, f"file header: {exc}")
+        pos = resume
     while pos < end:
         outcome, type_byte, payload, nxt = framing.decode_record(data, pos)
         if outcome != framing.RECORD:
@@ -88,9 +93,11 @@ def read_records(path: str) -> Iterator[RawRecord]:
 
 
 def _next_record(data: bytes, pos: int, end: int) -> int:
-    """The first offset after `pos` where an intact record frames (or `end`)."""
+    """The first offset after `pos` where an intact record frames (or `end`), never
+    inside the file header."""
     marker = framing.RESYNC_MARKER
-    hit = data.find(marker, pos + 1 + framing.RECORD_HEADER.size, end)
+    start = max(pos + 1, framing.FILE_HEADER.size) + framing.RECORD_HEADER.size
+    hit = data.find(marker, start, end)
     while hit != -1:
         start = hit - framing.RECORD_HEADER.size
         if framing.decode_record(data, start)[0] == framing.RECORD:

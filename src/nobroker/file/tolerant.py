@@ -146,27 +146,29 @@ def find_batches(data: bytes, generation: int, *, stop_at_damage: bool = False) 
     first damage on is one region (a point-in-time recovery)."""
     end = len(data.rstrip(b"\0"))
     scan = Scan(end=max(end, framing.FILE_HEADER.size))
-    pos, bad_header = framing.FILE_HEADER.size, ""
+    pos = framing.FILE_HEADER.size
     try:
         named = framing.decode_file_header(data)
+        bad_header = "" if named == generation else f"header says generation {named}"
     except framing.FrameError as exc:
-        pos, bad_header = 0, str(exc)
-    else:
-        if named != generation:
-            pos, bad_header = 0, f"header says generation {named}"
+        bad_header = str(exc)
+    if bad_header:
+        # A header has a fixed size: the batches after a damaged one start where
+        # they always do (point-in-time keeps nothing after damage, though).
+        stop = scan.end if stop_at_damage else pos
+        scan.damaged.append(Region(0, stop, f"file header: {bad_header}", ()))
+        if stop_at_damage:
+            return scan
     last = 0
     while pos < end:
-        reason = bad_header
-        if not reason:
-            batch, stop, reason = read_batch(data, pos)
-            if batch is not None:
-                number = batch[0].record["b"]
-                if number > last:
-                    scan.batches.append(batch)
-                    last, pos = number, stop
-                    continue
-                reason = f"batch {number} out of order after batch {last}"
-        bad_header = ""
+        batch, stop, reason = read_batch(data, pos)
+        if batch is not None:
+            number = batch[0].record["b"]
+            if number > last:
+                scan.batches.append(batch)
+                last, pos = number, stop
+                continue
+            reason = f"batch {number} out of order after batch {last}"
         found = None if stop_at_damage else _resume(data, pos, end, last)
         stop = end if found is None else found[0]
         scan.damaged.append(Region(pos, stop - pos, reason, _ids_in(data, pos, stop)))
