@@ -20,6 +20,8 @@ import unittest
 from support import SRC, TempDirTestCase, child_env, tree_digest
 
 from nobroker import Queue
+from nobroker.file.fs import FileSystem
+from nobroker.file.lock import SharedLock
 
 NOBODY = 65534
 # Runs the CLI as another user when we are root (permissions do not bind root), or
@@ -90,6 +92,43 @@ class ReadOnlyFilesTest(TempDirTestCase):
         self.assertEqual(done.returncode, 1)
         self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
         self.assertEqual(tree_digest(self.dir), before)
+
+
+class Refusing(FileSystem):
+    """Opening anything for writing fails with `code`, as an immutable file (EPERM)
+    or a read-only mount (EROFS) does, even for root."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(self.code, os.strerror(self.code), path)
+        return super().open(path, flags, mode)
+
+
+class ReadOnlyLockTest(TempDirTestCase):
+    def test_immutable_files_and_read_only_mounts_get_a_read_only_lock(self) -> None:
+        path = str(self.tmp / "q.lock")
+        Path(path).touch()
+        for code in (errno.EPERM, errno.EROFS, errno.EACCES):
+            lock = SharedLock(Refusing(code), path, readonly=True)
+            try:
+                self.assertIn("locked it read-only", lock.degraded or "")
+                lock.acquire(1.0)  # flock on a read-only descriptor
+                lock.release()
+            finally:
+                lock.close()
+            with self.assertRaises(OSError):  # a writer is never degraded
+                SharedLock(Refusing(code), path)
+
+    def test_no_lock_file_and_no_right_to_create_it_reads_unlocked(self) -> None:
+        lock = SharedLock(Refusing(errno.EROFS), str(self.tmp / "missing.lock"), readonly=True)
+        self.assertIn("reading without the lock", lock.degraded or "")
+        lock.acquire(1.0)
+        self.assertEqual(lock.stamp, -1)  # so every call re-reads NAME.current
+        lock.release()
+        lock.close()
 
 
 class HonestViewsTest(TempDirTestCase):
