@@ -10,12 +10,15 @@ writing.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import time
 import unittest
+from pathlib import Path
 
 from support import SRC, TempDirTestCase, child_env, tree_digest
 
