@@ -529,8 +529,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _complain(str(exc))
         return 2
     except CorruptLogError as exc:
-        _complain(f"{exc} (`nobroker inspect` shows the damage; `nobroker recover "
-                  f"--salvage` keeps every intact batch)")
+        hint = (" (`nobroker inspect` shows the damage; `nobroker recover --salvage` keeps "
+                "every intact batch)" if exc.path.endswith(".log") else "")
+        _complain(f"{exc}{hint}")
         return 1
     except NobrokerError as exc:
         _complain(str(exc))
