@@ -17,10 +17,11 @@ log when an intact later batch follows. Salvage instead walks the whole file:
   still be such a tail when its first record carries no "d" (writers add "d"
   to a batch's first record once an fsync has returned, see commands.Batch);
   then nothing in the bytes can tell, and it is kept as a batch.
-- `TolerantReplay` applies the kept batches to a QueueState one record at a
-  time, skipping (and counting) each record that the strict rules refuse:
-  those about a job whose ENQUEUE was lost, or in a state that lost records
-  would have explained. The strict replay itself stays as it is.
+- `TolerantReplay` applies the kept batches to a QueueState, skipping (and
+  counting) each record that the strict rules refuse: those about a job whose
+  ENQUEUE was lost, or in a state that lost records would have explained. A
+  batch whose records all fit the state goes in whole; the others record by
+  record. The strict replay itself stays as it is.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from .state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
 
 # The state each job record requires before it (from the one table the strict
 # replay follows); PURGE and FORGET are about no single live job.
-_REQUIRED: dict[int, JobState] = {rtype: before for (rtype, before) in TRANSITIONS
-             if before is not None and rtype not in (RecordType.PURGE, RecordType.FORGET)}
+_REQUIRED: dict[int, JobState] = {
+    rtype: before for (rtype, before) in TRANSITIONS
+    if before is not None and rtype not in (RecordType.PURGE, RecordType.FORGET)}
 
 __all__ = ["Region", "Scan", "find_batches", "read_batch", "TolerantReplay", "Restart",
            "Skipped"]
@@ -58,10 +60,6 @@ class Scan:
     batches: list[list[Applied]] = field(default_factory=list)
     damaged: list[Region] = field(default_factory=list)
     end: int = 0  # after the last non-zero byte: what follows is preallocated zeros
-
-    @property
-    def first_damage(self) -> int | None:
-        return self.damaged[0].offset if self.damaged else None
 
 
 def _decode(payload: bytes) -> Record | None:
@@ -194,13 +192,15 @@ class Restart(Exception):
 
 
 class TolerantReplay:
-    """Apply batches to `state` a record at a time, skipping what cannot apply.
+    """Apply batches to a fresh state, skipping the records that cannot apply.
 
-    Each record goes through the state's own apply_batch as a batch of one (the
-    batch number is allowed to jump, since batches were lost), so every rule
-    that decides what a record means is the strict replay's. The state's
-    checks all come before its changes, so a refused record changes nothing;
-    salvage.py replays what it writes strictly before trusting it anyway.
+    Everything goes through the state's own apply_batch (the batch number is
+    allowed to jump, since batches were lost), so every rule that decides what
+    a record means is the strict replay's: a batch that fits goes in whole, any
+    other one record at a time as batches of one. The state checks a job's
+    existence, state and token before changing anything, so a record refused
+    for those reasons changes nothing; salvage.py replays what it writes
+    strictly before trusting it anyway.
     """
 
     def __init__(self, *, careful: bool = False) -> None:
