@@ -44,8 +44,6 @@ from nobroker.file.records import Applied, RecordType
 from nobroker.file.salvage import SalvageReport, salvage
 from nobroker.file.tolerant import Restart, TolerantReplay, find_batches, read_batch
 
-HERE = Path(__file__).resolve().parent
-
 
 def batches_of(data: bytes) -> list[tuple[int, bytes]]:
     """(offset, bytes) of every batch of an undamaged log."""
