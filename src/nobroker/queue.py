@@ -165,6 +165,8 @@ class Queue:
         return self._backend.lease(count, self._visibility(visibility_timeout))
 
     def lease_one(self, *, visibility_timeout: float | None = None) -> Job | None:
+        """Lease the next ready job, or return None at once if none is ready
+        (`lease(1)` without the list; `wait()` blocks until one may be)."""
         jobs = self.lease(1, visibility_timeout=visibility_timeout)
         return jobs[0] if jobs else None
 
@@ -213,6 +215,8 @@ class Queue:
         return self._backend.purge()
 
     def get(self, job_id: str) -> Job:
+        """The job `job_id` as the queue knows it now (read-only: no lease is taken);
+        JobNotFoundError if it knows no such job."""
         return self._backend.get(job_id)
 
     def stats(self) -> QueueStats:
@@ -247,6 +251,8 @@ class Queue:
     # -- lifecycle ----------------------------------------------------------
 
     def close(self) -> None:
+        """Release the queue's files (saving a checkpoint if one is worth it). Calls
+        afterwards raise QueueClosedError; closing twice does nothing."""
         self._backend.close()
 
     def __enter__(self) -> Queue:
