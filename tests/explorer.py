@@ -2022,7 +2022,7 @@ def crash_states(events: Sequence[Event], profile: str, bounds: Bounds | None = 
 def _quiet() -> Iterator[None]:
     """No log lines for the thousands of repairs, and no network-FS probe per open.
 
-    The probe (nobroker.file.store.filesystem_type) reads /proc/self/mountinfo on every
+    The probe (nobroker.file.opening.filesystem_type) reads /proc/self/mountinfo on every
     open and has nothing to do with crash states; the scratch is tmpfs anyway.
     """
     from unittest import mock
@@ -2030,7 +2030,7 @@ def _quiet() -> Iterator[None]:
     disabled = logger.disabled
     logger.disabled = True
     try:
-        with mock.patch("nobroker.file.store.filesystem_type", lambda path: "tmpfs"):
+        with mock.patch("nobroker.file.opening.filesystem_type", lambda path: "tmpfs"):
             yield
     finally:
         logger.disabled = disabled

@@ -34,9 +34,8 @@ from typing import Any, NoReturn
 from . import __version__
 from .codec import loads
 from .errors import NobrokerError, SerializationError
-from .file.compaction import current_filename
 from .file.inspection import RawRecord, current_log_path, read_records
-from .file.logfile import log_filename
+from .file.opening import queue_exists
 from .models import Job, JobState
 from .queue import Queue
 from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
@@ -116,8 +115,7 @@ def _require_queue(args: argparse.Namespace) -> tuple[str, str]:
     directory, name = _directory(args), _name(args)
     if not os.path.isdir(directory):
         raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")
-    if not any(os.path.exists(os.path.join(directory, f))
-               for f in (current_filename(name), log_filename(name, 0))):
+    if not queue_exists(directory, name):
         raise NobrokerError(f"no queue named {name!r} in {directory}")
     return directory, name
 
