@@ -38,13 +38,15 @@ FILE_TIERS: list[tuple[str, frozenset[str]]] = [
                                  "compacting", "inspection", "options"})),
     ("rebuilding and generations", frozenset({"rebuild", "compaction"})),
     ("planning and saving the state", frozenset({"commands", "checkpoint"})),
-    ("the replay state", frozenset({"state", "jobtable"})),
+    ("the replay state", frozenset({"state", "jobtable", "schedule", "relocation",
+                                    "columns"})),
     ("one log file", frozenset({"logfile"})),
     ("records", frozenset({"records"})),
     ("bytes and the OS", frozenset({"framing", "fs", "lock", "wake"})),
 ]
 # The replay state is pure: it imports only itself (and the shared layer).
-PURE = frozenset({"state", "jobtable", "records", "framing"})
+PURE = frozenset({"state", "jobtable", "schedule", "relocation", "columns", "records",
+                  "framing"})
 IMPURE_STDLIB = frozenset({"os", "time", "random", "threading"})
 
 
