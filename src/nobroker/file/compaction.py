@@ -239,7 +239,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
             batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
         batch.add(RecordType.SNAPSHOT, {"tok": state.next_token, "done": state.done,
                                         "jobs": len(state.jobs), "seq": state.next_seq,
-                                        "n": nonce})
+                                        "tot": list(state.totals), "n": nonce})
         data, applied = batch.encode(log.end)
         for start in range(0, len(data), _WRITE_BUFFER):
             log.append(data[start:start + _WRITE_BUFFER])
@@ -261,6 +261,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                                   next_token=state.next_token, done=state.done,
                                   snapshot_seen=True, next_seq=state.next_seq)
     snapshot.latest_time = state.latest_time
+    snapshot.set_totals(state.totals)
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 
