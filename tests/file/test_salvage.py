@@ -27,7 +27,7 @@ from pathlib import Path
 
 from explorer import Bounds, RecordingFS, crash_states
 from support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
-from test_fuzz import (
+from file.test_fuzz import (
     CURRENT,
     LOG0,
     LOG1,
