@@ -27,6 +27,7 @@ from pathlib import Path
 
 from explorer import Bounds, RecordingFS, crash_states
 from support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
+
 from file.test_fuzz import (
     CURRENT,
     LOG0,
@@ -36,7 +37,6 @@ from file.test_fuzz import (
     make_case,
     materialise,
 )
-
 from nobroker import CorruptLogError, NobrokerError, Queue
 from nobroker.file import framing
 from nobroker.file.inspection import read_records
