@@ -42,12 +42,15 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
      persist as any subset, a rename is three independent micro-ops (drop
      the target entry, add it, drop the source), nothing orders data before
      a rename, and the un-written part of a grown file may hold garbage
-     (random bytes) rather than zeros. One restriction, `new_file_garbage`
-     (off by default): a file that never had a durable byte shows zeros, not
-     garbage. nobroker deliberately refuses (CorruptLogError, file kept) to
-     take a first log holding 16 random bytes for a torn creation, since it
-     cannot tell it from someone else's file (tests/test_bad_input.py); no
-     call can have returned on such a queue, so nothing would be lost.
+     (random bytes) rather than zeros, a file that never had a durable byte
+     included (`new_file_garbage`, on by default; off, such a file shows
+     zeros). That case once hid a bug: generation 0 was created in place, so
+     a crash could leave a 16-byte NAME.000000.log of junk, which opening
+     refuses forever (it cannot tell junk from someone else's file) although
+     no call had returned. With the option off by default the explorer never
+     built that state; now generation 0 is created under a temporary name and
+     renamed once its header is durable, and test_explorer_teeth plants the
+     old creation back to show the explorer catches it.
    - `windows`: as ext4ish, but `fsync_dir` does nothing (there is none on
      Windows) and, as NTFS's ordered metadata journal does, a file's fsync
      persists every directory operation issued before it. The spec's
@@ -183,7 +186,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
-from support import file_queue, store_of
+from support import FakeClock, file_queue, store_of
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, NotLeasedError, Queue
 from nobroker.file.fs import FileSystem
@@ -561,12 +564,7 @@ def _scan_frames(data: bytes) -> list[tuple[int, int, dict[str, Any]]]:
 # 2. Driving a workload
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
+EPOCH = 1_700_000_000.0  # where a workload's fake clock starts
 
 
 @dataclass
@@ -598,7 +596,7 @@ class Driver:
     def __init__(self, fs: RecordingFS, directory: str, **queue_kwargs: Any) -> None:
         self.fs = fs
         self.directory = directory
-        self.clock = FakeClock()
+        self.clock = FakeClock(EPOCH)
         # One rng for every handle, as one process has (job ids, jitter, nonces): record()
         # seeds it, so that a workload writes the same bytes every time.
         self.rng = random.Random(0)
@@ -1192,10 +1190,9 @@ class Bounds:
     rot_records: int = 8  # E8: records damaged (sampled when the log holds more)
     compound_states: int = 40  # I8: crash states of one recovery checked (sampled)
     # weak: may a file that never had a durable byte show garbage (not just zeros) where
-    # its data did not land? Off: nobroker deliberately refuses (CorruptLogError, file
-    # kept) to take a garbage first log for a torn creation, since it cannot be told from
-    # someone else's file, and no call can have returned on such a queue.
-    new_file_garbage: bool = False
+    # its data did not land? On: that is what exposed the in-place creation of
+    # generation 0 (see the module docstring and test_explorer_teeth).
+    new_file_garbage: bool = True
     seed: int = 0
 
     @classmethod
@@ -1498,8 +1495,8 @@ class _Opener:
 
     def queue(self, clock: Callable[[], float] | None = None,
               fs: FileSystem | None = None) -> Queue:
-        queue: Queue = file_queue(self.dir, QUEUE, clock=clock or FakeClock(), fs=fs or self.fs,
-                                  **self.kwargs)
+        queue: Queue = file_queue(self.dir, QUEUE, clock=clock or FakeClock(EPOCH),
+                                  fs=fs or self.fs, **self.kwargs)
         return queue
 
     def open(self, state: _State, now: float, continue_: bool) -> _Outcome:
@@ -2022,7 +2019,7 @@ def crash_states(events: Sequence[Event], profile: str, bounds: Bounds | None = 
 def _quiet() -> Iterator[None]:
     """No log lines for the thousands of repairs, and no network-FS probe per open.
 
-    The probe (nobroker.file.store.filesystem_type) reads /proc/self/mountinfo on every
+    The probe (nobroker.file.opening.filesystem_type) reads /proc/self/mountinfo on every
     open and has nothing to do with crash states; the scratch is tmpfs anyway.
     """
     from unittest import mock
@@ -2030,7 +2027,7 @@ def _quiet() -> Iterator[None]:
     disabled = logger.disabled
     logger.disabled = True
     try:
-        with mock.patch("nobroker.file.store.filesystem_type", lambda path: "tmpfs"):
+        with mock.patch("nobroker.file.opening.filesystem_type", lambda path: "tmpfs"):
             yield
     finally:
         logger.disabled = disabled

@@ -2,9 +2,14 @@
 
 Usage::
 
-    python tests/run.py                    # all tests/test_*.py, 2 at a time
-    python tests/run.py -j 1 test_state    # one module, no parallelism
+    python tests/run.py                    # every test_*.py under tests/, 2 at a time
+    python tests/run.py -j 1 test_state    # one module (tests/file/test_state.py)
     python tests/run.py -k recovery        # only tests whose id matches
+
+The folders show what is tested: ``contract/`` (the public API, every
+backend), ``file/`` (the file engine), ``worker/``, ``cli/``; the repository's
+own tooling sits at the top. Helpers (support.py, explorer.py, soak.py) are
+plain modules at the top, importable from every folder.
 
 Theory of operation. The parent finds ``test_*.py`` modules, then runs each one
 in a child process (this same file with ``--child``) through a small thread
@@ -160,19 +165,29 @@ class ModuleResult:
 
 
 def discover(tests_dir: Path, selected: Sequence[str]) -> list[str]:
-    """Module names to run: all ``test_*.py`` in ``tests_dir``, or the selected ones."""
-    available = sorted(p.stem for p in tests_dir.glob("test_*.py"))
+    """Module names to run: every ``test_*.py`` in ``tests_dir`` and its subfolders
+    (``file/test_state.py`` is ``file.test_state``), or the selected ones, named by
+    file name, path or module name. File names are unique across the folders."""
+    found: dict[str, str] = {}  # file stem -> module name
+    for path in sorted(tests_dir.rglob("test_*.py")):
+        parts = path.relative_to(tests_dir).with_suffix("").parts
+        if not all(part.isidentifier() for part in parts):
+            continue  # e.g. data folders (crash_corpus): not packages of tests
+        if path.stem in found:
+            raise SystemExit(f"run.py: two test modules named {path.stem}: "
+                             f"{found[path.stem]} and {'.'.join(parts)}")
+        found[path.stem] = ".".join(parts)
     if not selected:
-        return available
+        return sorted(found.values())
     chosen: list[str] = []
     for name in selected:
         stem = Path(name).stem if name.endswith(".py") else name.rpartition(".")[2]
-        if not stem.startswith("test_") and f"test_{stem}" in available:
+        if not stem.startswith("test_") and f"test_{stem}" in found:
             stem = f"test_{stem}"
-        if stem not in available:
+        if stem not in found:
             raise SystemExit(f"run.py: no test module {name!r} in {tests_dir}")
-        if stem not in chosen:
-            chosen.append(stem)
+        if found[stem] not in chosen:
+            chosen.append(found[stem])
     return chosen
 
 
@@ -322,6 +337,18 @@ def run_all(tests_dir: Path, modules: list[str], patterns: list[str],
             raise
 
 
+def report_skipped_suites(results: list[ModuleResult]) -> None:
+    """Say loudly which whole suites were skipped (a skip reason naming "suite skipped",
+    as the PostgreSQL tests give without a server), so a green run cannot hide them."""
+    suites: dict[str, int] = {}
+    for result in results:
+        for outcome in result.outcomes:
+            if outcome.kind == "skip" and "suite skipped" in outcome.detail:
+                suites[outcome.detail] = suites.get(outcome.detail, 0) + 1
+    for reason, count in sorted(suites.items()):
+        print(f"!!! {reason} ({count} tests NOT RUN)")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="tests/run.py", description="Run nobroker's tests, one process per module.")
@@ -366,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if passed + failed == 0:
         print("no test ran: that counts as a failed run")
     print(f"took {time.monotonic() - started:.2f}s")
+    report_skipped_suites(results)
     print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
     return 0 if failed == 0 and passed > 0 else 1
 
