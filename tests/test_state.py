@@ -31,7 +31,8 @@ from nobroker.file.state import (
 )
 
 RT = RecordType
-JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE)
+JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE, RT.CANCEL,
+             RT.DELETE)
 
 
 class Log:
@@ -100,6 +101,19 @@ def forget(job_id: str) -> tuple[int, dict[str, Any]]:
     return RT.FORGET, {"id": job_id}
 
 
+def ack_result(job_id: str, tok: int, result: Any = None, t: float = 1.0, keep: float = 10.0
+               ) -> tuple[int, dict[str, Any]]:
+    return RT.ACK, {"id": job_id, "tok": tok, "t": t, "keep": keep, "r": result}
+
+
+def cancel(job_id: str, t: float = 1.0, keep: float = 10.0) -> tuple[int, dict[str, Any]]:
+    return RT.CANCEL, {"id": job_id, "t": t, "keep": keep}
+
+
+def delete(job_id: str) -> tuple[int, dict[str, Any]]:
+    return RT.DELETE, {"id": job_id}
+
+
 def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
     """The snapshot batch compaction writes for `state` (docs: JOB*, KEY*, SNAPSHOT)."""
     out: list[tuple[int, dict[str, Any]]] = []
@@ -134,6 +148,9 @@ def in_state(before: JobState | None, *, ma: int = 3) -> tuple[QueueState, Log]:
         state.apply_batch(log.batch(ack("j", 1)))
         return state, log
     state.apply_batch(log.batch(enq("j", ma=ma)))
+    if before is JobState.CANCELLED:
+        state.apply_batch(log.batch(cancel("j")))
+        return state, log
     if before in (JobState.LEASED, JobState.DEAD):
         state.apply_batch(log.batch(lease("j", 1)))
     if before is JobState.DEAD:
@@ -148,7 +165,8 @@ def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any
         RT.ACK: lambda: ack(job_id, 1), RT.NACK: lambda: nack(job_id, 1),
         RT.EXTEND: lambda: extend(job_id, 1), RT.EXPIRE: lambda: expire(job_id, 1),
         RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge,
-        RT.FORGET: lambda: forget(job_id)}
+        RT.FORGET: lambda: forget(job_id), RT.CANCEL: lambda: cancel(job_id),
+        RT.DELETE: lambda: delete(job_id)}
     return makers[rtype]()
 
 
@@ -297,13 +315,16 @@ class TransitionTableTest(unittest.TestCase):
                         self.assertIsNone(got, "a done job leaves the job table")
                     elif rtype is RT.FORGET:
                         self.assertNotIn("j", s.done_keys, "the key is forgotten")
+                        self.assertNotIn("j", s.jobs, "and the finished job with it")
                     else:
                         self.assertIs(got, after)
                     self.assertEqual((s.pending, s.leased, s.dead), recount(s))
+                    self.assertEqual(s.kept, len(list(s.entries(finished=True)))
+                                     - len(s.jobs))
 
     def test_every_unlisted_transition_is_a_replay_error(self) -> None:
         befores: list[JobState | None] = [None, JobState.PENDING, JobState.LEASED,
-                                          JobState.DEAD]
+                                          JobState.DEAD, JobState.CANCELLED]
         for rtype in (RT.ENQUEUE, *JOB_TYPES):
             for before in befores:
                 if (rtype, before) in TRANSITIONS:

@@ -9,6 +9,7 @@ outside the lock) belong to the `FileStore` (store.py); every call here is one
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -16,13 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from .backoff import BackoffPolicy
-from .errors import JobNotFoundError, NotLeasedError, SerializationError
+from .errors import JobNotFoundError, NotLeasedError, SerializationError, TaskFailed
 from .file.commands import (
     Batch,
     check_lease,
+    plan_ack,
+    plan_cancel,
+    plan_delete_dead,
     plan_enqueue,
     plan_enqueue_many,
     plan_lease,
+    plan_nack,
+    plan_pause,
     plan_purge,
     plan_requeue,
     plan_settle,
@@ -37,6 +43,8 @@ __all__ = ["Queue"]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 _MISSING: Any = object()
+_FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+_AWAIT_SLICE = 1.0  # aresult waits in a worker thread at most this long per call
 MAX_ERROR_LENGTH = 4000
 _INT_LIMIT = 2**53  # integers beyond this do not survive a round trip through most JSON readers
 
@@ -51,7 +59,8 @@ class Queue:
     def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
                  fsync: bool = True, visibility_timeout: float = 30.0, max_attempts: int = 5,
                  backoff: BackoffPolicy | None = None, lock_timeout: float = 10.0,
-                 key_retention: float = 86400.0, auto_compact: float | None = 0.5,
+                 key_retention: float = 86400.0, result_ttl: float = 86400.0,
+                 auto_compact: float | None = 0.5,
                  readonly: bool = False, allow_network_fs: bool = False,
                  clock: Callable[[], float] = time.time, _fs: FileSystem = OS) -> None:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -61,6 +70,7 @@ class Queue:
         self.max_attempts = _check_int("max_attempts", max_attempts, 1, _INT_LIMIT)
         self.lock_timeout = check_number("lock_timeout", lock_timeout, minimum=0)
         self.key_retention = check_number("key_retention", key_retention, minimum=0)
+        self.result_ttl = check_number("result_ttl", result_ttl, minimum=0)
         if auto_compact is not None:
             check_number("auto_compact", auto_compact, minimum=0)
             if not 0 < auto_compact < 1:
@@ -86,14 +96,24 @@ class Queue:
     # -- views --------------------------------------------------------------
 
     def _view(self, entry: Entry, payload: Any = _MISSING) -> Job:
-        leased = entry.state is JobState.LEASED
+        state = entry.state
+        if state is JobState.DONE or state is JobState.CANCELLED:
+            # Kept with its outcome: no payload; the result and the finishing time are
+            # read from the record that holds them.
+            finished_at, result = self._store.outcome(entry)
+            return Job(id=entry.id, payload=None, priority=entry.priority,
+                       attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
+                       available_at=finished_at, enqueued_at=entry.enqueued_at,
+                       last_error=entry.last_error, result=result, finished_at=finished_at)
+        leased = state is JobState.LEASED
         return Job(
             id=entry.id,
             payload=self._store.payload(entry) if payload is _MISSING else payload,
             priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
-            state=entry.state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
+            state=state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
             last_error=entry.last_error, token=entry.token if leased else None,
-            lease_expires_at=entry.lease_until if leased else None)
+            lease_expires_at=entry.lease_until if leased else None,
+            finished_at=entry.available_at if state is JobState.DEAD else None)
 
     @staticmethod
     def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
@@ -104,9 +124,10 @@ class Queue:
 
     @staticmethod
     def _done_view(job_id: str, done_at: float) -> Job:
+        """A finished keyed job acked without a result: only its id and time are known."""
         return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                    state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
-                   last_error=None)
+                   last_error=None, finished_at=done_at)
 
     # -- producing ----------------------------------------------------------
 
@@ -190,10 +211,29 @@ class Queue:
         jobs = self.lease(1, visibility_timeout=visibility_timeout)
         return jobs[0] if jobs else None
 
-    def ack(self, job: Job) -> None:
-        """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current."""
+    def _result(self, result: Any, result_ttl: float | None) -> tuple[str | None, float]:
+        """The result's JSON text (None: no result was passed) and its retention."""
+        ttl = self.result_ttl if result_ttl is None else check_number(
+            "result_ttl", result_ttl, minimum=0)
+        if result is _MISSING:
+            return None, ttl
+        try:
+            return encode_payload(result), ttl
+        except ValueError as exc:
+            raise SerializationError(f"result: {exc}".replace("result: payload", "result", 1))\
+                from None
+
+    def ack(self, job: Job, *, result: Any = _MISSING, result_ttl: float | None = None) -> None:
+        """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current.
+
+        With `result` (any JSON value, None included), the job is kept as done
+        with its result for `result_ttl` seconds (default: the queue's), for
+        `get` and `result` to read; without it, nothing is kept (but a keyed
+        job's id, for `key_retention`)."""
+        text, ttl = self._result(result, result_ttl)
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            plan_settle(state, batch, now, RecordType.ACK, job.id, job.token, t=now)
+            plan_ack(state, batch, now, job.id, job.token, text, ttl, self.key_retention)
             return lambda: None
 
         self._store.write(plan, spare=job.id)
@@ -209,18 +249,22 @@ class Queue:
                 check_lease(state, job.id, job.token)
             for job in jobs:
                 batch.add(RecordType.ACK, {"id": job.id, "tok": job.token, "t": now})
+            batch.finishes += len(jobs)
             return lambda: None
 
         if jobs:
             self._store.write(plan, spare=frozenset(job.id for job in jobs))
 
-    def ack_and_lease(self, job: Job, *,
+    def ack_and_lease(self, job: Job, *, result: Any = _MISSING,
+                      result_ttl: float | None = None,
                       visibility_timeout: float | None = None) -> Job | None:
-        """Ack `job` and lease the next ready job in the same batch (one fsync)."""
+        """Ack `job` (with `result`, as `ack` does) and lease the next ready job in the
+        same batch (one fsync)."""
         timeout = self._visibility(visibility_timeout)
+        text, ttl = self._result(result, result_ttl)
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job | None]:
-            plan_settle(state, batch, now, RecordType.ACK, job.id, job.token, t=now)
+            plan_ack(state, batch, now, job.id, job.token, text, ttl, self.key_retention)
             # The acked job is still leased while we plan, so ready() cannot offer it.
             leased = plan_lease(state, batch, now, 1, timeout)
             jobs = state.jobs
@@ -236,10 +280,7 @@ class Queue:
         wait = None if delay is None else check_number("delay", delay, minimum=0)
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
-            entry = check_lease(state, job.id, job.token)
-            pause = wait if wait is not None else self.backoff.delay(entry.attempts)
-            plan_settle(state, batch, now, RecordType.NACK, job.id, job.token,
-                        at=now + pause, err=error)
+            plan_nack(state, batch, now, job.id, job.token, error, wait, self.backoff)
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
         return self._store.write(plan, spare=job.id)
@@ -264,13 +305,19 @@ class Queue:
         An idle worker blocked here uses no CPU.
         """
         timeout = check_number("timeout", timeout, minimum=0)
-        self._store.prepare_wait()  # before looking, so a poke from now on is kept for us
-        due = self._store.read(QueueState.next_wakeup)
-        now = float(self._clock())
-        if due is not None and due <= now:
-            return True
-        limit = timeout if due is None else min(timeout, due - now)
-        return self._store.wait(limit) or (due is not None and due <= self._clock())
+        deadline = time.monotonic() + timeout
+        while True:
+            self._store.prepare_wait()  # before looking, so a poke from now on is kept
+            paused, due = self._store.read(_wake_facts)
+            now = float(self._clock())
+            if due is not None and due <= now:
+                return True
+            left = deadline - time.monotonic()
+            limit = left if due is None else min(left, due - now)
+            woken = self._store.wait(limit)
+            if not (paused and woken):
+                return woken or (due is not None and due <= self._clock())
+            # Paused: a poke for a new job leases nothing yet; wait on, for RESUME.
 
     # -- operating ----------------------------------------------------------
 
@@ -290,7 +337,117 @@ class Queue:
 
         return self._store.write(plan)
 
+    def delete_dead(self, job_id: str | None = None) -> int:
+        """Delete one dead job (JobNotFoundError if it is not dead), or every dead job;
+        returns how many. Recorded in the log, like every change."""
+        if job_id is not None:
+            check_id(job_id)
+
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
+            count = plan_delete_dead(state, batch, now, job_id)
+            return lambda: count
+
+        return self._store.write(plan)
+
+    # -- job control --------------------------------------------------------
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a pending or leased job; False if it is finished, dead or unknown.
+
+        A pending job is never leased. A leased one is revoked: its holder's
+        later ack, nack or extend raises NotLeasedError and its result is
+        never stored. Either way the job is kept as cancelled for `result_ttl`
+        seconds, so that `get` and `result` can say so."""
+        check_id(job_id)
+
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], bool]:
+            cancelled = plan_cancel(state, batch, now, job_id, self.result_ttl)
+            return lambda: cancelled
+
+        return self._store.write(plan)
+
+    def pause(self) -> None:
+        """Stop leasing: lease() returns nothing and wait() blocks until resume(), in
+        every process. Enqueueing goes on; leased jobs finish normally."""
+        self._set_paused(True)
+
+    def resume(self) -> None:
+        """Lease again after pause(); idle workers wake at once."""
+        self._set_paused(False)
+
+    def _set_paused(self, paused: bool) -> None:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
+            plan_pause(state, batch, now, paused)
+            return lambda: None
+
+        self._store.write(plan)
+
+    # -- results ------------------------------------------------------------
+
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """Wait until the job finishes and return its result (what `ack(result=)`
+        stored; None if it was acked without one).
+
+        Raises TaskFailed if it ended dead or cancelled, TimeoutError if it has
+        not finished within `timeout` seconds (None: wait as long as it takes),
+        JobNotFoundError for an id the queue does not know (never enqueued, or
+        finished and forgotten). Woken by the ack, in any process: no polling."""
+        job = self.wait_finished(job_id, timeout)
+        if job is None:
+            raise TimeoutError(f"job {job_id!r} did not finish within {timeout:g}s")
+        if job.state is not JobState.DONE:
+            raise TaskFailed(job.id, str(job.state), job.last_error)
+        return job.result
+
+    async def aresult(self, job_id: str, timeout: float | None = None) -> Any:
+        """`result` for asyncio code: waits in a worker thread, never on the loop."""
+        limit = None if timeout is None else check_number("timeout", timeout, minimum=0)
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            left = _AWAIT_SLICE if deadline is None else min(
+                _AWAIT_SLICE, max(0.0, deadline - time.monotonic()))
+            # In slices, so that a cancelled await leaves no thread waiting for long.
+            job = await asyncio.to_thread(self.wait_finished, job_id, left)
+            if job is not None:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id!r} did not finish within {limit:g}s")
+        if job.state is not JobState.DONE:
+            raise TaskFailed(job.id, str(job.state), job.last_error)
+        return job.result
+
+    def wait_finished(self, job_id: str, timeout: float | None = None) -> Job | None:
+        """The job once it is done, dead or cancelled; None if `timeout` passed first.
+        Raises JobNotFoundError for an id the queue does not know (or no longer)."""
+        check_id(job_id)
+        limit = None if timeout is None else check_number("timeout", timeout, minimum=0)
+        deadline = None if limit is None else time.monotonic() + limit
+        waiter = None
+        try:
+            while True:
+                job = self._finished_view(job_id)
+                if job is not None:
+                    return job
+                if waiter is None:  # look again once writers can poke us
+                    waiter = self._store.finish_waiter()
+                    continue
+                left = 3600.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                waiter.wait(left)
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    def _finished_view(self, job_id: str) -> Job | None:
+        """get(job_id) if it has finished, None while it is pending or leased."""
+        job = self.get(job_id)
+        return job if job.state in _FINISHED else None
+
     def get(self, job_id: str) -> Job:
+        """The job with this id: live, or finished and still kept (with its result,
+        finishing time and attempts), or a finished keyed job's bare id. Raises
+        JobNotFoundError otherwise."""
         def query(state: QueueState) -> Job:
             entry = state.jobs.get(job_id)
             if entry is not None:
@@ -308,7 +465,8 @@ class Queue:
             return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
                               total=s.pending + s.leased + s.dead,
                               generation=self._store.generation,
-                              log_bytes=self._store.log_bytes)
+                              log_bytes=self._store.log_bytes, paused=s.paused,
+                              kept=s.kept)
 
         return self._store.read(query)
 
@@ -316,8 +474,6 @@ class Queue:
                   limit: int | None = None) -> list[Job]:
         """Jobs in enqueue order, optionally of one state, at most `limit`."""
         wanted = JobState(state) if state is not None else None
-        if wanted is JobState.DONE:
-            raise ValueError("finished jobs are not listed; only their keys are remembered")
         if limit is not None:
             limit = _check_int("limit", limit, 0)
 
@@ -356,6 +512,12 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue({self.directory!r}, name={self.name!r})"
+
+
+def _wake_facts(state: QueueState) -> tuple[bool, float | None]:
+    """What wait() needs: whether the queue is paused, and when a job may be due
+    (never, while paused: only RESUME makes one leasable)."""
+    return state.paused, None if state.paused else state.next_wakeup()
 
 
 def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:

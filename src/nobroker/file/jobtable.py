@@ -13,6 +13,14 @@ a dict. Fields most jobs never use (lease, error) are sparse dicts by seq.
 The table also keeps the indexes that answer "which job is due": a FIFO
 lane per priority, lazy heaps for the rest, and the lease deadlines.
 
+A finished job whose outcome is kept (acked with a result, or cancelled)
+stays in its slot with the code DONE or CANCELLED until its retention ends:
+for it, `available_at` holds the moment its retention ends, and
+`record_offset`/`size` locate the record that holds its result and the time
+it finished (an ACK, a CANCEL or a snapshot's FINISHED record). Its result
+stays on disk; the table holds no Python object per finished job, only an
+array of seqs in the order their retention ends (`_kept`).
+
 It keeps no counters: the state counts jobs by state, and bytes, as it
 applies the rules. The state reads the columns directly, on its hot paths,
 but changes them only through the methods below (add, lease, hold, unhold,
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, islice
@@ -32,8 +40,8 @@ from typing import Any, Final
 from ..models import JobState
 
 __all__ = ["JobState", "Entry", "ReplayError", "Columns", "JobTable",
-           "seq_id", "id_seq", "SEQ_LIMIT", "SEQ_MAX", "PENDING", "LEASED", "DEAD", "FREE",
-           "KEYED", "CODES", "CODE_STATES"]
+           "seq_id", "id_seq", "SEQ_LIMIT", "SEQ_MAX", "PENDING", "LEASED", "DEAD", "DONE",
+           "CANCELLED", "FREE", "FINISHED_CODES", "KEYED", "CODES", "CODE_STATES"]
 
 
 # Entry and ReplayError belong to the state's vocabulary (state.py re-exports
@@ -65,7 +73,7 @@ class Entry:
     lease_until: float
     last_error: str | None
     keyed: bool
-    loc: int  # offset of the record holding the payload, in the current generation
+    loc: int  # offset of the record holding the payload (a finished job: its result)
     size: int  # bytes of that record, for the live-bytes estimate
 
 
@@ -76,14 +84,19 @@ _HEX: Final = "0123456789abcdef"
 SEQ_MAX: Final = 1 << 62  # past it a seq could overflow an int64 column
 
 # Slot state codes (the checkpoint's too) and flags.
-PENDING, LEASED, DEAD, FREE = 0, 1, 2, 3
-CODE_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
-CODES: Final = {JobState.PENDING: PENDING, JobState.LEASED: LEASED, JobState.DEAD: DEAD}
+PENDING, LEASED, DEAD, DONE, CANCELLED, FREE = 0, 1, 2, 3, 4, 5
+CODE_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD, JobState.DONE,
+                      JobState.CANCELLED)
+CODES: Final = {JobState.PENDING: PENDING, JobState.LEASED: LEASED, JobState.DEAD: DEAD,
+                JobState.DONE: DONE, JobState.CANCELLED: CANCELLED}
+FINISHED_CODES: Final = (DONE, CANCELLED)  # finished jobs kept with their outcome
 KEYED: Final = 1  # the id is a caller's idempotency key
 _NAMED: Final = 2  # the id is not seq_id(seq): it lives in the ids/names dicts
 _LANED: Final = 4  # pending since its enqueue and queued in its priority's lane
 
-_FREE_TO_ZERO: Final = bytes([1, 1, 1, 0] + [1] * 252)  # live slot -> 1, hole -> 0
+_FREE_TO_ZERO: Final = bytes([1] * FREE + [0] + [1] * (255 - FREE))  # a hole -> 0, else 1
+_LIVE_MASK: Final = bytes([1, 1, 1] + [0] * 253)  # pending, leased or dead -> 1
+_KEPT_MASK: Final = bytes([0, 0, 0, 1, 1] + [0] * 251)  # done or cancelled -> 1
 _PENDING_MASK: Final = bytes([1] + [0] * 255)  # pending slot -> 1
 _WITH_LANED: Final = bytes((flags | _LANED) & 0xFF for flags in range(256))
 _MAX_LANES: Final = 16  # ready() looks at every lane: other priorities use the heaps
@@ -124,7 +137,7 @@ class Columns:
     """The live jobs in enqueue order, one array per field: what a checkpoint holds."""
 
     seqs: array[int]
-    states: bytes  # 0 pending, 1 leased, 2 dead
+    states: bytes  # 0 pending, 1 leased, 2 dead, 3 done, 4 cancelled (see FINISHED_CODES)
     keyed: bytes  # 0 or 1
     priority: array[int]
     available_at: array[float]
@@ -209,6 +222,11 @@ class JobTable:
         self._delayed: list[tuple[float, int, int]] = []  # (available_at, seq, stamp)
         self._ready: list[tuple[int, int, int]] = []  # (-priority, seq, stamp)
         self._deadlines: list[tuple[float, int, int]] = []  # (lease_until, token, seq)
+        # Finished jobs kept with their outcome, by when their retention ends (their
+        # available_at): appended in that order as acks come (times only rise in the
+        # log), inserted in place otherwise. Items before _kept_head are consumed.
+        self._kept = array("q")
+        self._kept_head = 0
 
     @classmethod
     def from_columns(cls, columns: Columns, next_seq: int) -> JobTable:
@@ -220,7 +238,7 @@ class JobTable:
                 c.max_attempts, c.attempts, c.token, c.lease_until, c.loc, c.size)):
             raise ReplayError(0, "column lengths disagree")
         seqs = c.seqs
-        if (c.states.translate(None, b"\0\1\2") or c.keyed.translate(None, b"\0\1")
+        if (c.states.translate(None, b"\0\1\2\3\4") or c.keyed.translate(None, b"\0\1")
                 or type(next_seq) is not int or not 0 <= next_seq <= SEQ_MAX
                 or (count and not (0 <= seqs[0] and seqs[-1] < next_seq))
                 or not all(map(int.__lt__, seqs, islice(seqs, 1, None)))):
@@ -260,6 +278,9 @@ class JobTable:
             slot = states.find(LEASED, slot + 1)
         heapq.heapify(table._deadlines)
         table._schedule_all()
+        kept = [seqs[slot] for slot in compress(range(count), c.states.translate(_KEPT_MASK))]
+        kept.sort(key=lambda seq: table.available_at[table.slot(seq)])
+        table._kept = array("q", kept)
         table.set_next_seq(next_seq)
         return table
 
@@ -468,7 +489,7 @@ class JobTable:
         if code == LEASED:  # an ack: the common case
             del self.leases[seq]
             del self.held[self.id(slot) if job_id is None else job_id]
-        else:
+        elif code == PENDING:
             self._versions.pop(seq, None)
         self.code[slot] = FREE
         self.holes += 1
@@ -491,6 +512,51 @@ class JobTable:
         self._ready.clear()
         return removed, size
 
+    def finish(self, slot: int, job_id: str, code: int, kept_until: float, loc: int,
+               size: int) -> int:
+        """Pending or leased job `slot` finishes as DONE or CANCELLED and is kept until
+        `kept_until`, its outcome in the record at `loc`; returns its old record's size."""
+        seq, old = self.seqs[slot], self.code[slot]
+        if old == LEASED:
+            self.unhold(seq, job_id)
+        elif old == PENDING:  # its lane and heap entries are stale from now on
+            self.flags[slot] &= ~_LANED & 0xFF
+            self._versions.pop(seq, None)
+        self.code[slot] = code
+        self.available_at[slot] = kept_until
+        freed = self.size[slot]
+        self.record_offset[slot], self.size[slot] = loc, size
+        kept, at = self._kept, self.available_at
+        if len(kept) == self._kept_head or at[self.slot(kept[-1])] <= kept_until:
+            kept.append(seq)  # the usual case: retention ends in the order jobs finish
+        else:
+            where = bisect_right(kept, kept_until, self._kept_head,
+                                 key=lambda other: at[self.slot(other)])
+            kept.insert(where, seq)
+        return freed
+
+    def kept_until_before(self, before: float) -> list[int]:
+        """Slots of finished jobs whose retention ends at or before `before`, in that
+        order. Drops consumed items at the head of the index for good."""
+        kept, code, at = self._kept, self.code, self.available_at
+        found: list[int] = []
+        index = self._kept_head
+        while index < len(kept):
+            slot = self.slot(kept[index])
+            if slot < 0 or code[slot] not in FINISHED_CODES:  # forgotten since
+                index += 1
+                if not found:
+                    self._kept_head = index
+                continue
+            if at[slot] > before:
+                break
+            found.append(slot)
+            index += 1
+        if self._kept_head > 4096 and self._kept_head * 2 > len(kept):
+            del kept[:self._kept_head]
+            self._kept_head = 0
+        return found
+
     def start_batch(self) -> None:
         """A new batch is being applied: the previous one's new jobs are viewed already."""
         self.recent.clear()
@@ -501,6 +567,10 @@ class JobTable:
             self.errors.pop(seq, None)
         else:
             self.errors[seq] = error
+
+    def set_available(self, slot: int, at: float) -> None:
+        """Job `slot`'s available_at, for a job that is not pending (see set_code)."""
+        self.available_at[slot] = at
 
     def make_pending(self, slot: int, at: float, *, reset_attempts: bool = False) -> int:
         """Job `slot` becomes pending again, leasable from `at` (a retry, or a dead
@@ -531,7 +601,7 @@ class JobTable:
         """Drop the holes removed jobs left (lanes and heaps hold seqs, not slots)."""
         holes, self.holes, self._layout = self.holes, 0, self._layout + 1
         self.recent.clear()
-        lead = len(self.code) - len(self.code.lstrip(b"\3"))
+        lead = len(self.code) - len(self.code.lstrip(bytes([FREE])))
         if lead == holes:  # FIFO consumption: the holes are a prefix, cut it
             for name in _COLUMN_NAMES:
                 del getattr(self, name)[:lead]
@@ -731,14 +801,15 @@ class JobTable:
                 times.append(self.available_at[first[0][2]])
         return min(times) if times else None
 
-    def entries(self, state: JobState | None = None) -> Iterator[Entry]:
-        """Jobs in enqueue order, optionally of one state. Do not change the table
-        while iterating: a pack would move the slots (RuntimeError)."""
+    def entries(self, state: JobState | None = None, *,
+                finished: bool = False) -> Iterator[Entry]:
+        """Jobs in enqueue order, optionally of one state; without a state, the live
+        ones (pending, leased, dead) and with `finished` the kept finished ones too.
+        Do not change the table while iterating: a pack would move the slots
+        (RuntimeError)."""
         code, layout = self.code, self._layout
         if state is not None:
-            wanted = CODES.get(state)
-            if wanted is None:  # DONE: finished jobs are not kept
-                return
+            wanted = CODES[state]
             slot = code.find(wanted)
             while slot >= 0:
                 if self._layout != layout:
@@ -753,7 +824,7 @@ class JobTable:
                 self.seqs, code, self.flags, self.priority, self.available_at,
                 self.enqueued_at, self.max_attempts, self.attempts, self.record_offset,
                 self.size, strict=True):
-            if job_code == FREE:
+            if job_code == FREE or (job_code > DEAD and not finished):
                 continue
             if self._layout != layout:
                 raise RuntimeError("the state changed during entries()")

@@ -49,10 +49,11 @@ from ..errors import (
 from ..models import CompactionResult, RecoveryReport
 from . import checkpoint, compaction, framing
 from .commands import Batch, plan_reclaim
+from .finished import FinishSignal, FinishWaiter, finish_directory
 from .fs import NETWORK_FILESYSTEMS, FileSystem, filesystem_type
 from .lock import release_shared_lock, shared_lock
 from .logfile import LogFile, ScanResult, log_filename, paused_gc
-from .records import loads
+from .records import RecordType, loads
 from .state import Entry, QueueState
 from .wake import WakeChannel
 
@@ -69,6 +70,9 @@ CHECKPOINT_EVERY_BYTES = 8 << 20  # a live handle checkpoints at least this far 
 CHECKPOINT_AFTER_BYTES = 1 << 20  # close() saves a checkpoint when this much was logged since
 # Queues (realpath/NAME) whose log fsync failed in this process: the next open rescues them.
 _FSYNC_FAILED: set[str] = set()
+# Record type holding a kept finished job's outcome -> its field for the finishing time.
+_OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: "t", RecordType.CANCEL: "t",
+                                  RecordType.FINISHED: "fin"}
 
 
 class FileStore:
@@ -109,6 +113,7 @@ class FileStore:
             # Checked before the lock file is opened (O_CREAT): read-only creates nothing.
             raise NobrokerError(f"no queue named {name!r} in {self.directory}")
         self._wake = WakeChannel(os.path.join(self.directory, f"{name}.wake"))
+        self._finished = FinishSignal(finish_directory(self.directory, name))
         try:
             self._lock = shared_lock(fs, self._lock_path)
         except OSError as exc:  # e.g. the lock file's name is taken by a directory
@@ -401,9 +406,9 @@ class FileStore:
                 # Expiries first, as a batch of their own, so that the call sees
                 # their effect (a reclaimed job with no backoff is leasable now).
                 self._commit(batch)
-                reclaimed = batch.wakes
+                reclaimed, finished = batch.wakes, batch.finishes
                 batch = Batch(state.last_batch + 1, live.durable)
-                batch.wakes = reclaimed
+                batch.wakes, batch.finishes = reclaimed, finished
             build = plan(state, batch, now)
             if batch:
                 self._commit(batch)
@@ -422,6 +427,8 @@ class FileStore:
             self._wake.notify(batch.wakes)
         if synced is not None:
             self._sync(synced, offset)
+        if batch.finishes:  # after the fsync: a woken waiter may act on the outcome
+            self._finished.notify()
         if due:
             self._auto_compact()
         elif checkpoint_due:
@@ -487,7 +494,23 @@ class FileStore:
         except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug
             raise CorruptLogError(current.path, entry.loc, "payload is not JSON") from None
 
+    def outcome(self, entry: Entry) -> tuple[float, Any]:
+        """A kept finished job's (finished_at, result), read from the record that holds
+        them (an ACK, CANCEL or FINISHED record); under the lock."""
+        current = self._live_log()
+        found = current.record_at(entry.loc)
+        if found is None or found[0] not in _OUTCOME_FIELD or found[1].get("id") != entry.id:
+            raise CorruptLogError(current.path, entry.loc, "finished job's record unreadable")
+        record = found[1]
+        return float(record[_OUTCOME_FIELD[found[0]]]), record.get("r")
+
     # -- waking -------------------------------------------------------------
+
+    def finish_waiter(self) -> FinishWaiter:
+        """A pipe of one's own that writers poke whenever a job finishes; look at the
+        job after making it, then wait on it (see finished.py)."""
+        self._usable()
+        return FinishWaiter(finish_directory(self.directory, self.name))
 
     def prepare_wait(self) -> None:
         """Keep any poke from now on for the next wait(); call it before looking."""
@@ -640,6 +663,7 @@ class FileStore:
                 log.warning("could not save a checkpoint of %r: %s", self.name, exc)
         self._closed = True
         self._wake.close()
+        self._finished.close()
         if self._log is not None and os.getpid() == self._pid:
             self._retire(self._log)
             release_shared_lock(self._lock)
