@@ -278,7 +278,7 @@ class ModuleCliTest(CliCase):
         self.fails(2, "enqueue", "{}", "--priority", "high", mentions="--priority")
         self.fails(2, "enqueue", "{}", "--delay", "-1", mentions="--delay")
         self.fails(2, "enqueue", "{}", "--max-attempts", "0", mentions="--max-attempts")
-        self.fails(2, "list", "--state", "done", mentions="--state")
+        self.fails(2, "list", "--state", "finished", mentions="--state")
         self.fails(2, "frobnicate", mentions="frobnicate")
         self.fails(2, mentions="required", dir=True)
         self.fails(2, "work", "tasks", mentions="MODULE:FUNCTION")

@@ -1,0 +1,321 @@
+"""FileBackend: the queue operations of the Backend protocol, over the file log.
+
+Each operation is one `store.write(plan)` or `store.read(query)` (store.py
+owns the files, the lock and the commit protocol): a plan decides the
+records an operation writes against the replay state (commands.py), and
+returns what builds the operation's result once they are committed. This
+module also turns the state's entries into the `Job` views the protocol
+returns. Arguments arrive checked and payloads as JSON text (see
+nobroker/backend.py); every time comes from the store's never-backwards
+clock and every random choice from the settings' rng.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..backend import Capabilities, Settings
+from ..errors import JobNotFoundError, NotLeasedError
+from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .commands import (
+    Batch,
+    check_lease,
+    plan_ack,
+    plan_cancel,
+    plan_delete_dead,
+    plan_enqueue,
+    plan_enqueue_many,
+    plan_lease,
+    plan_nack,
+    plan_pause,
+    plan_purge,
+    plan_requeue,
+    plan_settle,
+)
+from .options import FileOptions
+from .records import RecordType
+from .state import Entry, QueueState
+from .store import FileStore
+
+__all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
+
+CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True)
+_MISSING: Any = object()
+_FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+_LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
+
+
+class FileBackend:
+    """The queue `name` in `directory`: opened (created unless read-only) and recovered.
+
+    `settings` are the Queue's, checked; `options` the file engine's own
+    (FileOptions: auto-compaction, network file systems, and the test hooks).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], name: str, settings: Settings,
+                 options: FileOptions | None = None) -> None:
+        self.name = name
+        self.location = os.path.abspath(os.fspath(directory))
+        self.settings = settings = settings.filled()
+        self.options = options if options is not None else FileOptions()
+        self.capabilities = CAPABILITIES
+        self.store = FileStore(self.location, name, settings, self.options)
+        self.recovery: RecoveryReport | None = self.store.recovery
+        self._backoff = settings.backoff
+        assert settings.rng is not None  # filled() gave it one
+        self._rng = settings.rng
+        self._key_retention = settings.key_retention
+        self._result_ttl = settings.result_ttl
+
+    # -- views --------------------------------------------------------------
+
+    def _view(self, entry: Entry, payload: Any = _MISSING) -> Job:
+        state = entry.state
+        if state is JobState.DONE or state is JobState.CANCELLED:
+            # Kept with its outcome: no payload; the result and the finishing time are
+            # read from the record that holds them.
+            finished_at, result = self.store.outcome(entry)
+            return Job(id=entry.id, payload=None, priority=entry.priority,
+                       attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
+                       available_at=finished_at, enqueued_at=entry.enqueued_at,
+                       last_error=entry.last_error, result=result, finished_at=finished_at)
+        leased = state is JobState.LEASED
+        return Job(
+            id=entry.id,
+            payload=self.store.payload(entry) if payload is _MISSING else payload,
+            priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
+            state=state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
+            last_error=entry.last_error, token=entry.token if leased else None,
+            lease_expires_at=entry.lease_until if leased else None,
+            finished_at=entry.available_at if state is JobState.DEAD else None)
+
+    @staticmethod
+    def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
+                  available_at: float, now: float) -> Job:
+        """A job just enqueued, as its ENQUEUE record makes it (no lookup needed)."""
+        return Job(job_id, payload, priority, 0, max_attempts, JobState.PENDING,
+                   available_at, now, None)
+
+    @staticmethod
+    def _done_view(job_id: str, done_at: float) -> Job:
+        """A finished keyed job acked without a result: only its id and time are known."""
+        return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
+                   state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
+                   last_error=None, finished_at=done_at)
+
+    # -- producing ----------------------------------------------------------
+
+    def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
+                max_attempts: int, job_id: str | None) -> Job:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
+            found = plan_enqueue(state, batch, now, payload_text, priority=priority,
+                                 delay=delay, max_attempts=max_attempts, job_id=job_id,
+                                 key_retention=self._key_retention, rng=self._rng)
+            if isinstance(found, Entry):
+                return lambda: self._view(found)
+            if isinstance(found, float):
+                return lambda: self._done_view(job_id or "", found)
+            new_id = batch.last_id()
+            return lambda: self._new_view(new_id, payload, priority, max_attempts,
+                                          now + delay, now)
+
+        return self.store.write(plan)
+
+    def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
+                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+            ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
+                                    delay=delay, max_attempts=max_attempts, rng=self._rng)
+            view, at = self._new_view, now + delay
+            return lambda: [view(i, p, priority, max_attempts, at, now)
+                            for i, p in zip(ids, payloads, strict=True)]
+
+        return self.store.write(plan)
+
+    # -- consuming ----------------------------------------------------------
+
+    def lease(self, count: int, visibility_timeout: float) -> list[Job]:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+            leased = plan_lease(state, batch, now, count, visibility_timeout)
+            jobs = state.jobs
+            return lambda: [self._view(jobs[r["id"]]) for r in leased]
+
+        return self.store.write(plan)
+
+    def ack(self, job: Job, result_text: str | None = None,
+            result_ttl: float | None = None) -> None:
+        ttl = self._result_ttl if result_ttl is None else result_ttl
+
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
+            plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
+                     self._key_retention)
+            return lambda: None
+
+        self.store.write(plan, spare=job.id)
+
+    def ack_many(self, jobs: Sequence[Job]) -> None:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
+            seen: set[str] = set()
+            for job in jobs:
+                if job.id in seen:
+                    raise NotLeasedError(job.id, "it appears twice in one ack_many")
+                seen.add(job.id)
+                check_lease(state, job.id, job.token)
+            for job in jobs:
+                batch.add(RecordType.ACK, {"id": job.id, "tok": job.token, "t": now})
+            batch.finishes += len(jobs)
+            return lambda: None
+
+        self.store.write(plan, spare=frozenset(job.id for job in jobs))
+
+    def ack_and_lease(self, job: Job, visibility_timeout: float,
+                      result_text: str | None = None,
+                      result_ttl: float | None = None) -> Job | None:
+        ttl = self._result_ttl if result_ttl is None else result_ttl
+
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job | None]:
+            plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
+                     self._key_retention)
+            # The acked job is still leased while we plan, so ready() cannot offer it.
+            leased = plan_lease(state, batch, now, 1, visibility_timeout)
+            jobs = state.jobs
+            return lambda: self._view(jobs[leased[0]["id"]]) if leased else None
+
+        return self.store.write(plan, spare=job.id)
+
+    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
+            plan_nack(state, batch, now, job.id, job.token, error, delay, self._backoff,
+                      self._rng)
+            return lambda: self._view(state.jobs[job.id])  # entries are snapshots
+
+        return self.store.write(plan, spare=job.id)
+
+    def extend(self, job: Job, seconds: float) -> Job:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
+            plan_settle(state, batch, now, RecordType.EXTEND, job.id, job.token,
+                        until=now + seconds)
+            return lambda: self._view(state.jobs[job.id])  # entries are snapshots
+
+        return self.store.write(plan, spare=job.id)
+
+    def wait(self, timeout: float) -> bool:
+        store = self.store
+        deadline = time.monotonic() + timeout
+        while True:
+            store.prepare_wait()  # before looking, so a poke from now on is kept for us
+            paused, due, now = store.read(
+                lambda state: (state.paused, None if state.paused else state.next_wakeup(),
+                               store.peek_now()))
+            if due is not None and due <= now:
+                return True
+            left = deadline - time.monotonic()
+            limit = left if due is None else min(left, due - now)
+            woken = store.wait(limit)
+            if not (paused and woken):
+                return woken or (due is not None and due <= store.peek_now())
+            # Paused: a producer's poke makes nothing leasable yet; wait on for RESUME.
+
+    def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiter = None
+        try:
+            while True:
+                job = self.get(job_id)
+                if job.state in _FINISHED:
+                    return job
+                if waiter is None:  # look again once writers can poke us (finished.py)
+                    waiter = self.store.finish_waiter()
+                    continue
+                left = _LONG_WAIT if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                waiter.wait(left)
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    # -- job control --------------------------------------------------------
+
+    def cancel(self, job_id: str) -> bool:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], bool]:
+            cancelled = plan_cancel(state, batch, now, job_id, self._result_ttl)
+            return lambda: cancelled
+
+        return self.store.write(plan)
+
+    def set_paused(self, paused: bool) -> None:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
+            plan_pause(state, batch, now, paused)
+            return lambda: None
+
+        self.store.write(plan)
+
+    # -- operating ----------------------------------------------------------
+
+    def requeue_dead(self, job_id: str | None) -> int:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
+            count = plan_requeue(state, batch, now, job_id)
+            return lambda: count
+
+        return self.store.write(plan)
+
+    def purge(self) -> int:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
+            count = plan_purge(state, batch, now)
+            return lambda: count
+
+        return self.store.write(plan)
+
+    def delete_dead(self, job_id: str | None) -> int:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
+            count = plan_delete_dead(state, batch, now, job_id)
+            return lambda: count
+
+        return self.store.write(plan)
+
+    def get(self, job_id: str) -> Job:
+        store = self.store
+
+        def query(state: QueueState) -> Job:
+            entry = state.jobs.get(job_id)
+            if entry is not None:
+                return self._view(entry)
+            done_at = state.done_keys.get(job_id)
+            if done_at is not None and done_at + self._key_retention > store.peek_now():
+                return self._done_view(job_id, done_at)
+            raise JobNotFoundError(job_id)
+
+        return store.read(query)
+
+    def stats(self) -> QueueStats:
+        """Counts kept as records are applied: O(1) whatever the queue's size."""
+        store = self.store
+
+        def query(s: QueueState) -> QueueStats:
+            return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
+                              total=s.pending + s.leased + s.dead,
+                              generation=store.generation, log_bytes=store.log_bytes,
+                              paused=s.paused, kept=s.kept)
+
+        return store.read(query)
+
+    def list_jobs(self, state: JobState | None, limit: int | None) -> list[Job]:
+        def query(replay: QueueState) -> list[Job]:
+            jobs: list[Job] = []
+            for entry in replay.entries(state):
+                if limit is not None and len(jobs) >= limit:
+                    break
+                jobs.append(self._view(entry))
+            return jobs
+
+        return self.store.read(query)
+
+    def compact(self) -> CompactionResult:
+        return self.store.compact()
+
+    def close(self) -> None:
+        self.store.close()
