@@ -49,11 +49,11 @@ from support import FakeClock, TempDirTestCase, file_queue, scratch_root, slow, 
 import nobroker
 from nobroker import (
     CompactionError,
+    JobState,
     LockTimeoutError,
     NobrokerError,
     QueueClosedError,
     StorageError,
-    JobState,
     UnsafeFilesystemError,
 )
 from nobroker.file.fs import FileSystem, filesystem_type
