@@ -184,7 +184,7 @@ class KeptJobsOnDiskTest(TempDirTestCase):
     def test_results_and_pause_survive_a_checkpoint_and_match_a_full_replay(self) -> None:
         path = self.tmp / "q"
         with file_queue(path, checkpoint_after_bytes=0) as q:
-            a, b, c = q.enqueue_many(["a", "b", "c"])
+            a, b, _ = q.enqueue_many(["a", "b", "c"])
             first = q.lease_one()
             assert first is not None
             q.ack(first, result={"r": "a"})
