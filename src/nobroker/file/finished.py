@@ -16,9 +16,11 @@ the listing comes after the rename. The writer caches the listing while the
 directory's mtime is unchanged and more than a second old (file system
 timestamps are coarse: two changes within one tick show one mtime).
 
-Cost for writers when nobody waits: one stat of `NAME.done/` per finishing
-batch (it does not exist until someone first waits; after that, its mtime
-says nothing changed). Like the wake pipe, nothing here is durable state: a
+Cost for writers when nobody waits: one system call per finishing batch (an
+access() of `NAME.done/`, which does not exist until someone first waits;
+after that a stat, whose mtime says nothing changed): about 2 us on the
+loaded 2-core machine this was measured on, against about 100 us of CPU for
+an unsynced ack_and_lease there and milliseconds for a durable one. Like the wake pipe, nothing here is durable state: a
 pipe whose owner died is removed by the next writer that finds no reader on
 it. Where named pipes do not exist (Windows) or the directory cannot be
 made (a read-only queue), `FinishWaiter.wait` sleeps at most `poll`
@@ -54,11 +56,14 @@ class FinishSignal:
     def notify(self) -> None:
         if not _SUPPORTED:
             return
+        # os.access answers "no such directory" without raising (an exception costs
+        # as much again as the system call): the usual case, where nobody ever waited.
+        if not self._pipes and self._mtime < 0 and not os.access(self.path, os.F_OK):
+            return
         try:
             mtime = os.stat(self.path).st_mtime_ns
-        except OSError:  # nobody ever waited here
-            if self._pipes:
-                self.close()
+        except OSError:  # removed since
+            self.close()
             return
         if mtime != self._mtime or time.time_ns() - mtime < _SETTLED_NS:
             self._relist()
