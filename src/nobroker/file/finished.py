@@ -23,9 +23,10 @@ after that a stat, whose mtime says nothing changed): 2 to 5 us on the loaded
 for an unsynced ack_and_lease there and milliseconds for a durable one.
 
 Like the wake pipe, nothing here is durable state: a pipe whose owner died
-is removed by the next writer that finds no reader on it. Where named pipes do not exist (Windows) or the directory cannot be
-made (a read-only queue), `FinishWaiter.wait` sleeps at most `poll`
-seconds, so waiting degrades to polling.
+is removed by the next writer that finds no reader on it. Where named pipes
+do not exist (Windows) or the directory cannot be made (a read-only queue),
+`FinishWaiter.wait` sleeps at most `poll` seconds, so waiting degrades to
+polling.
 """
 
 from __future__ import annotations
