@@ -882,6 +882,21 @@ class QueueContract:
         t.assertEqual((got.state, got.result, got.attempts), (JobState.CANCELLED, None, 1))
         t.assertEqual(q.stats().leased, 0)
 
+    def test_a_cancelled_job_s_key_may_be_enqueued_again_but_a_kept_result_s_may_not(
+            self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue("first", job_id="order-1")
+        t.assertTrue(q.cancel("order-1"))
+        again = q.enqueue("second", job_id="order-1")
+        t.assertEqual((again.state, again.payload), (JobState.PENDING, "second"))
+        leased = q.lease_one()
+        assert leased is not None
+        q.ack(leased, result="shipped")
+        with self.assertWritesNothing(q):
+            kept = q.enqueue("third", job_id="order-1")
+        t.assertEqual((kept.state, kept.result), (JobState.DONE, "shipped"))
+
     def test_a_cancelled_job_is_forgotten_after_result_ttl(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q, clock = self.clocked(result_ttl=10.0)

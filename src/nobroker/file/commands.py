@@ -173,11 +173,15 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
-    job still remembered, or None when a record was added.
+    job still remembered, or None when a record was added. A cancelled job
+    does not hold its key: it is forgotten, in the same batch, and the key
+    enqueued anew.
     """
     if job_id is not None:
         existing = state.jobs.get(job_id)
-        if existing is not None:
+        if existing is not None and existing.state is JobState.CANCELLED:
+            batch.add(RecordType.FORGET, {"id": job_id})
+        elif existing is not None:
             return existing
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
