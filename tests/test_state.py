@@ -723,6 +723,28 @@ class KeptJobsTest(unittest.TestCase):
         self.assertEqual(via_checkpoint(s).retention_over(1e9), ["b", "c", "a"])
         self.assertEqual(snapshot_of(s).retention_over(60.0), ["b", "c"])
 
+    def test_retention_agrees_with_brute_force_for_many_lengths_and_forgets(self) -> None:
+        rng = random.Random(5)
+        s, log = QueueState(), Log()
+        t = 0.0
+        for n in range(400):
+            job_id = f"j{n}"
+            s.apply_batch(log.batch(enq(job_id)))
+            t += rng.choice((0.0, 0.5, 1.0))  # times in the log never go back
+            s.apply_batch(log.batch(cancel(job_id, t=t, keep=float(rng.randrange(40)))))
+            if rng.random() < 0.2:  # forgotten out of order (a cancelled key enqueued again)
+                kept = [e.id for e in s.entries(JobState.CANCELLED)]
+                s.apply_batch(log.batch(forget(rng.choice(kept))))
+            if n % 50 == 0:  # and through a checkpoint and a snapshot
+                s = via_checkpoint(s) if n % 100 else snapshot_of(s)
+                log = Log(first_batch=s.last_batch + 1)
+                log.offset = 1 << 30
+        for before in (-1.0, 10.0, 57.5, 120.0, 1e9):
+            with self.subTest(before=before):
+                due = sorted((e.available_at, e.seq, e.id) for e in s.entries(JobState.CANCELLED)
+                             if e.available_at <= before)
+                self.assertEqual(s.retention_over(before), [job_id for _, _, job_id in due])
+
     def test_delete_removes_a_dead_job_only(self) -> None:
         s, log = in_state(JobState.DEAD, ma=1)
         s.apply_batch(log.batch(delete("j")))

@@ -18,8 +18,10 @@ stays in its slot with the code DONE or CANCELLED until its retention ends:
 for it, `available_at` holds the moment its retention ends, and
 `record_offset`/`size` locate the record that holds its result and the time
 it finished (an ACK, a CANCEL or a snapshot's FINISHED record). Its result
-stays on disk; the table holds no Python object per finished job, only an
-array of seqs in the order their retention ends (`_kept`).
+stays on disk; the table holds no Python object per finished job, only
+arrays of seqs in the order their retention ends: a lane per retention
+length (`_kept`), since jobs finish in log order and times in the log never
+go back.
 
 It keeps no counters: the state counts jobs by state, and bytes, as it
 applies the rules. The state reads the columns directly, on its hot paths,
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, islice
@@ -95,11 +97,11 @@ _NAMED: Final = 2  # the id is not seq_id(seq): it lives in the ids/names dicts
 _LANED: Final = 4  # pending since its enqueue and queued in its priority's lane
 
 _FREE_TO_ZERO: Final = bytes([1] * FREE + [0] + [1] * (255 - FREE))  # a hole -> 0, else 1
-_LIVE_MASK: Final = bytes([1, 1, 1] + [0] * 253)  # pending, leased or dead -> 1
 _KEPT_MASK: Final = bytes([0, 0, 0, 1, 1] + [0] * 251)  # done or cancelled -> 1
 _PENDING_MASK: Final = bytes([1] + [0] * 255)  # pending slot -> 1
 _WITH_LANED: Final = bytes((flags | _LANED) & 0xFF for flags in range(256))
 _MAX_LANES: Final = 16  # ready() looks at every lane: other priorities use the heaps
+_KEPT_LANES: Final = 16  # retention lengths with a lane of their own; the rest share one
 _PACK_AT: Final = 1024  # holes removals may leave before the columns are packed
 _RECENT_MAX: Final = 1 << 14  # ids of a batch's new jobs whose slot is cached
 # The per-slot columns that pack() compacts (code and flags are bytearrays, apart).
@@ -223,10 +225,13 @@ class JobTable:
         self._ready: list[tuple[int, int, int]] = []  # (-priority, seq, stamp)
         self._deadlines: list[tuple[float, int, int]] = []  # (lease_until, token, seq)
         # Finished jobs kept with their outcome, by when their retention ends (their
-        # available_at): appended in that order as acks come (times only rise in the
-        # log), inserted in place otherwise. Items before _kept_head are consumed.
-        self._kept = array("q")
-        self._kept_head = 0
+        # available_at): a lane per retention length, appended to as jobs finish,
+        # which keeps each in order (times in the log never go back). Lane None is
+        # shared by what a checkpoint restored and by retention lengths beyond
+        # _KEPT_LANES; a lane something was appended to out of order is sorted
+        # before it is next read.
+        self._kept: dict[float | None, _Lane] = {}
+        self._kept_unsorted: set[float | None] = set()
 
     @classmethod
     def from_columns(cls, columns: Columns, next_seq: int) -> JobTable:
@@ -279,8 +284,10 @@ class JobTable:
         heapq.heapify(table._deadlines)
         table._schedule_all()
         kept = [seqs[slot] for slot in compress(range(count), c.states.translate(_KEPT_MASK))]
-        kept.sort(key=lambda seq: table.available_at[table.slot(seq)])
-        table._kept = array("q", kept)
+        if kept:
+            lane = table._kept[None] = _Lane()
+            lane.seqs = array("q", kept)
+            table._kept_unsorted.add(None)
         table.set_next_seq(next_seq)
         return table
 
@@ -512,10 +519,11 @@ class JobTable:
         self._ready.clear()
         return removed, size
 
-    def finish(self, slot: int, job_id: str, code: int, kept_until: float, loc: int,
-               size: int) -> int:
-        """Pending or leased job `slot` finishes as DONE or CANCELLED and is kept until
-        `kept_until`, its outcome in the record at `loc`; returns its old record's size."""
+    def finish(self, slot: int, job_id: str, code: int, keep: float, kept_until: float,
+               loc: int, size: int) -> int:
+        """Pending or leased job `slot` finishes as DONE or CANCELLED and is kept `keep`
+        seconds, until `kept_until`, its outcome in the record at `loc`; returns its old
+        record's size."""
         seq, old = self.seqs[slot], self.code[slot]
         if old == LEASED:
             self.unhold(seq, job_id)
@@ -526,36 +534,57 @@ class JobTable:
         self.available_at[slot] = kept_until
         freed = self.size[slot]
         self.record_offset[slot], self.size[slot] = loc, size
-        kept, at = self._kept, self.available_at
-        if len(kept) == self._kept_head or at[self.slot(kept[-1])] <= kept_until:
-            kept.append(seq)  # the usual case: retention ends in the order jobs finish
+        lanes = self._kept
+        key: float | None = keep if keep in lanes or len(lanes) < _KEPT_LANES else None
+        lane = lanes.get(key)
+        if lane is None:
+            lane = lanes[key] = _Lane()
+        if kept_until < lane.last_at:  # a snapshot's jobs (enqueue order), or lane None
+            self._kept_unsorted.add(key)
         else:
-            where = bisect_right(kept, kept_until, self._kept_head,
-                                 key=lambda other: at[self.slot(other)])
-            kept.insert(where, seq)
+            lane.last_at = kept_until
+        lane.seqs.append(seq)
         return freed
 
     def kept_until_before(self, before: float) -> list[int]:
         """Slots of finished jobs whose retention ends at or before `before`, in that
-        order. Drops consumed items at the head of the index for good."""
-        kept, code, at = self._kept, self.code, self.available_at
-        found: list[int] = []
-        index = self._kept_head
-        while index < len(kept):
-            slot = self.slot(kept[index])
-            if slot < 0 or code[slot] not in FINISHED_CODES:  # forgotten since
+        order. Drops consumed items at the heads of the lanes for good."""
+        code, at, slot_of = self.code, self.available_at, self.slot
+        found: list[tuple[float, int, int]] = []
+        for key, lane in list(self._kept.items()):
+            if key in self._kept_unsorted:
+                self._sort_kept(lane)
+                self._kept_unsorted.discard(key)
+            seqs, index, due = lane.seqs, lane.head, False
+            while index < len(seqs):
+                slot = slot_of(seqs[index])
+                if slot < 0 or code[slot] not in FINISHED_CODES:  # forgotten since
+                    index += 1
+                    if not due:
+                        lane.head = index
+                    continue
+                if at[slot] > before:
+                    break
+                found.append((at[slot], seqs[index], slot))
+                due = True
                 index += 1
-                if not found:
-                    self._kept_head = index
-                continue
-            if at[slot] > before:
-                break
-            found.append(slot)
-            index += 1
-        if self._kept_head > 4096 and self._kept_head * 2 > len(kept):
-            del kept[:self._kept_head]
-            self._kept_head = 0
-        return found
+            if lane.head == len(seqs):
+                del self._kept[key]
+            elif lane.head > 4096 and lane.head * 2 > len(seqs):
+                del seqs[:lane.head]
+                lane.head = 0
+        found.sort()
+        return [slot for _, _, slot in found]
+
+    def _sort_kept(self, lane: _Lane) -> None:
+        """Put a lane of kept jobs in retention order, dropping the forgotten ones."""
+        code, at, slot_of = self.code, self.available_at, self.slot
+        live = [(at[slot], seq) for seq in lane.seqs[lane.head:]
+                if (slot := slot_of(seq)) >= 0 and code[slot] in FINISHED_CODES]
+        live.sort()
+        lane.seqs = array("q", [seq for _, seq in live])
+        lane.head = 0
+        lane.last_at = live[-1][0] if live else float("-inf")
 
     def start_batch(self) -> None:
         """A new batch is being applied: the previous one's new jobs are viewed already."""

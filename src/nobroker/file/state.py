@@ -334,8 +334,8 @@ class QueueState:
         keep = _field(rec, "keep", float, offset)
         if keep < 0:
             raise ReplayError(offset, f"negative retention {keep!r}")
-        self.live_bytes += size - self._table.finish(slot, job_id, code, finished_at + keep,
-                                                     offset, size)
+        self.live_bytes += size - self._table.finish(slot, job_id, code, keep,
+                                                     finished_at + keep, offset, size)
         self.kept += 1
 
     def _apply_cancel(self, slot: int, job_id: str, rec: Record, offset: int,
@@ -486,7 +486,7 @@ class QueueState:
         slot = table.add(job_id, keyed, code, _field(rec, "pr", int, offset), 0.0,
                          _field(rec, "t", float, offset), self._max_attempts(rec, offset),
                          attempts, offset, size)
-        table.finish(slot, job_id, code, finished_at + keep, offset, size)
+        table.finish(slot, job_id, code, keep, finished_at + keep, offset, size)
         if error is not None:
             table.set_error(table.seqs[slot], error)
         self.kept += 1
