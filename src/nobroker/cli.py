@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -206,6 +207,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    if getattr(args, "watch", False):
+        return _watch_stats(args)
     with _open(args, readonly=True) as queue:
         stats = queue.stats()
     if args.json:
@@ -382,6 +385,67 @@ def load_handler(spec: str) -> Handler:
     return handler
 
 
+# -- the dashboard and stats --watch (nobroker.web) -------------------------
+
+def _watch_stats(args: argparse.Namespace) -> int:
+    from .web.watch import watch
+
+    if args.json:
+        raise UsageError("--watch draws for a terminal; it cannot be combined with --json")
+    with _open(args, readonly=True) as queue:
+        watch(queue, sys.stdout, tty=sys.stdout.isatty())
+    return 0  # Ctrl-C is the way out of --watch, not a failure
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from .web import TOKEN_ENV, Dashboard
+
+    directory = _directory(args)
+    if not os.path.isdir(directory):
+        raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")
+    try:
+        dashboard = Dashboard(directory, host=args.host, port=args.port,
+                              readonly=args.read_only, token=os.environ.get(TOKEN_ENV) or None)
+    except ValueError as exc:
+        raise UsageError(f"${TOKEN_ENV}: {exc}") from None
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        dashboard.start()
+        print(f"nobroker dashboard for {directory} at {dashboard.url}", flush=True)
+        if args.read_only:
+            print("read-only: every change is refused", flush=True)
+        else:
+            print(f"open {dashboard.url}#token={dashboard.token} to make changes", flush=True)
+            print(f"token: {dashboard.token}", flush=True)
+        stop.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        dashboard.close()
+    return 0
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0-65535 (0: any free port)")
+    return value
+
+
+def _add_dashboard(command: Callable[[str, Command, str], argparse.ArgumentParser]) -> None:
+    sub = command("dashboard", cmd_dashboard, "serve a live web view of every queue in --dir")
+    sub.add_argument("--port", type=_port, default=8321, metavar="P",
+                     help="TCP port (default: 8321; 0 picks a free one)")
+    sub.add_argument("--host", default="127.0.0.1", metavar="H",
+                     help="address to bind (default: 127.0.0.1, this machine only)")
+    sub.add_argument("--read-only", action="store_true", help="refuse every change")
+
+
 # -- the parser -------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -420,6 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = command("stats", cmd_stats, "count jobs by state (read-only)")
     sub.add_argument("--json", action="store_true", help="print JSON")
+    sub.add_argument("--watch", action="store_true",
+                     help="redraw the counts and rates every second until Ctrl-C")
 
     sub = command("list", cmd_list, "list jobs in enqueue order (read-only)")
     sub.add_argument("--state", choices=[str(s) for s in JobState])
@@ -463,6 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("purge", cmd_purge, "delete every pending job")
     sub.add_argument("--yes", action="store_true", help="really do it")
     _job_control_commands(command)
+    _add_dashboard(command)
     return parser
 
 

@@ -317,12 +317,14 @@ class Queue:
         return self._backend.stats()
 
     def list_jobs(self, state: JobState | str | None = None, *,
-                  limit: int | None = None) -> list[Job]:
-        """Jobs in enqueue order, optionally of one state, at most `limit`."""
+                  limit: int | None = None, offset: int = 0) -> list[Job]:
+        """Jobs in enqueue order, optionally of one state: at most `limit` of them,
+        after skipping the first `offset` (a page)."""
         wanted = JobState(state) if state is not None else None
         if limit is not None:
             limit = validation.integer("limit", limit, 0)
-        return self._backend.list_jobs(wanted, limit)
+        offset = validation.integer("offset", offset, 0)
+        return self._backend.list_jobs(wanted, limit, offset)
 
     def dlq(self, *, limit: int | None = None) -> list[Job]:
         """The dead-letter queue: jobs that used up their attempts."""

@@ -249,7 +249,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
         end: Record = {"tok": state.next_token, "done": state.done, "jobs": len(state.jobs),
-                       "seq": state.next_seq, "n": nonce}
+                       "seq": state.next_seq, "tot": list(state.totals), "n": nonce}
         if state.kept:
             end["kept"] = state.kept
         if state.paused:
@@ -277,6 +277,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                                   snapshot_seen=True, next_seq=state.next_seq,
                                   paused=state.paused)
     snapshot.latest_time = state.latest_time
+    snapshot.set_totals(state.totals)
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 
