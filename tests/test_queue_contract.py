@@ -989,6 +989,19 @@ class QueueContract:
         stats = q.stats()
         t.assertEqual((stats.dead, stats.pending, stats.total), (0, 1, 1))
 
+    def test_paging_counts_live_jobs_only_and_kept_ones_by_their_state(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        jobs = q.enqueue_many([f"j{n}" for n in range(6)])
+        for leased in q.lease(3):  # j0, j1, j2
+            if leased.payload != "j1":
+                q.ack(leased, result=leased.payload)
+        t.assertEqual([j.payload for j in q.list_jobs(offset=1)], ["j3", "j4", "j5"])
+        t.assertEqual([j.payload for j in q.list_jobs(offset=2, limit=1)], ["j4"])
+        t.assertEqual([j.result for j in q.list_jobs(JobState.DONE, offset=1)], ["j2"])
+        t.assertEqual(len(q.list_jobs()), 4)
+        t.assertEqual(q.list_jobs(JobState.DONE)[0].id, jobs[0].id)
+
     def test_list_jobs_lists_kept_finished_jobs_by_state(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q = self.queue()
