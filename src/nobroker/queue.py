@@ -183,11 +183,11 @@ class Queue:
             return None, ttl
         try:
             return encode_payload(result), ttl
-        except ValueError as exc:
-            text = str(exc)
-            raise SerializationError("result" + text[len("payload"):] if
-                                     text.startswith("payload") else f"result: {text}")\
-                from None
+        except ValueError as exc:  # the codec names a payload: this one is a result
+            message = str(exc)
+            if message.startswith("payload "):
+                message = "result " + message[len("payload "):]
+            raise SerializationError(message) from None
 
     def ack(self, job: Job, *, result: Any = _MISSING, result_ttl: float | None = None) -> None:
         """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current.
