@@ -34,10 +34,11 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .codec import loads
-from .errors import NobrokerError, SerializationError, TaskFailed
+from .errors import CorruptLogError, NobrokerError, SerializationError, TaskFailed
 from .file.compaction import current_filename
 from .file.inspection import RawRecord, current_log_path, read_records
 from .file.logfile import log_filename
+from .file.salvage import salvage
 from .models import Job, JobState
 from .queue import Queue
 from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
@@ -166,6 +167,8 @@ def _short(value: Any, width: int = PAYLOAD_WIDTH) -> str:
 
 def _when(job: Job, now: float) -> str:
     if job.state is JobState.LEASED and job.lease_expires_at is not None:
+        if job.lease_expires_at <= now:  # recorded as expired by the next write
+            return f"lease expired {_ago(now - job.lease_expires_at)} ago"
         return f"lease ends in {_ago(job.lease_expires_at - now)}"
     if job.state is JobState.PENDING:
         return "ready" if job.available_at <= now else f"in {_ago(job.available_at - now)}"
@@ -211,26 +214,50 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return _watch_stats(args)
     with _open(args, readonly=True) as queue:
         stats = queue.stats()
+        now = time.time()
+        # Leases past their deadline still count as leased until a write records their
+        # expiry; a read-only look must not write, so it only tells them apart.
+        expired = sum(1 for job in queue.list_jobs(JobState.LEASED)
+                      if job.lease_expires_at is not None and job.lease_expires_at <= now)
+    torn = _torn_tail(queue)
     if args.json:
         _print_json({"queue": queue.name, "directory": queue.directory,
-                     **dataclasses.asdict(stats)})
+                     **dataclasses.asdict(stats), "leased": stats.leased - expired,
+                     "expired": expired, "torn_tail": torn})
         return 0
     print(f"queue {queue.name!r} in {queue.directory}"
           + (" -- PAUSED: nothing is leased until 'nobroker resume'" if stats.paused else ""))
     for label, value, note in (
-            ("pending", stats.pending, ""), ("leased", stats.leased, ""),
-            ("dead", stats.dead, ""), ("in queue", stats.total, "pending + leased + dead"),
+            ("pending", stats.pending, ""), ("leased", stats.leased - expired, ""),
+            ("expired", expired, ""), ("dead", stats.dead, ""),
+            ("in queue", stats.total, "pending + leased + expired + dead"),
             ("kept", stats.kept, "finished, kept with their result or cancel"),
             ("done", stats.done, "acked since the queue was created"),
             ("generation", stats.generation, ""), ("log bytes", stats.log_bytes, "")):
         print(f"  {label:<11}{value:>12,}" + (f"  ({note})" if note else ""))
     print(f"  {'paused':<11}{'yes' if stats.paused else 'no':>12}")
+    if expired:
+        print(f"  ({expired} lease(s) ran out; the next write to the queue retries or "
+              f"dead-letters them)")
     return 0
+
+
+def _torn_tail(queue: Queue) -> dict[str, Any] | None:
+    """A torn tail a read-only open found and left alone, said on stderr; for --json."""
+    report = queue.recovery
+    if report is None or report.torn_offset is None or report.repaired:
+        return None
+    print(f"nobroker: the log ends in a torn tail of {report.torn_bytes} bytes at offset "
+          f"{report.torn_offset} ({report.torn_reason}): the next write (or `nobroker "
+          f"recover`) cuts it and saves it to a side file", file=sys.stderr)
+    return {"offset": report.torn_offset, "bytes": report.torn_bytes,
+            "reason": report.torn_reason}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with _open(args, readonly=True) as queue:
         jobs = queue.list_jobs(args.state, limit=args.limit)
+    _torn_tail(queue)
     if args.json:
         _print_json([_job_dict(job) for job in jobs])
         return 0
@@ -287,7 +314,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         records = list(read_records(path))
     except FileNotFoundError:
         raise NobrokerError(f"{path} is missing") from None
-    broken = next((r for r in records if r.error is not None), None)
+    damaged = [r for r in records if r.error is not None]
     if args.json:
         _print_json({"path": path, "records": [dataclasses.asdict(r) for r in records]})
     else:
@@ -296,25 +323,47 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         rows += [(str(r.offset), r.type + ("+" if r.more else ""), "ok" if r.crc_ok else "BAD",
                   _record_text(r)) for r in records]
         _table(rows)
-        print(f"{len(records)} record(s); '+' marks a record whose batch continues")
-    if broken is not None:
-        print(f"nobroker: the log stops at offset {broken.offset}: {broken.error} "
-              f"(`nobroker recover` repairs a torn tail)", file=sys.stderr)
+        print(f"{len(records) - len(damaged)} record(s); '+' marks a record whose batch "
+              f"continues")
+    if damaged:
+        regions = ", ".join(f"{r.length} bytes at offset {r.offset} ({r.error})"
+                            for r in damaged[:5])
+        more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+        print(f"nobroker: damaged: {regions}{more}. `nobroker recover` repairs a torn "
+              f"tail; `nobroker recover --salvage` keeps the intact batches after "
+              f"damage (see README, 'When the log is damaged')", file=sys.stderr)
         return 1
     return 0
 
 
 def _record_text(record: RawRecord) -> str:
+    if record.type == "DAMAGED":
+        return f"<<< {record.length} damaged bytes: {record.error} >>>"
     if record.error is not None:
         return f"({record.error})"
     return json.dumps(record.payload, ensure_ascii=False, separators=(",", ":"))
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    if args.salvage or args.point_in_time:
+        return _salvage(args)
     with _open(args) as queue:  # opening is what repairs: it cuts a torn tail
         report = queue.recovery
     print(report.describe() if report is not None else "nothing to repair: this backend "
           "does not keep a log")
+    return 0
+
+
+def _salvage(args: argparse.Namespace) -> int:
+    """`recover --salvage` / `--point-in-time`: see file/salvage.py."""
+    if args.salvage and args.point_in_time:
+        raise UsageError("choose one of --salvage and --point-in-time")
+    directory, name = _require_queue(args)
+    report = salvage(directory, name, point_in_time=args.point_in_time)
+    if args.json:
+        _print_json({**dataclasses.asdict(report), "bytes_set_aside": report.bytes_set_aside})
+    else:
+        print(report.describe())
     return 0
 
 
@@ -325,6 +374,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
           f"{result.bytes_before:,} -> {result.bytes_after:,} bytes, {result.live_jobs} live "
           f"job(s), {result.remembered_keys} remembered key(s), in "
           f"{result.seconds * 1000:.1f} ms")
+    if result.bytes_after > result.bytes_before:
+        print("the log grew: a snapshot record states each live job in full (attempts, "
+              "state, times), and this log had too little dead space to make up for it")
     return 0
 
 
@@ -371,8 +423,11 @@ def load_handler(spec: str) -> Handler:
         if module_name == missing or module_name.startswith(missing + "."):
             raise UsageError(f"cannot import {module_name!r}: no such module in {here} "
                              f"or on sys.path") from None
+        logging.getLogger("nobroker").debug("importing %r failed", module_name, exc_info=True)
         raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
     except Exception as exc:  # the handler's own module is broken: say how, in one line
+        # ... and with `work -v`, where: the traceback goes to the debug log.
+        logging.getLogger("nobroker").debug("importing %r failed", module_name, exc_info=True)
         raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
     for part in attribute.split("."):
         try:
@@ -380,7 +435,9 @@ def load_handler(spec: str) -> Handler:
         except AttributeError:
             raise UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
     if not callable(target):
-        raise UsageError(f"{spec} is a {type(target).__name__}, not a function")
+        kind = type(target).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        raise UsageError(f"{spec} is {article} {kind}, not a function")
     handler: Handler = target
     return handler
 
@@ -524,7 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("inspect", cmd_inspect, "print every raw record of the log (read-only)")
     sub.add_argument("--json", action="store_true", help="print JSON")
 
-    command("recover", cmd_recover, "open the queue, repairing a torn tail, and report")
+    sub = command("recover", cmd_recover, "open the queue, repairing a torn tail, and report")
+    sub.add_argument("--salvage", action="store_true", help="damaged log: keep every intact "
+                     "batch, set each damaged region aside in a side file, report the loss")
+    sub.add_argument("--point-in-time", action="store_true", help="damaged log: keep what "
+                     "precedes the first damage, set the rest aside in a side file")
+    sub.add_argument("--json", action="store_true", help="print the salvage report as JSON")
     command("compact", cmd_compact, "rewrite the log with only the live jobs")
     sub = command("purge", cmd_purge, "delete every pending job")
     sub.add_argument("--yes", action="store_true", help="really do it")
@@ -615,6 +677,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         _complain(str(exc))
         return 2
+    except CorruptLogError as exc:
+        hint = (" (`nobroker inspect` shows the damage; `nobroker recover --salvage` keeps "
+                "every intact batch)" if exc.path.endswith(".log") else "")
+        _complain(f"{exc}{hint}")
+        return 1
     except NobrokerError as exc:
         _complain(str(exc))
         return 1

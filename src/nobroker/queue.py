@@ -171,6 +171,8 @@ class Queue:
         return self._backend.lease(count, self._visibility(visibility_timeout))
 
     def lease_one(self, *, visibility_timeout: float | None = None) -> Job | None:
+        """Lease the next ready job, or return None at once if none is ready
+        (`lease(1)` without the list; `wait()` blocks until one may be)."""
         jobs = self.lease(1, visibility_timeout=visibility_timeout)
         return jobs[0] if jobs else None
 
@@ -308,9 +310,10 @@ class Queue:
                                          else validation.job_id(job_id))
 
     def get(self, job_id: str) -> Job:
-        """The job with this id: live; or finished and still kept (done with its
-        result, or cancelled; with its finishing time and attempts); or a finished
-        keyed job's bare id. JobNotFoundError otherwise."""
+        """The job `job_id` as the queue knows it now (read-only: no lease is taken):
+        live; or finished and still kept (done with its result, or cancelled; with its
+        finishing time and attempts); or a finished keyed job's bare id.
+        JobNotFoundError if it knows no such job."""
         return self._backend.get(job_id)
 
     def stats(self) -> QueueStats:
@@ -345,6 +348,8 @@ class Queue:
     # -- lifecycle ----------------------------------------------------------
 
     def close(self) -> None:
+        """Release the queue's files (saving a checkpoint if one is worth it). Calls
+        afterwards raise QueueClosedError; closing twice does nothing."""
         self._backend.close()
 
     def __enter__(self) -> Queue:
