@@ -40,7 +40,7 @@ else:
     _SCRATCH = False
 
 from nobroker import Queue, TaskFailed  # noqa: E402
-from nobroker.tasks import TaskResult, current_job  # noqa: E402
+from nobroker.tasks import current_job  # noqa: E402
 
 DIRECTORY = os.path.abspath(os.environ.get("NOBROKER_DIR", "./jobs"))
 q = Queue(DIRECTORY, "tasks")
@@ -81,18 +81,6 @@ def nightly_cleanup() -> None:
 
 # -- the tour ---------------------------------------------------------------
 
-def _wait(result: TaskResult, timeout: float = 30.0) -> Any:
-    """The result, where the queue stores results; otherwise just wait until it finished."""
-    if hasattr(q, "result"):
-        return result.get(timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while not result.ready():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job {result.id} did not finish within {timeout:g}s")
-        time.sleep(0.02)
-    return "(finished; this build does not store results yet)"
-
-
 def main() -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), str(HERE)]))
     print(f"queue: {DIRECTORY} (queue 'tasks')")
@@ -106,16 +94,13 @@ def main() -> int:
                                "--queue", "tasks", "work", "tasks", "--pool", "process",
                                "--concurrency", "2", "-q"], cwd=HERE, env=env)
     try:
-        print(f"send_email result: {_wait(r)}")
-        print(f"fetch result:      {_wait(page)}")
-        if hasattr(q, "cancel"):
-            print(f"cancel the reminder due in an hour: {later.cancel()}")
+        print(f"send_email result: {r.get(timeout=30)}")
+        print(f"fetch result:      {page.get(timeout=30)}")
+        print(f"cancel the reminder due in an hour: {later.cancel()} -> {later.state}")
         try:
-            print(f"render_report: {_wait(slow)}")
+            print(f"render_report: {slow.get(timeout=30)}")
         except TaskFailed as exc:
             print(f"render_report failed as it should: {exc.last_error}")
-        if not hasattr(q, "result"):
-            print(f"render_report: {q.get(slow.id).state}, {q.get(slow.id).last_error}")
         beats = Path(DIRECTORY, "heartbeats.log")
         deadline = time.monotonic() + 30
         while not (beats.exists() and beats.read_text().strip()):

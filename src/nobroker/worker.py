@@ -186,7 +186,6 @@ class Worker:
         self._preload = self._child_modules() if pool == "process" else ()
         self._loop = EventLoop("nobroker-asyncio")
         self._children: list[ChildProcess] = []
-        self._results = "result" in inspect.signature(queue.ack).parameters
         self.concurrency = validation.integer("concurrency", concurrency, 1)
         self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
@@ -569,7 +568,7 @@ class Worker:
 
     def _ack_options(self, plan: _Plan, result: Any) -> dict[str, Any]:
         """The result (and its retention) to ack a task's job with."""
-        if not plan.keep or not self._results:  # not a task, or a queue without results
+        if not plan.keep:  # a plain handler's return value is not stored
             return {}
         options: dict[str, Any] = {"result": result}
         if plan.result_ttl is not None:

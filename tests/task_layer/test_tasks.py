@@ -4,10 +4,6 @@ In-process tests use a FakeClock where time is the subject. Anything about
 workers -- periodic ticks with two workers, killed children, overlapping
 coroutines, unknown tasks -- runs real `nobroker work MODULE` processes on
 a tasks module the test writes, and waits for conditions with deadlines.
-
-Tests marked REQUIRES ENGINE need the result, cancel and pause records of
-the engine work (Queue.result, Queue.cancel, Queue.pause); until those are
-on this branch they are skipped, and the skip reason says so.
 """
 
 from __future__ import annotations
@@ -33,9 +29,6 @@ from support import SRC, FakeClock, TempDirTestCase, wait_until
 from nobroker import BackoffPolicy, Job, JobState, Queue, SerializationError, Worker
 from nobroker.tasks import Scheduler, TaskResult, current_job, registry_of, tick_job_id
 
-ENGINE = all(hasattr(Queue, name) for name in ("result", "cancel", "pause"))
-requires_engine = unittest.skipUnless(
-    ENGINE, "REQUIRES ENGINE: Queue.result/cancel/pause are not on this branch yet")
 FAST_RETRY = BackoffPolicy(base=0.05, factor=1.0, jitter=0.0)
 
 
@@ -328,8 +321,6 @@ class WorkerTaskTest(TempDirTestCase):
 
         bad.apply_async(max_attempts=1)
         self.run_worker(Worker(self.q, max_jobs=1, handle_signals=False))()
-        if not ENGINE:
-            self.skipTest("REQUIRES ENGINE: without stored results the value is not encoded")
         self.assertIn("SerializationError", self.q.dlq()[0].last_error or "")
 
 
@@ -562,7 +553,6 @@ class WorkerProcessTest(TempDirTestCase):
         self.assertEqual(max(n[2] for n in notes if n[0] == "start"), 2, notes)
         self.assertEqual({n[2] for n in notes if n[0] == "end"}, {2}, "peak is exactly 2")
 
-    @requires_engine
     def test_a_result_is_waited_for_from_another_process(self) -> None:
         self.module("results", '''
             @q.task(name="add")
@@ -584,7 +574,6 @@ class WorkerProcessTest(TempDirTestCase):
             bad.get(timeout=30)
         self.assertEqual(caught.exception.last_error, "RuntimeError: nope")
 
-    @requires_engine
     def test_a_paused_queue_is_not_leased_until_resumed(self) -> None:
         self.module("paused", '''
             @q.task(name="t")
@@ -592,17 +581,16 @@ class WorkerProcessTest(TempDirTestCase):
                 note(n)
         ''')
         q = self.queue()
-        q.pause()  # type: ignore[attr-defined]
+        q.pause()
         q.enqueue({"task": "t", "args": [1]})
         self.work("paused")
         time.sleep(0.5)  # a negative: nothing may happen while paused
         self.assertEqual(self.notes(), [])
         began = time.monotonic()
-        q.resume()  # type: ignore[attr-defined]
+        q.resume()
         wait_until(lambda: self.notes() == [[1]], timeout=30.0, what="the job after resume")
         self.assertLess(time.monotonic() - began, 2.0)
 
-    @requires_engine
     def test_cancelling_a_running_task_refuses_its_late_ack(self) -> None:
         self.module("cancel", '''
             @q.task(name="slow")
@@ -616,13 +604,12 @@ class WorkerProcessTest(TempDirTestCase):
         job = q.enqueue({"task": "slow"})
         self.work("cancel")
         wait_until(lambda: self.notes() == [["started"]], timeout=30.0, what="the task to start")
-        self.assertTrue(q.cancel(job.id))  # type: ignore[attr-defined]
+        self.assertTrue(q.cancel(job.id))
         Path(str(self.log) + ".go").touch()
         wait_until(lambda: q.get(job.id).state is JobState.CANCELLED, timeout=30.0,
                    what="cancelled")
         self.assertIsNone(q.get(job.id).result)
 
-    @requires_engine
     def test_cancelling_a_task_in_the_process_pool_kills_its_child(self) -> None:
         self.module("endless", '''
             @q.task(name="endless")
@@ -639,7 +626,7 @@ class WorkerProcessTest(TempDirTestCase):
         q.enqueue({"task": "after"}, priority=-1)
         proc = self.work("endless", "--pool", "process", "--visibility-timeout", "0.6")
         ((_, pid),) = wait_until(self.notes, timeout=30.0, what="the task to start")
-        self.assertTrue(q.cancel(job.id))  # type: ignore[attr-defined]
+        self.assertTrue(q.cancel(job.id))
         wait_until(lambda: not _alive(pid), timeout=30.0, what=f"child {pid} to be killed")
         wait_until(lambda: len(self.notes()) == 2, timeout=30.0, what="the next job to run")
         self.assertEqual(self.notes()[1][0], "after")

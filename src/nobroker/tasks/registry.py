@@ -139,16 +139,15 @@ class TaskResult:
         Raises TaskFailed (with the job's last_error) for a dead or cancelled
         job, TimeoutError if it has not finished within `timeout` seconds.
         """
-        return self.queue.result(self.id, timeout=timeout)  # type: ignore[attr-defined]
+        return self.queue.result(self.id, timeout=timeout)
 
     async def aget(self, timeout: float | None = None) -> Any:
         """`get` for asyncio code: awaits without blocking the event loop."""
-        return await self.queue.aresult(self.id, timeout=timeout)  # type: ignore[attr-defined]
+        return await self.queue.aresult(self.id, timeout=timeout)
 
     def cancel(self) -> bool:
         """Cancel the job: True if it was pending or leased, False if already finished."""
-        cancelled: bool = self.queue.cancel(self.id)  # type: ignore[attr-defined]
-        return cancelled
+        return self.queue.cancel(self.id)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, TaskResult) and other.id == self.id
