@@ -4,8 +4,8 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
 
 1. **Record.** A workload (a function of a `Driver`) runs the real `Queue`
    in one process, in a scratch directory, with an injected fake clock and
-   a seeded `nobroker.commands._rng`. Every file operation of the storage
-   layer goes through `RecordingFS`, a `nobroker.fs.FileSystem` that
+   a seeded `nobroker.file.commands._rng`. Every file operation of the storage
+   layer goes through `RecordingFS`, a `nobroker.file.fs.FileSystem` that
    performs the call on the real OS and appends an `Event` (with its bytes,
    a synthetic inode id, and the source lines that issued it) to a trace.
    The driver adds BEGIN and END (returned / raised / crashed) markers
@@ -15,7 +15,7 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
 
    The oracle is exact and needs no model of its own: after each call the
    driver replays every log file it wrote (its complete batches, with
-   `nobroker.state.QueueState.apply_batch`) and keeps the fingerprint after
+   `nobroker.file.state.QueueState.apply_batch`) and keeps the fingerprint after
    *each* batch, keyed by position (batch, generation). Positions order by
    batch first, so a generation that lost batches copied into it sorts below
    them, and at equal batch the newer generation (a compaction's snapshot)
@@ -107,7 +107,11 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
      length and CRC fields of sampled records of the final log flipped, with
      the log ending at that record's batch or one batch later; opening must
      raise `CorruptLogError` and modify nothing, or give a state of the
-     history (damage in the last batch reads as a torn tail).
+     history (damage in the last batch reads as a torn tail). And each
+     512-byte sector holding a sampled record zeroed (a lost or misdirected
+     write) where the call that wrote the first damaged batch had returned,
+     fsynced, before its handle wrote a batch that lies wholly after the
+     sector: opening must refuse and modify nothing.
 
    nobroker's network-file-system probe is stubbed while exploring (it
    reads /proc on every open and has nothing to do with crash states).
@@ -179,9 +183,9 @@ from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
-import nobroker.commands
+import nobroker.file.commands
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, NotLeasedError, Queue
-from nobroker.fs import FileSystem
+from nobroker.file.fs import FileSystem
 
 __all__ = [
     "PROFILES", "SECTOR", "WORKLOADS", "Bounds", "Driver", "Event", "RecordingFS",
@@ -534,7 +538,7 @@ def _generation(data: bytes | bytearray) -> int | None:
 def _scan_frames(data: bytes) -> list[tuple[int, int, dict[str, Any]]]:
     """(type, offset, record) of each whole frame at the start of `data` (no CRC check).
 
-    Independent of nobroker.framing on purpose: mutation tests patch that.
+    Independent of nobroker.file.framing on purpose: mutation tests patch that.
     """
     out = []
     pos = 0
@@ -721,7 +725,7 @@ class Driver:
 
     def _replay(self, ino: int) -> None:
         """Apply the log's new complete batches to the oracle's own replay of it."""
-        from nobroker.state import QueueState
+        from nobroker.file.state import QueueState
         data = bytes(self.fs.files[ino])
         generation = _generation(data)
         if generation is None:
@@ -761,7 +765,7 @@ class Driver:
                         store._closed = True  # a dead process saves no checkpoint
                         store._wake.close()
                         store._retire(store._log)  # type: ignore[arg-type]
-                        from nobroker.lock import release_shared_lock
+                        from nobroker.file.lock import release_shared_lock
                         release_shared_lock(store._lock)
                     else:
                         queue.close()
@@ -785,7 +789,7 @@ def _ignored_name(name: str) -> bool:
 
 
 def _empty_fingerprint() -> tuple[object, ...]:
-    from nobroker.state import QueueState
+    from nobroker.file.state import QueueState
     return QueueState().fingerprint()
 
 
@@ -812,7 +816,7 @@ Workload = Callable[[Driver], None]
 def record(workload: Workload, directory: str, *, seed: int = 0, name: str = "") -> Trace:
     """Run `workload` in `directory` (created if missing) and return its trace."""
     os.makedirs(directory, exist_ok=True)
-    nobroker.commands._rng.seed(seed)
+    nobroker.file.commands._rng.seed(seed)
     started = time.perf_counter()
     fs = RecordingFS(directory)
     driver = Driver(fs, directory)
@@ -1921,7 +1925,54 @@ class _Explorer:
                             f"{outcome.last_batch}, a state that is "
                             f"{'' if outcome.fingerprint in expected else 'not '}in the "
                             f"history (allowed: {sorted(allowed)})")
+        sectors = {record[2] // 512 * 512 for _, record in targets}
+        for sector in sorted(sectors):
+            self._rot_zero_sector(files, log_name, generation, batches, sector, stats, c)
         stats.seconds += time.perf_counter() - started
+
+    def _rot_zero_sector(self, files: dict[str, bytes], log_name: str, generation: int,
+                         batches: list[tuple[int, list[tuple[int, dict[str, Any], int, int]]]],
+                         sector: int, stats: ProfileStats, c: int) -> None:
+        """E8, a lost or misdirected write: one 512-byte sector of durable records reads
+        back as zeros. When the call that wrote the first damaged batch had returned
+        (fsynced) before its handle wrote a later batch that lies wholly after the
+        sector, the zeros hide acknowledged records: opening must refuse
+        (CorruptLogError, nothing modified), however many zeros lie between."""
+        low, high = max(sector, 16), sector + 512
+        first = next((i for i, (end, _) in enumerate(batches) if end > low), None)
+        later = next((i for i, (_, batch) in enumerate(batches) if batch[0][2] >= high), None)
+        if first is None or later is None:
+            return
+        lost_batch = batches[first][1][0][1]["b"]
+        later_batch = batches[later][1][0][1]["b"]
+        writers = {b: call for call in self.trace.calls for b in call.batches}
+        lost = writers.get((lost_batch, generation))
+        after = writers.get((later_batch, generation))
+        if lost is None or after is None or lost.outcome != "returned" or not lost.durable \
+                or lost.handle != after.handle or lost.end > after.begin:
+            return  # nothing proves the damaged batch was on disk before the later one
+        data = bytearray(files[log_name])
+        data[low:high] = bytes(high - low)
+        state = _State.make({n: k for k, n in enumerate(files)},
+                            {k: (bytes(data) if n == log_name else files[n])
+                             for k, n in enumerate(files)})
+        self.report.rot_states += 1
+        stats.states += 1
+        outcome = self.outcomes.get(state.digest)
+        if outcome is None:
+            outcome = self.opener.open(state, self.now[c], False)
+            self.outcomes[state.digest] = outcome
+            stats.unique += 1
+        what = (f"E8 zeroed sector [{low}, {high}) of {log_name}: batch {lost_batch}, "
+                f"returned by {lost.describe()}, lost before batch {later_batch} of the "
+                f"same handle")
+        if outcome.error is None:
+            self._rot_violation(c, what, state, f"durable records were cut: opened as batch "
+                                                f"{outcome.last_batch}")
+        elif not outcome.corrupt:
+            self._rot_violation(c, what, state, f"raised {outcome.error}")
+        elif outcome.modified_on_error:
+            self._rot_violation(c, what, state, "raised CorruptLogError but modified files")
 
     def _rot_violation(self, c: int, what: str, state: _State, message: str) -> None:
         logs = _log_inodes(self.trace.events)
@@ -1966,7 +2017,7 @@ def crash_states(events: Sequence[Event], profile: str, bounds: Bounds | None = 
 def _quiet() -> Iterator[None]:
     """No log lines for the thousands of repairs, and no network-FS probe per open.
 
-    The probe (nobroker.store.filesystem_type) reads /proc/self/mountinfo on every
+    The probe (nobroker.file.store.filesystem_type) reads /proc/self/mountinfo on every
     open and has nothing to do with crash states; the scratch is tmpfs anyway.
     """
     from unittest import mock
@@ -1974,7 +2025,7 @@ def _quiet() -> Iterator[None]:
     disabled = logger.disabled
     logger.disabled = True
     try:
-        with mock.patch("nobroker.store.filesystem_type", lambda path: "tmpfs"):
+        with mock.patch("nobroker.file.store.filesystem_type", lambda path: "tmpfs"):
             yield
     finally:
         logger.disabled = disabled
@@ -2247,10 +2298,10 @@ def _w_group_commit(d: Driver) -> None:
 def _w_checkpoints(d: Driver) -> None:
     from unittest import mock
 
-    import nobroker.store
+    import nobroker.file.store
     # Checkpoints at every close and every 1 KiB logged, instead of after MiBs.
-    with mock.patch.object(nobroker.store, "CHECKPOINT_AFTER_BYTES", 0), \
-            mock.patch.object(nobroker.store, "CHECKPOINT_EVERY_BYTES", 1024):
+    with mock.patch.object(nobroker.file.store, "CHECKPOINT_AFTER_BYTES", 0), \
+            mock.patch.object(nobroker.file.store, "CHECKPOINT_EVERY_BYTES", 1024):
         h = d.open()
         d.call(h, "enqueue_many", [payload(i, 200) for i in range(3)])
         d.close(h)  # writes NAME.000000.ckpt

@@ -23,11 +23,11 @@ from unittest import mock
 
 from support import FakeClock, TempDirTestCase, tree_digest
 
-import nobroker.store
+import nobroker.file.store
 from nobroker import CorruptLogError, Job, NobrokerError, Queue
-from nobroker.framing import FILE_HEADER, MAGIC, encode_file_header, encode_record
-from nobroker.inspection import read_records
-from nobroker.records import RecordType
+from nobroker.file.framing import FILE_HEADER, MAGIC, encode_file_header, encode_record
+from nobroker.file.inspection import read_records
+from nobroker.file.records import RecordType
 
 LAST = 8  # index of the last batch
 MID = 4  # a batch with later batches after it
@@ -302,6 +302,44 @@ class FrameDamageTest(DamagedLogTestCase):
                 self.assertEqual(tree_digest(self.tmp), before)
 
 
+class ZeroedSectorTest(TempDirTestCase):
+    """A 512-byte sector in the middle of the log reads back as zeros (a lost or
+    misdirected write): whether the batches after it may be cut depends on whether
+    they were ever promised."""
+
+    def zero_middle_sector(self, fsync: bool) -> tuple[Path, int]:
+        directory = self.tmp / ("durable" if fsync else "unsynced")
+        with Queue(directory, fsync=fsync) as q:
+            for n in range(60):
+                q.enqueue({"n": n, "pad": "x" * 150})
+        for checkpoint in directory.glob("*.ckpt"):
+            checkpoint.unlink()  # a checkpoint's CRC would catch it first
+        path = log_path(directory)
+        data = bytearray(path.read_bytes())
+        sector = len(data.rstrip(b"\0")) // 2 // 512 * 512
+        data[sector:sector + 512] = bytes(512)
+        path.write_bytes(bytes(data))
+        return directory, sector
+
+    def test_zeros_before_batches_that_were_fsynced_after_them_are_refused(self) -> None:
+        directory, sector = self.zero_middle_sector(fsync=True)
+        before = tree_digest(self.tmp)
+        with self.assertRaises(CorruptLogError) as caught:
+            Queue(directory, readonly=True).close()
+        with self.assertRaises(CorruptLogError):
+            Queue(directory).close()
+        self.assertEqual(tree_digest(self.tmp), before, "opening modified a file")
+        self.assertLess(caught.exception.offset, sector + 512)
+        self.assertIn("followed by intact batch", caught.exception.reason)
+
+    def test_without_fsync_nothing_was_promised_so_the_rest_is_a_torn_tail(self) -> None:
+        directory, sector = self.zero_middle_sector(fsync=False)
+        with Queue(directory) as q:
+            self.assertIsNotNone(q.recovery.torn_offset)
+            self.assertLessEqual(q.recovery.torn_offset or 0, sector)
+            self.assertLess(q.stats().pending, 60)
+
+
 class CurrentFileTest(DamagedLogTestCase):
     def setUp(self) -> None:
         super().setUp()
@@ -364,7 +402,7 @@ class CheckpointTest(DamagedLogTestCase):
     def test_a_bit_flip_below_a_checkpoint_is_still_reported_as_corruption(self) -> None:
         # A checkpoint is a cache of the log: it must not hide damage to durable
         # records that the log alone would have reported.
-        with mock.patch.object(nobroker.store, "CHECKPOINT_AFTER_BYTES", 0):
+        with mock.patch.object(nobroker.file.store, "CHECKPOINT_AFTER_BYTES", 0):
             with Queue(self.dir) as q:
                 q.enqueue("one more, so that close() saves a checkpoint")
         self.assertTrue(list(self.dir.glob("*.ckpt")), "setup: no checkpoint was written")

@@ -16,7 +16,8 @@ from typing import Any
 
 from support import TempDirTestCase, spawn_python
 
-from nobroker import Queue, checkpoint
+from nobroker import Queue
+from nobroker.file import checkpoint
 
 
 def full_replay(directory: str) -> tuple[object, ...]:
@@ -130,7 +131,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
     def run_after_preparing(self, q: Queue, action: Any) -> object:
         """q.compact(), with `action()` run right after the new file is written."""
-        from nobroker import compaction
+        from nobroker.file import compaction
         real = compaction.prepare_generation
 
         def prepare(*args: Any, **kwargs: Any) -> Any:
@@ -183,7 +184,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             def die_mid_write() -> None:
                 # A batch whose first record says more follow, and then nothing.
-                from nobroker import framing
+                from nobroker.file import framing
                 record = b'{"b":999999,"id":"x","pr":0,"at":1.0,"t":1.0,"ma":1,"p":1}'
                 with open(log_path, "r+b") as f:
                     f.seek(end)
@@ -209,7 +210,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
             for job in q.lease(50):  # so the two snapshots differ in their layout
                 q.nack(job, error="x" * 100)
             expected = payloads(peer)
-            from nobroker import compaction
+            from nobroker.file import compaction
             real = compaction.write_generation
 
             def write_after_the_winner(*args: Any, **kwargs: Any) -> Any:
@@ -241,7 +242,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             def racing() -> object:
                 # Let `other` compact between our preparation and our switch.
-                from nobroker import compaction
+                from nobroker.file import compaction
                 real = compaction.prepare_generation
 
                 def prepare(*args: Any, **kwargs: Any) -> Any:

@@ -29,11 +29,11 @@ from unittest import mock
 
 from support import FakeClock, TempDirTestCase, scratch_root, slow, spawn_python
 
-import nobroker.store
+import nobroker.file.store
 from nobroker import BackoffPolicy, Job, Queue
-from nobroker.inspection import read_records
-from nobroker.records import RecordType
-from nobroker.state import Applied, replay
+from nobroker.file.inspection import read_records
+from nobroker.file.records import RecordType
+from nobroker.file.state import Applied, replay
 
 SEED = int(os.environ.get("NOBROKER_CRASH_SEED", "20261129"))
 
@@ -332,7 +332,7 @@ class TruncationSweepTest(TempDirTestCase):
         step(lambda: q.ack_many(pair))
         step(lambda: q.ack(leased[0]))
         # Close with a checkpoint here (the sweep also runs with it), then go on.
-        with mock.patch.object(nobroker.store, "CHECKPOINT_AFTER_BYTES", 0):
+        with mock.patch.object(nobroker.file.store, "CHECKPOINT_AFTER_BYTES", 0):
             q.close()
         self.checkpoint_end = max(sizes)
         q = Queue(directory, clock=clock, fsync=False, visibility_timeout=10, max_attempts=2,

@@ -21,6 +21,9 @@ The planted bugs:
   resynchronising past damage): part of a batch is applied (P2/I1);
 - an fdatasync that swallows EIO and retries: the call returns though its pages
   never reached the disk (I2 under the fsyncfail overlay);
+- a reader that stops searching for a later batch at the first sector of zeros
+  (LogFile._later_batch_after, as it was before the "d" field): a zeroed sector of
+  durable records is cut as a torn tail, with every acknowledged batch after it (E8);
 - no generation re-check under the lock (FileStore._refresh reads forward in its
   own generation only): a handle that missed a peer's compaction appends to
   the unlinked old generation and its returned ack is lost (I2/I3/I4).
@@ -42,11 +45,12 @@ import explorer
 import support  # noqa: F401
 from explorer import Bounds, RecordingFS, explore
 
-import nobroker.compaction
-import nobroker.framing as framing
-from nobroker.fs import FileSystem
-from nobroker.logfile import LogFile
-from nobroker.store import FileStore
+import nobroker.file.compaction
+import nobroker.file.framing as framing
+import nobroker.file.logfile
+from nobroker.file.fs import FileSystem
+from nobroker.file.logfile import LogFile
+from nobroker.file.store import FileStore
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:
@@ -102,7 +106,7 @@ class MissingFsyncTest(TeethTestCase):
             fs.replace(target + ".tmp", target)
             fs.fsync_dir(directory)
 
-        with mock.patch.object(nobroker.compaction, "replace_durably", no_fsync_before_rename):
+        with mock.patch.object(nobroker.file.compaction, "replace_durably", no_fsync_before_rename):
             clean = explore("compaction", ("ext4ish",), Bounds(compound=0, rot=False))
             report = self.explore("compaction", ("weak",), rot=False)
         self.assertTrue(clean.ok, "ext4's safe rename should hide this bug")
@@ -121,7 +125,7 @@ class MissingFsyncTest(TeethTestCase):
                 fs.close(fd)
             fs.replace(target + ".tmp", target)  # the planted bug: no fs.fsync_dir after
 
-        with mock.patch.object(nobroker.compaction, "replace_durably", no_fsync_after_rename):
+        with mock.patch.object(nobroker.file.compaction, "replace_durably", no_fsync_after_rename):
             report = self.explore("compaction", ("weak",), rot=False)
         caught(report, {"I6", "I2", "I3"}, "remove_stale_files")
 
@@ -176,6 +180,29 @@ class ReaderTest(TeethTestCase):
         caught(report, {"P2", "I1"}, "store.py")
         self.assertTrue(any(v.check == "P2" for v in report.violations),
                         "no torn enqueue_many was reported")
+
+
+    def test_a_reader_that_stops_at_zeros_cuts_the_durable_batches_after_them(self) -> None:
+        def stops_at_zeros(self: LogFile, bad_at: int, tail_end: int,
+                           last_batch: int) -> int | None:
+            data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
+            # The planted bug: nothing past the first never-written sector is looked at.
+            data = data[:nobroker.file.logfile._unwritten_sector(data, bad_at)]
+            hit = data.find(framing.RESYNC_MARKER, 1)
+            while hit != -1:
+                start = hit - framing.RECORD_HEADER.size
+                outcome, _, payload, _ = framing.decode_record(data, start)
+                record = LogFile._decode(payload) if outcome == framing.RECORD else None
+                if record is not None and type(record.get("b")) is int \
+                        and record["b"] > last_batch + 1:
+                    return int(record["b"])
+                hit = data.find(framing.RESYNC_MARKER, hit + 1)
+            return None
+
+        with mock.patch.object(LogFile, "_later_batch_after", stops_at_zeros):
+            report = self.explore("lease_ack", ("process",))
+        violation = caught(report, {"E8"}, "durable records were cut")
+        self.assertIn("zeroed sector", violation.strategy)
 
 
 class FsyncErrorTest(TeethTestCase):

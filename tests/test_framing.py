@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
-from nobroker import framing, records
-from nobroker.framing import (
+from nobroker.file import framing, records
+from nobroker.file.framing import (
     BAD,
     END,
     FILE_HEADER,

@@ -54,9 +54,9 @@ from typing import Any
 
 from support import FakeClock, TempDirTestCase, scratch_root
 
-import nobroker.commands
+import nobroker.file.commands
 from nobroker import BackoffPolicy, CorruptLogError, NobrokerError, Queue
-from nobroker.framing import (
+from nobroker.file.framing import (
     FILE_HEADER,
     MAX_RECORD,
     MORE,
@@ -111,8 +111,8 @@ class Corpus:
 
 @contextlib.contextmanager
 def seeded_ids(seed: int) -> Iterator[None]:
-    """Job ids and jitter come from nobroker.commands._rng: seed it, then restore it."""
-    rng = nobroker.commands._rng
+    """Job ids and jitter come from nobroker.file.commands._rng: seed it, then restore it."""
+    rng = nobroker.file.commands._rng
     saved = rng.getstate()
     rng.seed(seed)
     try:
@@ -691,6 +691,35 @@ class CorpusTest(TempDirTestCase):
             outcome, problem = exercise(directory, FakeClock(2_000_000.0))
             self.assertEqual((outcome, problem), ("clean", None), label)
             self.assertFalse(report.failures)
+
+    def test_a_zeroed_durable_sector_is_refused_however_many_zeros_follow(self) -> None:
+        # The corpus is written by one handle with fsync on, so each batch was on disk
+        # before the next was written: zeroing a sector that a whole later batch
+        # follows loses acknowledged jobs. Opening must refuse and change nothing,
+        # never cut the rest as a torn tail (a lost or misdirected write looks so).
+        corpus = build_corpus(str(self.tmp / "z"))
+        probed = 0
+        for label, files in corpus.seeds.items():
+            name = LOG1 if CURRENT in files else LOG0
+            data = _trim(files[name])
+            starts = [f.offset for f in frames(data)]
+            for sector in range(0, len(data), 512):
+                if sector + 512 > starts[-1] or sector + 512 <= FILE_HEADER.size:
+                    continue  # no whole record after it, or only the file header in it
+                damaged = {n: d for n, d in files.items() if not n.endswith(".ckpt")}
+                zeroed = bytearray(files[name])
+                zeroed[max(sector, FILE_HEADER.size):sector + 512] = bytes(
+                    sector + 512 - max(sector, FILE_HEADER.size))
+                damaged[name] = bytes(zeroed)
+                directory = str(self.tmp / "zopen" / f"{label}-{sector}")
+                materialise(directory, damaged)
+                before = digest(directory)
+                outcome, problem = exercise(directory, FakeClock(2_000_000.0))
+                self.assertEqual((outcome, problem), ("corrupt", None),
+                                 f"{label}: {name} with sector {sector} zeroed")
+                self.assertEqual(digest(directory), before)
+                probed += 1
+        self.assertGreater(probed, 0)
 
     def test_cases_are_reproducible_one_by_one(self) -> None:
         corpus = build_corpus(str(self.tmp / "c"))

@@ -15,9 +15,9 @@ from unittest import mock
 
 from support import FakeClock, TempDirTestCase, tree_digest
 
-import nobroker.store
+import nobroker.file.store
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
-from nobroker.framing import FILE_HEADER
+from nobroker.file.framing import FILE_HEADER
 
 
 def log_path(directory: Path, generation: int = 0, name: str = "default") -> Path:
@@ -349,7 +349,7 @@ class AutoCompactionTest(FileQueueTestCase):
             q.ack_many(q.lease(10))
 
     def test_auto_compaction_runs_once_dead_records_pass_the_threshold(self) -> None:
-        with mock.patch.object(nobroker.store, "MIN_COMPACT_BYTES", 4096):
+        with mock.patch.object(nobroker.file.store, "MIN_COMPACT_BYTES", 4096):
             q = self.open(auto_compact=0.5)
             self.churn(q)
             self.assertGreaterEqual(q.stats().generation, 1)
@@ -357,7 +357,7 @@ class AutoCompactionTest(FileQueueTestCase):
             self.assertTrue((self.dir / "default.current").exists())
 
     def test_auto_compact_none_never_compacts(self) -> None:
-        with mock.patch.object(nobroker.store, "MIN_COMPACT_BYTES", 4096):
+        with mock.patch.object(nobroker.file.store, "MIN_COMPACT_BYTES", 4096):
             q = self.open(auto_compact=None)
             self.churn(q)
             self.assertEqual(q.stats().generation, 0)

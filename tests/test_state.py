@@ -8,6 +8,7 @@ file, clock or thread is involved; `now` is always an argument.
 from __future__ import annotations
 
 import copy
+import os
 import random
 import unittest
 from array import array
@@ -16,9 +17,9 @@ from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
-from nobroker import checkpoint
-from nobroker.records import RecordType, dumps, loads
-from nobroker.state import (
+from nobroker.file import checkpoint
+from nobroker.file.records import RecordType, dumps, loads
+from nobroker.file.state import (
     TRANSITIONS,
     Applied,
     JobState,
@@ -253,8 +254,34 @@ class RecordTypesTest(unittest.TestCase):
         self.assertEqual(rebuilt.next_token, 4)
 
 
+FORMAT_MD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "docs", "FORMAT.md")
+
+
+def documented_transitions() -> dict[tuple[str, str], tuple[str, ...]]:
+    """docs/FORMAT.md's transition table: (record, before) -> afters, as written."""
+    with open(FORMAT_MD, encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    start = lines.index("| record | before | after |") + 2  # past the header's rule
+    table: dict[tuple[str, str], tuple[str, ...]] = {}
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        record, before, after = (cell.strip() for cell in line.strip("|").split("|"))
+        table[(record, before)] = tuple(word.strip() for word in after.split(","))
+    return table
+
+
 class TransitionTableTest(unittest.TestCase):
     """TRANSITIONS is the whole truth: every listed move works, nothing else does."""
+
+    def test_format_md_lists_exactly_the_transitions_replay_applies(self) -> None:
+        def name(state: JobState | None, missing: str) -> str:
+            return missing if state is None else str(state)
+
+        expected = {(rtype.name, name(before, "(none)")): tuple(name(a, "(gone)") for a in afters)
+                    for (rtype, before), afters in TRANSITIONS.items()}
+        self.assertEqual(documented_transitions(), expected)
 
     def test_every_listed_transition_applies_and_lands_in_a_listed_state(self) -> None:
         for (rtype, before), afters in TRANSITIONS.items():

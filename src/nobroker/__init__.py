@@ -23,9 +23,8 @@ from .errors import (
     StorageError,
     UnsafeFilesystemError,
 )
-from .models import CompactionResult, Job, QueueStats, RecoveryReport
+from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .queue import Queue
-from .state import JobState
 from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"

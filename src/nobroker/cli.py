@@ -32,14 +32,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
-from .compaction import current_filename
 from .errors import NobrokerError, SerializationError
-from .inspection import RawRecord, current_log_path, read_records
-from .logfile import log_filename
-from .models import Job
+from .file.compaction import current_filename
+from .file.inspection import RawRecord, current_log_path, read_records
+from .file.logfile import log_filename
+from .file.records import loads
+from .models import Job, JobState
 from .queue import Queue
-from .records import loads
-from .state import JobState
 from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
 
 __all__ = ["main", "load_handler", "UsageError"]

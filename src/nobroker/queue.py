@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .backoff import BackoffPolicy
-from .commands import (
+from .errors import JobNotFoundError, NotLeasedError, SerializationError
+from .file.commands import (
     Batch,
     check_lease,
     plan_enqueue,
@@ -26,12 +27,11 @@ from .commands import (
     plan_requeue,
     plan_settle,
 )
-from .errors import JobNotFoundError, NotLeasedError, SerializationError
-from .fs import OS, FileSystem
+from .file.fs import OS, FileSystem
+from .file.records import RecordType, check_id, check_number, encode_payload
+from .file.state import Entry, JobState, QueueState
+from .file.store import FileStore
 from .models import CompactionResult, Job, QueueStats, RecoveryReport
-from .records import RecordType, check_id, check_number, encode_payload
-from .state import Entry, JobState, QueueState
-from .store import FileStore
 
 __all__ = ["Queue"]
 

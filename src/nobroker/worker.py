@@ -55,9 +55,8 @@ from types import FrameType
 from typing import Any
 
 from .errors import LockTimeoutError, NobrokerError, NotLeasedError
-from .models import Job
+from .models import Job, JobState
 from .queue import Queue
-from .state import JobState
 
 __all__ = ["Worker", "WorkerStats", "Handler", "DEFAULT_SHUTDOWN_TIMEOUT"]
 

@@ -43,9 +43,9 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..errors import CorruptLogError, NobrokerError
 from . import checkpoint, framing
 from .commands import Batch, new_nonce
-from .errors import CorruptLogError, NobrokerError
 from .fs import FileSystem, replace_durably
 from .logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from .records import Record, RecordType
@@ -159,7 +159,7 @@ class Prepared:
         shift = self.log.end - start  # old offset -> new offset of a copied record
 
         def replay(batch: list[Applied]) -> None:
-            self.state.apply_batch([(rtype, record, offset + shift, size)
+            self.state.apply_batch([Applied(rtype, record, offset + shift, size)
                                     for rtype, record, offset, size in batch])
 
         result = source.scan(replay, self.state.last_batch, full=False, limit=end)
@@ -258,7 +258,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
     snapshot = QueueState.restore(moved, keys, last_batch=batch.number,
                                   next_token=state.next_token, done=state.done,
                                   snapshot_seen=True, next_seq=state.next_seq)
-    snapshot.clock = state.clock
+    snapshot.latest_time = state.latest_time
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 

@@ -105,11 +105,12 @@ _quote: Final = json.encoder.encode_basestring_ascii
 
 
 def enqueue_text(number: int, job_id: str, priority: int, at: float, t: float,
-                 max_attempts: int, keyed: bool, payload_text: str) -> str:
+                 max_attempts: int, keyed: bool, payload_text: str, durable: int = 0) -> str:
     """An ENQUEUE record's JSON text, the text `dumps` gives its fields followed by
     the payload, built without a dict: this is every enqueue's path."""
     key = ',"k":true' if keyed else ""
-    return (f'{{"b":{number:d},"id":{_quote(job_id)},"pr":{priority:d},"at":{at!r},'
+    known = f',"d":{durable:d}' if durable else ""
+    return (f'{{"b":{number:d}{known},"id":{_quote(job_id)},"pr":{priority:d},"at":{at!r},'
             f'"t":{t!r},"ma":{max_attempts:d}{key},"p":{payload_text}}}')
 
 

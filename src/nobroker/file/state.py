@@ -15,16 +15,17 @@ Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
 - batch numbers rise by exactly one per batch inside one log file;
 - every record is a JSON object of the documented shape for its type;
-- transitions follow TRANSITIONS below; an ack/nack/extend/expire must carry
-  the job's current fencing token.
+- transitions follow TRANSITIONS below, which `_apply` consults for every
+  record naming a job; an ack/nack/extend/expire must carry the job's
+  current fencing token.
 """
 
 from __future__ import annotations
 
 import heapq
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final, NamedTuple
 
 from .jobtable import (
     CODE_STATES,
@@ -49,7 +50,11 @@ __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayErro
            "TRANSITIONS", "Applied", "replay", "seq_id", "id_seq", "SEQ_LIMIT"]
 
 
-# (record type, state before) -> state after. The docs are generated from it.
+# (record type, the job's state before) -> the states it may be in after (None: the
+# job, or its key, is gone). Each record type has one required state before, and
+# _apply takes it from here; docs/FORMAT.md shows the same table, and
+# tests/file/test_state.py keeps the two equal. PURGE applies to every pending job
+# at once; FORGET to a remembered key (a DONE job's id).
 TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | None, ...]]] = {
     (RecordType.ENQUEUE, None): (JobState.PENDING,),
     (RecordType.LEASE, JobState.PENDING): (JobState.LEASED,),
@@ -63,15 +68,19 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
 }
 
 
-# A record as the log reader hands it over: type, decoded object, offset, size.
-Applied = tuple[int, Record, int, int]
+class Applied(NamedTuple):
+    """A record as the log reader hands it over."""
+
+    type: int  # a RecordType value
+    record: Record  # the decoded JSON object (its payload replaced by None)
+    offset: int  # where its frame starts in the log file
+    size: int  # bytes of its frame
+
 
 _SNAPSHOT_STATES: Final = {"pending": JobState.PENDING, "leased": JobState.LEASED,
                            "dead": JobState.DEAD}
 
 _INT64: Final = 2**63
-_PACK_AT: Final = 1024  # holes a removal may leave before the columns are packed
-_RECENT_MAX: Final = 1 << 14  # ids of a batch's new jobs whose slot is cached
 
 
 def _field(rec: Record, key: str, kind: type, offset: int) -> Any:
@@ -162,7 +171,7 @@ class QueueState:
         self.next_token = 1
         self.last_batch = 0
         self.snapshot_seen = False
-        self.clock = 0.0  # latest time any record carries: writers never record earlier
+        self.latest_time = 0.0  # latest time any record carries: writers never record earlier
         self.live_bytes = 0
         self._key_times: list[tuple[float, str]] = []  # (done_at, id) of remembered keys
 
@@ -213,22 +222,45 @@ class QueueState:
         if self.last_batch and number != self.last_batch + 1:
             raise ReplayError(first_offset,
                               f"batch {number} follows batch {self.last_batch}")
-        clock = self.clock
+        latest = self.latest_time
         table = self._table
-        table.recent.clear()
+        table.start_batch()
         for rtype, rec, offset, size in batch:
             if rec.get("b") != number:
                 raise ReplayError(offset, f"record of batch {rec.get('b')!r} inside batch {number}")
             self._apply(rtype, rec, offset, size)
             stamp = rec.get("t", rec.get("done"))
-            if type(stamp) is float and stamp > clock:
-                clock = stamp
-        self.clock = clock
+            if type(stamp) is float and stamp > latest:
+                latest = stamp
+        self.latest_time = latest
         self.last_batch = number
-        if table.holes > _PACK_AT and table.holes * 2 > len(table.code):
-            table.pack()
+        table.pack_if_sparse()
 
     def _apply(self, rtype: int, rec: Record, offset: int, size: int) -> None:
+        """One record: the job records through the TRANSITIONS table, the rest here."""
+        required = _REQUIRED.get(rtype)
+        if required is None:
+            self._apply_other(rtype, rec, offset, size)
+            return
+        job_id = _field(rec, "id", str, offset)
+        table = self._table
+        held = table.held.get(job_id)
+        slot = table.find(job_id) if held is None else table.slot(held.seq)
+        if slot < 0:
+            raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
+        if table.code[slot] != required:
+            self._expect_state(slot, job_id, required, offset)
+        if required == LEASED:
+            token = _field(rec, "tok", int, offset)
+            current = table.leases[table.seqs[slot]][0]
+            if current != token:
+                raise ReplayError(offset,
+                                  f"token {token} is not job {job_id!r}'s lease {current}")
+        _JOB_RECORDS[rtype](self, slot, job_id, rec, offset)
+
+    def _apply_other(self, rtype: int, rec: Record, offset: int, size: int) -> None:
+        """The records that name no job the table holds: a new job, PURGE, the keys,
+        and a snapshot's records."""
         if rtype == RecordType.PURGE:
             removed, freed = self._table.remove_pending()
             self.pending -= removed
@@ -240,78 +272,71 @@ class QueueState:
         job_id = _field(rec, "id", str, offset)
         if rtype == RecordType.ENQUEUE:
             self._apply_enqueue(job_id, rec, offset, size)
-            return
-        if rtype == RecordType.JOB:
+        elif rtype == RecordType.JOB:
             self._apply_snapshot_job(job_id, rec, offset, size)
-            return
-        if rtype == RecordType.KEY:
+        elif rtype == RecordType.KEY:
             if job_id in self.done_keys:
                 raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
             self._remember(job_id, _field(rec, "done", float, offset))
-            return
-        if rtype == RecordType.FORGET:
+        elif rtype == RecordType.FORGET:
             if self.done_keys.pop(job_id, None) is None:
                 raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
-            return
-        table = self._table
-        held = table.held.get(job_id)
-        slot = table.find(job_id) if held is None else table.slot(held.seq)
-        if slot < 0:
-            raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
-        seq = table.seqs[slot]
-        if rtype == RecordType.REQUEUE:
-            self._expect_state(slot, job_id, DEAD, offset)
-            table.att[slot] = 0
-            table.at[slot] = _field(rec, "at", float, offset)
-            self._set_state(slot, PENDING)
-            return
-        token = _field(rec, "tok", int, offset)
-        if rtype == RecordType.LEASE:
-            if table.code[slot] != PENDING:
-                self._expect_state(slot, job_id, PENDING, offset)
-            if token < 1:
-                raise ReplayError(offset, f"bad fencing token {token}")
-            until = _field(rec, "until", float, offset)
-            table.att[slot] += 1
-            if token >= self.next_token:
-                self.next_token = token + 1
-            self.pending -= 1  # _set_state(slot, LEASED), unrolled: every lease passes here
-            self.leased += 1
-            table.lease(slot, job_id, token, until)
-            return
-        if table.code[slot] != LEASED:
-            self._expect_state(slot, job_id, LEASED, offset)
-        current = table.leases[seq][0]
-        if current != token:
-            raise ReplayError(offset, f"token {token} is not job {job_id!r}'s lease {current}")
-        if rtype == RecordType.ACK:
-            done_at = _field(rec, "t", float, offset)
-            keyed = table.flags[slot] & KEYED
-            self.leased -= 1
-            self.live_bytes -= table.remove(slot, job_id)
-            self.done += 1
-            if keyed:
-                self._remember(job_id, done_at)
-        elif rtype == RecordType.EXTEND:
-            table.hold(slot, job_id, token, _field(rec, "until", float, offset))
-        elif rtype in (RecordType.NACK, RecordType.EXPIRE):
-            at = _field(rec, "at", float, offset)
-            if rtype == RecordType.NACK:
-                error = _opt_str(rec, "err", offset)
-            else:
-                error = f"lease expired (attempt {table.att[slot]})"
-            if error is None:
-                table.errors.pop(seq, None)
-            else:
-                table.errors[seq] = error
-            table.unhold(seq, job_id)
-            if table.att[slot] >= table.ma[slot]:
-                self._set_state(slot, DEAD)
-            else:
-                table.at[slot] = at
-                self._set_state(slot, PENDING)
         else:
             raise ReplayError(offset, f"unknown record type {rtype}")
+
+    # The job records, each in the state TRANSITIONS requires (and, for a leased
+    # job, under its current token): _apply has checked both.
+
+    def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+        token = _field(rec, "tok", int, offset)
+        if token < 1:
+            raise ReplayError(offset, f"bad fencing token {token}")
+        until = _field(rec, "until", float, offset)
+        if token >= self.next_token:
+            self.next_token = token + 1
+        self.pending -= 1  # _set_state(slot, LEASED), unrolled: every lease passes here
+        self.leased += 1
+        self._table.lease(slot, job_id, token, until)
+
+    def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+        table = self._table
+        done_at = _field(rec, "t", float, offset)
+        keyed = table.flags[slot] & KEYED
+        self.leased -= 1
+        self.live_bytes -= table.remove(slot, job_id)
+        self.done += 1
+        if keyed:
+            self._remember(job_id, done_at)
+
+    def _apply_extend(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+        self._table.hold(slot, job_id, _field(rec, "tok", int, offset),
+                         _field(rec, "until", float, offset))
+
+    def _apply_retry(self, slot: int, job_id: str, rec: Record, offset: int,
+                     error: str | None) -> None:
+        """NACK and EXPIRE: dead on the last attempt, else pending again from `at`."""
+        table = self._table
+        at = _field(rec, "at", float, offset)
+        seq = table.seqs[slot]
+        table.set_error(seq, error)
+        table.unhold(seq, job_id)
+        if table.attempts[slot] >= table.max_attempts[slot]:
+            self._set_state(slot, DEAD)
+        else:
+            self._count(table.make_pending(slot, at), -1)
+            self.pending += 1
+
+    def _apply_nack(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+        self._apply_retry(slot, job_id, rec, offset, _opt_str(rec, "err", offset))
+
+    def _apply_expire(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+        error = f"lease expired (attempt {self._table.attempts[slot]})"
+        self._apply_retry(slot, job_id, rec, offset, error)
+
+    def _apply_requeue(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+        at = _field(rec, "at", float, offset)
+        self._count(self._table.make_pending(slot, at, reset_attempts=True), -1)
+        self.pending += 1
 
     def _apply_enqueue(self, job_id: str, rec: Record, offset: int, size: int) -> None:
         # The hot path of replay: check every field in one expression, and only
@@ -326,11 +351,9 @@ class QueueState:
                 and ((job_id == table.expect and job_id not in table.ids)
                      or table.find(job_id) < 0)):
             self.done_keys.pop(job_id, None)
-            slot = table.add(job_id, keyed, PENDING, pr, at, t, ma, 0, offset, size)
+            table.add(job_id, keyed, PENDING, pr, at, t, ma, 0, offset, size, recent=True)
             self.pending += 1
             self.live_bytes += size
-            if len(table.recent) < _RECENT_MAX:
-                table.recent[job_id] = slot
             return
         if table.find(job_id) >= 0:
             raise ReplayError(offset, f"job {job_id!r} enqueued twice")
@@ -378,9 +401,8 @@ class QueueState:
         else:
             self._count(job_code, 1)
         self.live_bytes += size
-        seq = table.seqs[slot]
         if error is not None:
-            table.errors[seq] = error
+            table.set_error(table.seqs[slot], error)
         if state is JobState.LEASED:
             table.hold(slot, job_id, token, until)
         self.next_token = max(self.next_token, token + 1)
@@ -495,6 +517,21 @@ class QueueState:
         return self.fingerprint() == other.fingerprint()
 
     __hash__ = None  # type: ignore[assignment]
+
+
+# Record type -> the QueueState method that applies it to a job in the required state.
+_JOB_RECORDS: Final[dict[int, Callable[[QueueState, int, str, Record, int], None]]] = {
+    RecordType.LEASE: QueueState._apply_lease,
+    RecordType.ACK: QueueState._apply_ack,
+    RecordType.NACK: QueueState._apply_nack,
+    RecordType.EXTEND: QueueState._apply_extend,
+    RecordType.EXPIRE: QueueState._apply_expire,
+    RecordType.REQUEUE: QueueState._apply_requeue,
+}
+# The state each of them requires, read off TRANSITIONS (each has exactly one there).
+_REQUIRED: Final[dict[int, int]] = {rtype: CODES[before] for (rtype, before) in TRANSITIONS
+                                    if rtype in _JOB_RECORDS and before is not None}
+assert set(_REQUIRED) == set(_JOB_RECORDS), "every job record has one state in TRANSITIONS"
 
 
 def replay(batches: Iterable[Sequence[Applied]]) -> QueueState:

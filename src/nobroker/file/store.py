@@ -37,10 +37,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from . import checkpoint, compaction, framing
-from .backoff import BackoffPolicy
-from .commands import Batch, plan_reclaim
-from .errors import (
+from ..backoff import BackoffPolicy
+from ..errors import (
     CompactionError,
     CorruptLogError,
     NobrokerError,
@@ -48,10 +46,12 @@ from .errors import (
     StorageError,
     UnsafeFilesystemError,
 )
+from ..models import CompactionResult, RecoveryReport
+from . import checkpoint, compaction, framing
+from .commands import Batch, plan_reclaim
 from .fs import NETWORK_FILESYSTEMS, FileSystem, filesystem_type
 from .lock import release_shared_lock, shared_lock
 from .logfile import LogFile, ScanResult, log_filename, paused_gc
-from .models import CompactionResult, RecoveryReport
 from .records import loads
 from .state import Entry, QueueState
 from .wake import WakeChannel
@@ -366,7 +366,7 @@ class FileStore:
     def _now(self) -> float:
         # Recorded queue time never goes backwards, even if the clock is stepped back
         # or another process's clock ran ahead: the log remembers the latest time.
-        now = max(float(self._clock()), self._last_now, self._state.clock)
+        now = max(float(self._clock()), self._last_now, self._state.latest_time)
         self._last_now = now
         return now
 
@@ -392,16 +392,17 @@ class FileStore:
         try:
             self._refresh()
             state = self._state  # after the refresh: a reload replaces it
-            start = self._live_log().end
+            live = self._live_log()
+            start = live.end
             now = self._now()
-            batch = Batch(state.last_batch + 1)
+            batch = Batch(state.last_batch + 1, live.durable)
             plan_reclaim(state, batch, now, self.backoff, spare, self.key_retention)
             if batch:
                 # Expiries first, as a batch of their own, so that the call sees
                 # their effect (a reclaimed job with no backoff is leasable now).
                 self._commit(batch)
                 reclaimed = batch.wakes
-                batch = Batch(state.last_batch + 1)
+                batch = Batch(state.last_batch + 1, live.durable)
                 batch.wakes = reclaimed
             build = plan(state, batch, now)
             if batch:

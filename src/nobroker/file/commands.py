@@ -16,9 +16,9 @@ import random
 from collections.abc import Iterator
 from typing import Any, Final
 
+from ..backoff import BackoffPolicy
+from ..errors import JobNotFoundError, NotLeasedError
 from . import framing
-from .backoff import BackoffPolicy
-from .errors import JobNotFoundError, NotLeasedError
 from .records import Record, RecordType, dumps, enqueue_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
@@ -51,8 +51,13 @@ def new_nonce() -> str:
 class Batch:
     """The records of one API call, framed so that they commit or vanish together."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, durable: int = 0) -> None:
         self.number = number
+        # The first record carries "d": how far the log was known to be on disk when
+        # the batch was planned (an fsync that covered it had returned). Damage before
+        # that offset was durable, so reading refuses it rather than cutting it as a
+        # torn tail, however many zeros lie between (docs/FORMAT.md, "Recovery").
+        self.durable = durable
         # (type, JSON text, what replay will see: the record without its payload text)
         self._items: list[tuple[int, str, Record]] = []
         self.wakes = 0  # records that may make a job leasable: idle workers are poked
@@ -71,15 +76,21 @@ class Batch:
     def add(self, rtype: RecordType, fields: Record) -> Record:
         if rtype in _WAKING:
             self.wakes += 1
-        record = {"b": self.number, **fields}
+        record = {**self._head(), **fields}
         self._items.append((rtype, dumps(record), record))
         return record
+
+    def _head(self) -> Record:
+        """The fields every record starts with: the batch number, and "d" on the first."""
+        if self.durable and not self._items:
+            return {"b": self.number, "d": self.durable}
+        return {"b": self.number}
 
     def add_payload(self, rtype: RecordType, fields: Record, payload_text: str) -> Record:
         """A record carrying a job payload that is already JSON text (not encoded twice)."""
         if rtype in _WAKING:
             self.wakes += 1
-        record = {"b": self.number, **fields}
+        record = {**self._head(), **fields}
         head = dumps(record)
         record["p"] = None  # replay checks the payload is there; memory never keeps it
         self._items.append((rtype, f'{head[:-1]},"p":{payload_text}}}', record))
@@ -89,13 +100,15 @@ class Batch:
                     max_attempts: int, keyed: bool, payload_text: str) -> None:
         """An ENQUEUE record (the common case of add_payload, without a dumps call)."""
         self.wakes += 1
-        record: Record = {"b": self.number, "id": job_id, "pr": priority, "at": at, "t": t,
-                          "ma": max_attempts}
+        durable = 0 if self._items else self.durable
+        record = self._head()
+        record.update(id=job_id, pr=priority, at=at, t=t, ma=max_attempts)
         if keyed:
             record["k"] = True
         record["p"] = None
         self._items.append((RecordType.ENQUEUE, enqueue_text(
-            self.number, job_id, priority, at, t, max_attempts, keyed, payload_text), record))
+            self.number, job_id, priority, at, t, max_attempts, keyed, payload_text,
+            durable), record))
 
     def encode(self, start: int) -> tuple[bytes, list[Applied]]:
         """The framed bytes to write at offset `start`, and what replay will apply."""
@@ -103,13 +116,13 @@ class Batch:
         if len(items) == 1:  # most calls: skip the loop's bookkeeping
             rtype, text, record = items[0]
             frame = framing.encode_record(rtype, text.encode("utf-8"))
-            return frame, [(rtype, record, start, len(frame))]
+            return frame, [Applied(rtype, record, start, len(frame))]
         data, sizes = framing.encode_batch([(rtype, text.encode("utf-8"))
                                             for rtype, text, _ in items])
         applied: list[Applied] = []
         offset = start
         for (rtype, _, record), size in zip(items, sizes, strict=True):
-            applied.append((rtype, record, offset, size))
+            applied.append(Applied(rtype, record, offset, size))
             offset += size
         return data, applied
 

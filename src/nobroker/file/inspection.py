@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import CorruptLogError
 from . import framing
 from .compaction import current_filename, parse_current
-from .errors import CorruptLogError
 from .logfile import log_filename
 from .records import RecordType, loads
 

@@ -14,8 +14,9 @@ The table also keeps the indexes that answer "which job is due": a FIFO
 lane per priority, lazy heaps for the rest, and the lease deadlines.
 
 It keeps no counters: the state counts jobs by state, and bytes, as it
-applies the rules. The table's attributes without a leading underscore are
-what the state reads and writes directly, on its hot paths.
+applies the rules. The state reads the columns directly, on its hot paths,
+but changes them only through the methods below (add, lease, hold, unhold,
+make_pending, set_code, set_error, remove, ...).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from itertools import compress, islice
 from typing import Any, Final
 
-from .models import JobState
+from ..models import JobState
 
 __all__ = ["JobState", "Entry", "ReplayError", "Columns", "JobTable",
            "seq_id", "id_seq", "SEQ_LIMIT", "SEQ_MAX", "PENDING", "LEASED", "DEAD", "FREE",
@@ -86,6 +87,11 @@ _FREE_TO_ZERO: Final = bytes([1, 1, 1, 0] + [1] * 252)  # live slot -> 1, hole -
 _PENDING_MASK: Final = bytes([1] + [0] * 255)  # pending slot -> 1
 _WITH_LANED: Final = bytes((flags | _LANED) & 0xFF for flags in range(256))
 _MAX_LANES: Final = 16  # ready() looks at every lane: other priorities use the heaps
+_PACK_AT: Final = 1024  # holes removals may leave before the columns are packed
+_RECENT_MAX: Final = 1 << 14  # ids of a batch's new jobs whose slot is cached
+# The per-slot columns that pack() compacts (code and flags are bytearrays, apart).
+_COLUMN_NAMES: Final = ("seqs", "priority", "available_at", "enqueued_at", "max_attempts",
+                        "attempts", "record_offset", "size")
 
 
 def seq_id(seq: int) -> str:
@@ -176,12 +182,12 @@ class JobTable:
         self.seqs = array("q")
         self.code = bytearray()
         self.flags = bytearray()
-        self.pr = array("q")
-        self.at = array("d")
-        self.t = array("d")
-        self.ma = array("q")
-        self.att = array("q")
-        self.loc = array("q")  # offset of the record holding the payload
+        self.priority = array("q")
+        self.available_at = array("d")
+        self.enqueued_at = array("d")
+        self.max_attempts = array("q")
+        self.attempts = array("q")
+        self.record_offset = array("q")  # offset of the record holding the payload
         self.size = array("I")  # bytes of that record, for the live-bytes estimate
         self.holes = 0
         self._layout = 0  # bumped when slots move, so a running entries() can tell
@@ -220,10 +226,9 @@ class JobTable:
                 or not all(map(int.__lt__, seqs, islice(seqs, 1, None)))):
             raise ReplayError(0, "bad states, flags or sequence numbers")
         table = cls()
-        table.seqs, table.pr, table.at, table.t = seqs, c.priority, c.available_at, \
-            c.enqueued_at
-        table.ma, table.att, table.loc, table.size = c.max_attempts, c.attempts, c.loc, \
-            c.size
+        table.seqs, table.priority, table.available_at = seqs, c.priority, c.available_at
+        table.enqueued_at, table.max_attempts = c.enqueued_at, c.max_attempts
+        table.attempts, table.record_offset, table.size = c.attempts, c.loc, c.size
         table.code = bytearray(c.states)
         flags = table.flags = bytearray(c.keyed)  # KEYED is 1
         for index, job_id in c.names.items():
@@ -261,7 +266,7 @@ class JobTable:
     def _schedule_all(self) -> None:
         """Queue every pending job of freshly restored columns, as add() would have."""
         count = len(self.seqs)
-        pr, at = self.pr, self.at
+        pr, at = self.priority, self.available_at
         if (count and self.code.count(PENDING) == count and pr.count(pr[0]) == count
                 and all(map(float.__le__, at, islice(at, 1, None)))):
             # The usual queue: one priority, due in enqueue order. One lane, no loop.
@@ -270,15 +275,10 @@ class JobTable:
             lane.last_at = at[-1]
             self.flags = bytearray(self.flags.translate(_WITH_LANED))
             return
-        seqs, lanes = self.seqs, self._lanes
+        seqs = self.seqs
         for slot in compress(range(count), self.code.translate(_PENDING_MASK)):
-            priority, when = pr[slot], at[slot]
-            into = lanes.get(priority)
-            if into is None and len(lanes) < _MAX_LANES:
-                into = lanes[priority] = _Lane()
-            if into is not None and when >= into.last_at:
-                into.seqs.append(seqs[slot])
-                into.last_at = when
+            when = at[slot]
+            if self._enter_lane(seqs[slot], pr[slot], when):
                 self.flags[slot] |= _LANED
             else:
                 self._stamp += 1
@@ -303,9 +303,9 @@ class JobTable:
             index = bisect_left(seqs, seq)
             token[index], until[index] = tok, deadline
         return Columns(
-            seqs, states, keyed, packed(self.pr), packed(self.at), packed(self.t),
-            packed(self.ma), packed(self.att), token, until, packed(self.loc),
-            packed(self.size),
+            seqs, states, keyed, packed(self.priority), packed(self.available_at),
+            packed(self.enqueued_at), packed(self.max_attempts), packed(self.attempts), token,
+            until, packed(self.record_offset), packed(self.size),
             names={bisect_left(seqs, seq): name for seq, name in self.names.items()},
             errors={bisect_left(seqs, seq): error for seq, error in self.errors.items()})
 
@@ -349,10 +349,10 @@ class JobTable:
         seq, code = self.seqs[slot], self.code[slot]
         token, until = self.leases[seq] if code == LEASED else (0, 0.0)
         errors = self.errors
-        return Entry(job_id or self.id(slot), seq, self.pr[slot], self.at[slot],
-                     self.t[slot], self.ma[slot], self.att[slot], CODE_STATES[code],
-                     token, until, errors.get(seq) if errors else None,
-                     self.flags[slot] & KEYED == KEYED, self.loc[slot], self.size[slot])
+        return Entry(job_id or self.id(slot), seq, self.priority[slot], self.available_at[slot],
+                     self.enqueued_at[slot], self.max_attempts[slot], self.attempts[slot],
+                     CODE_STATES[code], token, until, errors.get(seq) if errors else None,
+                     self.flags[slot] & KEYED == KEYED, self.record_offset[slot], self.size[slot])
 
     def reserve(self, taken: Container[str]) -> str | None:
         """A generated id held by no live job and not in `taken`, never the same twice."""
@@ -373,8 +373,9 @@ class JobTable:
 
     def add(self, job_id: str, keyed: bool, code: int, priority: int, at: float,
             enqueued_at: float, max_attempts: int, attempts: int, loc: int,
-            size: int) -> int:
-        """Append a job that is not in the table yet; returns its slot."""
+            size: int, recent: bool = False) -> int:
+        """Append a job that is not in the table yet; returns its slot. `recent`: a
+        new job the writer is about to view (its slot is cached until the next batch)."""
         seq = self.next_seq
         flags = 0
         if keyed:
@@ -394,27 +395,39 @@ class JobTable:
         self.expect = f"{following:016x}" if following < SEQ_LIMIT else None
         slot = len(self.seqs)
         if code == PENDING:
-            lanes = self._lanes
-            lane = lanes.get(priority)
-            if lane is None and len(lanes) < _MAX_LANES:
-                lane = lanes[priority] = _Lane()
-            if lane is not None and at >= lane.last_at:
-                lane.seqs.append(seq)
-                lane.last_at = at
+            if self._enter_lane(seq, priority, at):
                 flags |= _LANED
             else:
                 self._push(seq, at)
+        if recent and len(self.recent) < _RECENT_MAX:
+            self.recent[job_id] = slot
         self.seqs.append(seq)
         self.code.append(code)
         self.flags.append(flags)
-        self.pr.append(priority)
-        self.at.append(at)
-        self.t.append(enqueued_at)
-        self.ma.append(max_attempts)
-        self.att.append(attempts)
-        self.loc.append(loc)
+        self.priority.append(priority)
+        self.available_at.append(at)
+        self.enqueued_at.append(enqueued_at)
+        self.max_attempts.append(max_attempts)
+        self.attempts.append(attempts)
+        self.record_offset.append(loc)
         self.size.append(size)
         return slot
+
+    def _enter_lane(self, seq: int, priority: int, at: float) -> bool:
+        """Append pending job `seq` to its priority's lane if that keeps the lane in
+        due order (and a lane is free for a new priority); False: it belongs in the
+        heaps. The one place a job joins a lane."""
+        lanes = self._lanes
+        lane = lanes.get(priority)
+        if lane is None:
+            if len(lanes) >= _MAX_LANES:
+                return False
+            lane = lanes[priority] = _Lane()
+        if at < lane.last_at:
+            return False
+        lane.seqs.append(seq)
+        lane.last_at = at
+        return True
 
     def _push(self, seq: int, at: float) -> None:
         """Put pending job `seq` in the delayed heap, superseding its older entries."""
@@ -423,10 +436,11 @@ class JobTable:
         heapq.heappush(self._delayed, (at, seq, self._stamp))
 
     def lease(self, slot: int, job_id: str, token: int, until: float) -> None:
-        """Pending job `slot` becomes leased: set_code's part of the move and hold(),
-        unrolled, as every lease passes here."""
+        """Pending job `slot` becomes leased, one more attempt used: set_code's part
+        of the move and hold(), unrolled, as every lease passes here."""
         seq = self.seqs[slot]
         self.code[slot] = LEASED
+        self.attempts[slot] += 1
         flags = self.flags[slot]
         if flags & _LANED:
             self.flags[slot] = flags ^ _LANED
@@ -477,6 +491,30 @@ class JobTable:
         self._ready.clear()
         return removed, size
 
+    def start_batch(self) -> None:
+        """A new batch is being applied: the previous one's new jobs are viewed already."""
+        self.recent.clear()
+
+    def set_error(self, seq: int, error: str | None) -> None:
+        """Job `seq`'s last error (None: it has none)."""
+        if error is None:
+            self.errors.pop(seq, None)
+        else:
+            self.errors[seq] = error
+
+    def make_pending(self, slot: int, at: float, *, reset_attempts: bool = False) -> int:
+        """Job `slot` becomes pending again, leasable from `at` (a retry, or a dead
+        job requeued with a fresh attempt budget); returns its old code."""
+        self.available_at[slot] = at
+        if reset_attempts:
+            self.attempts[slot] = 0
+        return self.set_code(slot, PENDING)
+
+    def pack_if_sparse(self) -> None:
+        """pack() once removals left many holes, and most slots are holes."""
+        if self.holes > _PACK_AT and self.holes * 2 > len(self.code):
+            self.pack()
+
     def set_code(self, slot: int, code: int) -> int:
         """Move job `slot` to state `code` (not LEASED: see lease); returns the old code."""
         old = self.code[slot]
@@ -486,7 +524,7 @@ class JobTable:
             self.flags[slot] &= ~_LANED & 0xFF
             self._versions.pop(seq, None)
         if code == PENDING:  # back from a lease or the DLQ: out of enqueue order
-            self._push(seq, self.at[slot])
+            self._push(seq, self.available_at[slot])
         return old
 
     def pack(self) -> None:
@@ -495,12 +533,12 @@ class JobTable:
         self.recent.clear()
         lead = len(self.code) - len(self.code.lstrip(b"\3"))
         if lead == holes:  # FIFO consumption: the holes are a prefix, cut it
-            for name in ("seqs", "pr", "at", "t", "ma", "att", "loc", "size"):
+            for name in _COLUMN_NAMES:
                 del getattr(self, name)[:lead]
             self.code, self.flags = self.code[lead:], self.flags[lead:]  # frees memory
             return
         live = self.code.translate(_FREE_TO_ZERO)
-        for name in ("seqs", "pr", "at", "t", "ma", "att", "loc", "size"):
+        for name in _COLUMN_NAMES:
             column: array[Any] = getattr(self, name)
             setattr(self, name, array(column.typecode, compress(column, live)))
         self.code = bytearray(compress(self.code, live))
@@ -520,12 +558,12 @@ class JobTable:
             live_bytes = self._relocate_in_bulk(source_offset, shift, seqs, locs, sizes)
             if live_bytes is not None:
                 return live_bytes
-        new_locs, new_sizes = array("q", self.loc), array("I", self.size)
+        new_locs, new_sizes = array("q", self.record_offset), array("I", self.size)
         index, count, live = 0, len(seqs), 0
         for slot in range(len(code)):
             if code[slot] == FREE:
                 continue
-            loc = self.loc[slot]
+            loc = self.record_offset[slot]
             if loc >= source_offset:
                 new_locs[slot] = loc + shift
                 live += self.size[slot]
@@ -543,7 +581,7 @@ class JobTable:
             new_locs[slot], new_sizes[slot] = locs[index], sizes[index]
             live += sizes[index]
             index += 1
-        self.loc, self.size = new_locs, new_sizes
+        self.record_offset, self.size = new_locs, new_sizes
         self._rebuild_held()
         return live
 
@@ -558,7 +596,7 @@ class JobTable:
         jobs matched by position are compared seq by seq (in C), and the slots
         left over must all lie past the offset. None (nothing changed) otherwise.
         """
-        code, my_seqs, old_loc, old_size = self.code, self.seqs, self.loc, self.size
+        code, my_seqs, old_loc, old_size = self.code, self.seqs, self.record_offset, self.size
         slots = len(code)
         lead = slots - len(code.lstrip(bytes([FREE]))) if self.holes else 0
         if lead != self.holes or seqs.typecode != "q" or locs.typecode != "q" \
@@ -577,7 +615,7 @@ class JobTable:
         new_size = old_size[:lead]
         new_size.extend(sizes[first:])
         new_size.extend(old_size[last:])
-        self.loc, self.size = new_loc, new_size
+        self.record_offset, self.size = new_loc, new_size
         self._rebuild_held()
         return sum(sizes[first:]) + sum(old_size[last:])
 
@@ -597,7 +635,7 @@ class JobTable:
                 break
             _, seq, stamp = heapq.heappop(delayed)
             if versions.get(seq) == stamp:
-                heapq.heappush(ready, (-self.pr[self.slot(seq)], seq, stamp))
+                heapq.heappush(ready, (-self.priority[self.slot(seq)], seq, stamp))
             moved += 1
         if not ready and len(self._lanes) == 1:  # the usual queue: one lane, nothing else
             priority, lane = next(iter(self._lanes.items()))
@@ -620,7 +658,7 @@ class JobTable:
                   ) -> list[tuple[int, int, int]]:
         """The first `count` jobs of a lane that are due at `now`, as (-priority, seq,
         slot); drops stale items at the head for good."""
-        seqs, flags, at, slot_of = lane.seqs, self.flags, self.at, self.slot
+        seqs, flags, at, slot_of = lane.seqs, self.flags, self.available_at, self.slot
         due: list[tuple[int, int, int]] = []
         index = lane.head
         while index < len(seqs) and len(due) < count:
@@ -650,7 +688,7 @@ class JobTable:
             if item[0] > now:
                 later.append(item)
             elif versions.get(item[1]) == item[2]:
-                self._ready.append((-self.pr[self.slot(item[1])], item[1], item[2]))
+                self._ready.append((-self.priority[self.slot(item[1])], item[1], item[2]))
         heapq.heapify(later)
         heapq.heapify(self._ready)
         self._delayed = later
@@ -690,7 +728,7 @@ class JobTable:
         for priority, lane in list(self._lanes.items()):
             first = self._lane_due(priority, lane, float("inf"), 1)
             if first:
-                times.append(self.at[first[0][2]])
+                times.append(self.available_at[first[0][2]])
         return min(times) if times else None
 
     def entries(self, state: JobState | None = None) -> Iterator[Entry]:
@@ -712,8 +750,9 @@ class JobTable:
         names, errors, leases = self.names, self.errors, self.leases
         states, none = CODE_STATES, (0, 0.0)
         for seq, job_code, flags, pr, at, t, ma, att, loc, size in zip(
-                self.seqs, code, self.flags, self.pr, self.at, self.t, self.ma,
-                self.att, self.loc, self.size, strict=True):
+                self.seqs, code, self.flags, self.priority, self.available_at,
+                self.enqueued_at, self.max_attempts, self.attempts, self.record_offset,
+                self.size, strict=True):
             if job_code == FREE:
                 continue
             if self._layout != layout:

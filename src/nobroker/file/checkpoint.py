@@ -21,7 +21,8 @@ the meta says which):
       states   one byte per job (0 pending, 1 leased, 2 dead); keyed: one byte per job
       then one array per column (see COLUMNS), loaded as the state's own columns
 
-Pure functions over bytes plus the state; the Queue does the file I/O.
+Pure functions over bytes plus the state; the log file (logfile.py) reads and
+writes the checkpoint file.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
     its SNAPSHOT record, so that other processes can move to the new generation
     without reloading (see `relocation`)."""
     columns = state.columns()
-    meta = {"generation": generation, "end": end, "crc": log_crc, "clock": state.clock,
+    # "clock" is latest_time's name on disk (older checkpoints carry it so).
+    meta = {"generation": generation, "end": end, "crc": log_crc, "clock": state.latest_time,
             "byteorder": sys.byteorder, "jobs": len(columns.seqs),
             "last_batch": state.last_batch, "next_token": state.next_token,
             "next_seq": state.next_seq, "done": state.done, "snapshot": state.snapshot_seen,
@@ -128,7 +130,7 @@ def _decode(data: bytes, generation: int, log_size: int,
             done=meta["done"], snapshot_seen=meta["snapshot"], next_seq=meta["next_seq"])
     except ReplayError as exc:
         raise CheckpointError(exc.reason) from None
-    state.clock = float(meta["clock"])
+    state.latest_time = float(meta["clock"])
     return state, end, int(meta["crc"])
 
 

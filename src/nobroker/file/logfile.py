@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
+from ..errors import CorruptLogError
 from . import checkpoint, framing
-from .errors import CorruptLogError
 from .fs import FileSystem
 from .records import Record, loads
 from .state import Applied, QueueState
@@ -121,6 +121,12 @@ class LogFile:
         self._durable = 0  # bytes before this offset are known to be on disk
         self._syncing = False
         self._sync_failed: OSError | None = None
+
+    @property
+    def durable(self) -> int:
+        """Bytes before this offset are known to be on disk: an fsync of this
+        process that covered them has returned (0 until one has)."""
+        return self._durable
 
     # -- opening ------------------------------------------------------------
 
@@ -233,8 +239,8 @@ class LogFile:
             if record is None:
                 reason = "record is not a JSON object"
                 break
-            batch.append((type_byte & framing.TYPE_MASK, record, pos,
-                          framing.RECORD_HEADER.size + len(payload)))
+            batch.append(Applied(type_byte & framing.TYPE_MASK, record, pos,
+                                 framing.RECORD_HEADER.size + len(payload)))
             crc = zlib.crc32(buf[rel:nxt], crc)
             pos = buf_start + nxt
             if not type_byte & framing.MORE:
@@ -246,7 +252,11 @@ class LogFile:
                     offset = getattr(exc, "offset", batch_start)
                     raise CorruptLogError(self.path, offset, str(exc)) from None
                 count += len(batch)
-                last_batch = batch[0][1]["b"]
+                head = batch[0][1]
+                last_batch = head["b"]
+                known = head.get("d")
+                if type(known) is int and self._durable < known <= batch_start:
+                    self._learn_durable(known)  # a peer's fsync covered this much
                 self.end = pos
                 self.crc = crc
                 batch = []
@@ -290,25 +300,32 @@ class LogFile:
         return start
 
     def _later_batch_after(self, bad_at: int, tail_end: int, last_batch: int) -> int | None:
-        """A batch number > last_batch + 1 found intact after `bad_at`, if any.
+        """A batch number > last_batch + 1, intact after `bad_at`, that proves the
+        damaged bytes were once durable; None if nothing does.
 
-        Only up to the first sector that was never written: batches beyond it were
-        in the same un-synced window as the damage (several batches can be in
-        flight: group commit, a writer that died before its fsync, fsync=False),
-        so none of them was acknowledged, and the damage is a torn tail.
+        Two kinds of proof. A later batch before the first sector that was never
+        written: a crash leaves damage only as lost (zero) sectors or a torn end, so
+        damage with intact records right after it is not a crash. Or a later batch,
+        anywhere up to the end of the file, whose "d" says that an fsync covering
+        `bad_at` had returned before it was written: the damage is in durable bytes
+        (a lost or misdirected write, a zeroed sector). Batches beyond a never-written
+        sector without such a "d" may have been in the same un-synced window as the
+        damage (group commit, a writer that died before its fsync, fsync=False): then
+        none of them was acknowledged, and the damage is a torn tail.
         """
         data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
-        data = data[:_unwritten_sector(data, bad_at)]
+        gap = _unwritten_sector(data, bad_at)
         marker = framing.RESYNC_MARKER
         hit = data.find(marker, 1)
         while hit != -1:
             start = hit - framing.RECORD_HEADER.size
             if start > 0:
-                outcome, _, payload, _ = framing.decode_record(data, start)
-                if outcome == framing.RECORD:
-                    record = self._decode(payload)
-                    number = record.get("b") if record else None
-                    if type(number) is int and number > last_batch + 1:
+                outcome, _, payload, nxt = framing.decode_record(data, start)
+                record = self._decode(payload) if outcome == framing.RECORD else None
+                if record is not None:
+                    number, known = record.get("b"), record.get("d")
+                    if type(number) is int and number > last_batch + 1 and (
+                            nxt <= gap or (type(known) is int and known > bad_at)):
                         return number
             hit = data.find(marker, hit + 1)
         return None
@@ -407,6 +424,12 @@ class LogFile:
             self._durable = max(self._durable, target)
             self._syncing = False
             self._sync_cond.notify_all()
+
+    def _learn_durable(self, offset: int) -> None:
+        """Another handle's "d" says an fsync covering `offset` returned: the batches
+        this handle writes next carry that proof too (see commands.Batch)."""
+        with self._sync_cond:
+            self._durable = max(self._durable, offset)
 
     def cut(self, end: int) -> None:
         """Drop everything from `end` on (torn tail, failed write) and make it durable."""
