@@ -104,7 +104,9 @@ class PostgresBackend:
         self.name = name
         self.location = target.shown
         self._settings = settings
-        self._clock = settings.clock
+        self.settings = settings.filled() if hasattr(settings, "filled") else settings
+        # time.time is the Queue's default, not a choice: the server's clock then.
+        self._clock = None if settings.clock in (None, time.time) else settings.clock
         self._rng = settings.rng or random.Random()
         self._floor = -math.inf
         self._floor_lock = threading.Lock()
@@ -117,7 +119,11 @@ class PostgresBackend:
                             lock_timeout=settings.lock_timeout)
         self._finisher = Link(target, setup=self._listen(self._finished_channel),
                               lock_timeout=settings.lock_timeout)
-        self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
+        try:
+            self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
+        except BaseException:
+            self.close()
+            raise
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self.location!r}, name={self.name!r})"
