@@ -188,6 +188,52 @@ def lint(args: list[str]) -> int:
     return 0 if ruff == 0 and mypy == 0 else 1
 
 
+# --------------------------------------------------------------------------
+# the PostgreSQL backend: its tests and benchmark need a server and psycopg.
+# tools/pg_cluster.py makes a throwaway server; the driver goes into .dev/pg-venv.
+
+PG_VENV = DEV / "pg-venv"
+PG_BENCH_VENV = DEV / "pg-bench-venv"
+PG_TESTS = ("test_postgres", "test_postgres_processes")
+
+
+def ensure_venv(venv: Path, requirements: Path) -> Path | None:
+    """`venv` with `requirements` installed (again only when the file changed)."""
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    if not python.exists() and run([sys.executable, "-m", "venv", str(venv)]) != 0:
+        return None
+    wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    stamp = venv / f"{requirements.stem}.sha256"
+    if stamp.exists() and stamp.read_text().strip() == wanted:
+        return python
+    if run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+            "-r", str(requirements)]) != 0:
+        print(f"make.py: installing {requirements.name} failed", file=sys.stderr)
+        return None
+    stamp.write_text(wanted + "\n")
+    return python
+
+
+@task("test-postgres")
+def test_postgres(args: list[str]) -> int:
+    """Run the PostgreSQL backend's tests on a throwaway server (tools/pg_cluster.py)."""
+    python = ensure_venv(PG_VENV, REPO / "requirements-postgres.txt")
+    if python is None:
+        return 1
+    return run([sys.executable, str(REPO / "tools/pg_cluster.py"), "run", "--",
+                str(python), str(REPO / "tests/run.py"), *(args or PG_TESTS)])
+
+
+@task("bench-postgres")
+def bench_postgres(args: list[str]) -> int:
+    """nobroker on PostgreSQL vs procrastinate and PgQueuer, one server (tools/bench_postgres.py)."""
+    python = ensure_venv(PG_BENCH_VENV, REPO / "requirements-bench-postgres.txt")
+    if python is None:
+        return 1
+    return run([sys.executable, str(REPO / "tools/pg_cluster.py"), "run", "--",
+                str(python), str(REPO / "tools/bench_postgres.py"), *args])
+
+
 @task("clean")
 def clean(args: list[str]) -> int:
     """Remove caches, build output and benchmark scratch (--all: the lint venv too)."""

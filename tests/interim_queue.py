@@ -38,6 +38,8 @@ class InterimQueue:
             if not 0 < auto_compact < 1:
                 raise ValueError("auto_compact")
         self.url, self.name = url, name
+        self.readonly = readonly
+        self.lock_timeout = lock_timeout
         self._closed = False
         self._b = open_backend(url, name, Settings(
             visibility_timeout=self.visibility_timeout, max_attempts=self.max_attempts,
@@ -45,6 +47,7 @@ class InterimQueue:
             result_ttl=result_ttl, lock_timeout=lock_timeout, fsync=fsync,
             readonly=readonly, clock=clock))
         self.backend = self._b
+        self.directory = self._b.location  # what the Worker logs
 
     def _live(self) -> Any:
         if self._closed:

@@ -322,6 +322,18 @@ def run_all(tests_dir: Path, modules: list[str], patterns: list[str],
             raise
 
 
+def report_skipped_suites(results: list[ModuleResult]) -> None:
+    """Say loudly which whole suites were skipped (a skip reason naming "suite skipped",
+    as the PostgreSQL tests give without a server), so a green run cannot hide them."""
+    suites: dict[str, int] = {}
+    for result in results:
+        for outcome in result.outcomes:
+            if outcome.kind == "skip" and "suite skipped" in outcome.detail:
+                suites[outcome.detail] = suites.get(outcome.detail, 0) + 1
+    for reason, count in sorted(suites.items()):
+        print(f"!!! {reason} ({count} tests NOT RUN)")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="tests/run.py", description="Run nobroker's tests, one process per module.")
@@ -366,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if passed + failed == 0:
         print("no test ran: that counts as a failed run")
     print(f"took {time.monotonic() - started:.2f}s")
+    report_skipped_suites(results)
     print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
     return 0 if failed == 0 and passed > 0 else 1
 

@@ -54,7 +54,11 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from .errors import LockTimeoutError, NobrokerError, NotLeasedError
+from .errors import ConnectionLostError, LockTimeoutError, NobrokerError, NotLeasedError
+
+# Worth waiting out, not stopping for: another process's lock, a database server away
+# for a moment (a PostgreSQL queue reconnects on its next call, with a backoff).
+_PASSING = (LockTimeoutError, ConnectionLostError)
 from .models import Job, JobState
 from .queue import Queue
 
@@ -274,7 +278,7 @@ class Worker:
     def _lease(self, count: int) -> list[Job]:
         try:
             return self.queue.lease(count, visibility_timeout=self.visibility_timeout)
-        except LockTimeoutError as exc:
+        except _PASSING as exc:
             log.warning("could not lease: %s; trying again", exc)
         except NobrokerError as exc:
             self._fail(exc)
@@ -432,7 +436,7 @@ class Worker:
                         "whoever holds it now will settle it", job.id, job.attempts, verb,
                         exc.reason)
             return "lost", None
-        except LockTimeoutError as exc:
+        except _PASSING as exc:
             log.error("job %s (attempt %d) could not be %s: %s; it will be delivered again "
                       "when its lease runs out", job.id, job.attempts, verb, exc)
             return "lost", None
@@ -486,7 +490,7 @@ class Worker:
                         "worker no longer treats the job as its own and will not settle it",
                         job.id, job.attempts, exc.reason)
             return
-        except LockTimeoutError as exc:
+        except _PASSING as exc:
             retry = min(self.heartbeat_interval / 4, 1.0)
             log.warning("job %s: heartbeat could not extend the lease (%s); retrying in %.2fs",
                         job.id, exc, retry)

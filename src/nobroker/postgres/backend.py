@@ -46,7 +46,7 @@ import psycopg
 
 from ..backend import Capabilities, Settings
 from ..backoff import BackoffPolicy
-from ..errors import JobNotFoundError, NotLeasedError, QueueClosedError
+from ..errors import ConnectionLostError, JobNotFoundError, NotLeasedError
 from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from . import schema
 from .connection import SLOTS, Link, migrate
@@ -376,12 +376,7 @@ class PostgresBackend:
 
         try:
             return self._waiter.run("wait", run)
-        except QueueClosedError:
-            raise
-        except Exception as exc:  # noqa: BLE001 -- server away: pause, then let lease retry
-            from ..errors import ConnectionLostError
-            if not isinstance(exc, ConnectionLostError):
-                raise
+        except ConnectionLostError:  # the server is away: pause, then let lease() retry
             time.sleep(min(timeout, 0.2))
             return True
 
