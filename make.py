@@ -220,13 +220,14 @@ def test_postgres(args: list[str]) -> int:
     python = ensure_venv(PG_VENV, REPO / "requirements-postgres.txt")
     if python is None:
         return 1
+    # One module at a time: the restart test takes the shared server down.
     return run([sys.executable, str(REPO / "tools/pg_cluster.py"), "run", "--",
-                str(python), str(REPO / "tests/run.py"), *(args or PG_TESTS)])
+                str(python), str(REPO / "tests/run.py"), "-j", "1", *(args or PG_TESTS)])
 
 
 @task("bench-postgres")
 def bench_postgres(args: list[str]) -> int:
-    """nobroker on PostgreSQL vs procrastinate and PgQueuer, one server (tools/bench_postgres.py)."""
+    """nobroker on PostgreSQL vs procrastinate and PgQueuer (tools/bench_postgres.py)."""
     python = ensure_venv(PG_BENCH_VENV, REPO / "requirements-bench-postgres.txt")
     if python is None:
         return 1

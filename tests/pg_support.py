@@ -47,9 +47,9 @@ def fresh_schema_url() -> str:
 
 
 def drop_schema(url: str) -> None:
-    import psycopg  # noqa: PLC0415
+    import psycopg
 
-    from nobroker.postgres.url import parse  # noqa: PLC0415
+    from nobroker.postgres.url import parse
 
     target = parse(url)
     with psycopg.connect(target.conninfo, autocommit=True) as conn:
@@ -73,17 +73,17 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 def open_queue(url: str, name: str = "default", **options: Any) -> Any:
     if _queue_takes_urls():
-        from nobroker import Queue  # noqa: PLC0415
+        from nobroker import Queue
 
         return Queue(url, name, **options)
-    from interim_queue import InterimQueue  # noqa: PLC0415
+    from interim_queue import InterimQueue
 
     return InterimQueue(url, name, **options)
 
 
 def _queue_takes_urls() -> bool:
-    import inspect  # noqa: PLC0415
+    import inspect
 
-    from nobroker import queue  # noqa: PLC0415
+    from nobroker import queue
 
     return "postgres" in inspect.getsource(queue)

@@ -188,7 +188,7 @@ class PostgresBackendTest(_Schema):
         self.assertEqual(elsewhere.stats().pending, 0)
 
     def test_the_password_appears_in_no_error_and_no_repr(self) -> None:
-        from nobroker.postgres.url import parse  # noqa: PLC0415
+        from nobroker.postgres.url import parse
 
         secret = parse(URL).secrets[0]
         q = self.open()
@@ -238,7 +238,7 @@ class PostgresBackendTest(_Schema):
 
 
 def _no_backoff() -> Any:
-    from nobroker import BackoffPolicy  # noqa: PLC0415
+    from nobroker import BackoffPolicy
 
     return BackoffPolicy(base=0, jitter=0)
 

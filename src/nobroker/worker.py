@@ -55,12 +55,12 @@ from types import FrameType
 from typing import Any
 
 from .errors import ConnectionLostError, LockTimeoutError, NobrokerError, NotLeasedError
+from .models import Job, JobState
+from .queue import Queue
 
 # Worth waiting out, not stopping for: another process's lock, a database server away
 # for a moment (a PostgreSQL queue reconnects on its next call, with a backoff).
 _PASSING = (LockTimeoutError, ConnectionLostError)
-from .models import Job, JobState
-from .queue import Queue
 
 __all__ = ["Worker", "WorkerStats", "Handler", "DEFAULT_SHUTDOWN_TIMEOUT"]
 

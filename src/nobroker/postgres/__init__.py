@@ -32,8 +32,9 @@ def migrate_url(url: str, schema: str | None = None) -> tuple[str, int, int]:
     target = parse(url, schema)
     conn = connect(target)
     try:
-        from ..errors import DatabaseError  # noqa: PLC0415
-        import psycopg  # noqa: PLC0415
+        import psycopg
+
+        from ..errors import DatabaseError
         try:
             before, after = migrate(conn, target)
         except psycopg.Error as exc:

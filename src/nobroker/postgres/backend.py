@@ -307,8 +307,10 @@ class PostgresBackend:
         try:
             self._link.run("ack_many", run)
         except _Rollback as rollback:
-            self._link.run("ack_many", lambda conn: _raise(self._not_leased(conn,
-                                                                            rollback.job)))
+            stale = rollback.job
+        else:
+            return
+        self._link.run("ack_many", lambda conn: _raise(self._not_leased(conn, stale)))
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -703,9 +705,9 @@ class _Statements:
             SELECT count(*) FILTER (WHERE j.state < 3),
                    count(*) FILTER (WHERE j.state >= 3 AND j.keyed)
             FROM {{s}}.jobs AS j, {t} WHERE j.queue = %(q)s AND {{visible}}""")
-        self.import_jobs = sql(f"""
+        self.import_jobs = sql("""
             WITH src AS (
-                SELECT u.*, nextval('{{s}}.job_seq') AS seq
+                SELECT u.*, nextval('{s}.job_seq') AS seq
                 FROM unnest(%(ids)s::text[], %(states)s::smallint[], %(prs)s::bigint[],
                             %(ats)s::float8[], %(ts)s::float8[], %(mas)s::bigint[],
                             %(atts)s::bigint[], %(ks)s::boolean[], %(errs)s::text[],
@@ -713,7 +715,7 @@ class _Statements:
                      AS u(id, state, priority, available_at, enqueued_at, max_attempts,
                           attempts, keyed, last_error, payload, o)
                 ORDER BY u.o)
-            INSERT INTO {{s}}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
+            INSERT INTO {s}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
                                   max_attempts, attempts, keyed, last_error, payload,
                                   finished_at)
             SELECT %(q)s, id, seq, state, priority, available_at, enqueued_at, max_attempts,
