@@ -237,6 +237,62 @@ class PostgresBackendTest(_Schema):
         self.assertEqual(q.stats().pending, 6)
 
 
+@needs_postgres
+class PostgresMigrateTest(_Schema):
+    """`nobroker db migrate` and `nobroker migrate --from DIR --to URL` (and back)."""
+
+    def test_db_migrate_creates_the_schema_once_and_reports_the_version(self) -> None:
+        from nobroker.cli import main  # noqa: I001
+        import contextlib
+        import io
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(main(["db", "migrate", "--url", self.url]), 0)
+            self.assertEqual(main(["db", "migrate", "--url", self.url]), 0)
+        first, second = out.getvalue().splitlines()
+        self.assertIn("from version 0 to 1", first)
+        self.assertIn("at version 1", second)
+        self.assertNotIn(URL.split(":")[2].split("@")[0], out.getvalue(), "password shown")
+
+    def test_migrate_copies_pending_leased_and_dead_jobs_once_with_their_history(self
+                                                                                ) -> None:
+        import tempfile
+
+        from nobroker import Queue
+        from nobroker.transfer import transfer
+
+        directory = tempfile.mkdtemp()
+        with Queue(directory, "q", max_attempts=2) as source:
+            source.enqueue({"n": 1}, priority=5, job_id="order-1")
+            failed = source.enqueue({"n": 2})
+            source.enqueue({"n": 3})
+            leased = source.lease(2)  # order-1 (priority 5), then failed
+            source.nack(leased[1], error="boom", delay=0)
+            again = source.lease(5)
+            dead = next(j for j in again if j.id == failed.id)
+            source.nack(dead, error="boom twice")
+            expected = {j.id: j for j in source.list_jobs()}
+        first = transfer(directory, self.url, "q")
+        self.assertEqual(first.copied, {"pending": 2, "dead": 1})
+        second = transfer(directory, self.url, "q")
+        self.assertEqual((second.copied, second.skipped), ({}, 3))
+        q = self.open("q")
+        for job_id, job in expected.items():
+            got = q.get(job_id)
+            wanted_state = JobState.DEAD if job.state is JobState.DEAD else JobState.PENDING
+            self.assertEqual((got.payload, got.priority, got.attempts, got.last_error,
+                              got.state), (job.payload, job.priority, job.attempts,
+                                           job.last_error, wanted_state))
+        self.assertEqual(q.stats().dead, 1)
+        fresh = q.enqueue("new")
+        self.assertNotIn(fresh.id, expected, "a copied generated id is not generated again")
+        back = tempfile.mkdtemp()
+        there = transfer(self.url, back, "q")
+        self.assertEqual((there.copied, there.not_copied), ({"pending": 3}, {"dead": 1}))
+        self.assertEqual(transfer(self.url, back, "q").skipped, 3)
+
+
 def _no_backoff() -> Any:
     from nobroker import BackoffPolicy
 

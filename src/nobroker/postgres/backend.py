@@ -505,12 +505,12 @@ class PostgresBackend:
 
     # -- transfer (nobroker migrate) -----------------------------------------
 
-    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> int:
+    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
         """Insert jobs copied from another backend, keeping their ids, attempts and
         errors; a leased job arrives pending. Ids already here are skipped: returns
-        how many were inserted."""
+        the states of the jobs inserted."""
         if not jobs:
-            return 0
+            return []
         rows = [(j.id, STATE_CODES[JobState.DEAD if j.state is JobState.DEAD
                                    else JobState.PENDING], j.priority, j.available_at,
                  j.enqueued_at, j.max_attempts, j.attempts, k, j.last_error,
@@ -522,9 +522,11 @@ class PostgresBackend:
                               atts=[r[6] for r in rows], ks=[r[7] for r in rows],
                               errs=[r[8] for r in rows], ps=[r[9] for r in rows])
 
-        def run(conn: Conn) -> int:
+        def run(conn: Conn) -> list[JobState]:
             with conn.transaction():
-                return conn.execute(self._sql.import_jobs, params).rowcount
+                rows = conn.execute(self._sql.import_jobs, params).fetchall()
+                conn.execute(self._sql.bump_seq, params)
+            return [_STATES[row[0]] for row in rows]
 
         return self._link.run("import", run)
 
@@ -722,4 +724,11 @@ class _Statements:
                    attempts, keyed, last_error, payload,
                    CASE WHEN state = 2 THEN available_at END
             FROM src
-            ON CONFLICT (queue, id) DO NOTHING""")
+            ON CONFLICT (queue, id) DO NOTHING
+            RETURNING state""")
+        # Generated-form ids copied in must not be generated again here.
+        self.bump_seq = sql("""
+            SELECT setval('{s}.job_seq', greatest(
+                (SELECT last_value FROM {s}.job_seq),
+                (SELECT coalesce(max(('x' || id)::bit(64)::bigint), 1) FROM {s}.jobs
+                 WHERE queue = %(q)s AND id ~ '^0000[0-9a-f]{12}$')))""")
