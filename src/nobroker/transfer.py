@@ -95,7 +95,7 @@ def _to_directory(url: str, directory: str, name: str) -> TransferReport:
                 target.get(job.id)
                 skipped += 1
                 continue
-            except Exception:  # noqa: BLE001 -- not there yet: copy it
+            except Exception:
                 pass
             target.enqueue(job.payload, job_id=job.id, priority=job.priority,
                            max_attempts=job.max_attempts,
