@@ -6,7 +6,6 @@ backend, as the facade will; delete this file when the seam lands.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -177,5 +176,3 @@ class InterimQueue:
     def __repr__(self) -> str:
         return f"Queue({self._b.location!r}, name={self.name!r})"
 
-
-_ = time

@@ -7,7 +7,6 @@ settled it returned, so what the files hold is what the queue promised.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -205,8 +204,6 @@ def _try(call: Any) -> bool:
     except Exception:
         return False
 
-
-_ = json
 
 if __name__ == "__main__":
     unittest.main()

@@ -29,7 +29,6 @@ What the tables hold (the backend's docstring says why):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from typing import Final
 
 __all__ = ["MIGRATIONS", "LATEST", "channels", "quoted", "migrate_sql"]
@@ -173,5 +172,3 @@ def migrate_sql(schema: str, current: int) -> list[str]:
     steps.append(f"INSERT INTO {s}.schema_version VALUES ({LATEST})")
     return steps
 
-
-Executor = Callable[[str], object]
