@@ -7,8 +7,11 @@ arguments after the task name go straight to the script the task runs
 
 Rules: stdlib only; run from any directory (every path is relative to this
 file); every command is printed before it runs; library code always runs with
-``src`` on PYTHONPATH, so nothing has to be installed. The one thing this file
-installs is the lint toolchain, into the ignored venv ``.dev/venv``.
+``src`` on PYTHONPATH, so nothing has to be installed. What this file installs
+is development tooling, each into an ignored folder under ``.dev/``: the lint
+toolchain (``.dev/venv``), and for the docs site and its browser test MkDocs
+(``.dev/docs-venv``), Pyodide from npm (``.dev/npm``) and Playwright
+(``.dev/web-venv``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ SRC = REPO / "src"
 DEV = REPO / ".dev"
 VENV = DEV / "venv"
 REQUIREMENTS_DEV = REPO / "requirements-dev.txt"
-LINT_PATHS = ("src", "tests", "tools", "examples", "make.py")
+LINT_PATHS = ("src", "tests", "tools", "examples", "web", "make.py")
 
 TaskFn = Callable[[list[str]], int]
 TASKS: dict[str, TaskFn] = {}
@@ -237,14 +240,14 @@ def bench_postgres(args: list[str]) -> int:
 
 @task("clean")
 def clean(args: list[str]) -> int:
-    """Remove caches, build output and benchmark scratch (--all: the lint venv too)."""
+    """Remove caches, build output, the built site and benchmark scratch (--all: the venvs too)."""
     doomed: list[Path] = [REPO / "dist", REPO / "build", REPO / ".bench",
-                          DEV / "ruff_cache", DEV / "mypy_cache"]
+                          DEV / "ruff_cache", DEV / "mypy_cache", DEV / "site", DEV / "screenshots"]
     doomed += REPO.glob("*.egg-info")
     doomed += SRC.glob("*.egg-info")
     doomed += pycache_dirs(REPO)
     if "--all" in args:
-        doomed.append(VENV)
+        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR]
     for path in sorted(set(doomed)):
         if path.is_dir():
             print(f"removing {path.relative_to(REPO)}/")
@@ -268,6 +271,70 @@ def pycache_dirs(root: Path) -> list[Path]:
     return found
 
 
+# --------------------------------------------------------------------------
+# the docs site and the playground (web/, issue 12): development tools only
+
+DOCS_VENV = DEV / "docs-venv"
+WEB_VENV = DEV / "web-venv"
+NPM_DIR = DEV / "npm"  # web/package.json's packages (Pyodide) are installed here
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@task("docs")
+def docs(args: list[str]) -> int:
+    """Build the docs site and the playground, strictly, into .dev/site (web/mkdocs.yml)."""
+    python = ensure_venv(DOCS_VENV, REPO / "requirements-docs.txt")
+    if python is None or ensure_npm_packages() != 0:
+        return 1
+    return run([str(python), "-m", "mkdocs", "build", "--strict", "-f", "web/mkdocs.yml", *args],
+               NO_MKDOCS_2_WARNING="1")
+
+
+@task("test-playground")
+def test_playground(args: list[str]) -> int:
+    """Build the site, then test the playground in headless Chromium (tests/test_playground.py)."""
+    if docs([]) != 0:
+        return 1
+    python = ensure_venv(WEB_VENV, REPO / "requirements-web.txt")
+    if python is None or ensure_chromium() != 0:
+        return 1
+    return run([str(python), "tests/run.py", "-j", "1", "-v", "test_playground", *args],
+               NOBROKER_REQUIRE_BROWSER="1")
+
+
+def ensure_npm_packages() -> int:
+    """Install web/package-lock.json's packages into .dev/npm (npm ci) when it changed."""
+    lock = REPO / "web" / "package-lock.json"
+    wanted = hashlib.sha256(lock.read_bytes()).hexdigest()
+    stamp = NPM_DIR / "package-lock.sha256"
+    if stamp.exists() and stamp.read_text().strip() == wanted:
+        return 0
+    if shutil.which("npm") is None:
+        print("make.py: npm is missing (apt-get install -y npm)", file=sys.stderr)
+        return 1
+    NPM_DIR.mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(REPO / "web" / name, NPM_DIR / name)
+    code = run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(NPM_DIR)])
+    if code == 0:
+        stamp.write_text(wanted + "\n")
+    return code
+
+
+def ensure_chromium() -> int:
+    """Debian's chromium, installed with apt-get when missing (CI runs as root)."""
+    if CHROMIUM.exists():
+        return 0
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        print(f"make.py: {CHROMIUM} is missing; install Debian's chromium package",
+              file=sys.stderr)
+        return 1
+    install = ["apt-get", "install", "-y", "chromium"]
+    if run(install) != 0 and (run(["apt-get", "update"]) != 0 or run(install) != 0):
+        return 1
+    return 0 if CHROMIUM.exists() else 1
+
+
 @task("help")
 def help_(args: list[str]) -> int:
     """List the tasks."""
@@ -283,26 +350,27 @@ def help_(args: list[str]) -> int:
 # the lint venv
 
 
-def venv_python_path() -> Path:
-    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
 def ensure_lint_venv() -> Path | None:
     """Create .dev/venv if missing and install requirements-dev.txt when it changed."""
-    python = venv_python_path()
+    return ensure_venv(VENV, REQUIREMENTS_DEV)
+
+
+def ensure_venv(venv: Path, requirements: Path) -> Path | None:
+    """Create `venv` if missing and install `requirements` into it when the file changed."""
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     if not python.exists():
-        print(f"creating the lint venv in {VENV.relative_to(REPO)}")
-        if run([sys.executable, "-m", "venv", str(VENV)]) != 0:
+        print(f"creating the venv {venv.relative_to(REPO)}")
+        if run([sys.executable, "-m", "venv", str(venv)]) != 0:
             return None
-    wanted = hashlib.sha256(REQUIREMENTS_DEV.read_bytes()).hexdigest()
-    stamp = VENV / "requirements-dev.sha256"
+    wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    stamp = venv / f"{requirements.stem}.sha256"
     if stamp.exists() and stamp.read_text().strip() == wanted:
-        print(f"lint venv is up to date with {REQUIREMENTS_DEV.name}")
+        print(f"{venv.relative_to(REPO)} is up to date with {requirements.name}")
         return python
     code = run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
-                "--quiet", "-r", str(REQUIREMENTS_DEV)])
+                "--quiet", "-r", str(requirements)])
     if code != 0:
-        print("make.py: installing the lint tools failed", file=sys.stderr)
+        print(f"make.py: installing {requirements.name} failed", file=sys.stderr)
         return None
     stamp.write_text(wanted + "\n")
     return python

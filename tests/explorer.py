@@ -4,9 +4,10 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
 
 1. **Record.** A workload (a function of a `Driver`) runs the real `Queue`
    in one process, in a scratch directory, with an injected fake clock and
-   a seeded `nobroker.file.commands._rng`. Every file operation of the storage
-   layer goes through `RecordingFS`, a `nobroker.file.fs.FileSystem` that
-   performs the call on the real OS and appends an `Event` (with its bytes,
+   a seeded rng (one `random.Random` shared by the workload's handles). Every
+   file operation of the storage layer goes through `RecordingFS`, a
+   `nobroker.file.fs.FileSystem` that performs the call on the real OS and
+   appends an `Event` (with its bytes,
    a synthetic inode id, and the source lines that issued it) to a trace.
    The driver adds BEGIN and END (returned / raised / crashed) markers
    around every API call. Before and after every call a *shadow check*
@@ -182,8 +183,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
+from support import file_queue, store_of
 
-import nobroker.file.commands
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, NotLeasedError, Queue
 from nobroker.file.fs import FileSystem
 
@@ -598,6 +599,9 @@ class Driver:
         self.fs = fs
         self.directory = directory
         self.clock = FakeClock()
+        # One rng for every handle, as one process has (job ids, jitter, nonces): record()
+        # seeds it, so that a workload writes the same bytes every time.
+        self.rng = random.Random(0)
         self.queue_kwargs = {"auto_compact": None, **queue_kwargs}
         self.handles: list[Queue | None] = []
         self.dead: set[int] = set()  # crashed (a SimulatedCrash) or closed: unusable
@@ -619,8 +623,8 @@ class Driver:
         handle = len(self.handles)
         self.handles.append(None)
         queue = self._run(handle, "open", (), options,
-                          lambda: Queue(self.directory, QUEUE, clock=self.clock, _fs=self.fs,
-                                        **options))
+                          lambda: file_queue(self.directory, QUEUE, clock=self.clock,
+                                             rng=self.rng, fs=self.fs, **options))
         if isinstance(queue, Queue):
             self.handles[handle] = queue
             self._observe(self.calls[-1], queue)
@@ -746,7 +750,7 @@ class Driver:
 
     def _observe(self, call: Call, queue: Queue) -> None:
         """Cross-check: the handle's memory must be the replay of what it read and wrote."""
-        store = queue._store
+        store = store_of(queue)
         state, log = store._state, store._log
         if log is None or call.outcome != "returned" or store._poisoned:
             return
@@ -761,7 +765,7 @@ class Driver:
             if queue is not None and handle not in self.closed:
                 with contextlib.suppress(Exception):
                     if handle in self.dead:
-                        store = queue._store
+                        store = store_of(queue)
                         store._closed = True  # a dead process saves no checkpoint
                         store._wake.close()
                         store._retire(store._log)  # type: ignore[arg-type]
@@ -816,10 +820,10 @@ Workload = Callable[[Driver], None]
 def record(workload: Workload, directory: str, *, seed: int = 0, name: str = "") -> Trace:
     """Run `workload` in `directory` (created if missing) and return its trace."""
     os.makedirs(directory, exist_ok=True)
-    nobroker.file.commands._rng.seed(seed)
     started = time.perf_counter()
     fs = RecordingFS(directory)
     driver = Driver(fs, directory)
+    driver.rng.seed(seed)
     try:
         workload(driver)
     finally:
@@ -1494,8 +1498,9 @@ class _Opener:
 
     def queue(self, clock: Callable[[], float] | None = None,
               fs: FileSystem | None = None) -> Queue:
-        return Queue(self.dir, QUEUE, clock=clock or FakeClock(), _fs=fs or self.fs,
-                     **self.kwargs)
+        queue: Queue = file_queue(self.dir, QUEUE, clock=clock or FakeClock(), fs=fs or self.fs,
+                                  **self.kwargs)
+        return queue
 
     def open(self, state: _State, now: float, continue_: bool) -> _Outcome:
         self.materialise(state)
@@ -1512,7 +1517,7 @@ class _Opener:
             outcome.error = f"{type(exc).__name__}: {exc}"
             return outcome
         try:
-            state_ = queue._store.state
+            state_ = store_of(queue).state
             outcome.fingerprint = state_.fingerprint()
             outcome.last_batch = state_.last_batch
             outcome.generation = queue.generation
@@ -1531,7 +1536,7 @@ class _Opener:
             return outcome
         try:
             again = self.queue()
-            second = (again._store.state.fingerprint(), again._store.state.last_batch)
+            second = (store_of(again).state.fingerprint(), store_of(again).state.last_batch)
             again.close()
         except Exception as exc:
             outcome.problems.append(("I7", f"second open raised {type(exc).__name__}: {exc}"))
@@ -1580,7 +1585,7 @@ class _Opener:
                 queue.close()
             reopened = self.queue(clock)
             try:
-                jobs = reopened._store.state.jobs
+                jobs = store_of(reopened).state.jobs
                 if x.id in jobs or y.id not in jobs:
                     return "I9", "after continuing and reopening, X (acked) is present " \
                                  "or Y (enqueued) is missing"
@@ -2296,25 +2301,21 @@ def _w_group_commit(d: Driver) -> None:
 
 @workload("checkpoints")
 def _w_checkpoints(d: Driver) -> None:
-    from unittest import mock
-
-    import nobroker.file.store
     # Checkpoints at every close and every 1 KiB logged, instead of after MiBs.
-    with mock.patch.object(nobroker.file.store, "CHECKPOINT_AFTER_BYTES", 0), \
-            mock.patch.object(nobroker.file.store, "CHECKPOINT_EVERY_BYTES", 1024):
-        h = d.open()
-        d.call(h, "enqueue_many", [payload(i, 200) for i in range(3)])
-        d.close(h)  # writes NAME.000000.ckpt
-        g = d.open()  # loads it
-        for job in _held(d.call(g, "lease", 1)):
-            d.call(g, "ack", job)
-        d.call(g, "enqueue_many", [payload(10 + i, 400) for i in range(3)])  # auto checkpoint
-        d.call(g, "compact")  # the new generation's checkpoint
-        d.close(g)
-        k = d.open(fsync=False)  # an un-synced log above a checkpoint
-        d.call(k, "enqueue", payload(30, 300))
-        d.close(k)
-        d.call(d.open(), "stats")
+    often = {"checkpoint_after_bytes": 0, "checkpoint_every_bytes": 1024}
+    h = d.open(**often)
+    d.call(h, "enqueue_many", [payload(i, 200) for i in range(3)])
+    d.close(h)  # writes NAME.000000.ckpt
+    g = d.open(**often)  # loads it
+    for job in _held(d.call(g, "lease", 1)):
+        d.call(g, "ack", job)
+    d.call(g, "enqueue_many", [payload(10 + i, 400) for i in range(3)])  # auto checkpoint
+    d.call(g, "compact")  # the new generation's checkpoint
+    d.close(g)
+    k = d.open(fsync=False, **often)  # an un-synced log above a checkpoint
+    d.call(k, "enqueue", payload(30, 300))
+    d.close(k)
+    d.call(d.open(**often), "stats")
 
 
 def random_workload(seed: int, length: int = 50, handles: int = 2) -> Workload:

@@ -24,9 +24,10 @@ import tempfile
 import unittest
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["QUICK_ENV", "REPO", "SRC", "TempDirTestCase", "quick_run", "slow"]
+__all__ = ["QUICK_ENV", "REPO", "SRC", "TempDirTestCase", "quick_run", "slow", "FakeClock",
+           "file_queue", "store_of"]
 
 REPO: Path = Path(__file__).resolve().parent.parent
 SRC: Path = REPO / "src"
@@ -129,3 +130,36 @@ def spawn_python(code: str, *args: str, **popen: object) -> subprocess.Popen[byt
                                   "stderr": subprocess.PIPE, "env": child_env()}
     options.update(popen)
     return subprocess.Popen([sys.executable, "-c", code, *args], **options)  # type: ignore[call-overload, no-any-return]
+
+
+# --------------------------------------------------------------------------
+# The file backend, built by hand: its options (FileOptions) are not Queue
+# arguments. nobroker is imported inside the functions, as the rules above ask.
+
+def file_queue(path: os.PathLike[str] | str, name: str = "default", **kwargs: object) -> Any:
+    """A Queue over a FileBackend opened at ``path``.
+
+    Keyword arguments are FileOptions fields (``fs``, ``checkpoints``,
+    ``auto_compact``, ``min_compact_bytes``, ...) or Settings fields
+    (``clock``, ``rng``, ``fsync``, ``visibility_timeout``, ...), given as is
+    (unchecked: tests pass sensible values).
+    """
+    from nobroker import Queue
+    from nobroker.backend import Settings
+    from nobroker.file.backend import FileBackend, FileOptions
+
+    option_names = set(FileOptions.__dataclass_fields__)
+    options = {key: kwargs.pop(key) for key in list(kwargs) if key in option_names}
+    backend = FileBackend(path, name, Settings(**kwargs),  # type: ignore[arg-type]
+                          FileOptions(**options))  # type: ignore[arg-type]
+    return Queue.from_backend(backend)
+
+
+def store_of(queue: Any) -> Any:
+    """The FileStore under a file-backed Queue (its replay state, lock, log)."""
+    from nobroker.file.backend import FileBackend
+
+    backend = queue.backend
+    if not isinstance(backend, FileBackend):
+        raise TypeError(f"{queue!r} is not a file-backed queue")
+    return backend.store

@@ -19,11 +19,9 @@ import struct
 import unittest
 from collections.abc import Callable
 from pathlib import Path
-from unittest import mock
 
-from support import FakeClock, TempDirTestCase, tree_digest
+from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
 
-import nobroker.file.store
 from nobroker import CorruptLogError, Job, NobrokerError, Queue
 from nobroker.file.framing import FILE_HEADER, MAGIC, encode_file_header, encode_record
 from nobroker.file.inspection import read_records
@@ -49,7 +47,7 @@ class DamagedLogTestCase(TempDirTestCase):
         self.fingerprints: dict[int, tuple[object, ...]] = {}
         held: list[Job] = []
         with Queue(self.dir, clock=clock, fsync=False, max_attempts=1) as q:
-            self.fingerprints[16] = q._store.state.fingerprint()
+            self.fingerprints[16] = store_of(q).state.fingerprint()
             steps: list[Callable[[], object]] = [
                 lambda: q.enqueue({"n": 1}), lambda: q.enqueue({"n": 2}),
                 lambda: q.enqueue_many([{"n": 3}, {"n": 4}, {"n": 5}]),
@@ -59,7 +57,7 @@ class DamagedLogTestCase(TempDirTestCase):
             for step in steps:
                 clock.advance(1)
                 step()
-                self.fingerprints[q.stats().log_bytes] = q._store.state.fingerprint()
+                self.fingerprints[q.stats().log_bytes] = store_of(q).state.fingerprint()
             self.end = q.stats().log_bytes
         self.data = self.path.read_bytes()
         self.spans: list[tuple[int, int]] = []
@@ -113,7 +111,7 @@ class DamagedLogTestCase(TempDirTestCase):
         with Queue(self.dir) as q:
             self.assertEqual(q.recovery.torn_offset, at, q.recovery.describe())
             self.assertTrue(q.recovery.repaired)
-            self.assertEqual(q._store.state.fingerprint(), self.fingerprints[at])
+            self.assertEqual(store_of(q).state.fingerprint(), self.fingerprints[at])
         with Queue(self.dir) as q:
             self.assertTrue(q.recovery.clean, q.recovery.describe())
 
@@ -123,7 +121,7 @@ class ControlTest(DamagedLogTestCase):
         before = tree_digest(self.tmp)
         with Queue(self.dir) as q:
             self.assertTrue(q.recovery.clean)
-            self.assertEqual(q._store.state.fingerprint(), self.fingerprints[self.end])
+            self.assertEqual(store_of(q).state.fingerprint(), self.fingerprints[self.end])
         self.assertEqual(tree_digest(self.tmp), before)
 
 
@@ -402,9 +400,8 @@ class CheckpointTest(DamagedLogTestCase):
     def test_a_bit_flip_below_a_checkpoint_is_still_reported_as_corruption(self) -> None:
         # A checkpoint is a cache of the log: it must not hide damage to durable
         # records that the log alone would have reported.
-        with mock.patch.object(nobroker.file.store, "CHECKPOINT_AFTER_BYTES", 0):
-            with Queue(self.dir) as q:
-                q.enqueue("one more, so that close() saves a checkpoint")
+        with file_queue(self.dir, checkpoint_after_bytes=0) as q:
+            q.enqueue("one more, so that close() saves a checkpoint")
         self.assertTrue(list(self.dir.glob("*.ckpt")), "setup: no checkpoint was written")
         start = self.spans[ACK][0]  # an ACK: no later read or compaction looks at it again
         self.assertEqual(self.records[[r.offset for r in self.records].index(start)].type, "ACK")

@@ -14,21 +14,15 @@ import json
 import threading
 from typing import Any
 
-from support import TempDirTestCase, spawn_python
+from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import Queue
-from nobroker.file import checkpoint
 
 
 def full_replay(directory: str) -> tuple[object, ...]:
     """The fingerprint a fresh open gives with checkpoints switched off."""
-    saved = checkpoint.ENABLED
-    checkpoint.ENABLED = False
-    try:
-        with Queue(directory, readonly=True) as fresh:
-            return fresh._store.state.fingerprint()
-    finally:
-        checkpoint.ENABLED = saved
+    with file_queue(directory, readonly=True, checkpoints=False) as fresh:
+        return store_of(fresh).state.fingerprint()
 
 
 def payloads(q: Queue) -> dict[str, Any]:
@@ -57,9 +51,9 @@ class CompactionWithPeersTest(TempDirTestCase):
             after = payloads(peer)
             self.assertEqual({k: v for k, v in after.items() if k in before}, before)
             self.assertEqual(len(after), len(before) + 1)
-            self.assertEqual(peer._store.state.fingerprint(), full_replay(directory))
+            self.assertEqual(store_of(peer).state.fingerprint(), full_replay(directory))
             q.stats()
-            self.assertEqual(q._store.state.fingerprint(), peer._store.state.fingerprint())
+            self.assertEqual(store_of(q).state.fingerprint(), store_of(peer).state.fingerprint())
 
     def test_writes_during_an_unlocked_compaction_are_carried_over(self) -> None:
         directory = str(self.tmp / "q")
@@ -85,8 +79,8 @@ class CompactionWithPeersTest(TempDirTestCase):
                 stop.set()
                 thread.join()
             q.stats()
-            self.assertEqual(q._store.state.fingerprint(), full_replay(directory))
-            self.assertEqual(len(payloads(q)), len(q._store.state.jobs))
+            self.assertEqual(store_of(q).state.fingerprint(), full_replay(directory))
+            self.assertEqual(len(payloads(q)), len(store_of(q).state.jobs))
 
     def test_a_peer_process_follows_and_agrees_with_a_full_replay(self) -> None:
         directory = str(self.tmp / "q")
@@ -106,7 +100,7 @@ for line in sys.stdin:
 q.stats()
 jobs = {j.id: j.payload for j in q.list_jobs()}
 print(json.dumps({"generation": q.generation, "jobs": len(jobs),
-                  "fingerprint": repr(q._store.state.fingerprint())}), flush=True)
+                  "fingerprint": repr(q.backend.store.state.fingerprint())}), flush=True)
 """
         with Queue(directory, fsync=False, auto_compact=None) as q:
             self.fill(q, 5000)
@@ -155,7 +149,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
         with Queue(directory, fsync=False, auto_compact=None) as q, \
                 Queue(directory, fsync=False, auto_compact=None) as peer:
             self.fill(q, 2000)
-            old_state = q._store.state
+            old_state = store_of(q).state
             applied: list[int] = []
             real_apply = old_state.apply_batch
 
@@ -171,16 +165,16 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             self.run_after_preparing(q, peer_writes)
             self.assertEqual(applied, [])
-            self.assertIsNot(q._store.state, old_state)
-            self.assertEqual(q._store.state.fingerprint(), full_replay(directory))
+            self.assertIsNot(store_of(q).state, old_state)
+            self.assertEqual(store_of(q).state.fingerprint(), full_replay(directory))
             self.assertEqual(len(payloads(q)), 2000 - 100 + 1 + 300 - 1)
 
     def test_a_dead_writers_torn_tail_found_at_the_switch_is_saved_aside(self) -> None:
         directory = str(self.tmp / "q")
         with Queue(directory, fsync=False, auto_compact=None) as q:
             self.fill(q, 500)
-            log_path = q._store._live_log().path
-            end = q._store._live_log().end
+            log_path = store_of(q)._live_log().path
+            end = store_of(q)._live_log().end
 
             def die_mid_write() -> None:
                 # A batch whose first record says more follow, and then nothing.
@@ -194,7 +188,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
             self.assertEqual(getattr(result, "new_generation", None), 1)
             sides = [p.name for p in (self.tmp / "q").iterdir() if ".torn-" in p.name]
             self.assertEqual(sides, [f"default.000000.log.torn-{end}"])
-            self.assertEqual(q._store.state.fingerprint(), full_replay(directory))
+            self.assertEqual(store_of(q).state.fingerprint(), full_replay(directory))
 
     def test_a_losers_checkpoint_over_the_winners_is_never_used_to_follow(self) -> None:
         # Two compactions of generation 0: `other` wins and switches; `q`, which
@@ -224,21 +218,21 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             compaction.write_generation = write_after_the_winner  # type: ignore[assignment]
             try:
-                self.assertIsNone(q._store._compact())
+                self.assertIsNone(store_of(q)._compact())
             finally:
                 compaction.write_generation = real  # type: ignore[assignment]
             self.assertEqual(other.q_done.new_generation, 1)  # type: ignore[attr-defined]
             after = payloads(peer)  # peer follows generation 1 now
             self.assertEqual(peer.generation, 1)
             self.assertEqual({k: v for k, v in after.items() if k in expected}, expected)
-            self.assertEqual(peer._store.state.fingerprint(), full_replay(directory))
+            self.assertEqual(store_of(peer).state.fingerprint(), full_replay(directory))
 
     def test_a_compaction_that_loses_the_race_throws_its_file_away(self) -> None:
         directory = str(self.tmp / "q")
         with Queue(directory, fsync=False, auto_compact=None) as q, \
                 Queue(directory, fsync=False, auto_compact=None) as other:
             self.fill(q, 500)
-            original = q._store._compact
+            original = store_of(q)._compact
 
             def racing() -> object:
                 # Let `other` compact between our preparation and our switch.
@@ -257,11 +251,11 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
                 finally:
                     compaction.prepare_generation = real  # type: ignore[assignment]
 
-            q._store._compact = racing  # type: ignore[method-assign]
-            self.assertIsNone(q._store._compact())
-            q._store._compact = original  # type: ignore[method-assign]
+            store_of(q)._compact = racing  # type: ignore[method-assign]
+            self.assertIsNone(store_of(q)._compact())
+            store_of(q)._compact = original  # type: ignore[method-assign]
             leftovers = [n for n in (self.tmp / "q").iterdir() if ".tmp-" in n.name]
             self.assertEqual(leftovers, [])
             self.assertEqual(q.generation, 1)
             self.assertEqual(q.compact().new_generation, 2)
-            self.assertEqual(q._store.state.fingerprint(), full_replay(directory))
+            self.assertEqual(store_of(q).state.fingerprint(), full_replay(directory))

@@ -25,11 +25,17 @@ import unittest
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
-from support import FakeClock, TempDirTestCase, scratch_root, slow, spawn_python
+from support import (
+    FakeClock,
+    TempDirTestCase,
+    file_queue,
+    scratch_root,
+    slow,
+    spawn_python,
+    store_of,
+)
 
-import nobroker.file.store
 from nobroker import BackoffPolicy, Job, Queue
 from nobroker.file.inspection import read_records
 from nobroker.file.records import RecordType
@@ -230,8 +236,8 @@ class KilledCompactionTest(KillTestCase):
             q.ack_many(leased[:2000])
             for job in leased[2000:2100]:
                 q.nack(job, error="retry later")
-            expected = q._store.state.fingerprint()
-            ids = {e.id for e in q._store.state.entries()}
+            expected = store_of(q).state.fingerprint()
+            ids = {e.id for e in store_of(q).state.entries()}
         self.assertEqual(len(ids), self.JOBS - 2000)
         interrupted = 0
         for round_ in range(6):
@@ -250,8 +256,8 @@ class KilledCompactionTest(KillTestCase):
             # A compaction in progress leaves NAME.<g+1>.log.tmp-* or a second log.
             interrupted += len(logs) > 1 or any(".tmp" in n for n in names)
             with Queue(directory) as q:
-                self.assertEqual(q._store.state.fingerprint(), expected, f"round {round_}")
-                self.assertEqual({e.id for e in q._store.state.entries()}, ids)
+                self.assertEqual(store_of(q).state.fingerprint(), expected, f"round {round_}")
+                self.assertEqual({e.id for e in store_of(q).state.entries()}, ids)
                 sample = rng.sample(sorted(ids), 20)
                 for job_id in sample:
                     self.assertEqual(q.get(job_id).payload["pad"], "z" * 40)
@@ -283,7 +289,7 @@ while True:
             got = {line.split()[1] for line in child.kill()}
             acked |= got
             with Queue(directory) as q:
-                present = {e.id for e in q._store.state.entries()}
+                present = {e.id for e in store_of(q).state.entries()}
                 self.assertEqual(acked & present, set(), "an acked job came back")
                 self.assertLessEqual(present, all_ids)
 
@@ -301,15 +307,17 @@ class TruncationSweepTest(TempDirTestCase):
         """A mixed workload; returns {log size after a call: fingerprint after it}."""
         clock = FakeClock()
         sizes: dict[int, tuple[object, ...]] = {}
-        q = Queue(directory, clock=clock, fsync=False, visibility_timeout=10, max_attempts=2,
-                  backoff=BackoffPolicy(base=1.0, factor=2.0, jitter=0.0), auto_compact=None)
-        sizes[q.stats().log_bytes] = q._store.state.fingerprint()
+        # close() below saves a checkpoint whatever was logged (the sweep runs with it).
+        q = file_queue(directory, clock=clock, fsync=False, visibility_timeout=10,
+                       max_attempts=2, backoff=BackoffPolicy(base=1.0, factor=2.0, jitter=0.0),
+                       auto_compact=None, checkpoint_after_bytes=0)
+        sizes[q.stats().log_bytes] = store_of(q).state.fingerprint()
         held: dict[str, Job] = {}
 
         def step(call: Any) -> Any:
             clock.advance(0.5)
             result = call()
-            sizes[q.stats().log_bytes] = q._store.state.fingerprint()
+            sizes[q.stats().log_bytes] = store_of(q).state.fingerprint()
             return result
 
         step(lambda: q.enqueue({"a": 1}))
@@ -331,9 +339,7 @@ class TruncationSweepTest(TempDirTestCase):
         pair = step(lambda: q.lease(2))
         step(lambda: q.ack_many(pair))
         step(lambda: q.ack(leased[0]))
-        # Close with a checkpoint here (the sweep also runs with it), then go on.
-        with mock.patch.object(nobroker.file.store, "CHECKPOINT_AFTER_BYTES", 0):
-            q.close()
+        q.close()  # with a checkpoint here (the sweep also runs with it), then go on
         self.checkpoint_end = max(sizes)
         q = Queue(directory, clock=clock, fsync=False, visibility_timeout=10, max_attempts=2,
                   backoff=BackoffPolicy(base=1.0, factor=2.0, jitter=0.0), auto_compact=None)
@@ -414,7 +420,7 @@ class TruncationSweepTest(TempDirTestCase):
             where = f"cut at {cut}" + (" with a checkpoint" if checkpoint else "")
             try:
                 with Queue(directory, auto_compact=None) as q:
-                    self.assertEqual(q._store.state.fingerprint(), boundaries[good], where)
+                    self.assertEqual(store_of(q).state.fingerprint(), boundaries[good], where)
                     torn = any(data[good:cut])
                     self.assertEqual(q.recovery.torn_offset, good if torn else None, where)
                     used = checkpoint is not None and cut >= self.checkpoint_end
@@ -422,11 +428,11 @@ class TruncationSweepTest(TempDirTestCase):
                                      self.checkpoint_end if used else None, where)
                     if cut % 97 == 0:  # the repaired log takes new writes and replays them
                         q.enqueue("after the crash")
-                        after = q._store.state.fingerprint()
+                        after = store_of(q).state.fingerprint()
                 if cut % 97 == 0:
                     with Queue(directory, readonly=True) as again:
                         self.assertTrue(again.recovery.clean, where)
-                        self.assertEqual(again._store.state.fingerprint(), after, where)
+                        self.assertEqual(store_of(again).state.fingerprint(), after, where)
             finally:
                 shutil.rmtree(directory)
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-from support import FakeClock, TempDirTestCase, scratch_root, slow
+from support import FakeClock, TempDirTestCase, file_queue, scratch_root, slow, store_of
 
 import nobroker
 from nobroker import (
@@ -262,9 +262,9 @@ class _Driver:
 
     def open(self) -> bool:
         try:
-            self.q = nobroker.Queue(self.directory, clock=self.clock, _fs=self.fs,
-                                    visibility_timeout=30.0, max_attempts=3,
-                                    backoff=nobroker.BackoffPolicy(jitter=0.0))
+            self.q = file_queue(self.directory, clock=self.clock, fs=self.fs,
+                                visibility_timeout=30.0, max_attempts=3,
+                                backoff=nobroker.BackoffPolicy(jitter=0.0))
         except NobrokerError as exc:
             self.out.calls.append(("open", f"raised {type(exc).__name__}"))
             return False
@@ -303,7 +303,7 @@ class _Driver:
         except (StorageError, CompactionError) as exc:
             kind = getattr(exc, "operation", "compaction")
             self.out.calls.append((name, f"raised {type(exc).__name__} ({kind})"))
-            if self.q._store._poisoned is not None:
+            if store_of(self.q)._poisoned is not None:
                 self.poisoned_by = name
                 return "indeterminate", exc
             if isinstance(exc, StorageError) and exc.operation == "write":
@@ -437,13 +437,13 @@ def audit(directory: str, d: _Driver, out: FaultOutcome) -> None:
     try:
         jobs = first.list_jobs()
         stats = first.stats()
-        fingerprint = first._store.state.fingerprint()
+        fingerprint = store_of(first).state.fingerprint()
     finally:
         first.close()
     with nobroker.Queue(directory, clock=d.clock) as second:
         if not second.recovery.clean:
             v.append(f"second reopen still repaired: {second.recovery.describe()}")
-        if second._store.state.fingerprint() != fingerprint:
+        if store_of(second).state.fingerprint() != fingerprint:
             v.append("recovery is not idempotent: two reopens give different states")
     present: dict[str, str] = {}
     for job in jobs:
@@ -564,7 +564,7 @@ class FsyncFailureTest(TempDirTestCase):
     """A failed fsync is never retried into a success: the handle is poisoned."""
 
     def open(self, fs: FileSystem) -> nobroker.Queue:
-        return nobroker.Queue(self.tmp / "q", _fs=fs, clock=FakeClock())
+        return file_queue(self.tmp / "q", fs=fs, clock=FakeClock())
 
     def test_failed_fsync_raises_and_poisons_until_reopened(self) -> None:
         fs = FaultFS()
@@ -679,7 +679,7 @@ class ConcurrentFsyncFailureTest(TempDirTestCase):
 
     def test_a_second_fsync_after_a_failed_one_does_not_make_a_success(self) -> None:
         fs = _StallingFS()
-        q = nobroker.Queue(self.tmp / "q", _fs=fs, clock=FakeClock())
+        q = file_queue(self.tmp / "q", fs=fs, clock=FakeClock())
         durable = q.enqueue("durable")
         fs.armed = True
         outcomes: dict[str, object] = {}
@@ -715,7 +715,7 @@ class WriteFailureTest(TempDirTestCase):
 
     def test_enospc_halfway_through_a_batch_leaves_the_log_on_a_boundary(self) -> None:
         fs = FaultFS()
-        q = nobroker.Queue(self.tmp / "q", _fs=fs, clock=FakeClock())
+        q = file_queue(self.tmp / "q", fs=fs, clock=FakeClock())
         durable = [q.enqueue({"n": i}) for i in range(5)]
         big = [{"n": 100 + i, "pad": "x" * 3000} for i in range(40)]  # ~120 KiB: grows the file
         writes_before = sum(w.startswith("pwrite") for w in fs.trace)
@@ -738,12 +738,12 @@ class WriteFailureTest(TempDirTestCase):
 
     def test_enospc_in_the_middle_of_one_record(self) -> None:
         fs = FaultFS()
-        q = nobroker.Queue(self.tmp / "q", _fs=fs, clock=FakeClock())
+        q = file_queue(self.tmp / "q", fs=fs, clock=FakeClock())
         first = q.enqueue("first")
         fs.arm(fs.mutating + 1, errno.ENOSPC, "short")
         with self.assertRaises(StorageError):
             q.enqueue("x" * 500)
-        size_after = os.path.getsize(q._store._live_log().path)
+        size_after = os.path.getsize(store_of(q)._live_log().path)
         self.assertEqual(q.stats().log_bytes, size_after, "the half record was not cut away")
         q.close()
         with nobroker.Queue(self.tmp / "q") as again:
@@ -752,7 +752,7 @@ class WriteFailureTest(TempDirTestCase):
 
     def test_failed_cut_after_a_failed_write_poisons(self) -> None:
         fs = FaultFS()
-        q = nobroker.Queue(self.tmp / "q", _fs=fs, clock=FakeClock())
+        q = file_queue(self.tmp / "q", fs=fs, clock=FakeClock())
         first = q.enqueue("first")
         fs.arm(fs.mutating + 1, errno.EIO, "persist")  # the write and then the ftruncate fail
         with self.assertRaises(StorageError):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import support  # noqa: F401  (puts src/ on sys.path)
 
+from nobroker import codec
 from nobroker.file import framing, records
 from nobroker.file.framing import (
     BAD,
@@ -28,6 +29,7 @@ from nobroker.file.framing import (
     encode_file_header,
     encode_record,
 )
+from nobroker.validation import MAX_ID_LENGTH
 
 
 def frame(length: int, type_byte: int, crc: int, payload: bytes = b"") -> bytes:
@@ -250,7 +252,7 @@ class EnqueueTextTest(unittest.TestCase):
     def test_enqueue_text_equals_the_generic_encoding_of_the_same_fields(self) -> None:
         rng = random.Random(4)
         ids = ["0123456789abcdef", "order-7", 'quote " and \\ backslash', "caf\u00e9 \u2603",
-               "x" * records.MAX_ID_LENGTH]
+               "x" * MAX_ID_LENGTH]
         times = [0.0, 1.5, 1e16, 1732900000.123456, 2.0 ** -30, 123456789012.0]
         for _ in range(400):
             job_id, keyed = rng.choice(ids), rng.random() < 0.5
@@ -288,7 +290,7 @@ class LoadsTest(unittest.TestCase):
                 return (type(exc).__name__, str(exc))
 
         def reference(data: bytes) -> object:
-            return records._decoder.decode(data.decode("utf-8"))
+            return codec._decoder.decode(data.decode("utf-8"))
 
         for data in cases:
             expected = outcome(reference, data)

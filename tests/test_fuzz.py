@@ -52,9 +52,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from support import FakeClock, TempDirTestCase, scratch_root
+from support import FakeClock, TempDirTestCase, scratch_root, store_of
 
-import nobroker.file.commands
 from nobroker import BackoffPolicy, CorruptLogError, NobrokerError, Queue
 from nobroker.file.framing import (
     FILE_HEADER,
@@ -109,18 +108,6 @@ class Corpus:
                 for name in (LOG0, LOG1) if name in files]
 
 
-@contextlib.contextmanager
-def seeded_ids(seed: int) -> Iterator[None]:
-    """Job ids and jitter come from nobroker.file.commands._rng: seed it, then restore it."""
-    rng = nobroker.file.commands._rng
-    saved = rng.getstate()
-    rng.seed(seed)
-    try:
-        yield
-    finally:
-        rng.setstate(saved)
-
-
 def _trim(data: bytes) -> bytes:
     """A log without its preallocated zero tail (most mutations aim at real bytes)."""
     return data.rstrip(b"\0") if len(data) > FILE_HEADER.size else data
@@ -158,7 +145,9 @@ def build_corpus(root: str, seed: int = 0) -> Corpus:
                                       ("compacted", 2, True)):
         directory = os.path.join(root, label)
         clock = FakeClock(1_000_000.0 + flavour * 1000)
-        with seeded_ids(seed * 100 + flavour), Queue(directory, clock=clock, **options) as q:
+        # Job ids and jitter come from the queue's rng: seeded, the files are the same.
+        with Queue(directory, clock=clock, rng=random.Random(seed * 100 + flavour),
+                   **options) as q:
             _workload(q, clock, flavour)
             if compacted:
                 q.compact()
@@ -585,7 +574,7 @@ def exercise(directory: str, clock: FakeClock) -> tuple[str, str | None]:
             q.ack(job)
         q.enqueue({"fuzz": "after"})
         q.compact()
-        before = q._store.state.fingerprint()
+        before = store_of(q).state.fingerprint()
     except NobrokerError as exc:
         # Typed and honest (e.g. a payload record found unreadable later): allowed.
         q.close()
@@ -594,7 +583,7 @@ def exercise(directory: str, clock: FakeClock) -> tuple[str, str | None]:
     with Queue(directory, clock=clock, auto_compact=None) as again:
         if not again.recovery.clean:
             problem = f"reopen still repairs: {again.recovery.describe()}"
-        elif again._store.state.fingerprint() != before:
+        elif store_of(again).state.fingerprint() != before:
             problem = "reopen gives a different state"
     return ("repaired" if repaired else "clean"), problem
 

@@ -13,9 +13,8 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from support import FakeClock, TempDirTestCase, tree_digest
+from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
 
-import nobroker.file.store
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
 from nobroker.file.framing import FILE_HEADER
 
@@ -50,11 +49,11 @@ class FileQueueTestCase(TempDirTestCase):
             q.ack(a)
             q.nack(b, error="boom")
             q.lease()
-            return q._store.state.fingerprint(), q.stats().log_bytes
+            return store_of(q).state.fingerprint(), q.stats().log_bytes
 
     def assertReopensAs(self, fingerprint: tuple[object, ...], **kwargs: object) -> Queue:
         q = self.open(**kwargs)
-        self.assertEqual(q._store.state.fingerprint(), fingerprint)
+        self.assertEqual(store_of(q).state.fingerprint(), fingerprint)
         return q
 
 
@@ -122,7 +121,7 @@ class TornTailTest(FileQueueTestCase):
         self.assertIn(str(torn_at), report.describe())
         # The repaired queue works, and reopens clean with the new write.
         q.enqueue("after repair")
-        expected = q._store.state.fingerprint()
+        expected = store_of(q).state.fingerprint()
         q.close()
         again = self.assertReopensAs(expected)
         self.assertTrue(again.recovery.clean, again.recovery.describe())
@@ -181,7 +180,7 @@ class TornTailTest(FileQueueTestCase):
         q = self.open()
         write_at(log_path(self.dir), end, b"\x07" * 50)  # a peer died mid-write
         q.enqueue("next")
-        expected = q._store.state.fingerprint()
+        expected = store_of(q).state.fingerprint()
         self.assertNotEqual(expected, fingerprint)
         q.close()
         self.assertReopensAs(expected)
@@ -241,7 +240,7 @@ class SameProcessHandlesTest(FileQueueTestCase):
         q2.compact()
         q1.enqueue("after compaction")
         self.assertEqual([j.payload for j in q2.list_jobs()], ["after compaction"])
-        self.assertEqual(q1._store.state.fingerprint(), q2._store.state.fingerprint())
+        self.assertEqual(store_of(q1).state.fingerprint(), store_of(q2).state.fingerprint())
 
     def test_threads_on_two_handles_neither_deadlock_nor_lose_writes(self) -> None:
         handles = [self.open(), self.open()]
@@ -270,8 +269,8 @@ class SameProcessHandlesTest(FileQueueTestCase):
         for q in handles:
             q.close()
         with Queue(self.dir) as fresh:
-            self.assertEqual(fresh._store.state.fingerprint(),
-                             handles[0]._store.state.fingerprint())
+            self.assertEqual(store_of(fresh).state.fingerprint(),
+                             store_of(handles[0]).state.fingerprint())
 
 
 class CompactionTest(FileQueueTestCase):
@@ -291,14 +290,14 @@ class CompactionTest(FileQueueTestCase):
         clock = FakeClock()
         q = self.open(clock=clock, max_attempts=1)
         still_leased = self.build(q, clock)
-        before_fp, before_bytes = q._store.state.fingerprint(), q.stats().log_bytes
+        before_fp, before_bytes = store_of(q).state.fingerprint(), q.stats().log_bytes
         before_payloads = {j.id: j.payload for j in q.list_jobs()}
         result = q.compact()
         self.assertEqual((result.old_generation, result.new_generation), (0, 1))
         self.assertEqual((self.dir / "default.current").read_bytes(), b"1\n")
         self.assertFalse(log_path(self.dir, 0).exists(), "old generation removed")
         self.assertTrue(log_path(self.dir, 1).exists())
-        self.assertEqual(q._store.state.fingerprint(), before_fp)
+        self.assertEqual(store_of(q).state.fingerprint(), before_fp)
         self.assertEqual({j.id: j.payload for j in q.list_jobs()}, before_payloads)
         self.assertLess(q.stats().log_bytes, before_bytes / 3)
         self.assertEqual(result.bytes_before, before_bytes)
@@ -306,7 +305,7 @@ class CompactionTest(FileQueueTestCase):
         self.assertEqual(result.live_jobs, q.stats().total)
         self.assertEqual(q.stats().generation, 1)
         q.ack(still_leased)  # a lease survives compaction with its token
-        expected = q._store.state.fingerprint()
+        expected = store_of(q).state.fingerprint()
         q.close()
         reopened = self.assertReopensAs(expected)
         self.assertEqual(reopened.recovery.generation, 1)
@@ -343,25 +342,29 @@ class CompactionTest(FileQueueTestCase):
 
 
 class AutoCompactionTest(FileQueueTestCase):
+    def small(self, auto_compact: float | None) -> Queue:
+        """A queue that auto-compacts from 4 KiB of log, not 1 MiB."""
+        q: Queue = file_queue(self.dir, auto_compact=auto_compact, min_compact_bytes=4096)
+        self.addCleanup(q.close)
+        return q
+
     def churn(self, q: Queue) -> None:
         for _ in range(6):
             q.enqueue_many([{"pad": "x" * 100}] * 10)
             q.ack_many(q.lease(10))
 
     def test_auto_compaction_runs_once_dead_records_pass_the_threshold(self) -> None:
-        with mock.patch.object(nobroker.file.store, "MIN_COMPACT_BYTES", 4096):
-            q = self.open(auto_compact=0.5)
-            self.churn(q)
-            self.assertGreaterEqual(q.stats().generation, 1)
-            self.assertLess(q.stats().log_bytes, 4096)
-            self.assertTrue((self.dir / "default.current").exists())
+        q = self.small(auto_compact=0.5)
+        self.churn(q)
+        self.assertGreaterEqual(q.stats().generation, 1)
+        self.assertLess(q.stats().log_bytes, 4096)
+        self.assertTrue((self.dir / "default.current").exists())
 
     def test_auto_compact_none_never_compacts(self) -> None:
-        with mock.patch.object(nobroker.file.store, "MIN_COMPACT_BYTES", 4096):
-            q = self.open(auto_compact=None)
-            self.churn(q)
-            self.assertEqual(q.stats().generation, 0)
-            self.assertGreater(q.stats().log_bytes, 4096)
+        q = self.small(auto_compact=None)
+        self.churn(q)
+        self.assertEqual(q.stats().generation, 0)
+        self.assertGreater(q.stats().log_bytes, 4096)
 
     def test_a_small_log_is_never_auto_compacted(self) -> None:
         q = self.open(auto_compact=0.5)
@@ -412,7 +415,7 @@ class StatsAreCountersTest(FileQueueTestCase):
         def walk(*args: object, **kwargs: object) -> object:
             raise AssertionError("stats() walked the job table")
 
-        with mock.patch.object(q._store.state, "entries", walk):
+        with mock.patch.object(store_of(q).state, "entries", walk):
             stats = q.stats()
         self.assertEqual((stats.pending, stats.leased, stats.total), (90, 10, 100))
 

@@ -35,17 +35,21 @@ import sys
 import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SCAN_DIRS = ("src", "tests", "tools", "examples")
+SCAN_DIRS = ("src", "tests", "tools", "examples", "web")
 SCAN_FILES = ("make.py",)
 REQUIREMENTS_DEV = "requirements-dev.txt"
 REQUIREMENTS_BENCH = "requirements-bench.txt"
+# The docs site (web/, MkDocs) and the browser tests (Playwright): development only.
+REQUIREMENTS_WEB_TOOLS = {"requirements-docs.txt": "docs venv .dev/docs-venv",
+                          "requirements-web.txt": "browser-test venv .dev/web-venv"}
 
 OPTIONAL_EXTRAS = frozenset({"psycopg"})
+BROWSER_TEST_TOOLS = frozenset({"playwright"})  # tests may import these lazily, too
 OPTIONAL_BACKENDS = ("src/nobroker/postgres.py", "src/nobroker/backends/postgres*.py")
 BACKEND_PACKAGE = "src/nobroker/postgres/"  # psycopg anywhere inside; imported lazily only
 BACKEND_MODULE = "nobroker.postgres"
@@ -214,7 +218,8 @@ def file_role(rel: str) -> str:
         return "backend-package"
     if any(fnmatch(rel, pattern) for pattern in OPTIONAL_BACKENDS):
         return "backend"
-    for prefix, role in (("src/", "library"), ("tools/", "tool"), ("tests/", "tests")):
+    for prefix, role in (("src/", "library"), ("tools/", "tool"), ("web/", "tool"),
+                         ("tests/", "tests")):
         if rel.startswith(prefix):
             return role
     return "other"
@@ -232,6 +237,8 @@ def violation(imp: Import) -> str | None:
         return f"only the optional extras ({extras}) may be imported here"
     if not imp.lazy:
         return "imported at module level; import it inside the function that needs it"
+    if role == "tests" and imp.module in BROWSER_TEST_TOOLS:
+        return None
     if role in ("backend", "tests") and imp.module not in OPTIONAL_EXTRAS:
         extras = ", ".join(sorted(OPTIONAL_EXTRAS))
         return f"only the optional extras ({extras}) may be imported here"
@@ -261,6 +268,7 @@ class Scan:
     bench_requirements: list[str]
     backend_refs: list[Import]
     extras: dict[str, list[str]]
+    web_requirements: dict[str, list[str]] = field(default_factory=dict)
 
     def kind(self, imp: Import) -> str:
         if imp.module in sys.stdlib_module_names:
@@ -288,7 +296,8 @@ def scan(root: Path) -> Scan:
     rels = [p.relative_to(root).as_posix() for p in files]
     return Scan(rels, sorted(imports), unparsable, first_party_names(root),
                 dev_requirements(root), dev_requirements(root, REQUIREMENTS_BENCH),
-                sorted(backend_refs), optional_dependencies(root))
+                sorted(backend_refs), optional_dependencies(root),
+                {name: dev_requirements(root, name) for name in REQUIREMENTS_WEB_TOOLS})
 
 
 def optional_dependencies(root: Path) -> dict[str, list[str]]:
@@ -388,12 +397,15 @@ def report(result: Scan) -> tuple[str, bool]:
     for pin in result.bench_requirements:
         out += _row(pin, f"bench venv .dev/bench-venv, pinned in {REQUIREMENTS_BENCH}; "
                          "imported by name in tools/bench_peers.py")
+    for name, pins in result.web_requirements.items():
+        for pin in pins:
+            out += _row(pin, f"{REQUIREMENTS_WEB_TOOLS[name]}, pinned in {name}")
     tools = [i for i in allowed if file_role(i.path) == "tool"]
     if tools or not result.dev_requirements:
         out += _lazy_rows(tools)
     tests = [i for i in allowed if file_role(i.path) == "tests"]
     if tests:
-        out += ["", "test-only (optional extras, imported lazily by tests):"]
+        out += ["", "test-only (optional extras and browser tools, imported lazily by tests):"]
         out += _lazy_rows(tests)
 
     out.append("")

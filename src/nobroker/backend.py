@@ -19,14 +19,15 @@ of assuming files.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .backoff import BackoffPolicy
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
-__all__ = ["Backend", "Capabilities", "Settings"]
+__all__ = ["Backend", "TaskBackend", "Capabilities", "Settings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +55,25 @@ class Settings:
     clock: Callable[[], float] | None = None  # None: the backend's own (time.time)
     rng: random.Random | None = None  # None: the backend's own (seeded from os.urandom)
 
+    def filled(self) -> Settings:
+        """These settings with a clock and an rng: the given ones, else time.time and
+        a Random seeded from os.urandom. A backend keeps what this returns."""
+        if self.clock is not None and self.rng is not None:
+            return self
+        return replace(self, clock=self.clock or time.time, rng=self.rng or random.Random())
+
 
 class Backend(Protocol):
-    """One queue's storage. Safe to share between threads."""
+    """One queue's storage. Safe to share between threads.
 
+    Every method is one queue operation, durable before it returns (unless the
+    settings say fsync=False). The arguments are checked already (see the
+    module doc); `job` arguments are the `Job`s this backend handed out.
+    """
+
+    name: str  # the queue's name
+    location: str  # where it lives: a directory, or a database URL
+    settings: Settings  # as opened, with the clock and rng filled in
     capabilities: Capabilities
     recovery: RecoveryReport | None  # what opening repaired, where `capabilities.recovery`
 
@@ -71,20 +87,54 @@ class Backend(Protocol):
     # -- consuming
     def lease(self, count: int, visibility_timeout: float) -> list[Job]: ...
 
-    def ack(self, job: Job, result_text: str | None = None,
-            result_ttl: float | None = None) -> None: ...
+    def ack(self, job: Job) -> None: ...
 
     def ack_many(self, jobs: Sequence[Job]) -> None: ...
+
+    def ack_and_lease(self, job: Job, visibility_timeout: float) -> Job | None: ...
+
+    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+        """`delay` None: the settings' backoff, jittered by the settings' rng."""
+        ...
+
+    def extend(self, job: Job, seconds: float) -> Job: ...
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a job may be leasable (True) or `timeout` passes (False); never
+        polls faster than the backend must, and never leases."""
+        ...
+
+    # -- operating
+    def requeue_dead(self, job_id: str | None) -> int: ...
+
+    def purge(self) -> int: ...
+
+    def get(self, job_id: str) -> Job: ...
+
+    def stats(self) -> QueueStats: ...
+
+    def list_jobs(self, state: JobState | None, limit: int | None) -> list[Job]: ...
+
+    def compact(self) -> CompactionResult:
+        """Where `capabilities.compaction`; the Queue never calls it otherwise."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------
+# NEXT (issue 10): what the task layer adds. Not implemented by any backend yet;
+# the file engine and PostgreSQL implement it next, and Queue then takes it.
+
+class TaskBackend(Backend, Protocol):
+    """A Backend that also keeps results and lets jobs be cancelled and paused."""
+
+    def ack(self, job: Job, result_text: str | None = None,
+            result_ttl: float | None = None) -> None: ...
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None: ...
-
-    def nack(self, job: Job, error: str | None, delay: float | None) -> Job: ...
-
-    def extend(self, job: Job, seconds: float) -> Job: ...
-
-    def wait(self, timeout: float) -> bool: ...
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         """The job once DONE, DEAD or CANCELLED (woken, never polled); None on timeout.
@@ -96,19 +146,4 @@ class Backend(Protocol):
 
     def set_paused(self, paused: bool) -> None: ...
 
-    # -- operating
-    def requeue_dead(self, job_id: str | None) -> int: ...
-
-    def purge(self) -> int: ...
-
     def delete_dead(self, job_id: str | None) -> int: ...
-
-    def get(self, job_id: str) -> Job: ...
-
-    def stats(self) -> QueueStats: ...
-
-    def list_jobs(self, state: JobState | None, limit: int | None) -> list[Job]: ...
-
-    def compact(self) -> CompactionResult: ...
-
-    def close(self) -> None: ...

@@ -6,9 +6,10 @@ absolute time; replay never calls this module's randomness.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
+
+from .validation import number
 
 __all__ = ["BackoffPolicy"]
 
@@ -28,18 +29,14 @@ class BackoffPolicy:
     jitter: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("base", "factor", "max_delay", "jitter"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"BackoffPolicy.{name} must be a finite number >= 0, "
-                                 f"not {value!r}")
-        if self.jitter > 1:
-            raise ValueError(f"BackoffPolicy.jitter must be between 0 and 1, not {self.jitter}")
-        if self.factor < 1:
-            raise ValueError(f"BackoffPolicy.factor must be >= 1, not {self.factor}")
+        number("BackoffPolicy.base", self.base, minimum=0)
+        number("BackoffPolicy.factor", self.factor, minimum=1)
+        number("BackoffPolicy.max_delay", self.max_delay, minimum=0)
+        number("BackoffPolicy.jitter", self.jitter, minimum=0, maximum=1)
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
+        """The delay before retry `attempts`; its jitter drawn from `rng` (the queue
+        passes its own; without one, the `random` module's)."""
         exponent = max(attempts - 1, 0)
         # Cap the exponent before computing: factor ** 10_000 overflows a float.
         raw = self.max_delay if exponent > 1000 else self.base * self.factor ** exponent

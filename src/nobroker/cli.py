@@ -32,11 +32,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
+from .codec import loads
 from .errors import NobrokerError, SerializationError
 from .file.compaction import current_filename
 from .file.inspection import RawRecord, current_log_path, read_records
 from .file.logfile import log_filename
-from .file.records import loads
 from .models import Job, JobState
 from .queue import Queue
 from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
@@ -294,7 +294,8 @@ def _record_text(record: RawRecord) -> str:
 def cmd_recover(args: argparse.Namespace) -> int:
     with _open(args) as queue:  # opening is what repairs: it cuts a torn tail
         report = queue.recovery
-    print(report.describe())
+    print(report.describe() if report is not None else "nothing to repair: this backend "
+          "does not keep a log")
     return 0
 
 

@@ -7,13 +7,14 @@ decisions can back another storage engine.
 
 Every non-deterministic value (a job id, a jittered retry time, a lease
 deadline, a fencing token) is chosen here, once, and written into the record,
-so that replay never has to choose it again.
+so that replay never has to choose it again. Randomness comes from the rng
+the caller passes (the queue's, from Settings), never from the random module.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from random import Random
 from typing import Any, Final
 
 from ..backoff import BackoffPolicy
@@ -27,25 +28,24 @@ __all__ = ["Batch", "new_job_id", "new_nonce", "plan_reclaim", "plan_enqueue",
            "check_lease", "plan_settle", "plan_requeue", "plan_purge", "LEASE_EXPIRED"]
 
 LEASE_EXPIRED: Final = "lease expired"
-_rng = random.Random()  # seeded from os.urandom; job ids and jitter only
 _WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.NACK, RecordType.EXPIRE,
                             RecordType.REQUEUE})
 
 
-def new_job_id(taken: JobIndex) -> str:
+def new_job_id(taken: JobIndex, rng: Random) -> str:
     """The next sequence number's id (state.seq_id): the state then needs no dict
     entry for it. Random only in the unlikely case that 2**48 ids were used up."""
     job_id = taken.reserve()
     while job_id is None:
-        job_id = f"{_rng.getrandbits(64):016x}"
+        job_id = f"{rng.getrandbits(64):016x}"
         if job_id in taken:
             job_id = None
     return job_id
 
 
-def new_nonce() -> str:
+def new_nonce(rng: Random) -> str:
     """A random name for one compaction's snapshot (see compaction.write_generation)."""
-    return f"{_rng.getrandbits(64):016x}"
+    return f"{rng.getrandbits(64):016x}"
 
 
 class Batch:
@@ -128,7 +128,7 @@ class Batch:
 
 
 def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPolicy,
-                 spare: str | frozenset[str] | None = None,
+                 rng: Random, spare: str | frozenset[str] | None = None,
                  key_retention: float | None = None) -> None:
     """Expire every lease whose deadline has passed (except the caller's own jobs),
     and forget the idempotency keys older than `key_retention`.
@@ -146,12 +146,12 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
         if entry.id in spared:
             continue
         batch.add(RecordType.EXPIRE, {"id": entry.id, "tok": entry.token,
-                                      "at": now + backoff.delay(entry.attempts, _rng)})
+                                      "at": now + backoff.delay(entry.attempts, rng)})
 
 
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
                  priority: int, delay: float, max_attempts: int, job_id: str | None,
-                 key_retention: float) -> Entry | float | None:
+                 key_retention: float, rng: Random) -> Entry | float | None:
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
@@ -164,20 +164,20 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
-    batch.add_enqueue(job_id or new_job_id(state.jobs), priority, now + delay, now,
+    batch.add_enqueue(job_id or new_job_id(state.jobs, rng), priority, now + delay, now,
                       max_attempts, job_id is not None, payload_text)
     return None
 
 
 def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
-                      payload_texts: list[str], *, priority: int, delay: float,
-                      max_attempts: int) -> list[str]:
+                      payload_texts: Sequence[str], *, priority: int, delay: float,
+                      max_attempts: int, rng: Random) -> list[str]:
     """ENQUEUE records for new unkeyed jobs (plan_enqueue in a loop, without its
     per-job checks for keys); returns their ids."""
     ids: list[str] = []
     add, taken, at = batch.add_enqueue, state.jobs, now + delay
     for text in payload_texts:
-        job_id = new_job_id(taken)
+        job_id = new_job_id(taken, rng)
         add(job_id, priority, at, now, max_attempts, False, text)
         ids.append(job_id)
     return ids

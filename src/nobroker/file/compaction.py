@@ -45,11 +45,12 @@ from dataclasses import dataclass
 
 from ..errors import CorruptLogError, NobrokerError
 from . import checkpoint, framing
-from .commands import Batch, new_nonce
+from .commands import Batch
 from .fs import FileSystem, replace_durably
 from .logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
-from .records import Record, RecordType
-from .state import Applied, Entry, JobState, QueueState
+from .rebuild import state_at
+from .records import Applied, Record, RecordType
+from .state import Entry, JobState, QueueState
 
 __all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",
            "remove_stale_files", "current_filename", "parse_current", "read_current",
@@ -187,22 +188,23 @@ class Prepared:
 
 
 def prepare_generation(fs: FileSystem, directory: str, name: str, generation: int,
-                       upto: int) -> Prepared:
+                       upto: int, *, nonce: str, checkpoints: bool = True) -> Prepared:
     """Steps 2-3: the snapshot of generation `generation` at offset `upto`, written as
-    generation `generation` + 1 under a temporary name. Takes no lock."""
+    generation `generation` + 1 under a temporary name. Takes no lock. `nonce`
+    names the snapshot (see write_generation); `checkpoints`: save one of it."""
     reader = LogFile.open(fs, directory, name, generation)
     try:
-        state = reader.state_at(upto)
+        state = state_at(reader, upto, checkpoints=checkpoints)
         temp = f"{log_filename(name, generation + 1)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
         with paused_gc():
             new_log, snapshot, marker = write_generation(fs, reader, state, generation + 1,
-                                                         filename=temp)
+                                                         nonce, filename=temp)
     except BaseException:
         reader.close()
         raise
     prepared = Prepared(new_log, snapshot, reader, upto)
     try:
-        if checkpoint.ENABLED:  # the next open (and every peer) loads this, not the snapshot
+        if checkpoints:  # the next open (and every peer) loads this, not the snapshot
             new_log.write_checkpoint(checkpoint.encode(
                 snapshot, new_log.generation, new_log.end, new_log.crc,
                 (generation, upto, *marker)))
@@ -213,15 +215,15 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
 
 
 def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation: int,
-                     filename: str | None = None,
+                     nonce: str, filename: str | None = None,
                      ) -> tuple[LogFile, QueueState, tuple[int, str]]:
     """Write `state` as the snapshot batch of a new generation file; durable on return.
 
     Returns the open new log, the state its replay gives (so the caller can
     checkpoint it without re-reading what it just wrote), and the offset and
-    nonce of its SNAPSHOT record, which tell this file from any other.
+    nonce of its SNAPSHOT record, which tell this file from any other (the caller
+    draws `nonce` from the queue's rng: commands.new_nonce).
     """
-    nonce = new_nonce()
     log = LogFile.create(fs, old.directory, old.name, generation, filename)
     try:
         # The snapshot takes the number of the last batch it summarises, so the

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..errors import CorruptLogError
-from . import checkpoint, framing
+from . import framing
 from .fs import FileSystem
-from .records import Record, loads
-from .state import Applied, QueueState
+from .records import Applied, Record, loads
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
 
@@ -469,41 +468,6 @@ class LogFile:
             crc = zlib.crc32(chunk, crc)
             pos += len(chunk)
         return crc
-
-    def load_checkpoint(self, max_end: int | None = None) -> QueueState | None:
-        """The state saved by this generation's checkpoint, if it can be trusted.
-
-        On success `end` and `crc` move to where the checkpoint leaves off, and
-        a scan continues from there. Any doubt (missing, torn, stale, beyond
-        `max_end`) returns None: replaying from the start gives the same state.
-        """
-        data = self.read_checkpoint() if checkpoint.ENABLED else None
-        if data is None:
-            return None
-        try:
-            size = self.fs.fstat(self.fd).st_size
-            state, end, crc = checkpoint.decode(data, self.generation, size, self.prefix_crc)
-        except (checkpoint.CheckpointError, ValueError, OSError):
-            return None
-        if max_end is not None and end > max_end:
-            return None
-        self.end, self.crc = end, crc
-        return state
-
-    def state_at(self, upto: int) -> QueueState:
-        """The state after the complete batches before offset `upto`, rebuilt from
-        the checkpoint (if one ends at or before it) and the records that follow.
-
-        Below an offset that was once the logical end the log never changes, so
-        this needs no lock: compaction and running checkpoints use it to work
-        beside the writers. Raises OSError if the records do not end at `upto`.
-        """
-        with paused_gc():
-            state = self.load_checkpoint(max_end=upto) or QueueState()
-            self.scan(state.apply_batch, state.last_batch, full=False, limit=upto)
-        if self.end != upto:
-            raise OSError(5, f"{self.path} ends at {self.end}, expected {upto}")
-        return state
 
     def read_checkpoint(self) -> bytes | None:
         try:

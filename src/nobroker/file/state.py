@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from .jobtable import (
     CODE_STATES,
@@ -44,7 +44,7 @@ from .jobtable import (
     id_seq,
     seq_id,
 )
-from .records import Record, RecordType
+from .records import Applied, Record, RecordType
 
 __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",
            "TRANSITIONS", "Applied", "replay", "seq_id", "id_seq", "SEQ_LIMIT"]
@@ -66,15 +66,6 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.PURGE, JobState.PENDING): (None,),
     (RecordType.FORGET, JobState.DONE): (None,),
 }
-
-
-class Applied(NamedTuple):
-    """A record as the log reader hands it over."""
-
-    type: int  # a RecordType value
-    record: Record  # the decoded JSON object (its payload replaced by None)
-    offset: int  # where its frame starts in the log file
-    size: int  # bytes of its frame
 
 
 _SNAPSHOT_STATES: Final = {"pending": JobState.PENDING, "leased": JobState.LEASED,

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ..backoff import BackoffPolicy
+from ..backend import Settings
 from ..errors import (
     CompactionError,
     CorruptLogError,
@@ -48,10 +48,12 @@ from ..errors import (
 )
 from ..models import CompactionResult, RecoveryReport
 from . import checkpoint, compaction, framing
-from .commands import Batch, plan_reclaim
-from .fs import NETWORK_FILESYSTEMS, FileSystem, filesystem_type
+from .commands import Batch, new_nonce, plan_reclaim
+from .fs import NETWORK_FILESYSTEMS, filesystem_type
 from .lock import release_shared_lock, shared_lock
 from .logfile import LogFile, ScanResult, log_filename, paused_gc
+from .options import FileOptions
+from .rebuild import load_checkpoint, state_at
 from .records import loads
 from .state import Entry, QueueState
 from .wake import WakeChannel
@@ -64,9 +66,6 @@ T = TypeVar("T")
 Plan = Callable[[QueueState, Batch, float], Callable[[], T]]
 
 _LOCKED_CATCH_UP = 256 << 10  # copy at most about this much under the lock at the switch
-MIN_COMPACT_BYTES = 1 << 20  # auto-compaction never bothers below this log size
-CHECKPOINT_EVERY_BYTES = 8 << 20  # a live handle checkpoints at least this far apart
-CHECKPOINT_AFTER_BYTES = 1 << 20  # close() saves a checkpoint when this much was logged since
 # Queues (realpath/NAME) whose log fsync failed in this process: the next open rescues them.
 _FSYNC_FAILED: set[str] = set()
 
@@ -75,23 +74,24 @@ class FileStore:
     """The files of the queue `name` in `directory`, opened (or created) and recovered.
 
     Safe to share between threads; reopens itself in a forked child. The
-    settings are the `Queue`'s, already checked by it.
+    settings are the `Queue`'s, already checked by it, with a clock and an rng.
     """
 
-    def __init__(self, directory: str, name: str, *, fsync: bool, readonly: bool,
-                 lock_timeout: float, auto_compact: float | None, backoff: BackoffPolicy,
-                 key_retention: float, allow_network_fs: bool, clock: Callable[[], float],
-                 fs: FileSystem) -> None:
+    def __init__(self, directory: str, name: str, settings: Settings,
+                 options: FileOptions) -> None:
+        assert settings.clock is not None and settings.rng is not None  # Settings.filled()
         self.directory = directory
         self.name = name
-        self.fsync = fsync
-        self.readonly = readonly
-        self.lock_timeout = lock_timeout
-        self.auto_compact = auto_compact
-        self.backoff = backoff  # for the lease expiries each write records first
-        self.key_retention = key_retention
-        self._fs = fs
-        self._clock = clock
+        self.fsync = settings.fsync
+        self.readonly = settings.readonly
+        self.lock_timeout = settings.lock_timeout
+        self.auto_compact = options.auto_compact
+        self.backoff = settings.backoff  # for the lease expiries each write records first
+        self.key_retention = settings.key_retention
+        self.options = options
+        self.rng = settings.rng
+        self._fs = fs = options.fs
+        self._clock = settings.clock
         self._last_now = 0.0
         self._closed = False
         self._poisoned: str | None = None
@@ -101,7 +101,7 @@ class FileStore:
         self._log: LogFile | None = None
         self._state = QueueState()
         self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
-        self._prepare_directory(allow_network_fs)
+        self._prepare_directory(options.allow_network_fs)
         if self.readonly and not any(
                 os.path.lexists(os.path.join(self.directory, entry))
                 for entry in (compaction.current_filename(name), log_filename(name, 0),
@@ -190,7 +190,7 @@ class FileStore:
                 from None
         try:
             with paused_gc():
-                loaded = new_log.load_checkpoint()
+                loaded = load_checkpoint(new_log) if self.options.checkpoints else None
                 from_checkpoint = None if loaded is None else new_log.end
                 state = QueueState() if loaded is None else loaded
                 result = new_log.scan(state.apply_batch, state.last_batch, full=True)
@@ -219,8 +219,8 @@ class FileStore:
     def _save_checkpoint(self) -> None:
         """Under the lock: write a checkpoint if enough was logged since the last one."""
         current = self._live_log()
-        if (self.readonly or not checkpoint.ENABLED
-                or current.end - self._checkpointed < CHECKPOINT_AFTER_BYTES):
+        if (self.readonly or not self.options.checkpoints
+                or current.end - self._checkpointed < self.options.checkpoint_after_bytes):
             return
         if self.fsync:
             current.sync()  # the checkpoint must not describe records the disk may lose
@@ -233,9 +233,9 @@ class FileStore:
         the next open slow: a quarter of what the checkpoint covers, and 8 MiB at least
         (so the total cost of checkpoints stays a constant factor of the log's size)."""
         current = self._log
-        if self.readonly or not checkpoint.ENABLED or current is None:
+        if self.readonly or not self.options.checkpoints or current is None:
             return False
-        return current.end - self._checkpointed >= max(CHECKPOINT_EVERY_BYTES,
+        return current.end - self._checkpointed >= max(self.options.checkpoint_every_bytes,
                                                       self._checkpointed // 4)
 
     def _auto_checkpoint(self) -> None:
@@ -255,7 +255,7 @@ class FileStore:
                 generation, upto = current.generation, current.end
             reader = LogFile.open(self._fs, self.directory, self.name, generation)
             try:
-                state = reader.state_at(upto)
+                state = state_at(reader, upto)
                 reader.write_checkpoint(checkpoint.encode(state, generation, upto, reader.crc))
                 self._checkpointed = upto
             finally:
@@ -339,7 +339,7 @@ class FileStore:
         except (OSError, CorruptLogError):
             return False
         try:
-            data = new_log.read_checkpoint() if checkpoint.ENABLED else None
+            data = new_log.read_checkpoint() if self.options.checkpoints else None
             moved = None if data is None else checkpoint.relocation(
                 data, generation, self._fs.fstat(new_log.fd).st_size,
                 lambda offset: compaction.snapshot_nonce(new_log, offset))
@@ -366,9 +366,14 @@ class FileStore:
     def _now(self) -> float:
         # Recorded queue time never goes backwards, even if the clock is stepped back
         # or another process's clock ran ahead: the log remembers the latest time.
-        now = max(float(self._clock()), self._last_now, self._state.latest_time)
+        now = self.peek_now()
         self._last_now = now
         return now
+
+    def peek_now(self) -> float:
+        """The queue's present time, as the next write would record it (without
+        moving it forward: for reads, which do not write)."""
+        return max(float(self._clock()), self._last_now, self._state.latest_time)
 
     def _live_log(self) -> LogFile:
         if self._log is None:
@@ -396,7 +401,7 @@ class FileStore:
             start = live.end
             now = self._now()
             batch = Batch(state.last_batch + 1, live.durable)
-            plan_reclaim(state, batch, now, self.backoff, spare, self.key_retention)
+            plan_reclaim(state, batch, now, self.backoff, self.rng, spare, self.key_retention)
             if batch:
                 # Expiries first, as a batch of their own, so that the call sees
                 # their effect (a reclaimed job with no backoff is leasable now).
@@ -525,7 +530,8 @@ class FileStore:
                                         time.perf_counter() - started)  # nothing to rewrite
             try:
                 prepared = compaction.prepare_generation(
-                    self._fs, self.directory, self.name, generation, upto)
+                    self._fs, self.directory, self.name, generation, upto,
+                    nonce=new_nonce(self.rng), checkpoints=self.options.checkpoints)
             except (OSError, CorruptLogError) as exc:
                 raise CompactionError(f"writing generation {generation + 1} failed: {exc}")\
                     from None
@@ -606,7 +612,8 @@ class FileStore:
 
     def _compaction_due(self) -> bool:
         current = self._log
-        if self.auto_compact is None or current is None or current.end < MIN_COMPACT_BYTES:
+        if (self.auto_compact is None or current is None
+                or current.end < self.options.min_compact_bytes):
             return False
         return self._state.live_bytes < current.end * (1 - self.auto_compact)
 

@@ -1,0 +1,135 @@
+"""JSON text: the strict codec every payload, result and record goes through.
+
+Both storage engines keep JSON text, and another reader (a later version, a
+tool in another language) must be able to read it back. So this codec
+refuses what Python's json module would otherwise let through: NaN and
+Infinity, numbers that overflow a float, and nesting deep enough to blow the
+stack. `encode_payload` is the Queue's: it turns a caller's value into the
+text a backend stores, or names what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["dumps", "loads", "encode_payload", "MAX_DEPTH", "MAX_PAYLOAD_BYTES"]
+
+# A payload the writer accepts must stay readable: replay decodes it from whatever
+# stack depth the reader happens to be at, so nesting is capped far below the
+# recursion limit; and its record must fit under the file log's 16 MiB record
+# limit (framing.MAX_RECORD), with room for the fields a snapshot JOB record adds
+# (an error text of up to 4000 escaped chars).
+MAX_DEPTH: Final = 128
+MAX_PAYLOAD_BYTES: Final = (16 << 20) - (64 << 10)
+
+
+class _Rejected(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _Rejected(f"{name} is not valid JSON")
+
+
+_encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
+def _not_json(value: object) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# JSONEncoder.encode builds a new C encoder on every call; building it once
+# makes a small payload about 2.5x cheaper to encode. Same output, same errors
+# (NaN refused, non-JSON types refused); no circular-reference bookkeeping, so
+# a cycle surfaces as RecursionError, which encode_payload reports.
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_c_encoder = _make_c_encoder(
+    None, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",",
+    False, False, False) if _make_c_encoder is not None else None
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # "1e400" parses to inf without ever spelling Infinity
+        raise _Rejected(f"{text[:20]} is out of a float's range")
+    return value
+
+
+# The finiteness hook costs about as much per record as the regex that tried to
+# decide when it was needed did, so it always runs.
+_decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+def dumps(value: Any) -> str:
+    """Strict JSON text for `value`; raises ValueError/TypeError/RecursionError."""
+    if _c_encoder is not None:
+        return "".join(_c_encoder(value, 0))
+    return _encoder.encode(value)
+
+
+# Both are documented only in the json module's source; typeshed omits them.
+_scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
+_WHITESPACE: re.Pattern[str] = json.decoder.WHITESPACE  # type: ignore[attr-defined]
+
+
+def _skip_whitespace(text: str, pos: int) -> int:
+    found = _WHITESPACE.match(text, pos)  # matches the empty string too: never None
+    return pos if found is None else found.end()
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse strict JSON; raises ValueError for anything else (never RecursionError).
+
+    The steps of JSONDecoder.decode, with its errors, but calling the C scanner
+    directly: replay parses every record through here."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        value, end = _scan_once(text, _skip_whitespace(text, 0))
+    except StopIteration as stop:
+        raise json.JSONDecodeError("Expecting value", text, stop.value) from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    end = _skip_whitespace(text, end)
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def encode_payload(payload: Any) -> str:
+    """JSON text of a user payload, or ValueError naming what is wrong with it."""
+    try:
+        text = dumps(payload)
+    except RecursionError:
+        raise ValueError("payload is nested too deeply (or contains itself)") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"payload is not JSON: {exc}") from None
+    if len(text) > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"payload is {len(text)} bytes of JSON; the limit is "
+                         f"{MAX_PAYLOAD_BYTES}")
+    if _too_deep(text):
+        raise ValueError(f"payload nests more than {MAX_DEPTH} levels deep")
+    return text
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _too_deep(text: str) -> bool:
+    """Whether JSON `text` nests containers more than MAX_DEPTH deep."""
+    if len(text) <= 2 * MAX_DEPTH or text.count("[") + text.count("{") <= MAX_DEPTH:
+        # The usual case: too few brackets (each one opened is closed) to be that deep.
+        return False
+    depth = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        else:
+            depth -= 1
+    return False
