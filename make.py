@@ -200,23 +200,6 @@ PG_BENCH_VENV = DEV / "pg-bench-venv"
 PG_TESTS = ("test_postgres", "test_postgres_processes")
 
 
-def ensure_venv(venv: Path, requirements: Path) -> Path | None:
-    """`venv` with `requirements` installed (again only when the file changed)."""
-    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    if not python.exists() and run([sys.executable, "-m", "venv", str(venv)]) != 0:
-        return None
-    wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
-    stamp = venv / f"{requirements.stem}.sha256"
-    if stamp.exists() and stamp.read_text().strip() == wanted:
-        return python
-    if run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-            "-r", str(requirements)]) != 0:
-        print(f"make.py: installing {requirements.name} failed", file=sys.stderr)
-        return None
-    stamp.write_text(wanted + "\n")
-    return python
-
-
 @task("test-postgres")
 def test_postgres(args: list[str]) -> int:
     """Run the PostgreSQL backend's tests on a throwaway server (tools/pg_cluster.py)."""

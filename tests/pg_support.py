@@ -4,10 +4,10 @@ The server comes from `python make.py test-postgres` (tools/pg_cluster.py),
 which sets NOBROKER_TEST_POSTGRES_URL; without it (or without psycopg) every
 PostgreSQL test is skipped, and `make.py test` says so in its summary.
 
-`open_queue(url, name, **options)` is how the tests open a queue on
-PostgreSQL. Until the Queue facade takes URLs (the seam issue), it is a thin
-stand-in that checks arguments with the file Queue's own helpers and calls
-the backend; then it becomes `Queue(url, name, **options)`.
+`open_queue(url, name, **options)` is `Queue(url, name, **options)`: the
+tests go through the real facade, as a user does. Results, cancel and pause
+reach the Queue with the file engine's job control (`needs_job_control`
+skips, saying so, while the Queue lacks them).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
+
+from nobroker import Queue
 
 URL_ENV = "NOBROKER_TEST_POSTGRES_URL"
 PG_CTL_ENV = "NOBROKER_TEST_PG_CTL"
@@ -71,19 +73,12 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def open_queue(url: str, name: str = "default", **options: Any) -> Any:
-    if _queue_takes_urls():
-        from nobroker import Queue
-
-        return Queue(url, name, **options)
-    from interim_queue import InterimQueue
-
-    return InterimQueue(url, name, **options)
+def open_queue(url: str, name: str = "default", **options: Any) -> Queue:
+    return Queue(url, name, **options)
 
 
-def _queue_takes_urls() -> bool:
-    import inspect
-
-    from nobroker import queue
-
-    return "postgres" in inspect.getsource(queue)
+def needs_job_control(cls: type) -> type:
+    """Skip unless the Queue has results, cancel and pause (the engine's job control)."""
+    have = all(hasattr(Queue, name) for name in ("result", "cancel", "pause", "delete_dead"))
+    return unittest.skipUnless(have, "PostgreSQL job-control tests skipped: the Queue "
+                               "has no result/cancel/pause yet")(cls)

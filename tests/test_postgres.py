@@ -13,7 +13,14 @@ import time
 import unittest
 from typing import Any
 
-from pg_support import URL, drop_schema, fresh_schema_url, needs_postgres, open_queue
+from pg_support import (
+    URL,
+    drop_schema,
+    fresh_schema_url,
+    needs_job_control,
+    needs_postgres,
+    open_queue,
+)
 from support import FakeClock
 from test_queue_contract import QueueContract
 
@@ -108,74 +115,6 @@ class PostgresBackendTest(_Schema):
         self.assertLess(woke[0] - sent, 5.0)
         self.assertEqual(len(consumer.lease()), 1)
 
-    def test_a_result_waiter_on_another_connection_gets_the_result_of_the_ack(self) -> None:
-        worker, waiter = self.open(), self.open()
-        job = worker.enqueue({"n": 2})
-        got: list[Any] = []
-        thread = threading.Thread(target=lambda: got.append(waiter.result(job.id, 30.0)))
-        thread.start()
-        leased = worker.lease_one()
-        assert leased is not None
-        worker.ack(leased, result={"square": 4})
-        thread.join(10)
-        self.assertEqual(len(got), 1)
-        self.assertEqual((got[0].state, got[0].result), (JobState.DONE, {"square": 4}))
-        self.assertEqual(waiter.result(job.id, 0), got[0], "a finished job answers at once")
-        self.assertIsNone(waiter.result(worker.enqueue("later").id, 0.05))
-        self.assertRaises(JobNotFoundError, waiter.result, "never-enqueued", 0.05)
-
-    def test_a_result_is_kept_for_its_ttl_then_forgotten(self) -> None:
-        q, clock = self.clocked()
-        q.enqueue("x", job_id="k1")
-        q.ack(q.lease_one(), result=[1, 2], result_ttl=100)
-        clock.advance(99)
-        self.assertEqual(q.get("k1").result, [1, 2])
-        clock.advance(1)
-        self.assertRaises(JobNotFoundError, q.get, "k1")
-
-    def clocked(self, **options: Any) -> tuple[Any, FakeClock]:
-        clock = FakeClock()
-        return self.open(clock=clock, key_retention=0, **options), clock
-
-    def test_cancel_removes_a_pending_job_and_revokes_a_leased_one(self) -> None:
-        q, _ = self.clocked()
-        pending, leased_job = q.enqueue("p"), q.enqueue("l")
-        self.assertTrue(q.cancel(pending.id))
-        (leased,) = q.lease(5)
-        self.assertEqual(leased.id, leased_job.id)
-        self.assertTrue(q.cancel(leased.id))
-        self.assertRaises(NotLeasedError, q.ack, leased)
-        self.assertRaises(NotLeasedError, q.extend, leased, 5)
-        self.assertEqual(q.get(leased.id).state, JobState.CANCELLED)
-        self.assertFalse(q.cancel(leased.id), "cancelling a finished job")
-        self.assertFalse(q.cancel("unknown"))
-        stats = q.stats()
-        self.assertEqual((stats.pending, stats.leased, stats.total), (0, 0, 0))
-
-    def test_a_paused_queue_leases_nothing_until_resumed_and_enqueue_still_works(self
-                                                                                ) -> None:
-        q, other = self.open(), self.open()
-        q.pause()
-        other.enqueue("x")
-        self.assertTrue(other.stats().paused)
-        self.assertEqual(other.lease(), [])
-        self.assertFalse(other.wait(0.2), "a paused queue has nothing to wake for")
-        q.resume()
-        self.assertFalse(other.stats().paused)
-        self.assertEqual(len(other.lease()), 1)
-
-    def test_delete_dead_removes_dead_jobs_only(self) -> None:
-        q, _ = self.clocked(max_attempts=1)
-        dead = q.enqueue_many(["a", "b"])
-        for job in q.lease(2):
-            q.nack(job, error="boom")
-        keep = q.enqueue("c")
-        self.assertEqual(q.delete_dead(dead[0].id), 1)
-        self.assertRaises(JobNotFoundError, q.delete_dead, dead[0].id)
-        self.assertEqual(q.delete_dead(), 1)
-        self.assertEqual([j.id for j in q.list_jobs()], [keep.id])
-        self.assertEqual(q.stats().dead, 0)
-
     def test_queues_in_one_schema_are_separate_and_schemas_are_separate(self) -> None:
         a, b = self.open("a"), self.open("b")
         a.enqueue("for a")
@@ -235,6 +174,80 @@ class PostgresBackendTest(_Schema):
         jobs = [q.enqueue("b"), *q.enqueue_many(["c", "d"])]
         self.assertEqual(len({j.id for j in jobs} | {following, first.id}), 5)
         self.assertEqual(q.stats().pending, 6)
+
+
+@needs_postgres
+@needs_job_control
+class PostgresJobControlTest(_Schema):
+    """Results, cancel, pause and delete_dead across connections."""
+
+    def test_a_result_waiter_on_another_connection_gets_the_result_of_the_ack(self) -> None:
+        worker, waiter = self.open(), self.open()
+        job = worker.enqueue({"n": 2})
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.append(waiter.result(job.id, 30.0)))
+        thread.start()
+        leased = worker.lease_one()
+        assert leased is not None
+        worker.ack(leased, result={"square": 4})
+        thread.join(10)
+        self.assertEqual(got, [{"square": 4}])
+        self.assertEqual(waiter.get(job.id).state, JobState.DONE)
+        self.assertEqual(waiter.result(job.id, 0), {"square": 4}, "a finished job answers")
+        self.assertRaises(TimeoutError, waiter.result, worker.enqueue("later").id, 0.05)
+        self.assertRaises(JobNotFoundError, waiter.result, "never-enqueued", 0.05)
+
+    def test_a_result_is_kept_for_its_ttl_then_forgotten(self) -> None:
+        q, clock = self.clocked()
+        q.enqueue("x", job_id="k1")
+        q.ack(q.lease_one(), result=[1, 2], result_ttl=100)
+        clock.advance(99)
+        self.assertEqual(q.get("k1").result, [1, 2])
+        clock.advance(1)
+        self.assertRaises(JobNotFoundError, q.get, "k1")
+
+    def clocked(self, **options: Any) -> tuple[Any, FakeClock]:
+        clock = FakeClock()
+        return self.open(clock=clock, key_retention=0, **options), clock
+
+    def test_cancel_removes_a_pending_job_and_revokes_a_leased_one(self) -> None:
+        q, _ = self.clocked()
+        pending, leased_job = q.enqueue("p"), q.enqueue("l")
+        self.assertTrue(q.cancel(pending.id))
+        (leased,) = q.lease(5)
+        self.assertEqual(leased.id, leased_job.id)
+        self.assertTrue(q.cancel(leased.id))
+        self.assertRaises(NotLeasedError, q.ack, leased)
+        self.assertRaises(NotLeasedError, q.extend, leased, 5)
+        self.assertEqual(q.get(leased.id).state, JobState.CANCELLED)
+        self.assertFalse(q.cancel(leased.id), "cancelling a finished job")
+        self.assertFalse(q.cancel("unknown"))
+        stats = q.stats()
+        self.assertEqual((stats.pending, stats.leased, stats.total), (0, 0, 0))
+
+    def test_a_paused_queue_leases_nothing_until_resumed_and_enqueue_still_works(self
+                                                                                ) -> None:
+        q, other = self.open(), self.open()
+        q.pause()
+        other.enqueue("x")
+        self.assertTrue(other.stats().paused)
+        self.assertEqual(other.lease(), [])
+        self.assertFalse(other.wait(0.2), "a paused queue has nothing to wake for")
+        q.resume()
+        self.assertFalse(other.stats().paused)
+        self.assertEqual(len(other.lease()), 1)
+
+    def test_delete_dead_removes_dead_jobs_only(self) -> None:
+        q, _ = self.clocked(max_attempts=1)
+        dead = q.enqueue_many(["a", "b"])
+        for job in q.lease(2):
+            q.nack(job, error="boom")
+        keep = q.enqueue("c")
+        self.assertEqual(q.delete_dead(dead[0].id), 1)
+        self.assertRaises(JobNotFoundError, q.delete_dead, dead[0].id)
+        self.assertEqual(q.delete_dead(), 1)
+        self.assertEqual([j.id for j in q.list_jobs()], [keep.id])
+        self.assertEqual(q.stats().dead, 0)
 
 
 @needs_postgres

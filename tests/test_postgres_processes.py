@@ -7,9 +7,11 @@ settled it returned, so what the files hold is what the queue promised.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import unittest
 from pathlib import Path
@@ -24,7 +26,7 @@ from pg_support import (
     restart_server,
     wait_for,
 )
-from support import TempDirTestCase, slow, spawn_python
+from support import TempDirTestCase, child_env, slow, spawn_python
 
 TESTS = str(Path(__file__).resolve().parent)
 
@@ -195,6 +197,69 @@ except NotLeasedError as exc:
         wait_for(lambda: set(promised) <= handled(), 120,
                  "every job enqueued before and after the restart to be handled")
         self.assertGreaterEqual(len(promised), 190)
+
+
+# A handler module for `nobroker work`: each payload, written after the handler ran.
+HANDLER = """
+import json, os
+def handle(job):
+    with open(os.environ["HANDLED"], "a") as f:
+        f.write(json.dumps(job.payload["n"]) + "\\n")
+"""
+
+
+@needs_postgres
+class PostgresCliTest(TempDirTestCase):
+    """The CLI, unchanged, on a URL: --url, --dir URL and $NOBROKER_URL; `work` processes."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.url = fresh_schema_url()
+        self.addCleanup(drop_schema, self.url)
+        (self.tmp / "handlers.py").write_text(HANDLER)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = child_env()
+        env.pop("NOBROKER_DIR", None)
+        env.pop("NOBROKER_URL", None)
+        return {**env, **extra}
+
+    def nb(self, *args: str, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run([sys.executable, "-m", "nobroker", *args], cwd=self.tmp,
+                              env=env or self.env(), capture_output=True, text=True,
+                              timeout=120, check=False)
+        self.assertEqual(done.returncode, 0, f"{args}: {done.stderr}")
+        return done.stdout
+
+    def test_two_cli_worker_processes_run_every_job_of_a_url_queue_once(self) -> None:
+        from pg_support import URL
+
+        from nobroker.postgres.url import parse
+
+        secret = parse(URL).secrets[0]
+        ids = [self.nb("enqueue", "--url", self.url, "--queue", "work", '{"n": 0}'),
+               self.nb("enqueue", "--dir", self.url, "--queue", "work", '{"n": 1}'),
+               self.nb("enqueue", "--queue", "work", '{"n": 2}',
+                       env=self.env(NOBROKER_URL=self.url))]
+        self.assertEqual(len({i.strip() for i in ids}), 3)
+        with open_queue(self.url, "work") as q:
+            q.enqueue_many([{"n": n} for n in range(3, 60)])
+        outs = [self.tmp / f"handled-{n}" for n in range(2)]
+        workers = [subprocess.Popen(
+            [sys.executable, "-m", "nobroker", "work", "handlers:handle", "--queue", "work",
+             "--concurrency", "2", "--idle-timeout", "3", "-q"], cwd=self.tmp,
+            env=self.env(NOBROKER_URL=self.url, HANDLED=str(out)),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for out in outs]
+        for proc in workers:
+            self.addCleanup(proc.kill)
+            _, errors = proc.communicate(timeout=180)
+            self.assertEqual(proc.returncode, 0, errors)
+            self.assertNotIn(secret, errors)
+        handled = [int(line) for out in outs for line in _lines(out)]
+        self.assertEqual(sorted(handled), list(range(60)), "each job handled exactly once")
+        stats = json.loads(self.nb("stats", "--json", "--url", self.url, "--queue", "work"))
+        self.assertEqual((stats["pending"], stats["leased"], stats["done"]), (0, 0, 60))
+        self.assertNotIn(secret, json.dumps(stats))
 
 
 def _try(call: Any) -> bool:

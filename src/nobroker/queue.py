@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import os
 import random
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -38,9 +37,9 @@ class Queue:
     Safe to share between threads, and to open from many processes at once.
     Do not carry a Queue object across `fork()`; it reopens itself if you do.
     `clock` (seconds since the epoch) and `rng` decide every time and every
-    random choice the queue records; by default `time.time` and a Random
-    seeded from os.urandom. `auto_compact` and `allow_network_fs` apply to a
-    directory only.
+    random choice the queue records; by default `time.time` (on PostgreSQL,
+    the server's clock) and a Random seeded from os.urandom. `auto_compact`
+    and `allow_network_fs` apply to a directory only.
     """
 
     def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
@@ -48,7 +47,7 @@ class Queue:
                  backoff: BackoffPolicy | None = None, lock_timeout: float = 10.0,
                  key_retention: float = 86400.0, auto_compact: float | None = 0.5,
                  readonly: bool = False, allow_network_fs: bool = False,
-                 clock: Callable[[], float] = time.time,
+                 clock: Callable[[], float] | None = None,
                  rng: random.Random | None = None) -> None:
         name = validation.queue_name(name)
         settings = Settings(

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import threading
 import time
 from collections.abc import Sequence
@@ -103,11 +102,11 @@ class PostgresBackend:
         self.target = target
         self.name = name
         self.location = target.shown
-        self._settings = settings
-        self.settings = settings.filled() if hasattr(settings, "filled") else settings
-        # time.time is the Queue's default, not a choice: the server's clock then.
-        self._clock = None if settings.clock in (None, time.time) else settings.clock
-        self._rng = settings.rng or random.Random()
+        # No clock given (None): the server's now() decides every time.
+        self._clock = settings.clock
+        self.settings = settings = settings.filled()
+        assert self.settings.rng is not None  # filled() gave it one
+        self._rng = self.settings.rng
         self._floor = -math.inf
         self._floor_lock = threading.Lock()
         self._ready_channel, self._finished_channel = schema.channels(target.schema, name)
@@ -131,7 +130,7 @@ class PostgresBackend:
     # -- sessions -----------------------------------------------------------
 
     def _setup(self, conn: Conn) -> None:
-        settings = self._settings
+        settings = self.settings
         if not self._migrated:
             if settings.readonly:
                 self._check_version(conn)
@@ -269,10 +268,10 @@ class PostgresBackend:
     def _retention(self, result_text: str | None, result_ttl: float | None) -> tuple[float,
                                                                                     float]:
         """(seconds a keyed row is kept, seconds an unkeyed row is kept) after its ack."""
-        keyed = self._settings.key_retention
+        keyed = self.settings.key_retention
         if result_text is None:
             return keyed, 0.0
-        ttl = self._settings.result_ttl if result_ttl is None else result_ttl
+        ttl = self.settings.result_ttl if result_ttl is None else result_ttl
         return max(keyed, ttl), ttl
 
     def ack(self, job: Job, result_text: str | None = None,
@@ -329,7 +328,7 @@ class PostgresBackend:
         return self._link.run("ack_and_lease", run)
 
     def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
-        wait = delay if delay is not None else self._settings.backoff.delay(job.attempts,
+        wait = delay if delay is not None else self.settings.backoff.delay(job.attempts,
                                                                             self._rng)
         params = self._params(id=job.id, tok=job.token, err=error, delay=wait)
 
@@ -404,7 +403,7 @@ class PostgresBackend:
     # -- job control --------------------------------------------------------
 
     def cancel(self, job_id: str) -> bool:
-        params = self._params(id=job_id, ttl=self._settings.result_ttl)
+        params = self._params(id=job_id, ttl=self.settings.result_ttl)
         return self._link.run("cancel", lambda conn: conn.execute(
             self._sql.cancel, params).fetchone() is not None)
 
@@ -470,6 +469,8 @@ class PostgresBackend:
         return self._link.run("stats", run)
 
     def list_jobs(self, state: JobState | None, limit: int | None) -> list[Job]:
+        if state is JobState.DONE:  # as the file backend: finished jobs are not listed
+            raise ValueError("finished jobs are not listed; only their keys are remembered")
         codes = [0, 1, 2] if state is None else [STATE_CODES[state]]
         params = self._params(codes=codes, n=limit)
 
