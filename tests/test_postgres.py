@@ -63,9 +63,9 @@ class PostgresQueueContractTest(QueueContract, _Schema):
             mine = (queue.list_jobs(), queue.stats())
         except NobrokerError:
             return  # the test closed it: nothing to compare
-        with open_queue(self.url, "q", clock=FakeClock(queue.backend._floor
-                                                      if queue.backend._floor > 0
-                                                      else time.time())) as fresh:
+        floor = queue.backend.session.floor  # the handle's latest injected time
+        with open_queue(self.url, "q",
+                        clock=FakeClock(floor if floor > 0 else time.time())) as fresh:
             self.assertEqual((fresh.list_jobs(), fresh.stats()), mine,
                              "a new connection does not see what this handle saw")
 

@@ -8,7 +8,9 @@ and never import each other.
 
 Layers, in dependency order: url (parsing, redaction; stdlib only), schema
 (tables, triggers, migrations), connection (psycopg connections, error
-translation, reconnects), backend (the operations).
+translation, reconnects), session (connection setup, the acting time),
+statements (the SQL, rows to Jobs), wakeups (LISTEN/NOTIFY waits), backend
+(the operations).
 """
 
 from __future__ import annotations

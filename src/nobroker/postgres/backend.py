@@ -21,22 +21,15 @@ corrupt). The rules are the file backend's, point by point:
 - purge removes pending jobs only; requeue_dead resets attempts;
 - stats() sums the per-slot counter rows that a trigger keeps (schema.py).
 
-Whose clock: the server's. Every statement computes its time as
-`nb_now(given)`: the server's `now()` unless the Queue was given a clock
-(tests inject one), so hosts with skewed clocks agree on deadlines and
-delays. A handle never lets its own recorded time go backwards when an
-injected clock steps back.
-
-Wake-ups: idle workers (`wait`) and result waiters (`wait_finished`) block
-on a LISTEN connection of their own, woken by the trigger's NOTIFY; a wait
-is bounded by the earliest due time read from the indexes, never a poll.
+Whose clock: the server's, unless the Queue was given one (session.py).
+Wake-ups: `wait` and `wait_finished` block on LISTEN connections of their
+own (wakeups.py). The SQL is in statements.py, the tables in schema.py.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Final
@@ -44,51 +37,20 @@ from typing import Any, Final
 import psycopg
 
 from ..backend import Capabilities, Settings
-from ..backoff import BackoffPolicy
-from ..errors import ConnectionLostError, JobNotFoundError, NotLeasedError
+from ..errors import JobNotFoundError, NotLeasedError
 from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from . import schema
-from .connection import SLOTS, Link, migrate
+from .connection import Link
+from .session import Session
+from .statements import STATE_CODES, STATES, Statements, job_from_row
 from .url import Target
+from .wakeups import Wakeups
 
-__all__ = ["PostgresBackend", "STATE_CODES"]
+__all__ = ["PostgresBackend"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
-                      JobState.DONE: 3, JobState.CANCELLED: 4}
-_STATES: Final = {code: state for state, code in STATE_CODES.items()}
-_COLS: Final = ("j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_at, "
-                "j.max_attempts, j.attempts, j.token, j.lease_until, j.last_error, j.payload, "
-                "j.result, j.finished_at")
-_VISIBLE: Final = "(j.state < 3 OR j.expires_at > t.now)"
 _SWEEP_EVERY: Final = 1.0  # seconds between a handle's sweeps of expired finished rows
-_RECLAIM_BATCH: Final = 100
-_SLOT_CLASS: Final = 0x6E6F63
-
-
-def backoff_sql(policy: BackoffPolicy, attempts: str) -> str:
-    """BackoffPolicy.delay as an SQL expression of the column `attempts`.
-
-    The same formula with the policy's numbers written in: for exponents at
-    or past the first one whose delay reaches max_delay (or overflows), the
-    delay is max_delay, as in Python; below it, base * factor ** n exactly.
-    """
-    cap = 0
-    while cap <= 1000:
-        try:
-            if policy.base * policy.factor ** cap >= policy.max_delay:
-                break
-        except OverflowError:
-            break
-        cap += 1
-    n = f"greatest({attempts} - 1, 0)"
-    raw = (f"CASE WHEN {n} >= {cap} THEN {policy.max_delay!r}::float8 ELSE "
-           f"least({policy.max_delay!r}::float8, {policy.base!r}::float8 * "
-           f"power({policy.factor!r}::float8, {n})) END")
-    if not policy.jitter:
-        return f"({raw})"
-    return f"({raw} * (1.0 - {policy.jitter!r}::float8 * random()))"
 
 
 class PostgresBackend:
@@ -102,22 +64,17 @@ class PostgresBackend:
         self.target = target
         self.name = name
         self.location = target.shown
-        # No clock given (None): the server's now() decides every time.
-        self._clock = settings.clock
+        # No clock given (None): the server's now() decides every time (session.py).
+        clock = settings.clock
         self.settings = settings = settings.filled()
-        assert self.settings.rng is not None  # filled() gave it one
-        self._rng = self.settings.rng
-        self._floor = -math.inf
-        self._floor_lock = threading.Lock()
-        self._ready_channel, self._finished_channel = schema.channels(target.schema, name)
-        self._migrated = False
+        assert settings.rng is not None  # filled() gave it one
+        self._rng = settings.rng
         self._last_sweep = -math.inf
-        self._sql = _Statements(schema.quoted(target.schema), settings.backoff)
-        self._link = Link(target, setup=self._setup, lock_timeout=settings.lock_timeout)
-        self._waiter = Link(target, setup=self._listen(self._ready_channel),
-                            lock_timeout=settings.lock_timeout)
-        self._finisher = Link(target, setup=self._listen(self._finished_channel),
-                              lock_timeout=settings.lock_timeout)
+        self._sql = Statements(schema.quoted(target.schema), settings.backoff)
+        self.session = Session(target, name, settings, clock, self._sql.ensure_queue)
+        self._params = self.session.params
+        self._link = Link(target, setup=self.session.setup, lock_timeout=settings.lock_timeout)
+        self._wakeups = Wakeups(self.session, self._sql)
         try:
             self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
         except BaseException:
@@ -127,72 +84,7 @@ class PostgresBackend:
     def __repr__(self) -> str:
         return f"PostgresBackend({self.location!r}, name={self.name!r})"
 
-    # -- sessions -----------------------------------------------------------
-
-    def _setup(self, conn: Conn) -> None:
-        settings = self.settings
-        if not self._migrated:
-            if settings.readonly:
-                self._check_version(conn)
-            else:
-                migrate(conn, self.target)
-            self._migrated = True
-        row = conn.execute("SELECT s FROM generate_series(0, %s) AS s "
-                           "WHERE pg_try_advisory_lock(%s, s) LIMIT 1",
-                           (SLOTS - 1, _SLOT_CLASS)).fetchone()
-        slot = int(row[0]) if row else SLOTS + conn.info.backend_pid % SLOTS
-        options = [f"SET nobroker.slot = {slot}",
-                   f"SET lock_timeout = {max(1, round(settings.lock_timeout * 1000))}"]
-        if not settings.fsync:
-            options.append("SET synchronous_commit = off")
-        for statement in options:
-            conn.execute(statement.encode())
-        if settings.readonly:
-            conn.execute(b"SET default_transaction_read_only = on")
-        else:
-            conn.execute(self._sql.ensure_queue, {"q": self.name})
-
-    def _check_version(self, conn: Conn) -> None:
-        row = conn.execute("SELECT to_regclass(%s)",
-                           (f"{schema.quoted(self.target.schema)}.schema_version",)).fetchone()
-        if row is None or row[0] is None:
-            raise JobNotFoundError(self.target.schema, "queue set (schema)")
-
-    def _listen(self, channel: str) -> Any:
-        def setup(conn: Conn) -> None:
-            conn.execute(f'LISTEN "{channel}"'.encode())
-        return setup
-
-    def _t(self) -> float | None:
-        """The time to act at, when the Queue has a clock of its own (else the server's)."""
-        if self._clock is None:
-            return None
-        now = float(self._clock())
-        with self._floor_lock:
-            if now < self._floor:
-                return self._floor
-            self._floor = now
-            return now
-
-    def _params(self, **values: Any) -> dict[str, Any]:
-        values["q"] = self.name
-        values["t"] = self._t()
-        return values
-
-    # -- views --------------------------------------------------------------
-
-    @staticmethod
-    def _job(row: Sequence[Any]) -> Job:
-        (job_id, _seq, code, priority, available_at, enqueued_at, max_attempts, attempts,
-         token, lease_until, last_error, payload, result, finished_at) = row
-        leased = code == 1
-        return Job(id=job_id, payload=json.loads(payload), priority=priority,
-                   attempts=attempts, max_attempts=max_attempts, state=_STATES[code],
-                   available_at=available_at, enqueued_at=enqueued_at, last_error=last_error,
-                   token=token if leased else None,
-                   lease_expires_at=lease_until if leased else None,
-                   result=None if result is None else json.loads(result),
-                   finished_at=finished_at)
+    # -- helpers ------------------------------------------------------------
 
     def _not_leased(self, conn: Conn, job: Job) -> NotLeasedError:
         row = conn.execute(self._sql.lease_of, self._params(id=job.id)).fetchone()
@@ -200,7 +92,7 @@ class PostgresBackend:
             return NotLeasedError(job.id, "it is no longer in the queue")
         code, token = row
         if code != 1:
-            return NotLeasedError(job.id, f"it is {_STATES[code]}")
+            return NotLeasedError(job.id, f"it is {STATES[code]}")
         return NotLeasedError(job.id, f"lease {job.token} was superseded by lease {token}")
 
     # -- producing ----------------------------------------------------------
@@ -215,14 +107,14 @@ class PostgresBackend:
                 while True:  # a generated id may clash with a user's key: take the next
                     row = conn.execute(self._sql.enqueue, params).fetchone()
                     if row is not None:
-                        return self._job(row)
+                        return job_from_row(row)
             with conn.transaction():
                 conn.execute(self._sql.forget_key, params)
                 row = conn.execute(self._sql.enqueue, params).fetchone()
                 if row is None:
                     row = conn.execute(self._sql.get, params).fetchone()
                     assert row is not None, "a key that conflicts is visible"
-                return self._job(row)
+                return job_from_row(row)
 
         return self._link.run("enqueue", run)
 
@@ -261,7 +153,7 @@ class PostgresBackend:
         def run(conn: Conn) -> list[Job]:
             rows = conn.execute(self._sql.lease, params).fetchall()
             rows.sort(key=lambda r: (-r[3], r[1]))
-            return [self._job(row) for row in rows]
+            return [job_from_row(row) for row in rows]
 
         return self._link.run("lease", run)
 
@@ -323,7 +215,7 @@ class PostgresBackend:
             if not rows or not rows[0][0]:
                 raise self._not_leased(conn, job)
             row = rows[0][1:]
-            return self._job(row) if row[0] is not None else None
+            return job_from_row(row) if row[0] is not None else None
 
         return self._link.run("ack_and_lease", run)
 
@@ -336,7 +228,7 @@ class PostgresBackend:
             row = conn.execute(self._sql.nack, params).fetchone()
             if row is None:
                 raise self._not_leased(conn, job)
-            return self._job(row)
+            return job_from_row(row)
 
         return self._link.run("nack", run)
 
@@ -347,58 +239,15 @@ class PostgresBackend:
             row = conn.execute(self._sql.extend, params).fetchone()
             if row is None:
                 raise self._not_leased(conn, job)
-            return self._job(row)
+            return job_from_row(row)
 
         return self._link.run("extend", run)
 
     def wait(self, timeout: float) -> bool:
-        """True when a job may be leasable; False after `timeout` seconds without one.
-
-        Listens first, then reads the earliest due time, then blocks on the
-        LISTEN socket until a NOTIFY or that time: a job enqueued between the
-        read and the block is not missed. While the server is unreachable it
-        pauses (the link's reconnect backoff, at most `timeout`) and answers
-        True, so that the caller's next lease reconnects.
-        """
-        params = self._params()
-
-        def run(conn: Conn) -> bool:
-            for _ in conn.notifies(timeout=0.0):
-                pass  # what arrived before we looked: the query below covers it
-            row = conn.execute(self._sql.next_due, params).fetchone()
-            assert row is not None
-            now, due = row
-            if due is not None and due <= now:
-                return True
-            limit = timeout if due is None else min(timeout, due - now)
-            for _ in conn.notifies(timeout=max(limit, 0.0), stop_after=1):
-                return True
-            return due is not None and due - now <= timeout
-
-        try:
-            return self._waiter.run("wait", run)
-        except ConnectionLostError:  # the server is away: pause, then let lease() retry
-            time.sleep(min(timeout, 0.2))
-            return True
+        return self._wakeups.wait(timeout)
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-
-        def run(conn: Conn) -> Job | None:
-            while True:
-                row = conn.execute(self._sql.get, self._params(id=job_id)).fetchone()
-                if row is None:
-                    raise JobNotFoundError(job_id)
-                if row[2] >= 2:
-                    return self._job(row)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                for note in conn.notifies(timeout=left):
-                    if note.payload in (job_id, "*"):
-                        break
-
-        return self._finisher.run("wait_finished", run)
+        return self._wakeups.wait_finished(job_id, timeout)
 
     # -- job control --------------------------------------------------------
 
@@ -408,7 +257,7 @@ class PostgresBackend:
             self._sql.cancel, params).fetchone() is not None)
 
     def set_paused(self, paused: bool) -> None:
-        params = self._params(paused=paused, chan=self._ready_channel)
+        params = self._params(paused=paused, chan=self._wakeups.ready_channel)
         self._link.run("set_paused", lambda conn: conn.execute(self._sql.pause, params))
 
     # -- operating ----------------------------------------------------------
@@ -451,7 +300,7 @@ class PostgresBackend:
             row = conn.execute(self._sql.get, params).fetchone()
             if row is None:
                 raise JobNotFoundError(job_id)
-            return self._job(row)
+            return job_from_row(row)
 
         return self._link.run("get", run)
 
@@ -475,7 +324,7 @@ class PostgresBackend:
         params = self._params(codes=codes, n=limit)
 
         def run(conn: Conn) -> list[Job]:
-            return [self._job(row) for row in conn.execute(self._sql.list_jobs, params)]
+            return [job_from_row(row) for row in conn.execute(self._sql.list_jobs, params)]
 
         return self._link.run("list_jobs", run)
 
@@ -527,15 +376,15 @@ class PostgresBackend:
             with conn.transaction():
                 rows = conn.execute(self._sql.import_jobs, params).fetchall()
                 conn.execute(self._sql.bump_seq, params)
-            return [_STATES[row[0]] for row in rows]
+            return [STATES[row[0]] for row in rows]
 
         return self._link.run("import", run)
 
     # -- lifecycle ----------------------------------------------------------
 
     def close(self) -> None:
-        for link in (self._waiter, self._finisher, self._link):
-            link.close()
+        self._wakeups.close()
+        self._link.close()
 
 
 class _Retry(Exception):
@@ -550,186 +399,3 @@ class _Rollback(Exception):
 
 def _raise(error: Exception) -> None:
     raise error
-
-
-class _Statements:
-    """The SQL of every operation, with the schema and the backoff policy written in."""
-
-    def __init__(self, s: str, backoff: BackoffPolicy) -> None:
-        def sql(text: str) -> bytes:
-            return text.replace("{s}", s).replace("{cols}", _COLS).replace(
-                "{visible}", _VISIBLE).encode()
-
-        t = "(SELECT {s}.nb_now(%(t)s::float8) AS now) AS t"
-        new_id = "lpad(to_hex(n.seq), 16, '0')"
-        self.ensure_queue = sql("INSERT INTO {s}.queues (name) VALUES (%(q)s) "
-                                "ON CONFLICT DO NOTHING")
-        self.enqueue = sql(f"""
-            INSERT INTO {{s}}.jobs AS j (queue, id, seq, state, priority, available_at,
-                                       enqueued_at, max_attempts, keyed, payload)
-            SELECT %(q)s, coalesce(%(id)s::text, {new_id}), n.seq, 0, %(pr)s, t.now + %(delay)s,
-                   t.now, %(ma)s, %(id)s::text IS NOT NULL, %(p)s
-            FROM (SELECT nextval('{{s}}.job_seq') AS seq) AS n, {t}
-            ON CONFLICT (queue, id) DO NOTHING
-            RETURNING {{cols}}""")
-        self.enqueue_many = sql(f"""
-            INSERT INTO {{s}}.jobs AS j (queue, id, seq, state, priority, available_at,
-                                       enqueued_at, max_attempts, keyed, payload)
-            SELECT %(q)s, {new_id}, n.seq, 0, %(pr)s, t.now + %(delay)s, t.now, %(ma)s,
-                   false, n.p
-            FROM (SELECT nextval('{{s}}.job_seq') AS seq, u.p
-                  FROM unnest(%(ps)s::text[]) WITH ORDINALITY AS u(p, o) ORDER BY u.o) AS n,
-                 {t}
-            ON CONFLICT (queue, id) DO NOTHING
-            RETURNING j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_at""")
-        self.forget_key = sql(f"""
-            DELETE FROM {{s}}.jobs AS j USING {t}
-            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state >= 3
-              AND j.expires_at <= t.now""")
-        self.get = sql(f"""
-            SELECT {{cols}} FROM {{s}}.jobs AS j, {t}
-            WHERE j.queue = %(q)s AND j.id = %(id)s AND {{visible}}""")
-        self.lease_of = sql(f"""
-            SELECT j.state, j.token FROM {{s}}.jobs AS j, {t}
-            WHERE j.queue = %(q)s AND j.id = %(id)s AND {{visible}}""")
-        reclaim = f"""
-            expired AS (
-                SELECT j.id FROM {{s}}.jobs AS j, t
-                WHERE j.queue = %(q)s AND j.state = 1 AND j.lease_until <= t.now
-                ORDER BY j.lease_until LIMIT {_RECLAIM_BATCH} FOR UPDATE OF j SKIP LOCKED),
-            reclaimed AS (
-                UPDATE {{s}}.jobs AS j SET
-                    state = CASE WHEN j.attempts >= j.max_attempts THEN 2 ELSE 0 END,
-                    available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-                                   ELSE t.now + {backoff_sql(backoff, "j.attempts")} END,
-                    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN t.now END,
-                    last_error = 'lease expired (attempt ' || j.attempts || ')',
-                    token = NULL, lease_until = NULL
-                FROM expired, t WHERE j.queue = %(q)s AND j.id = expired.id
-                RETURNING j.id)"""
-        pick = """
-            picked AS (
-                SELECT j.id FROM {s}.jobs AS j, t
-                WHERE j.queue = %(q)s AND j.state = 0 AND j.available_at <= t.now
-                  AND NOT EXISTS (SELECT 1 FROM {s}.queues WHERE name = %(q)s AND paused)
-                  {extra}
-                ORDER BY j.priority DESC, j.seq LIMIT %(n)s FOR UPDATE OF j SKIP LOCKED),
-            leased AS (
-                UPDATE {s}.jobs AS j SET state = 1, attempts = j.attempts + 1,
-                    token = nextval('{s}.lease_token'), lease_until = t.now + %(vt)s
-                FROM picked, t WHERE j.queue = %(q)s AND j.id = picked.id
-                RETURNING {cols})"""
-        now_cte = "t AS (SELECT {s}.nb_now(%(t)s::float8) AS now)"
-        self.lease = sql(f"WITH {now_cte}, {reclaim}, {pick.replace('{extra}', '')} "
-                         "SELECT * FROM leased")
-        ack_set = """
-            state = 3, finished_at = t.now, available_at = t.now, token = NULL,
-            lease_until = NULL,
-            expires_at = t.now + CASE WHEN j.keyed THEN %(kr)s::float8 ELSE %(ur)s::float8 END"""
-        self.ack = sql(f"""
-            UPDATE {{s}}.jobs AS j SET {ack_set}, result = %(r)s::text FROM {t}
-            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
-            RETURNING j.id""")
-        self.ack_many = sql(f"""
-            UPDATE {{s}}.jobs AS j SET {ack_set}
-            FROM unnest(%(ids)s::text[], %(toks)s::bigint[]) AS a(id, tok), {t}
-            WHERE j.queue = %(q)s AND j.id = a.id AND j.state = 1 AND j.token = a.tok
-            RETURNING j.id""")
-        acked = f"""
-            acked AS (
-                UPDATE {{s}}.jobs AS j SET {ack_set}, result = %(r)s::text FROM t
-                WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1
-                  AND j.token = %(tok)s
-                RETURNING j.id)"""
-        self.ack_and_lease = sql(
-            f"WITH {now_cte}, {acked}, {reclaim}, "
-            f"{pick.replace('{extra}', 'AND EXISTS (SELECT 1 FROM acked)')} "
-            "SELECT (SELECT count(*) FROM acked), leased.* "
-            "FROM (SELECT 1) AS one LEFT JOIN leased ON true")
-        self.nack = sql(f"""
-            UPDATE {{s}}.jobs AS j SET
-                state = CASE WHEN j.attempts >= j.max_attempts THEN 2 ELSE 0 END,
-                available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-                               ELSE t.now + %(delay)s::float8 END,
-                finished_at = CASE WHEN j.attempts >= j.max_attempts THEN t.now END,
-                last_error = %(err)s::text, token = NULL, lease_until = NULL
-            FROM {t}
-            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
-            RETURNING {{cols}}""")
-        self.extend = sql(f"""
-            UPDATE {{s}}.jobs AS j SET lease_until = t.now + %(s)s::float8 FROM {t}
-            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
-            RETURNING {{cols}}""")
-        self.next_due = sql(f"""
-            SELECT t.now, CASE WHEN (SELECT paused FROM {{s}}.queues WHERE name = %(q)s)
-                               THEN NULL ELSE least(
-                (SELECT min(available_at) FROM {{s}}.jobs
-                 WHERE queue = %(q)s AND state = 0),
-                (SELECT min(lease_until) FROM {{s}}.jobs
-                 WHERE queue = %(q)s AND state = 1)) END
-            FROM {t}""")
-        self.cancel = sql(f"""
-            UPDATE {{s}}.jobs AS j SET state = 4, finished_at = t.now, token = NULL,
-                lease_until = NULL, expires_at = t.now + %(ttl)s::float8
-            FROM {t}
-            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state IN (0, 1)
-            RETURNING j.id""")
-        self.pause = sql("""
-            WITH changed AS (
-                INSERT INTO {s}.queues AS qs (name, paused) VALUES (%(q)s, %(paused)s)
-                ON CONFLICT (name) DO UPDATE SET paused = excluded.paused RETURNING paused)
-            SELECT CASE WHEN NOT paused THEN pg_notify(%(chan)s, '') END FROM changed""")
-        self.requeue = sql(f"""
-            UPDATE {{s}}.jobs AS j SET state = 0, attempts = 0, available_at = t.now,
-                finished_at = NULL
-            FROM {t}
-            WHERE j.queue = %(q)s AND j.state = 2 AND (%(id)s::text IS NULL OR j.id = %(id)s)
-            RETURNING j.id""")
-        self.purge = sql("DELETE FROM {s}.jobs WHERE queue = %(q)s AND state = 0")
-        self.delete_dead = sql("""
-            DELETE FROM {s}.jobs
-            WHERE queue = %(q)s AND state = 2 AND (%(id)s::text IS NULL OR id = %(id)s)""")
-        self.stats = sql("""
-            SELECT coalesce(sum(pending), 0), coalesce(sum(leased), 0), coalesce(sum(dead), 0),
-                   coalesce(sum(done), 0),
-                   coalesce((SELECT paused FROM {s}.queues WHERE name = %(q)s), false)
-            FROM {s}.counters WHERE queue = %(q)s""")
-        self.list_jobs = sql("""
-            SELECT {cols} FROM {s}.jobs AS j
-            WHERE j.queue = %(q)s AND j.state = ANY(%(codes)s::smallint[])
-            ORDER BY j.seq LIMIT %(n)s""")
-        self.sweep = sql(f"""
-            DELETE FROM {{s}}.jobs AS d USING (
-                SELECT j.id FROM {{s}}.jobs AS j, {t}
-                WHERE j.queue = %(q)s AND j.state >= 3 AND j.expires_at <= t.now
-                LIMIT 1000 FOR UPDATE OF j SKIP LOCKED) AS gone
-            WHERE d.queue = %(q)s AND d.id = gone.id""")
-        self.live = sql(f"""
-            SELECT count(*) FILTER (WHERE j.state < 3),
-                   count(*) FILTER (WHERE j.state >= 3 AND j.keyed)
-            FROM {{s}}.jobs AS j, {t} WHERE j.queue = %(q)s AND {{visible}}""")
-        self.import_jobs = sql("""
-            WITH src AS (
-                SELECT u.*, nextval('{s}.job_seq') AS seq
-                FROM unnest(%(ids)s::text[], %(states)s::smallint[], %(prs)s::bigint[],
-                            %(ats)s::float8[], %(ts)s::float8[], %(mas)s::bigint[],
-                            %(atts)s::bigint[], %(ks)s::boolean[], %(errs)s::text[],
-                            %(ps)s::text[]) WITH ORDINALITY
-                     AS u(id, state, priority, available_at, enqueued_at, max_attempts,
-                          attempts, keyed, last_error, payload, o)
-                ORDER BY u.o)
-            INSERT INTO {s}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
-                                  max_attempts, attempts, keyed, last_error, payload,
-                                  finished_at)
-            SELECT %(q)s, id, seq, state, priority, available_at, enqueued_at, max_attempts,
-                   attempts, keyed, last_error, payload,
-                   CASE WHEN state = 2 THEN available_at END
-            FROM src
-            ON CONFLICT (queue, id) DO NOTHING
-            RETURNING state""")
-        # Generated-form ids copied in must not be generated again here.
-        self.bump_seq = sql("""
-            SELECT setval('{s}.job_seq', greatest(
-                (SELECT last_value FROM {s}.job_seq),
-                (SELECT coalesce(max(('x' || id)::bit(64)::bigint), 1) FROM {s}.jobs
-                 WHERE queue = %(q)s AND id ~ '^0000[0-9a-f]{12}$')))""")

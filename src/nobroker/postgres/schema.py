@@ -23,7 +23,11 @@ What the tables hold (the backend's docstring says why):
   lock), so writers never wait on each other's counter row.
 - the same trigger sends the wake-ups: `nb_r_<hash>` when a job may have
   become leasable, `nb_f_<hash>` (payload: the job id, or `*` for a batch)
-  when jobs finished. Producers and consumers cannot forget them either.
+  when a *watched* job finished or was deleted. `wait_finished` marks the
+  row `watched` before it blocks (an UPDATE, so it waits for an ack in
+  flight and the ack after it sees the mark); an ack nobody waits for sends
+  nothing, because a NOTIFY makes its commit take a server-wide lock.
+  Producers and consumers cannot forget the wake-ups either.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ CREATE TABLE {s}.jobs (
     result text,
     finished_at float8,
     expires_at float8,
+    watched boolean NOT NULL DEFAULT false,  -- a wait_finished waits for this job
     PRIMARY KEY (queue, id)
 );
 CREATE INDEX jobs_ready ON {s}.jobs (queue, priority DESC, seq) WHERE state = 0;
@@ -95,25 +100,34 @@ BEGIN
             PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, r.f, r.ready, r.fin, r.one);
         END LOOP;
     ELSIF TG_OP = 'DELETE' THEN
+        -- purge and delete_dead: a waiter for a deleted live job learns it is gone
         FOR r IN SELECT queue, -count(*) FILTER (WHERE state = 0) AS p,
                         -count(*) FILTER (WHERE state = 1) AS l,
-                        -count(*) FILTER (WHERE state = 2) AS d
+                        -count(*) FILTER (WHERE state = 2) AS d,
+                        count(*) FILTER (WHERE watched AND state < 3) AS fin,
+                        min(id) FILTER (WHERE watched AND state < 3) AS one
                  FROM old_rows GROUP BY queue LOOP
-            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, 0, 0, 0, NULL);
+            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, 0, 0, r.fin, r.one);
         END LOOP;
     ELSE
-        FOR r IN SELECT queue, sum(sign) FILTER (WHERE state = 0) AS p,
-                        sum(sign) FILTER (WHERE state = 1) AS l,
-                        sum(sign) FILTER (WHERE state = 2) AS d,
-                        sum(sign) FILTER (WHERE state = 3) AS f,
-                        count(*) FILTER (WHERE sign = 1 AND state = 0) AS ready,
-                        count(*) FILTER (WHERE sign = 1 AND state >= 2) AS fin,
-                        min(id) FILTER (WHERE sign = 1 AND state >= 2) AS one
-                 FROM (SELECT queue, id, state, 1 AS sign FROM new_rows
-                       UNION ALL SELECT queue, id, state, -1 FROM old_rows) AS moved
-                 GROUP BY queue LOOP
-            PERFORM {s}.nb_apply(r.queue, slot_no, coalesce(r.p, 0), coalesce(r.l, 0),
-                                 coalesce(r.d, 0), coalesce(r.f, 0), r.ready, r.fin, r.one);
+        -- ready: rows that became pending, or pending rows whose time moved;
+        -- fin: watched rows that became finished (done, dead, cancelled). An
+        -- ack nobody waits for sends no NOTIFY: a transaction that notifies
+        -- takes a lock that serialises every notifying commit of the server.
+        FOR r IN SELECT n.queue,
+                        sum((n.state = 0)::int - (o.state = 0)::int) AS p,
+                        sum((n.state = 1)::int - (o.state = 1)::int) AS l,
+                        sum((n.state = 2)::int - (o.state = 2)::int) AS d,
+                        sum((n.state = 3)::int - (o.state = 3)::int) AS f,
+                        count(*) FILTER (WHERE n.state = 0 AND (o.state <> 0
+                                         OR n.available_at <> o.available_at)) AS ready,
+                        count(*) FILTER (WHERE n.watched AND n.state >= 2
+                                         AND o.state < 2) AS fin,
+                        min(n.id) FILTER (WHERE n.watched AND n.state >= 2
+                                          AND o.state < 2) AS one
+                 FROM new_rows AS n JOIN old_rows AS o ON o.queue = n.queue AND o.id = n.id
+                 GROUP BY n.queue LOOP
+            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, r.f, r.ready, r.fin, r.one);
         END LOOP;
     END IF;
     RETURN NULL;
