@@ -336,6 +336,7 @@ class PostgresBackend:
         def run(conn: Conn) -> tuple[int, int]:
             while conn.execute(self._sql.sweep, params).rowcount:
                 pass
+            conn.execute(self._sql.sweep_watches, params)  # left by waiters that timed out
             row = conn.execute(self._sql.live, params).fetchone()
             assert row is not None
             return int(row[0]), int(row[1])

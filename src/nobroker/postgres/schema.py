@@ -23,9 +23,8 @@ What the tables hold (the backend's docstring says why):
   lock), so writers never wait on each other's counter row.
 - the same trigger sends the wake-ups: `nb_r_<hash>` when a job may have
   become leasable, `nb_f_<hash>` (payload: the job id, or `*` for a batch)
-  when a *watched* job finished or was deleted. `wait_finished` marks the
-  row `watched` before it blocks (an UPDATE, so it waits for an ack in
-  flight and the ack after it sees the mark); an ack nobody waits for sends
+  when a *watched* job (a row in `watches`, put there by wait_finished
+  before it blocks) finished or was deleted; an ack nobody waits for sends
   nothing, because a NOTIFY makes its commit take a server-wide lock.
   Producers and consumers cannot forget the wake-ups either.
 """
@@ -62,7 +61,6 @@ CREATE TABLE {s}.jobs (
     result text,
     finished_at float8,
     expires_at float8,
-    watched boolean NOT NULL DEFAULT false,  -- a wait_finished waits for this job
     PRIMARY KEY (queue, id)
 );
 CREATE INDEX jobs_ready ON {s}.jobs (queue, priority DESC, seq) WHERE state = 0;
@@ -70,6 +68,12 @@ CREATE INDEX jobs_due ON {s}.jobs (queue, available_at) WHERE state = 0;
 CREATE INDEX jobs_leases ON {s}.jobs (queue, lease_until) WHERE state = 1;
 CREATE INDEX jobs_order ON {s}.jobs (queue, seq);
 CREATE INDEX jobs_finished ON {s}.jobs (queue, expires_at) WHERE state >= 3;
+-- Jobs a wait_finished waits for: only their finish is NOTIFYed (wakeups.py).
+CREATE TABLE {s}.watches (
+    queue text NOT NULL,
+    id text NOT NULL,
+    PRIMARY KEY (queue, id)
+);
 CREATE TABLE {s}.counters (
     queue text NOT NULL,
     slot integer NOT NULL,
@@ -104,9 +108,10 @@ BEGIN
         FOR r IN SELECT queue, -count(*) FILTER (WHERE state = 0) AS p,
                         -count(*) FILTER (WHERE state = 1) AS l,
                         -count(*) FILTER (WHERE state = 2) AS d,
-                        count(*) FILTER (WHERE watched AND state < 3) AS fin,
-                        min(id) FILTER (WHERE watched AND state < 3) AS one
-                 FROM old_rows GROUP BY queue LOOP
+                        count(*) FILTER (WHERE state < 3 AND w.id IS NOT NULL) AS fin,
+                        min(o.id) FILTER (WHERE state < 3 AND w.id IS NOT NULL) AS one
+                 FROM old_rows AS o LEFT JOIN {s}.watches AS w USING (queue, id)
+                 GROUP BY queue LOOP
             PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, 0, 0, r.fin, r.one);
         END LOOP;
     ELSE
@@ -121,11 +126,12 @@ BEGIN
                         sum((n.state = 3)::int - (o.state = 3)::int) AS f,
                         count(*) FILTER (WHERE n.state = 0 AND (o.state <> 0
                                          OR n.available_at <> o.available_at)) AS ready,
-                        count(*) FILTER (WHERE n.watched AND n.state >= 2
-                                         AND o.state < 2) AS fin,
-                        min(n.id) FILTER (WHERE n.watched AND n.state >= 2
-                                          AND o.state < 2) AS one
+                        count(*) FILTER (WHERE n.state >= 2 AND o.state < 2
+                                         AND w.id IS NOT NULL) AS fin,
+                        min(n.id) FILTER (WHERE n.state >= 2 AND o.state < 2
+                                          AND w.id IS NOT NULL) AS one
                  FROM new_rows AS n JOIN old_rows AS o ON o.queue = n.queue AND o.id = n.id
+                      LEFT JOIN {s}.watches AS w ON w.queue = n.queue AND w.id = n.id
                  GROUP BY n.queue LOOP
             PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, r.f, r.ready, r.fin, r.one);
         END LOOP;

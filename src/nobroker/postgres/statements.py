@@ -186,10 +186,16 @@ class Statements:
                 (SELECT min(lease_until) FROM {{s}}.jobs
                  WHERE queue = %(q)s AND state = 1)) END
             FROM {t}""")
-        # Waits for an ack in flight (row lock); an ack after it sees the mark.
-        self.watch = sql("""
-            UPDATE {s}.jobs SET watched = true
-            WHERE queue = %(q)s AND id = %(id)s AND state < 2 AND NOT watched""")
+        # wakeups.py: a job's finish is NOTIFYed once it has a row in watches.
+        self.watch = sql("INSERT INTO {s}.watches (queue, id) VALUES (%(q)s, %(id)s) "
+                         "ON CONFLICT DO NOTHING")
+        self.hold = sql("SELECT 1 FROM {s}.jobs WHERE queue = %(q)s AND id = %(id)s "
+                        "FOR SHARE")
+        self.unwatch = sql("DELETE FROM {s}.watches WHERE queue = %(q)s AND id = %(id)s")
+        self.sweep_watches = sql("""
+            DELETE FROM {s}.watches AS w WHERE w.queue = %(q)s AND NOT EXISTS (
+                SELECT 1 FROM {s}.jobs AS j WHERE j.queue = w.queue AND j.id = w.id
+                  AND j.state < 2)""")
         self.cancel = sql(f"""
             UPDATE {{s}}.jobs AS j SET state = 4, finished_at = t.now, token = NULL,
                 lease_until = NULL, expires_at = t.now + %(ttl)s::float8

@@ -7,11 +7,11 @@ queue's two channels (schema.py sends them from the jobs trigger):
   the earliest due time (a delayed job, a lease deadline) from the indexes,
   then blocks on the socket until a NOTIFY or that time. A job enqueued
   between the read and the block is not missed: the LISTEN came first.
-- `wait_finished` (a result waiter): the finished channel. It marks the job
-  `watched` before it blocks, and only a watched job's finish is notified,
-  so that acks nobody waits for commit without NOTIFY's server-wide lock.
-  The mark is an UPDATE: it waits for an ack in flight on the same row, and
-  an ack after it sees the mark.
+- `wait_finished` (a result waiter): the finished channel. It puts the job
+  in `watches` before it blocks, and only a watched job's finish is
+  notified, so that acks nobody waits for commit without NOTIFY's
+  server-wide lock (`_watch` says how the watch is ordered against an ack
+  in flight). A waiter that sees the job finished removes the watch.
 
 Neither ever leases, and neither is a poll loop: a wait is bounded by the
 caller's timeout and the next due time only.
@@ -80,25 +80,46 @@ class Wakeups:
         session = self._session
 
         def run(conn: Conn) -> Job | None:
-            watching = False
+            watched = held = False
             while True:
                 row = conn.execute(self._sql.get, session.params(id=job_id)).fetchone()
                 if row is None:
                     raise JobNotFoundError(job_id)
                 if row[2] >= 2:
+                    if watched:  # finished: no waiter needs the watch any more
+                        conn.execute(self._sql.unwatch, session.params(id=job_id))
                     return job_from_row(row)
-                if not watching:  # from now on its finish is NOTIFYed: look once more
-                    conn.execute(self._sql.watch, session.params(id=job_id))
-                    watching = True
-                    continue
+                if not watched or (row[2] == 1 and not held):
+                    held = self._watch(conn, job_id, leased=row[2] == 1)
+                    watched = True
+                    continue  # from now on its finish is NOTIFYed: look once more
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    return None
+                    return None  # the watch stays for other waiters; compact() sweeps it
                 for note in conn.notifies(timeout=left):
                     if note.payload in (job_id, "*"):
                         break
 
         return self._finisher.run("wait_finished", run)
+
+    def _watch(self, conn: Conn, job_id: str, *, leased: bool) -> bool:
+        """Put the job in `watches`; True if that was ordered against an ack in flight.
+
+        The trigger of an ack looks for the watch inside the ack's transaction.
+        A leased job may be acked at any moment, so its watch is written under
+        a share lock on its row: an ack already running finishes first (and
+        the look after this sees it), an ack after it sees the watch. A
+        pending job is not locked (lease skips locked rows); it must be leased
+        before it is acked, and the look after this catches that.
+        """
+        params = self._session.params(id=job_id)
+        if not leased:
+            conn.execute(self._sql.watch, params)
+            return False
+        with conn.transaction():
+            conn.execute(self._sql.hold, params)
+            conn.execute(self._sql.watch, params)
+        return True
 
     def close(self) -> None:
         self._waiter.close()
