@@ -20,6 +20,7 @@ from pg_support import (
     needs_job_control,
     needs_postgres,
     open_queue,
+    wait_for,
 )
 from support import FakeClock
 from test_queue_contract import QueueContract
@@ -49,6 +50,11 @@ def _rows(queue: Any) -> object:
                              ).fetchall() for table in ("jobs", "counters", "queues")]
 
     return queue.backend._link.run("test", read)
+
+
+def _rows_of(queue: Any, table: str) -> int:
+    return int(queue.backend._link.run("test", lambda conn: conn.execute(
+        f"SELECT count(*) FROM {table}".encode()).fetchone()[0]))
 
 
 @needs_postgres
@@ -114,6 +120,64 @@ class PostgresBackendTest(_Schema):
         self.assertTrue(woke, "the waiter never woke")
         self.assertLess(woke[0] - sent, 5.0)
         self.assertEqual(len(consumer.lease()), 1)
+
+    def test_a_plain_ack_forgets_an_unkeyed_job_at_once_and_keeps_a_key(self) -> None:
+        q = self.open()
+        plain, keyed = q.enqueue("plain"), q.enqueue("keyed", job_id="k")
+        for job in q.lease(2):
+            q.ack(job)
+        self.assertRaises(JobNotFoundError, q.get, plain.id)
+        self.assertEqual(q.get(keyed.id).state, JobState.DONE)
+        self.assertEqual(q.enqueue("again", job_id="k").state, JobState.DONE)
+
+    def test_only_the_finish_of_a_watched_job_is_notified(self) -> None:
+        import psycopg
+
+        from nobroker.postgres.schema import channels
+        from nobroker.postgres.url import parse
+
+        q = self.open()
+        target = parse(self.url)
+        unwatched, watched = q.enqueue("nobody waits"), q.enqueue("waited for")
+        listener = psycopg.connect(target.conninfo, autocommit=True)
+        self.addCleanup(listener.close)
+        listener.execute(f'LISTEN "{channels(target.schema, "q")[1]}"'.encode())
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.append(
+            q.backend.wait_finished(watched.id, 30.0)))  # type: ignore[attr-defined]
+        waiter.start()
+        watches = f'SELECT count(*) FROM "{target.schema}".watches'.encode()
+        wait_for(lambda: listener.execute(watches).fetchone() == (1,), 30,
+                 "the waiter to watch its job")
+        for job in q.lease(2):  # both acked; only one is waited for
+            q.ack(job)
+        notes = [n.payload for n in listener.notifies(timeout=30, stop_after=1)]
+        waiter.join(30)
+        self.assertEqual(notes, [watched.id], "the first NOTIFY is the watched job's")
+        self.assertEqual([j.state for j in got], [JobState.DONE])
+        self.assertEqual(listener.execute(watches).fetchone(), (0,), "the watch is gone")
+        self.assertRaises(JobNotFoundError, q.get, unwatched.id)
+
+    def test_a_waiter_learns_that_its_pending_job_was_purged(self) -> None:
+        q, other = self.open(), self.open()
+        job = q.enqueue("doomed")
+        errors: list[Exception] = []
+
+        def wait() -> None:
+            try:
+                q.backend.wait_finished(job.id, 30.0)  # type: ignore[attr-defined]
+            except JobNotFoundError as exc:
+                errors.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        schema = q.backend.target.schema
+        wait_for(lambda: _rows_of(other, f'"{schema}".watches') == 1, 30,
+                 "the waiter to watch its job")
+        self.assertEqual(other.purge(), 1)
+        waiter.join(30)
+        self.assertFalse(waiter.is_alive(), "the waiter was not woken by the purge")
+        self.assertEqual(len(errors), 1)
 
     def test_queues_in_one_schema_are_separate_and_schemas_are_separate(self) -> None:
         a, b = self.open("a"), self.open("b")
@@ -236,6 +300,38 @@ class PostgresJobControlTest(_Schema):
         q.resume()
         self.assertFalse(other.stats().paused)
         self.assertEqual(len(other.lease()), 1)
+
+    def test_delete_dead_of_a_job_that_is_not_dead_raises_job_not_found(self) -> None:
+        q = self.open()
+        pending, leased = q.enqueue("p"), q.enqueue("l")
+        q.lease_one()
+        for job_id in (pending.id, leased.id, "unknown"):
+            self.assertRaises(JobNotFoundError, q.delete_dead, job_id)
+        self.assertEqual((q.stats().pending, q.stats().leased), (1, 1))
+
+    def test_a_cancelled_job_s_key_may_be_enqueued_again(self) -> None:
+        q = self.open()
+        q.enqueue("first", job_id="order-1")
+        self.assertTrue(q.cancel("order-1"))
+        again = q.enqueue("second", job_id="order-1")
+        self.assertEqual((again.state, again.payload), (JobState.PENDING, "second"))
+
+    def test_a_result_waiter_is_woken_by_a_cancel_and_by_a_dead_letter(self) -> None:
+        q, other = self.open(max_attempts=1), self.open(max_attempts=1)
+        cancelled, dead = q.enqueue("c"), q.enqueue("d")
+        got: list[Any] = []
+        waiters = [threading.Thread(target=lambda i=i: got.append(q.wait_finished(i, 30.0)))
+                   for i in (cancelled.id, dead.id)]
+        leased = other.lease(2)
+        for waiter in waiters:
+            waiter.start()
+        schema = q.backend.target.schema
+        wait_for(lambda: _rows_of(other, f'"{schema}".watches') >= 1, 30, "a watch")
+        other.cancel(cancelled.id)
+        other.nack(next(j for j in leased if j.id == dead.id), error="boom")
+        for waiter in waiters:
+            waiter.join(30)
+        self.assertEqual(sorted(str(j.state) for j in got), ["cancelled", "dead"])
 
     def test_delete_dead_removes_dead_jobs_only(self) -> None:
         q, _ = self.clocked(max_attempts=1)

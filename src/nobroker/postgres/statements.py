@@ -100,10 +100,11 @@ class Statements:
                  {t}
             ON CONFLICT (queue, id) DO NOTHING
             RETURNING j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_at""")
+        # An expired finished row frees its key; a cancelled one frees it at once.
         self.forget_key = sql(f"""
             DELETE FROM {{s}}.jobs AS j USING {t}
             WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state >= 3
-              AND j.expires_at <= t.now""")
+              AND (j.expires_at <= t.now OR j.state = 4)""")
         self.get = sql(f"""
             SELECT {{cols}} FROM {{s}}.jobs AS j, {t}
             WHERE j.queue = %(q)s AND j.id = %(id)s AND {{visible}}""")
