@@ -318,6 +318,20 @@ def ensure_chromium() -> int:
     return 0 if CHROMIUM.exists() else 1
 
 
+# the dashboard's browser tests (issue 12, first half): the same venv and Chromium.
+WEB_TESTS = ("test_dashboard_browser",)
+
+
+@task("test-web")
+def test_web(args: list[str]) -> int:
+    """Test the dashboard in headless Chromium (tests/test_dashboard_browser.py)."""
+    python = ensure_venv(WEB_VENV, REPO / "requirements-web.txt")
+    if python is None or ensure_chromium() != 0:
+        return 1
+    return run([str(python), "tests/run.py", "-j", "1", "-v", *(args or WEB_TESTS)],
+               NOBROKER_REQUIRE_BROWSER="1")
+
+
 @task("help")
 def help_(args: list[str]) -> int:
     """List the tasks."""

@@ -42,12 +42,15 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
      persist as any subset, a rename is three independent micro-ops (drop
      the target entry, add it, drop the source), nothing orders data before
      a rename, and the un-written part of a grown file may hold garbage
-     (random bytes) rather than zeros. One restriction, `new_file_garbage`
-     (off by default): a file that never had a durable byte shows zeros, not
-     garbage. nobroker deliberately refuses (CorruptLogError, file kept) to
-     take a first log holding 16 random bytes for a torn creation, since it
-     cannot tell it from someone else's file (tests/test_bad_input.py); no
-     call can have returned on such a queue, so nothing would be lost.
+     (random bytes) rather than zeros, a file that never had a durable byte
+     included (`new_file_garbage`, on by default; off, such a file shows
+     zeros). That case once hid a bug: generation 0 was created in place, so
+     a crash could leave a 16-byte NAME.000000.log of junk, which opening
+     refuses forever (it cannot tell junk from someone else's file) although
+     no call had returned. With the option off by default the explorer never
+     built that state; now generation 0 is created under a temporary name and
+     renamed once its header is durable, and test_explorer_teeth plants the
+     old creation back to show the explorer catches it.
    - `windows`: as ext4ish, but `fsync_dir` does nothing (there is none on
      Windows) and, as NTFS's ordered metadata journal does, a file's fsync
      persists every directory operation issued before it. The spec's
@@ -1192,10 +1195,9 @@ class Bounds:
     rot_records: int = 8  # E8: records damaged (sampled when the log holds more)
     compound_states: int = 40  # I8: crash states of one recovery checked (sampled)
     # weak: may a file that never had a durable byte show garbage (not just zeros) where
-    # its data did not land? Off: nobroker deliberately refuses (CorruptLogError, file
-    # kept) to take a garbage first log for a torn creation, since it cannot be told from
-    # someone else's file, and no call can have returned on such a queue.
-    new_file_garbage: bool = False
+    # its data did not land? On: that is what exposed the in-place creation of
+    # generation 0 (see the module docstring and test_explorer_teeth).
+    new_file_garbage: bool = True
     seed: int = 0
 
     @classmethod

@@ -444,6 +444,7 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
     acking: dict[str, set[int]] = defaultdict(set)
     settled: set[tuple[str, int]] = set()  # (job, token) nacked or found stale
     stale_tokens: dict[str, set[int]] = defaultdict(set)
+    nacking: set[tuple[str, int]] = set()  # a nack was begun (it may have landed)
     for pid, fields in events:
         kind, rest = fields[0], fields[1:]
         if kind == "try":
@@ -464,6 +465,8 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
             tag_of.setdefault(job_id, tag)
         elif kind == "acking":
             acking[rest[0]].add(int(rest[1]))
+        elif kind == "nacking":
+            nacking.add((rest[0], int(rest[1])))
         elif kind == "acked":
             acked[rest[0]].append(int(rest[1]))
         elif kind in ("nacked", "stale"):
@@ -524,6 +527,9 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
                                 f"{second.token}")
             began = second.expires - cfg.visibility_timeout
             nacked = settled_early and first.token not in stale_tokens.get(job_id, ())
+            # Killed between nack's write and its "nacked" line: the nack may have landed,
+            # and with delay 0 the job is at once leasable by another worker.
+            nacked = nacked or (first.pid in killed and (job_id, first.token) in nacking)
             if not nacked and began < first.expires - 1e-3:
                 report.overlaps += 1
                 problems.append(f"lease overlap: {job_id} token {second.token} began at "

@@ -9,8 +9,9 @@ state dropped or tore (as ALICE reports per source line). Reliability note
 section 9.8 lists the bugs; the expected checks are in EXPECTED.
 
 The planted bugs:
-- no directory fsync after LogFile.create (the recording FileSystem's fsync_dir
-  does nothing when LogFile.create calls it): a returned enqueue is lost (I2/I3);
+- no directory fsync after creating the first log (the recording FileSystem's
+  fsync_dir does nothing when LogFile.create or LogFile.rename calls it): a
+  returned enqueue is lost (I2/I3);
 - replace_durably renames NAME.current.tmp before fsyncing it: .current may be
   empty after a crash (I6) under the weak model (ext4's "safe rename" hides it);
 - replace_durably without its last directory fsync: the old generation's unlink
@@ -24,6 +25,10 @@ The planted bugs:
 - a reader that stops searching for a later batch at the first sector of zeros
   (LogFile._later_batch_after, as it was before the "d" field): a zeroed sector of
   durable records is cut as a torn tail, with every acknowledged batch after it (E8);
+- generation 0 created in place (compaction.create_first_generation writing the
+  header under the final name, as it did before): under the weak model a crash
+  leaves a 16-byte log of junk that every later open refuses (I6), though no
+  call returned; the explorer missed it while `new_file_garbage` was off;
 - no generation re-check under the lock (FileStore._refresh reads forward in its
   own generation only): a handle that missed a peer's compaction appends to
   the unlinked old generation and its returned ack is lost (I2/I3/I4).
@@ -89,10 +94,12 @@ class TeethTestCase(unittest.TestCase):
 
 class MissingFsyncTest(TeethTestCase):
     def test_no_directory_fsync_after_creating_the_log_loses_a_returned_enqueue(self) -> None:
-        with silenced("fsync_dir", LogFile.create):
+        # Generation 0 is created under a temporary name and renamed: both directory
+        # fsyncs (after the creation and after the rename) go missing.
+        with silenced("fsync_dir", LogFile.create), silenced("fsync_dir", LogFile.rename):
             report = self.explore("first_enqueue", ("ext4ish", "weak"), rot=False)
         caught(report, {"I2", "I3"}, "logfile.py")
-        caught(report, {"I2", "I3"}, "LogFile.create")
+        caught(report, {"I2", "I3"}, "create_first_generation")
 
     def test_renaming_current_before_its_data_is_synced_leaves_it_empty(self) -> None:
         def no_fsync_before_rename(fs: FileSystem, directory: str, name: str,
@@ -112,6 +119,18 @@ class MissingFsyncTest(TeethTestCase):
         self.assertTrue(clean.ok, "ext4's safe rename should hide this bug")
         violation = caught(report, {"I6"}, "publish_generation")
         self.assertIn("current", violation.message)
+
+    def test_creating_the_first_log_in_place_leaves_junk_that_never_opens(self) -> None:
+        def in_place(fs: FileSystem, directory: str, name: str) -> None:
+            LogFile.create(fs, directory, name, 0).close()  # the planted bug
+
+        with mock.patch.object(nobroker.file.compaction, "create_first_generation", in_place):
+            hidden = explore("first_enqueue", ("weak",),
+                             Bounds(compound=0, rot=False, new_file_garbage=False))
+            report = self.explore("first_enqueue", ("weak",), rot=False)
+        self.assertTrue(hidden.ok, "without new-file garbage the explorer cannot see it")
+        violation = caught(report, {"I6"}, "LogFile.create")
+        self.assertIn("not a nobroker log", violation.message)
 
     def test_unlinking_the_old_generation_before_the_flip_is_durable(self) -> None:
         def no_fsync_after_rename(fs: FileSystem, directory: str, name: str,

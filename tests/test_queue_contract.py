@@ -594,6 +594,44 @@ class QueueContract:
         t.assertRaises(ValueError, q.list_jobs, JobState.DONE)
         t.assertRaises(ValueError, q.list_jobs, "bogus")
 
+    def test_list_jobs_pages_with_an_offset(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(max_attempts=1)
+        q.enqueue_many(list(range(10)))
+        for job in q.lease(3):  # 0, 1, 2: 0 is dead, 1 acked (gone), 2 leased
+            if job.payload == 0:
+                q.nack(job)
+            elif job.payload == 1:
+                q.ack(job)
+        t.assertEqual([j.payload for j in q.list_jobs(offset=2, limit=3)], [3, 4, 5])
+        t.assertEqual([j.payload for j in q.list_jobs(offset=7)], [8, 9])
+        t.assertEqual([j.payload for j in q.list_jobs(JobState.PENDING, offset=1, limit=2)],
+                      [4, 5])
+        t.assertEqual(q.list_jobs(JobState.DEAD, offset=1), [])
+        t.assertEqual(q.list_jobs(offset=50), [])
+        t.assertRaises(ValueError, q.list_jobs, offset=-1)
+        t.assertRaises(TypeError, q.list_jobs, offset=1.5)
+
+    def test_lifetime_totals_where_the_backend_counts_them(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(max_attempts=2)
+        q.enqueue_many(["a", "b", "c"])
+        for job in q.lease(2):
+            q.nack(job, delay=0)  # both retried once
+        for job in q.lease(3):
+            if job.payload == "c":
+                q.ack(job)
+            else:
+                q.nack(job, delay=0)  # a and b: their second attempt, dead
+        stats = q.stats()
+        t.assertEqual(stats.done, 1)
+        counted = {name: getattr(stats, name) for name in ("enqueued", "retried",
+                                                           "dead_lettered")}
+        expected = {"enqueued": 3, "retried": 2, "dead_lettered": 2}
+        for name, value in counted.items():
+            if value is not None:  # None: this backend does not count it
+                t.assertEqual(value, expected[name], name)
+
     def test_stats_counts_every_state(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q = self.queue(max_attempts=1)

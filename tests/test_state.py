@@ -11,6 +11,7 @@ import copy
 import os
 import random
 import unittest
+import zlib
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -768,6 +769,80 @@ class ColumnsTest(unittest.TestCase):
         data[:8] = b"NBCKPT01"
         with self.assertRaises(checkpoint.CheckpointError):
             checkpoint.decode(bytes(data), 0, 1 << 20, lambda _: 7)
+
+
+class TotalsTest(unittest.TestCase):
+    """The lifetime totals (enqueued, retried, dead-lettered) the dashboard reports."""
+
+    def history(self) -> QueueState:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("a", ma=2), enq("b", ma=1), enq("c")))
+        s.apply_batch(log.batch(lease("a", 1), lease("b", 2), lease("c", 3)))
+        s.apply_batch(log.batch(nack("a", 1), expire("b", 2), ack("c", 3)))
+        s.apply_batch(log.batch(lease("a", 4)))
+        s.apply_batch(log.batch(nack("a", 4)))
+        return s
+
+    def test_replay_counts_enqueues_retries_and_dead_letters(self) -> None:
+        s = self.history()
+        self.assertEqual(s.totals, (3, 1, 2))
+        self.assertEqual((s.done, s.dead), (1, 2))
+
+    def test_snapshots_and_checkpoints_carry_the_totals(self) -> None:
+        s = self.history()
+        records = snapshot_records(s)
+        records[-1][1]["tot"] = list(s.totals)
+        self.assertEqual(replay([Log(first_batch=s.last_batch + 1).batch(*records)]).totals,
+                         (3, 1, 2))
+        self.assertEqual(via_checkpoint(s).totals, (3, 1, 2))
+        self.assertEqual(snapshot_of(s).totals, (0, 0, 0), "a snapshot without them restarts")
+
+    def test_bad_totals_are_refused(self) -> None:
+        s = self.history()
+        for bad in ([1, 2], [1, 2, -1], [1, 2, "3"], "x", [1, 2, True]):
+            records = snapshot_records(s)
+            records[-1][1]["tot"] = bad
+            with self.subTest(bad=bad), self.assertRaises(ReplayError):
+                replay([Log(first_batch=s.last_batch + 1).batch(*records)])
+
+    def test_a_checkpoint_without_totals_is_not_used(self) -> None:
+        s = self.history()
+        data = checkpoint.encode(s, 0, 1 << 20, 7)
+        body = data[12:]
+        length = int.from_bytes(body[:8], "little")
+        meta = loads(bytes(body[8:8 + length]))
+        del meta["totals"]
+        raw = dumps(meta).encode()
+        body = len(raw).to_bytes(8, "little") + raw + body[8 + length:]
+        forged = data[:8] + zlib.crc32(body).to_bytes(4, "little") + body
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.decode(forged, 0, 1 << 20, lambda _: 7)
+
+
+class SkipTest(unittest.TestCase):
+    """entries(state, skip): a page of jobs deep in the table, as list_jobs(offset=) asks."""
+
+    def test_skipping_gives_the_same_jobs_as_slicing_the_whole_list(self) -> None:
+        rng = random.Random(12)
+        s, log = QueueState(), Log()
+        count = 70_000  # more than one counting chunk (65,536 slots)
+        s.apply_batch(log.batch(*(enq(seq_id(i), ma=1) for i in range(count))))
+        leased = sorted(rng.sample(range(count), 3000))
+        s.apply_batch(log.batch(*(lease(seq_id(i), n + 1) for n, i in enumerate(leased))))
+        settle = []
+        for n, i in enumerate(leased):
+            if n % 3 == 0:
+                settle.append(ack(seq_id(i), n + 1))  # a hole in the table
+            elif n % 3 == 1:
+                settle.append(nack(seq_id(i), n + 1))  # dead (ma=1)
+        s.apply_batch(log.batch(*settle))
+        for state in (None, JobState.PENDING, JobState.LEASED, JobState.DEAD):
+            every = [e.id for e in s.entries(state)]
+            for skip in (0, 1, 999, 65_535, 65_536, 65_537, len(every) - 1, len(every),
+                         len(every) + 7):
+                with self.subTest(state=state, skip=skip):
+                    page = [e.id for _, e in zip(range(25), s.entries(state, skip), strict=False)]
+                    self.assertEqual(page, every[skip:skip + 25])
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ REQUIREMENTS_WEB_TOOLS = {"requirements-docs.txt": "docs venv .dev/docs-venv",
                           "requirements-web.txt": "browser-test venv .dev/web-venv"}
 
 OPTIONAL_EXTRAS = frozenset({"psycopg"})
-BROWSER_TEST_TOOLS = frozenset({"playwright"})  # tests may import these lazily, too
+# tests may import these lazily, too (requirements-web.txt: the browser tests' venv)
+BROWSER_TEST_TOOLS = frozenset({"playwright", "prometheus_client"})
 OPTIONAL_BACKENDS = ("src/nobroker/postgres.py", "src/nobroker/backends/postgres*.py")
 BACKEND_PACKAGE = "src/nobroker/postgres/"  # psycopg anywhere inside; imported lazily only
 BACKEND_MODULE = "nobroker.postgres"

@@ -113,7 +113,10 @@ class Backend(Protocol):
 
     def stats(self) -> QueueStats: ...
 
-    def list_jobs(self, state: JobState | None, limit: int | None) -> list[Job]: ...
+    def list_jobs(self, state: JobState | None, limit: int | None,
+                  offset: int = 0) -> list[Job]:
+        """Jobs in enqueue order (of `state`, if given), skipping the first `offset`."""
+        ...
 
     def compact(self) -> CompactionResult:
         """Where `capabilities.compaction`; the Queue never calls it otherwise."""

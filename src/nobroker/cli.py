@@ -27,16 +27,18 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
 from .codec import loads
-from .errors import NobrokerError, SerializationError
+from .errors import CorruptLogError, NobrokerError, SerializationError
 from .file.compaction import current_filename
 from .file.inspection import RawRecord, current_log_path, read_records
 from .file.logfile import log_filename
+from .file.salvage import salvage
 from .models import Job, JobState
 from .queue import Queue
 from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
@@ -161,6 +163,8 @@ def _short(value: Any, width: int = PAYLOAD_WIDTH) -> str:
 
 def _when(job: Job, now: float) -> str:
     if job.state is JobState.LEASED and job.lease_expires_at is not None:
+        if job.lease_expires_at <= now:  # recorded as expired by the next write
+            return f"lease expired {_ago(now - job.lease_expires_at)} ago"
         return f"lease ends in {_ago(job.lease_expires_at - now)}"
     if job.state is JobState.PENDING:
         return "ready" if job.available_at <= now else f"in {_ago(job.available_at - now)}"
@@ -202,23 +206,49 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    if getattr(args, "watch", False):
+        return _watch_stats(args)
     with _open(args, readonly=True) as queue:
         stats = queue.stats()
+        now = time.time()
+        # Leases past their deadline still count as leased until a write records their
+        # expiry; a read-only look must not write, so it only tells them apart.
+        expired = sum(1 for job in queue.list_jobs(JobState.LEASED)
+                      if job.lease_expires_at is not None and job.lease_expires_at <= now)
+    torn = _torn_tail(queue)
     if args.json:
         _print_json({"queue": queue.name, "directory": queue.directory,
-                     **dataclasses.asdict(stats)})
+                     **dataclasses.asdict(stats), "leased": stats.leased - expired,
+                     "expired": expired, "torn_tail": torn})
         return 0
     print(f"queue {queue.name!r} in {queue.directory}")
-    for label, value in (("pending", stats.pending), ("leased", stats.leased),
+    for label, value in (("pending", stats.pending), ("leased", stats.leased - expired),
+                         ("expired", expired),
                          ("dead", stats.dead), ("done", stats.done), ("total", stats.total),
                          ("generation", stats.generation), ("log bytes", stats.log_bytes)):
         print(f"  {label:<11}{value:>12,}")
+    if expired:
+        print(f"  ({expired} lease(s) ran out; the next write to the queue retries or "
+              f"dead-letters them)")
     return 0
+
+
+def _torn_tail(queue: Queue) -> dict[str, Any] | None:
+    """A torn tail a read-only open found and left alone, said on stderr; for --json."""
+    report = queue.recovery
+    if report is None or report.torn_offset is None or report.repaired:
+        return None
+    print(f"nobroker: the log ends in a torn tail of {report.torn_bytes} bytes at offset "
+          f"{report.torn_offset} ({report.torn_reason}): the next write (or `nobroker "
+          f"recover`) cuts it and saves it to a side file", file=sys.stderr)
+    return {"offset": report.torn_offset, "bytes": report.torn_bytes,
+            "reason": report.torn_reason}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with _open(args, readonly=True) as queue:
         jobs = queue.list_jobs(args.state, limit=args.limit)
+    _torn_tail(queue)
     if args.json:
         _print_json([_job_dict(job) for job in jobs])
         return 0
@@ -268,7 +298,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         records = list(read_records(path))
     except FileNotFoundError:
         raise NobrokerError(f"{path} is missing") from None
-    broken = next((r for r in records if r.error is not None), None)
+    damaged = [r for r in records if r.error is not None]
     if args.json:
         _print_json({"path": path, "records": [dataclasses.asdict(r) for r in records]})
     else:
@@ -277,25 +307,47 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         rows += [(str(r.offset), r.type + ("+" if r.more else ""), "ok" if r.crc_ok else "BAD",
                   _record_text(r)) for r in records]
         _table(rows)
-        print(f"{len(records)} record(s); '+' marks a record whose batch continues")
-    if broken is not None:
-        print(f"nobroker: the log stops at offset {broken.offset}: {broken.error} "
-              f"(`nobroker recover` repairs a torn tail)", file=sys.stderr)
+        print(f"{len(records) - len(damaged)} record(s); '+' marks a record whose batch "
+              f"continues")
+    if damaged:
+        regions = ", ".join(f"{r.length} bytes at offset {r.offset} ({r.error})"
+                            for r in damaged[:5])
+        more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+        print(f"nobroker: damaged: {regions}{more}. `nobroker recover` repairs a torn "
+              f"tail; `nobroker recover --salvage` keeps the intact batches after "
+              f"damage (see README, 'When the log is damaged')", file=sys.stderr)
         return 1
     return 0
 
 
 def _record_text(record: RawRecord) -> str:
+    if record.type == "DAMAGED":
+        return f"<<< {record.length} damaged bytes: {record.error} >>>"
     if record.error is not None:
         return f"({record.error})"
     return json.dumps(record.payload, ensure_ascii=False, separators=(",", ":"))
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    if args.salvage or args.point_in_time:
+        return _salvage(args)
     with _open(args) as queue:  # opening is what repairs: it cuts a torn tail
         report = queue.recovery
     print(report.describe() if report is not None else "nothing to repair: this backend "
           "does not keep a log")
+    return 0
+
+
+def _salvage(args: argparse.Namespace) -> int:
+    """`recover --salvage` / `--point-in-time`: see file/salvage.py."""
+    if args.salvage and args.point_in_time:
+        raise UsageError("choose one of --salvage and --point-in-time")
+    directory, name = _require_queue(args)
+    report = salvage(directory, name, point_in_time=args.point_in_time)
+    if args.json:
+        _print_json({**dataclasses.asdict(report), "bytes_set_aside": report.bytes_set_aside})
+    else:
+        print(report.describe())
     return 0
 
 
@@ -306,6 +358,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
           f"{result.bytes_before:,} -> {result.bytes_after:,} bytes, {result.live_jobs} live "
           f"job(s), {result.remembered_keys} remembered key(s), in "
           f"{result.seconds * 1000:.1f} ms")
+    if result.bytes_after > result.bytes_before:
+        print("the log grew: a snapshot record states each live job in full (attempts, "
+              "state, times), and this log had too little dead space to make up for it")
     return 0
 
 
@@ -377,8 +432,11 @@ def load_handler(spec: str) -> Handler:
         if module_name == missing or module_name.startswith(missing + "."):
             raise UsageError(f"cannot import {module_name!r}: no such module in {here} "
                              f"or on sys.path") from None
+        logging.getLogger("nobroker").debug("importing %r failed", module_name, exc_info=True)
         raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
     except Exception as exc:  # the handler's own module is broken: say how, in one line
+        # ... and with `work -v`, where: the traceback goes to the debug log.
+        logging.getLogger("nobroker").debug("importing %r failed", module_name, exc_info=True)
         raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
     for part in attribute.split("."):
         try:
@@ -386,9 +444,72 @@ def load_handler(spec: str) -> Handler:
         except AttributeError:
             raise UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
     if not callable(target):
-        raise UsageError(f"{spec} is a {type(target).__name__}, not a function")
+        kind = type(target).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        raise UsageError(f"{spec} is {article} {kind}, not a function")
     handler: Handler = target
     return handler
+
+
+# -- the dashboard and stats --watch (nobroker.web) -------------------------
+
+def _watch_stats(args: argparse.Namespace) -> int:
+    from .web.watch import watch
+
+    if args.json:
+        raise UsageError("--watch draws for a terminal; it cannot be combined with --json")
+    with _open(args, readonly=True) as queue:
+        watch(queue, sys.stdout, tty=sys.stdout.isatty())
+    return 0  # Ctrl-C is the way out of --watch, not a failure
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from .web import TOKEN_ENV, Dashboard
+
+    directory = _directory(args)
+    if not os.path.isdir(directory):
+        raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")
+    try:
+        dashboard = Dashboard(directory, host=args.host, port=args.port,
+                              readonly=args.read_only, token=os.environ.get(TOKEN_ENV) or None)
+    except ValueError as exc:
+        raise UsageError(f"${TOKEN_ENV}: {exc}") from None
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        dashboard.start()
+        print(f"nobroker dashboard for {directory} at {dashboard.url}", flush=True)
+        if args.read_only:
+            print("read-only: every change is refused", flush=True)
+        else:
+            print(f"open {dashboard.url}#token={dashboard.token} to make changes", flush=True)
+            print(f"token: {dashboard.token}", flush=True)
+        stop.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        dashboard.close()
+    return 0
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0-65535 (0: any free port)")
+    return value
+
+
+def _add_dashboard(command: Callable[[str, Command, str], argparse.ArgumentParser]) -> None:
+    sub = command("dashboard", cmd_dashboard, "serve a live web view of every queue in --dir")
+    sub.add_argument("--port", type=_port, default=8321, metavar="P",
+                     help="TCP port (default: 8321; 0 picks a free one)")
+    sub.add_argument("--host", default="127.0.0.1", metavar="H",
+                     help="address to bind (default: 127.0.0.1, this machine only)")
+    sub.add_argument("--read-only", action="store_true", help="refuse every change")
 
 
 # -- the parser -------------------------------------------------------------
@@ -432,6 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = command("stats", cmd_stats, "count jobs by state (read-only)")
     sub.add_argument("--json", action="store_true", help="print JSON")
+    sub.add_argument("--watch", action="store_true",
+                     help="redraw the counts and rates every second until Ctrl-C")
 
     sub = command("list", cmd_list, "list jobs in enqueue order (read-only)")
     sub.add_argument("--state", choices=[str(s) for s in JobState if s is not JobState.DONE])
@@ -468,10 +591,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("inspect", cmd_inspect, "print every raw record of the log (read-only)")
     sub.add_argument("--json", action="store_true", help="print JSON")
 
-    command("recover", cmd_recover, "open the queue, repairing a torn tail, and report")
+    sub = command("recover", cmd_recover, "open the queue, repairing a torn tail, and report")
+    sub.add_argument("--salvage", action="store_true", help="damaged log: keep every intact "
+                     "batch, set each damaged region aside in a side file, report the loss")
+    sub.add_argument("--point-in-time", action="store_true", help="damaged log: keep what "
+                     "precedes the first damage, set the rest aside in a side file")
+    sub.add_argument("--json", action="store_true", help="print the salvage report as JSON")
     command("compact", cmd_compact, "rewrite the log with only the live jobs")
     sub = command("purge", cmd_purge, "delete every pending job")
     sub.add_argument("--yes", action="store_true", help="really do it")
+    _add_dashboard(command)
 
     # -- PostgreSQL (nobroker.postgres, needs nobroker[postgres])
     sub = command("db", cmd_db, "PostgreSQL: create or upgrade a queue set's schema")
@@ -514,6 +643,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         _complain(str(exc))
         return 2
+    except CorruptLogError as exc:
+        hint = (" (`nobroker inspect` shows the damage; `nobroker recover --salvage` keeps "
+                "every intact batch)" if exc.path.endswith(".log") else "")
+        _complain(f"{exc}{hint}")
+        return 1
     except NobrokerError as exc:
         _complain(str(exc))
         return 1

@@ -49,6 +49,11 @@ class QueueStats:
     generation: int
     log_bytes: int  # logical size of the current log generation
     paused: bool = False  # Queue.pause(): nothing is leased until Queue.resume()
+    # Lifetime totals, like `done` (None where a backend does not count them):
+    enqueued: int | None = None  # jobs enqueued
+    retried: int | None = None  # failed deliveries (nack, expired lease) scheduled again
+    dead_lettered: int | None = None  # jobs moved to the dead-letter queue
+    live_bytes: int | None = None  # the live jobs' records: about what compaction keeps
 
 
 @dataclass(frozen=True, slots=True)

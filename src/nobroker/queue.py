@@ -164,6 +164,8 @@ class Queue:
         return self._backend.lease(count, self._visibility(visibility_timeout))
 
     def lease_one(self, *, visibility_timeout: float | None = None) -> Job | None:
+        """Lease the next ready job, or return None at once if none is ready
+        (`lease(1)` without the list; `wait()` blocks until one may be)."""
         jobs = self.lease(1, visibility_timeout=visibility_timeout)
         return jobs[0] if jobs else None
 
@@ -212,18 +214,22 @@ class Queue:
         return self._backend.purge()
 
     def get(self, job_id: str) -> Job:
+        """The job `job_id` as the queue knows it now (read-only: no lease is taken);
+        JobNotFoundError if it knows no such job."""
         return self._backend.get(job_id)
 
     def stats(self) -> QueueStats:
         return self._backend.stats()
 
     def list_jobs(self, state: JobState | str | None = None, *,
-                  limit: int | None = None) -> list[Job]:
-        """Jobs in enqueue order, optionally of one state, at most `limit`."""
+                  limit: int | None = None, offset: int = 0) -> list[Job]:
+        """Jobs in enqueue order, optionally of one state: at most `limit` of them,
+        after skipping the first `offset` (a page)."""
         wanted = JobState(state) if state is not None else None
         if limit is not None:
             limit = validation.integer("limit", limit, 0)
-        return self._backend.list_jobs(wanted, limit)
+        offset = validation.integer("offset", offset, 0)
+        return self._backend.list_jobs(wanted, limit, offset)
 
     def dlq(self, *, limit: int | None = None) -> list[Job]:
         """The dead-letter queue: jobs that used up their attempts."""
@@ -244,6 +250,8 @@ class Queue:
     # -- lifecycle ----------------------------------------------------------
 
     def close(self) -> None:
+        """Release the queue's files (saving a checkpoint if one is worth it). Calls
+        afterwards raise QueueClosedError; closing twice does nothing."""
         self._backend.close()
 
     def __enter__(self) -> Queue:

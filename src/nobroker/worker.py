@@ -430,6 +430,7 @@ class Worker:
                 self.queue.ack(job)
                 return "succeeded", None
             text = describe_error(error)
+            nacked_at = time.time()  # the delay logged is the backoff, not what is left of it
             after = self.queue.nack(job, error=text)
         except NotLeasedError as exc:
             log.warning("job %s (attempt %d): lease lost before it could be %s (%s); "
@@ -449,9 +450,9 @@ class Worker:
                       job.id, job.attempts, job.max_attempts, one_line)
             outcome = "dead_lettered"
         else:
-            log.warning("job %s failed on attempt %d of %d: %s; retrying in %.1fs", job.id,
+            log.warning("job %s failed on attempt %d of %d: %s; retrying in %.3gs", job.id,
                         job.attempts, job.max_attempts, one_line,
-                        max(0.0, after.available_at - time.time()))
+                        max(0.0, after.available_at - nacked_at))
             outcome = "retried"
         if log.isEnabledFor(logging.DEBUG):
             log.debug("job %s traceback:\n%s", job.id,

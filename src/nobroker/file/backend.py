@@ -12,6 +12,7 @@ clock and every random choice from the settings' rng.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -221,21 +222,23 @@ class FileBackend:
         def query(s: QueueState) -> QueueStats:
             return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
                               total=s.pending + s.leased + s.dead,
-                              generation=store.generation, log_bytes=store.log_bytes)
+                              generation=store.generation, log_bytes=store.log_bytes,
+                              enqueued=s.enqueued, retried=s.retried,
+                              dead_lettered=s.dead_lettered, live_bytes=s.live_bytes)
 
         return store.read(query)
 
-    def list_jobs(self, state: JobState | None, limit: int | None) -> list[Job]:
+    def list_jobs(self, state: JobState | None, limit: int | None,
+                  offset: int = 0) -> list[Job]:
         if state is JobState.DONE:
             raise ValueError("finished jobs are not listed; only their keys are remembered")
 
         def query(replay: QueueState) -> list[Job]:
-            jobs: list[Job] = []
-            for entry in replay.entries(state):
-                if limit is not None and len(jobs) >= limit:
-                    break
-                jobs.append(self._view(entry))
-            return jobs
+            # The skipped jobs are counted, not built: a deep page costs milliseconds.
+            page = replay.entries(state, offset)
+            if limit is not None:
+                page = itertools.islice(page, limit)
+            return [self._view(entry) for entry in page]
 
         return self.store.read(query)
 

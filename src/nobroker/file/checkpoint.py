@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
-from .state import Columns, QueueState, ReplayError
+from .state import Columns, QueueState, ReplayError, check_totals
 
 __all__ = ["encode", "decode", "relocation", "Relocation", "MAGIC", "CheckpointError"]
 
@@ -69,7 +69,7 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
             "byteorder": sys.byteorder, "jobs": len(columns.seqs),
             "last_batch": state.last_batch, "next_token": state.next_token,
             "next_seq": state.next_seq, "done": state.done, "snapshot": state.snapshot_seen,
-            "source": source}
+            "totals": list(state.totals), "source": source}
     sections = [
         json.dumps(meta).encode(),
         json.dumps(columns.names).encode(),
@@ -131,6 +131,10 @@ def _decode(data: bytes, generation: int, log_size: int,
     except ReplayError as exc:
         raise CheckpointError(exc.reason) from None
     state.latest_time = float(meta["clock"])
+    try:  # a checkpoint from before the totals were counted: replay, which counts them
+        state.set_totals(check_totals(meta.get("totals"), 0))
+    except ReplayError as exc:
+        raise CheckpointError(exc.reason) from None
     return state, end, int(meta["crc"])
 
 

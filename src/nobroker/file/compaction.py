@@ -54,7 +54,7 @@ from .state import Entry, JobState, QueueState
 
 __all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",
            "remove_stale_files", "current_filename", "parse_current", "read_current",
-           "first_generation", "snapshot_nonce"]
+           "first_generation", "create_first_generation", "snapshot_nonce"]
 
 _WRITE_BUFFER = 1 << 20
 
@@ -135,8 +135,28 @@ def first_generation(fs: FileSystem, directory: str, name: str, *, readonly: boo
         # so no call on this queue ever returned. Start it again.
         notes.append(f"re-created {os.path.basename(path)}: its {size}-byte header was torn")
         fs.unlink(path)
-    LogFile.create(fs, directory, name, 0).close()
+    create_first_generation(fs, directory, name)
     return 0
+
+
+def create_first_generation(fs: FileSystem, directory: str, name: str) -> None:
+    """Create generation 0 so that its name appears only once its header is durable.
+
+    Written under a temporary name, fsynced, then renamed and the directory
+    fsynced (LogFile.create and LogFile.rename), as every later generation is.
+    Created in place, a crash could leave NAME.000000.log at its final name
+    with the header's size but not its bytes, and a file system that exposes
+    a grown file's unwritten blocks as junk (ALICE's weak model) would then
+    show a 16-byte file that is no log: the next open would refuse it forever,
+    though no call had returned. A leftover temporary file is ignored, and
+    removed by a later compaction (remove_stale_files).
+    """
+    temp = f"{log_filename(name, 0)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    created = LogFile.create(fs, directory, name, 0, filename=temp)
+    try:
+        created.rename()
+    finally:
+        created.close()
 
 
 @dataclass(slots=True)
@@ -239,7 +259,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
             batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
         batch.add(RecordType.SNAPSHOT, {"tok": state.next_token, "done": state.done,
                                         "jobs": len(state.jobs), "seq": state.next_seq,
-                                        "n": nonce})
+                                        "tot": list(state.totals), "n": nonce})
         data, applied = batch.encode(log.end)
         for start in range(0, len(data), _WRITE_BUFFER):
             log.append(data[start:start + _WRITE_BUFFER])
@@ -261,6 +281,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                                   next_token=state.next_token, done=state.done,
                                   snapshot_seen=True, next_seq=state.next_seq)
     snapshot.latest_time = state.latest_time
+    snapshot.set_totals(state.totals)
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 

@@ -2,8 +2,10 @@
 
 Read-only: it never takes the queue's lock and never repairs anything, so it
 is safe to point at a queue that is in use or damaged. It reports what the
-bytes say, record by record, and stops at the first record that does not
-decode, saying why.
+bytes say, record by record. Where a record does not decode, it reports a
+DAMAGED region (its offset, length and why) and goes on at the next offset
+where a record frames again, so the intact batches after damage are shown
+too; `nobroker recover --salvage` keeps those.
 """
 
 from __future__ import annotations
@@ -48,24 +50,34 @@ def current_log_path(directory: str, name: str = "default") -> str:
 
 
 def read_records(path: str) -> Iterator[RawRecord]:
-    """Every record of one log file, in order; raises CorruptLogError for a bad header."""
+    """Every record of one log file, in order, with a DAMAGED entry for each region
+    that does not frame (a bad file header included: the records after it are
+    shown all the same); raises CorruptLogError for a file too short for a header."""
     with open(path, "rb") as handle:
         data = handle.read()
+    if len(data) < framing.FILE_HEADER.size:
+        raise CorruptLogError(path, 0, f"{len(data)} bytes: too short for a log header")
+    pos = framing.FILE_HEADER.size
+    end = len(data.rstrip(b"\0"))
     try:
         framing.decode_file_header(data)
     except framing.FrameError as exc:
-        raise CorruptLogError(path, 0, str(exc)) from None
-    pos = framing.FILE_HEADER.size
-    while True:
+        resume = _next_record(data, 0, end) if end > pos else pos
+        yield RawRecord(0, "DAMAGED", False, resume, False, None, f"file header: {exc}")
+        pos = resume
+    while pos < end:
         outcome, type_byte, payload, nxt = framing.decode_record(data, pos)
-        if outcome == framing.END:
-            if any(data[pos:]):
-                yield _broken(data, pos, "non-zero bytes after an all-zero record header")
-            return
         if outcome != framing.RECORD:
-            reason = payload.decode("ascii") if payload else "record runs past the end"
-            yield _broken(data, pos, reason)
-            return
+            if outcome == framing.END:
+                reason = "zeros, then non-zero bytes"
+            elif outcome == framing.BAD:
+                reason = payload.decode("ascii")
+            else:
+                reason = "record runs past the end of the file"
+            resume = _next_record(data, pos, end)
+            yield RawRecord(pos, "DAMAGED", False, resume - pos, False, None, reason)
+            pos = resume
+            continue
         code = type_byte & framing.TYPE_MASK
         try:
             name = RecordType(code).name
@@ -77,14 +89,18 @@ def read_records(path: str) -> Iterator[RawRecord]:
             decoded, error = None, f"payload is not JSON: {exc}"
         yield RawRecord(pos, name, bool(type_byte & framing.MORE), len(payload), True,
                         decoded, error)
-        if error:
-            return
         pos = nxt
 
 
-def _broken(data: bytes, pos: int, reason: str) -> RawRecord:
-    head = data[pos:pos + framing.RECORD_HEADER.size]
-    length = int.from_bytes(head[:4], "little") if len(head) >= 4 else 0
-    code = head[4] & framing.TYPE_MASK if len(head) >= 5 else 0
-    return RawRecord(pos, f"type {code}", bool(len(head) >= 5 and head[4] & framing.MORE),
-                     length, False, None, reason)
+def _next_record(data: bytes, pos: int, end: int) -> int:
+    """The first offset after `pos` where an intact record frames (or `end`), never
+    inside the file header."""
+    marker = framing.RESYNC_MARKER
+    start = max(pos + 1, framing.FILE_HEADER.size) + framing.RECORD_HEADER.size
+    hit = data.find(marker, start, end)
+    while hit != -1:
+        start = hit - framing.RECORD_HEADER.size
+        if framing.decode_record(data, start)[0] == framing.RECORD:
+            return start
+        hit = data.find(marker, hit + 1, end)
+    return end

@@ -88,6 +88,7 @@ _PENDING_MASK: Final = bytes([1] + [0] * 255)  # pending slot -> 1
 _WITH_LANED: Final = bytes((flags | _LANED) & 0xFF for flags in range(256))
 _MAX_LANES: Final = 16  # ready() looks at every lane: other priorities use the heaps
 _PACK_AT: Final = 1024  # holes removals may leave before the columns are packed
+_SKIP_CHUNK: Final = 1 << 16  # slots counted per C call when a page skips jobs
 _RECENT_MAX: Final = 1 << 14  # ids of a batch's new jobs whose slot is cached
 # The per-slot columns that pack() compacts (code and flags are bytearrays, apart).
 _COLUMN_NAMES: Final = ("seqs", "priority", "available_at", "enqueued_at", "max_attempts",
@@ -731,14 +732,49 @@ class JobTable:
                 times.append(self.available_at[first[0][2]])
         return min(times) if times else None
 
-    def entries(self, state: JobState | None = None) -> Iterator[Entry]:
-        """Jobs in enqueue order, optionally of one state. Do not change the table
-        while iterating: a pack would move the slots (RuntimeError)."""
+    def _nth(self, wanted: int | None, n: int) -> int:
+        """The slot of the job after the first `n` live ones (of code `wanted`, or of
+        any state), or len(code): counted a chunk at a time in C, so that a page deep
+        in a million jobs costs milliseconds, not a Python step per job skipped."""
+        code, start, size = self.code, 0, len(self.code)
+        while start < size:
+            end = min(size, start + _SKIP_CHUNK)
+            here = (code.count(wanted, start, end) if wanted is not None
+                    else end - start - code.count(FREE, start, end))
+            if here > n:
+                break
+            n, start = n - here, end
+        for slot in range(start, size):
+            if code[slot] != FREE and (wanted is None or code[slot] == wanted):
+                if n == 0:
+                    return slot
+                n -= 1
+        return size
+
+    def entries(self, state: JobState | None = None, skip: int = 0) -> Iterator[Entry]:
+        """Jobs in enqueue order, optionally of one state, after the first `skip` of
+        them. Do not change the table while iterating: a pack would move the slots
+        (RuntimeError)."""
         code, layout = self.code, self._layout
-        if state is not None:
-            wanted = CODES.get(state)
-            if wanted is None:  # DONE: finished jobs are not kept
-                return
+        wanted = None if state is None else CODES.get(state)
+        if state is not None and wanted is None:  # DONE: finished jobs are not kept
+            return
+        if skip:
+            slot = self._nth(wanted, skip)
+            while slot < len(code):
+                if wanted is not None:
+                    slot = code.find(wanted, slot)
+                    if slot < 0:
+                        return
+                elif code[slot] == FREE:
+                    slot += 1
+                    continue
+                if self._layout != layout:
+                    raise RuntimeError("the state changed during entries()")
+                yield self.entry(slot)
+                slot += 1
+            return
+        if wanted is not None:
             slot = code.find(wanted)
             while slot >= 0:
                 if self._layout != layout:

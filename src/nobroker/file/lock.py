@@ -15,6 +15,7 @@ polled with LK_NBLCK so that `lock_timeout` is honoured.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
@@ -24,6 +25,9 @@ from ..errors import LockTimeoutError
 from .fs import FileSystem
 
 __all__ = ["SharedLock", "shared_lock"]
+
+# Why a descriptor for writing is refused although the file could be read.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
@@ -74,10 +78,31 @@ MAX_HANDOVERS = 8  # file-lock handovers between our threads before others get a
 class SharedLock:
     """One queue's lock, shared by every handle of this process."""
 
-    def __init__(self, fs: FileSystem, path: str) -> None:
+    def __init__(self, fs: FileSystem, path: str, *, readonly: bool = False) -> None:
         self.path = path
         self._fs = fs
-        self._fd = fs.open(path, os.O_RDWR | os.O_CREAT)
+        # A reader on files it may not write (immutable, another user's, a read-only
+        # mount) locks a read-only descriptor instead: flock needs no write access.
+        # Without even that (no lock file, and no right to create one) it reads
+        # unlocked: the log is append-only and a compaction's unlink leaves an open
+        # file readable, so what it reads is a state the queue was in; a batch still
+        # being written shows as a torn tail, reported and never cut (read-only).
+        self.degraded: str | None = None  # what a read-only open could not do, if anything
+        try:
+            self._fd: int | None = fs.open(path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            if not readonly or exc.errno not in _NOT_WRITABLE:
+                raise
+            try:
+                self._fd = fs.open(path, os.O_RDONLY)
+                self.degraded = f"the lock file is not writable ({exc.strerror}): " \
+                                f"locked it read-only"
+            except OSError as second:
+                if second.errno not in (*_NOT_WRITABLE, errno.ENOENT):
+                    raise
+                self._fd = None
+                self.degraded = f"cannot open the lock file ({second.strerror}): " \
+                                f"reading without the lock"
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._file_locked = False  # held by whichever thread holds _thread_lock
@@ -118,6 +143,9 @@ class SharedLock:
         self._depth = 1
 
     def _lock_file(self, started: float | None, timeout: float) -> None:
+        if self._fd is None:  # an unlocked reader (see __init__); re-reads every time
+            self.stamp = -1
+            return
         pause = 0.0002
         while True:
             if _try_lock(self._fd):
@@ -126,7 +154,8 @@ class SharedLock:
                 # Someone replaced the lock file: our inode no longer arbitrates.
                 _unlock(self._fd)
                 self._fs.close(self._fd)
-                self._fd = self._fs.open(self.path, os.O_RDWR | os.O_CREAT)
+                self._fd = self._fs.open(self.path, os.O_RDONLY if self.degraded
+                                         else os.O_RDWR | os.O_CREAT)
                 continue
             if started is None:
                 started = time.monotonic()
@@ -139,6 +168,7 @@ class SharedLock:
         # If NAME.lock was unlinked or renamed over, our inode has no links left and
         # a newcomer would lock a different inode: two "holders". The same fstat
         # reads the stamp (see `set_stamp`).
+        assert self._fd is not None
         st = self._fs.fstat(self._fd)
         self.stamp = st.st_size
         return sys.platform == "win32" or st.st_nlink > 0
@@ -151,6 +181,7 @@ class SharedLock:
         system call. It is a hint: the truth is NAME.current, which a holder
         re-reads whenever the stamp differs from the generation it has.
         """
+        assert self._fd is not None, "a reader's lock records no stamp"
         self._fs.ftruncate(self._fd, value)
         self.stamp = value
 
@@ -165,7 +196,8 @@ class SharedLock:
             elif self._file_locked:
                 self._handovers = 0
                 self._file_locked = False
-                _unlock(self._fd)
+                if self._fd is not None:
+                    _unlock(self._fd)
         self._thread_lock.release()
 
     def _drop_unowned_file_lock(self) -> None:
@@ -175,7 +207,8 @@ class SharedLock:
             self.release()  # unlocks the file unless yet another thread waits
 
     def close(self) -> None:
-        self._fs.close(self._fd)
+        if self._fd is not None:
+            self._fs.close(self._fd)
 
 
 _registry: dict[str, SharedLock] = {}
@@ -195,13 +228,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_inherited_locks)
 
 
-def shared_lock(fs: FileSystem, path: str) -> SharedLock:
-    """The process's SharedLock for `path`, created on first use; counts its users."""
+def shared_lock(fs: FileSystem, path: str, *, readonly: bool = False) -> SharedLock:
+    """The process's SharedLock for `path`, created on first use; counts its users.
+    A `readonly` user may get a lock on a read-only descriptor (SharedLock.degraded)."""
     key = os.path.realpath(path)
     with _registry_lock:
         lock = _registry.get(key)
-        if lock is None or lock._fs is not fs:
-            lock = SharedLock(fs, path)
+        if lock is None or lock._fs is not fs or (lock.degraded and not readonly):
+            lock = SharedLock(fs, path, readonly=readonly)
             if key not in _registry:
                 _registry[key] = lock
         lock.users += 1

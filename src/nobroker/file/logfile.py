@@ -158,10 +158,12 @@ class LogFile:
         self.path = final
 
     @classmethod
-    def open(cls, fs: FileSystem, directory: str, name: str, generation: int) -> LogFile:
-        """Open an existing generation and check its header (not its records)."""
+    def open(cls, fs: FileSystem, directory: str, name: str, generation: int, *,
+             readonly: bool = False) -> LogFile:
+        """Open an existing generation and check its header (not its records);
+        `readonly` opens it for reading only (for a handle that never writes)."""
         path = os.path.join(directory, log_filename(name, generation))
-        fd = fs.open(path, os.O_RDWR)
+        fd = fs.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
             size = fs.fstat(fd).st_size
             header = fs.pread(fd, framing.FILE_HEADER.size, 0)

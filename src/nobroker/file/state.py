@@ -47,7 +47,7 @@ from .jobtable import (
 from .records import Applied, Record, RecordType
 
 __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",
-           "TRANSITIONS", "Applied", "replay", "seq_id", "id_seq", "SEQ_LIMIT"]
+           "TRANSITIONS", "Applied", "replay", "check_totals", "seq_id", "id_seq", "SEQ_LIMIT"]
 
 
 # (record type, the job's state before) -> the states it may be in after (None: the
@@ -159,12 +159,25 @@ class QueueState:
         self.leased = 0
         self.dead = 0
         self.done = 0  # acks ever applied, carried across compaction
+        # Lifetime totals, carried across compaction like `done` (see `totals`).
+        self.enqueued = 0  # ENQUEUE records applied
+        self.retried = 0  # nacks and expired leases that left the job pending
+        self.dead_lettered = 0  # nacks and expired leases that made the job dead
         self.next_token = 1
         self.last_batch = 0
         self.snapshot_seen = False
         self.latest_time = 0.0  # latest time any record carries: writers never record earlier
         self.live_bytes = 0
         self._key_times: list[tuple[float, str]] = []  # (done_at, id) of remembered keys
+
+    @property
+    def totals(self) -> tuple[int, int, int]:
+        """(enqueued, retried, dead_lettered) since the queue was created, or since
+        counting began: a log compacted before these were counted starts them at 0."""
+        return self.enqueued, self.retried, self.dead_lettered
+
+    def set_totals(self, totals: Sequence[int]) -> None:
+        self.enqueued, self.retried, self.dead_lettered = totals
 
     @property
     def next_seq(self) -> int:
@@ -313,9 +326,11 @@ class QueueState:
         table.unhold(seq, job_id)
         if table.attempts[slot] >= table.max_attempts[slot]:
             self._set_state(slot, DEAD)
+            self.dead_lettered += 1
         else:
             self._count(table.make_pending(slot, at), -1)
             self.pending += 1
+            self.retried += 1
 
     def _apply_nack(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
         self._apply_retry(slot, job_id, rec, offset, _opt_str(rec, "err", offset))
@@ -344,6 +359,7 @@ class QueueState:
             self.done_keys.pop(job_id, None)
             table.add(job_id, keyed, PENDING, pr, at, t, ma, 0, offset, size, recent=True)
             self.pending += 1
+            self.enqueued += 1
             self.live_bytes += size
             return
         if table.find(job_id) >= 0:
@@ -358,6 +374,7 @@ class QueueState:
                   _field(rec, "at", float, offset), _field(rec, "t", float, offset),
                   self._max_attempts(rec, offset), 0, offset, size)
         self.pending += 1
+        self.enqueued += 1
         self.live_bytes += size
 
     def _apply_snapshot_job(self, job_id: str, rec: Record, offset: int, size: int) -> None:
@@ -409,6 +426,8 @@ class QueueState:
             self._table.set_next_seq(max(self.next_seq, next_seq))
         self.next_token = max(self.next_token, _field(rec, "tok", int, offset))
         self.done = _field(rec, "done", int, offset)
+        if "tot" in rec:  # absent in snapshots written before the totals were counted
+            self.set_totals(check_totals(rec["tot"], offset))
         self.snapshot_seen = True
 
     @staticmethod
@@ -486,13 +505,14 @@ class QueueState:
         neither exists."""
         return self._table.next_wakeup()
 
-    def entries(self, state: JobState | None = None) -> Iterator[Entry]:
-        """Jobs in enqueue order, optionally of one state. Do not apply records while
-        iterating: a pack would move the slots (RuntimeError)."""
-        return self._table.entries(state)
+    def entries(self, state: JobState | None = None, skip: int = 0) -> Iterator[Entry]:
+        """Jobs in enqueue order, optionally of one state, after the first `skip`. Do
+        not apply records while iterating: a pack would move the slots (RuntimeError)."""
+        return self._table.entries(state, skip)
 
     def fingerprint(self) -> tuple[object, ...]:
-        """Everything that defines the state; equal logs give equal fingerprints."""
+        """Everything that defines the state; equal logs give equal fingerprints.
+        The lifetime totals are statistics, not state: an old snapshot restarts them."""
         jobs = tuple(
             (e.id, e.priority, e.available_at, e.enqueued_at, e.max_attempts, e.attempts,
              str(e.state), e.token, e.lease_until if e.state is JobState.LEASED else 0.0,
@@ -523,6 +543,14 @@ _JOB_RECORDS: Final[dict[int, Callable[[QueueState, int, str, Record, int], None
 _REQUIRED: Final[dict[int, int]] = {rtype: CODES[before] for (rtype, before) in TRANSITIONS
                                     if rtype in _JOB_RECORDS and before is not None}
 assert set(_REQUIRED) == set(_JOB_RECORDS), "every job record has one state in TRANSITIONS"
+
+
+def check_totals(value: object, offset: int) -> tuple[int, int, int]:
+    """A snapshot's or checkpoint's `tot`: three integers >= 0, or ReplayError."""
+    if (type(value) is not list or len(value) != 3
+            or any(type(n) is not int or not 0 <= n < _INT64 for n in value)):
+        raise ReplayError(offset, f"bad totals {value!r:.60}")
+    return value[0], value[1], value[2]
 
 
 def replay(batches: Iterable[Sequence[Applied]]) -> QueueState:

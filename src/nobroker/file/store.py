@@ -110,9 +110,11 @@ class FileStore:
             raise NobrokerError(f"no queue named {name!r} in {self.directory}")
         self._wake = WakeChannel(os.path.join(self.directory, f"{name}.wake"))
         try:
-            self._lock = shared_lock(fs, self._lock_path)
+            self._lock = shared_lock(fs, self._lock_path, readonly=self.readonly)
         except OSError as exc:  # e.g. the lock file's name is taken by a directory
             raise StorageError(self._lock_path, "opening the lock file", exc) from None
+        if self._lock.degraded:
+            log.warning("%s: opened read-only: %s", self._lock_path, self._lock.degraded)
         try:
             with self._locked(refresh=False):
                 self.recovery: RecoveryReport = self._load()
@@ -183,7 +185,8 @@ class FileStore:
             generation = compaction.first_generation(
                 self._fs, self.directory, self.name, readonly=self.readonly, notes=notes)
         try:
-            new_log = LogFile.open(self._fs, self.directory, self.name, generation)
+            new_log = LogFile.open(self._fs, self.directory, self.name, generation,
+                                   readonly=self.readonly)
         except FileNotFoundError:
             raise CorruptLogError(self._current_path, 0,
                                   f"names generation {generation}, whose log file is missing")\
@@ -274,7 +277,7 @@ class FileStore:
             raise QueueClosedError(f"queue {self.name!r} must be reopened: {self._poisoned}")
         if os.getpid() != self._pid:  # we are a forked child: nothing inherited is ours
             self._pid = os.getpid()
-            self._lock = shared_lock(self._fs, self._lock_path)
+            self._lock = shared_lock(self._fs, self._lock_path, readonly=self.readonly)
             self._log = None
             with self._locked(refresh=False):
                 self._load()
@@ -335,7 +338,8 @@ class FileStore:
             return False
         try:
             old.scan(self._state.apply_batch, self._state.last_batch, full=False)
-            new_log = LogFile.open(self._fs, self.directory, self.name, generation)
+            new_log = LogFile.open(self._fs, self.directory, self.name, generation,
+                                   readonly=self.readonly)
         except (OSError, CorruptLogError):
             return False
         try:
