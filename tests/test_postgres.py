@@ -138,7 +138,7 @@ class PostgresBackendTest(_Schema):
 
         q = self.open()
         target = parse(self.url)
-        unwatched, watched = q.enqueue("nobody waits"), q.enqueue("waited for")
+        unwatched, watched = q.enqueue("nobody waits"), q.enqueue("waited for", job_id="w")
         listener = psycopg.connect(target.conninfo, autocommit=True)
         self.addCleanup(listener.close)
         listener.execute(f'LISTEN "{channels(target.schema, "q")[1]}"'.encode())

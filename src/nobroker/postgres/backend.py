@@ -317,11 +317,12 @@ class PostgresBackend:
 
         return self._link.run("stats", run)
 
-    def list_jobs(self, state: JobState | None, limit: int | None) -> list[Job]:
+    def list_jobs(self, state: JobState | None, limit: int | None,
+                  offset: int = 0) -> list[Job]:
         if state is JobState.DONE:  # as the file backend: finished jobs are not listed
             raise ValueError("finished jobs are not listed; only their keys are remembered")
         codes = [0, 1, 2] if state is None else [STATE_CODES[state]]
-        params = self._params(codes=codes, n=limit)
+        params = self._params(codes=codes, n=limit, off=offset)
 
         def run(conn: Conn) -> list[Job]:
             return [job_from_row(row) for row in conn.execute(self._sql.list_jobs, params)]

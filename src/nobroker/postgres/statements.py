@@ -223,10 +223,10 @@ class Statements:
                    coalesce(sum(done), 0),
                    coalesce((SELECT paused FROM {s}.queues WHERE name = %(q)s), false)
             FROM {s}.counters WHERE queue = %(q)s""")
-        self.list_jobs = sql("""
-            SELECT {cols} FROM {s}.jobs AS j
-            WHERE j.queue = %(q)s AND j.state = ANY(%(codes)s::smallint[])
-            ORDER BY j.seq LIMIT %(n)s""")
+        self.list_jobs = sql(f"""
+            SELECT {{cols}} FROM {{s}}.jobs AS j, {t}
+            WHERE j.queue = %(q)s AND j.state = ANY(%(codes)s::smallint[]) AND {{visible}}
+            ORDER BY j.seq LIMIT %(n)s OFFSET %(off)s""")
         self.sweep = sql(f"""
             DELETE FROM {{s}}.jobs AS d USING (
                 SELECT j.id FROM {{s}}.jobs AS j, {t}
