@@ -61,7 +61,7 @@ def drop_schema(url: str) -> None:
 def restart_server() -> None:
     """`pg_ctl restart -m immediate`: the server dies without a checkpoint and comes back."""
     pg_ctl = json.loads(os.environ[PG_CTL_ENV])
-    subprocess.run([*pg_ctl, "-m", "immediate", "-w", "restart"], check=True,
+    subprocess.run([*pg_ctl, "-m", "immediate", "-w", "restart"], check=True, cwd="/",
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

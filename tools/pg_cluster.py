@@ -70,7 +70,8 @@ def install() -> Path:
 
 
 def as_server_user(cmd: list[str]) -> list[str]:
-    """`cmd`, run as the postgres user when we are root (initdb and postgres refuse root)."""
+    """`cmd`, run as the postgres user when we are root (initdb and postgres refuse root).
+    Run it from "/": the postgres user may not enter the caller's directory."""
     if os.geteuid() != 0:
         return cmd
     return ["runuser", "-u", "postgres", "--", *cmd]
@@ -96,13 +97,13 @@ def start(root: Path) -> dict[str, object]:
     subprocess.run(as_server_user([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres",
                                    "--auth=scram-sha-256", f"--pwfile={pwfile}",
                                    "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"]),
-                   check=True, stdout=subprocess.DEVNULL)
+                   check=True, stdout=subprocess.DEVNULL, cwd="/")
     port = free_port()
     pg_ctl = as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data)])
     options = (f"-c listen_addresses=127.0.0.1 -p {port} -k {sockets} "
                "-c max_connections=200 -c shared_buffers=128MB")
     subprocess.run([*pg_ctl, "-l", str(root / "server.log"), "-o", options, "-w", "start"],
-                   check=True, stdout=subprocess.DEVNULL)
+                   check=True, stdout=subprocess.DEVNULL, cwd="/")
     env = dict(os.environ, PGPASSWORD="postgres-" + PASSWORD)
     subprocess.run([str(bin_dir / "psql"), "-q", "-h", "127.0.0.1", "-p", str(port),
                     "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1",
@@ -122,7 +123,7 @@ def stop(root: Path) -> None:
     if state_file.exists():
         pg_ctl = json.loads(state_file.read_text())["pg_ctl"]
         subprocess.run([*pg_ctl, "-m", "immediate", "-w", "stop"], check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
     shutil.rmtree(root, ignore_errors=True)
 
 
