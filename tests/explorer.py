@@ -186,7 +186,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
-from support import file_queue, store_of
+from support import FakeClock, file_queue, store_of
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, NotLeasedError, Queue
 from nobroker.file.fs import FileSystem
@@ -564,12 +564,7 @@ def _scan_frames(data: bytes) -> list[tuple[int, int, dict[str, Any]]]:
 # 2. Driving a workload
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
+EPOCH = 1_700_000_000.0  # where a workload's fake clock starts
 
 
 @dataclass
@@ -601,7 +596,7 @@ class Driver:
     def __init__(self, fs: RecordingFS, directory: str, **queue_kwargs: Any) -> None:
         self.fs = fs
         self.directory = directory
-        self.clock = FakeClock()
+        self.clock = FakeClock(EPOCH)
         # One rng for every handle, as one process has (job ids, jitter, nonces): record()
         # seeds it, so that a workload writes the same bytes every time.
         self.rng = random.Random(0)
@@ -1500,8 +1495,8 @@ class _Opener:
 
     def queue(self, clock: Callable[[], float] | None = None,
               fs: FileSystem | None = None) -> Queue:
-        queue: Queue = file_queue(self.dir, QUEUE, clock=clock or FakeClock(), fs=fs or self.fs,
-                                  **self.kwargs)
+        queue: Queue = file_queue(self.dir, QUEUE, clock=clock or FakeClock(EPOCH),
+                                  fs=fs or self.fs, **self.kwargs)
         return queue
 
     def open(self, state: _State, now: float, continue_: bool) -> _Outcome:
@@ -2024,7 +2019,7 @@ def crash_states(events: Sequence[Event], profile: str, bounds: Bounds | None = 
 def _quiet() -> Iterator[None]:
     """No log lines for the thousands of repairs, and no network-FS probe per open.
 
-    The probe (nobroker.file.store.filesystem_type) reads /proc/self/mountinfo on every
+    The probe (nobroker.file.opening.filesystem_type) reads /proc/self/mountinfo on every
     open and has nothing to do with crash states; the scratch is tmpfs anyway.
     """
     from unittest import mock
@@ -2032,7 +2027,7 @@ def _quiet() -> Iterator[None]:
     disabled = logger.disabled
     logger.disabled = True
     try:
-        with mock.patch("nobroker.file.store.filesystem_type", lambda path: "tmpfs"):
+        with mock.patch("nobroker.file.opening.filesystem_type", lambda path: "tmpfs"):
             yield
     finally:
         logger.disabled = disabled

@@ -2,9 +2,15 @@
 
 Usage::
 
-    python tests/run.py                    # all tests/test_*.py, 2 at a time
-    python tests/run.py -j 1 test_state    # one module, no parallelism
+    python tests/run.py                    # every test_*.py under tests/, 2 at a time
+    python tests/run.py -j 1 test_state    # one module (tests/file/test_state.py)
     python tests/run.py -k recovery        # only tests whose id matches
+
+The folders show what is tested: ``contract/`` (the public API, every
+backend), ``file/`` (the file engine), ``postgres/`` (the PostgreSQL backend,
+skipped without a server), ``worker/``, ``cli/``; the repository's
+own tooling sits at the top. Helpers (support.py, explorer.py, soak.py) are
+plain modules at the top, importable from every folder.
 
 Theory of operation. The parent finds ``test_*.py`` modules, then runs each one
 in a child process (this same file with ``--child``) through a small thread
@@ -160,19 +166,29 @@ class ModuleResult:
 
 
 def discover(tests_dir: Path, selected: Sequence[str]) -> list[str]:
-    """Module names to run: all ``test_*.py`` in ``tests_dir``, or the selected ones."""
-    available = sorted(p.stem for p in tests_dir.glob("test_*.py"))
+    """Module names to run: every ``test_*.py`` in ``tests_dir`` and its subfolders
+    (``file/test_state.py`` is ``file.test_state``), or the selected ones, named by
+    file name, path or module name. File names are unique across the folders."""
+    found: dict[str, str] = {}  # file stem -> module name
+    for path in sorted(tests_dir.rglob("test_*.py")):
+        parts = path.relative_to(tests_dir).with_suffix("").parts
+        if not all(part.isidentifier() for part in parts):
+            continue  # e.g. data folders (crash_corpus): not packages of tests
+        if path.stem in found:
+            raise SystemExit(f"run.py: two test modules named {path.stem}: "
+                             f"{found[path.stem]} and {'.'.join(parts)}")
+        found[path.stem] = ".".join(parts)
     if not selected:
-        return available
+        return sorted(found.values())
     chosen: list[str] = []
     for name in selected:
         stem = Path(name).stem if name.endswith(".py") else name.rpartition(".")[2]
-        if not stem.startswith("test_") and f"test_{stem}" in available:
+        if not stem.startswith("test_") and f"test_{stem}" in found:
             stem = f"test_{stem}"
-        if stem not in available:
+        if stem not in found:
             raise SystemExit(f"run.py: no test module {name!r} in {tests_dir}")
-        if stem not in chosen:
-            chosen.append(stem)
+        if found[stem] not in chosen:
+            chosen.append(found[stem])
     return chosen
 
 

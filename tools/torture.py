@@ -7,10 +7,10 @@ version of a bounded test in the normal suite:
               three calls, then random 50-call workloads, under every disk
               profile with the torture bounds (byte-exhaustive cuts, 64
               random subsets per crash point, compound crashes);
-    faults    tests/test_faults.py: the SQLite-style I/O-error loop (every
+    faults    tests/file/test_faults.py: the SQLite-style I/O-error loop (every
               mutating call x EIO/ENOSPC/EDQUOT x once/persist/short/drop)
               over random workloads;
-    fuzz      tests/test_fuzz.py: tens of thousands of damaged queues;
+    fuzz      tests/file/test_fuzz.py: tens of thousands of damaged queues;
     soak      tests/soak.py: producers, workers and a compactor under kill -9,
               audited like Jepsen's queue checker.
 
@@ -123,7 +123,7 @@ def run_explorer(budget: float, seed: int) -> Phase:
 def run_faults(budget: float, seed: int, scratch: str) -> Phase:
     phase = Phase("faults")
     import support
-    import test_faults
+    from file import test_faults
 
     deadline = time.monotonic() + budget
     errnos = (errno.EIO, errno.ENOSPC, errno.EDQUOT)
@@ -155,7 +155,7 @@ def run_faults(budget: float, seed: int, scratch: str) -> Phase:
 
 def run_fuzz(budget: float, seed: int) -> Phase:
     phase = Phase("fuzz")
-    import test_fuzz
+    from file import test_fuzz
 
     deadline = time.monotonic() + budget
     report = test_fuzz.fuzz(10**9, seed=10_000 + seed, deadline=deadline)

@@ -32,12 +32,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, validation
 from .codec import loads
 from .errors import CorruptLogError, NobrokerError, SerializationError
-from .file.compaction import current_filename
 from .file.inspection import RawRecord, current_log_path, read_records
-from .file.logfile import log_filename
+from .file.opening import queue_exists
 from .file.salvage import salvage
 from .models import Job, JobState
 from .queue import Queue
@@ -66,41 +65,45 @@ class _Parser(argparse.ArgumentParser):
 
 # -- argument types ---------------------------------------------------------
 
+# argparse hands over text: parse it here, check it through validation.py, and
+# say what is wrong in the CLI's own words (naming the text as typed).
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
+    try:
+        return validation.seconds("seconds", value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0") from None
 
 
 def _positive_seconds(text: str) -> float:
     value = _seconds(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
-    return value
+    try:
+        return validation.seconds("seconds", value, positive=True)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0") from None
+
+
+def _whole_number(text: str, minimum: int, bound: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    try:
+        return validation.integer("count", value, minimum)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be {bound}") from None
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+    return _whole_number(text, 1, "at least 1")
 
 
 def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
+    return _whole_number(text, 0, "0 or more")
 
 
 # -- opening queues ---------------------------------------------------------
@@ -127,8 +130,7 @@ def _require_queue(args: argparse.Namespace) -> tuple[str, str]:
         return directory, name  # the server says whether it is there
     if not os.path.isdir(directory):
         raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")
-    if not any(os.path.exists(os.path.join(directory, f))
-               for f in (current_filename(name), log_filename(name, 0))):
+    if not queue_exists(directory, name):
         raise NobrokerError(f"no queue named {name!r} in {directory}")
     return directory, name
 

@@ -93,6 +93,8 @@ class Queue:
         self.fsync = settings.fsync
         self.readonly = settings.readonly
         self.capabilities = backend.capabilities
+        assert settings.clock is not None  # a backend keeps Settings.filled()
+        self.clock: Callable[[], float] = settings.clock  # the queue's time, as it records it
         # What opening repaired; None where the backend has no such thing.
         self.recovery: RecoveryReport | None = (
             backend.recovery if backend.capabilities.recovery else None)

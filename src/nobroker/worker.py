@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from . import validation
 from .errors import ConnectionLostError, LockTimeoutError, NobrokerError, NotLeasedError
 from .models import Job, JobState
 from .queue import Queue
@@ -108,7 +109,7 @@ class _Flight:
     """One leased job, from the lease until it is settled (or given up)."""
 
     job: Job
-    renew_at: float  # time.monotonic() of the next heartbeat
+    renew_at: float  # the worker's clock() at the next heartbeat
     settling: bool = False  # its slot is acking or nacking it: heartbeats keep off
     lost: bool = False  # a heartbeat found the lease gone: not ours any more
     abandoned: bool = False  # the worker stopped without it
@@ -127,7 +128,9 @@ class Worker:
                  poll_interval: float = 0.1, max_jobs: int | None = None,
                  idle_timeout: float | None = None, handle_signals: bool = True,
                  shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
-                 visibility_timeout: float | None = None) -> None:
+                 visibility_timeout: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] | None = None) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         if inspect.iscoroutinefunction(handler):
@@ -137,14 +140,21 @@ class Worker:
             raise ValueError("a worker needs a writable queue, not one opened read-only")
         self.queue = queue
         self.handler = handler
-        self.concurrency = _count("concurrency", concurrency)
-        self.poll_interval = _seconds("poll_interval", poll_interval, positive=True)
-        self.max_jobs = None if max_jobs is None else _count("max_jobs", max_jobs)
-        self.idle_timeout = None if idle_timeout is None else _seconds("idle_timeout",
-                                                                      idle_timeout)
-        self.shutdown_timeout = _seconds("shutdown_timeout", shutdown_timeout)
-        self.visibility_timeout = (queue.visibility_timeout if visibility_timeout is None else
-                                   _seconds("visibility_timeout", visibility_timeout, True))
+        self.concurrency = validation.integer("concurrency", concurrency, 1)
+        self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
+        self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
+        self.idle_timeout = None if idle_timeout is None else validation.seconds(
+            "idle_timeout", idle_timeout)
+        self.shutdown_timeout = validation.seconds("shutdown_timeout", shutdown_timeout)
+        self.visibility_timeout = (
+            queue.visibility_timeout if visibility_timeout is None
+            else validation.seconds("visibility_timeout", visibility_timeout, positive=True))
+        # Every duration and deadline of the worker's own (heartbeats, idle and shutdown
+        # timeouts, stats) is read from `clock`; `sleep`, if given, is how it idles
+        # between polls of a queue without a wake-up channel (default: a wait that a
+        # stop request or a finished slot ends early).
+        self._clock = clock
+        self._sleep = sleep
         self.heartbeat_interval = self.visibility_timeout / 3
         self.handle_signals = bool(handle_signals)
         # Everything below is shared between threads and guarded by _cond. Its lock is
@@ -177,7 +187,7 @@ class Worker:
             if self._started:
                 raise RuntimeError("a Worker runs once; create a new one")
             self._started = True
-            self._began = self._last_busy = time.monotonic()
+            self._began = self._last_busy = self._clock()
         previous = self._install_signal_handlers()
         heartbeat = _spawn(self._heartbeat_loop, "nobroker-heartbeat")
         slots = [_spawn(self._slot_loop, f"nobroker-slot-{n}") for n in range(self.concurrency)]
@@ -217,7 +227,7 @@ class Worker:
         with self._cond:
             seconds = self._seconds
             if seconds is None:
-                seconds = time.monotonic() - self._began if self._started else 0.0
+                seconds = self._clock() - self._began if self._started else 0.0
             return WorkerStats(**self._counts, seconds=seconds,
                                stopped_by=self._stop_reason or "", forced=self._forced)
 
@@ -268,10 +278,13 @@ class Worker:
         if callable(wait):
             wait(timeout)
             return
-        deadline = time.monotonic() + timeout
+        if self._sleep is not None:
+            self._sleep(timeout)
+            return
+        deadline = self._clock() + timeout
         with self._cond:
             while self._stop_reason is None:
-                left = deadline - time.monotonic()
+                left = deadline - self._clock()
                 if left <= 0 or self._cond.wait(min(left, _TICK)):
                     return  # time to look again, or a slot finished: capacity changed
 
@@ -286,12 +299,12 @@ class Worker:
 
     def _admit(self, jobs: list[Job]) -> None:
         """Hand freshly leased jobs to the slots (under _cond)."""
-        renew_at = time.monotonic() + self.heartbeat_interval
+        renew_at = self._clock() + self.heartbeat_interval
         for job in jobs:
             flight = _Flight(job, renew_at)
             self._flights.add(flight)
             self._inbox.append(flight)
-        self._last_busy = time.monotonic()
+        self._last_busy = self._clock()
         self._cond.notify_all()
 
     def _reserve(self, wanted: int) -> int:
@@ -302,14 +315,14 @@ class Worker:
         return max(granted, 0)
 
     def _idle_for(self) -> float:
-        return 0.0 if self._flights else time.monotonic() - self._last_busy
+        return 0.0 if self._flights else self._clock() - self._last_busy
 
     def _request_stop(self, reason: str, *, deadline: bool) -> None:
         """Record the first stop request; a deadline starts the shutdown_timeout (under _cond)."""
         if self._stop_reason is None:
             self._stop_reason = reason
         if deadline and self._stop_at is None:
-            self._stop_at = time.monotonic()
+            self._stop_at = self._clock()
         self._cond.notify_all()
 
     def _fail(self, exc: NobrokerError) -> None:
@@ -331,7 +344,7 @@ class Worker:
             while self._flights and not self._forced:
                 pause = _TICK
                 if self._stop_at is not None:
-                    left = self._stop_at + self.shutdown_timeout - time.monotonic()
+                    left = self._stop_at + self.shutdown_timeout - self._clock()
                     if left <= 0:
                         return
                     pause = min(pause, left)
@@ -348,7 +361,7 @@ class Worker:
             self._inbox.clear()
             self._closing = True
             self._beating = False
-            self._seconds = time.monotonic() - self._began
+            self._seconds = self._clock() - self._began
             forced = self._forced
             self._cond.notify_all()
         why = "exiting at once" if forced else \
@@ -412,9 +425,9 @@ class Worker:
             self._flights.discard(flight)
             nxt = None
             if following is not None:
-                nxt = _Flight(following, time.monotonic() + self.heartbeat_interval)
+                nxt = _Flight(following, self._clock() + self.heartbeat_interval)
                 self._flights.add(nxt)
-            self._last_busy = time.monotonic()
+            self._last_busy = self._clock()
             self._cond.notify_all()
         return nxt
 
@@ -430,7 +443,9 @@ class Worker:
                 self.queue.ack(job)
                 return "succeeded", None
             text = describe_error(error)
-            nacked_at = time.time()  # the delay logged is the backoff, not what is left of it
+            # The queue's time before the nack: the delay logged is the backoff, not
+            # what is left of it.
+            nacked_at = getattr(self.queue, "clock", time.time)()
             after = self.queue.nack(job, error=text)
         except NotLeasedError as exc:
             log.warning("job %s (attempt %d): lease lost before it could be %s (%s); "
@@ -467,7 +482,7 @@ class Worker:
                 while True:
                     if not self._beating:
                         return
-                    now = time.monotonic()
+                    now = self._clock()
                     live = [f for f in self._flights if not (f.settling or f.lost)]
                     due = [f for f in live if f.renew_at <= now]
                     if due:
@@ -496,15 +511,15 @@ class Worker:
             log.warning("job %s: heartbeat could not extend the lease (%s); retrying in %.2fs",
                         job.id, exc, retry)
             with self._cond:
-                flight.renew_at = time.monotonic() + retry
+                flight.renew_at = self._clock() + retry
             return
         except NobrokerError as exc:
             self._fail(exc)
             with self._cond:
-                flight.renew_at = time.monotonic() + self.heartbeat_interval
+                flight.renew_at = self._clock() + self.heartbeat_interval
             return
         with self._cond:
-            flight.renew_at = time.monotonic() + self.heartbeat_interval
+            flight.renew_at = self._clock() + self.heartbeat_interval
             self._counts["heartbeats"] += 1
 
     # -- signals ------------------------------------------------------------
@@ -543,20 +558,3 @@ def _spawn(target: Callable[[], None], name: str) -> threading.Thread:
     thread = threading.Thread(target=target, name=name, daemon=True)
     thread.start()
     return thread
-
-
-def _count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, not {value}")
-    return value
-
-
-def _seconds(name: str, value: object, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not value >= 0 or value == float("inf") or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite number {bound}, not {value}")
-    return float(value)

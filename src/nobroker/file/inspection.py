@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, NobrokerError
 from . import framing
-from .compaction import current_filename, parse_current
+from .compaction import read_current
+from .fs import OS
 from .logfile import log_filename
+from .opening import queue_exists
 from .records import RecordType, loads
 
 __all__ = ["RawRecord", "current_log_path", "read_records"]
@@ -36,17 +38,11 @@ class RawRecord:
 
 
 def current_log_path(directory: str, name: str = "default") -> str:
-    """The path of the log generation NAME.current names (generation 0 without it)."""
-    current = os.path.join(directory, current_filename(name))
-    try:
-        with open(current, "rb") as handle:
-            data = handle.read(64)
-    except FileNotFoundError:
-        return os.path.join(directory, log_filename(name, 0))
-    generation = parse_current(data)
-    if generation is None:
-        raise CorruptLogError(current, 0, f"does not name a generation: {data[:20]!r}")
-    return os.path.join(directory, log_filename(name, generation))
+    """The path of the log generation NAME.current names (generation 0 without it);
+    NobrokerError if there is no such queue in `directory`."""
+    if not queue_exists(directory, name):
+        raise NobrokerError(f"no queue named {name!r} in {directory}")
+    return os.path.join(directory, log_filename(name, read_current(OS, directory, name)))
 
 
 def read_records(path: str) -> Iterator[RawRecord]:

@@ -27,7 +27,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from .jobtable import (
+from .columns import (
     CODE_STATES,
     CODES,
     DEAD,
@@ -39,11 +39,11 @@ from .jobtable import (
     Columns,
     Entry,
     JobState,
-    JobTable,
     ReplayError,
     id_seq,
     seq_id,
 )
+from .jobtable import JobTable
 from .records import Applied, Record, RecordType
 
 __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",

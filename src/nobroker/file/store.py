@@ -1,7 +1,13 @@
-"""The file store: one queue's files, lock and in-memory replay state.
+"""The file store: one queue's files, lock and in-memory replay state; the commit protocol.
 
-`Queue` (queue.py) checks arguments and turns state entries into `Job`s;
-everything about the files lives here. Every call follows the same beats,
+FileBackend (backend.py) plans each operation's records and builds its Job
+views; the store runs them against the files. Its other jobs live beside
+it, each in a module of its own (functions of the store, which the methods
+below call): opening and
+recovery, and reopening in a forked child (opening.py), reading forward and
+following a peer's compaction (following.py), when to checkpoint
+(checkpointing.py), running a compaction (compacting.py). This module is the
+commit protocol. Every call follows the same beats,
 under the queue's lock:
   1. read forward whatever other handles appended (and notice a compaction);
   2. expire leases whose deadline has passed (recorded, so replay stays pure);
@@ -16,7 +22,7 @@ kernel may have dropped the pages and a second fsync would prove nothing.
 Memory is a cache of the log: if a handle is ever unsure (a failed write,
 a peer's corrupt record), it stops and must be reopened, which replays.
 
-The interface `Queue` uses:
+The interface FileBackend uses:
   write(plan, spare)  one write call: beats 1-4, then the fsync; `plan(state,
                       batch, now)` adds records and returns a function that
                       builds the call's result (run under the lock, after the
@@ -32,28 +38,24 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ..backend import Settings
 from ..errors import (
-    CompactionError,
     CorruptLogError,
     NobrokerError,
     QueueClosedError,
     StorageError,
-    UnsafeFilesystemError,
 )
 from ..models import CompactionResult, RecoveryReport
-from . import checkpoint, compaction, framing
-from .commands import Batch, new_nonce, plan_reclaim
-from .fs import NETWORK_FILESYSTEMS, filesystem_type
+from . import checkpointing, compacting, compaction, following, opening
+from .commands import Batch, plan_reclaim
 from .lock import release_shared_lock, shared_lock
-from .logfile import LogFile, ScanResult, log_filename, paused_gc
+from .logfile import LogFile
+from .opening import queue_exists
 from .options import FileOptions
-from .rebuild import load_checkpoint, state_at
 from .records import loads
 from .state import Entry, QueueState
 from .wake import WakeChannel
@@ -102,10 +104,7 @@ class FileStore:
         self._state = QueueState()
         self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
         self._prepare_directory(options.allow_network_fs)
-        if self.readonly and not any(
-                os.path.lexists(os.path.join(self.directory, entry))
-                for entry in (compaction.current_filename(name), log_filename(name, 0),
-                              f"{name}.lock")):
+        if self.readonly and not queue_exists(self.directory, name):
             # Checked before the lock file is opened (O_CREAT): read-only creates nothing.
             raise NobrokerError(f"no queue named {name!r} in {self.directory}")
         self._wake = WakeChannel(os.path.join(self.directory, f"{name}.wake"))
@@ -122,7 +121,7 @@ class FileStore:
                     # An fsync of this queue failed in this process: the kernel may have
                     # marked pages clean that never reached the disk, yet we just read
                     # them back. Rewrite everything as fresh pages before trusting it.
-                    self._compact_locked()
+                    compacting.compact_locked(self)
                     _FSYNC_FAILED.discard(self._rescue_key)
         except BaseException:
             release_shared_lock(self._lock)
@@ -145,8 +144,6 @@ class FileStore:
         or query). A reload or a compaction replaces the object."""
         return self._state
 
-    # -- opening ------------------------------------------------------------
-
     @property
     def _rescue_key(self) -> str:
         return os.path.join(os.path.realpath(self.directory), self.name)
@@ -159,114 +156,42 @@ class FileStore:
     def _current_path(self) -> str:
         return os.path.join(self.directory, compaction.current_filename(self.name))
 
+    # -- the store's other jobs, each in its module (see the module doc) ----
+
     def _prepare_directory(self, allow_network_fs: bool) -> None:
-        if not os.path.isdir(self.directory):
-            if self.readonly:
-                raise NobrokerError(f"no queue directory at {self.directory}")
-            parent = os.path.dirname(self.directory)
-            os.makedirs(parent, mode=0o700, exist_ok=True)
-            try:
-                self._fs.mkdir(self.directory, 0o700)  # payloads are often private
-                self._fs.fsync_dir(parent)
-            except FileExistsError:
-                pass
-        kind = filesystem_type(self.directory)
-        if kind in NETWORK_FILESYSTEMS and not allow_network_fs:
-            raise UnsafeFilesystemError(
-                f"{self.directory} is on a network file system ({kind}); kernel file locks "
-                f"do not protect a queue there. Pass allow_network_fs=True to use it anyway, "
-                f"with one process only.")
+        opening.prepare_directory(self, allow_network_fs)
 
     def _load(self) -> RecoveryReport:
-        """(Re)build the state from the current generation; under the lock."""
-        notes: list[str] = []
-        generation = compaction.read_current(self._fs, self.directory, self.name)
-        if generation == 0:
-            generation = compaction.first_generation(
-                self._fs, self.directory, self.name, readonly=self.readonly, notes=notes)
-        try:
-            new_log = LogFile.open(self._fs, self.directory, self.name, generation,
-                                   readonly=self.readonly)
-        except FileNotFoundError:
-            raise CorruptLogError(self._current_path, 0,
-                                  f"names generation {generation}, whose log file is missing")\
-                from None
-        try:
-            with paused_gc():
-                loaded = load_checkpoint(new_log) if self.options.checkpoints else None
-                from_checkpoint = None if loaded is None else new_log.end
-                state = QueueState() if loaded is None else loaded
-                result = new_log.scan(state.apply_batch, state.last_batch, full=True)
-            if generation > 0 and not state.snapshot_seen:
-                raise CorruptLogError(new_log.path, new_log.end,
-                                      "generation does not start with a complete snapshot")
-            side = None
-            if result.torn_offset is not None and not self.readonly:
-                side = self._cut_torn_tail(new_log, result)
-        except BaseException:
-            new_log.close()
-            raise
-        old = self._log
-        self._log, self._state = new_log, state
-        if self._lock.stamp != generation and not self.readonly:
-            self._lock.set_stamp(generation)  # heal a stamp left by a crashed compaction
-        self._checkpointed = from_checkpoint or framing.FILE_HEADER.size
-        if old is not None:
-            self._retire(old)
-        return RecoveryReport(
-            generation=generation, records=result.records, torn_offset=result.torn_offset,
-            torn_bytes=result.torn_bytes, torn_reason=result.torn_reason,
-            repaired=side is not None, side_file=side, notes=tuple(notes),
-            checkpoint_offset=from_checkpoint)
+        return opening.load(self)
+
+    def _reopen_in_child(self) -> None:
+        opening.reopen_in_child(self)
+
+    def _refresh(self) -> None:
+        following.refresh(self)
 
     def _save_checkpoint(self) -> None:
-        """Under the lock: write a checkpoint if enough was logged since the last one."""
-        current = self._live_log()
-        if (self.readonly or not self.options.checkpoints
-                or current.end - self._checkpointed < self.options.checkpoint_after_bytes):
-            return
-        if self.fsync:
-            current.sync()  # the checkpoint must not describe records the disk may lose
-        data = checkpoint.encode(self._state, current.generation, current.end, current.crc)
-        current.write_checkpoint(data)
-        self._checkpointed = current.end
+        checkpointing.save_checkpoint(self)
 
     def _checkpoint_due(self) -> bool:
-        """Whether so much was logged since the last checkpoint that a crash would make
-        the next open slow: a quarter of what the checkpoint covers, and 8 MiB at least
-        (so the total cost of checkpoints stays a constant factor of the log's size)."""
-        current = self._log
-        if self.readonly or not self.options.checkpoints or current is None:
-            return False
-        return current.end - self._checkpointed >= max(self.options.checkpoint_every_bytes,
-                                                      self._checkpointed // 4)
+        return checkpointing.checkpoint_due(self)
 
     def _auto_checkpoint(self) -> None:
-        """Save a checkpoint of the log as it is now, without holding the lock.
+        checkpointing.auto_checkpoint(self)
 
-        Like compaction, it rebuilds the state privately from the part of the log
-        that can no longer change (the last checkpoint plus what follows it), so
-        other handles and processes are never blocked by it.
-        """
-        if not self._compacting.acquire(blocking=False):
-            return
-        try:
-            with self._locked():
-                if not self._checkpoint_due():
-                    return
-                current = self._live_log()
-                generation, upto = current.generation, current.end
-            reader = LogFile.open(self._fs, self.directory, self.name, generation)
-            try:
-                state = state_at(reader, upto)
-                reader.write_checkpoint(checkpoint.encode(state, generation, upto, reader.crc))
-                self._checkpointed = upto
-            finally:
-                reader.close()
-        except (OSError, NobrokerError) as exc:  # a cache: the call itself succeeded
-            log.warning("could not save a checkpoint of %r: %s", self.name, exc)
-        finally:
-            self._compacting.release()
+    def compact(self) -> CompactionResult:
+        """Rewrite the live jobs into a new log generation and switch to it atomically
+        (compacting.py)."""
+        return compacting.compact(self)
+
+    def _compact(self) -> CompactionResult | None:
+        return compacting.compact_once(self)
+
+    def _compaction_due(self) -> bool:
+        return compacting.compaction_due(self)
+
+    def _auto_compact(self) -> None:
+        compacting.auto_compact(self)
 
     # -- the beats ----------------------------------------------------------
 
@@ -276,11 +201,7 @@ class FileStore:
         if self._poisoned is not None:
             raise QueueClosedError(f"queue {self.name!r} must be reopened: {self._poisoned}")
         if os.getpid() != self._pid:  # we are a forked child: nothing inherited is ours
-            self._pid = os.getpid()
-            self._lock = shared_lock(self._fs, self._lock_path, readonly=self.readonly)
-            self._log = None
-            with self._locked(refresh=False):
-                self._load()
+            self._reopen_in_child()
 
     @contextmanager
     def _locked(self, refresh: bool = True) -> Iterator[None]:
@@ -293,79 +214,8 @@ class FileStore:
         finally:
             self._lock.release()
 
-    def _refresh(self) -> None:
-        """Catch up with what other handles wrote since we last looked."""
-        if self._lock.stamp != self._live_log().generation:
-            # Someone compacted: move to the new generation, cheaply if we can.
-            if not self._follow_compaction():
-                self._load()
-            return
-        current = self._live_log()
-        try:
-            result = current.scan(self._state.apply_batch, self._state.last_batch, full=False)
-        except CorruptLogError as exc:
-            self._poison(str(exc))
-            raise
-        if result.torn_offset is not None and not self.readonly:
-            self._cut_torn_tail(current, result)
 
-    @staticmethod
-    def _cut_torn_tail(target: LogFile, result: ScanResult) -> str:
-        """Save a torn tail to a side file, cut it, say so; returns the side file."""
-        assert result.torn_offset is not None
-        side = target.save_torn(result.torn_offset, result.torn_bytes)
-        target.cut(result.torn_offset)
-        log.warning("%s: cut a torn tail of %d bytes at offset %d (%s); saved to %s",
-                    target.path, result.torn_bytes, result.torn_offset, result.torn_reason,
-                    side)
-        return side
 
-    def _follow_compaction(self) -> bool:
-        """Switch to the generation another handle compacted into, keeping our state.
-
-        Our state, once we have read the old generation to its end (nobody
-        writes it after the switch), holds exactly the jobs the new generation
-        does; only where their payloads live has changed. The new generation's
-        checkpoint says where the snapshot put each job, and everything
-        appended to the old generation after the snapshot point was copied
-        byte for byte, so it moved by a fixed distance. That is O(jobs) of
-        simple updates instead of decoding a checkpoint or replaying a log.
-        Returns False (the caller reloads) if anything does not line up.
-        """
-        old = self._live_log()
-        generation = compaction.read_current(self._fs, self.directory, self.name)
-        if generation != old.generation + 1:
-            return False
-        try:
-            old.scan(self._state.apply_batch, self._state.last_batch, full=False)
-            new_log = LogFile.open(self._fs, self.directory, self.name, generation,
-                                   readonly=self.readonly)
-        except (OSError, CorruptLogError):
-            return False
-        try:
-            data = new_log.read_checkpoint() if self.options.checkpoints else None
-            moved = None if data is None else checkpoint.relocation(
-                data, generation, self._fs.fstat(new_log.fd).st_size,
-                lambda offset: compaction.snapshot_nonce(new_log, offset))
-        except (checkpoint.CheckpointError, OSError):
-            moved = None
-        if (moved is None or moved.source_generation != old.generation
-                or not moved.source_offset <= old.end):
-            new_log.close()
-            return False
-        shift = moved.end - moved.source_offset
-        if not self._state.relocate(moved.source_offset, shift, moved.seqs, moved.names,
-                                    moved.locs, moved.sizes):
-            new_log.close()
-            return False  # not the jobs we know: reload instead
-        new_log.end = moved.end + old.end - moved.source_offset
-        new_log.crc = new_log.prefix_crc(new_log.end, moved.end, moved.crc)  # the copied tail
-        self._state.snapshot_seen = True  # what a replay of the new generation says
-        self._log = new_log
-        self._checkpointed = moved.end
-        self._retire(old)
-        self._refresh()  # and read what was written to the new generation since
-        return True
 
     def _now(self) -> float:
         # Recorded queue time never goes backwards, even if the clock is stepped back
@@ -505,136 +355,6 @@ class FileStore:
     def wait(self, timeout: float) -> bool:
         """Block until a writer pokes the wake pipe (True) or `timeout` passes (False)."""
         return self._wake.wait(timeout)
-
-    # -- compaction ---------------------------------------------------------
-
-    def compact(self) -> CompactionResult:
-        """Rewrite the live jobs into a new log generation and switch to it atomically.
-
-        The new generation is written without holding the queue's lock, so other
-        handles and processes keep working; only the switch at the end locks.
-        """
-        if self.readonly:
-            raise NobrokerError("queue was opened read-only")
-        for _ in range(3):
-            result = self._compact()
-            if result is not None:
-                return result
-        raise CompactionError("other processes kept compacting this queue first")
-
-    def _compact(self) -> CompactionResult | None:
-        """One compaction; None if another process switched generations meanwhile."""
-        with self._compacting:
-            started = time.perf_counter()
-            with self._locked():
-                old = self._live_log()
-                generation, upto = old.generation, old.end
-            if upto == framing.FILE_HEADER.size:
-                return CompactionResult(generation, generation, upto, upto, 0, 0,
-                                        time.perf_counter() - started)  # nothing to rewrite
-            try:
-                prepared = compaction.prepare_generation(
-                    self._fs, self.directory, self.name, generation, upto,
-                    nonce=new_nonce(self.rng), checkpoints=self.options.checkpoints)
-            except (OSError, CorruptLogError) as exc:
-                raise CompactionError(f"writing generation {generation + 1} failed: {exc}")\
-                    from None
-            # Catch up with what was appended meanwhile, still without the lock, until
-            # what is left to copy under the lock is small. Our own state is replaced
-            # by the new generation's at the switch, so the locked step does not read
-            # forward into it: after a long compaction that would replay, under the
-            # lock, everything the others wrote meanwhile.
-            for _ in range(4):
-                before = prepared.upto
-                try:
-                    prepared.catch_up()
-                except (OSError, CorruptLogError) as exc:
-                    prepared.discard()
-                    raise CompactionError(f"copying to generation {generation + 1} failed: "
-                                          f"{exc}") from None
-                if prepared.upto - before <= _LOCKED_CATCH_UP:
-                    break
-            with self._locked(refresh=False):
-                if self._lock.stamp != generation:  # a peer compacted first
-                    prepared.discard()
-                    self._refresh()  # follow it, as any locked call would
-                    return None
-                return self._finish_compaction(prepared, started)
-
-    def _compact_locked(self) -> CompactionResult:
-        """Compact while already holding the lock (the rescue after a failed fsync)."""
-        result = self._compact()
-        if result is None:  # cannot happen while we hold the lock throughout
-            raise CompactionError("the generation changed under the lock")
-        return result
-
-    def _finish_compaction(self, prepared: compaction.Prepared,
-                           started: float) -> CompactionResult:
-        """Steps 4-8 of compaction.py's protocol; under the lock."""
-        old, new_log = self._live_log(), prepared.log
-        try:
-            # The last few batches appended meanwhile; nobody writes now, so a torn
-            # tail is a dead writer's: saved aside, like any read-forward would.
-            result = prepared.catch_up()
-            if result.torn_offset is not None and not self.readonly:
-                self._cut_torn_tail(old, result)
-            new_log.sync()
-            new_log.rename()
-            # Stamp first: a peer that sees the new stamp before the flip re-reads
-            # NAME.current and finds the old generation, which is still right.
-            self._lock.set_stamp(new_log.generation)
-        except OSError as exc:
-            prepared.discard()
-            raise CompactionError(f"writing generation {new_log.generation} failed: {exc}")\
-                from None
-        try:
-            compaction.publish_generation(self._fs, self.directory, self.name,
-                                          new_log.generation)
-        except OSError as exc:
-            new_log.close()
-            prepared.close()
-            # The rename may or may not have reached the disk: only a reopen can tell.
-            self._poison(f"switching to generation {new_log.generation} failed: {exc}")
-            raise CompactionError(
-                f"switching to generation {new_log.generation} failed: {exc}") from None
-        state = prepared.state  # = replaying the whole new file (catch_up replays each copy)
-        before = prepared.upto  # the old generation's end: our own view of it may lag
-        prepared.close()
-        self._log, self._state = new_log, state
-        self._checkpointed = prepared.checkpointed
-        self._retire(old)
-        try:
-            compaction.remove_stale_files(self._fs, self.directory, self.name,
-                                          new_log.generation)
-        except OSError as exc:  # harmless: stale generations are never read
-            log.warning("could not remove old generations: %s", exc)
-        return CompactionResult(old_generation=old.generation,
-                                new_generation=new_log.generation, bytes_before=before,
-                                bytes_after=new_log.end, live_jobs=len(state.jobs),
-                                remembered_keys=len(state.done_keys),
-                                seconds=time.perf_counter() - started)
-
-    def _compaction_due(self) -> bool:
-        current = self._log
-        if (self.auto_compact is None or current is None
-                or current.end < self.options.min_compact_bytes):
-            return False
-        return self._state.live_bytes < current.end * (1 - self.auto_compact)
-
-    def _auto_compact(self) -> None:
-        if not self._compacting.acquire(blocking=False):
-            return  # another thread of ours is on it
-        try:
-            with self._locked():
-                due = self._compaction_due()
-            result = self._compact() if due else None
-            if result is not None:
-                log.info("auto-compacted %s: %d -> %d bytes", self.name,
-                         result.bytes_before, result.bytes_after)
-        except CompactionError as exc:  # the call that triggered it already succeeded
-            log.error("auto-compaction of %r failed: %s", self.name, exc)
-        finally:
-            self._compacting.release()
 
     # -- lifecycle ----------------------------------------------------------
 

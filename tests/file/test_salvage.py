@@ -27,7 +27,8 @@ from pathlib import Path
 
 from explorer import Bounds, RecordingFS, crash_states
 from support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
-from test_fuzz import (
+
+from file.test_fuzz import (
     CURRENT,
     LOG0,
     LOG1,
@@ -36,7 +37,6 @@ from test_fuzz import (
     make_case,
     materialise,
 )
-
 from nobroker import CorruptLogError, NobrokerError, Queue
 from nobroker.file import framing
 from nobroker.file.inspection import read_records

@@ -22,7 +22,7 @@ import unittest
 from collections.abc import Callable
 from typing import Any
 
-from support import SRC, TempDirTestCase
+from support import SRC, FakeClock, TempDirTestCase
 
 from nobroker import BackoffPolicy, Job, JobNotFoundError, JobState, Queue
 from nobroker.worker import Worker, WorkerStats, describe_error
@@ -382,6 +382,37 @@ class StoppingTest(WorkerTestCase):
             Worker(self.queue(), handler)
         with self.assertRaises(ValueError):
             Worker(Queue(self.tmp / "q", readonly=True), print)
+
+
+class NoWakeChannel:
+    """A Queue without wait(): the worker polls it, idling through its `sleep`."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "wait":
+            raise AttributeError(name)
+        return getattr(self._queue, name)
+
+
+class InjectedTimeTest(WorkerTestCase):
+    def test_idle_timeout_and_stats_are_measured_on_the_clock_and_sleep_given(self) -> None:
+        clock = FakeClock(0.0)
+        naps: list[float] = []
+
+        def sleep(seconds: float) -> None:
+            naps.append(seconds)
+            clock.advance(seconds)
+
+        worker = Worker(NoWakeChannel(self.queue()), print, poll_interval=10.0,  # type: ignore[arg-type]
+                        idle_timeout=30.0, handle_signals=False, clock=clock, sleep=sleep)
+        started = time.monotonic()
+        stats = worker.run()
+        self.assertEqual(stats.stopped_by, "idle_timeout")
+        self.assertEqual(naps, [10.0, 10.0, 10.0])
+        self.assertEqual(stats.seconds, 30.0)
+        self.assertLess(time.monotonic() - started, 10.0, "the worker slept for real")
 
 
 class ReclaimTest(WorkerTestCase):

@@ -31,9 +31,9 @@ import unittest
 
 import explorer
 from explorer import SECTOR, Bounds, Driver, Event, crash_states, explore, record
-from support import TempDirTestCase, slow
+from support import REPO, TempDirTestCase, slow
 
-CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_corpus")
+CORPUS = str(REPO / "tests" / "crash_corpus")
 PROFILES = ("process", "ext4ish", "weak", "windows")
 SCENARIOS = [name for name in explorer.WORKLOADS if name != "mixed50"]
 # Workloads with directory operations beyond the first create: where `windows`

@@ -44,30 +44,18 @@ import random
 import unittest
 from dataclasses import dataclass, field
 
-from support import TempDirTestCase
+from support import FakeClock, TempDirTestCase
 
 import nobroker
 from nobroker import BackoffPolicy, JobState, NotLeasedError
 
 HOUR = 3600.0
 VT = 30.0  # visibility timeout used throughout
-
-
-class Clock:
-    """A clock a test moves by hand, including backwards."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def jump(self, seconds: float) -> None:
-        self.now += seconds
+EPOCH = 1_700_000_000.0
 
 
 class ClockTestCase(TempDirTestCase):
-    def open(self, clock: Clock, **kw: object) -> nobroker.Queue:
+    def open(self, clock: FakeClock, **kw: object) -> nobroker.Queue:
         options: dict[str, object] = {"visibility_timeout": VT, "max_attempts": 100,
                                       "backoff": BackoffPolicy(base=0.0, jitter=0.0)}
         options.update(kw)
@@ -84,12 +72,12 @@ def lease_after_expiry(q: nobroker.Queue) -> nobroker.Job | None:
 
 class ForwardJumpTest(ClockTestCase):
     def test_jump_past_every_deadline_redelivers_but_fences_the_old_holder(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock)
         q.enqueue("work")
         first = q.lease_one()
         assert first is not None
-        clock.jump(HOUR)
+        clock.advance(HOUR)
         second = lease_after_expiry(q)
         assert second is not None
         self.assertEqual(second.id, first.id)
@@ -105,7 +93,7 @@ class ForwardJumpTest(ClockTestCase):
         self.assertEqual(q.stats().total, 0)
 
     def test_jump_runs_delays_and_retries_early_and_loses_nothing(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock)
         later = q.enqueue("later", delay=HOUR)
         failing = q.enqueue("retry")
@@ -113,28 +101,28 @@ class ForwardJumpTest(ClockTestCase):
         assert job is not None and job.id == failing.id
         q.nack(job, delay=HOUR)
         self.assertIsNone(q.lease_one())
-        clock.jump(HOUR)
+        clock.advance(HOUR)
         got = {j.id for j in q.lease(10)}
         self.assertEqual(got, {later.id, failing.id})
 
     def test_jump_shortens_the_idempotency_window_by_the_jump(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock, key_retention=2 * HOUR)
         q.enqueue("once", job_id="key")
         job = q.lease_one()
         assert job is not None
         q.ack(job)
         self.assertEqual(q.enqueue("again", job_id="key").state, JobState.DONE)
-        clock.jump(3 * HOUR)
+        clock.advance(3 * HOUR)
         self.assertEqual(q.enqueue("again", job_id="key").state, JobState.PENDING)
 
     def test_expiry_can_dead_letter_a_job_on_its_last_attempt(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock, max_attempts=1)
         q.enqueue("fragile")
         job = q.lease_one()
         assert job is not None
-        clock.jump(HOUR)
+        clock.advance(HOUR)
         self.assertIsNone(q.lease_one())
         self.assertEqual([j.id for j in q.dlq()], [job.id])
         with self.assertRaises(NotLeasedError):
@@ -143,30 +131,30 @@ class ForwardJumpTest(ClockTestCase):
 
 class BackwardJumpTest(ClockTestCase):
     def test_running_handle_freezes_queue_time_instead_of_going_back(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock)
         before = q.enqueue("before")
         job = q.lease_one()
         assert job is not None and job.lease_expires_at is not None
-        clock.jump(-HOUR)
+        clock.advance(-HOUR)
         after = q.enqueue("after")
         self.assertGreaterEqual(after.enqueued_at, before.enqueued_at)
         self.assertEqual(after.enqueued_at, job.lease_expires_at - VT)  # stood still
-        clock.jump(HOUR - 1)  # still before the recorded deadline
+        clock.advance(HOUR - 1)  # still before the recorded deadline
         self.assertEqual([j.id for j in q.lease(5)], [after.id])
         self.assertEqual(q.get(job.id).state, JobState.LEASED, "a lease expired early")
         q.ack(job)
 
     def test_reopened_handle_reclaims_late_by_the_jump_but_does_reclaim(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock)
         q.enqueue("work")
         job = q.lease_one()  # the holder then dies
         assert job is not None and job.lease_expires_at is not None
         q.close()
-        clock.jump(-HOUR)  # the machine's clock is stepped back, the worker restarts
+        clock.advance(-HOUR)  # the machine's clock is stepped back, the worker restarts
         q = self.open(clock)
-        clock.jump(HOUR)  # an hour of real time later the lease is only just due
+        clock.advance(HOUR)  # an hour of real time later the lease is only just due
         self.assertIsNone(q.lease_one())
         clock.now = job.lease_expires_at
         again = lease_after_expiry(q)
@@ -182,26 +170,26 @@ class BackwardJumpTest(ClockTestCase):
         # leases an hour "in the past" of an older handle, which then expired them
         # at its next call: deliveries churned and burned attempts. The log now
         # remembers the latest time, so every writer records at least that.
-        clock_old, clock_new = Clock(), Clock()
+        clock_old, clock_new = FakeClock(EPOCH), FakeClock(EPOCH)
         old = self.open(clock_old)
         old.enqueue("work")
         old.stats()
-        clock_old.jump(-HOUR)  # the step hits both processes' clocks
+        clock_old.advance(-HOUR)  # the step hits both processes' clocks
         clock_new.now = clock_old.now
         new = self.open(clock_new)
         job = new.lease_one()
         assert job is not None
-        clock_old.jump(1.0)
-        clock_new.jump(1.0)
+        clock_old.advance(1.0)
+        clock_new.advance(1.0)
         old.enqueue("anything")  # the older handle writes: it must not expire our lease
         new.ack(job)
 
 
     def test_undone_forward_jump_holds_queue_time_until_the_clock_catches_up(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         start = clock.now
         q = self.open(clock)
-        clock.jump(HOUR)
+        clock.advance(HOUR)
         q.enqueue("written during the jump")
         clock.now = start + 1  # the jump is undone
         q.close()
@@ -218,7 +206,7 @@ class BackwardJumpTest(ClockTestCase):
 
 class FrozenClockTest(ClockTestCase):
     def test_frozen_clock_keeps_enqueue_order_and_expires_nothing(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock)
         ids = [q.enqueue(i).id for i in range(50)]
         held = q.lease(10)
@@ -235,14 +223,14 @@ class FrozenClockTest(ClockTestCase):
         # coarse clock) left two identical lease entries; the expiry then planned two
         # EXPIRE records in one batch, which replay refuses -- the queue could no
         # longer be opened.
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock)
         q.enqueue("a")
         job = q.lease_one()
         assert job is not None
         job = q.extend(job, VT)
         job = q.extend(job, VT)
-        clock.jump(HOUR)
+        clock.advance(HOUR)
         q.enqueue("b")
         again = lease_after_expiry(q)
         assert again is not None
@@ -252,7 +240,7 @@ class FrozenClockTest(ClockTestCase):
             reopened.ack(again)
 
     def test_priorities_still_win_under_identical_timestamps(self) -> None:
-        clock = Clock()
+        clock = FakeClock(EPOCH)
         q = self.open(clock)
         low = [q.enqueue(f"low{i}").id for i in range(3)]
         high = [q.enqueue(f"high{i}", priority=5).id for i in range(3)]
@@ -277,7 +265,7 @@ def erratic_run(directory: str, seed: int, steps: int = 400, handles: int = 3) -
     """Random calls through `handles` handles whose clocks jump, freeze and drift."""
     rng = random.Random(seed)
     base = 1_700_000_000.0
-    clocks = [Clock(base + rng.uniform(-5, 5)) for _ in range(handles)]
+    clocks = [FakeClock(base + rng.uniform(-5, 5)) for _ in range(handles)]
     queues: list[nobroker.Queue] = []
     books = Books()
     last_written: dict[int, float] = {}
@@ -293,9 +281,9 @@ def erratic_run(directory: str, seed: int, steps: int = 400, handles: int = 3) -
             q, clock = queues[i], clocks[i]
             roll = rng.random()
             if roll < 0.05:
-                clock.jump(rng.choice((-HOUR, -60.0, 60.0, HOUR, 2 * VT)))
+                clock.advance(rng.choice((-HOUR, -60.0, 60.0, HOUR, 2 * VT)))
             elif roll < 0.5:
-                clock.jump(rng.uniform(0, VT / 3))
+                clock.advance(rng.uniform(0, VT / 3))
             # else: frozen this step
             op = rng.random()
             try:

@@ -8,7 +8,6 @@ file, clock or thread is involved; `now` is always an argument.
 from __future__ import annotations
 
 import copy
-import os
 import random
 import unittest
 import zlib
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
+from support import REPO
 
 from nobroker.file import checkpoint
 from nobroker.file.records import RecordType, dumps, loads
@@ -255,8 +255,7 @@ class RecordTypesTest(unittest.TestCase):
         self.assertEqual(rebuilt.next_token, 4)
 
 
-FORMAT_MD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                         "docs", "FORMAT.md")
+FORMAT_MD = REPO / "docs" / "FORMAT.md"
 
 
 def documented_transitions() -> dict[tuple[str, str], tuple[str, ...]]:

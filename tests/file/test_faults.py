@@ -818,7 +818,7 @@ class LockHolderTest(TempDirTestCase):
 class NetworkFilesystemTest(TempDirTestCase):
     def test_network_mount_is_refused_with_a_clear_error(self) -> None:
         for kind in ("nfs", "nfs4", "cifs", "smb3", "fuse.sshfs"):
-            with mock.patch("nobroker.file.store.filesystem_type", return_value=kind):
+            with mock.patch("nobroker.file.opening.filesystem_type", return_value=kind):
                 with self.assertRaises(UnsafeFilesystemError) as caught:
                     nobroker.Queue(self.tmp / kind)
             message = str(caught.exception)
@@ -828,14 +828,14 @@ class NetworkFilesystemTest(TempDirTestCase):
             self.assertFalse((self.tmp / kind / "default.000000.log").exists())
 
     def test_opting_in_opens_the_queue(self) -> None:
-        with mock.patch("nobroker.file.store.filesystem_type", return_value="nfs4"):
+        with mock.patch("nobroker.file.opening.filesystem_type", return_value="nfs4"):
             with nobroker.Queue(self.tmp / "q", allow_network_fs=True) as q:
                 q.enqueue("on nfs, at my own risk")
                 self.assertEqual(q.stats().total, 1)
 
     def test_local_file_systems_are_not_refused(self) -> None:
         for kind in ("ext4", "xfs", "btrfs", "tmpfs", "apfs", None):
-            with mock.patch("nobroker.file.store.filesystem_type", return_value=kind):
+            with mock.patch("nobroker.file.opening.filesystem_type", return_value=kind):
                 nobroker.Queue(self.tmp / str(kind)).close()
 
     @unittest.skipUnless(os.path.exists("/proc/self/mountinfo"), "Linux mountinfo")

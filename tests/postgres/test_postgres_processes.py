@@ -28,7 +28,7 @@ from pg_support import (
 )
 from support import TempDirTestCase, child_env, slow, spawn_python
 
-TESTS = str(Path(__file__).resolve().parent)
+TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: pg_support, support
 
 # A consumer: lease, ack, and write the acked id (after ack returned) to its file.
 CONSUMER = """

@@ -13,6 +13,7 @@ import time
 import unittest
 from typing import Any
 
+from contract.test_queue_contract import QueueContract
 from pg_support import (
     URL,
     drop_schema,
@@ -23,7 +24,6 @@ from pg_support import (
     wait_for,
 )
 from support import FakeClock
-from test_queue_contract import QueueContract
 
 from nobroker import JobNotFoundError, JobState, NotLeasedError
 from nobroker.errors import ConnectionLostError, NobrokerError

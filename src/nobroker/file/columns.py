@@ -1,0 +1,125 @@
+"""The replay state's vocabulary: a job as an Entry, slot codes, ids, and Columns.
+
+Shared by the job table (jobtable.py), the replay state (state.py) and
+checkpoints (checkpoint.py): what one job looks like when the state hands
+it out, the error a record no writer produces raises, how a generated job id
+is its sequence number, and the live jobs as one array per field, which is
+what a checkpoint saves. Pure: no os, time, random or threads.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ..models import JobState
+
+__all__ = ["JobState", "Entry", "ReplayError", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
+           "SEQ_MAX", "PENDING", "LEASED", "DEAD", "FREE", "KEYED", "CODES", "CODE_STATES"]
+
+
+class ReplayError(ValueError):
+    """A record that no correct writer produces (internal; see CorruptLogError)."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(reason)
+        self.offset = offset
+        self.reason = reason
+
+
+@dataclass(slots=True, eq=True)
+class Entry:
+    """One job as the state knows it, copied out of the state's columns (a snapshot:
+    later records do not change it). The payload stays on disk at `loc`."""
+
+    id: str
+    seq: int
+    priority: int
+    available_at: float
+    enqueued_at: float
+    max_attempts: int
+    attempts: int
+    state: JobState
+    token: int
+    lease_until: float
+    last_error: str | None
+    keyed: bool
+    loc: int  # offset of the record holding the payload, in the current generation
+    size: int  # bytes of that record, for the live-bytes estimate
+
+
+# Generated job ids are the job's sequence number as 16 hex digits, below 2**48 so
+# that they start with "0000": id -> job is arithmetic, and no id string is kept.
+SEQ_LIMIT: Final = 1 << 48
+_HEX: Final = "0123456789abcdef"
+SEQ_MAX: Final = 1 << 62  # past it a seq could overflow an int64 column
+
+# Slot state codes (the checkpoint's too) and flags.
+PENDING, LEASED, DEAD, FREE = 0, 1, 2, 3
+CODE_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
+CODES: Final = {JobState.PENDING: PENDING, JobState.LEASED: LEASED, JobState.DEAD: DEAD}
+KEYED: Final = 1  # the id is a caller's idempotency key
+def seq_id(seq: int) -> str:
+    """The generated job id of sequence number `seq` (< SEQ_LIMIT)."""
+    return f"{seq:016x}"
+
+
+def id_seq(job_id: str) -> int:
+    """The sequence number a generated-form id names, or -1 for any other id."""
+    if len(job_id) == 16 and job_id.startswith("0000") and not job_id.strip(_HEX):
+        return int(job_id, 16)
+    return -1
+
+
+@dataclass(slots=True)
+class Columns:
+    """The live jobs in enqueue order, one array per field: what a checkpoint holds."""
+
+    seqs: array[int]
+    states: bytes  # 0 pending, 1 leased, 2 dead
+    keyed: bytes  # 0 or 1
+    priority: array[int]
+    available_at: array[float]
+    enqueued_at: array[float]
+    max_attempts: array[int]
+    attempts: array[int]
+    token: array[int]  # 0 unless leased
+    lease_until: array[float]  # 0.0 unless leased
+    loc: array[int]
+    size: array[int]
+    names: dict[int, str]  # index -> id, for ids that are not seq_id(seq)
+    errors: dict[int, str]  # index -> last_error
+
+    @classmethod
+    def of_entries(cls, entries: Sequence[Entry]) -> tuple[Columns, int]:
+        """`entries` (in enqueue order) as columns, and the next seq after them: their
+        seq fields are ignored and assigned as replay does."""
+        seqs: array[int] = array("q")
+        names: dict[int, str] = {}
+        counter = 0
+        for index, entry in enumerate(entries):  # JobTable.add's rule, without the columns
+            if entry.keyed or entry.id != seq_id(counter):
+                generated = -1 if entry.keyed else id_seq(entry.id)
+                if generated >= counter:
+                    counter = generated
+                else:
+                    names[index] = entry.id
+            seqs.append(counter)
+            counter += 1
+        leased = JobState.LEASED
+        columns = cls(
+            seqs, bytes(CODES[e.state] for e in entries), bytes(e.keyed for e in entries),
+            array("q", [e.priority for e in entries]),
+            array("d", [e.available_at for e in entries]),
+            array("d", [e.enqueued_at for e in entries]),
+            array("q", [e.max_attempts for e in entries]),
+            array("q", [e.attempts for e in entries]),
+            array("q", [e.token if e.state is leased else 0 for e in entries]),
+            array("d", [e.lease_until if e.state is leased else 0.0 for e in entries]),
+            array("q", [e.loc for e in entries]), array("I", [e.size for e in entries]),
+            names=names,
+            errors={index: e.last_error for index, e in enumerate(entries)
+                    if e.last_error is not None})
+        return columns, counter

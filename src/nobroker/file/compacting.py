@@ -1,0 +1,166 @@
+"""Running a compaction from a live handle: when, and the switch under the lock.
+
+compaction.py writes and publishes generations; this module is the store's
+side of its protocol: take a consistent end without the lock, let
+compaction.py write the next generation beside the writers, catch up until
+little is left, then under the lock copy the rest, switch, and adopt the
+new generation's state. Auto-compaction runs after a write call returned
+its result, when dead records fill enough of the log; its failures are
+logged, since the call that triggered it already succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ..errors import CompactionError, CorruptLogError, NobrokerError
+from ..models import CompactionResult
+from . import compaction, framing
+from .commands import new_nonce
+from .opening import cut_torn_tail
+
+if TYPE_CHECKING:
+    from .store import FileStore
+
+__all__ = ["compact", "compact_once", "compact_locked", "finish_compaction", "compaction_due",
+           "auto_compact"]
+
+log = logging.getLogger("nobroker")
+
+_LOCKED_CATCH_UP = 256 << 10  # copy at most about this much under the lock at the switch
+
+
+def compact(store: FileStore) -> CompactionResult:
+    """Rewrite the live jobs into a new log generation and switch to it atomically.
+
+    The new generation is written without holding the queue's lock, so other
+    handles and processes keep working; only the switch at the end locks.
+    """
+    if store.readonly:
+        raise NobrokerError("queue was opened read-only")
+    for _ in range(3):
+        result = store._compact()
+        if result is not None:
+            return result
+    raise CompactionError("other processes kept compacting this queue first")
+
+
+def compact_once(store: FileStore) -> CompactionResult | None:
+    """One compaction; None if another process switched generations meanwhile."""
+    with store._compacting:
+        started = time.perf_counter()
+        with store._locked():
+            old = store._live_log()
+            generation, upto = old.generation, old.end
+        if upto == framing.FILE_HEADER.size:
+            return CompactionResult(generation, generation, upto, upto, 0, 0,
+                                    time.perf_counter() - started)  # nothing to rewrite
+        try:
+            prepared = compaction.prepare_generation(
+                store._fs, store.directory, store.name, generation, upto,
+                nonce=new_nonce(store.rng), checkpoints=store.options.checkpoints)
+        except (OSError, CorruptLogError) as exc:
+            raise CompactionError(f"writing generation {generation + 1} failed: {exc}")\
+                from None
+        # Catch up with what was appended meanwhile, still without the lock, until
+        # what is left to copy under the lock is small. Our own state is replaced
+        # by the new generation's at the switch, so the locked step does not read
+        # forward into it: after a long compaction that would replay, under the
+        # lock, everything the others wrote meanwhile.
+        for _ in range(4):
+            before = prepared.upto
+            try:
+                prepared.catch_up()
+            except (OSError, CorruptLogError) as exc:
+                prepared.discard()
+                raise CompactionError(f"copying to generation {generation + 1} failed: "
+                                      f"{exc}") from None
+            if prepared.upto - before <= _LOCKED_CATCH_UP:
+                break
+        with store._locked(refresh=False):
+            if store._lock.stamp != generation:  # a peer compacted first
+                prepared.discard()
+                store._refresh()  # follow it, as any locked call would
+                return None
+            return finish_compaction(store, prepared, started)
+
+
+def compact_locked(store: FileStore) -> CompactionResult:
+    """Compact while already holding the lock (the rescue after a failed fsync)."""
+    result = store._compact()
+    if result is None:  # cannot happen while we hold the lock throughout
+        raise CompactionError("the generation changed under the lock")
+    return result
+
+
+def finish_compaction(store: FileStore, prepared: compaction.Prepared,
+                       started: float) -> CompactionResult:
+    """Steps 4-8 of compaction.py's protocol; under the lock."""
+    old, new_log = store._live_log(), prepared.log
+    try:
+        # The last few batches appended meanwhile; nobody writes now, so a torn
+        # tail is a dead writer's: saved aside, like any read-forward would.
+        result = prepared.catch_up()
+        if result.torn_offset is not None and not store.readonly:
+            cut_torn_tail(old, result)
+        new_log.sync()
+        new_log.rename()
+        # Stamp first: a peer that sees the new stamp before the flip re-reads
+        # NAME.current and finds the old generation, which is still right.
+        store._lock.set_stamp(new_log.generation)
+    except OSError as exc:
+        prepared.discard()
+        raise CompactionError(f"writing generation {new_log.generation} failed: {exc}")\
+            from None
+    try:
+        compaction.publish_generation(store._fs, store.directory, store.name,
+                                      new_log.generation)
+    except OSError as exc:
+        new_log.close()
+        prepared.close()
+        # The rename may or may not have reached the disk: only a reopen can tell.
+        store._poison(f"switching to generation {new_log.generation} failed: {exc}")
+        raise CompactionError(
+            f"switching to generation {new_log.generation} failed: {exc}") from None
+    state = prepared.state  # = replaying the whole new file (catch_up replays each copy)
+    before = prepared.upto  # the old generation's end: our own view of it may lag
+    prepared.close()
+    store._log, store._state = new_log, state
+    store._checkpointed = prepared.checkpointed
+    store._retire(old)
+    try:
+        compaction.remove_stale_files(store._fs, store.directory, store.name,
+                                      new_log.generation)
+    except OSError as exc:  # harmless: stale generations are never read
+        log.warning("could not remove old generations: %s", exc)
+    return CompactionResult(old_generation=old.generation,
+                            new_generation=new_log.generation, bytes_before=before,
+                            bytes_after=new_log.end, live_jobs=len(state.jobs),
+                            remembered_keys=len(state.done_keys),
+                            seconds=time.perf_counter() - started)
+
+
+def compaction_due(store: FileStore) -> bool:
+    current = store._log
+    if (store.auto_compact is None or current is None
+            or current.end < store.options.min_compact_bytes):
+        return False
+    return store._state.live_bytes < current.end * (1 - store.auto_compact)
+
+
+def auto_compact(store: FileStore) -> None:
+    if not store._compacting.acquire(blocking=False):
+        return  # another thread of ours is on it
+    try:
+        with store._locked():
+            due = store._compaction_due()
+        result = store._compact() if due else None
+        if result is not None:
+            log.info("auto-compacted %s: %d -> %d bytes", store.name,
+                     result.bytes_before, result.bytes_after)
+    except CompactionError as exc:  # the call that triggered it already succeeded
+        log.error("auto-compaction of %r failed: %s", store.name, exc)
+    finally:
+        store._compacting.release()

@@ -1,0 +1,91 @@
+"""Reading forward: what other handles wrote, and the compactions they made.
+
+Every locked call first catches up with the log. Usually that is a scan of
+the batches appended since; when a peer has compacted (the lock file's stamp
+names a newer generation), the handle follows it without replaying: its
+state, read to the end of the old generation, already holds exactly the
+jobs the new one does, so only where their payloads live must change, and
+the new generation's checkpoint says where. If anything does not line up,
+the caller reloads from the files (opening.py), which is always right.
+
+Under the queue's lock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import CorruptLogError
+from . import checkpoint, compaction
+from .logfile import LogFile
+from .opening import cut_torn_tail
+
+if TYPE_CHECKING:
+    from .store import FileStore
+
+__all__ = ["refresh", "follow_compaction"]
+
+
+def refresh(store: FileStore) -> None:
+    """Catch up with what other handles wrote since we last looked."""
+    if store._lock.stamp != store._live_log().generation:
+        # Someone compacted: move to the new generation, cheaply if we can.
+        if not follow_compaction(store):
+            store._load()
+        return
+    current = store._live_log()
+    try:
+        result = current.scan(store._state.apply_batch, store._state.last_batch, full=False)
+    except CorruptLogError as exc:
+        store._poison(str(exc))
+        raise
+    if result.torn_offset is not None and not store.readonly:
+        cut_torn_tail(current, result)
+
+
+def follow_compaction(store: FileStore) -> bool:
+    """Switch to the generation another handle compacted into, keeping our state.
+
+    Our state, once we have read the old generation to its end (nobody
+    writes it after the switch), holds exactly the jobs the new generation
+    does; only where their payloads live has changed. The new generation's
+    checkpoint says where the snapshot put each job, and everything
+    appended to the old generation after the snapshot point was copied
+    byte for byte, so it moved by a fixed distance. That is O(jobs) of
+    simple updates instead of decoding a checkpoint or replaying a log.
+    Returns False (the caller reloads) if anything does not line up.
+    """
+    old = store._live_log()
+    generation = compaction.read_current(store._fs, store.directory, store.name)
+    if generation != old.generation + 1:
+        return False
+    try:
+        old.scan(store._state.apply_batch, store._state.last_batch, full=False)
+        new_log = LogFile.open(store._fs, store.directory, store.name, generation,
+                               readonly=store.readonly)
+    except (OSError, CorruptLogError):
+        return False
+    try:
+        data = new_log.read_checkpoint() if store.options.checkpoints else None
+        moved = None if data is None else checkpoint.relocation(
+            data, generation, store._fs.fstat(new_log.fd).st_size,
+            lambda offset: compaction.snapshot_nonce(new_log, offset))
+    except (checkpoint.CheckpointError, OSError):
+        moved = None
+    if (moved is None or moved.source_generation != old.generation
+            or not moved.source_offset <= old.end):
+        new_log.close()
+        return False
+    shift = moved.end - moved.source_offset
+    if not store._state.relocate(moved.source_offset, shift, moved.seqs, moved.names,
+                                moved.locs, moved.sizes):
+        new_log.close()
+        return False  # not the jobs we know: reload instead
+    new_log.end = moved.end + old.end - moved.source_offset
+    new_log.crc = new_log.prefix_crc(new_log.end, moved.end, moved.crc)  # the copied tail
+    store._state.snapshot_seen = True  # what a replay of the new generation says
+    store._log = new_log
+    store._checkpointed = moved.end
+    store._retire(old)
+    store._refresh()  # and read what was written to the new generation since
+    return True

@@ -1,0 +1,130 @@
+"""Opening a queue's files: where a queue may live, loading and recovering it.
+
+The store's first job, and the one it repeats when its state can no longer
+be trusted (a peer compacted in a way it cannot follow, a forked child):
+make sure the directory exists and is not on a network file system whose
+locks do not work; find the current generation; rebuild the replay state
+from its checkpoint and records (rebuild.py); and cut a torn tail, saving
+the bytes aside and saying so in the RecoveryReport. `queue_exists` is the
+one answer to "is there a queue of this name here?" (the CLI and read-only
+opens ask it).
+
+Under the queue's lock, except `queue_exists` and the directory checks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from ..errors import CorruptLogError, NobrokerError, UnsafeFilesystemError
+from ..models import RecoveryReport
+from . import compaction, framing
+from .fs import NETWORK_FILESYSTEMS, filesystem_type
+from .lock import shared_lock
+from .logfile import LogFile, ScanResult, log_filename, paused_gc
+from .rebuild import load_checkpoint
+from .state import QueueState
+
+if TYPE_CHECKING:
+    from .store import FileStore
+
+__all__ = ["queue_exists", "queue_files"]
+
+log = logging.getLogger("nobroker")
+
+
+def queue_files(name: str) -> tuple[str, ...]:
+    """The file names whose presence means a queue `name` was created in a directory:
+    the lock file comes first (opening creates it), then generation 0, then
+    NAME.current once it has compacted."""
+    return (compaction.current_filename(name), log_filename(name, 0), f"{name}.lock")
+
+
+def queue_exists(directory: str, name: str) -> bool:
+    """Whether `directory` holds a queue named `name` (it was created there)."""
+    return any(os.path.lexists(os.path.join(directory, entry)) for entry in queue_files(name))
+
+
+def prepare_directory(store: FileStore, allow_network_fs: bool) -> None:
+    if not os.path.isdir(store.directory):
+        if store.readonly:
+            raise NobrokerError(f"no queue directory at {store.directory}")
+        parent = os.path.dirname(store.directory)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        try:
+            store._fs.mkdir(store.directory, 0o700)  # payloads are often private
+            store._fs.fsync_dir(parent)
+        except FileExistsError:
+            pass
+    kind = filesystem_type(store.directory)
+    if kind in NETWORK_FILESYSTEMS and not allow_network_fs:
+        raise UnsafeFilesystemError(
+            f"{store.directory} is on a network file system ({kind}); kernel file locks "
+            f"do not protect a queue there. Pass allow_network_fs=True to use it anyway, "
+            f"with one process only.")
+
+
+def load(store: FileStore) -> RecoveryReport:
+    """(Re)build the state from the current generation; under the lock."""
+    notes: list[str] = []
+    generation = compaction.read_current(store._fs, store.directory, store.name)
+    if generation == 0:
+        generation = compaction.first_generation(
+            store._fs, store.directory, store.name, readonly=store.readonly, notes=notes)
+    try:
+        new_log = LogFile.open(store._fs, store.directory, store.name, generation,
+                               readonly=store.readonly)
+    except FileNotFoundError:
+        raise CorruptLogError(store._current_path, 0,
+                              f"names generation {generation}, whose log file is missing")\
+            from None
+    try:
+        with paused_gc():
+            loaded = load_checkpoint(new_log) if store.options.checkpoints else None
+            from_checkpoint = None if loaded is None else new_log.end
+            state = QueueState() if loaded is None else loaded
+            result = new_log.scan(state.apply_batch, state.last_batch, full=True)
+        if generation > 0 and not state.snapshot_seen:
+            raise CorruptLogError(new_log.path, new_log.end,
+                                  "generation does not start with a complete snapshot")
+        side = None
+        if result.torn_offset is not None and not store.readonly:
+            side = cut_torn_tail(new_log, result)
+    except BaseException:
+        new_log.close()
+        raise
+    old = store._log
+    store._log, store._state = new_log, state
+    if store._lock.stamp != generation and not store.readonly:
+        store._lock.set_stamp(generation)  # heal a stamp left by a crashed compaction
+    store._checkpointed = from_checkpoint or framing.FILE_HEADER.size
+    if old is not None:
+        store._retire(old)
+    return RecoveryReport(
+        generation=generation, records=result.records, torn_offset=result.torn_offset,
+        torn_bytes=result.torn_bytes, torn_reason=result.torn_reason,
+        repaired=side is not None, side_file=side, notes=tuple(notes),
+        checkpoint_offset=from_checkpoint)
+
+
+def cut_torn_tail(target: LogFile, result: ScanResult) -> str:
+    """Save a torn tail to a side file, cut it, say so; returns the side file."""
+    assert result.torn_offset is not None
+    side = target.save_torn(result.torn_offset, result.torn_bytes)
+    target.cut(result.torn_offset)
+    log.warning("%s: cut a torn tail of %d bytes at offset %d (%s); saved to %s",
+                target.path, result.torn_bytes, result.torn_offset, result.torn_reason,
+                side)
+    return side
+
+
+def reopen_in_child(store: FileStore) -> None:
+    """In a forked child: nothing inherited is ours (the parent's lock, its file
+    offsets): take the lock afresh and reload from the files."""
+    store._pid = os.getpid()
+    store._lock = shared_lock(store._fs, store._lock_path, readonly=store.readonly)
+    store._log = None
+    with store._locked(refresh=False):
+        store._load()

@@ -1,0 +1,1 @@
+"""The file engine: replay state, framing, crash, fault, fuzz and explorer tests."""

@@ -1,0 +1,1 @@
+"""The Worker: settling, heartbeats, stopping, processes."""
