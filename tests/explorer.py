@@ -1557,6 +1557,8 @@ class _Opener:
         try:
             queue = self.queue(clock)
             try:
+                if queue.stats().paused:  # a recovered pause holds: lift it to go on
+                    queue.resume()
                 live = {job_id: token for job_id, (state, token, until) in outcome.jobs.items()
                         if state == "leased" and until > clock.now}
                 for job in queue.lease(10_000, visibility_timeout=60.0):
@@ -2315,6 +2317,50 @@ def _w_checkpoints(d: Driver) -> None:
     d.call(d.open(**often), "stats")
 
 
+@workload("results_compaction")
+def _w_results(d: Driver) -> None:
+    # Results kept with finished jobs (ACK with "r"), across a compaction (FINISHED
+    # records) and until their retention runs out (FORGET).
+    h = d.open(result_ttl=100.0)
+    d.call(h, "enqueue_many", [payload(i, 150) for i in range(3)])
+    leased = _held(d.call(h, "lease", 1))
+    for job in leased:
+        d.call(h, "ack", job, result={"sum": 3, "pad": "r" * 300})
+    for job in _held(d.call(h, "lease", 1)):
+        nxt = d.call(h, "ack_and_lease", job, result=None)
+        if isinstance(nxt, Job):
+            d.call(h, "ack", nxt, result=[1, 2], result_ttl=500.0)
+    d.call(h, "compact")
+    d.advance(200)  # the first two results' retention ends: the next write forgets them
+    d.call(h, "enqueue", payload(9, 100))
+    d.call(h, "compact")
+    if leased:
+        d.call(h, "get", leased[0].id)
+
+
+@workload("cancel_pause")
+def _w_cancel_pause(d: Driver) -> None:
+    # CANCEL of a pending and of a leased job (the holder's ack is then refused),
+    # PAUSE/RESUME across a compaction, DELETE of dead jobs.
+    a, b = d.open(max_attempts=1), d.open(max_attempts=1)
+    jobs = d.call(a, "enqueue_many", [payload(i, 200) for i in range(4)])
+    held = _held(d.call(b, "lease", 2))
+    if isinstance(jobs, list) and len(jobs) == 4:
+        d.call(a, "cancel", jobs[3].id)
+    if held:
+        d.call(a, "cancel", held[0].id)
+        d.call(b, "ack", held[0], result="late")  # NotLeasedError: writes nothing
+    d.call(a, "pause")
+    d.call(b, "enqueue", payload(7, 300))
+    d.call(b, "lease", 1)  # paused: nothing
+    d.call(a, "compact")
+    d.call(b, "resume")
+    for job in held[1:] + _held(d.call(b, "lease", 1)):
+        d.call(b, "nack", job, error="boom")  # dead on its only attempt
+    d.call(a, "delete_dead")
+    d.call(a, "compact")
+
+
 def random_workload(seed: int, length: int = 50, handles: int = 2) -> Workload:
     """A seeded random mix of exactly `length` calls over `handles` handles.
 
@@ -2393,6 +2439,10 @@ _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
     "compact": lambda d, h, held: d.call(h, "compact"),
     "requeue_dead": lambda d, h, held: d.call(h, "requeue_dead"),
     "purge": lambda d, h, held: d.call(h, "purge"),
+    "ack_result": lambda d, h, held: d.call(h, "ack", held.pop(), result={"r": 1})
+    if held else None,
+    "cancel": lambda d, h, held: d.call(h, "cancel", held[-1].id) if held else None,
+    "pause": lambda d, h, held: d.call(h, "pause"),
 }
 
 

@@ -14,8 +14,10 @@ Every child writes an event log, one line per event, each line one
 line that is there happened and a line that is missing may or may not have:
 
     producer: try TAG KEY | ok TAG ID | trymany TAG... | okmany TAG=ID...
-    worker:   start ID TOKEN TAG EXPIRES | acking ID TOKEN | acked ID TOKEN
+              | cancelling ID | cancelled ID yes/no
+    worker:   start ID TOKEN TAG EXPIRES | acking ID TOKEN | acked ID TOKEN [result]
               | nacking/nacked ID TOKEN | stale ID TOKEN | extended ID TOKEN
+    compactor: compacting | compacted GEN JOBS | pausing | paused | resumed
 
 The audit (reliability.md §7, Jepsen's total-queue in nobroker's terms):
 
@@ -28,9 +30,12 @@ The audit (reliability.md §7, Jepsen's total-queue in nobroker's terms):
   ran out, unless that one was nacked -- 0;
 - every duplicate delivery explained: the earlier holder was killed, nacked
   it, or found its lease superseded (`stale`, a slow holder) -- 0 otherwise;
+- results and cancels: a job whose ack with a result returned is kept DONE
+  with that result; one whose cancel returned True is kept CANCELLED and was
+  never acked; nothing is CANCELLED that nobody tried to cancel -- 0 otherwise;
 - the final stats agree with the logs: nothing pending or leased, the dead
   are the listed dead, and `done` equals the number of jobs that existed
-  minus the dead.
+  minus the dead and the cancelled.
 
 tests/test_soak.py runs a short one; tools/torture.py runs long ones.
 """
@@ -91,6 +96,8 @@ class SoakReport:
     dead: int = 0
     compactions: int = 0
     stale: int = 0
+    results: int = 0  # acks with a result that returned (each must be kept)
+    cancelled: int = 0  # jobs kept as cancelled at the end
     lost: int = 0
     double_acked: int = 0
     resurrected: int = 0
@@ -108,7 +115,8 @@ class SoakReport:
         kills = ", ".join(f"{role} {n}" for role, n in sorted(self.kills.items()))
         return (f"soak {self.seconds:.0f}s: {self.enqueued} jobs enqueued ({self.tried} tried, "
                 f"{self.recovered} recovered), {self.deliveries} deliveries, {self.acked} acked, "
-                f"{self.dead} dead, {self.duplicates} justified duplicates, "
+                f"{self.dead} dead, {self.results} results kept, {self.cancelled} cancelled, "
+                f"{self.duplicates} justified duplicates, "
                 f"{self.compactions} compactions, kills: {sum(self.kills.values())} ({kills}); "
                 f"lost {self.lost}, double-acked {self.double_acked}, resurrected "
                 f"{self.resurrected}, unexpected {self.unexpected}, lease overlaps "
@@ -166,6 +174,9 @@ def producer(args: argparse.Namespace, log: EventLog, rng: random.Random) -> Non
             log("try", tag, key or "-")
             job = q.enqueue({"tag": tag, "pad": "x" * rng.randrange(0, 300)}, job_id=key)
             log("ok", tag, job.id)
+            if rng.random() < 0.05:  # cancel it again: pending, or already held by a worker
+                log("cancelling", job.id)
+                log("cancelled", job.id, "yes" if q.cancel(job.id) else "no")
         # Producers pace themselves a little: a worker spends two fsyncs on most jobs
         # (lease, ack), so unpaced producers build a backlog the drain must work off.
         time.sleep(rng.uniform(0, 0.004) if rng.random() < 0.95 else rng.uniform(0, 0.02))
@@ -200,13 +211,19 @@ def worker(args: argparse.Namespace, log: EventLog, rng: random.Random) -> None:
                 job = q.extend(job, vt)
                 log("extended", job.id, token)
             log("acking", job.id, token)
+            with_result = rng.random() < 0.3  # the job is then kept with its result
+            result = {"tag": job.payload["tag"]}
             if roll < 0.6 and not _stop:
-                following = q.ack_and_lease(job, visibility_timeout=vt)
-                log("acked", job.id, token)
+                following = q.ack_and_lease(job, visibility_timeout=vt, result=result) \
+                    if with_result else q.ack_and_lease(job, visibility_timeout=vt)
+                log("acked", job.id, token, *(("result",) if with_result else ()))
                 job = following
             else:
-                q.ack(job)
-                log("acked", job.id, token)
+                if with_result:
+                    q.ack(job, result=result)
+                else:
+                    q.ack(job)
+                log("acked", job.id, token, *(("result",) if with_result else ()))
                 job = None
         except NotLeasedError:
             log("stale", job.id, token)
@@ -216,7 +233,15 @@ def worker(args: argparse.Namespace, log: EventLog, rng: random.Random) -> None:
 
 def compactor(args: argparse.Namespace, log: EventLog, rng: random.Random) -> None:
     q = _open_queue(args)
+    q.resume()  # a compactor killed while it held the queue paused left it so
     while not _stop:
+        if rng.random() < 0.3:  # hold the workers off for a moment, in every process
+            log("pausing")
+            q.pause()
+            log("paused")
+            time.sleep(rng.uniform(0.01, 0.1))
+            q.resume()
+            log("resumed")
         deadline = time.monotonic() + rng.uniform(0.5, 1.5)
         while not _stop and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -381,6 +406,8 @@ def run_soak(cfg: SoakConfig, root: str | None = None) -> SoakReport:
                 chaos.kill_one(rng)
         chaos.check_exits()
         chaos.stop(("producer", "compactor"))
+        with Queue(directory) as q:
+            q.resume()  # in case the last compactor was killed while it paused the queue
 
         def drained() -> bool:
             chaos.check_exits()
@@ -443,6 +470,9 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
     acked: dict[str, list[int]] = defaultdict(list)
     acking: dict[str, set[int]] = defaultdict(set)
     settled: set[tuple[str, int]] = set()  # (job, token) nacked or found stale
+    with_result: set[str] = set()  # jobs whose ack with a result returned
+    cancel_tried: set[str] = set()
+    cancelled: set[str] = set()  # jobs whose cancel returned True
     stale_tokens: dict[str, set[int]] = defaultdict(set)
     nacking: set[tuple[str, int]] = set()  # a nack was begun (it may have landed)
     for pid, fields in events:
@@ -469,6 +499,12 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
             nacking.add((rest[0], int(rest[1])))
         elif kind == "acked":
             acked[rest[0]].append(int(rest[1]))
+            if rest[2:] == ["result"]:
+                with_result.add(rest[0])
+        elif kind == "cancelling":
+            cancel_tried.add(rest[0])
+        elif kind == "cancelled" and rest[1] == "yes":
+            cancelled.add(rest[0])
         elif kind in ("nacked", "stale"):
             settled.add((rest[0], int(rest[1])))
             if kind == "stale":
@@ -478,6 +514,8 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
             report.compactions += 1
     with Queue(directory, readonly=True) as q:
         present = {job.id: job for job in q.list_jobs()}
+        kept = {job.id: job for state in (nobroker.JobState.DONE, nobroker.JobState.CANCELLED)
+                for job in q.list_jobs(state)}
         stats = q.stats()
     report.stats = stats
     for job in present.values():
@@ -507,8 +545,26 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
             report.resurrected += 1
             problems.append(f"resurrected: {job_id} delivered with tokens {later} after its "
                             f"ack with token {min(tokens)}")
+    ended_cancelled = {j for j, job in kept.items()
+                       if job.state is nobroker.JobState.CANCELLED}
+    report.cancelled = len(ended_cancelled)
+    report.results = len(with_result)
+    for job_id in sorted(with_result):
+        got = kept.get(job_id)
+        if got is None or got.state is not nobroker.JobState.DONE \
+                or got.result != {"tag": tag_of.get(job_id)}:
+            problems.append(f"result lost: {job_id}'s ack with a result returned, yet the "
+                            f"queue holds {got}")
+    for job_id in sorted(cancelled):
+        if job_id not in ended_cancelled:
+            problems.append(f"cancel lost: {job_id}'s cancel returned True, yet it is "
+                            f"{kept.get(job_id) or present.get(job_id)}")
+        if acked.get(job_id):
+            problems.append(f"acked after a cancel: {job_id}")
+    for job_id in sorted(ended_cancelled - cancel_tried):
+        problems.append(f"cancelled, yet nobody cancelled {job_id}")
     returned = set(ok.values())
-    for job_id in sorted(existed - set(present)):
+    for job_id in sorted(existed - set(present) - ended_cancelled):
         if not acking.get(job_id):  # gone, and nobody even tried to ack it
             report.lost += 1
             how = "its enqueue returned" if job_id in returned else "it was delivered"
@@ -539,7 +595,7 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
         problems.append(f"not drained: {stats}")
     if stats.dead != report.dead:
         problems.append(f"stats.dead {stats.dead} != {report.dead} dead jobs listed")
-    expected_done = len(existed - set(present))
+    expected_done = len(existed - set(present) - ended_cancelled)
     if stats.done != expected_done:
         problems.append(f"stats.done {stats.done} != {expected_done} jobs that existed and "
                         f"are gone")

@@ -40,14 +40,14 @@ FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("rebuilding and generations", frozenset({"rebuild", "compaction"})),
     ("planning and saving the state", frozenset({"commands", "checkpoint", "tolerant"})),
     ("the replay state", frozenset({"state", "jobtable", "schedule", "relocation",
-                                    "columns"})),
+                                    "retention", "columns"})),
     ("one log file", frozenset({"logfile"})),
     ("records", frozenset({"records"})),
-    ("bytes and the OS", frozenset({"framing", "fs", "lock", "wake"})),
+    ("bytes and the OS", frozenset({"framing", "fs", "lock", "wake", "finished"})),
 ]
 # The replay state is pure: it imports only itself (and the shared layer).
-PURE = frozenset({"state", "jobtable", "schedule", "relocation", "columns", "records",
-                  "framing"})
+PURE = frozenset({"state", "jobtable", "schedule", "relocation", "retention", "columns",
+                  "records", "framing"})
 IMPURE_STDLIB = frozenset({"os", "time", "random", "threading"})
 
 

@@ -21,6 +21,7 @@ from .errors import (
     QueueClosedError,
     SerializationError,
     StorageError,
+    TaskFailed,
     UnsafeFilesystemError,
 )
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
@@ -46,6 +47,7 @@ __all__ = [
     "RecoveryReport",
     "SerializationError",
     "StorageError",
+    "TaskFailed",
     "UnsafeFilesystemError",
     "Worker",
     "WorkerStats",

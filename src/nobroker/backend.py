@@ -87,11 +87,17 @@ class Backend(Protocol):
     # -- consuming
     def lease(self, count: int, visibility_timeout: float) -> list[Job]: ...
 
-    def ack(self, job: Job) -> None: ...
+    def ack(self, job: Job, result_text: str | None = None,
+            result_ttl: float | None = None) -> None:
+        """With `result_text` (JSON; "null" included), the job is kept as DONE with its
+        result for `result_ttl` seconds (None: the settings'); without, nothing is."""
+        ...
 
     def ack_many(self, jobs: Sequence[Job]) -> None: ...
 
-    def ack_and_lease(self, job: Job, visibility_timeout: float) -> Job | None: ...
+    def ack_and_lease(self, job: Job, visibility_timeout: float,
+                      result_text: str | None = None,
+                      result_ttl: float | None = None) -> Job | None: ...
 
     def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
         """`delay` None: the settings' backoff, jittered by the settings' rng."""
@@ -101,13 +107,33 @@ class Backend(Protocol):
 
     def wait(self, timeout: float) -> bool:
         """Block until a job may be leasable (True) or `timeout` passes (False); never
-        polls faster than the backend must, and never leases."""
+        polls faster than the backend must, and never leases. While the queue is
+        paused nothing is leasable: it returns at RESUME or at the timeout."""
+        ...
+
+    def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
+        """The job once DONE, DEAD or CANCELLED (woken, never polled); None on timeout.
+        Raises JobNotFoundError for an id the backend does not know (or no longer)."""
+        ...
+
+    # -- job control
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a pending or leased job (its lease is revoked), kept as CANCELLED for
+        the settings' result_ttl; False for a finished, dead or unknown job."""
+        ...
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause (nothing is leased; enqueueing goes on) or resume, in every process."""
         ...
 
     # -- operating
     def requeue_dead(self, job_id: str | None) -> int: ...
 
     def purge(self) -> int: ...
+
+    def delete_dead(self, job_id: str | None) -> int:
+        """Delete one dead job (JobNotFoundError if it is not dead) or all; how many."""
+        ...
 
     def get(self, job_id: str) -> Job: ...
 
@@ -125,28 +151,6 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-# --------------------------------------------------------------------------
-# NEXT (issue 10): what the task layer adds. Not implemented by any backend yet;
-# the file engine and PostgreSQL implement it next, and Queue then takes it.
-
-class TaskBackend(Backend, Protocol):
-    """A Backend that also keeps results and lets jobs be cancelled and paused."""
-
-    def ack(self, job: Job, result_text: str | None = None,
-            result_ttl: float | None = None) -> None: ...
-
-    def ack_and_lease(self, job: Job, visibility_timeout: float,
-                      result_text: str | None = None,
-                      result_ttl: float | None = None) -> Job | None: ...
-
-    def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
-        """The job once DONE, DEAD or CANCELLED (woken, never polled); None on timeout.
-        Raises JobNotFoundError for an id the backend has never heard of."""
-        ...
-
-    # -- job control
-    def cancel(self, job_id: str) -> bool: ...
-
-    def set_paused(self, paused: bool) -> None: ...
-
-    def delete_dead(self, job_id: str | None) -> int: ...
+# The name the task layer's operations had while no backend implemented them; they
+# are part of Backend now.
+TaskBackend = Backend

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 from . import __version__, validation
 from .codec import loads
-from .errors import CorruptLogError, NobrokerError, SerializationError
+from .errors import CorruptLogError, NobrokerError, SerializationError, TaskFailed
 from .file.inspection import RawRecord, current_log_path, read_records
 from .file.opening import queue_exists
 from .file.salvage import salvage
@@ -147,11 +147,24 @@ def _open(args: argparse.Namespace, *, readonly: bool = False, create: bool = Fa
 # -- output -----------------------------------------------------------------
 
 def _job_dict(job: Job) -> dict[str, Any]:
-    return {"id": job.id, "state": str(job.state), "priority": job.priority,
-            "attempts": job.attempts, "max_attempts": job.max_attempts,
-            "available_at": job.available_at, "enqueued_at": job.enqueued_at,
-            "lease_expires_at": job.lease_expires_at, "last_error": job.last_error,
-            "payload": job.payload}
+    found = {"id": job.id, "state": str(job.state), "priority": job.priority,
+             "attempts": job.attempts, "max_attempts": job.max_attempts,
+             "available_at": job.available_at, "enqueued_at": job.enqueued_at,
+             "lease_expires_at": job.lease_expires_at, "last_error": job.last_error,
+             "payload": job.payload}
+    if job.finished_at is not None:  # done, dead or cancelled: say so, and when
+        found.update(finished_at=job.finished_at, result=job.result,
+                     finished=_finished_line(job))
+    return found
+
+
+def _finished_line(job: Job) -> str:
+    """'done at 2026-12-01 09:30:00 UTC after 1 of 5 attempts', as far as it is known."""
+    assert job.finished_at is not None
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(job.finished_at))
+    if job.max_attempts == 0:  # a keyed job acked without a result: only its key is left
+        return f"{job.state} at {when}"
+    return f"{job.state} at {when} after {job.attempts} of {job.max_attempts} attempts"
 
 
 def _print_json(value: Any) -> None:
@@ -223,12 +236,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
                      **dataclasses.asdict(stats), "leased": stats.leased - expired,
                      "expired": expired, "torn_tail": torn})
         return 0
-    print(f"queue {queue.name!r} in {queue.directory}")
-    for label, value in (("pending", stats.pending), ("leased", stats.leased - expired),
-                         ("expired", expired),
-                         ("dead", stats.dead), ("done", stats.done), ("total", stats.total),
-                         ("generation", stats.generation), ("log bytes", stats.log_bytes)):
-        print(f"  {label:<11}{value:>12,}")
+    print(f"queue {queue.name!r} in {queue.directory}"
+          + (" -- PAUSED: nothing is leased until 'nobroker resume'" if stats.paused else ""))
+    for label, value, note in (
+            ("pending", stats.pending, ""), ("leased", stats.leased - expired, ""),
+            ("expired", expired, ""), ("dead", stats.dead, ""),
+            ("in queue", stats.total, "pending + leased + expired + dead"),
+            ("kept", stats.kept, "finished, kept with their result or cancel"),
+            ("done", stats.done, "acked since the queue was created"),
+            ("generation", stats.generation, ""), ("log bytes", stats.log_bytes, "")):
+        print(f"  {label:<11}{value:>12,}" + (f"  ({note})" if note else ""))
+    print(f"  {'paused':<11}{'yes' if stats.paused else 'no':>12}")
     if expired:
         print(f"  ({expired} lease(s) ran out; the next write to the queue retries or "
               f"dead-letters them)")
@@ -273,6 +291,13 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
+    if args.requeue is not None and args.delete is not None:
+        raise UsageError("--requeue and --delete cannot be combined")
+    if args.delete is not None:
+        with _open(args) as queue:
+            count = queue.delete_dead(args.delete or None)
+        print(f"deleted {count} job(s) from the dead-letter queue")
+        return 0
     if args.requeue is not None:
         with _open(args) as queue:
             count = queue.requeue_dead(args.requeue or None)
@@ -559,7 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="redraw the counts and rates every second until Ctrl-C")
 
     sub = command("list", cmd_list, "list jobs in enqueue order (read-only)")
-    sub.add_argument("--state", choices=[str(s) for s in JobState if s is not JobState.DONE])
+    sub.add_argument("--state", choices=[str(s) for s in JobState])
     sub.add_argument("--limit", type=_non_negative_int, metavar="N", help="at most N jobs")
     sub.add_argument("--json", action="store_true", help="print JSON")
 
@@ -588,6 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("dlq", cmd_dlq, "list the dead-letter queue, or requeue from it")
     sub.add_argument("--requeue", nargs="?", const="", metavar="ID",
                      help="move one dead job (or, without ID, all) back to pending")
+    sub.add_argument("--delete", nargs="?", const="", metavar="ID",
+                     help="delete one dead job (or, without ID, all of them)")
     sub.add_argument("--json", action="store_true", help="print JSON")
 
     sub = command("inspect", cmd_inspect, "print every raw record of the log (read-only)")
@@ -602,6 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("compact", cmd_compact, "rewrite the log with only the live jobs")
     sub = command("purge", cmd_purge, "delete every pending job")
     sub.add_argument("--yes", action="store_true", help="really do it")
+    _job_control_commands(command)
     _add_dashboard(command)
 
     # -- PostgreSQL (nobroker.postgres, needs nobroker[postgres])
@@ -615,6 +643,60 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--from", dest="source", required=True, metavar="DIR|URL")
     sub.add_argument("--to", dest="target", required=True, metavar="URL|DIR")
     return parser
+
+
+# -- job control: cancel, pause, resume, result --------------------------------
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        cancelled = queue.cancel(args.id)
+    if not cancelled:
+        raise NobrokerError(f"job {args.id!r} is not pending or leased (finished, dead, "
+                            f"or unknown): nothing cancelled")
+    print(f"cancelled {args.id}")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        queue.pause()
+    print(f"queue {queue.name!r} paused: nothing is leased until 'nobroker resume'")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with _open(args) as queue:
+        queue.resume()
+    print(f"queue {queue.name!r} resumed")
+    return 0
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    with _open(args, readonly=True) as queue:
+        try:
+            value = queue.result(args.id, timeout=args.wait)
+        except TaskFailed as exc:
+            _complain(str(exc))
+            return 1
+        except TimeoutError:
+            _complain(f"job {args.id!r} has not finished"
+                      + (f" within {args.wait:g}s" if args.wait else ""))
+            return 1
+    print(json.dumps(value, ensure_ascii=False))
+    return 0
+
+
+def _job_control_commands(command: Callable[[str, Command, str],
+                                            argparse.ArgumentParser]) -> None:
+    sub = command("cancel", cmd_cancel, "cancel a pending or leased job")
+    sub.add_argument("id", metavar="ID")
+    command("pause", cmd_pause, "stop leasing jobs (enqueueing goes on) until resume")
+    command("resume", cmd_resume, "lease jobs again after pause")
+    sub = command("result", cmd_result, "print a finished job's result as JSON; exit 1 if "
+                  "it failed, was cancelled, or has not finished")
+    sub.add_argument("id", metavar="ID")
+    sub.add_argument("--wait", type=_seconds, default=0.0, metavar="S",
+                     help="wait up to S seconds for the job to finish (default: 0)")
 
 
 def _log_level(args: argparse.Namespace) -> int:

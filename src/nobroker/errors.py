@@ -18,6 +18,7 @@ __all__ = [
     "QueueClosedError",
     "SerializationError",
     "StorageError",
+    "TaskFailed",
     "UnsafeFilesystemError",
     "DatabaseError",
     "ConnectionLostError",
@@ -124,3 +125,14 @@ class ConnectionLostError(DatabaseError):
     break). The handle itself stays usable: its next call connects again, so a
     worker waits a little and carries on.
     """
+
+
+class TaskFailed(NobrokerError):
+    """A job waited for (`TaskResult.get`, `Queue.result`) ended dead or cancelled, not done."""
+
+    def __init__(self, job_id: str, state: str, last_error: str | None) -> None:
+        why = f": {last_error}" if last_error else ""
+        super().__init__(f"job {job_id!r} ended {state}{why}")
+        self.job_id = job_id
+        self.state = state
+        self.last_error = last_error

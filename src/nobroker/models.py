@@ -41,14 +41,19 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
+    """Counts of one queue. `pending`, `leased`, `dead`, `total` and `kept` count jobs
+    the queue holds now; `done` counts acks over the queue's whole life, so it may
+    exceed `total` (a queue whose jobs all finished holds none: total 0, done N)."""
+
     pending: int  # waiting, ready now or delayed
-    leased: int
+    leased: int  # held by a worker right now
     dead: int  # in the dead-letter queue
-    done: int  # acks since the queue was created (survives compaction)
-    total: int  # pending + leased + dead: jobs the queue currently holds
+    done: int  # jobs acked since the queue was created (a running count; survives compaction)
+    total: int  # pending + leased + dead: the unfinished and dead-lettered jobs held now
     generation: int
     log_bytes: int  # logical size of the current log generation
     paused: bool = False  # Queue.pause(): nothing is leased until Queue.resume()
+    kept: int = 0  # finished jobs kept with their outcome (a result, or cancelled) for get()
     # Lifetime totals, like `done` (None where a backend does not count them):
     enqueued: int | None = None  # jobs enqueued
     retried: int | None = None  # failed deliveries (nack, expired lease) scheduled again

@@ -11,9 +11,11 @@ by hand, for tests and tools.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import random
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,13 +23,15 @@ from . import validation
 from .backend import Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload
-from .errors import NobrokerError, SerializationError
+from .errors import NobrokerError, SerializationError, TaskFailed
 from .file.backend import FileBackend, FileOptions
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
 __all__ = ["Queue", "POSTGRES_SCHEMES"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_MISSING: Any = object()  # ack() without a result (None is a result)
+_AWAIT_SLICE = 1.0  # aresult waits in a worker thread at most this long per call
 
 
 class Queue:
@@ -45,7 +49,8 @@ class Queue:
     def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
                  fsync: bool = True, visibility_timeout: float = 30.0, max_attempts: int = 5,
                  backoff: BackoffPolicy | None = None, lock_timeout: float = 10.0,
-                 key_retention: float = 86400.0, auto_compact: float | None = 0.5,
+                 key_retention: float = 86400.0, result_ttl: float = 86400.0,
+                 auto_compact: float | None = 0.5,
                  readonly: bool = False, allow_network_fs: bool = False,
                  clock: Callable[[], float] | None = None,
                  rng: random.Random | None = None) -> None:
@@ -57,6 +62,7 @@ class Queue:
                                             validation.INT_LIMIT),
             lock_timeout=validation.number("lock_timeout", lock_timeout, minimum=0),
             key_retention=validation.number("key_retention", key_retention, minimum=0),
+            result_ttl=validation.number("result_ttl", result_ttl, minimum=0),
             backoff=backoff if backoff is not None else BackoffPolicy(),
             fsync=bool(fsync), readonly=bool(readonly), clock=clock,
             rng=rng if rng is not None else random.Random())
@@ -89,6 +95,7 @@ class Queue:
         self.max_attempts = settings.max_attempts
         self.lock_timeout = settings.lock_timeout
         self.key_retention = settings.key_retention
+        self.result_ttl = settings.result_ttl
         self.backoff = settings.backoff
         self.fsync = settings.fsync
         self.readonly = settings.readonly
@@ -171,19 +178,45 @@ class Queue:
         jobs = self.lease(1, visibility_timeout=visibility_timeout)
         return jobs[0] if jobs else None
 
-    def ack(self, job: Job) -> None:
-        """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current."""
-        self._backend.ack(job)
+    @staticmethod
+    def _result(result: Any, result_ttl: float | None) -> tuple[str | None, float | None]:
+        """A result's JSON text (None: no result was passed) and its retention."""
+        ttl = None if result_ttl is None else validation.number("result_ttl", result_ttl,
+                                                                 minimum=0)
+        if result is _MISSING:
+            return None, ttl
+        try:
+            return encode_payload(result), ttl
+        except ValueError as exc:  # the codec names a payload: this one is a result
+            message = str(exc)
+            if message.startswith("payload "):
+                message = "result " + message[len("payload "):]
+            raise SerializationError(message) from None
+
+    def ack(self, job: Job, *, result: Any = _MISSING, result_ttl: float | None = None) -> None:
+        """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current.
+
+        With `result` (any JSON value, None included), the job is kept as done
+        with its result for `result_ttl` seconds (default: the queue's), for
+        `get` and `result` to read; without it, nothing is kept (but a keyed
+        job's id, for `key_retention`). A result that is not JSON raises
+        SerializationError and writes nothing."""
+        text, ttl = self._result(result, result_ttl)
+        self._backend.ack(job, text, ttl)
 
     def ack_many(self, jobs: list[Job]) -> None:
         """Finish many jobs in one batch; if any lease is stale, nothing is written."""
         if jobs:
             self._backend.ack_many(jobs)
 
-    def ack_and_lease(self, job: Job, *,
+    def ack_and_lease(self, job: Job, *, result: Any = _MISSING,
+                      result_ttl: float | None = None,
                       visibility_timeout: float | None = None) -> Job | None:
-        """Ack `job` and lease the next ready job in the same batch (one fsync)."""
-        return self._backend.ack_and_lease(job, self._visibility(visibility_timeout))
+        """Ack `job` (with `result`, as `ack` does) and lease the next ready job in the
+        same batch (one fsync)."""
+        timeout = self._visibility(visibility_timeout)
+        text, ttl = self._result(result, result_ttl)
+        return self._backend.ack_and_lease(job, timeout, text, ttl)
 
     def nack(self, job: Job, *, error: str | None = None, delay: float | None = None) -> Job:
         """Give a job back: retried after `delay` (default: the backoff policy), or
@@ -205,6 +238,63 @@ class Queue:
         """
         return self._backend.wait(validation.number("timeout", timeout, minimum=0))
 
+    # -- results ------------------------------------------------------------
+
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """Wait until the job finishes and return its result (what `ack(result=)`
+        stored; None for a keyed job acked without one).
+
+        Raises TaskFailed if it ended dead or cancelled, TimeoutError if it has
+        not finished within `timeout` seconds (None: as long as it takes),
+        JobNotFoundError for an id the queue does not know: never enqueued,
+        acked without a result, or finished longer ago than `result_ttl`.
+        Woken by the ack, in any process: no polling."""
+        job = self.wait_finished(job_id, timeout)
+        if job is None:
+            raise TimeoutError(f"job {job_id!r} did not finish within {timeout:g}s")
+        return _outcome(job)
+
+    async def aresult(self, job_id: str, timeout: float | None = None) -> Any:
+        """`result` for asyncio code: waits in a worker thread, never on the loop."""
+        key = validation.job_id(job_id)
+        limit = None if timeout is None else validation.number("timeout", timeout, minimum=0)
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            left = _AWAIT_SLICE if deadline is None else min(
+                _AWAIT_SLICE, max(0.0, deadline - time.monotonic()))
+            # In slices, so that a cancelled await leaves no thread waiting for long.
+            job = await asyncio.to_thread(self._backend.wait_finished, key, left)
+            if job is not None:
+                return _outcome(job)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id!r} did not finish within {limit:g}s")
+
+    def wait_finished(self, job_id: str, timeout: float | None = None) -> Job | None:
+        """The job once it is done, dead or cancelled; None if `timeout` passed first.
+        Raises JobNotFoundError for an id the queue does not know (or no longer)."""
+        limit = None if timeout is None else validation.number("timeout", timeout, minimum=0)
+        return self._backend.wait_finished(validation.job_id(job_id), limit)
+
+    # -- job control --------------------------------------------------------
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a pending or leased job; False if it is finished, dead or unknown.
+
+        A pending job is never leased. A leased one is revoked: its holder's
+        later ack, nack or extend raises NotLeasedError and its result is
+        never stored. Either way the job is kept as cancelled for `result_ttl`
+        seconds, so that `get` and `result` can say so."""
+        return self._backend.cancel(validation.job_id(job_id))
+
+    def pause(self) -> None:
+        """Stop leasing, in every process: lease() returns nothing and wait() blocks
+        until resume(). Enqueueing goes on; leased jobs finish normally."""
+        self._backend.set_paused(True)
+
+    def resume(self) -> None:
+        """Lease again after pause(); idle workers wake at once."""
+        self._backend.set_paused(False)
+
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None = None) -> int:
@@ -215,8 +305,16 @@ class Queue:
         """Remove every pending job (leased ones finish normally); returns how many."""
         return self._backend.purge()
 
+    def delete_dead(self, job_id: str | None = None) -> int:
+        """Delete one dead job (JobNotFoundError if it is not dead), or every dead job;
+        returns how many. Recorded in the log, like every change."""
+        return self._backend.delete_dead(None if job_id is None
+                                         else validation.job_id(job_id))
+
     def get(self, job_id: str) -> Job:
-        """The job `job_id` as the queue knows it now (read-only: no lease is taken);
+        """The job `job_id` as the queue knows it now (read-only: no lease is taken):
+        live; or finished and still kept (done with its result, or cancelled; with its
+        finishing time and attempts); or a finished keyed job's bare id.
         JobNotFoundError if it knows no such job."""
         return self._backend.get(job_id)
 
@@ -264,6 +362,13 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue({self.directory!r}, name={self.name!r})"
+
+
+def _outcome(job: Job) -> Any:
+    """A finished job's result, or TaskFailed if it did not end done."""
+    if job.state is not JobState.DONE:
+        raise TaskFailed(job.id, str(job.state), job.last_error)
+    return job.result
 
 
 def _open_postgres(url: str, name: str, settings: Settings) -> Backend:

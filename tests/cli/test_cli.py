@@ -212,6 +212,48 @@ class ModuleCliTest(CliCase):
         self.assertIn("requeued 0 job", self.ok("dlq", "--requeue"))
         self.assertIn("empty", self.ok("dlq"))
 
+    def test_cancel_pause_resume_and_result(self) -> None:
+        first = self.enqueue({"n": 1})
+        second = self.enqueue({"n": 2})
+        self.assertIn("paused", self.ok("pause"))
+        self.assertTrue(self.stats()["paused"])
+        self.assertRegex(self.ok("stats"), r"paused\s+yes")
+        self.assertIn("resumed", self.ok("resume"))
+        self.assertFalse(self.stats()["paused"])
+        self.assertIn(f"cancelled {first}", self.ok("cancel", first))
+        self.fails(1, "cancel", first, mentions="nothing cancelled")
+        self.fails(1, "result", first, mentions="cancelled")
+        job = json.loads(self.ok("get", first))
+        self.assertEqual(job["state"], "cancelled")
+        self.assertIn("cancelled at ", job["finished"])
+        self.assertIn("after 0 of 5 attempts", job["finished"])
+        self.fails(1, "result", second, "--wait", "0.1", mentions="has not finished")
+        with Queue(self.qdir) as queue:
+            leased = queue.lease_one()
+            assert leased is not None
+            queue.ack(leased, result={"sum": 3})
+        self.assertEqual(json.loads(self.ok("result", second)), {"sum": 3})
+        job = json.loads(self.ok("get", second))
+        self.assertEqual((job["result"], job["state"]), ({"sum": 3}, "done"))
+        self.assertIn("after 1 of 5 attempts", job["finished"])
+        self.fails(1, "result", "no-such-job", mentions="no-such-job")
+        self.assertEqual([j["id"] for j in json.loads(self.ok("list", "--json", "--state",
+                                                               "done"))], [second])
+
+    def test_dlq_delete_removes_dead_jobs_in_the_log(self) -> None:
+        ids = [self.enqueue({"n": n}, "--max-attempts", "1") for n in range(3)]
+        with Queue(self.qdir) as queue:
+            for leased in queue.lease(3):
+                queue.nack(leased, error="boom")
+        self.fails(1, "result", ids[0], mentions="ended dead: boom")
+        self.fails(2, "dlq", "--delete", "--requeue")
+        self.fails(1, "dlq", "--delete", "no-such-job", mentions="no-such-job")
+        self.assertIn("deleted 1 job", self.ok("dlq", "--delete", ids[0]))
+        self.assertEqual(self.counts()["dead"], 2)
+        self.assertIn("deleted 2 job", self.ok("dlq", "--delete"))
+        self.assertIn("empty", self.ok("dlq"))
+        self.fails(1, "get", ids[1], mentions="no job")
+
     def test_compact_shrinks_the_log_and_purge_needs_yes(self) -> None:
         self.handler_module("def noop(job):\n    pass\n")
         for n in range(8):
@@ -236,7 +278,7 @@ class ModuleCliTest(CliCase):
         self.fails(2, "enqueue", "{}", "--priority", "high", mentions="--priority")
         self.fails(2, "enqueue", "{}", "--delay", "-1", mentions="--delay")
         self.fails(2, "enqueue", "{}", "--max-attempts", "0", mentions="--max-attempts")
-        self.fails(2, "list", "--state", "done", mentions="--state")
+        self.fails(2, "list", "--state", "finished", mentions="--state")
         self.fails(2, "frobnicate", mentions="frobnicate")
         self.fails(2, mentions="required", dir=True)
         self.fails(2, "work", "tasks", mentions="MODULE:FUNCTION")

@@ -16,6 +16,7 @@ Time is always a `FakeClock` passed as `clock=`; no test sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import unittest
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from nobroker import (
     Queue,
     QueueClosedError,
     SerializationError,
+    TaskFailed,
 )
 
 NO_JITTER = BackoffPolicy(base=10.0, factor=3.0, max_delay=1000.0, jitter=0.0)
@@ -591,7 +593,7 @@ class QueueContract:
         t.assertEqual([j.id for j in q.dlq()], [jobs[0].id])
         t.assertEqual(q.list_jobs(limit=0), [])
         t.assertEqual(q.dlq(limit=0), [])
-        t.assertRaises(ValueError, q.list_jobs, JobState.DONE)
+        t.assertEqual(q.list_jobs(JobState.DONE), [], "plain acks keep nothing")
         t.assertRaises(ValueError, q.list_jobs, "bogus")
 
     def test_list_jobs_pages_with_an_offset(self) -> None:
@@ -749,12 +751,268 @@ class QueueContract:
                  lambda: q.ack(leased), lambda: q.ack_many([leased]),
                  lambda: q.ack_and_lease(leased), lambda: q.nack(leased),
                  lambda: q.extend(leased, 5), lambda: q.get(leased.id), q.stats, q.list_jobs,
-                 q.dlq, q.requeue_dead, q.purge]
+                 q.dlq, q.requeue_dead, q.purge, lambda: q.cancel(leased.id),
+                 q.pause, q.resume, q.delete_dead, lambda: q.result(leased.id, 0)]
         if q.capabilities.compaction:
             calls.append(q.compact)
         for call in calls:
             with t.subTest(call=getattr(call, "__name__", call)):
                 t.assertRaises(QueueClosedError, call)
+
+    # -- results, cancel, pause, deleting dead jobs (issue 10) ----------------
+
+    def test_ack_with_a_result_keeps_the_job_done_with_result_attempts_and_time(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked()
+        job = q.enqueue({"n": 1})
+        leased = q.lease_one()
+        assert leased is not None
+        clock.advance(2)
+        q.ack(leased, result={"sum": [1, 2]})
+        got = q.get(job.id)
+        t.assertEqual((got.state, got.result, got.attempts, got.max_attempts, got.finished_at),
+                      (JobState.DONE, {"sum": [1, 2]}, 1, 5, clock.now))
+        t.assertEqual(got.enqueued_at, job.enqueued_at)
+        t.assertEqual(q.result(job.id), {"sum": [1, 2]})
+        t.assertEqual(q.result(job.id, timeout=0), {"sum": [1, 2]})
+        stats = q.stats()
+        t.assertEqual((stats.total, stats.done, stats.kept), (0, 1, 1))
+
+    def test_an_explicit_none_result_is_kept_but_a_plain_ack_keeps_nothing(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        a, b = q.enqueue_many(["a", "b"])
+        first, second = q.lease(2)
+        q.ack(first, result=None)
+        q.ack(second)
+        t.assertIs(q.get(a.id).state, JobState.DONE)
+        t.assertIsNone(q.result(a.id))
+        t.assertRaises(JobNotFoundError, q.get, b.id)
+        t.assertRaises(JobNotFoundError, q.result, b.id, 0)
+        t.assertEqual(q.stats().kept, 1)
+
+    def test_ack_and_lease_stores_the_result_and_leases_the_next(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        a, b = q.enqueue_many(["a", "b"])
+        first = q.lease_one()
+        assert first is not None
+        nxt = q.ack_and_lease(first, result=[1, "two"])
+        t.assertEqual(nxt.id if nxt else None, b.id)
+        t.assertEqual(q.result(a.id), [1, "two"])
+
+    def test_a_result_that_is_not_json_raises_and_writes_nothing(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue("a")
+        leased = q.lease_one()
+        assert leased is not None
+        for bad in (object(), float("nan"), {1j: 2}):
+            with self.assertWritesNothing(q):
+                with t.assertRaises(SerializationError) as caught:
+                    q.ack(leased, result=bad)
+                t.assertIn("result", str(caught.exception))
+                t.assertRaises(SerializationError, q.ack_and_lease, leased, result=bad)
+        t.assertIs(q.get(leased.id).state, JobState.LEASED)
+
+    def test_a_result_is_kept_for_result_ttl_across_compaction_then_forgotten(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(result_ttl=100.0)
+        a, b = q.enqueue_many(["a", "b"])
+        first, second = q.lease(2)
+        q.ack(first, result="kept 100 s")
+        q.ack(second, result="kept 500 s", result_ttl=500.0)
+        clock.advance(99)
+        q.compact()
+        t.assertEqual(q.result(a.id), "kept 100 s")
+        clock.advance(2)
+        q.enqueue("any write forgets what is due")
+        t.assertRaises(JobNotFoundError, q.get, a.id)
+        t.assertEqual(q.result(b.id), "kept 500 s")
+        q.compact()
+        t.assertEqual(q.result(b.id), "kept 500 s")
+        clock.advance(400)
+        q.enqueue("again")
+        t.assertRaises(JobNotFoundError, q.result, b.id)
+        t.assertEqual(q.stats().kept, 0)
+
+    def test_result_waits_with_a_timeout_and_names_a_dead_job_s_error(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(max_attempts=1)
+        job = q.enqueue("x")
+        t.assertRaises(TimeoutError, q.result, job.id, 0.05)
+        leased = q.lease_one()
+        assert leased is not None
+        t.assertRaises(TimeoutError, q.result, job.id, 0)
+        q.nack(leased, error="ValueError: boom")
+        with t.assertRaises(TaskFailed) as caught:
+            q.result(job.id, timeout=1)
+        failed = caught.exception
+        t.assertEqual((failed.job_id, failed.state, failed.last_error),
+                      (job.id, "dead", "ValueError: boom"))
+        got = q.get(job.id)
+        t.assertEqual((got.state, got.attempts), (JobState.DEAD, 1))
+        t.assertIsNotNone(got.finished_at)
+        t.assertRaises(JobNotFoundError, q.result, "never-enqueued", 0)
+
+    def test_aresult_waits_without_blocking_the_event_loop(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        job = q.enqueue("x")
+
+        async def scenario() -> tuple[Any, int]:
+            waiting = asyncio.ensure_future(q.aresult(job.id, timeout=30))
+            ticks = 0
+            while ticks < 5:  # the loop keeps running while aresult waits
+                await asyncio.sleep(0.01)
+                ticks += 1
+            t.assertFalse(waiting.done())
+            leased = q.lease_one()
+            assert leased is not None
+            q.ack(leased, result="async")
+            return await waiting, ticks
+
+        t.assertEqual(asyncio.run(scenario()), ("async", 5))
+
+    def test_cancel_of_a_pending_job_removes_it_and_remembers_why(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        job = q.enqueue("x")
+        t.assertTrue(q.cancel(job.id))
+        t.assertEqual(q.lease(5), [])
+        got = q.get(job.id)
+        t.assertEqual((got.state, got.attempts, got.result), (JobState.CANCELLED, 0, None))
+        with t.assertRaises(TaskFailed) as caught:
+            q.result(job.id)
+        t.assertEqual(caught.exception.state, "cancelled")
+        t.assertFalse(q.cancel(job.id), "cancelling twice")
+        stats = q.stats()
+        t.assertEqual((stats.pending, stats.total, stats.kept), (0, 0, 1))
+
+    def test_cancel_of_a_finished_dead_or_unknown_job_returns_false_and_writes_nothing(
+            self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(max_attempts=1)
+        done, dead = q.enqueue_many(["done", "dead"])
+        first, second = q.lease(2)
+        q.ack(first, result=1)
+        q.nack(second)
+        for job_id in (done.id, dead.id, "unknown"):
+            with self.assertWritesNothing(q):
+                t.assertFalse(q.cancel(job_id))
+        t.assertEqual(q.result(done.id), 1)
+
+    def test_cancel_of_a_leased_job_revokes_the_lease_and_its_result_is_never_stored(
+            self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=30)
+        job = q.enqueue("x")
+        leased = q.lease_one()
+        assert leased is not None
+        t.assertTrue(q.cancel(job.id))
+        for late in (lambda: q.ack(leased, result="late"), lambda: q.ack(leased),
+                     lambda: q.ack_and_lease(leased), lambda: q.nack(leased),
+                     lambda: q.extend(leased, 10), lambda: q.ack_many([leased])):
+            t.assertRaises(NotLeasedError, late)
+        clock.advance(60)  # its old deadline passes: nothing expires, nothing is retried
+        t.assertEqual(q.lease(5), [])
+        got = q.get(job.id)
+        t.assertEqual((got.state, got.result, got.attempts), (JobState.CANCELLED, None, 1))
+        t.assertEqual(q.stats().leased, 0)
+
+    def test_a_cancelled_job_s_key_may_be_enqueued_again_but_a_kept_result_s_may_not(
+            self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue("first", job_id="order-1")
+        t.assertTrue(q.cancel("order-1"))
+        again = q.enqueue("second", job_id="order-1")
+        t.assertEqual((again.state, again.payload), (JobState.PENDING, "second"))
+        leased = q.lease_one()
+        assert leased is not None
+        q.ack(leased, result="shipped")
+        with self.assertWritesNothing(q):
+            kept = q.enqueue("third", job_id="order-1")
+        t.assertEqual((kept.state, kept.result), (JobState.DONE, "shipped"))
+
+    def test_a_cancelled_job_is_forgotten_after_result_ttl(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(result_ttl=10.0)
+        job = q.enqueue("x")
+        q.cancel(job.id)
+        clock.advance(11)
+        q.enqueue("a write")
+        t.assertRaises(JobNotFoundError, q.get, job.id)
+
+    def test_a_paused_queue_leases_nothing_but_takes_jobs_until_resumed(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue("before")
+        q.pause()
+        t.assertTrue(q.stats().paused)
+        with self.assertWritesNothing(q):
+            q.pause()  # pausing a paused queue changes nothing
+        q.enqueue("during")
+        t.assertEqual(q.lease(5), [])
+        t.assertIsNone(q.lease_one())
+        t.assertFalse(q.wait(0.05), "a paused queue has nothing ready")
+        q.compact()
+        t.assertTrue(q.stats().paused, "pause survives compaction")
+        q.resume()
+        t.assertFalse(q.stats().paused)
+        t.assertEqual([j.payload for j in q.lease(5)], ["before", "during"])
+
+    def test_ack_while_paused_still_finishes_the_job(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        a, b = q.enqueue_many(["a", "b"])
+        leased = q.lease_one()
+        assert leased is not None
+        q.pause()
+        t.assertIsNone(q.ack_and_lease(leased, result="ok"))
+        t.assertEqual(q.result(a.id), "ok")
+        t.assertIs(q.get(b.id).state, JobState.PENDING)
+
+    def test_delete_dead_removes_one_dead_job_or_all_of_them(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(max_attempts=1)
+        jobs = q.enqueue_many(["a", "b", "c", "pending"])
+        for leased in q.lease(3):
+            q.nack(leased, error="x")
+        t.assertEqual(q.stats().dead, 3)
+        t.assertEqual(q.delete_dead(jobs[1].id), 1)
+        t.assertRaises(JobNotFoundError, q.get, jobs[1].id)
+        t.assertRaises(JobNotFoundError, q.delete_dead, jobs[1].id)
+        t.assertRaises(JobNotFoundError, q.delete_dead, jobs[3].id)  # pending, not dead
+        t.assertEqual(q.delete_dead(), 2)
+        t.assertEqual(q.delete_dead(), 0)
+        stats = q.stats()
+        t.assertEqual((stats.dead, stats.pending, stats.total), (0, 1, 1))
+
+    def test_paging_counts_live_jobs_only_and_kept_ones_by_their_state(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        jobs = q.enqueue_many([f"j{n}" for n in range(6)])
+        for leased in q.lease(3):  # j0, j1, j2
+            if leased.payload != "j1":
+                q.ack(leased, result=leased.payload)
+        t.assertEqual([j.payload for j in q.list_jobs(offset=1)], ["j3", "j4", "j5"])
+        t.assertEqual([j.payload for j in q.list_jobs(offset=2, limit=1)], ["j4"])
+        t.assertEqual([j.result for j in q.list_jobs(JobState.DONE, offset=1)], ["j2"])
+        t.assertEqual(len(q.list_jobs()), 4)
+        t.assertEqual(q.list_jobs(JobState.DONE)[0].id, jobs[0].id)
+
+    def test_list_jobs_lists_kept_finished_jobs_by_state(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        a, b, c = q.enqueue_many(["a", "b", "c"])
+        leased = q.lease_one()
+        assert leased is not None
+        q.ack(leased, result="ra")
+        q.cancel(b.id)
+        t.assertEqual([(j.id, j.result) for j in q.list_jobs(JobState.DONE)], [(a.id, "ra")])
+        t.assertEqual([j.id for j in q.list_jobs(JobState.CANCELLED)], [b.id])
+        t.assertEqual([j.id for j in q.list_jobs()], [c.id], "live jobs only, by default")
 
 
 class FileQueueContractTest(QueueContract, TempDirTestCase):

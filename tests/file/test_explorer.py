@@ -39,7 +39,8 @@ SCENARIOS = [name for name in explorer.WORKLOADS if name != "mixed50"]
 # Workloads with directory operations beyond the first create: where `windows`
 # (no directory fsync) differs from ext4ish.
 DIRECTORY_SCENARIOS = {"first_enqueue", "compaction", "keyed_compaction", "big_compaction",
-                       "two_handles", "fsync_fails_reopen", "fsync_false", "checkpoints"}
+                       "two_handles", "fsync_fails_reopen", "fsync_false", "checkpoints",
+                       "results_compaction", "cancel_pause"}
 
 
 # The default run's bounds for the scenario library (the long run: explorer.long_run).
@@ -260,7 +261,7 @@ class AceTest(ExplorerTestCase):
         for key in chosen:
             report = explore(workloads[key], ("ext4ish", "weak"), Bounds.quick(), name=key)
             total.merge(report)
-        self.assertEqual(len(singles), 10)
+        self.assertEqual(len(singles), 13)
         self.assertClean(total)
 
 

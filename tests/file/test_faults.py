@@ -49,6 +49,7 @@ from support import FakeClock, TempDirTestCase, file_queue, scratch_root, slow, 
 import nobroker
 from nobroker import (
     CompactionError,
+    JobState,
     LockTimeoutError,
     NobrokerError,
     QueueClosedError,
@@ -258,6 +259,10 @@ class _Driver:
         self.held: list[nobroker.Job] = []  # leases we hold (returned by lease calls)
         self.seen: set[str] = set()  # tags some lease returned: they surely existed
         self.purged: set[str] = set()  # tags a purge may have removed
+        self.ids: dict[str, str] = {}  # tag -> job id, for the jobs an enqueue returned
+        self.results: dict[str, tuple[str, str, Any]] = {}  # tag -> (status, id, result)
+        self.cancels: dict[str, tuple[str, str]] = {}  # tag -> (status, id)
+        self.paused: tuple[str, bool] | None = None  # the last pause/resume: status, flag
         self.poisoned_by: str | None = None
 
     def open(self) -> bool:
@@ -327,9 +332,25 @@ class _Driver:
         return "ok", result
 
     def enqueue(self, tag: str, **kw: Any) -> None:
-        status, _ = self.call(f"enqueue {tag}", lambda q: q.enqueue({"tag": tag}, **kw))
+        status, job = self.call(f"enqueue {tag}", lambda q: q.enqueue({"tag": tag}, **kw))
         if status != "skipped":
             self.enq[tag] = _status(status)
+        if status == "ok":
+            self.ids[tag] = job.id
+
+    def cancel(self, tag: str) -> None:
+        job_id = self.ids.get(tag)
+        if job_id is None:
+            return
+        status, done = self.call(f"cancel {tag}", lambda q: q.cancel(job_id))
+        if status not in ("skipped", "refused") and (status != "ok" or done):
+            self.cancels[tag] = (_status(status), job_id)
+
+    def pause(self, paused: bool) -> None:
+        status, _ = self.call("pause" if paused else "resume",
+                              lambda q: q.pause() if paused else q.resume())
+        if status not in ("skipped", "refused"):
+            self.paused = (_status(status), paused)
 
     def enqueue_many(self, tags: list[str]) -> None:
         status, _ = self.call(f"enqueue_many {','.join(tags)}",
@@ -359,6 +380,13 @@ class _Driver:
             status, _ = self.call(f"ack {tag}", lambda q: q.ack(job))
             if status not in ("skipped", "refused"):
                 self.acks[tag] = _status(status)
+        elif how == "ack_result":
+            value = {"of": tag, "n": len(self.results)}
+            status, _ = self.call(f"ack {tag} with a result",
+                                  lambda q: q.ack(job, result=value))
+            if status not in ("skipped", "refused"):
+                self.acks[tag] = _status(status)
+                self.results[tag] = (_status(status), job.id, value)
         elif how == "nack":
             self.call(f"nack {tag}", lambda q: q.nack(job, error="boom", delay=0))
         else:
@@ -391,7 +419,12 @@ def workload(d: _Driver, seed: int = 0) -> None:
     d.call("compact", lambda q: q.compact())
     d.enqueue("e")
     d.settle("ack")
+    d.lease(1)
+    d.settle("ack_result")  # kept with its result
+    d.cancel("e")
+    d.pause(True)
     if seed % 2:
+        d.pause(False)
         d.lease(2)
         d.settle("ack")
         d.purge()
@@ -412,13 +445,18 @@ def random_workload(d: _Driver, seed: int) -> None:
         elif op < 0.55:
             d.lease(rng.randint(1, 3))
         elif op < 0.8:
-            d.settle(rng.choice(("ack", "ack", "nack", "extend")))
+            d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "extend")))
         elif op < 0.88:
             d.call("compact", lambda q: q.compact())
         elif op < 0.92:
             d.purge()
-        elif op < 0.96:
+        elif op < 0.94:
             d.call("requeue_dead", lambda q: q.requeue_dead())
+        elif op < 0.96:
+            if rng.random() < 0.5:
+                d.cancel(rng.choice(sorted(d.ids))) if d.ids else None
+            else:
+                d.pause(rng.random() < 0.5)
         else:
             d.clock.advance(60.0)  # leases run out: the next call writes EXPIREs
 
@@ -438,6 +476,8 @@ def audit(directory: str, d: _Driver, out: FaultOutcome) -> None:
         jobs = first.list_jobs()
         stats = first.stats()
         fingerprint = store_of(first).state.fingerprint()
+        kept = {job.id: job for state in (JobState.DONE, JobState.CANCELLED)
+                for job in first.list_jobs(state)}
     finally:
         first.close()
     with nobroker.Queue(directory, clock=d.clock) as second:
@@ -461,7 +501,25 @@ def audit(directory: str, d: _Driver, out: FaultOutcome) -> None:
             v.append(f"job {tag!r} present but never enqueued")
         elif d.enq[tag] == "failed":
             v.append(f"job {tag!r} present although its enqueue definitely failed")
-    evidence = set(present) | set(d.acks) | d.seen
+    for tag, (status, job_id, value) in d.results.items():
+        got = kept.get(job_id)
+        if status == "ok" and (got is None or got.state is not JobState.DONE
+                               or got.result != value):
+            v.append(f"ack of {tag!r} with a result returned, yet the queue holds {got}")
+        if status == "failed" and got is not None:
+            v.append(f"ack of {tag!r} with a result definitely failed, yet {got} is kept")
+    for tag, (status, job_id) in d.cancels.items():
+        got = kept.get(job_id)
+        if status == "ok" and (got is None or got.state is not JobState.CANCELLED):
+            v.append(f"cancel of {tag!r} returned True, yet the queue holds {got}")
+        if status == "failed" and got is not None:
+            v.append(f"cancel of {tag!r} definitely failed, yet {got} is kept")
+    if d.paused is not None and d.paused[0] == "ok" and stats.paused != d.paused[1]:
+        v.append(f"the last pause/resume returned, yet paused is {stats.paused}")
+    if stats.kept != len(kept):
+        v.append(f"stats.kept {stats.kept} disagrees with the kept jobs listed {len(kept)}")
+    cancelled = {tag for tag, (status, _) in d.cancels.items() if status != "failed"}
+    evidence = set(present) | set(d.acks) | d.seen | cancelled
     for tag, status in d.enq.items():
         if status == "ok" and tag not in evidence and tag not in d.purged:
             v.append(f"lost: enqueue of {tag!r} returned, yet it is gone and never acked")

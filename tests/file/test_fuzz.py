@@ -134,6 +134,31 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
     q.enqueue({"n": 7, "last": True})
     if flavour:
         q.lease(1)
+    if flavour == 2:  # kept results and cancels, a deleted dead job, a pause: compacted next
+        q.enqueue_many([{"n": 8}, {"n": 9}])
+        for index, job in enumerate(q.lease(2)):
+            q.ack(job, result={"index": index, "text": "d\u00e9j\u00e0"} if index else None)
+        q.cancel(q.list_jobs("pending")[0].id)
+        for job in q.lease(1):
+            q.cancel(job.id)
+        doomed = q.enqueue({"n": 11}, max_attempts=1, priority=100)
+        for job in q.lease(1):
+            q.nack(job, error="dead too")
+        q.delete_dead(doomed.id)
+        q.pause()
+
+
+def _job_control(q: Queue) -> None:
+    """CANCEL, DELETE, PAUSE/RESUME and an ACK with a result, in a generation's own log."""
+    q.enqueue_many([{"n": 20}, {"n": 21}, {"n": 22}], max_attempts=1, priority=200)
+    first, second = q.lease(2)
+    q.cancel(first.id)
+    q.ack(second, result={"ok": [1, 2]}, result_ttl=3600.0)
+    for job in q.lease(1):
+        q.nack(job, error="dead")
+        q.delete_dead(job.id)
+    q.pause()
+    q.resume()
 
 
 def build_corpus(root: str, seed: int = 0) -> Corpus:
@@ -152,7 +177,9 @@ def build_corpus(root: str, seed: int = 0) -> Corpus:
             if compacted:
                 q.compact()
                 q.enqueue({"after": "compaction"})
+                q.resume()
                 q.lease(1)
+                _job_control(q)
         files: Files = {}
         for entry in sorted(os.listdir(directory)):
             if entry in IGNORED or ".torn-" in entry:

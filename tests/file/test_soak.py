@@ -30,6 +30,7 @@ class ShortSoakTest(TempDirTestCase):
         self.assertGreater(report.enqueued, 200, detail)
         self.assertGreater(report.acked, 200, detail)
         self.assertGreaterEqual(report.compactions, 1, detail)
+        self.assertGreater(report.results, 0, detail)  # acks with results, each checked
         self.assertEqual((report.lost, report.double_acked, report.resurrected,
                           report.unexpected, report.overlaps, report.unexplained),
                          (0, 0, 0, 0, 0, 0), detail)
@@ -130,6 +131,31 @@ class AuditTeethTest(TempDirTestCase):
         report = self.audit()
         self.assertTrue(any("stats.done" in p or job.id in p for p in report.problems),
                         report.problems)
+
+    def test_a_result_or_a_cancel_that_returned_must_be_kept(self) -> None:
+        job = self.done_job("a")
+        self.lines[11][-1] += "\tresult"  # the log says: acked with a result (it was not)
+        with nobroker.Queue(self.queue) as q:
+            self.log(10, "try", "b", "-")
+            other = q.enqueue({"tag": "b"})
+            self.log(10, "ok", "b", other.id)
+            self.log(10, "cancelling", other.id)
+            self.log(10, "cancelled", other.id, "yes")  # it was not: still pending
+        problems = self.audit().problems
+        self.assertTrue(any(p.startswith("result lost") and job in p for p in problems),
+                        problems)
+        self.assertTrue(any(p.startswith("cancel lost") and other.id in p for p in problems),
+                        problems)
+
+    def test_a_cancel_nobody_asked_for_is_reported(self) -> None:
+        self.done_job("a")
+        with nobroker.Queue(self.queue) as q:
+            self.log(10, "try", "b", "-")
+            job = q.enqueue({"tag": "b"})
+            self.log(10, "ok", "b", job.id)
+            q.cancel(job.id)  # nobody logged trying
+        problems = self.audit().problems
+        self.assertTrue(any("nobody cancelled" in p for p in problems), problems)
 
 
 if __name__ == "__main__":

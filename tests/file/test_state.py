@@ -32,7 +32,8 @@ from nobroker.file.state import (
 )
 
 RT = RecordType
-JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE)
+JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE, RT.CANCEL,
+             RT.DELETE)
 
 
 class Log:
@@ -101,10 +102,31 @@ def forget(job_id: str) -> tuple[int, dict[str, Any]]:
     return RT.FORGET, {"id": job_id}
 
 
+def ack_result(job_id: str, tok: int, result: Any = None, t: float = 1.0, keep: float = 10.0
+               ) -> tuple[int, dict[str, Any]]:
+    return RT.ACK, {"id": job_id, "tok": tok, "t": t, "keep": keep, "r": result}
+
+
+def cancel(job_id: str, t: float = 1.0, keep: float = 10.0) -> tuple[int, dict[str, Any]]:
+    return RT.CANCEL, {"id": job_id, "t": t, "keep": keep}
+
+
+def delete(job_id: str) -> tuple[int, dict[str, Any]]:
+    return RT.DELETE, {"id": job_id}
+
+
 def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
     """The snapshot batch compaction writes for `state` (docs: JOB*, KEY*, SNAPSHOT)."""
     out: list[tuple[int, dict[str, Any]]] = []
-    for e in state.entries():
+    for e in state.entries(finished=True):
+        if e.state in (JobState.DONE, JobState.CANCELLED):
+            # The finishing time is on disk, not in the state: any split of the end of
+            # retention into fin + keep rebuilds the same state.
+            out.append((RT.FINISHED, {
+                "id": e.id, "pr": e.priority, "t": e.enqueued_at, "ma": e.max_attempts,
+                "a": e.attempts, "s": str(e.state), "fin": e.available_at, "keep": 0.0,
+                "err": e.last_error, "k": e.keyed, "r": None}))
+            continue
         out.append((RT.JOB, {
             "id": e.id, "pr": e.priority, "at": e.available_at, "t": e.enqueued_at,
             "ma": e.max_attempts, "a": e.attempts, "s": str(e.state), "tok": e.token,
@@ -113,7 +135,8 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
     for job_id, done in state.done_keys.items():
         out.append((RT.KEY, {"id": job_id, "done": done}))
     out.append((RT.SNAPSHOT, {"tok": state.next_token, "done": state.done,
-                              "jobs": len(state.jobs)}))
+                              "jobs": len(state.jobs), "kept": state.kept,
+                              "paused": state.paused}))
     return out
 
 
@@ -135,6 +158,9 @@ def in_state(before: JobState | None, *, ma: int = 3) -> tuple[QueueState, Log]:
         state.apply_batch(log.batch(ack("j", 1)))
         return state, log
     state.apply_batch(log.batch(enq("j", ma=ma)))
+    if before is JobState.CANCELLED:
+        state.apply_batch(log.batch(cancel("j")))
+        return state, log
     if before in (JobState.LEASED, JobState.DEAD):
         state.apply_batch(log.batch(lease("j", 1)))
     if before is JobState.DEAD:
@@ -149,7 +175,8 @@ def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any
         RT.ACK: lambda: ack(job_id, 1), RT.NACK: lambda: nack(job_id, 1),
         RT.EXTEND: lambda: extend(job_id, 1), RT.EXPIRE: lambda: expire(job_id, 1),
         RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge,
-        RT.FORGET: lambda: forget(job_id)}
+        RT.FORGET: lambda: forget(job_id), RT.CANCEL: lambda: cancel(job_id),
+        RT.DELETE: lambda: delete(job_id)}
     return makers[rtype]()
 
 
@@ -297,13 +324,16 @@ class TransitionTableTest(unittest.TestCase):
                         self.assertIsNone(got, "a done job leaves the job table")
                     elif rtype is RT.FORGET:
                         self.assertNotIn("j", s.done_keys, "the key is forgotten")
+                        self.assertNotIn("j", s.jobs, "and the finished job with it")
                     else:
                         self.assertIs(got, after)
                     self.assertEqual((s.pending, s.leased, s.dead), recount(s))
+                    self.assertEqual(s.kept, len(list(s.entries(finished=True)))
+                                     - len(s.jobs))
 
     def test_every_unlisted_transition_is_a_replay_error(self) -> None:
         befores: list[JobState | None] = [None, JobState.PENDING, JobState.LEASED,
-                                          JobState.DEAD]
+                                          JobState.DEAD, JobState.CANCELLED]
         for rtype in (RT.ENQUEUE, *JOB_TYPES):
             for before in befores:
                 if (rtype, before) in TRANSITIONS:
@@ -466,6 +496,9 @@ class ReplayDeterminismTest(unittest.TestCase):
                 s.apply_batch(batch)
                 acks += sum(1 for rtype, *_ in batch if rtype == RT.ACK)
                 self.assertEqual((s.pending, s.leased, s.dead), recount(s), f"seed {seed}")
+                kept = [e for e in s.entries(finished=True)
+                        if e.state in (JobState.DONE, JobState.CANCELLED)]
+                self.assertEqual(s.kept, len(kept), f"seed {seed}")
                 self.assertEqual(s.done, acks)
 
     def test_a_snapshot_of_any_state_replays_to_an_equal_state(self) -> None:
@@ -544,16 +577,18 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
         touched: set[str] = set()
         for _ in range(rng.choice((1, 1, 1, 2, 3))):
             by_state: dict[JobState, list[str]] = {st: [] for st in JobState}
-            for e in model.entries():
+            for e in model.entries(finished=True):
                 if e.id not in touched:
                     by_state[e.state].append(e.id)
-            choices = ["enqueue"]
+            choices = ["enqueue", "pause"]
             if by_state[JobState.PENDING]:
-                choices += ["lease", "lease"]
+                choices += ["lease", "lease", "cancel"]
             if by_state[JobState.LEASED]:
-                choices += ["ack", "nack", "extend", "expire"]
+                choices += ["ack", "ack_result", "nack", "extend", "expire", "cancel"]
             if by_state[JobState.DEAD]:
-                choices += ["requeue"]
+                choices += ["requeue", "delete"]
+            if by_state[JobState.DONE] or by_state[JobState.CANCELLED]:
+                choices += ["forget"]
             if not records:
                 choices += ["purge"] if rng.random() < 0.05 else []
             what = rng.choice(choices)
@@ -572,11 +607,14 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
                 job_id = rng.choice(by_state[JobState.PENDING])
                 records.append(lease(job_id, token, until=t + 30))
                 token += 1
-            elif what in ("ack", "nack", "extend", "expire"):
+            elif what in ("ack", "ack_result", "nack", "extend", "expire"):
                 job_id = rng.choice(by_state[JobState.LEASED])
                 tok = model.jobs[job_id].token
                 if what == "ack":
                     records.append(ack(job_id, tok, t))
+                elif what == "ack_result":
+                    records.append(ack_result(job_id, tok, rng.choice((None, [1], "r")), t,
+                                              float(rng.randrange(50))))
                 elif what == "nack":
                     records.append(nack(job_id, tok, t, rng.choice((None, "e"))))
                 elif what == "extend":
@@ -586,6 +624,16 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
             elif what == "requeue":
                 job_id = rng.choice(by_state[JobState.DEAD])
                 records.append(requeue(job_id, t))
+            elif what == "delete":
+                records.append(delete(rng.choice(by_state[JobState.DEAD])))
+            elif what == "cancel":
+                job_id = rng.choice(by_state[JobState.PENDING] + by_state[JobState.LEASED])
+                records.append(cancel(job_id, t, float(rng.randrange(50))))
+            elif what == "forget":
+                records.append(forget(rng.choice(by_state[JobState.DONE]
+                                                 + by_state[JobState.CANCELLED])))
+            elif what == "pause":
+                records.append((RT.PAUSE if rng.random() < 0.5 else RT.RESUME, {"t": t}))
             else:
                 records.append(purge(t))
                 break
@@ -595,6 +643,153 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
         batch = log.batch(*records)
         model.apply_batch(copy.deepcopy(batch))
     return log.batches
+
+
+class KeptJobsTest(unittest.TestCase):
+    """Jobs kept after they finish (a result, a cancel), PAUSE/RESUME and DELETE."""
+
+    def leased(self, job_id: str = "j", **fields: Any) -> tuple[QueueState, Log]:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq(job_id, **fields)))
+        s.apply_batch(log.batch(lease(job_id, 1, until=50.0)))
+        return s, log
+
+    def test_ack_with_a_result_keeps_the_job_done_at_the_ack_record(self) -> None:
+        s, log = self.leased()
+        (_, _, offset, size), = log.batch(ack_result("j", 1, {"x": 1}, t=5.0, keep=20.0))
+        s.apply_batch(log.batches[-1])
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.attempts, e.available_at, e.loc, e.size),
+                         (JobState.DONE, 1, 25.0, offset, size))
+        self.assertEqual((s.leased, s.kept, s.done, len(s.jobs)), (0, 1, 1, 0))
+        self.assertEqual(s.live_bytes, size, "the enqueue's bytes are no longer live")
+        self.assertEqual(s.expired(1e9), [], "a kept job holds no lease")
+        self.assertEqual(s.retention_over(24.9), [])
+        self.assertEqual(s.retention_over(25.0), ["j"])
+
+    def test_a_keyed_job_acked_with_a_result_is_kept_not_remembered_as_a_key(self) -> None:
+        s, _ = self.leased(keyed=True)
+        s.apply_batch(Log(s.last_batch + 1).batch(ack_result("j", 1, None, keep=5.0)))
+        self.assertEqual(s.done_keys, {})
+        self.assertIs(s.jobs["j"].state, JobState.DONE)
+
+    def test_forget_drops_a_kept_job_and_nothing_else(self) -> None:
+        s, log = self.leased()
+        s.apply_batch(log.batch(ack_result("j", 1)))
+        s.apply_batch(log.batch(forget("j")))
+        self.assertNotIn("j", s.jobs)
+        self.assertEqual((s.kept, s.live_bytes), (0, 0))
+        with self.assertRaises(ReplayError):
+            s.apply_batch(log.batch(forget("j")))
+        s2, log2 = QueueState(), Log()
+        s2.apply_batch(log2.batch(enq("p")))
+        with self.assertRaises(ReplayError):  # a live job is not finished
+            s2.apply_batch(log2.batch(forget("p")))
+
+    def test_a_kept_job_s_id_cannot_be_enqueued_again_until_forgotten(self) -> None:
+        s, log = self.leased()
+        s.apply_batch(log.batch(cancel("j")))
+        with self.assertRaises(ReplayError):
+            copy.deepcopy(s).apply_batch(copy.deepcopy(log).batch(enq("j")))
+        s.apply_batch(log.batch(forget("j")))
+        s.apply_batch(log.batch(enq("j")))
+        self.assertIs(s.jobs["j"].state, JobState.PENDING)
+
+    def test_cancel_of_a_leased_job_revokes_its_token(self) -> None:
+        s, log = self.leased()
+        s.apply_batch(log.batch(cancel("j", t=3.0, keep=7.0)))
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.token, e.attempts, e.available_at),
+                         (JobState.CANCELLED, 0, 1, 10.0))
+        self.assertEqual((s.leased, s.kept), (0, 1))
+        for late in (ack("j", 1), nack("j", 1), extend("j", 1), expire("j", 1), cancel("j")):
+            with self.subTest(record=late[0]), self.assertRaises(ReplayError):
+                copy.deepcopy(s).apply_batch(copy.deepcopy(log).batch(late))
+
+    def test_cancel_of_a_pending_job_takes_it_out_of_ready(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("a"), enq("b")))
+        s.apply_batch(log.batch(cancel("a")))
+        self.assertEqual([e.id for e in s.ready(1e9, 10)], ["b"])
+        self.assertEqual(s.pending, 1)
+
+    def test_retention_ends_in_deadline_order_whatever_order_jobs_finished_in(self) -> None:
+        s, log = QueueState(), Log()
+        for name in "abc":
+            s.apply_batch(log.batch(enq(name)))
+        s.apply_batch(log.batch(cancel("a", t=1.0, keep=100.0),
+                                cancel("b", t=2.0, keep=10.0), cancel("c", t=3.0, keep=50.0)))
+        self.assertEqual(s.retention_over(1e9), ["b", "c", "a"])
+        self.assertEqual(via_checkpoint(s).retention_over(1e9), ["b", "c", "a"])
+        self.assertEqual(snapshot_of(s).retention_over(60.0), ["b", "c"])
+
+    def test_retention_agrees_with_brute_force_for_many_lengths_and_forgets(self) -> None:
+        rng = random.Random(5)
+        s, log = QueueState(), Log()
+        t = 0.0
+        for n in range(400):
+            job_id = f"j{n}"
+            s.apply_batch(log.batch(enq(job_id)))
+            t += rng.choice((0.0, 0.5, 1.0))  # times in the log never go back
+            s.apply_batch(log.batch(cancel(job_id, t=t, keep=float(rng.randrange(40)))))
+            if rng.random() < 0.2:  # forgotten out of order (a cancelled key enqueued again)
+                kept = [e.id for e in s.entries(JobState.CANCELLED)]
+                s.apply_batch(log.batch(forget(rng.choice(kept))))
+            if n % 50 == 0:  # and through a checkpoint and a snapshot
+                s = via_checkpoint(s) if n % 100 else snapshot_of(s)
+                log = Log(first_batch=s.last_batch + 1)
+                log.offset = 1 << 30
+        for before in (-1.0, 10.0, 57.5, 120.0, 1e9):
+            with self.subTest(before=before):
+                due = sorted((e.available_at, e.seq, e.id) for e in s.entries(JobState.CANCELLED)
+                             if e.available_at <= before)
+                self.assertEqual(s.retention_over(before), [job_id for _, _, job_id in due])
+
+    def test_delete_removes_a_dead_job_only(self) -> None:
+        s, log = in_state(JobState.DEAD, ma=1)
+        s.apply_batch(log.batch(delete("j")))
+        self.assertNotIn("j", s.jobs)
+        self.assertEqual((s.dead, s.live_bytes), (0, 0))
+        s2, log2 = in_state(JobState.PENDING)
+        with self.assertRaises(ReplayError):
+            s2.apply_batch(log2.batch(delete("j")))
+
+    def test_pause_and_resume_set_the_flag_which_snapshots_and_checkpoints_keep(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch((RT.PAUSE, {"t": 1.0})))
+        self.assertTrue(s.paused)
+        self.assertTrue(via_checkpoint(s).paused)
+        self.assertTrue(snapshot_of(s).paused)
+        s.apply_batch(log.batch((RT.RESUME, {"t": 2.0})))
+        self.assertFalse(s.paused)
+        with self.assertRaises(ReplayError):
+            s.apply_batch(log.batch((RT.PAUSE, {})))
+
+    def test_malformed_finishing_records_are_rejected(self) -> None:
+        cases: list[tuple[int, dict[str, Any]]] = [
+            (RT.ACK, {"id": "j", "tok": 1, "t": 1.0, "r": 1}),  # "keep" missing
+            (RT.ACK, {"id": "j", "tok": 1, "t": 1.0, "keep": -1.0, "r": 1}),
+            (RT.ACK, {"id": "j", "tok": 1, "t": 1.0, "keep": True, "r": 1}),
+            (RT.CANCEL, {"id": "j", "t": 1.0}),
+            (RT.CANCEL, {"id": "j", "keep": 1.0}),
+            (RT.FINISHED, {"id": "k", "pr": 0, "t": 0.0, "ma": 1, "s": "dead", "fin": 1.0,
+                           "keep": 1.0}),
+            (RT.FINISHED, {"id": "k", "pr": 0, "t": 0.0, "ma": 1, "s": "done", "keep": 1.0}),
+            (RT.SNAPSHOT, {"tok": 1, "done": 0, "jobs": 0, "kept": 3}),
+            (RT.SNAPSHOT, {"tok": 1, "done": 0, "jobs": 0, "paused": 1}),
+        ]
+        for record in cases:
+            with self.subTest(record=record):
+                s, log = self.leased()
+                with self.assertRaises(ReplayError):
+                    s.apply_batch(log.batch(record))
+
+    def test_a_checkpoint_of_the_previous_format_is_not_used(self) -> None:
+        s = replay([Log().batch((RT.PAUSE, {"t": 1.0}))])
+        data = bytearray(checkpoint.encode(s, 0, 1 << 20, 7))
+        data[:8] = b"NBCKPT02"  # knew no kept jobs and no pause: never trusted
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.decode(bytes(data), 0, 1 << 20, lambda _: 7)
 
 
 class ForgetTest(unittest.TestCase):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,9 +24,14 @@ from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .commands import (
     Batch,
     check_lease,
+    plan_ack,
+    plan_cancel,
+    plan_delete_dead,
     plan_enqueue,
     plan_enqueue_many,
     plan_lease,
+    plan_nack,
+    plan_pause,
     plan_purge,
     plan_requeue,
     plan_settle,
@@ -39,6 +45,8 @@ __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True)
 _MISSING: Any = object()
+_FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+_LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
 
 
 class FileBackend:
@@ -61,18 +69,29 @@ class FileBackend:
         assert settings.rng is not None  # filled() gave it one
         self._rng = settings.rng
         self._key_retention = settings.key_retention
+        self._result_ttl = settings.result_ttl
 
     # -- views --------------------------------------------------------------
 
     def _view(self, entry: Entry, payload: Any = _MISSING) -> Job:
-        leased = entry.state is JobState.LEASED
+        state = entry.state
+        if state is JobState.DONE or state is JobState.CANCELLED:
+            # Kept with its outcome: no payload; the result and the finishing time are
+            # read from the record that holds them.
+            finished_at, result = self.store.outcome(entry)
+            return Job(id=entry.id, payload=None, priority=entry.priority,
+                       attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
+                       available_at=finished_at, enqueued_at=entry.enqueued_at,
+                       last_error=entry.last_error, result=result, finished_at=finished_at)
+        leased = state is JobState.LEASED
         return Job(
             id=entry.id,
             payload=self.store.payload(entry) if payload is _MISSING else payload,
             priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
-            state=entry.state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
+            state=state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
             last_error=entry.last_error, token=entry.token if leased else None,
-            lease_expires_at=entry.lease_until if leased else None)
+            lease_expires_at=entry.lease_until if leased else None,
+            finished_at=entry.available_at if state is JobState.DEAD else None)
 
     @staticmethod
     def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
@@ -83,9 +102,10 @@ class FileBackend:
 
     @staticmethod
     def _done_view(job_id: str, done_at: float) -> Job:
+        """A finished keyed job acked without a result: only its id and time are known."""
         return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                    state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
-                   last_error=None)
+                   last_error=None, finished_at=done_at)
 
     # -- producing ----------------------------------------------------------
 
@@ -126,9 +146,13 @@ class FileBackend:
 
         return self.store.write(plan)
 
-    def ack(self, job: Job) -> None:
+    def ack(self, job: Job, result_text: str | None = None,
+            result_ttl: float | None = None) -> None:
+        ttl = self._result_ttl if result_ttl is None else result_ttl
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            plan_settle(state, batch, now, RecordType.ACK, job.id, job.token, t=now)
+            plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
+                     self._key_retention)
             return lambda: None
 
         self.store.write(plan, spare=job.id)
@@ -143,13 +167,19 @@ class FileBackend:
                 check_lease(state, job.id, job.token)
             for job in jobs:
                 batch.add(RecordType.ACK, {"id": job.id, "tok": job.token, "t": now})
+            batch.finishes += len(jobs)
             return lambda: None
 
         self.store.write(plan, spare=frozenset(job.id for job in jobs))
 
-    def ack_and_lease(self, job: Job, visibility_timeout: float) -> Job | None:
+    def ack_and_lease(self, job: Job, visibility_timeout: float,
+                      result_text: str | None = None,
+                      result_ttl: float | None = None) -> Job | None:
+        ttl = self._result_ttl if result_ttl is None else result_ttl
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job | None]:
-            plan_settle(state, batch, now, RecordType.ACK, job.id, job.token, t=now)
+            plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
+                     self._key_retention)
             # The acked job is still leased while we plan, so ready() cannot offer it.
             leased = plan_lease(state, batch, now, 1, visibility_timeout)
             jobs = state.jobs
@@ -159,11 +189,8 @@ class FileBackend:
 
     def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
-            entry = check_lease(state, job.id, job.token)
-            pause = delay if delay is not None else self._backoff.delay(entry.attempts,
-                                                                         self._rng)
-            plan_settle(state, batch, now, RecordType.NACK, job.id, job.token,
-                        at=now + pause, err=error)
+            plan_nack(state, batch, now, job.id, job.token, error, delay, self._backoff,
+                      self._rng)
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
         return self.store.write(plan, spare=job.id)
@@ -178,12 +205,55 @@ class FileBackend:
 
     def wait(self, timeout: float) -> bool:
         store = self.store
-        store.prepare_wait()  # before looking, so a poke from now on is kept for us
-        due, now = store.read(lambda state: (state.next_wakeup(), store.peek_now()))
-        if due is not None and due <= now:
-            return True
-        limit = timeout if due is None else min(timeout, due - now)
-        return store.wait(limit) or (due is not None and due <= store.peek_now())
+        deadline = time.monotonic() + timeout
+        while True:
+            store.prepare_wait()  # before looking, so a poke from now on is kept for us
+            paused, due, now = store.read(
+                lambda state: (state.paused, None if state.paused else state.next_wakeup(),
+                               store.peek_now()))
+            if due is not None and due <= now:
+                return True
+            left = deadline - time.monotonic()
+            limit = left if due is None else min(left, due - now)
+            woken = store.wait(limit)
+            if not (paused and woken):
+                return woken or (due is not None and due <= store.peek_now())
+            # Paused: a producer's poke makes nothing leasable yet; wait on for RESUME.
+
+    def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiter = None
+        try:
+            while True:
+                job = self.get(job_id)
+                if job.state in _FINISHED:
+                    return job
+                if waiter is None:  # look again once writers can poke us (finished.py)
+                    waiter = self.store.finish_waiter()
+                    continue
+                left = _LONG_WAIT if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                waiter.wait(left)
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    # -- job control --------------------------------------------------------
+
+    def cancel(self, job_id: str) -> bool:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], bool]:
+            cancelled = plan_cancel(state, batch, now, job_id, self._result_ttl)
+            return lambda: cancelled
+
+        return self.store.write(plan)
+
+    def set_paused(self, paused: bool) -> None:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
+            plan_pause(state, batch, now, paused)
+            return lambda: None
+
+        self.store.write(plan)
 
     # -- operating ----------------------------------------------------------
 
@@ -197,6 +267,13 @@ class FileBackend:
     def purge(self) -> int:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
             count = plan_purge(state, batch, now)
+            return lambda: count
+
+        return self.store.write(plan)
+
+    def delete_dead(self, job_id: str | None) -> int:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
+            count = plan_delete_dead(state, batch, now, job_id)
             return lambda: count
 
         return self.store.write(plan)
@@ -223,6 +300,7 @@ class FileBackend:
             return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
                               total=s.pending + s.leased + s.dead,
                               generation=store.generation, log_bytes=store.log_bytes,
+                              paused=s.paused, kept=s.kept,
                               enqueued=s.enqueued, retried=s.retried,
                               dead_lettered=s.dead_lettered, live_bytes=s.live_bytes)
 
@@ -230,9 +308,6 @@ class FileBackend:
 
     def list_jobs(self, state: JobState | None, limit: int | None,
                   offset: int = 0) -> list[Job]:
-        if state is JobState.DONE:
-            raise ValueError("finished jobs are not listed; only their keys are remembered")
-
         def query(replay: QueueState) -> list[Job]:
             # The skipped jobs are counted, not built: a deep page costs milliseconds.
             page = replay.entries(state, offset)

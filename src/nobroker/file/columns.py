@@ -17,7 +17,8 @@ from typing import Final
 from ..models import JobState
 
 __all__ = ["JobState", "Entry", "ReplayError", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
-           "SEQ_MAX", "PENDING", "LEASED", "DEAD", "FREE", "KEYED", "CODES", "CODE_STATES"]
+           "SEQ_MAX", "PENDING", "LEASED", "DEAD", "DONE", "CANCELLED", "FREE", "FINISHED_CODES",
+           "KEYED", "CODES", "CODE_STATES"]
 
 
 class ReplayError(ValueError):
@@ -46,7 +47,7 @@ class Entry:
     lease_until: float
     last_error: str | None
     keyed: bool
-    loc: int  # offset of the record holding the payload, in the current generation
+    loc: int  # offset of the record holding the payload (a finished job: its result)
     size: int  # bytes of that record, for the live-bytes estimate
 
 
@@ -56,10 +57,14 @@ SEQ_LIMIT: Final = 1 << 48
 _HEX: Final = "0123456789abcdef"
 SEQ_MAX: Final = 1 << 62  # past it a seq could overflow an int64 column
 
-# Slot state codes (the checkpoint's too) and flags.
-PENDING, LEASED, DEAD, FREE = 0, 1, 2, 3
-CODE_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
-CODES: Final = {JobState.PENDING: PENDING, JobState.LEASED: LEASED, JobState.DEAD: DEAD}
+# Slot state codes (the checkpoint's too) and flags. DONE and CANCELLED are finished
+# jobs kept with their outcome for a while (see jobtable.py); FREE is a hole.
+PENDING, LEASED, DEAD, DONE, CANCELLED, FREE = 0, 1, 2, 3, 4, 5
+CODE_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD, JobState.DONE,
+                      JobState.CANCELLED)
+CODES: Final = {JobState.PENDING: PENDING, JobState.LEASED: LEASED, JobState.DEAD: DEAD,
+                JobState.DONE: DONE, JobState.CANCELLED: CANCELLED}
+FINISHED_CODES: Final = (DONE, CANCELLED)
 KEYED: Final = 1  # the id is a caller's idempotency key
 def seq_id(seq: int) -> str:
     """The generated job id of sequence number `seq` (< SEQ_LIMIT)."""
@@ -75,10 +80,11 @@ def id_seq(job_id: str) -> int:
 
 @dataclass(slots=True)
 class Columns:
-    """The live jobs in enqueue order, one array per field: what a checkpoint holds."""
+    """The jobs (live, and finished ones kept) in enqueue order, one array per field:
+    what a checkpoint holds."""
 
     seqs: array[int]
-    states: bytes  # 0 pending, 1 leased, 2 dead
+    states: bytes  # 0 pending, 1 leased, 2 dead, 3 done, 4 cancelled (see FINISHED_CODES)
     keyed: bytes  # 0 or 1
     priority: array[int]
     available_at: array[float]

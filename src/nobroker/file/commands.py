@@ -24,8 +24,9 @@ from .records import Record, RecordType, dumps, enqueue_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "new_nonce", "plan_reclaim", "plan_enqueue",
-           "plan_enqueue_many", "plan_lease",
-           "check_lease", "plan_settle", "plan_requeue", "plan_purge", "LEASE_EXPIRED"]
+           "plan_enqueue_many", "plan_lease", "check_lease", "plan_settle", "plan_ack", "plan_nack",
+           "plan_requeue", "plan_purge", "plan_cancel", "plan_delete_dead", "plan_pause",
+           "LEASE_EXPIRED"]
 
 LEASE_EXPIRED: Final = "lease expired"
 _WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.NACK, RecordType.EXPIRE,
@@ -61,6 +62,7 @@ class Batch:
         # (type, JSON text, what replay will see: the record without its payload text)
         self._items: list[tuple[int, str, Record]] = []
         self.wakes = 0  # records that may make a job leasable: idle workers are poked
+        self.finishes = 0  # records that finish a job: result waiters are poked
 
     def __len__(self) -> int:
         return len(self._items)
@@ -94,6 +96,15 @@ class Batch:
         head = dumps(record)
         record["p"] = None  # replay checks the payload is there; memory never keeps it
         self._items.append((rtype, f'{head[:-1]},"p":{payload_text}}}', record))
+        return record
+
+    def add_result(self, rtype: RecordType, fields: Record, result_text: str) -> Record:
+        """A record carrying a job's result as JSON text, under "r", its last key (read
+        back by key, like payloads); replay sees "r" as None and memory never keeps it."""
+        record = {**self._head(), **fields}
+        head = dumps(record)
+        record["r"] = None
+        self._items.append((rtype, f'{head[:-1]},"r":{result_text}}}', record))
         return record
 
     def add_enqueue(self, job_id: str, priority: int, at: float, t: float,
@@ -141,12 +152,19 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
     if key_retention is not None:
         for job_id in state.forgettable(now - key_retention):
             batch.add(RecordType.FORGET, {"id": job_id})
+    if state.kept:
+        for job_id in state.retention_over(now):
+            batch.add(RecordType.FORGET, {"id": job_id})
     spared = spare if isinstance(spare, frozenset) else frozenset((spare,) if spare else ())
     for entry in state.expired(now):
         if entry.id in spared:
             continue
-        batch.add(RecordType.EXPIRE, {"id": entry.id, "tok": entry.token,
-                                      "at": now + backoff.delay(entry.attempts, rng)})
+        if entry.attempts >= entry.max_attempts:  # dead-lettered: `at` says when it died
+            batch.finishes += 1
+            at = now
+        else:
+            at = now + backoff.delay(entry.attempts, rng)
+        batch.add(RecordType.EXPIRE, {"id": entry.id, "tok": entry.token, "at": at})
 
 
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
@@ -155,11 +173,15 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
-    job still remembered, or None when a record was added.
+    job still remembered, or None when a record was added. A cancelled job
+    does not hold its key: it is forgotten, in the same batch, and the key
+    enqueued anew.
     """
     if job_id is not None:
         existing = state.jobs.get(job_id)
-        if existing is not None:
+        if existing is not None and existing.state is JobState.CANCELLED:
+            batch.add(RecordType.FORGET, {"id": job_id})
+        elif existing is not None:
             return existing
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
@@ -185,7 +207,10 @@ def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
 
 def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
                visibility_timeout: float) -> list[Record]:
-    """LEASE records for up to `count` ready jobs, each under a new fencing token."""
+    """LEASE records for up to `count` ready jobs, each under a new fencing token;
+    none while the queue is paused."""
+    if state.paused:
+        return []
     token = state.next_token
     leased: list[Record] = []
     for entry in state.ready(now, count):
@@ -215,6 +240,77 @@ def plan_settle(state: QueueState, batch: Batch, now: float, rtype: RecordType,
     return entry
 
 
+def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: int | None,
+             result_text: str | None = None, result_ttl: float = 0.0,
+             key_retention: float = 0.0) -> Entry:
+    """ACK for a job the caller holds; with `result_text`, the job is kept with its
+    result for `result_ttl` seconds (a keyed one at least `key_retention`, so that
+    its id is remembered as long as a plain ack would remember it)."""
+    entry = check_lease(state, job_id, token)
+    batch.finishes += 1
+    fields: Record = {"id": job_id, "tok": token, "t": now}
+    if result_text is None:
+        batch.add(RecordType.ACK, fields)
+    else:
+        fields["keep"] = max(result_ttl, key_retention) if entry.keyed else result_ttl
+        batch.add_result(RecordType.ACK, fields, result_text)
+    return entry
+
+
+def plan_nack(state: QueueState, batch: Batch, now: float, job_id: str, token: int | None,
+              error: str | None, delay: float | None, backoff: BackoffPolicy,
+              rng: Random) -> Entry:
+    """NACK for a job the caller holds: pending again after `delay` (None: the backoff
+    policy's), or dead-lettered on its last attempt, with `at` the time it died."""
+    entry = check_lease(state, job_id, token)
+    if entry.attempts >= entry.max_attempts:
+        batch.finishes += 1
+        at = now
+    else:
+        at = now + (delay if delay is not None else backoff.delay(entry.attempts, rng))
+    batch.add(RecordType.NACK, {"id": job_id, "tok": token, "at": at, "err": error})
+    return entry
+
+
+def plan_cancel(state: QueueState, batch: Batch, now: float, job_id: str,
+                keep: float) -> bool:
+    """CANCEL a pending or leased job, kept as cancelled for `keep` seconds; False
+    (nothing written) for a finished, dead or unknown job."""
+    entry = state.jobs.get(job_id)
+    if entry is None or entry.state not in (JobState.PENDING, JobState.LEASED):
+        return False
+    batch.finishes += 1
+    batch.add(RecordType.CANCEL, {"id": job_id, "t": now, "keep": keep})
+    return True
+
+
+def plan_delete_dead(state: QueueState, batch: Batch, now: float,
+                     job_id: str | None) -> int:
+    """DELETE records: one dead job, or every dead job."""
+    if job_id is not None:
+        entry = state.jobs.get(job_id)
+        if entry is None or entry.state is not JobState.DEAD:
+            raise JobNotFoundError(job_id, "dead job")
+        targets = [entry.id]
+    else:
+        targets = [entry.id for entry in state.entries(JobState.DEAD)]
+    for target in targets:
+        batch.add(RecordType.DELETE, {"id": target})
+    batch.finishes += len(targets)
+    return len(targets)
+
+
+def plan_pause(state: QueueState, batch: Batch, now: float, paused: bool) -> bool:
+    """PAUSE or RESUME, unless the queue is so already; returns whether it changed.
+    A resume pokes idle workers (up to one per pending job)."""
+    if state.paused == paused:
+        return False
+    batch.add(RecordType.PAUSE if paused else RecordType.RESUME, {"t": now})
+    if not paused:
+        batch.wakes += max(1, state.pending)
+    return True
+
+
 def plan_requeue(state: QueueState, batch: Batch, now: float, job_id: str | None) -> int:
     """REQUEUE records: one dead job, or every dead job."""
     if job_id is not None:
@@ -237,4 +333,5 @@ def plan_purge(state: QueueState, batch: Batch, now: float) -> int:
     count = state.pending + reclaimed
     if count:
         batch.add(RecordType.PURGE, {"t": now})
+        batch.finishes += 1  # a waiter for a purged job learns it is gone
     return count

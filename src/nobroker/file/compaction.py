@@ -249,17 +249,32 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         # The snapshot takes the number of the last batch it summarises, so the
         # batches copied after it continue the sequence unchanged.
         batch = Batch(state.last_batch)
-        entries = list(state.entries())
+        entries = list(state.entries(finished=True))
+        live = [entry for entry in entries if entry.state not in _FINISHED]
         # Enqueue order is also log order, so this reads the old log front to back.
-        texts = old.payload_texts([entry.loc for entry in entries])
-        for entry, text in zip(entries, texts, strict=True):
-            batch.add_payload(RecordType.JOB, _snapshot_fields(entry), text)
+        texts = old.payload_texts([entry.loc for entry in live])
+        outcomes = old.outcome_records([entry.loc for entry in entries
+                                        if entry.state in _FINISHED])
+        for entry in entries:  # in enqueue order, live and finished alike
+            if entry.state in _FINISHED:
+                rtype, record, result = next(outcomes)
+                fields = _finished_fields(old, entry, rtype, record)
+                if result is None:
+                    batch.add(RecordType.FINISHED, fields)
+                else:
+                    batch.add_result(RecordType.FINISHED, fields, result)
+            else:
+                batch.add_payload(RecordType.JOB, _snapshot_fields(entry), next(texts))
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
-        batch.add(RecordType.SNAPSHOT, {"tok": state.next_token, "done": state.done,
-                                        "jobs": len(state.jobs), "seq": state.next_seq,
-                                        "tot": list(state.totals), "n": nonce})
+        end: Record = {"tok": state.next_token, "done": state.done, "jobs": len(state.jobs),
+                       "seq": state.next_seq, "tot": list(state.totals), "n": nonce}
+        if state.kept:
+            end["kept"] = state.kept
+        if state.paused:
+            end["paused"] = True
+        batch.add(RecordType.SNAPSHOT, end)
         data, applied = batch.encode(log.end)
         for start in range(0, len(data), _WRITE_BUFFER):
             log.append(data[start:start + _WRITE_BUFFER])
@@ -279,7 +294,8 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
              for e, (_, _, offset, size) in zip(entries, applied, strict=False)]
     snapshot = QueueState.restore(moved, keys, last_batch=batch.number,
                                   next_token=state.next_token, done=state.done,
-                                  snapshot_seen=True, next_seq=state.next_seq)
+                                  snapshot_seen=True, next_seq=state.next_seq,
+                                  paused=state.paused)
     snapshot.latest_time = state.latest_time
     snapshot.set_totals(state.totals)
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
@@ -306,6 +322,31 @@ def _snapshot_fields(entry: Entry) -> Record:
     if entry.state is JobState.LEASED:
         fields["tok"] = entry.token
         fields["until"] = entry.lease_until
+    if entry.last_error is not None:
+        fields["err"] = entry.last_error
+    if entry.keyed:
+        fields["k"] = True
+    return fields
+
+
+_FINISHED = (JobState.DONE, JobState.CANCELLED)
+
+
+def _finished_fields(old: LogFile, entry: Entry, rtype: int, record: Record) -> Record:
+    """A FINISHED record's fields (its result, if any, is added after them). The
+    finishing time and retention are copied from the record that holds the outcome
+    today (an ACK, a CANCEL or a FINISHED record), so replay computes the same end
+    of retention, to the bit."""
+    finished_at = record.get("fin" if rtype == RecordType.FINISHED else "t")
+    keep = record.get("keep")
+    if type(finished_at) is not float or type(keep) not in (int, float) \
+            or record.get("id") != entry.id:
+        raise CorruptLogError(old.path, entry.loc, "finished job's record unreadable")
+    fields: Record = {"id": entry.id, "pr": entry.priority, "t": entry.enqueued_at,
+                      "ma": entry.max_attempts, "s": str(entry.state), "fin": finished_at,
+                      "keep": keep}
+    if entry.attempts:
+        fields["a"] = entry.attempts
     if entry.last_error is not None:
         fields["err"] = entry.last_error
     if entry.keyed:

@@ -14,6 +14,14 @@ The table also keeps the indexes that answer "which job is due" (a FIFO
 lane per priority, lazy heaps for the rest, and the lease deadlines): they
 are schedule.py's, a mixin of the table.
 
+A finished job whose outcome is kept (acked with a result, or cancelled)
+stays in its slot with the code DONE or CANCELLED until its retention ends:
+for it, `available_at` holds the moment its retention ends, and
+`record_offset`/`size` locate the record that holds its result and the time
+it finished (an ACK, a CANCEL or a snapshot's FINISHED record). The result
+stays on disk; retention.py (another mixin) indexes these jobs by the end of
+their retention, with no Python object per job.
+
 It keeps no counters: the state counts jobs by state, and bytes, as it
 applies the rules. The state reads the columns directly, on its hot paths,
 but changes them only through the methods below (add, lease, hold, unhold,
@@ -32,6 +40,8 @@ from typing import Any, Final
 from .columns import (
     CODE_STATES,
     CODES,
+    DEAD,
+    FINISHED_CODES,
     FREE,
     KEYED,
     LEASED,
@@ -46,13 +56,13 @@ from .columns import (
     seq_id,
 )
 from .relocation import NAMED, Relocation
+from .retention import KeptJobs
 from .schedule import LANED, DueJobs
 
 __all__ = ["JobTable"]
 
-
-
-_FREE_TO_ZERO: Final = bytes([1, 1, 1, 0] + [1] * 252)  # live slot -> 1, hole -> 0
+_FREE_TO_ZERO: Final = bytes([1] * FREE + [0] + [1] * (255 - FREE))  # a hole -> 0, else 1
+_KEPT_MASK: Final = bytes(code in FINISHED_CODES for code in range(256))  # kept -> 1
 _PACK_AT: Final = 1024  # holes removals may leave before the columns are packed
 _SKIP_CHUNK: Final = 1 << 16  # slots counted per C call when a page skips jobs
 _RECENT_MAX: Final = 1 << 14  # ids of a batch's new jobs whose slot is cached
@@ -61,8 +71,9 @@ _COLUMN_NAMES: Final = ("seqs", "priority", "available_at", "enqueued_at", "max_
                         "attempts", "record_offset", "size")
 
 
-class JobTable(DueJobs, Relocation):
-    """The live jobs in columns, found by id or seq, and scheduled by due time."""
+class JobTable(DueJobs, Relocation, KeptJobs):
+    """The live jobs (and kept finished ones) in columns, found by id or seq, and
+    scheduled by due time."""
 
     def __init__(self) -> None:
         self.next_seq = 0  # the next job's seq; carried by snapshots and checkpoints
@@ -92,6 +103,7 @@ class JobTable(DueJobs, Relocation):
         self.recent: dict[str, int] = {}
         self.errors: dict[int, str] = {}  # seq -> last_error
         self._init_due()  # the indexes of due jobs (schedule.py)
+        self._init_kept()  # the kept finished jobs by end of retention (retention.py)
 
     @classmethod
     def from_columns(cls, columns: Columns, next_seq: int) -> JobTable:
@@ -103,7 +115,7 @@ class JobTable(DueJobs, Relocation):
                 c.max_attempts, c.attempts, c.token, c.lease_until, c.loc, c.size)):
             raise ReplayError(0, "column lengths disagree")
         seqs = c.seqs
-        if (c.states.translate(None, b"\0\1\2") or c.keyed.translate(None, b"\0\1")
+        if (c.states.translate(None, b"\0\1\2\3\4") or c.keyed.translate(None, b"\0\1")
                 or type(next_seq) is not int or not 0 <= next_seq <= SEQ_MAX
                 or (count and not (0 <= seqs[0] and seqs[-1] < next_seq))
                 or not all(map(int.__lt__, seqs, islice(seqs, 1, None)))):
@@ -143,11 +155,12 @@ class JobTable(DueJobs, Relocation):
             slot = states.find(LEASED, slot + 1)
         heapq.heapify(table._deadlines)
         table._schedule_all()
+        table._restore_kept(compress(seqs, c.states.translate(_KEPT_MASK)))
         table.set_next_seq(next_seq)
         return table
 
     def columns(self) -> Columns:
-        """The live jobs as columns in enqueue order (see Columns)."""
+        """The jobs (live and kept) as columns in enqueue order (see Columns)."""
         live = self.code.translate(_FREE_TO_ZERO) if self.holes else None
 
         def packed(column: array[Any]) -> array[Any]:
@@ -306,7 +319,7 @@ class JobTable(DueJobs, Relocation):
         if code == LEASED:  # an ack: the common case
             del self.leases[seq]
             del self.held[self.id(slot) if job_id is None else job_id]
-        else:
+        elif code == PENDING:
             self._versions.pop(seq, None)
         self.code[slot] = FREE
         self.holes += 1
@@ -328,6 +341,28 @@ class JobTable(DueJobs, Relocation):
         self._delayed.clear()
         self._ready.clear()
         return removed, size
+
+    def finish(self, slot: int, job_id: str, code: int, keep: float, kept_until: float,
+               loc: int, size: int) -> int:
+        """Pending or leased job `slot` finishes as DONE or CANCELLED and is kept `keep`
+        seconds, until `kept_until`, its outcome in the record at `loc`; returns its old
+        record's size."""
+        seq, old = self.seqs[slot], self.code[slot]
+        if old == LEASED:
+            self.unhold(seq, job_id)
+        elif old == PENDING:  # its lane and heap entries are stale from now on
+            self.flags[slot] &= ~LANED & 0xFF
+            self._versions.pop(seq, None)
+        self.code[slot] = code
+        self.available_at[slot] = kept_until
+        freed = self.size[slot]
+        self.record_offset[slot], self.size[slot] = loc, size
+        self._keep(seq, keep, kept_until)
+        return freed
+
+    def set_available(self, slot: int, at: float) -> None:
+        """Job `slot`'s available_at, for a job that is not pending (see set_code)."""
+        self.available_at[slot] = at
 
     def start_batch(self) -> None:
         """A new batch is being applied: the previous one's new jobs are viewed already."""
@@ -369,7 +404,7 @@ class JobTable(DueJobs, Relocation):
         """Drop the holes removed jobs left (lanes and heaps hold seqs, not slots)."""
         holes, self.holes, self._layout = self.holes, 0, self._layout + 1
         self.recent.clear()
-        lead = len(self.code) - len(self.code.lstrip(b"\3"))
+        lead = len(self.code) - len(self.code.lstrip(bytes([FREE])))
         if lead == holes:  # FIFO consumption: the holes are a prefix, cut it
             for name in _COLUMN_NAMES:
                 del getattr(self, name)[:lead]
@@ -384,41 +419,48 @@ class JobTable(DueJobs, Relocation):
 
     # -- finding due jobs (read-only with respect to what the table holds) ---
 
-    def _nth(self, wanted: int | None, n: int) -> int:
-        """The slot of the job after the first `n` live ones (of code `wanted`, or of
-        any state), or len(code): counted a chunk at a time in C, so that a page deep
-        in a million jobs costs milliseconds, not a Python step per job skipped."""
+    def _nth(self, wanted: int | None, n: int, finished: bool = False) -> int:
+        """The slot of the job after the first `n` of code `wanted` (or, with None, the
+        first `n` live ones, and kept finished ones with `finished`), or len(code):
+        counted a chunk at a time in C, so that a page deep in a million jobs costs
+        milliseconds, not a Python step per job skipped."""
         code, start, size = self.code, 0, len(self.code)
         while start < size:
             end = min(size, start + _SKIP_CHUNK)
-            here = (code.count(wanted, start, end) if wanted is not None
-                    else end - start - code.count(FREE, start, end))
+            if wanted is not None:
+                here = code.count(wanted, start, end)
+            elif finished:
+                here = end - start - code.count(FREE, start, end)
+            else:
+                here = sum(code.count(live, start, end) for live in (PENDING, LEASED, DEAD))
             if here > n:
                 break
             n, start = n - here, end
         for slot in range(start, size):
-            if code[slot] != FREE and (wanted is None or code[slot] == wanted):
+            found = code[slot]
+            if (found == wanted if wanted is not None
+                    else found != FREE and (finished or found <= DEAD)):
                 if n == 0:
                     return slot
                 n -= 1
         return size
 
-    def entries(self, state: JobState | None = None, skip: int = 0) -> Iterator[Entry]:
+    def entries(self, state: JobState | None = None, skip: int = 0, *,
+                finished: bool = False) -> Iterator[Entry]:
         """Jobs in enqueue order, optionally of one state, after the first `skip` of
-        them. Do not change the table while iterating: a pack would move the slots
-        (RuntimeError)."""
+        them; without a state, the live ones (pending, leased, dead) and with
+        `finished` the kept finished ones too. Do not change the table while
+        iterating: a pack would move the slots (RuntimeError)."""
         code, layout = self.code, self._layout
-        wanted = None if state is None else CODES.get(state)
-        if state is not None and wanted is None:  # DONE: finished jobs are not kept
-            return
+        wanted = None if state is None else CODES[state]
         if skip:
-            slot = self._nth(wanted, skip)
+            slot = self._nth(wanted, skip, finished)
             while slot < len(code):
                 if wanted is not None:
                     slot = code.find(wanted, slot)
                     if slot < 0:
                         return
-                elif code[slot] == FREE:
+                elif code[slot] == FREE or (code[slot] > DEAD and not finished):
                     slot += 1
                     continue
                 if self._layout != layout:
@@ -441,7 +483,7 @@ class JobTable(DueJobs, Relocation):
                 self.seqs, code, self.flags, self.priority, self.available_at,
                 self.enqueued_at, self.max_attempts, self.attempts, self.record_offset,
                 self.size, strict=True):
-            if job_code == FREE:
+            if job_code == FREE or (job_code > DEAD and not finished):
                 continue
             if self._layout != layout:
                 raise RuntimeError("the state changed during entries()")

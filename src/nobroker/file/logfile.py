@@ -370,6 +370,25 @@ class LogFile:
                 raise CorruptLogError(self.path, loc, "payload record unreadable")
             yield payload[key + 5:-1].decode("utf-8")
 
+    def outcome_records(self, locs: list[int]) -> Iterator[tuple[int, Record, str | None]]:
+        """(type, record, result JSON text or None) of the records at `locs`, which hold
+        finished jobs' outcomes (a result is always a record's last key, "r")."""
+        for loc in locs:
+            found = self.record_at(loc)
+            if found is None:
+                raise CorruptLogError(self.path, loc, "finished job's record unreadable")
+            rtype, record = found
+            text = None
+            if "r" in record:
+                head = self.fs.pread(self.fd, framing.RECORD_HEADER.size, loc)
+                length = int.from_bytes(head[:4], "little")
+                payload = self.fs.pread(self.fd, length, loc + framing.RECORD_HEADER.size)
+                key = payload.find(b',"r":')
+                if key < 0 or not payload.endswith(b"}"):
+                    raise CorruptLogError(self.path, loc, "result record unreadable")
+                text = payload[key + 5:-1].decode("utf-8")
+            yield rtype, record, text
+
     # -- writing ------------------------------------------------------------
 
     def append(self, data: bytes) -> None:

@@ -56,7 +56,12 @@ class RecordType(IntEnum):
     JOB = 9  # snapshot: one live job, written by compaction
     KEY = 10  # snapshot: an idempotency key of a finished job, still remembered
     SNAPSHOT = 11  # snapshot: end marker with the queue's counters
-    FORGET = 12  # an idempotency key's retention ran out
+    FORGET = 12  # a finished job's retention ran out: its key or kept outcome is dropped
+    CANCEL = 13  # a pending or leased job cancelled; kept as cancelled for a while
+    DELETE = 14  # a dead job deleted
+    PAUSE = 15  # nothing is leased until RESUME
+    RESUME = 16  # leasing goes on
+    FINISHED = 17  # snapshot: a finished job kept with its outcome (done or cancelled)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

@@ -161,7 +161,11 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
         except Restart:
             replay = TolerantReplay(careful=True)
             kept = _replay(scan, replay, point_in_time)
-    if not scan.damaged and not replay.skipped:
+    # Batch numbers that jump with no damaged byte between (a splice of two logs)
+    # are refused by the strict replay as well: that log needs rewriting too.
+    jumps = any(later[0].record["b"] != earlier[0].record["b"] + 1
+                for earlier, later in itertools.pairwise(scan.batches))
+    if not scan.damaged and not replay.skipped and not jumps:
         return SalvageReport(mode, path, generation, None, len(scan.batches),
                              replay.records, len(replay.state.jobs), (), (), (), (),
                              _spans(scan))

@@ -28,9 +28,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from .columns import (
+    CANCELLED,
     CODE_STATES,
     CODES,
     DEAD,
+    DONE,
+    FINISHED_CODES,
     KEYED,
     LEASED,
     PENDING,
@@ -51,10 +54,10 @@ __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayErro
 
 
 # (record type, the job's state before) -> the states it may be in after (None: the
-# job, or its key, is gone). Each record type has one required state before, and
-# _apply takes it from here; docs/FORMAT.md shows the same table, and
-# tests/file/test_state.py keeps the two equal. PURGE applies to every pending job
-# at once; FORGET to a remembered key (a DONE job's id).
+# job, or its key, is gone). _apply takes the states a record may find its job in
+# from here; docs/FORMAT.md shows the same table, and tests/file/test_state.py keeps
+# the two equal. PURGE applies to every pending job at once; FORGET to a finished
+# job: a remembered key, or a job kept with its outcome (done or cancelled).
 TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | None, ...]]] = {
     (RecordType.ENQUEUE, None): (JobState.PENDING,),
     (RecordType.LEASE, JobState.PENDING): (JobState.LEASED,),
@@ -65,11 +68,19 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.REQUEUE, JobState.DEAD): (JobState.PENDING,),
     (RecordType.PURGE, JobState.PENDING): (None,),
     (RecordType.FORGET, JobState.DONE): (None,),
+    (RecordType.FORGET, JobState.CANCELLED): (None,),
+    (RecordType.CANCEL, JobState.PENDING): (JobState.CANCELLED,),
+    (RecordType.CANCEL, JobState.LEASED): (JobState.CANCELLED,),
+    (RecordType.DELETE, JobState.DEAD): (None,),
 }
+# The records a job's holder writes: they must carry its current fencing token.
+_FENCED: Final = frozenset({RecordType.ACK, RecordType.NACK, RecordType.EXTEND,
+                            RecordType.EXPIRE})
 
 
 _SNAPSHOT_STATES: Final = {"pending": JobState.PENDING, "leased": JobState.LEASED,
                            "dead": JobState.DEAD}
+_FINISHED_STATES: Final = {"done": DONE, "cancelled": CANCELLED}
 
 _INT64: Final = 2**63
 
@@ -122,7 +133,7 @@ class JobIndex:
     def __contains__(self, job_id: object) -> bool:
         return isinstance(job_id, str) and self._table.find(job_id) >= 0
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # the live jobs; lookups find kept finished ones too
         state = self._state
         return state.pending + state.leased + state.dead
 
@@ -158,7 +169,9 @@ class QueueState:
         self.pending = 0
         self.leased = 0
         self.dead = 0
+        self.kept = 0  # finished jobs kept with their outcome (done or cancelled)
         self.done = 0  # acks ever applied, carried across compaction
+        self.paused = False  # PAUSE applied and no RESUME since: nothing is leased
         # Lifetime totals, carried across compaction like `done` (see `totals`).
         self.enqueued = 0  # ENQUEUE records applied
         self.retried = 0  # nacks and expired leases that left the job pending
@@ -187,23 +200,28 @@ class QueueState:
     @classmethod
     def restore(cls, entries: Sequence[Entry], done_keys: dict[str, float], *,
                 last_batch: int, next_token: int, done: int, snapshot_seen: bool,
-                next_seq: int = 0) -> QueueState:
+                next_seq: int = 0, paused: bool = False) -> QueueState:
         """The state holding `entries` (in enqueue order): what replaying a snapshot
         of them gives (their seq fields are ignored and assigned as replay does)."""
         columns, counter = Columns.of_entries(entries)
         return cls.from_columns(columns, done_keys, last_batch=last_batch,
                                 next_token=next_token, done=done,
-                                snapshot_seen=snapshot_seen, next_seq=max(counter, next_seq))
+                                snapshot_seen=snapshot_seen, next_seq=max(counter, next_seq),
+                                paused=paused)
 
     @classmethod
     def from_columns(cls, columns: Columns, done_keys: dict[str, float], *,
                      last_batch: int, next_token: int, done: int, snapshot_seen: bool,
-                     next_seq: int) -> QueueState:
+                     next_seq: int, paused: bool = False) -> QueueState:
         """The state a checkpoint's columns describe; ReplayError if they cannot be."""
         state = cls(JobTable.from_columns(columns, next_seq))
         states = columns.states
-        state.pending, state.leased, state.dead = (states.count(code)
-                                                   for code in (PENDING, LEASED, DEAD))
+        state.pending, state.leased, state.dead, done_kept, cancelled = (
+            states.count(code) for code in (PENDING, LEASED, DEAD, DONE, CANCELLED))
+        state.kept = done_kept + cancelled
+        if type(paused) is not bool:
+            raise ReplayError(0, f"bad paused flag {paused!r}")
+        state.paused = paused
         state.live_bytes = sum(columns.size)
         state.done_keys = dict(done_keys)
         state._key_times = [(done_at, job_id) for job_id, done_at in done_keys.items()]
@@ -213,7 +231,7 @@ class QueueState:
         return state
 
     def columns(self) -> Columns:
-        """The live jobs as columns in enqueue order (see Columns)."""
+        """The jobs (live and kept finished ones) as columns in enqueue order."""
         return self._table.columns()
 
     # -- applying records ---------------------------------------------------
@@ -242,8 +260,8 @@ class QueueState:
 
     def _apply(self, rtype: int, rec: Record, offset: int, size: int) -> None:
         """One record: the job records through the TRANSITIONS table, the rest here."""
-        required = _REQUIRED.get(rtype)
-        if required is None:
+        allowed = _ALLOWED.get(rtype)
+        if allowed is None:
             self._apply_other(rtype, rec, offset, size)
             return
         job_id = _field(rec, "id", str, offset)
@@ -252,19 +270,19 @@ class QueueState:
         slot = table.find(job_id) if held is None else table.slot(held.seq)
         if slot < 0:
             raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
-        if table.code[slot] != required:
-            self._expect_state(slot, job_id, required, offset)
-        if required == LEASED:
+        if table.code[slot] not in allowed:
+            self._expect_state(slot, job_id, allowed, offset)
+        if rtype in _FENCED:
             token = _field(rec, "tok", int, offset)
             current = table.leases[table.seqs[slot]][0]
             if current != token:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")
-        _JOB_RECORDS[rtype](self, slot, job_id, rec, offset)
+        _JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
 
     def _apply_other(self, rtype: int, rec: Record, offset: int, size: int) -> None:
-        """The records that name no job the table holds: a new job, PURGE, the keys,
-        and a snapshot's records."""
+        """The records that name no job the table holds: a new job, PURGE, PAUSE and
+        RESUME, the keys, and a snapshot's records."""
         if rtype == RecordType.PURGE:
             removed, freed = self._table.remove_pending()
             self.pending -= removed
@@ -272,6 +290,10 @@ class QueueState:
             return
         if rtype == RecordType.SNAPSHOT:
             self._apply_snapshot_end(rec, offset)
+            return
+        if rtype == RecordType.PAUSE or rtype == RecordType.RESUME:
+            _field(rec, "t", float, offset)
+            self.paused = rtype == RecordType.PAUSE
             return
         job_id = _field(rec, "id", str, offset)
         if rtype == RecordType.ENQUEUE:
@@ -283,15 +305,17 @@ class QueueState:
                 raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
             self._remember(job_id, _field(rec, "done", float, offset))
         elif rtype == RecordType.FORGET:
-            if self.done_keys.pop(job_id, None) is None:
-                raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
+            self._apply_forget(job_id, offset)
+        elif rtype == RecordType.FINISHED:
+            self._apply_snapshot_finished(job_id, rec, offset, size)
         else:
             raise ReplayError(offset, f"unknown record type {rtype}")
 
     # The job records, each in the state TRANSITIONS requires (and, for a leased
     # job, under its current token): _apply has checked both.
 
-    def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+    def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int,
+                     size: int) -> None:
         token = _field(rec, "tok", int, offset)
         if token < 1:
             raise ReplayError(offset, f"bad fencing token {token}")
@@ -302,17 +326,56 @@ class QueueState:
         self.leased += 1
         self._table.lease(slot, job_id, token, until)
 
-    def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+    def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int,
+                   size: int) -> None:
         table = self._table
         done_at = _field(rec, "t", float, offset)
-        keyed = table.flags[slot] & KEYED
         self.leased -= 1
-        self.live_bytes -= table.remove(slot, job_id)
         self.done += 1
+        if "r" in rec:  # acked with a result: kept, result and all, for "keep" seconds
+            self._finish(slot, job_id, DONE, done_at, rec, offset, size)
+            return
+        keyed = table.flags[slot] & KEYED
+        self.live_bytes -= table.remove(slot, job_id)
         if keyed:
             self._remember(job_id, done_at)
 
-    def _apply_extend(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+    def _finish(self, slot: int, job_id: str, code: int, finished_at: float, rec: Record,
+                offset: int, size: int) -> None:
+        """Job `slot` (counted out of its old state already) is kept as finished for
+        the record's "keep" seconds; the record at `offset` holds its outcome."""
+        keep = _field(rec, "keep", float, offset)
+        if keep < 0:
+            raise ReplayError(offset, f"negative retention {keep!r}")
+        self.live_bytes += size - self._table.finish(slot, job_id, code, keep,
+                                                     finished_at + keep, offset, size)
+        self.kept += 1
+
+    def _apply_cancel(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
+        self._count(self._table.code[slot], -1)
+        self._finish(slot, job_id, CANCELLED, _field(rec, "t", float, offset), rec, offset,
+                     size)
+
+    def _apply_delete(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
+        self.dead -= 1
+        self.live_bytes -= self._table.remove(slot, job_id)
+
+    def _apply_forget(self, job_id: str, offset: int) -> None:
+        """FORGET: a kept finished job's retention, or a remembered key's, ran out."""
+        table = self._table
+        slot = table.find(job_id)
+        if slot >= 0:
+            if table.code[slot] not in FINISHED_CODES:
+                self._expect_state(slot, job_id, FINISHED_CODES, offset)
+            self.kept -= 1
+            self.live_bytes -= table.remove(slot, job_id)
+        elif self.done_keys.pop(job_id, None) is None:
+            raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
+
+    def _apply_extend(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
         self._table.hold(slot, job_id, _field(rec, "tok", int, offset),
                          _field(rec, "until", float, offset))
 
@@ -325,6 +388,7 @@ class QueueState:
         table.set_error(seq, error)
         table.unhold(seq, job_id)
         if table.attempts[slot] >= table.max_attempts[slot]:
+            table.set_available(slot, at)  # a dead job's `at`: when it died (FORMAT.md)
             self._set_state(slot, DEAD)
             self.dead_lettered += 1
         else:
@@ -332,14 +396,17 @@ class QueueState:
             self.pending += 1
             self.retried += 1
 
-    def _apply_nack(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+    def _apply_nack(self, slot: int, job_id: str, rec: Record, offset: int,
+                    size: int) -> None:
         self._apply_retry(slot, job_id, rec, offset, _opt_str(rec, "err", offset))
 
-    def _apply_expire(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+    def _apply_expire(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
         error = f"lease expired (attempt {self._table.attempts[slot]})"
         self._apply_retry(slot, job_id, rec, offset, error)
 
-    def _apply_requeue(self, slot: int, job_id: str, rec: Record, offset: int) -> None:
+    def _apply_requeue(self, slot: int, job_id: str, rec: Record, offset: int,
+                       size: int) -> None:
         at = _field(rec, "at", float, offset)
         self._count(self._table.make_pending(slot, at, reset_attempts=True), -1)
         self.pending += 1
@@ -415,10 +482,45 @@ class QueueState:
             table.hold(slot, job_id, token, until)
         self.next_token = max(self.next_token, token + 1)
 
+    def _apply_snapshot_finished(self, job_id: str, rec: Record, offset: int,
+                                 size: int) -> None:
+        """A FINISHED record: a job kept with its outcome, its result (if any) in "r"."""
+        table = self._table
+        if table.find(job_id) >= 0:
+            raise ReplayError(offset, f"job {job_id!r} twice in a snapshot")
+        label = rec.get("s")
+        code = _FINISHED_STATES.get(label) if type(label) is str else None
+        if code is None:
+            raise ReplayError(offset, f"bad finished state {rec.get('s')!r}")
+        attempts = _field(rec, "a", int, offset) if "a" in rec else 0
+        keyed = rec.get("k", False)
+        if attempts < 0 or type(keyed) is not bool:
+            raise ReplayError(offset, "bad attempts or 'k' in a finished job")
+        finished_at, keep = _field(rec, "fin", float, offset), _field(rec, "keep", float, offset)
+        if keep < 0:
+            raise ReplayError(offset, f"negative retention {keep!r}")
+        error = _opt_str(rec, "err", offset)
+        slot = table.add(job_id, keyed, code, _field(rec, "pr", int, offset), 0.0,
+                         _field(rec, "t", float, offset), self._max_attempts(rec, offset),
+                         attempts, offset, size)
+        table.finish(slot, job_id, code, keep, finished_at + keep, offset, size)
+        if error is not None:
+            table.set_error(table.seqs[slot], error)
+        self.kept += 1
+        self.live_bytes += size
+
     def _apply_snapshot_end(self, rec: Record, offset: int) -> None:
         jobs = _field(rec, "jobs", int, offset)
         if jobs != len(self.jobs):
             raise ReplayError(offset, f"snapshot announces {jobs} jobs, holds {len(self.jobs)}")
+        kept = _field(rec, "kept", int, offset) if "kept" in rec else 0
+        if kept != self.kept:
+            raise ReplayError(offset, f"snapshot announces {kept} finished jobs, "
+                                      f"holds {self.kept}")
+        paused = rec.get("paused", False)
+        if type(paused) is not bool:
+            raise ReplayError(offset, "field 'paused' must be a boolean")
+        self.paused = paused
         if "seq" in rec:  # absent in snapshots written before ids were sequence numbers
             next_seq = _field(rec, "seq", int, offset)
             if not 0 <= next_seq <= SEQ_MAX:
@@ -437,11 +539,13 @@ class QueueState:
             raise ReplayError(offset, f"max_attempts {value} < 1")
         return int(value)
 
-    def _expect_state(self, slot: int, job_id: str, code: int, offset: int) -> None:
+    def _expect_state(self, slot: int, job_id: str, codes: tuple[int, ...],
+                      offset: int) -> None:
         actual = self._table.code[slot]
-        if actual != code:
+        if actual not in codes:
+            expected = " or ".join(str(CODE_STATES[code]) for code in codes)
             raise ReplayError(offset, f"job {job_id!r} is {CODE_STATES[actual]}, "
-                                      f"expected {CODE_STATES[code]}")
+                                      f"expected {expected}")
 
     # -- bookkeeping --------------------------------------------------------
 
@@ -452,6 +556,8 @@ class QueueState:
             self.leased += delta
         elif code == DEAD:
             self.dead += delta
+        else:
+            self.kept += delta
 
     def _set_state(self, slot: int, code: int) -> None:
         self._count(self._table.set_code(slot, code), -1)
@@ -505,10 +611,18 @@ class QueueState:
         neither exists."""
         return self._table.next_wakeup()
 
-    def entries(self, state: JobState | None = None, skip: int = 0) -> Iterator[Entry]:
-        """Jobs in enqueue order, optionally of one state, after the first `skip`. Do
-        not apply records while iterating: a pack would move the slots (RuntimeError)."""
-        return self._table.entries(state, skip)
+    def entries(self, state: JobState | None = None, skip: int = 0, *,
+                finished: bool = False) -> Iterator[Entry]:
+        """Jobs in enqueue order, optionally of one state, after the first `skip`;
+        without a state, the live jobs (and with `finished`, the kept finished ones
+        too). Do not apply records while iterating: a pack would move the slots
+        (RuntimeError)."""
+        return self._table.entries(state, skip, finished=finished)
+
+    def retention_over(self, before: float) -> list[str]:
+        """Kept finished jobs whose retention ends at or before `before`, in that order."""
+        table = self._table
+        return [table.id(slot) for slot in table.kept_until_before(before)]
 
     def fingerprint(self) -> tuple[object, ...]:
         """Everything that defines the state; equal logs give equal fingerprints.
@@ -517,10 +631,10 @@ class QueueState:
             (e.id, e.priority, e.available_at, e.enqueued_at, e.max_attempts, e.attempts,
              str(e.state), e.token, e.lease_until if e.state is JobState.LEASED else 0.0,
              e.last_error, e.keyed)
-            for e in self.entries()
+            for e in self.entries(finished=True)
         )
         return (jobs, tuple(sorted(self.done_keys.items())), self.pending, self.leased,
-                self.dead, self.done, self.next_token)
+                self.dead, self.kept, self.done, self.next_token, self.paused)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QueueState):
@@ -530,19 +644,23 @@ class QueueState:
     __hash__ = None  # type: ignore[assignment]
 
 
-# Record type -> the QueueState method that applies it to a job in the required state.
-_JOB_RECORDS: Final[dict[int, Callable[[QueueState, int, str, Record, int], None]]] = {
+# Record type -> the QueueState method that applies it to a job in an allowed state.
+_JOB_RECORDS: Final[dict[int, Callable[[QueueState, int, str, Record, int, int], None]]] = {
     RecordType.LEASE: QueueState._apply_lease,
     RecordType.ACK: QueueState._apply_ack,
     RecordType.NACK: QueueState._apply_nack,
     RecordType.EXTEND: QueueState._apply_extend,
     RecordType.EXPIRE: QueueState._apply_expire,
     RecordType.REQUEUE: QueueState._apply_requeue,
+    RecordType.CANCEL: QueueState._apply_cancel,
+    RecordType.DELETE: QueueState._apply_delete,
 }
-# The state each of them requires, read off TRANSITIONS (each has exactly one there).
-_REQUIRED: Final[dict[int, int]] = {rtype: CODES[before] for (rtype, before) in TRANSITIONS
-                                    if rtype in _JOB_RECORDS and before is not None}
-assert set(_REQUIRED) == set(_JOB_RECORDS), "every job record has one state in TRANSITIONS"
+# The states each of them may find its job in, read off TRANSITIONS.
+_ALLOWED: Final[dict[int, tuple[int, ...]]] = {
+    rtype: tuple(CODES[before] for (other, before) in TRANSITIONS
+                 if other == rtype and before is not None)
+    for rtype in _JOB_RECORDS}
+assert all(_ALLOWED.values()), "every job record has a state in TRANSITIONS"
 
 
 def check_totals(value: object, offset: int) -> tuple[int, int, int]:

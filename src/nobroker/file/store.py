@@ -52,11 +52,12 @@ from ..errors import (
 from ..models import CompactionResult, RecoveryReport
 from . import checkpointing, compacting, compaction, following, opening
 from .commands import Batch, plan_reclaim
+from .finished import FinishSignal, FinishWaiter, finish_directory
 from .lock import release_shared_lock, shared_lock
 from .logfile import LogFile
 from .opening import queue_exists
 from .options import FileOptions
-from .records import loads
+from .records import RecordType, loads
 from .state import Entry, QueueState
 from .wake import WakeChannel
 
@@ -70,6 +71,9 @@ Plan = Callable[[QueueState, Batch, float], Callable[[], T]]
 _LOCKED_CATCH_UP = 256 << 10  # copy at most about this much under the lock at the switch
 # Queues (realpath/NAME) whose log fsync failed in this process: the next open rescues them.
 _FSYNC_FAILED: set[str] = set()
+# Record type holding a kept finished job's outcome -> its field for the finishing time.
+_OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: "t", RecordType.CANCEL: "t",
+                                  RecordType.FINISHED: "fin"}
 
 
 class FileStore:
@@ -108,6 +112,7 @@ class FileStore:
             # Checked before the lock file is opened (O_CREAT): read-only creates nothing.
             raise NobrokerError(f"no queue named {name!r} in {self.directory}")
         self._wake = WakeChannel(os.path.join(self.directory, f"{name}.wake"))
+        self._finished = FinishSignal(finish_directory(self.directory, name))
         try:
             self._lock = shared_lock(fs, self._lock_path, readonly=self.readonly)
         except OSError as exc:  # e.g. the lock file's name is taken by a directory
@@ -260,9 +265,9 @@ class FileStore:
                 # Expiries first, as a batch of their own, so that the call sees
                 # their effect (a reclaimed job with no backoff is leasable now).
                 self._commit(batch)
-                reclaimed = batch.wakes
+                reclaimed, finished = batch.wakes, batch.finishes
                 batch = Batch(state.last_batch + 1, live.durable)
-                batch.wakes = reclaimed
+                batch.wakes, batch.finishes = reclaimed, finished
             build = plan(state, batch, now)
             if batch:
                 self._commit(batch)
@@ -281,6 +286,8 @@ class FileStore:
             self._wake.notify(batch.wakes)
         if synced is not None:
             self._sync(synced, offset)
+        if batch.finishes:  # after the fsync: a woken waiter may act on the outcome
+            self._finished.notify()
         if due:
             self._auto_compact()
         elif checkpoint_due:
@@ -346,7 +353,23 @@ class FileStore:
         except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug
             raise CorruptLogError(current.path, entry.loc, "payload is not JSON") from None
 
+    def outcome(self, entry: Entry) -> tuple[float, Any]:
+        """A kept finished job's (finished_at, result), read from the record that holds
+        them (an ACK, CANCEL or FINISHED record); under the lock."""
+        current = self._live_log()
+        found = current.record_at(entry.loc)
+        if found is None or found[0] not in _OUTCOME_FIELD or found[1].get("id") != entry.id:
+            raise CorruptLogError(current.path, entry.loc, "finished job's record unreadable")
+        record = found[1]
+        return float(record[_OUTCOME_FIELD[found[0]]]), record.get("r")
+
     # -- waking -------------------------------------------------------------
+
+    def finish_waiter(self) -> FinishWaiter:
+        """A pipe of one's own that writers poke whenever a job finishes; look at the
+        job after making it, then wait on it (see finished.py)."""
+        self._usable()
+        return FinishWaiter(finish_directory(self.directory, self.name))
 
     def prepare_wait(self) -> None:
         """Keep any poke from now on for the next wait(); call it before looking."""
@@ -371,6 +394,7 @@ class FileStore:
                 log.warning("could not save a checkpoint of %r: %s", self.name, exc)
         self._closed = True
         self._wake.close()
+        self._finished.close()
         if self._log is not None and os.getpid() == self._pid:
             self._retire(self._log)
             release_shared_lock(self._lock)
