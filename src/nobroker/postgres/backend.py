@@ -313,14 +313,12 @@ class PostgresBackend:
             pending, leased, dead, done = (int(v) for v in row[:4])
             return QueueStats(pending=pending, leased=leased, dead=dead, done=done,
                               total=pending + leased + dead, generation=0, log_bytes=0,
-                              paused=bool(row[4]))
+                              paused=bool(row[4]), kept=int(row[5]))
 
         return self._link.run("stats", run)
 
     def list_jobs(self, state: JobState | None, limit: int | None,
                   offset: int = 0) -> list[Job]:
-        if state is JobState.DONE:  # as the file backend: finished jobs are not listed
-            raise ValueError("finished jobs are not listed; only their keys are remembered")
         codes = [0, 1, 2] if state is None else [STATE_CODES[state]]
         params = self._params(codes=codes, n=limit, off=offset)
 

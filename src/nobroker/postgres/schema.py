@@ -81,6 +81,7 @@ CREATE TABLE {s}.counters (
     leased bigint NOT NULL DEFAULT 0,
     dead bigint NOT NULL DEFAULT 0,
     done bigint NOT NULL DEFAULT 0,
+    kept bigint NOT NULL DEFAULT 0,  -- finished rows kept with an outcome (result, cancel)
     PRIMARY KEY (queue, slot)
 );
 -- The time a statement acts at: the caller's clock if it passed one (tests
@@ -89,6 +90,9 @@ CREATE FUNCTION {s}.nb_now(given float8) RETURNS float8 LANGUAGE sql STABLE
     AS $$ SELECT coalesce(given, extract(epoch FROM now())::float8) $$;
 CREATE FUNCTION {s}.nb_channel(kind text, queue text) RETURNS text LANGUAGE sql IMMUTABLE
     AS $$ SELECT 'nb_' || kind || '_' || left(md5({literal} || '.' || queue), 24) $$;
+-- Kept with its outcome, for get() and result(): acked with a result, or cancelled.
+CREATE FUNCTION {s}.nb_kept(state smallint, result text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE AS $$ SELECT state = 4 OR (state = 3 AND result IS NOT NULL) $$;
 CREATE FUNCTION {s}.nb_count() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     slot_no integer := coalesce(nullif(current_setting('nobroker.slot', true), '')::integer, -1);
@@ -101,18 +105,20 @@ BEGIN
                         count(*) FILTER (WHERE state = 3) AS f,
                         count(*) FILTER (WHERE state = 0) AS ready, 0 AS fin, NULL::text AS one
                  FROM new_rows GROUP BY queue LOOP
-            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, r.f, r.ready, r.fin, r.one);
+            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, r.f, 0, r.ready, r.fin,
+                                 r.one);
         END LOOP;
     ELSIF TG_OP = 'DELETE' THEN
         -- purge and delete_dead: a waiter for a deleted live job learns it is gone
         FOR r IN SELECT queue, -count(*) FILTER (WHERE state = 0) AS p,
                         -count(*) FILTER (WHERE state = 1) AS l,
                         -count(*) FILTER (WHERE state = 2) AS d,
+                        -count(*) FILTER (WHERE {s}.nb_kept(state, result)) AS k,
                         count(*) FILTER (WHERE state < 3 AND w.id IS NOT NULL) AS fin,
                         min(o.id) FILTER (WHERE state < 3 AND w.id IS NOT NULL) AS one
                  FROM old_rows AS o LEFT JOIN {s}.watches AS w USING (queue, id)
                  GROUP BY queue LOOP
-            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, 0, 0, r.fin, r.one);
+            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, 0, r.k, 0, r.fin, r.one);
         END LOOP;
     ELSE
         -- ready: rows that became pending, or pending rows whose time moved;
@@ -124,6 +130,8 @@ BEGIN
                         sum((n.state = 1)::int - (o.state = 1)::int) AS l,
                         sum((n.state = 2)::int - (o.state = 2)::int) AS d,
                         sum((n.state = 3)::int - (o.state = 3)::int) AS f,
+                        sum({s}.nb_kept(n.state, n.result)::int
+                            - {s}.nb_kept(o.state, o.result)::int) AS k,
                         count(*) FILTER (WHERE n.state = 0 AND (o.state <> 0
                                          OR n.available_at <> o.available_at)) AS ready,
                         count(*) FILTER (WHERE n.state >= 2 AND o.state < 2
@@ -133,21 +141,23 @@ BEGIN
                  FROM new_rows AS n JOIN old_rows AS o ON o.queue = n.queue AND o.id = n.id
                       LEFT JOIN {s}.watches AS w ON w.queue = n.queue AND w.id = n.id
                  GROUP BY n.queue LOOP
-            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, r.f, r.ready, r.fin, r.one);
+            PERFORM {s}.nb_apply(r.queue, slot_no, r.p, r.l, r.d, r.f, r.k, r.ready, r.fin,
+                                 r.one);
         END LOOP;
     END IF;
     RETURN NULL;
 END $$;
 CREATE FUNCTION {s}.nb_apply(q text, slot_no integer, p bigint, l bigint, d bigint,
-                             f bigint, ready bigint, fin bigint, one text)
+                             f bigint, k bigint, ready bigint, fin bigint, one text)
     RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF p <> 0 OR l <> 0 OR d <> 0 OR f <> 0 THEN
-        INSERT INTO {s}.counters AS c (queue, slot, pending, leased, dead, done)
-        VALUES (q, slot_no, p, l, d, f)
+    IF p <> 0 OR l <> 0 OR d <> 0 OR f <> 0 OR k <> 0 THEN
+        INSERT INTO {s}.counters AS c (queue, slot, pending, leased, dead, done, kept)
+        VALUES (q, slot_no, p, l, d, f, k)
         ON CONFLICT (queue, slot) DO UPDATE
         SET pending = c.pending + excluded.pending, leased = c.leased + excluded.leased,
-            dead = c.dead + excluded.dead, done = c.done + excluded.done;
+            dead = c.dead + excluded.dead, done = c.done + excluded.done,
+            kept = c.kept + excluded.kept;
     END IF;
     IF ready > 0 THEN
         PERFORM pg_notify({s}.nb_channel('r', q), '');

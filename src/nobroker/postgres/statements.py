@@ -218,14 +218,20 @@ class Statements:
         self.delete_dead = sql("""
             DELETE FROM {s}.jobs
             WHERE queue = %(q)s AND state = 2 AND (%(id)s::text IS NULL OR id = %(id)s)""")
-        self.stats = sql("""
+        # kept: the counter, less the kept rows already expired that no sweep took yet
+        self.stats = sql(f"""
             SELECT coalesce(sum(pending), 0), coalesce(sum(leased), 0), coalesce(sum(dead), 0),
                    coalesce(sum(done), 0),
-                   coalesce((SELECT paused FROM {s}.queues WHERE name = %(q)s), false)
-            FROM {s}.counters WHERE queue = %(q)s""")
+                   coalesce((SELECT paused FROM {{s}}.queues WHERE name = %(q)s), false),
+                   coalesce(sum(kept), 0) - (
+                       SELECT count(*) FROM {{s}}.jobs AS j, {t}
+                       WHERE j.queue = %(q)s AND j.state >= 3 AND j.expires_at <= t.now
+                         AND {{s}}.nb_kept(j.state, j.result))
+            FROM {{s}}.counters WHERE queue = %(q)s""")
         self.list_jobs = sql(f"""
             SELECT {{cols}} FROM {{s}}.jobs AS j, {t}
             WHERE j.queue = %(q)s AND j.state = ANY(%(codes)s::smallint[]) AND {{visible}}
+              AND (j.state <> 3 OR j.result IS NOT NULL)  -- a done job is listed if kept
             ORDER BY j.seq LIMIT %(n)s OFFSET %(off)s""")
         self.sweep = sql(f"""
             DELETE FROM {{s}}.jobs AS d USING (
