@@ -191,6 +191,36 @@ def lint(args: list[str]) -> int:
     return 0 if ruff == 0 and mypy == 0 else 1
 
 
+# --------------------------------------------------------------------------
+# the PostgreSQL backend: its tests and benchmark need a server and psycopg.
+# tools/pg_cluster.py makes a throwaway server; the driver goes into .dev/pg-venv.
+
+PG_VENV = DEV / "pg-venv"
+PG_BENCH_VENV = DEV / "pg-bench-venv"
+PG_TESTS = ("test_postgres", "test_postgres_processes")
+
+
+@task("test-postgres")
+def test_postgres(args: list[str]) -> int:
+    """Run the PostgreSQL backend's tests on a throwaway server (tools/pg_cluster.py)."""
+    python = ensure_venv(PG_VENV, REPO / "requirements-postgres.txt")
+    if python is None:
+        return 1
+    # One module at a time: the restart test takes the shared server down.
+    return run([sys.executable, str(REPO / "tools/pg_cluster.py"), "run", "--",
+                str(python), str(REPO / "tests/run.py"), "-j", "1", *(args or PG_TESTS)])
+
+
+@task("bench-postgres")
+def bench_postgres(args: list[str]) -> int:
+    """nobroker on PostgreSQL vs procrastinate and PgQueuer (tools/bench_postgres.py)."""
+    python = ensure_venv(PG_BENCH_VENV, REPO / "requirements-bench-postgres.txt")
+    if python is None:
+        return 1
+    return run([sys.executable, str(REPO / "tools/pg_cluster.py"), "run", "--",
+                str(python), str(REPO / "tools/bench_postgres.py"), *args])
+
+
 @task("clean")
 def clean(args: list[str]) -> int:
     """Remove caches, build output, the built site and benchmark scratch (--all: the venvs too)."""

@@ -7,7 +7,8 @@ Usage::
     python tests/run.py -k recovery        # only tests whose id matches
 
 The folders show what is tested: ``contract/`` (the public API, every
-backend), ``file/`` (the file engine), ``worker/``, ``cli/``; the repository's
+backend), ``file/`` (the file engine), ``postgres/`` (the PostgreSQL backend,
+skipped without a server), ``worker/``, ``cli/``; the repository's
 own tooling sits at the top. Helpers (support.py, explorer.py, soak.py) are
 plain modules at the top, importable from every folder.
 

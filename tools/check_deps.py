@@ -12,8 +12,12 @@ first-party (``nobroker`` and the repo's own top-level modules) or third-party.
 The policy, checked here and nowhere else:
 
 - ``src/nobroker`` imports nothing third-party, except the optional PostgreSQL
-  backend (``src/nobroker/postgres.py`` or ``src/nobroker/backends/postgres*.py``),
-  which may import ``psycopg`` inside functions only.
+  backend: the subpackage ``src/nobroker/postgres/`` may import ``psycopg``
+  anywhere in it, because the rest of the library imports that subpackage
+  only inside a function (checked: a module-level import of it from outside
+  is a violation); a single-file backend (``src/nobroker/postgres.py``) may
+  import ``psycopg`` inside functions only. The extra that installs it is
+  read from pyproject.toml and named in the report.
 - Development tools under ``tools/`` (peer benchmarks) may import third-party
   packages inside functions only; tests may do the same with the optional
   extras. Examples and ``make.py`` use the standard library alone.
@@ -48,6 +52,8 @@ OPTIONAL_EXTRAS = frozenset({"psycopg"})
 # tests may import these lazily, too (requirements-web.txt: the browser tests' venv)
 BROWSER_TEST_TOOLS = frozenset({"playwright", "prometheus_client"})
 OPTIONAL_BACKENDS = ("src/nobroker/postgres.py", "src/nobroker/backends/postgres*.py")
+BACKEND_PACKAGE = "src/nobroker/postgres/"  # psycopg anywhere inside; imported lazily only
+BACKEND_MODULE = "nobroker.postgres"
 
 TOP_LEVEL = "module level"
 IN_FUNCTION = "inside a function"
@@ -102,12 +108,22 @@ class _Collector(ast.NodeVisitor):
         self.path = path
         self.package = package  # what a relative import refers to
         self.found: list[Import] = []
+        self.backend_refs: list[Import] = []
         self._scopes: list[str] = []
 
     def _where(self) -> str:
         if IN_FUNCTION in self._scopes:
             return IN_FUNCTION
         return TYPE_ONLY if self._scopes else TOP_LEVEL
+
+    def _backend_ref(self, node: ast.AST, dotted: str, names: Sequence[str] = ()) -> None:
+        """Note an import of the backend subpackage (nobroker.postgres, .postgres, ...)."""
+        if self.path.startswith(BACKEND_PACKAGE) or not self.path.startswith("src/"):
+            return
+        parts = [p for p in dotted.split(".") if p]
+        if "postgres" in parts or (parts in ([], ["nobroker"]) and "postgres" in names):
+            self.backend_refs.append(Import(self.path, getattr(node, "lineno", 0),
+                                            BACKEND_MODULE, self._where()))
 
     def _add(self, node: ast.AST, dotted: str) -> None:
         module = self.package if dotted.startswith(".") else dotted.split(".")[0]
@@ -146,9 +162,11 @@ class _Collector(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._add(node, alias.name)
+            self._backend_ref(node, alias.name)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         self._add(node, "." if node.level else (node.module or ""))
+        self._backend_ref(node, node.module or "", [a.name for a in node.names])
 
     def visit_Call(self, node: ast.Call) -> None:
         target = _literal_import_target(node)
@@ -197,6 +215,8 @@ def first_party_names(root: Path) -> set[str]:
 
 def file_role(rel: str) -> str:
     """Which policy applies to a file: backend, library, tool, tests or other."""
+    if rel.startswith(BACKEND_PACKAGE):
+        return "backend-package"
     if any(fnmatch(rel, pattern) for pattern in OPTIONAL_BACKENDS):
         return "backend"
     for prefix, role in (("src/", "library"), ("tools/", "tool"), ("web/", "tool"),
@@ -211,6 +231,11 @@ def violation(imp: Import) -> str | None:
     role = file_role(imp.path)
     if role == "library":
         return "the core library must import only the standard library"
+    if role == "backend-package":
+        if imp.module in OPTIONAL_EXTRAS:
+            return None
+        extras = ", ".join(sorted(OPTIONAL_EXTRAS))
+        return f"only the optional extras ({extras}) may be imported here"
     if not imp.lazy:
         return "imported at module level; import it inside the function that needs it"
     if role == "tests" and imp.module in BROWSER_TEST_TOOLS:
@@ -242,6 +267,8 @@ class Scan:
     first_party: set[str]
     dev_requirements: list[str]
     bench_requirements: list[str]
+    backend_refs: list[Import]
+    extras: dict[str, list[str]]
     web_requirements: dict[str, list[str]] = field(default_factory=dict)
 
     def kind(self, imp: Import) -> str:
@@ -254,6 +281,7 @@ def scan(root: Path) -> Scan:
     """Parse every covered file under ``root`` and collect its imports."""
     files = scanned_files(root)
     imports: list[Import] = []
+    backend_refs: list[Import] = []
     unparsable: list[str] = []
     for path in files:
         rel = path.relative_to(root).as_posix()
@@ -265,10 +293,24 @@ def scan(root: Path) -> Scan:
         collector = _Collector(rel, owning_package(rel))
         collector.visit(tree)
         imports += collector.found
+        backend_refs += collector.backend_refs
     rels = [p.relative_to(root).as_posix() for p in files]
     return Scan(rels, sorted(imports), unparsable, first_party_names(root),
                 dev_requirements(root), dev_requirements(root, REQUIREMENTS_BENCH),
+                sorted(backend_refs), optional_dependencies(root),
                 {name: dev_requirements(root, name) for name in REQUIREMENTS_WEB_TOOLS})
+
+
+def optional_dependencies(root: Path) -> dict[str, list[str]]:
+    """pyproject.toml's [project.optional-dependencies]: extra name -> requirements."""
+    import tomllib
+
+    path = root / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    extras = project.get("optional-dependencies", {})
+    return {name: list(reqs) for name, reqs in sorted(extras.items())}
 
 
 # --------------------------------------------------------------------------
@@ -303,6 +345,9 @@ def report(result: Scan) -> tuple[str, bool]:
     third = by_kind["third-party"]
     problems = [f"{imp.path}:{imp.line}: {imp.module!r} ({imp.where}): {why}"
                 for imp in third if (why := violation(imp))]
+    problems += [f"{ref.path}:{ref.line}: {ref.module!r} ({ref.where}): the optional backend "
+                 "must be imported inside the function that needs it"
+                 for ref in result.backend_refs if not ref.lazy]
     problems = sorted(set(problems)) + result.unparsable
     allowed = [imp for imp in third if violation(imp) is None]
 
@@ -330,7 +375,21 @@ def report(result: Scan) -> tuple[str, bool]:
     core = sorted({imp.module for imp in third if file_role(imp.path) == "library"})
     out += ["", f"third-party modules imported by the core library (src/nobroker): {len(core)}"]
     out += ["", "optional extras (the core never imports them; only their backend does):"]
-    out += _lazy_rows([i for i in allowed if file_role(i.path) == "backend"])
+    single = [i for i in allowed if file_role(i.path) == "backend"]
+    if single:
+        out += _lazy_rows(single)
+    packaged = _files_by_module(i for i in allowed if file_role(i.path) == "backend-package")
+    for module, paths in packaged.items():
+        out += _row(module, "imported in " + ", ".join(paths) + f" only: the subpackage "
+                    f"{BACKEND_MODULE}, which the rest of src/nobroker imports only inside "
+                    "a function (" + (", ".join(sorted({f"{r.path}:{r.line}" for r in
+                                                         result.backend_refs})) or "nowhere")
+                    + ")")
+    if not single and not packaged:
+        out.append("  none")
+    for name, reqs in result.extras.items():
+        out += _row(f"[{name}]", "pip install \"nobroker[" + name + "]\" installs "
+                    + ", ".join(reqs) + " (pyproject.toml optional-dependencies)")
     out += ["", "development tools (for working on nobroker, never needed to run it):"]
     for pin in result.dev_requirements:
         out += _row(pin, f"lint venv .dev/venv, pinned in {REQUIREMENTS_DEV}")

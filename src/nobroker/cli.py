@@ -46,6 +46,7 @@ __all__ = ["main", "load_handler", "UsageError"]
 
 DEFAULT_DIR = "./jobs"
 DIR_ENV = "NOBROKER_DIR"
+URL_ENV = "NOBROKER_URL"  # a PostgreSQL URL; wins over $NOBROKER_DIR
 PAYLOAD_WIDTH = 60  # characters of payload shown per row by `list` and `dlq`
 
 Command = Callable[[argparse.Namespace], int]
@@ -108,8 +109,14 @@ def _non_negative_int(text: str) -> int:
 # -- opening queues ---------------------------------------------------------
 
 def _directory(args: argparse.Namespace) -> str:
-    chosen = getattr(args, "dir", None) or os.environ.get(DIR_ENV) or DEFAULT_DIR
-    return os.path.abspath(chosen)
+    """The queue's directory, or its PostgreSQL URL (--url, --dir, $NOBROKER_URL)."""
+    chosen = (getattr(args, "url", None) or getattr(args, "dir", None)
+              or os.environ.get(URL_ENV) or os.environ.get(DIR_ENV) or DEFAULT_DIR)
+    return chosen if _is_url(chosen) else os.path.abspath(chosen)
+
+
+def _is_url(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgres://"))
 
 
 def _name(args: argparse.Namespace) -> str:
@@ -119,6 +126,8 @@ def _name(args: argparse.Namespace) -> str:
 def _require_queue(args: argparse.Namespace) -> tuple[str, str]:
     """The queue's directory and name, or a NobrokerError if no such queue exists."""
     directory, name = _directory(args), _name(args)
+    if _is_url(directory):
+        return directory, name  # the server says whether it is there
     if not os.path.isdir(directory):
         raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")
     if not queue_exists(directory, name):
@@ -464,6 +473,31 @@ def _import_module(module_name: str, hint: str = "") -> Any:
         raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
 
 
+def cmd_db(args: argparse.Namespace) -> int:
+    from .postgres import migrate_url
+
+    location = _directory(args)
+    if not _is_url(location):
+        raise UsageError(f"db migrate needs a PostgreSQL URL (--url or ${URL_ENV})")
+    shown, before, after = migrate_url(location, args.schema)
+    change = f"from version {before} to {after}" if before != after else f"at version {after}"
+    print(f"{shown}: schema {change}")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .transfer import transfer
+
+    source, target = args.source, args.target
+    try:
+        done = transfer(source if _is_url(source) else os.path.abspath(source),
+                        target if _is_url(target) else os.path.abspath(target), _name(args))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(done.describe())
+    return 0
+
+
 def load_handler(spec: str) -> Handler:
     """The callable named by MODULE:FUNCTION, imported like `python -m` would.
 
@@ -557,6 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--dir", default=argparse.SUPPRESS, metavar="DIR",
                         help=f"the queue directory (default: ${DIR_ENV} or {DEFAULT_DIR})")
+    common.add_argument("--url", default=argparse.SUPPRESS, metavar="URL",
+                        help=f"a PostgreSQL queue set instead (postgresql://...; "
+                        f"default: ${URL_ENV}); --dir takes a URL too")
     common.add_argument("--queue", default=argparse.SUPPRESS, metavar="NAME",
                         help="the queue's name within the directory (default: default)")
     common.add_argument("--lock-timeout", type=_seconds, default=argparse.SUPPRESS,
@@ -644,6 +681,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--yes", action="store_true", help="really do it")
     _job_control_commands(command)
     _add_dashboard(command)
+
+    # -- PostgreSQL (nobroker.postgres, needs nobroker[postgres])
+    sub = command("db", cmd_db, "PostgreSQL: create or upgrade a queue set's schema")
+    sub.add_argument("action", choices=["migrate"], help="migrate: bring the schema to "
+                     "this nobroker's version (creating it if missing)")
+    sub.add_argument("--schema", metavar="NAME", help="the schema (default: the URL's "
+                     "?schema=, else nobroker)")
+    sub = command("migrate", cmd_migrate, "copy a queue's jobs between a directory and "
+                  "PostgreSQL (pending, leased as pending, dead); safe to run twice")
+    sub.add_argument("--from", dest="source", required=True, metavar="DIR|URL")
+    sub.add_argument("--to", dest="target", required=True, metavar="URL|DIR")
     return parser
 
 

@@ -20,6 +20,8 @@ __all__ = [
     "StorageError",
     "TaskFailed",
     "UnsafeFilesystemError",
+    "DatabaseError",
+    "ConnectionLostError",
 ]
 
 
@@ -86,6 +88,8 @@ class StorageError(NobrokerError):
     so a retried fsync would prove nothing.
     """
 
+    errno: int | None
+
     def __init__(self, path: str, operation: str, error: OSError) -> None:
         super().__init__(f"{path}: {operation} failed: {error.strerror or error}")
         self.path = path
@@ -95,6 +99,32 @@ class StorageError(NobrokerError):
 
 class UnsafeFilesystemError(NobrokerError):
     """The queue directory is on a network file system, where file locks protect nothing."""
+
+
+# -- the PostgreSQL backend's (nobroker.postgres translates psycopg's errors into these)
+
+
+class DatabaseError(StorageError):
+    """The PostgreSQL server refused a call; as with StorageError, its outcome is unknown.
+
+    `location` is the queue's URL with its password replaced by ***; the
+    message never holds the password either.
+    """
+
+    def __init__(self, location: str, operation: str, reason: str) -> None:
+        NobrokerError.__init__(self, f"{location}: {operation} failed: {reason}")
+        self.path = location
+        self.operation = operation
+        self.errno = None
+
+
+class ConnectionLostError(DatabaseError):
+    """The connection to the server broke or could not be made.
+
+    The call's outcome is unknown (a commit may have happened just before the
+    break). The handle itself stays usable: its next call connects again, so a
+    worker waits a little and carries on.
+    """
 
 
 class TaskFailed(NobrokerError):

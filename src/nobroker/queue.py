@@ -41,9 +41,9 @@ class Queue:
     Safe to share between threads, and to open from many processes at once.
     Do not carry a Queue object across `fork()`; it reopens itself if you do.
     `clock` (seconds since the epoch) and `rng` decide every time and every
-    random choice the queue records; by default `time.time` and a Random
-    seeded from os.urandom. `auto_compact` and `allow_network_fs` apply to a
-    directory only.
+    random choice the queue records; by default `time.time` (on PostgreSQL,
+    the server's clock) and a Random seeded from os.urandom. `auto_compact`
+    and `allow_network_fs` apply to a directory only.
     """
 
     def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
@@ -52,7 +52,7 @@ class Queue:
                  key_retention: float = 86400.0, result_ttl: float = 86400.0,
                  auto_compact: float | None = 0.5,
                  readonly: bool = False, allow_network_fs: bool = False,
-                 clock: Callable[[], float] = time.time,
+                 clock: Callable[[], float] | None = None,
                  rng: random.Random | None = None) -> None:
         name = validation.queue_name(name)
         settings = Settings(

@@ -77,11 +77,21 @@ from types import FrameType
 from typing import Any
 
 from . import validation
-from .errors import LockTimeoutError, NobrokerError, NotLeasedError, SerializationError
+from .errors import (
+    ConnectionLostError,
+    LockTimeoutError,
+    NobrokerError,
+    NotLeasedError,
+    SerializationError,
+)
 from .models import Job, JobState
 from .pool import ChildProcess, EventLoop, Outcome, describe_error, job_to_json, run_in_thread
 from .queue import Queue
 from .tasks import Scheduler, TaskRegistry, call_as, parse_payload, queue_clock, registry_of
+
+# Worth waiting out, not stopping for: another process's lock, a database server away
+# for a moment (a PostgreSQL queue reconnects on its next call, with a backoff).
+_PASSING = (LockTimeoutError, ConnectionLostError)
 
 __all__ = ["Worker", "WorkerStats", "Handler", "DEFAULT_SHUTDOWN_TIMEOUT", "POOLS",
            "describe_error"]
@@ -361,7 +371,7 @@ class Worker:
     def _lease(self, count: int) -> list[Job]:
         try:
             return self.queue.lease(count, visibility_timeout=self.visibility_timeout)
-        except LockTimeoutError as exc:
+        except _PASSING as exc:
             log.warning("could not lease: %s; trying again", exc)
         except NobrokerError as exc:
             self._fail(exc)
@@ -545,7 +555,7 @@ class Worker:
                         "whoever holds it now will settle it", job.id, job.attempts, verb,
                         exc.reason)
             return "lost", None
-        except LockTimeoutError as exc:
+        except _PASSING as exc:
             log.error("job %s (attempt %d) could not be %s: %s; it will be delivered again "
                       "when its lease runs out", job.id, job.attempts, verb, exc)
             return "lost", None
@@ -668,7 +678,7 @@ class Worker:
                 log.warning("job %s: killing the child process that runs it", job.id)
                 child.kill()
             return
-        except LockTimeoutError as exc:
+        except _PASSING as exc:
             retry = min(self.heartbeat_interval / 4, 1.0)
             log.warning("job %s: heartbeat could not extend the lease (%s); retrying in %.2fs",
                         job.id, exc, retry)

@@ -82,6 +82,11 @@ class QueueContract:
             t.assertEqual((fresh.stats(), fresh.list_jobs()), memory,
                           "reopening the queue does not give the state in memory")
 
+    def compact_if_able(self, queue: Queue) -> None:
+        """Compact where the backend compacts: the claims around it hold either way."""
+        if queue.capabilities.compaction:
+            queue.compact()
+
     def storage_marker(self, queue: Queue) -> object:
         """A value that changes whenever `queue` writes anything (None where the
         backend does not show its storage size)."""
@@ -823,13 +828,13 @@ class QueueContract:
         q.ack(first, result="kept 100 s")
         q.ack(second, result="kept 500 s", result_ttl=500.0)
         clock.advance(99)
-        q.compact()
+        self.compact_if_able(q)
         t.assertEqual(q.result(a.id), "kept 100 s")
         clock.advance(2)
         q.enqueue("any write forgets what is due")
         t.assertRaises(JobNotFoundError, q.get, a.id)
         t.assertEqual(q.result(b.id), "kept 500 s")
-        q.compact()
+        self.compact_if_able(q)
         t.assertEqual(q.result(b.id), "kept 500 s")
         clock.advance(400)
         q.enqueue("again")
@@ -956,7 +961,7 @@ class QueueContract:
         t.assertEqual(q.lease(5), [])
         t.assertIsNone(q.lease_one())
         t.assertFalse(q.wait(0.05), "a paused queue has nothing ready")
-        q.compact()
+        self.compact_if_able(q)
         t.assertTrue(q.stats().paused, "pause survives compaction")
         q.resume()
         t.assertFalse(q.stats().paused)

@@ -1,0 +1,401 @@
+"""The PostgreSQL backend: one queue's jobs as rows, every call one short transaction.
+
+Theory of operation. Each call is one SQL statement where it can be (so one
+round trip and one commit), a short transaction where it cannot. A call that
+returned has committed; with `fsync=False` the session commits with
+`synchronous_commit = off` (a server crash may lose the last moments, never
+corrupt). The rules are the file backend's, point by point:
+
+- leasing takes ready rows with `FOR UPDATE SKIP LOCKED`, highest priority
+  first and FIFO (by `seq`) within a priority; each lease gets a fencing
+  token from a sequence, and ack/nack/extend match on (id, token), so a
+  stale holder changes nothing and gets NotLeasedError;
+- an expired lease is an attempt: the lease statement first reclaims expired
+  leases (back to pending after the backoff, or dead with "lease expired
+  (attempt N)"); the rows it reclaims become leasable from the next call,
+  as in the file backend, and an ack arriving late still succeeds while
+  nobody reclaimed the job;
+- a finished row (acked, cancelled) stays until `expires_at`: the key
+  retention for a keyed job, the result's ttl for a job acked with a result,
+  at once otherwise; rows past it are invisible and swept in batches;
+- purge removes pending jobs only; requeue_dead resets attempts;
+- stats() sums the per-slot counter rows that a trigger keeps (schema.py).
+
+Whose clock: the server's, unless the Queue was given one (session.py).
+Wake-ups: `wait` and `wait_finished` block on LISTEN connections of their
+own (wakeups.py). The SQL is in statements.py, the tables in schema.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+import psycopg
+
+from ..backend import Capabilities, Settings
+from ..errors import JobNotFoundError, NotLeasedError
+from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from . import schema
+from .connection import Link
+from .session import Session
+from .statements import STATE_CODES, STATES, Statements, job_from_row
+from .url import Target
+from .wakeups import Wakeups
+
+__all__ = ["PostgresBackend"]
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+_SWEEP_EVERY: Final = 1.0  # seconds between a handle's sweeps of expired finished rows
+
+
+class PostgresBackend:
+    """One queue in a PostgreSQL schema. Safe to share between threads."""
+
+    capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
+                                local=False)
+    recovery: RecoveryReport | None = None
+
+    def __init__(self, target: Target, name: str, settings: Settings) -> None:
+        self.target = target
+        self.name = name
+        self.location = target.shown
+        # No clock given (None): the server's now() decides every time (session.py).
+        clock = settings.clock
+        self.settings = settings = settings.filled()
+        assert settings.rng is not None  # filled() gave it one
+        self._rng = settings.rng
+        self._last_sweep = -math.inf
+        self._sql = Statements(schema.quoted(target.schema), settings.backoff)
+        self.session = Session(target, name, settings, clock, self._sql.ensure_queue)
+        self._params = self.session.params
+        self._link = Link(target, setup=self.session.setup, lock_timeout=settings.lock_timeout)
+        self._wakeups = Wakeups(self.session, self._sql)
+        try:
+            self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self.location!r}, name={self.name!r})"
+
+    # -- helpers ------------------------------------------------------------
+
+    def _not_leased(self, conn: Conn, job: Job) -> NotLeasedError:
+        row = conn.execute(self._sql.lease_of, self._params(id=job.id)).fetchone()
+        if row is None:
+            return NotLeasedError(job.id, "it is no longer in the queue")
+        code, token = row
+        if code != 1:
+            return NotLeasedError(job.id, f"it is {STATES[code]}")
+        return NotLeasedError(job.id, f"lease {job.token} was superseded by lease {token}")
+
+    # -- producing ----------------------------------------------------------
+
+    def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
+                max_attempts: int, job_id: str | None) -> Job:
+        params = self._params(id=job_id, pr=priority, delay=delay, ma=max_attempts,
+                              p=payload_text)
+
+        def run(conn: Conn) -> Job:
+            if job_id is None:
+                while True:  # a generated id may clash with a user's key: take the next
+                    row = conn.execute(self._sql.enqueue, params).fetchone()
+                    if row is not None:
+                        return job_from_row(row)
+            with conn.transaction():
+                conn.execute(self._sql.forget_key, params)
+                row = conn.execute(self._sql.enqueue, params).fetchone()
+                if row is None:
+                    row = conn.execute(self._sql.get, params).fetchone()
+                    assert row is not None, "a key that conflicts is visible"
+                return job_from_row(row)
+
+        return self._link.run("enqueue", run)
+
+    def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
+                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+        if not payload_texts:
+            return []
+        params = self._params(pr=priority, delay=delay, ma=max_attempts,
+                              ps=list(payload_texts))
+
+        def run(conn: Conn) -> list[Job]:
+            while True:
+                with conn.transaction():
+                    rows = conn.execute(self._sql.enqueue_many, params).fetchall()
+                    if len(rows) == len(payload_texts):
+                        break
+                    raise _Retry  # rolls the transaction back
+            rows.sort(key=lambda r: r[1])
+            return [Job(id=row[0], payload=p, priority=priority, attempts=0,
+                        max_attempts=max_attempts, state=JobState.PENDING,
+                        available_at=row[4], enqueued_at=row[5], last_error=None)
+                    for row, p in zip(rows, payloads, strict=True)]
+
+        while True:
+            try:
+                return self._link.run("enqueue_many", run)
+            except _Retry:
+                continue
+
+    # -- consuming ----------------------------------------------------------
+
+    def lease(self, count: int, visibility_timeout: float) -> list[Job]:
+        self._maybe_sweep()
+        params = self._params(n=count, vt=visibility_timeout)
+
+        def run(conn: Conn) -> list[Job]:
+            rows = conn.execute(self._sql.lease, params).fetchall()
+            rows.sort(key=lambda r: (-r[3], r[1]))
+            return [job_from_row(row) for row in rows]
+
+        return self._link.run("lease", run)
+
+    def _retention(self, result_text: str | None, result_ttl: float | None) -> tuple[float,
+                                                                                    float]:
+        """(seconds a keyed row is kept, seconds an unkeyed row is kept) after its ack."""
+        keyed = self.settings.key_retention
+        if result_text is None:
+            return keyed, 0.0
+        ttl = self.settings.result_ttl if result_ttl is None else result_ttl
+        return max(keyed, ttl), ttl
+
+    def ack(self, job: Job, result_text: str | None = None,
+            result_ttl: float | None = None) -> None:
+        keyed, unkeyed = self._retention(result_text, result_ttl)
+        params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed)
+
+        def run(conn: Conn) -> None:
+            if conn.execute(self._sql.ack, params).fetchone() is None:
+                raise self._not_leased(conn, job)
+
+        self._link.run("ack", run)
+
+    def ack_many(self, jobs: Sequence[Job]) -> None:
+        if not jobs:
+            return
+        seen: set[str] = set()
+        for job in jobs:
+            if job.id in seen:
+                raise NotLeasedError(job.id, "it appears twice in one ack_many")
+            seen.add(job.id)
+        keyed, unkeyed = self._retention(None, None)
+        params = self._params(ids=[j.id for j in jobs], toks=[j.token or 0 for j in jobs],
+                              kr=keyed, ur=unkeyed)
+
+        def run(conn: Conn) -> None:
+            with conn.transaction():
+                done = {row[0] for row in conn.execute(self._sql.ack_many, params)}
+                if len(done) != len(jobs):  # roll back, then say which lease was stale
+                    raise _Rollback(next(j for j in jobs if j.id not in done))
+
+        try:
+            self._link.run("ack_many", run)
+        except _Rollback as rollback:
+            stale = rollback.job
+        else:
+            return
+        self._link.run("ack_many", lambda conn: _raise(self._not_leased(conn, stale)))
+
+    def ack_and_lease(self, job: Job, visibility_timeout: float,
+                      result_text: str | None = None,
+                      result_ttl: float | None = None) -> Job | None:
+        keyed, unkeyed = self._retention(result_text, result_ttl)
+        params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
+                              n=1, vt=visibility_timeout)
+
+        def run(conn: Conn) -> Job | None:
+            rows = conn.execute(self._sql.ack_and_lease, params).fetchall()
+            if not rows or not rows[0][0]:
+                raise self._not_leased(conn, job)
+            row = rows[0][1:]
+            return job_from_row(row) if row[0] is not None else None
+
+        return self._link.run("ack_and_lease", run)
+
+    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+        wait = delay if delay is not None else self.settings.backoff.delay(job.attempts,
+                                                                            self._rng)
+        params = self._params(id=job.id, tok=job.token, err=error, delay=wait)
+
+        def run(conn: Conn) -> Job:
+            row = conn.execute(self._sql.nack, params).fetchone()
+            if row is None:
+                raise self._not_leased(conn, job)
+            return job_from_row(row)
+
+        return self._link.run("nack", run)
+
+    def extend(self, job: Job, seconds: float) -> Job:
+        params = self._params(id=job.id, tok=job.token, s=seconds)
+
+        def run(conn: Conn) -> Job:
+            row = conn.execute(self._sql.extend, params).fetchone()
+            if row is None:
+                raise self._not_leased(conn, job)
+            return job_from_row(row)
+
+        return self._link.run("extend", run)
+
+    def wait(self, timeout: float) -> bool:
+        return self._wakeups.wait(timeout)
+
+    def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
+        return self._wakeups.wait_finished(job_id, timeout)
+
+    # -- job control --------------------------------------------------------
+
+    def cancel(self, job_id: str) -> bool:
+        params = self._params(id=job_id, ttl=self.settings.result_ttl)
+        return self._link.run("cancel", lambda conn: conn.execute(
+            self._sql.cancel, params).fetchone() is not None)
+
+    def set_paused(self, paused: bool) -> None:
+        params = self._params(paused=paused, chan=self._wakeups.ready_channel)
+        self._link.run("set_paused", lambda conn: conn.execute(self._sql.pause, params))
+
+    # -- operating ----------------------------------------------------------
+
+    def requeue_dead(self, job_id: str | None) -> int:
+        params = self._params(id=job_id)
+
+        def run(conn: Conn) -> int:
+            rows = conn.execute(self._sql.requeue, params).fetchall()
+            if job_id is not None and not rows:
+                raise JobNotFoundError(job_id, "dead job")
+            return len(rows)
+
+        return self._link.run("requeue_dead", run)
+
+    def purge(self) -> int:
+        params = self._params(n=0, vt=1.0)
+
+        def run(conn: Conn) -> int:
+            conn.execute(self._sql.lease, params)  # count 0: reclaims expired leases only
+            return conn.execute(self._sql.purge, params).rowcount
+
+        return self._link.run("purge", run)
+
+    def delete_dead(self, job_id: str | None) -> int:
+        params = self._params(id=job_id)
+
+        def run(conn: Conn) -> int:
+            count = conn.execute(self._sql.delete_dead, params).rowcount
+            if job_id is not None and not count:
+                raise JobNotFoundError(job_id, "dead job")
+            return count
+
+        return self._link.run("delete_dead", run)
+
+    def get(self, job_id: str) -> Job:
+        params = self._params(id=job_id)
+
+        def run(conn: Conn) -> Job:
+            row = conn.execute(self._sql.get, params).fetchone()
+            if row is None:
+                raise JobNotFoundError(job_id)
+            return job_from_row(row)
+
+        return self._link.run("get", run)
+
+    def stats(self) -> QueueStats:
+        params = self._params()
+
+        def run(conn: Conn) -> QueueStats:
+            row = conn.execute(self._sql.stats, params).fetchone()
+            assert row is not None
+            pending, leased, dead, done = (int(v) for v in row[:4])
+            return QueueStats(pending=pending, leased=leased, dead=dead, done=done,
+                              total=pending + leased + dead, generation=0, log_bytes=0,
+                              paused=bool(row[4]), kept=int(row[5]))
+
+        return self._link.run("stats", run)
+
+    def list_jobs(self, state: JobState | None, limit: int | None,
+                  offset: int = 0) -> list[Job]:
+        codes = [0, 1, 2] if state is None else [STATE_CODES[state]]
+        params = self._params(codes=codes, n=limit, off=offset)
+
+        def run(conn: Conn) -> list[Job]:
+            return [job_from_row(row) for row in conn.execute(self._sql.list_jobs, params)]
+
+        return self._link.run("list_jobs", run)
+
+    def compact(self) -> CompactionResult:
+        """PostgreSQL compacts itself (autovacuum); this sweeps expired finished rows."""
+        started = time.perf_counter()
+        params = self._params()
+
+        def run(conn: Conn) -> tuple[int, int]:
+            while conn.execute(self._sql.sweep, params).rowcount:
+                pass
+            conn.execute(self._sql.sweep_watches, params)  # left by waiters that timed out
+            row = conn.execute(self._sql.live, params).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+        live, keys = self._link.run("compact", run)
+        return CompactionResult(old_generation=0, new_generation=0, bytes_before=0,
+                                bytes_after=0, live_jobs=live, remembered_keys=keys,
+                                seconds=time.perf_counter() - started)
+
+    def _maybe_sweep(self) -> None:
+        now = time.monotonic()
+        if now - self._last_sweep < _SWEEP_EVERY:
+            return
+        self._last_sweep = now
+        params = self._params()
+        self._link.run("sweep", lambda conn: conn.execute(self._sql.sweep, params))
+
+    # -- transfer (nobroker migrate) -----------------------------------------
+
+    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
+        """Insert jobs copied from another backend, keeping their ids, attempts and
+        errors; a leased job arrives pending. Ids already here are skipped: returns
+        the states of the jobs inserted."""
+        if not jobs:
+            return []
+        rows = [(j.id, STATE_CODES[JobState.DEAD if j.state is JobState.DEAD
+                                   else JobState.PENDING], j.priority, j.available_at,
+                 j.enqueued_at, j.max_attempts, j.attempts, k, j.last_error,
+                 json.dumps(j.payload, ensure_ascii=False, allow_nan=False))
+                for j, k in zip(jobs, keyed, strict=True)]
+        params = self._params(ids=[r[0] for r in rows], states=[r[1] for r in rows],
+                              prs=[r[2] for r in rows], ats=[r[3] for r in rows],
+                              ts=[r[4] for r in rows], mas=[r[5] for r in rows],
+                              atts=[r[6] for r in rows], ks=[r[7] for r in rows],
+                              errs=[r[8] for r in rows], ps=[r[9] for r in rows])
+
+        def run(conn: Conn) -> list[JobState]:
+            with conn.transaction():
+                rows = conn.execute(self._sql.import_jobs, params).fetchall()
+                conn.execute(self._sql.bump_seq, params)
+            return [STATES[row[0]] for row in rows]
+
+        return self._link.run("import", run)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def close(self) -> None:
+        self._wakeups.close()
+        self._link.close()
+
+
+class _Retry(Exception):
+    """A generated id clashed with a key: the batch was rolled back, take new ids."""
+
+
+class _Rollback(Exception):
+    def __init__(self, job: Job) -> None:
+        super().__init__(job.id)
+        self.job = job
+
+
+def _raise(error: Exception) -> None:
+    raise error

@@ -1,0 +1,103 @@
+"""How a handle's connections are set up, and the time its statements act at.
+
+A handle (PostgresBackend) has three connections: one for operations, two
+that only LISTEN (wakeups.py). `Session.setup` prepares the first on every
+(re)connect: the queue set's schema is migrated once per handle (checked
+only, when read-only), the connection takes a counter slot (an advisory
+lock, so no two live connections share a counter row; schema.py), and the
+session's options follow the settings: `lock_timeout`, and
+`synchronous_commit = off` only for `fsync=False`.
+
+`Session.params` binds every statement's common values: the queue's name,
+and `t`, the time to act at. `t` is None unless the Queue was given a clock,
+so that the server's `now()` decides (`nb_now`): hosts with skewed clocks
+then agree on deadlines. An injected clock that steps back is held at the
+latest time this handle recorded, so recorded times never go backwards.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+import psycopg
+
+from ..backend import Settings
+from ..errors import JobNotFoundError
+from . import schema
+from .connection import SLOTS, migrate
+from .url import Target
+
+__all__ = ["Session", "listener"]
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+_SLOT_CLASS: Final = 0x6E6F63  # "noc": the first key of the counter-slot advisory locks
+
+
+class Session:
+    """The settings of one handle's operation connection, and its acting time."""
+
+    def __init__(self, target: Target, name: str, settings: Settings,
+                 clock: Callable[[], float] | None, ensure_queue: bytes) -> None:
+        self.target = target
+        self.name = name
+        self.settings = settings
+        self.clock = clock
+        self.floor = -math.inf  # the latest time an injected clock gave this handle
+        self._floor_lock = threading.Lock()
+        self._migrated = False
+        self._ensure_queue = ensure_queue
+
+    def setup(self, conn: Conn) -> None:
+        settings = self.settings
+        if not self._migrated:
+            if settings.readonly:
+                self._check_version(conn)
+            else:
+                migrate(conn, self.target)
+            self._migrated = True
+        row = conn.execute("SELECT s FROM generate_series(0, %s) AS s "
+                           "WHERE pg_try_advisory_lock(%s, s) LIMIT 1",
+                           (SLOTS - 1, _SLOT_CLASS)).fetchone()
+        slot = int(row[0]) if row else SLOTS + conn.info.backend_pid % SLOTS
+        options = [f"SET nobroker.slot = {slot}",
+                   f"SET lock_timeout = {max(1, round(settings.lock_timeout * 1000))}"]
+        if not settings.fsync:
+            options.append("SET synchronous_commit = off")
+        for statement in options:
+            conn.execute(statement.encode())
+        if settings.readonly:
+            conn.execute(b"SET default_transaction_read_only = on")
+        else:
+            conn.execute(self._ensure_queue, {"q": self.name})
+
+    def _check_version(self, conn: Conn) -> None:
+        row = conn.execute("SELECT to_regclass(%s)",
+                           (f"{schema.quoted(self.target.schema)}.schema_version",)).fetchone()
+        if row is None or row[0] is None:
+            raise JobNotFoundError(self.target.schema, "queue set (schema)")
+
+    def now(self) -> float | None:
+        """The time to act at, when the Queue has a clock of its own (else the server's)."""
+        if self.clock is None:
+            return None
+        now = float(self.clock())
+        with self._floor_lock:
+            if now < self.floor:
+                return self.floor
+            self.floor = now
+            return now
+
+    def params(self, **values: Any) -> dict[str, Any]:
+        values["q"] = self.name
+        values["t"] = self.now()
+        return values
+
+
+def listener(channel: str) -> Callable[[Conn], None]:
+    """The setup of a connection that waits for `channel`'s NOTIFYs."""
+    def setup(conn: Conn) -> None:
+        conn.execute(f'LISTEN "{channel}"'.encode())
+    return setup

@@ -1,0 +1,270 @@
+"""The SQL of every PostgreSQL operation, one statement per queue operation where it can be.
+
+`Statements(schema, backoff)` writes the schema's quoted name and the
+backoff policy's numbers into each statement once, at open; the backend
+then only binds values (`%(name)s`). Every statement that acts at a time
+computes it once, as `t.now` from `nb_now(%(t)s)` (schema.py): the server's
+clock unless the Queue was given one. Rows are read in `COLUMNS` order, the
+order `job_from_row` unpacks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from ..backoff import BackoffPolicy
+from ..models import Job, JobState
+
+__all__ = ["Statements", "backoff_sql", "job_from_row", "COLUMNS", "STATE_CODES", "STATES"]
+
+STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
+                      JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column
+STATES: Final = {code: state for state, code in STATE_CODES.items()}
+
+COLUMNS: Final = ("j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_at, "
+                  "j.max_attempts, j.attempts, j.token, j.lease_until, j.last_error, "
+                  "j.payload, j.result, j.finished_at")
+# A finished row is invisible once it expires, though the sweep has not deleted it yet.
+_VISIBLE: Final = "(j.state < 3 OR j.expires_at > t.now)"
+_RECLAIM_BATCH: Final = 100  # expired leases one statement takes back
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """The Job a row read in COLUMNS order describes."""
+    (job_id, _seq, code, priority, available_at, enqueued_at, max_attempts, attempts,
+     token, lease_until, last_error, payload, result, finished_at) = row
+    leased = code == 1
+    return Job(id=job_id, payload=json.loads(payload), priority=priority,
+               attempts=attempts, max_attempts=max_attempts, state=STATES[code],
+               available_at=available_at, enqueued_at=enqueued_at, last_error=last_error,
+               token=token if leased else None,
+               lease_expires_at=lease_until if leased else None,
+               result=None if result is None else json.loads(result),
+               finished_at=finished_at)
+
+
+def backoff_sql(policy: BackoffPolicy, attempts: str) -> str:
+    """BackoffPolicy.delay as an SQL expression of the column `attempts`.
+
+    The same formula with the policy's numbers written in: for exponents at
+    or past the first one whose delay reaches max_delay (or overflows), the
+    delay is max_delay, as in Python; below it, base * factor ** n exactly.
+    """
+    cap = 0
+    while cap <= 1000:
+        try:
+            if policy.base * policy.factor ** cap >= policy.max_delay:
+                break
+        except OverflowError:
+            break
+        cap += 1
+    n = f"greatest({attempts} - 1, 0)"
+    raw = (f"CASE WHEN {n} >= {cap} THEN {policy.max_delay!r}::float8 ELSE "
+           f"least({policy.max_delay!r}::float8, {policy.base!r}::float8 * "
+           f"power({policy.factor!r}::float8, {n})) END")
+    if not policy.jitter:
+        return f"({raw})"
+    return f"({raw} * (1.0 - {policy.jitter!r}::float8 * random()))"
+
+
+
+class Statements:
+    """The SQL of every operation, with the schema and the backoff policy written in."""
+
+    def __init__(self, s: str, backoff: BackoffPolicy) -> None:
+        def sql(text: str) -> bytes:
+            return text.replace("{s}", s).replace("{cols}", COLUMNS).replace(
+                "{visible}", _VISIBLE).encode()
+
+        t = "(SELECT {s}.nb_now(%(t)s::float8) AS now) AS t"
+        new_id = "lpad(to_hex(n.seq), 16, '0')"
+        self.ensure_queue = sql("INSERT INTO {s}.queues (name) VALUES (%(q)s) "
+                                "ON CONFLICT DO NOTHING")
+        self.enqueue = sql(f"""
+            INSERT INTO {{s}}.jobs AS j (queue, id, seq, state, priority, available_at,
+                                       enqueued_at, max_attempts, keyed, payload)
+            SELECT %(q)s, coalesce(%(id)s::text, {new_id}), n.seq, 0, %(pr)s, t.now + %(delay)s,
+                   t.now, %(ma)s, %(id)s::text IS NOT NULL, %(p)s
+            FROM (SELECT nextval('{{s}}.job_seq') AS seq) AS n, {t}
+            ON CONFLICT (queue, id) DO NOTHING
+            RETURNING {{cols}}""")
+        self.enqueue_many = sql(f"""
+            INSERT INTO {{s}}.jobs AS j (queue, id, seq, state, priority, available_at,
+                                       enqueued_at, max_attempts, keyed, payload)
+            SELECT %(q)s, {new_id}, n.seq, 0, %(pr)s, t.now + %(delay)s, t.now, %(ma)s,
+                   false, n.p
+            FROM (SELECT nextval('{{s}}.job_seq') AS seq, u.p
+                  FROM unnest(%(ps)s::text[]) WITH ORDINALITY AS u(p, o) ORDER BY u.o) AS n,
+                 {t}
+            ON CONFLICT (queue, id) DO NOTHING
+            RETURNING j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_at""")
+        # An expired finished row frees its key; a cancelled one frees it at once.
+        self.forget_key = sql(f"""
+            DELETE FROM {{s}}.jobs AS j USING {t}
+            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state >= 3
+              AND (j.expires_at <= t.now OR j.state = 4)""")
+        self.get = sql(f"""
+            SELECT {{cols}} FROM {{s}}.jobs AS j, {t}
+            WHERE j.queue = %(q)s AND j.id = %(id)s AND {{visible}}""")
+        self.lease_of = sql(f"""
+            SELECT j.state, j.token FROM {{s}}.jobs AS j, {t}
+            WHERE j.queue = %(q)s AND j.id = %(id)s AND {{visible}}""")
+        reclaim = f"""
+            expired AS (
+                SELECT j.id FROM {{s}}.jobs AS j, t
+                WHERE j.queue = %(q)s AND j.state = 1 AND j.lease_until <= t.now
+                ORDER BY j.lease_until LIMIT {_RECLAIM_BATCH} FOR UPDATE OF j SKIP LOCKED),
+            reclaimed AS (
+                UPDATE {{s}}.jobs AS j SET
+                    state = CASE WHEN j.attempts >= j.max_attempts THEN 2 ELSE 0 END,
+                    available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
+                                   ELSE t.now + {backoff_sql(backoff, "j.attempts")} END,
+                    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN t.now END,
+                    last_error = 'lease expired (attempt ' || j.attempts || ')',
+                    token = NULL, lease_until = NULL
+                FROM expired, t WHERE j.queue = %(q)s AND j.id = expired.id
+                RETURNING j.id)"""
+        pick = """
+            picked AS (
+                SELECT j.id FROM {s}.jobs AS j, t
+                WHERE j.queue = %(q)s AND j.state = 0 AND j.available_at <= t.now
+                  AND NOT EXISTS (SELECT 1 FROM {s}.queues WHERE name = %(q)s AND paused)
+                  {extra}
+                ORDER BY j.priority DESC, j.seq LIMIT %(n)s FOR UPDATE OF j SKIP LOCKED),
+            leased AS (
+                UPDATE {s}.jobs AS j SET state = 1, attempts = j.attempts + 1,
+                    token = nextval('{s}.lease_token'), lease_until = t.now + %(vt)s
+                FROM picked, t WHERE j.queue = %(q)s AND j.id = picked.id
+                RETURNING {cols})"""
+        now_cte = "t AS (SELECT {s}.nb_now(%(t)s::float8) AS now)"
+        self.lease = sql(f"WITH {now_cte}, {reclaim}, {pick.replace('{extra}', '')} "
+                         "SELECT * FROM leased")
+        ack_set = """
+            state = 3, finished_at = t.now, available_at = t.now, token = NULL,
+            lease_until = NULL,
+            expires_at = t.now + CASE WHEN j.keyed THEN %(kr)s::float8 ELSE %(ur)s::float8 END"""
+        self.ack = sql(f"""
+            UPDATE {{s}}.jobs AS j SET {ack_set}, result = %(r)s::text FROM {t}
+            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
+            RETURNING j.id""")
+        self.ack_many = sql(f"""
+            UPDATE {{s}}.jobs AS j SET {ack_set}
+            FROM unnest(%(ids)s::text[], %(toks)s::bigint[]) AS a(id, tok), {t}
+            WHERE j.queue = %(q)s AND j.id = a.id AND j.state = 1 AND j.token = a.tok
+            RETURNING j.id""")
+        acked = f"""
+            acked AS (
+                UPDATE {{s}}.jobs AS j SET {ack_set}, result = %(r)s::text FROM t
+                WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1
+                  AND j.token = %(tok)s
+                RETURNING j.id)"""
+        self.ack_and_lease = sql(
+            f"WITH {now_cte}, {acked}, {reclaim}, "
+            f"{pick.replace('{extra}', 'AND EXISTS (SELECT 1 FROM acked)')} "
+            "SELECT (SELECT count(*) FROM acked), leased.* "
+            "FROM (SELECT 1) AS one LEFT JOIN leased ON true")
+        self.nack = sql(f"""
+            UPDATE {{s}}.jobs AS j SET
+                state = CASE WHEN j.attempts >= j.max_attempts THEN 2 ELSE 0 END,
+                available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
+                               ELSE t.now + %(delay)s::float8 END,
+                finished_at = CASE WHEN j.attempts >= j.max_attempts THEN t.now END,
+                last_error = %(err)s::text, token = NULL, lease_until = NULL
+            FROM {t}
+            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
+            RETURNING {{cols}}""")
+        self.extend = sql(f"""
+            UPDATE {{s}}.jobs AS j SET lease_until = t.now + %(s)s::float8 FROM {t}
+            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
+            RETURNING {{cols}}""")
+        self.next_due = sql(f"""
+            SELECT t.now, CASE WHEN (SELECT paused FROM {{s}}.queues WHERE name = %(q)s)
+                               THEN NULL ELSE least(
+                (SELECT min(available_at) FROM {{s}}.jobs
+                 WHERE queue = %(q)s AND state = 0),
+                (SELECT min(lease_until) FROM {{s}}.jobs
+                 WHERE queue = %(q)s AND state = 1)) END
+            FROM {t}""")
+        # wakeups.py: a job's finish is NOTIFYed once it has a row in watches.
+        self.watch = sql("INSERT INTO {s}.watches (queue, id) VALUES (%(q)s, %(id)s) "
+                         "ON CONFLICT DO NOTHING")
+        self.hold = sql("SELECT 1 FROM {s}.jobs WHERE queue = %(q)s AND id = %(id)s "
+                        "FOR SHARE")
+        self.unwatch = sql("DELETE FROM {s}.watches WHERE queue = %(q)s AND id = %(id)s")
+        self.sweep_watches = sql("""
+            DELETE FROM {s}.watches AS w WHERE w.queue = %(q)s AND NOT EXISTS (
+                SELECT 1 FROM {s}.jobs AS j WHERE j.queue = w.queue AND j.id = w.id
+                  AND j.state < 2)""")
+        self.cancel = sql(f"""
+            UPDATE {{s}}.jobs AS j SET state = 4, finished_at = t.now, token = NULL,
+                lease_until = NULL, expires_at = t.now + %(ttl)s::float8
+            FROM {t}
+            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state IN (0, 1)
+            RETURNING j.id""")
+        self.pause = sql("""
+            WITH changed AS (
+                INSERT INTO {s}.queues AS qs (name, paused) VALUES (%(q)s, %(paused)s)
+                ON CONFLICT (name) DO UPDATE SET paused = excluded.paused RETURNING paused)
+            SELECT CASE WHEN NOT paused THEN pg_notify(%(chan)s, '') END FROM changed""")
+        self.requeue = sql(f"""
+            UPDATE {{s}}.jobs AS j SET state = 0, attempts = 0, available_at = t.now,
+                finished_at = NULL
+            FROM {t}
+            WHERE j.queue = %(q)s AND j.state = 2 AND (%(id)s::text IS NULL OR j.id = %(id)s)
+            RETURNING j.id""")
+        self.purge = sql("DELETE FROM {s}.jobs WHERE queue = %(q)s AND state = 0")
+        self.delete_dead = sql("""
+            DELETE FROM {s}.jobs
+            WHERE queue = %(q)s AND state = 2 AND (%(id)s::text IS NULL OR id = %(id)s)""")
+        # kept: the counter, less the kept rows already expired that no sweep took yet
+        self.stats = sql(f"""
+            SELECT coalesce(sum(pending), 0), coalesce(sum(leased), 0), coalesce(sum(dead), 0),
+                   coalesce(sum(done), 0),
+                   coalesce((SELECT paused FROM {{s}}.queues WHERE name = %(q)s), false),
+                   coalesce(sum(kept), 0) - (
+                       SELECT count(*) FROM {{s}}.jobs AS j, {t}
+                       WHERE j.queue = %(q)s AND j.state >= 3 AND j.expires_at <= t.now
+                         AND {{s}}.nb_kept(j.state, j.result))
+            FROM {{s}}.counters WHERE queue = %(q)s""")
+        self.list_jobs = sql(f"""
+            SELECT {{cols}} FROM {{s}}.jobs AS j, {t}
+            WHERE j.queue = %(q)s AND j.state = ANY(%(codes)s::smallint[]) AND {{visible}}
+              AND (j.state <> 3 OR j.result IS NOT NULL)  -- a done job is listed if kept
+            ORDER BY j.seq LIMIT %(n)s OFFSET %(off)s""")
+        self.sweep = sql(f"""
+            DELETE FROM {{s}}.jobs AS d USING (
+                SELECT j.id FROM {{s}}.jobs AS j, {t}
+                WHERE j.queue = %(q)s AND j.state >= 3 AND j.expires_at <= t.now
+                LIMIT 1000 FOR UPDATE OF j SKIP LOCKED) AS gone
+            WHERE d.queue = %(q)s AND d.id = gone.id""")
+        self.live = sql(f"""
+            SELECT count(*) FILTER (WHERE j.state < 3),
+                   count(*) FILTER (WHERE j.state >= 3 AND j.keyed)
+            FROM {{s}}.jobs AS j, {t} WHERE j.queue = %(q)s AND {{visible}}""")
+        self.import_jobs = sql("""
+            WITH src AS (
+                SELECT u.*, nextval('{s}.job_seq') AS seq
+                FROM unnest(%(ids)s::text[], %(states)s::smallint[], %(prs)s::bigint[],
+                            %(ats)s::float8[], %(ts)s::float8[], %(mas)s::bigint[],
+                            %(atts)s::bigint[], %(ks)s::boolean[], %(errs)s::text[],
+                            %(ps)s::text[]) WITH ORDINALITY
+                     AS u(id, state, priority, available_at, enqueued_at, max_attempts,
+                          attempts, keyed, last_error, payload, o)
+                ORDER BY u.o)
+            INSERT INTO {s}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
+                                  max_attempts, attempts, keyed, last_error, payload,
+                                  finished_at)
+            SELECT %(q)s, id, seq, state, priority, available_at, enqueued_at, max_attempts,
+                   attempts, keyed, last_error, payload,
+                   CASE WHEN state = 2 THEN available_at END
+            FROM src
+            ON CONFLICT (queue, id) DO NOTHING
+            RETURNING state""")
+        # Generated-form ids copied in must not be generated again here.
+        self.bump_seq = sql("""
+            SELECT setval('{s}.job_seq', greatest(
+                (SELECT last_value FROM {s}.job_seq),
+                (SELECT coalesce(max(('x' || id)::bit(64)::bigint), 1) FROM {s}.jobs
+                 WHERE queue = %(q)s AND id ~ '^0000[0-9a-f]{12}$')))""")

@@ -1,0 +1,126 @@
+"""Waiting without polling: idle workers and result waiters, woken by NOTIFY.
+
+Each kind of waiter has a connection of its own that LISTENs on one of the
+queue's two channels (schema.py sends them from the jobs trigger):
+
+- `wait` (an idle worker): the ready channel. It drains what arrived, reads
+  the earliest due time (a delayed job, a lease deadline) from the indexes,
+  then blocks on the socket until a NOTIFY or that time. A job enqueued
+  between the read and the block is not missed: the LISTEN came first.
+- `wait_finished` (a result waiter): the finished channel. It puts the job
+  in `watches` before it blocks, and only a watched job's finish is
+  notified, so that acks nobody waits for commit without NOTIFY's
+  server-wide lock (`_watch` says how the watch is ordered against an ack
+  in flight). A waiter that sees the job finished removes the watch.
+
+Neither ever leases, and neither is a poll loop: a wait is bounded by the
+caller's timeout and the next due time only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+from ..errors import ConnectionLostError, JobNotFoundError
+from ..models import Job
+from . import schema
+from .connection import Link
+from .session import Session, listener
+from .statements import Statements, job_from_row
+
+__all__ = ["Wakeups"]
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+class Wakeups:
+    """The two LISTEN connections of one handle, and the waits on them."""
+
+    def __init__(self, session: Session, sql: Statements) -> None:
+        target = session.target
+        self.ready_channel, finished_channel = schema.channels(target.schema, session.name)
+        timeout = session.settings.lock_timeout
+        self._session = session
+        self._sql = sql
+        self._waiter = Link(target, setup=listener(self.ready_channel), lock_timeout=timeout)
+        self._finisher = Link(target, setup=listener(finished_channel), lock_timeout=timeout)
+
+    def wait(self, timeout: float) -> bool:
+        """True when a job may be leasable; False after `timeout` seconds without one.
+
+        While the server is unreachable it pauses (at most `timeout`) and
+        answers True, so that the caller's next lease reconnects.
+        """
+        params = self._session.params()
+
+        def run(conn: Conn) -> bool:
+            for _ in conn.notifies(timeout=0.0):
+                pass  # what arrived before we looked: the query below covers it
+            row = conn.execute(self._sql.next_due, params).fetchone()
+            assert row is not None
+            now, due = row
+            if due is not None and due <= now:
+                return True
+            limit = timeout if due is None else min(timeout, due - now)
+            for _ in conn.notifies(timeout=max(limit, 0.0), stop_after=1):
+                return True
+            return due is not None and due - now <= timeout
+
+        try:
+            return self._waiter.run("wait", run)
+        except ConnectionLostError:  # the server is away: pause, then let lease() retry
+            time.sleep(min(timeout, 0.2))
+            return True
+
+    def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        session = self._session
+
+        def run(conn: Conn) -> Job | None:
+            watched = held = False
+            while True:
+                row = conn.execute(self._sql.get, session.params(id=job_id)).fetchone()
+                if row is None:
+                    raise JobNotFoundError(job_id)
+                if row[2] >= 2:
+                    if watched:  # finished: no waiter needs the watch any more
+                        conn.execute(self._sql.unwatch, session.params(id=job_id))
+                    return job_from_row(row)
+                if not watched or (row[2] == 1 and not held):
+                    held = self._watch(conn, job_id, leased=row[2] == 1)
+                    watched = True
+                    continue  # from now on its finish is NOTIFYed: look once more
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None  # the watch stays for other waiters; compact() sweeps it
+                for note in conn.notifies(timeout=left):
+                    if note.payload in (job_id, "*"):
+                        break
+
+        return self._finisher.run("wait_finished", run)
+
+    def _watch(self, conn: Conn, job_id: str, *, leased: bool) -> bool:
+        """Put the job in `watches`; True if that was ordered against an ack in flight.
+
+        The trigger of an ack looks for the watch inside the ack's transaction.
+        A leased job may be acked at any moment, so its watch is written under
+        a share lock on its row: an ack already running finishes first (and
+        the look after this sees it), an ack after it sees the watch. A
+        pending job is not locked (lease skips locked rows); it must be leased
+        before it is acked, and the look after this catches that.
+        """
+        params = self._session.params(id=job_id)
+        if not leased:
+            conn.execute(self._sql.watch, params)
+            return False
+        with conn.transaction():
+            conn.execute(self._sql.hold, params)
+            conn.execute(self._sql.watch, params)
+        return True
+
+    def close(self) -> None:
+        self._waiter.close()
+        self._finisher.close()

@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: the contract on a server, and what only PostgreSQL has to show."""

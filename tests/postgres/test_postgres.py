@@ -1,0 +1,412 @@
+"""The queue contract on PostgreSQL, and what only the PostgreSQL backend has to show.
+
+Every test gets a schema of its own on the test server (`make.py
+test-postgres` starts one); without a server the whole module is skipped.
+After each contract test the queue is opened again on a new connection and
+its jobs and counters must equal what the test's handle sees.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import unittest
+from typing import Any
+
+from contract.test_queue_contract import QueueContract
+from pg_support import (
+    URL,
+    drop_schema,
+    fresh_schema_url,
+    needs_job_control,
+    needs_postgres,
+    open_queue,
+    wait_for,
+)
+from support import FakeClock
+
+from nobroker import JobNotFoundError, JobState, NotLeasedError
+from nobroker.errors import ConnectionLostError, NobrokerError
+
+
+class _Schema(unittest.TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.url = fresh_schema_url()
+        self.addCleanup(drop_schema, self.url)
+
+    def open(self, name: str = "q", **options: Any) -> Any:
+        q = open_queue(self.url, name, **options)
+        self.addCleanup(q.close)
+        return q
+
+
+def _rows(queue: Any) -> object:
+    """Every row of the queue set's tables: equal values mean nothing was written."""
+    schema = queue.backend.target.schema
+
+    def read(conn: Any) -> object:
+        return [conn.execute(f'SELECT * FROM "{schema}".{table} ORDER BY 1, 2'.encode()
+                             ).fetchall() for table in ("jobs", "counters", "queues")]
+
+    return queue.backend._link.run("test", read)
+
+
+def _rows_of(queue: Any, table: str) -> int:
+    return int(queue.backend._link.run("test", lambda conn: conn.execute(
+        f"SELECT count(*) FROM {table}".encode()).fetchone()[0]))
+
+
+@needs_postgres
+class PostgresQueueContractTest(QueueContract, _Schema):
+    """The contract suite, run on PostgreSQL."""
+
+    def make_queue(self, **kwargs: Any) -> Any:
+        return open_queue(self.url, "q", **kwargs)
+
+    def check_reopened(self, queue: Any) -> None:
+        try:
+            mine = (queue.list_jobs(), queue.stats())
+        except NobrokerError:
+            return  # the test closed it: nothing to compare
+        floor = queue.backend.session.floor  # the handle's latest injected time
+        with open_queue(self.url, "q",
+                        clock=FakeClock(floor if floor > 0 else time.time())) as fresh:
+            self.assertEqual((fresh.list_jobs(), fresh.stats()), mine,
+                             "a new connection does not see what this handle saw")
+
+    def storage_marker(self, queue: Any) -> object:
+        return _rows(queue)
+
+
+@needs_postgres
+class PostgresBackendTest(_Schema):
+    """What the contract cannot say: the server's clock, wake-ups, results, the URL."""
+
+    def test_the_server_clock_sets_deadlines_when_no_clock_is_given(self) -> None:
+        q = self.open(visibility_timeout=0.3, backoff=_no_backoff())
+        before = time.time()
+        job = q.enqueue("x", delay=0.2)
+        self.assertLess(abs(job.enqueued_at - before), 5.0, "server and test clocks agree")
+        self.assertEqual(q.lease(), [])
+        self.assertTrue(q.wait(5.0), "wait ends when the delay is over")
+        leased = q.lease_one() or q.lease_one()
+        assert leased is not None
+        self.assertAlmostEqual(leased.lease_expires_at or 0, time.time() + 0.3, delta=0.25)
+        self.assertTrue(q.wait(5.0), "wait ends at the lease deadline")
+        again = q.lease_one() or q.lease_one()
+        assert again is not None
+        self.assertEqual((again.id, again.attempts), (job.id, 2))
+        self.assertRaises(NotLeasedError, q.ack, leased)
+        q.ack(again)
+
+    def test_an_idle_wait_is_woken_by_an_enqueue_from_another_connection(self) -> None:
+        consumer, producer = self.open(), self.open()
+        woke: list[float] = []
+        started = threading.Event()
+
+        def idle() -> None:
+            started.set()
+            if consumer.wait(30.0):
+                woke.append(time.monotonic())
+
+        thread = threading.Thread(target=idle)
+        thread.start()
+        started.wait()
+        time.sleep(0.2)  # let the waiter block on its socket
+        sent = time.monotonic()
+        producer.enqueue("wake up")
+        thread.join(10)
+        self.assertTrue(woke, "the waiter never woke")
+        self.assertLess(woke[0] - sent, 5.0)
+        self.assertEqual(len(consumer.lease()), 1)
+
+    def test_a_plain_ack_forgets_an_unkeyed_job_at_once_and_keeps_a_key(self) -> None:
+        q = self.open()
+        plain, keyed = q.enqueue("plain"), q.enqueue("keyed", job_id="k")
+        for job in q.lease(2):
+            q.ack(job)
+        self.assertRaises(JobNotFoundError, q.get, plain.id)
+        self.assertEqual(q.get(keyed.id).state, JobState.DONE)
+        self.assertEqual(q.enqueue("again", job_id="k").state, JobState.DONE)
+
+    def test_only_the_finish_of_a_watched_job_is_notified(self) -> None:
+        import psycopg
+
+        from nobroker.postgres.schema import channels
+        from nobroker.postgres.url import parse
+
+        q = self.open()
+        target = parse(self.url)
+        unwatched, watched = q.enqueue("nobody waits"), q.enqueue("waited for", job_id="w")
+        listener = psycopg.connect(target.conninfo, autocommit=True)
+        self.addCleanup(listener.close)
+        listener.execute(f'LISTEN "{channels(target.schema, "q")[1]}"'.encode())
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.append(
+            q.backend.wait_finished(watched.id, 30.0)))  # type: ignore[attr-defined]
+        waiter.start()
+        watches = f'SELECT count(*) FROM "{target.schema}".watches'.encode()
+        wait_for(lambda: listener.execute(watches).fetchone() == (1,), 30,
+                 "the waiter to watch its job")
+        for job in q.lease(2):  # both acked; only one is waited for
+            q.ack(job)
+        notes = [n.payload for n in listener.notifies(timeout=30, stop_after=1)]
+        waiter.join(30)
+        self.assertEqual(notes, [watched.id], "the first NOTIFY is the watched job's")
+        self.assertEqual([j.state for j in got], [JobState.DONE])
+        self.assertEqual(listener.execute(watches).fetchone(), (0,), "the watch is gone")
+        self.assertRaises(JobNotFoundError, q.get, unwatched.id)
+
+    def test_a_waiter_learns_that_its_pending_job_was_purged(self) -> None:
+        q, other = self.open(), self.open()
+        job = q.enqueue("doomed")
+        errors: list[Exception] = []
+
+        def wait() -> None:
+            try:
+                q.backend.wait_finished(job.id, 30.0)  # type: ignore[attr-defined]
+            except JobNotFoundError as exc:
+                errors.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        schema = q.backend.target.schema
+        wait_for(lambda: _rows_of(other, f'"{schema}".watches') == 1, 30,
+                 "the waiter to watch its job")
+        self.assertEqual(other.purge(), 1)
+        waiter.join(30)
+        self.assertFalse(waiter.is_alive(), "the waiter was not woken by the purge")
+        self.assertEqual(len(errors), 1)
+
+    def test_queues_in_one_schema_are_separate_and_schemas_are_separate(self) -> None:
+        a, b = self.open("a"), self.open("b")
+        a.enqueue("for a")
+        self.assertEqual(b.lease(), [])
+        self.assertEqual((a.stats().pending, b.stats().pending), (1, 0))
+        other = fresh_schema_url()
+        self.addCleanup(drop_schema, other)
+        elsewhere = open_queue(other, "a")
+        self.addCleanup(elsewhere.close)
+        self.assertEqual(elsewhere.stats().pending, 0)
+
+    def test_the_password_appears_in_no_error_and_no_repr(self) -> None:
+        from nobroker.postgres.url import parse
+
+        secret = parse(URL).secrets[0]
+        q = self.open()
+        self.assertNotIn(secret, repr(q))
+        self.assertNotIn(secret, repr(q.backend))
+        wrong = URL.replace(secret, secret + "-wrong")
+        with self.assertRaises(ConnectionLostError) as caught:
+            open_queue(wrong, "q")
+        self.assertNotIn(secret, str(caught.exception))
+        self.assertIn("***", str(caught.exception))
+        port = URL.rsplit(":", 1)[1].split("/")[0]
+        closed = URL.replace(f":{port}/", ":1/")
+        with self.assertRaises(ConnectionLostError) as refused:
+            open_queue(closed, "q")
+        self.assertNotIn(secret, str(refused.exception))
+
+    def test_a_bad_schema_name_is_refused_in_one_line(self) -> None:
+        with self.assertRaises(ValueError) as caught:
+            open_queue(URL + "?schema=Robert'); DROP", "q")
+        self.assertIn("schema", str(caught.exception))
+
+    def test_a_schema_newer_than_this_nobroker_is_refused(self) -> None:
+        q = self.open()
+        schema = q.backend.target.schema
+        q.backend._link.run("test", lambda conn: conn.execute(
+            f'UPDATE "{schema}".schema_version SET version = 999'.encode()))
+        with self.assertRaises(NobrokerError) as caught:
+            open_queue(self.url, "other")
+        self.assertIn("newer than this nobroker", str(caught.exception))
+
+    def test_enqueue_many_of_ten_thousand_is_one_transaction_in_order(self) -> None:
+        q = self.open()
+        jobs = q.enqueue_many(list(range(10_000)))
+        self.assertEqual(q.stats().pending, 10_000)
+        self.assertEqual([j.payload for j in q.list_jobs(limit=5)], [0, 1, 2, 3, 4])
+        self.assertEqual(len({j.id for j in jobs}), 10_000)
+
+    def test_a_generated_id_taken_by_a_key_is_skipped(self) -> None:
+        q = self.open()
+        first = q.enqueue("a")
+        following = f"{int(first.id, 16) + 1:016x}"
+        q.enqueue("keyed", job_id=following)
+        q.enqueue("keyed2", job_id=f"{int(first.id, 16) + 3:016x}")
+        jobs = [q.enqueue("b"), *q.enqueue_many(["c", "d"])]
+        self.assertEqual(len({j.id for j in jobs} | {following, first.id}), 5)
+        self.assertEqual(q.stats().pending, 6)
+
+
+@needs_postgres
+@needs_job_control
+class PostgresJobControlTest(_Schema):
+    """Results, cancel, pause and delete_dead across connections."""
+
+    def test_a_result_waiter_on_another_connection_gets_the_result_of_the_ack(self) -> None:
+        worker, waiter = self.open(), self.open()
+        job = worker.enqueue({"n": 2})
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.append(waiter.result(job.id, 30.0)))
+        thread.start()
+        leased = worker.lease_one()
+        assert leased is not None
+        worker.ack(leased, result={"square": 4})
+        thread.join(10)
+        self.assertEqual(got, [{"square": 4}])
+        self.assertEqual(waiter.get(job.id).state, JobState.DONE)
+        self.assertEqual(waiter.result(job.id, 0), {"square": 4}, "a finished job answers")
+        self.assertRaises(TimeoutError, waiter.result, worker.enqueue("later").id, 0.05)
+        self.assertRaises(JobNotFoundError, waiter.result, "never-enqueued", 0.05)
+
+    def test_a_result_is_kept_for_its_ttl_then_forgotten(self) -> None:
+        q, clock = self.clocked()
+        q.enqueue("x", job_id="k1")
+        q.ack(q.lease_one(), result=[1, 2], result_ttl=100)
+        clock.advance(99)
+        self.assertEqual(q.get("k1").result, [1, 2])
+        clock.advance(1)
+        self.assertRaises(JobNotFoundError, q.get, "k1")
+
+    def clocked(self, **options: Any) -> tuple[Any, FakeClock]:
+        clock = FakeClock()
+        return self.open(clock=clock, key_retention=0, **options), clock
+
+    def test_cancel_removes_a_pending_job_and_revokes_a_leased_one(self) -> None:
+        q, _ = self.clocked()
+        pending, leased_job = q.enqueue("p"), q.enqueue("l")
+        self.assertTrue(q.cancel(pending.id))
+        (leased,) = q.lease(5)
+        self.assertEqual(leased.id, leased_job.id)
+        self.assertTrue(q.cancel(leased.id))
+        self.assertRaises(NotLeasedError, q.ack, leased)
+        self.assertRaises(NotLeasedError, q.extend, leased, 5)
+        self.assertEqual(q.get(leased.id).state, JobState.CANCELLED)
+        self.assertFalse(q.cancel(leased.id), "cancelling a finished job")
+        self.assertFalse(q.cancel("unknown"))
+        stats = q.stats()
+        self.assertEqual((stats.pending, stats.leased, stats.total), (0, 0, 0))
+
+    def test_a_paused_queue_leases_nothing_until_resumed_and_enqueue_still_works(self
+                                                                                ) -> None:
+        q, other = self.open(), self.open()
+        q.pause()
+        other.enqueue("x")
+        self.assertTrue(other.stats().paused)
+        self.assertEqual(other.lease(), [])
+        self.assertFalse(other.wait(0.2), "a paused queue has nothing to wake for")
+        q.resume()
+        self.assertFalse(other.stats().paused)
+        self.assertEqual(len(other.lease()), 1)
+
+    def test_delete_dead_of_a_job_that_is_not_dead_raises_job_not_found(self) -> None:
+        q = self.open()
+        pending, leased = q.enqueue("p"), q.enqueue("l")
+        q.lease_one()
+        for job_id in (pending.id, leased.id, "unknown"):
+            self.assertRaises(JobNotFoundError, q.delete_dead, job_id)
+        self.assertEqual((q.stats().pending, q.stats().leased), (1, 1))
+
+    def test_a_cancelled_job_s_key_may_be_enqueued_again(self) -> None:
+        q = self.open()
+        q.enqueue("first", job_id="order-1")
+        self.assertTrue(q.cancel("order-1"))
+        again = q.enqueue("second", job_id="order-1")
+        self.assertEqual((again.state, again.payload), (JobState.PENDING, "second"))
+
+    def test_a_result_waiter_is_woken_by_a_cancel_and_by_a_dead_letter(self) -> None:
+        q, other = self.open(max_attempts=1), self.open(max_attempts=1)
+        cancelled, dead = q.enqueue("c"), q.enqueue("d")
+        got: list[Any] = []
+        waiters = [threading.Thread(target=lambda i=i: got.append(q.wait_finished(i, 30.0)))
+                   for i in (cancelled.id, dead.id)]
+        leased = other.lease(2)
+        for waiter in waiters:
+            waiter.start()
+        schema = q.backend.target.schema
+        wait_for(lambda: _rows_of(other, f'"{schema}".watches') >= 1, 30, "a watch")
+        other.cancel(cancelled.id)
+        other.nack(next(j for j in leased if j.id == dead.id), error="boom")
+        for waiter in waiters:
+            waiter.join(30)
+        self.assertEqual(sorted(str(j.state) for j in got), ["cancelled", "dead"])
+
+    def test_delete_dead_removes_dead_jobs_only(self) -> None:
+        q, _ = self.clocked(max_attempts=1)
+        dead = q.enqueue_many(["a", "b"])
+        for job in q.lease(2):
+            q.nack(job, error="boom")
+        keep = q.enqueue("c")
+        self.assertEqual(q.delete_dead(dead[0].id), 1)
+        self.assertRaises(JobNotFoundError, q.delete_dead, dead[0].id)
+        self.assertEqual(q.delete_dead(), 1)
+        self.assertEqual([j.id for j in q.list_jobs()], [keep.id])
+        self.assertEqual(q.stats().dead, 0)
+
+
+@needs_postgres
+class PostgresMigrateTest(_Schema):
+    """`nobroker db migrate` and `nobroker migrate --from DIR --to URL` (and back)."""
+
+    def test_db_migrate_creates_the_schema_once_and_reports_the_version(self) -> None:
+        from nobroker.cli import main  # noqa: I001
+        import contextlib
+        import io
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(main(["db", "migrate", "--url", self.url]), 0)
+            self.assertEqual(main(["db", "migrate", "--url", self.url]), 0)
+        first, second = out.getvalue().splitlines()
+        self.assertIn("from version 0 to 1", first)
+        self.assertIn("at version 1", second)
+        self.assertNotIn(URL.split(":")[2].split("@")[0], out.getvalue(), "password shown")
+
+    def test_migrate_copies_pending_leased_and_dead_jobs_once_with_their_history(self
+                                                                                ) -> None:
+        import tempfile
+
+        from nobroker import Queue
+        from nobroker.transfer import transfer
+
+        directory = tempfile.mkdtemp()
+        with Queue(directory, "q", max_attempts=2) as source:
+            source.enqueue({"n": 1}, priority=5, job_id="order-1")
+            failed = source.enqueue({"n": 2})
+            source.enqueue({"n": 3})
+            leased = source.lease(2)  # order-1 (priority 5), then failed
+            source.nack(leased[1], error="boom", delay=0)
+            again = source.lease(5)
+            dead = next(j for j in again if j.id == failed.id)
+            source.nack(dead, error="boom twice")
+            expected = {j.id: j for j in source.list_jobs()}
+        first = transfer(directory, self.url, "q")
+        self.assertEqual(first.copied, {"pending": 2, "dead": 1})
+        second = transfer(directory, self.url, "q")
+        self.assertEqual((second.copied, second.skipped), ({}, 3))
+        q = self.open("q")
+        for job_id, job in expected.items():
+            got = q.get(job_id)
+            wanted_state = JobState.DEAD if job.state is JobState.DEAD else JobState.PENDING
+            self.assertEqual((got.payload, got.priority, got.attempts, got.last_error,
+                              got.state), (job.payload, job.priority, job.attempts,
+                                           job.last_error, wanted_state))
+        self.assertEqual(q.stats().dead, 1)
+        fresh = q.enqueue("new")
+        self.assertNotIn(fresh.id, expected, "a copied generated id is not generated again")
+        back = tempfile.mkdtemp()
+        there = transfer(self.url, back, "q")
+        self.assertEqual((there.copied, there.not_copied), ({"pending": 3}, {"dead": 1}))
+        self.assertEqual(transfer(self.url, back, "q").skipped, 3)
+
+
+def _no_backoff() -> Any:
+    from nobroker import BackoffPolicy
+
+    return BackoffPolicy(base=0, jitter=0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,274 @@
+"""Several worker processes, standing in for hosts, on one PostgreSQL queue.
+
+Real processes, real `kill -9`, a real server restart (`pg_ctl restart -m
+immediate`). Each child writes one line per job *after* the call that
+settled it returned, so what the files hold is what the queue promised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+from pathlib import Path
+from typing import Any
+
+from pg_support import (
+    PG_CTL_ENV,
+    drop_schema,
+    fresh_schema_url,
+    needs_postgres,
+    open_queue,
+    restart_server,
+    wait_for,
+)
+from support import TempDirTestCase, child_env, slow, spawn_python
+
+TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: pg_support, support
+
+# A consumer: lease, ack, and write the acked id (after ack returned) to its file.
+CONSUMER = """
+import json, sys, time
+sys.path[:0] = [sys.argv[1]]
+from pg_support import open_queue
+from nobroker import NotLeasedError
+url, out, vt, hold = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+q = open_queue(url, "work", visibility_timeout=vt)
+with open(out, "a") as f:
+    print("ready", flush=True)
+    while True:
+        job = q.lease_one()
+        if job is None:
+            if q.stats().total == 0:
+                break
+            q.wait(0.5)
+            continue
+        time.sleep(hold)
+        try:
+            q.ack(job)
+        except NotLeasedError:
+            continue
+        f.write(job.id + "\\n"); f.flush()
+"""
+
+# A Worker process: the real Worker loop, writing each handled payload's id after it ran.
+WORKER = """
+import json, logging, sys
+sys.path[:0] = [sys.argv[1]]
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+from pg_support import open_queue
+from nobroker import Worker
+url, out = sys.argv[2], sys.argv[3]
+q = open_queue(url, "work", visibility_timeout=2.0)
+f = open(out, "a")
+def handle(job):
+    f.write(json.dumps(job.payload) + "\\n"); f.flush()
+print("ready", flush=True)
+Worker(q, handle, concurrency=2, poll_interval=0.05).run()
+"""
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+@needs_postgres
+class PostgresProcessesTest(TempDirTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.url = fresh_schema_url()
+        self.addCleanup(drop_schema, self.url)
+        self.queue = open_queue(self.url, "work")
+        self.addCleanup(self.queue.close)
+
+    def spawn(self, code: str, *args: str) -> subprocess.Popen[bytes]:
+        with open(self.tmp / f"stderr-{time.monotonic()}", "wb") as errors:
+            proc = spawn_python(code, TESTS, self.url, *args, stdin=subprocess.DEVNULL,
+                                stderr=errors)
+        self.addCleanup(self._reap, proc)
+        assert proc.stdout is not None
+        self.assertEqual(proc.stdout.readline().strip(), b"ready")
+        return proc
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+    def test_three_consumer_processes_ack_every_job_once_between_them(self) -> None:
+        jobs = self.queue.enqueue_many(list(range(600)))
+        outs = [self.tmp / f"acked-{n}" for n in range(3)]
+        procs = [self.spawn(CONSUMER, str(out), "30", "0") for out in outs]
+        for proc in procs:
+            self.assertEqual(proc.wait(120), 0)
+        acked = [_lines(out) for out in outs]
+        every = [job_id for part in acked for job_id in part]
+        self.assertEqual(len(every), len(set(every)), "a job was acked by two processes")
+        self.assertEqual(set(every), {j.id for j in jobs}, "a job was never acked")
+        self.assertTrue(all(acked), f"a process got no job: {[len(a) for a in acked]}")
+        self.assertEqual(self.queue.stats().done, 600)
+
+    def test_a_consumer_killed_with_sigkill_loses_no_job(self) -> None:
+        jobs = self.queue.enqueue_many(list(range(200)))
+        outs = [self.tmp / f"acked-{n}" for n in range(3)]
+        procs = [self.spawn(CONSUMER, str(out), "1.0", "0.01") for out in outs]
+        wait_for(lambda: len(_lines(outs[0])) >= 5, 60, "the first consumer to ack jobs")
+        os.kill(procs[0].pid, signal.SIGKILL)
+        procs[0].wait()
+        for proc in procs[1:]:
+            self.assertEqual(proc.wait(180), 0)
+        # The killed process may have acked a job and died before writing it down:
+        # the queue's own count says whether every job was acked.
+        stats = self.queue.stats()
+        self.assertEqual((stats.total, stats.done), (0, 200))
+        recorded = [job_id for out in outs for job_id in _lines(out)]
+        self.assertLessEqual(set(recorded), {j.id for j in jobs})
+        self.assertEqual(len(recorded), len(set(recorded)), "a job was acked twice")
+        self.assertGreaterEqual(len(recorded), 199)
+
+    def test_a_stale_ack_from_another_process_after_the_lease_was_reclaimed_is_refused(self
+                                                                                     ) -> None:
+        job = self.queue.enqueue("contested")
+        holder = spawn_python("""
+import sys
+sys.path[:0] = [sys.argv[1]]
+from pg_support import open_queue
+from nobroker import NotLeasedError
+q = open_queue(sys.argv[2], "work", visibility_timeout=0.3)
+job = q.lease_one()
+print(job.id, job.token, flush=True)
+sys.stdin.readline()
+try:
+    q.ack(job)
+    print("acked", flush=True)
+except NotLeasedError as exc:
+    print("refused", exc.reason, flush=True)
+""", TESTS, self.url)
+        self.addCleanup(self._reap, holder)
+        self.addCleanup(holder.stdin.close)  # type: ignore[union-attr]
+        self.addCleanup(holder.stderr.close)  # type: ignore[union-attr]
+        assert holder.stdout is not None and holder.stdin is not None
+        held_id, held_token = holder.stdout.readline().split()
+        self.assertEqual(held_id.decode(), job.id)
+        taken: list[Any] = []
+        wait_for(lambda: bool(taken.extend(self.queue.lease()) or taken), 30,
+                 "the expired lease to be reclaimed and leased again")
+        self.assertNotEqual(str(taken[0].token), held_token.decode())
+        holder.stdin.write(b"go\n")
+        holder.stdin.flush()
+        answer = holder.stdout.readline().decode()
+        self.assertTrue(answer.startswith("refused"), answer)
+        self.queue.ack(taken[0])
+        self.assertEqual(self.queue.stats().done, 1)
+
+    @slow
+    @unittest.skipUnless(os.environ.get(PG_CTL_ENV), "needs the test cluster's pg_ctl")
+    def test_workers_carry_on_across_an_immediate_server_restart_and_lose_nothing(self
+                                                                                 ) -> None:
+        outs = [self.tmp / f"handled-{n}" for n in range(2)]
+        for out in outs:
+            self.spawn(WORKER, str(out))
+        promised: list[int] = []
+
+        def produce(count: int) -> None:
+            for _ in range(count):
+                n = len(promised)
+                try:
+                    self.queue.enqueue(n)
+                except Exception:
+                    continue
+                promised.append(n)
+
+        def handled() -> set[int]:
+            return {int(x) for out in outs for x in _lines(out)}
+
+        produce(100)
+        wait_for(lambda: len(handled()) >= 50, 60, "the workers to handle jobs")
+        restart_server()
+        wait_for(lambda: _try(lambda: self.queue.stats()), 60, "the server to come back")
+        produce(100)
+        wait_for(lambda: set(promised) <= handled(), 120,
+                 "every job enqueued before and after the restart to be handled")
+        self.assertGreaterEqual(len(promised), 190)
+
+
+# A handler module for `nobroker work`: each payload, written after the handler ran.
+HANDLER = """
+import json, os
+def handle(job):
+    with open(os.environ["HANDLED"], "a") as f:
+        f.write(json.dumps(job.payload["n"]) + "\\n")
+"""
+
+
+@needs_postgres
+class PostgresCliTest(TempDirTestCase):
+    """The CLI, unchanged, on a URL: --url, --dir URL and $NOBROKER_URL; `work` processes."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.url = fresh_schema_url()
+        self.addCleanup(drop_schema, self.url)
+        (self.tmp / "handlers.py").write_text(HANDLER)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = child_env()
+        env.pop("NOBROKER_DIR", None)
+        env.pop("NOBROKER_URL", None)
+        return {**env, **extra}
+
+    def nb(self, *args: str, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run([sys.executable, "-m", "nobroker", *args], cwd=self.tmp,
+                              env=env or self.env(), capture_output=True, text=True,
+                              timeout=120, check=False)
+        self.assertEqual(done.returncode, 0, f"{args}: {done.stderr}")
+        return done.stdout
+
+    def test_two_cli_worker_processes_run_every_job_of_a_url_queue_once(self) -> None:
+        from pg_support import URL
+
+        from nobroker.postgres.url import parse
+
+        secret = parse(URL).secrets[0]
+        ids = [self.nb("enqueue", "--url", self.url, "--queue", "work", '{"n": 0}'),
+               self.nb("enqueue", "--dir", self.url, "--queue", "work", '{"n": 1}'),
+               self.nb("enqueue", "--queue", "work", '{"n": 2}',
+                       env=self.env(NOBROKER_URL=self.url))]
+        self.assertEqual(len({i.strip() for i in ids}), 3)
+        with open_queue(self.url, "work") as q:
+            q.enqueue_many([{"n": n} for n in range(3, 60)])
+        outs = [self.tmp / f"handled-{n}" for n in range(2)]
+        workers = [subprocess.Popen(
+            [sys.executable, "-m", "nobroker", "work", "handlers:handle", "--queue", "work",
+             "--concurrency", "2", "--idle-timeout", "3", "-q"], cwd=self.tmp,
+            env=self.env(NOBROKER_URL=self.url, HANDLED=str(out)),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for out in outs]
+        for proc in workers:
+            self.addCleanup(proc.kill)
+            _, errors = proc.communicate(timeout=180)
+            self.assertEqual(proc.returncode, 0, errors)
+            self.assertNotIn(secret, errors)
+        handled = [int(line) for out in outs for line in _lines(out)]
+        self.assertEqual(sorted(handled), list(range(60)), "each job handled exactly once")
+        stats = json.loads(self.nb("stats", "--json", "--url", self.url, "--queue", "work"))
+        self.assertEqual((stats["pending"], stats["leased"], stats["done"]), (0, 0, 60))
+        self.assertNotIn(secret, json.dumps(stats))
+
+
+def _try(call: Any) -> bool:
+    try:
+        call()
+        return True
+    except Exception:
+        return False
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,485 @@
+"""Benchmark nobroker on PostgreSQL against procrastinate and PgQueuer, on one server.
+
+    python make.py bench-postgres [--jobs N] [--stats-jobs N] [--only NAME,...]
+
+make.py starts a throwaway server (tools/pg_cluster.py, which sets
+NOBROKER_TEST_POSTGRES_URL) and runs this in .dev/pg-bench-venv, where
+requirements-bench-postgres.txt pins the peers. Every contender runs every
+workload on the same server in the same run, through its public API:
+
+- durable enqueue: one job per call, each committed before the next;
+- enqueue_many of 10,000 jobs (procrastinate: batch_defer; PgQueuer: enqueue
+  with lists), the best of three;
+- lease + ack with 1 and 4 worker processes: N jobs drained by the peer's own
+  worker loop (nobroker: ack_and_lease; procrastinate: run_worker(wait=False);
+  PgQueuer: QueueManager in drain mode), from the start signal until every
+  process is done; each with its default batching;
+- enqueue -> handler latency: one idle worker woken by LISTEN/NOTIFY
+  (nobroker: a Worker; the peers: their workers with NOTIFY on), the time
+  from just before the producer's enqueue to the handler's first line;
+- stats() with --stats-jobs jobs in the queue (procrastinate:
+  list_queues; PgQueuer: queue_size), the median of 20 calls.
+
+Figures are this machine's, from one run; the machine is shared, so compare
+rows of one run with each other, not with another machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import multiprocessing
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+URL = os.environ.get("NOBROKER_TEST_POSTGRES_URL", "")
+BATCH = 10_000
+Rate = float
+
+
+def _timed(n: int, fn: Callable[[], None]) -> Rate:
+    started = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - started)
+
+
+def _drain_in_processes(workers: int, target: Callable[..., None], *args: Any) -> float:
+    """Seconds from the start signal until `workers` processes running target(*args,
+    start) have all returned."""
+    start = multiprocessing.Event()
+    procs = [multiprocessing.Process(target=target, args=(*args, start))
+             for _ in range(workers)]
+    for proc in procs:
+        proc.start()
+    time.sleep(1.5)  # every process connects and waits for the signal
+    began = time.perf_counter()
+    start.set()
+    for proc in procs:
+        proc.join()
+        assert proc.exitcode == 0, proc.exitcode
+    return time.perf_counter() - began
+
+
+def _percentiles(latencies: list[float]) -> tuple[float, float]:
+    latencies.sort()
+    return (statistics.median(latencies) * 1000,
+            latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000)
+
+
+# --------------------------------------------------------------------------
+# nobroker
+
+
+def _nobroker_url() -> str:
+    return f"{URL}?schema=b_{uuid.uuid4().hex[:10]}"
+
+
+def _nobroker_consume(url: str, start: Any) -> None:
+    from nobroker import Queue
+
+    with Queue(url, "bench") as q:
+        start.wait()
+        job = q.lease_one()
+        while job is not None:
+            job = q.ack_and_lease(job)
+
+
+class Nobroker:
+    name = "nobroker"
+
+    def enqueue(self, n: int) -> Rate:
+        from nobroker import Queue
+
+        with Queue(_nobroker_url(), "bench") as q:
+            return _timed(n, lambda: [q.enqueue(i) for i in range(n)] and None)
+
+    def enqueue_many(self, n: int) -> Rate:
+        from nobroker import Queue
+
+        with Queue(_nobroker_url(), "bench") as q:
+            return max(_timed(n, lambda: q.enqueue_many(range(n)) and None) for _ in range(3))
+
+    def fill(self, url: str, n: int) -> None:
+        from nobroker import Queue
+
+        with Queue(url, "bench") as q:
+            for at in range(0, n, BATCH):
+                q.enqueue_many([0] * min(BATCH, n - at))
+
+    def consume(self, workers: int, n: int) -> Rate:
+        url = _nobroker_url()
+        self.fill(url, n)
+        return n / _drain_in_processes(workers, _nobroker_consume, url)
+
+    def pickup(self, samples: int) -> tuple[float, float]:
+        from nobroker import Queue, Worker
+
+        url = _nobroker_url()
+        latencies: list[float] = []
+        handled = threading.Semaphore(0)
+        sent: list[float] = []
+
+        def handle(job: Any) -> None:
+            latencies.append(time.perf_counter() - sent[-1])
+            handled.release()
+
+        with Queue(url, "bench") as consumer, Queue(url, "bench") as producer:
+            worker = Worker(consumer, handle, handle_signals=False, poll_interval=5.0)
+            thread = threading.Thread(target=worker.run)
+            thread.start()
+            for _ in range(samples):
+                time.sleep(0.02)  # the worker is idle, blocked in wait()
+                sent.append(time.perf_counter())
+                producer.enqueue("x")
+                assert handled.acquire(timeout=30)
+            worker.stop()
+            thread.join()
+        return _percentiles(latencies)
+
+    def stats(self, n: int) -> float:
+        from nobroker import Queue
+
+        url = _nobroker_url()
+        self.fill(url, n)
+        with Queue(url, "bench") as q:
+            assert q.stats().pending == n
+            return _median_ms(q.stats)
+
+
+def _median_ms(call: Callable[[], object], rounds: int = 20) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+# --------------------------------------------------------------------------
+# procrastinate (async API; its sync defer runs the same statements)
+
+
+def _procrastinate_app() -> Any:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=URL))
+
+    @app.task(name="bench", queue="bench")
+    async def bench(n: int = 0) -> None:
+        _PROCRASTINATE_HOOK(n)
+
+    return app
+
+
+def _noop(n: int) -> None:
+    pass
+
+
+_PROCRASTINATE_HOOK: Callable[[int], None] = _noop
+
+
+async def _procrastinate_reset(app: Any) -> None:
+    async with app.connector.pool.connection() as conn:
+        exists = await (await conn.execute(
+            "SELECT to_regclass('procrastinate_jobs') IS NOT NULL")).fetchone()
+        if not exists[0]:
+            await app.schema_manager.apply_schema_async()
+        await conn.execute("TRUNCATE procrastinate_jobs CASCADE")
+
+
+def _procrastinate_consume(start: Any) -> None:
+    async def main() -> None:
+        app = _procrastinate_app()
+        async with app.open_async():
+            start.wait()
+            await app.run_worker_async(queues=["bench"], wait=False, concurrency=1,
+                                       install_signal_handlers=False, listen_notify=False,
+                                       delete_jobs="always")
+
+    asyncio.run(main())
+
+
+class Procrastinate:
+    name = "procrastinate"
+
+    def _run(self, body: Callable[[Any], Any]) -> Any:
+        async def main() -> Any:
+            app = _procrastinate_app()
+            async with app.open_async():
+                await _procrastinate_reset(app)
+                return await body(app)
+
+        return asyncio.run(main())
+
+    def enqueue(self, n: int) -> Rate:
+        async def body(app: Any) -> Rate:
+            task = app.tasks["bench"]
+            started = time.perf_counter()
+            for i in range(n):
+                await task.defer_async(n=i)
+            return n / (time.perf_counter() - started)
+
+        return float(self._run(body))
+
+    async def _fill(self, app: Any, n: int) -> None:
+        task = app.tasks["bench"]
+        for at in range(0, n, BATCH):
+            await task.batch_defer_async(*({"n": i} for i in range(min(BATCH, n - at))))
+
+    def enqueue_many(self, n: int) -> Rate:
+        async def body(app: Any) -> Rate:
+            best = 0.0
+            for _ in range(3):
+                started = time.perf_counter()
+                await self._fill(app, n)
+                best = max(best, n / (time.perf_counter() - started))
+            return best
+
+        return float(self._run(body))
+
+    def consume(self, workers: int, n: int) -> Rate:
+        async def body(app: Any) -> None:
+            await self._fill(app, n)
+
+        self._run(body)
+        return n / _drain_in_processes(workers, _procrastinate_consume)
+
+    def pickup(self, samples: int) -> tuple[float, float]:
+        global _PROCRASTINATE_HOOK
+        latencies: list[float] = []
+        sent: list[float] = []
+
+        async def body(app: Any) -> None:
+            global _PROCRASTINATE_HOOK
+            handled = asyncio.Event()
+
+            def hook(n: int) -> None:
+                latencies.append(time.perf_counter() - sent[-1])
+                handled.set()
+
+            _PROCRASTINATE_HOOK = hook
+            worker = asyncio.ensure_future(app.run_worker_async(
+                queues=["bench"], wait=True, concurrency=1, install_signal_handlers=False,
+                listen_notify=True, delete_jobs="always"))
+            await asyncio.sleep(1.0)
+            task = app.tasks["bench"]
+            for _ in range(samples):
+                await asyncio.sleep(0.02)
+                handled.clear()
+                sent.append(time.perf_counter())
+                await task.defer_async(n=0)
+                await asyncio.wait_for(handled.wait(), 30)
+            worker.cancel()
+            try:
+                await worker
+            except asyncio.CancelledError:
+                pass
+
+        try:
+            self._run(body)
+        finally:
+            _PROCRASTINATE_HOOK = _noop
+        return _percentiles(latencies)
+
+    def stats(self, n: int) -> float:
+        async def body(app: Any) -> float:
+            await self._fill(app, n)
+            times = []
+            for _ in range(20):
+                started = time.perf_counter()
+                await app.job_manager.list_queues_async()
+                times.append(time.perf_counter() - started)
+            return statistics.median(times) * 1000
+
+        return float(self._run(body))
+
+
+# --------------------------------------------------------------------------
+# PgQueuer (asyncio, on a psycopg async connection)
+
+
+async def _pgqueuer_connect() -> Any:
+    import psycopg
+
+    return await psycopg.AsyncConnection.connect(URL, autocommit=True)
+
+
+async def _pgqueuer_queries(conn: Any, reset: bool = True) -> Any:
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.queries import Queries
+
+    queries = Queries(PsycopgDriver(conn))
+    if reset:
+        if not await queries.schema_is_installed():
+            await queries.install()
+        await queries.clear_queue()
+    return queries
+
+
+def _pgqueuer_consume(start: Any) -> None:
+    async def main() -> None:
+        from pgqueuer.db import PsycopgDriver
+        from pgqueuer.qm import QueueManager
+        from pgqueuer.queries import Queries
+        from pgqueuer.types import QueueExecutionMode
+
+        conn = await _pgqueuer_connect()
+        qm = QueueManager(Queries(PsycopgDriver(conn)))
+
+        @qm.entrypoint("bench")
+        async def bench(job: Any) -> None:
+            pass
+
+        start.wait()
+        await qm.run(mode=QueueExecutionMode.drain)
+        await conn.close()
+
+    asyncio.run(main())
+
+
+class PgQueuer:
+    name = "PgQueuer"
+
+    def _run(self, body: Callable[[Any], Any]) -> Any:
+        async def main() -> Any:
+            conn = await _pgqueuer_connect()
+            try:
+                return await body(await _pgqueuer_queries(conn))
+            finally:
+                await conn.close()
+
+        return asyncio.run(main())
+
+    def enqueue(self, n: int) -> Rate:
+        async def body(q: Any) -> Rate:
+            started = time.perf_counter()
+            for i in range(n):
+                await q.enqueue("bench", str(i).encode(), 0)
+            return n / (time.perf_counter() - started)
+
+        return float(self._run(body))
+
+    @staticmethod
+    async def _fill(q: Any, n: int) -> None:
+        for at in range(0, n, BATCH):
+            count = min(BATCH, n - at)
+            await q.enqueue(["bench"] * count, [b"0"] * count, [0] * count)
+
+    def enqueue_many(self, n: int) -> Rate:
+        async def body(q: Any) -> Rate:
+            best = 0.0
+            for _ in range(3):
+                started = time.perf_counter()
+                await self._fill(q, n)
+                best = max(best, n / (time.perf_counter() - started))
+            return best
+
+        return float(self._run(body))
+
+    def consume(self, workers: int, n: int) -> Rate:
+        self._run(lambda q: self._fill(q, n))
+        return n / _drain_in_processes(workers, _pgqueuer_consume)
+
+    def pickup(self, samples: int) -> tuple[float, float]:
+        latencies: list[float] = []
+        sent: list[float] = []
+
+        async def body(q: Any) -> None:
+            from pgqueuer.db import PsycopgDriver
+            from pgqueuer.qm import QueueManager
+            from pgqueuer.queries import Queries
+
+            handled = asyncio.Event()
+            conn = await _pgqueuer_connect()
+            qm = QueueManager(Queries(PsycopgDriver(conn)))
+
+            @qm.entrypoint("bench")
+            async def bench(job: Any) -> None:
+                latencies.append(time.perf_counter() - sent[-1])
+                handled.set()
+
+            runner = asyncio.ensure_future(qm.run(batch_size=1))
+            await asyncio.sleep(1.0)
+            for _ in range(samples):
+                await asyncio.sleep(0.02)
+                handled.clear()
+                sent.append(time.perf_counter())
+                await q.enqueue("bench", b"x", 0)
+                await asyncio.wait_for(handled.wait(), 30)
+            qm.shutdown.set()
+            await asyncio.wait_for(runner, 30)
+            await conn.close()
+
+        self._run(body)
+        return _percentiles(latencies)
+
+    def stats(self, n: int) -> float:
+        async def body(q: Any) -> float:
+            await self._fill(q, n)
+            times = []
+            for _ in range(20):
+                started = time.perf_counter()
+                await q.queue_size()
+                times.append(time.perf_counter() - started)
+            return statistics.median(times) * 1000
+
+        return float(self._run(body))
+
+
+# --------------------------------------------------------------------------
+# the table
+
+
+def main() -> int:
+    # procrastinate warns that its App lives in __main__; that is this script's choice.
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)
+    parser = argparse.ArgumentParser(prog="bench_postgres.py")
+    parser.add_argument("--jobs", type=int, default=3_000, help="jobs per throughput row")
+    parser.add_argument("--stats-jobs", type=int, default=1_000_000)
+    parser.add_argument("--samples", type=int, default=200, help="pickup latency samples")
+    parser.add_argument("--only", default="", help="contenders, comma-separated")
+    args = parser.parse_args()
+    if not URL:
+        print("bench_postgres: no server; run it as `python make.py bench-postgres`")
+        return 2
+    contenders: list[Any] = [Nobroker(), Procrastinate(), PgQueuer()]
+    if args.only:
+        wanted = {name.strip().lower() for name in args.only.split(",")}
+        contenders = [c for c in contenders if c.name.lower() in wanted]
+    n = args.jobs
+    rows: list[tuple[str, Callable[[Any], str]]] = [
+        (f"durable enqueue, one at a time ({n:,} jobs)",
+         lambda c: f"{c.enqueue(n):,.0f} jobs/s"),
+        (f"enqueue_many of {BATCH:,}", lambda c: f"{c.enqueue_many(BATCH):,.0f} jobs/s"),
+        (f"lease + ack, 1 worker process ({2 * n:,} jobs)",
+         lambda c: f"{c.consume(1, 2 * n):,.0f} jobs/s"),
+        (f"lease + ack, 4 worker processes ({2 * n:,} jobs)",
+         lambda c: f"{c.consume(4, 2 * n):,.0f} jobs/s"),
+        ("enqueue -> handler, LISTEN/NOTIFY (p50 / p99)",
+         lambda c: "{:.2f} / {:.2f} ms".format(*c.pickup(args.samples))),
+        (f"stats() at {args.stats_jobs:,} jobs", lambda c: f"{c.stats(args.stats_jobs):.2f} ms"),
+    ]
+    table = [[name] for name, _ in rows]
+    for row, (name, measure) in zip(table, rows, strict=True):
+        for contender in contenders:
+            print(f"bench_postgres: {contender.name}: {name}", file=sys.stderr, flush=True)
+            row.append(measure(contender))
+    print("\n| workload | " + " | ".join(c.name for c in contenders) + " |")
+    print("| --- |" + " --- |" * len(contenders))
+    for row in table:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
