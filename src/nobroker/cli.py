@@ -34,7 +34,13 @@ from typing import Any, NoReturn
 
 from . import __version__, validation
 from .codec import loads
-from .errors import CorruptLogError, NobrokerError, SerializationError, TaskFailed
+from .errors import (
+    CorruptLogError,
+    JobNotFoundError,
+    NobrokerError,
+    SerializationError,
+    TaskFailed,
+)
 from .file.inspection import RawRecord, current_log_path, read_records
 from .file.opening import queue_exists
 from .file.salvage import salvage
@@ -155,14 +161,24 @@ def _job_dict(job: Job) -> dict[str, Any]:
     if job.finished_at is not None:  # done, dead or cancelled: say so, and when
         found.update(finished_at=job.finished_at, result=job.result,
                      finished=_finished_line(job))
+    if _key_only(job):  # nothing but its key and finish time is known: say so, not 0
+        found.update(attempts=None, max_attempts=None, payload=None,
+                     note="only the idempotency key of this finished job is remembered; "
+                          "ack with result= to keep its result and attempts")
     return found
+
+
+def _key_only(job: Job) -> bool:
+    """A keyed job acked without a result: the queue remembers only its key and when
+    it finished (max_attempts is at least 1 for every job the queue still knows)."""
+    return job.state is JobState.DONE and job.max_attempts == 0
 
 
 def _finished_line(job: Job) -> str:
     """'done at 2026-12-01 09:30:00 UTC after 1 of 5 attempts', as far as it is known."""
     assert job.finished_at is not None
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(job.finished_at))
-    if job.max_attempts == 0:  # a keyed job acked without a result: only its key is left
+    if _key_only(job):
         return f"{job.state} at {when}"
     return f"{job.state} at {when} after {job.attempts} of {job.max_attempts} attempts"
 
@@ -285,7 +301,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     with _open(args, readonly=True) as queue:
-        job = queue.get(args.id)
+        try:
+            job = queue.get(args.id)
+        except JobNotFoundError as exc:
+            # A typo and a finished job that was forgotten look the same to the queue.
+            raise NobrokerError(f"{exc} (never enqueued, or finished and forgotten: a "
+                                f"finished job is kept only when it was acked with a "
+                                f"result, cancelled, or enqueued with --job-id)") from None
     _print_json(_job_dict(job))
     return 0
 

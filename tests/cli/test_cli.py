@@ -144,6 +144,22 @@ class ModuleCliTest(CliCase):
         self.assertEqual(json.loads(self.ok("get", first))["id"], first)
         self.assertEqual(snapshot(self.qdir), before)
 
+    def test_get_of_a_finished_job_says_what_is_known_and_what_is_not(self) -> None:
+        keyed = self.enqueue({"n": 1}, "--job-id", "keyed-1")
+        plain = self.enqueue({"n": 2})
+        with Queue(self.qdir) as queue:
+            for job in queue.lease(2):
+                queue.ack(job)
+        found = json.loads(self.ok("get", keyed))
+        self.assertEqual(found["state"], "done")
+        self.assertIsNone(found["attempts"])  # unknown, not 0
+        self.assertIsNone(found["max_attempts"])
+        self.assertIn("only the idempotency key", found["note"])
+        self.assertTrue(found["finished"].startswith("done at "))
+        line = self.fails(1, "get", plain, mentions="no job with id")
+        self.assertIn("finished and forgotten", line)
+        self.fails(1, "get", "no-such-job", mentions="never enqueued")
+
     def test_inspect_prints_every_raw_record_and_changes_nothing(self) -> None:
         job_id = self.enqueue({"hello": "log"})
         self.enqueue({"second": True})
