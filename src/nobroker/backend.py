@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from .backoff import BackoffPolicy
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
-__all__ = ["Backend", "TaskBackend", "Capabilities", "Settings"]
+__all__ = ["Backend", "TaskBackend", "Capabilities", "QueueListing", "Settings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,7 @@ class Capabilities:
     inspection: bool = False  # raw records of the log can be listed (nobroker inspect)
     recovery: bool = False  # opening may repair a torn tail and report it (Queue.recovery)
     local: bool = False  # one machine only (a directory); False: several hosts may share it
+    listing: bool = False  # queue_names() lists every queue of the set (see QueueListing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,15 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class QueueListing(Protocol):
+    """What a backend with `capabilities.listing` also has: the names of every queue
+    in its set (a PostgreSQL schema), read cheaply from the set's own bookkeeping."""
+
+    def queue_names(self) -> list[str]:
+        """Sorted; every queue ever opened for writing in the set."""
+        ...
 
 
 # The name the task layer's operations had while no backend implemented them; they

@@ -558,21 +558,29 @@ def _watch_stats(args: argparse.Namespace) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from .web import TOKEN_ENV, Dashboard
+    from .web.server import MIN_TOKEN_LENGTH
 
     directory = _directory(args)
-    if not os.path.isdir(directory):
+    if not _is_url(directory) and not os.path.isdir(directory):
         raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise UsageError(f"${TOKEN_ENV}: the dashboard token must be at least "
+                         f"{MIN_TOKEN_LENGTH} characters")
+    # For a URL: --queue's queue, and every queue of the schema the backend can list.
     try:
         dashboard = Dashboard(directory, host=args.host, port=args.port,
-                              readonly=args.read_only, token=os.environ.get(TOKEN_ENV) or None)
-    except ValueError as exc:
-        raise UsageError(f"${TOKEN_ENV}: {exc}") from None
+                              readonly=args.read_only, token=token, queues=(_name(args),))
+    except ValueError as exc:  # a bad URL or queue name (the message has no password)
+        raise UsageError(str(exc)) from None
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         dashboard.start()
-        print(f"nobroker dashboard for {directory} at {dashboard.url}", flush=True)
+        # hub.directory: for a URL, the backend's location, password shown as ***
+        print(f"nobroker dashboard for {dashboard.hub.directory} at {dashboard.url}",
+              flush=True)
         if args.read_only:
             print("read-only: every change is refused", flush=True)
         else:
@@ -597,7 +605,8 @@ def _port(text: str) -> int:
 
 
 def _add_dashboard(command: Callable[[str, Command, str], argparse.ArgumentParser]) -> None:
-    sub = command("dashboard", cmd_dashboard, "serve a live web view of every queue in --dir")
+    sub = command("dashboard", cmd_dashboard,
+                  "serve a live web view of every queue in --dir (or --url)")
     sub.add_argument("--port", type=_port, default=8321, metavar="P",
                      help="TCP port (default: 8321; 0 picks a free one)")
     sub.add_argument("--host", default="127.0.0.1", metavar="H",

@@ -57,7 +57,7 @@ class PostgresBackend:
     """One queue in a PostgreSQL schema. Safe to share between threads."""
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
-                                local=False)
+                                local=False, listing=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
@@ -326,6 +326,14 @@ class PostgresBackend:
             return [job_from_row(row) for row in conn.execute(self._sql.list_jobs, params)]
 
         return self._link.run("list_jobs", run)
+
+    def queue_names(self) -> list[str]:
+        """Every queue of this schema: the rows of its `queues` table (one per queue
+        opened for writing), so no scan of the jobs."""
+        def run(conn: Conn) -> list[str]:
+            return [str(row[0]) for row in conn.execute(self._sql.queue_names).fetchall()]
+
+        return self._link.run("queue_names", run)
 
     def compact(self) -> CompactionResult:
         """PostgreSQL compacts itself (autovacuum); this sweeps expired finished rows."""

@@ -80,6 +80,7 @@ class Statements:
 
         t = "(SELECT {s}.nb_now(%(t)s::float8) AS now) AS t"
         new_id = "lpad(to_hex(n.seq), 16, '0')"
+        self.queue_names = sql("SELECT name FROM {s}.queues ORDER BY name")
         self.ensure_queue = sql("INSERT INTO {s}.queues (name) VALUES (%(q)s) "
                                 "ON CONFLICT DO NOTHING")
         self.enqueue = sql(f"""

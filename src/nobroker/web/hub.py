@@ -1,15 +1,19 @@
-"""The dashboard's view of a directory: its queues, their handles, their history.
+"""The dashboard's view of a queue set: its queues, their handles, their history.
 
-What it owns: finding the queues in a directory (by the names of their files,
-the way the CLI finds one queue), opening each once through the public
-`Queue` API, and sampling every queue's `stats()` once per `interval` into a
-ring buffer, so that the pages can draw enqueued / succeeded / dead-lettered
-per interval without the queue keeping any history itself.
+What it owns: finding the queues of a directory (by the names of their files,
+the way the CLI finds one queue) or of a database URL (the queues named at
+start, plus every queue of the set where the backend has the `listing`
+capability), opening each once through the public `Queue` API, and sampling
+every queue's `stats()` once per `interval` into a ring buffer, so that the
+pages can draw enqueued / succeeded / dead-lettered per interval without the
+queue keeping any history itself.
 
 Rules: it never parses a queue's files (the Queue does); the only thing read
-from the directory listing is which queue names exist. A sample is O(1) per
-queue (`stats()` reads counters). The sampler thread only reads; every change
-goes through the request handlers, which call the Queue's own methods.
+from the directory listing is which queue names exist. For a URL, what it
+shows as `directory` is the backend's `location`, whose password is ***.
+A sample is O(1) per queue (`stats()` reads counters). The sampler thread
+only reads; every change goes through the request handlers, which call the
+Queue's own methods.
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from ..backend import QueueListing
 from ..models import QueueStats
-from ..queue import Queue
+from ..queue import POSTGRES_SCHEMES, Queue
 
 __all__ = ["Hub", "Sample", "UnknownQueue", "queue_names", "WINDOW"]
 
@@ -68,36 +73,57 @@ def counter(stats: QueueStats, name: str) -> int | None:
 
 
 class Hub:
-    """Every queue of one directory, opened once and sampled in the background."""
+    """Every queue of one directory (or database URL), opened once and sampled in the
+    background. For a URL, `queues` names the queues to show (the first is opened at
+    once, so a bad URL fails here); a backend that can list its set adds the rest."""
 
     def __init__(self, directory: str, *, readonly: bool, interval: float = 1.0,
-                 opener: Callable[[str, str, bool], Queue] | None = None) -> None:
-        self.directory = os.path.abspath(directory)
+                 opener: Callable[[str, str, bool], Queue] | None = None,
+                 queues: Sequence[str] = ("default",)) -> None:
+        self._url = directory.startswith(POSTGRES_SCHEMES)
+        self._location = directory if self._url else os.path.abspath(directory)
+        self.directory = self._location  # what the pages show; never a password
         self.readonly = readonly
         self.interval = interval
         self._opener = opener or (lambda d, n, ro: Queue(d, n, readonly=ro))
+        self._seeds = list(dict.fromkeys(queues)) or ["default"]
         self._queues: dict[str, Queue] = {}
         self._samples: dict[str, deque[Sample]] = {}
         self._lock = threading.Lock()  # guards the two dicts, not the queues
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changed = threading.Condition()  # notified after every sampling round
+        if self._url:
+            self.directory = self._open(self._seeds[0]).directory  # the redacted URL
 
     # -- queues -------------------------------------------------------------
 
     def names(self) -> list[str]:
-        return queue_names(self.directory)
+        if not self._url:
+            return queue_names(self.directory)
+        first = self._open(self._seeds[0])
+        if not first.capabilities.listing:
+            return sorted(self._seeds)
+        listed = cast(QueueListing, first.backend).queue_names()
+        return sorted({*self._seeds, *listed})
 
     def queue(self, name: str) -> Queue:
-        """The open handle of queue `name`; UnknownQueue if the directory has none."""
+        """The open handle of queue `name`; UnknownQueue if the set has none."""
         with self._lock:
             found = self._queues.get(name)
         if found is not None:
             return found
         if name not in self.names():
             raise UnknownQueue(name)
+        return self._open(name)
+
+    def _open(self, name: str) -> Queue:
+        with self._lock:
+            found = self._queues.get(name)
+        if found is not None:
+            return found
         # Opened outside the lock: replaying a big queue must not hold up the others.
-        opened = self._opener(self.directory, name, self.readonly)
+        opened = self._opener(self._location, name, self.readonly)
         with self._lock:
             found = self._queues.get(name)
             if found is None:

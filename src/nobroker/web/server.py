@@ -39,6 +39,7 @@ import logging
 import secrets
 import socket
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
@@ -85,21 +86,26 @@ def _static_files() -> dict[str, bytes]:
 
 
 class Dashboard:
-    """The dashboard for one directory: `start()` it, read `url`, `close()` it."""
+    """The dashboard for one directory or database URL (showing `queues`, and every
+    queue the backend can list): `start()` it, read `url`, `close()` it."""
 
     def __init__(self, directory: str, *, host: str = "127.0.0.1", port: int = 8321,
                  readonly: bool = False, token: str | None = None,
-                 interval: float = 1.0) -> None:
+                 interval: float = 1.0, queues: Sequence[str] = ("default",)) -> None:
         if token is not None and len(token) < MIN_TOKEN_LENGTH:
             raise ValueError(f"the dashboard token must be at least {MIN_TOKEN_LENGTH} "
                              f"characters")
         self.token = token or new_token()
         self.readonly = readonly
-        self.hub = Hub(directory, readonly=readonly, interval=interval)
+        self.hub = Hub(directory, readonly=readonly, interval=interval, queues=queues)
         self.static = _static_files()
         self.streams = threading.BoundedSemaphore(MAX_STREAMS)
         server = _Server6 if ":" in host else _Server  # an IPv6 address such as ::1
-        self.httpd = server((host.strip("[]"), port), _Handler)
+        try:
+            self.httpd = server((host.strip("[]"), port), _Handler)
+        except BaseException:
+            self.hub.close()  # the URL's queue is open already
+            raise
         self.httpd.dashboard = self
         self.host = host
         self.port = int(self.httpd.server_address[1])
