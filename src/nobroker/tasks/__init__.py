@@ -3,7 +3,7 @@
 Layer order: this package imports the queue's public names; queue.py
 imports it only lazily, inside `Queue.task` and `Queue.periodic`, so the
 core never depends on it. The Worker runs a queue's registered tasks when it
-is given no handler (worker.py).
+is given no handler (worker/slots.py).
 
     registry.py  Task, TaskResult, the per-queue registry, the payload format
     cron.py      the five-field cron parser and its next/previous times

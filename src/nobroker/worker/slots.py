@@ -1,0 +1,227 @@
+"""The slot threads: each runs one job at a time and settles it.
+
+A slot takes a leased job from the inbox, works out what it calls (its
+*plan*: the handler, or the registered task its payload names), runs it
+where the pool says (pool.py: a thread, a child process, the event loop)
+under its time limit, and settles it: returning acks it, with the task's
+result; raising nacks it with "Type: message". A slot that finishes a job
+acks it and leases the next in the same write (`Queue.ack_and_lease`) for as
+long as jobs are ready. A job whose lease a heartbeat found gone, or that the
+worker abandoned, is never settled here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import NobrokerError, NotLeasedError, SerializationError
+from ..models import Job, JobState
+from ..pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
+from ..tasks import call_as, parse_payload
+from .shared import PASSING, Flight, Shared, log
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to call for one job, and how (from the handler, or the task it names)."""
+
+    target: Callable[..., Any] | None
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] | None = None
+    timeout: float | None = None
+    keep: bool = False  # ack the return value as the job's result (tasks only)
+    result_ttl: float | None = None
+    spec: str = ""  # module:qualname, for a child process
+    refused: str | None = None  # the job cannot run here: this is its last_error
+
+
+class Slots(Shared):
+    """The slot threads' part of the Worker."""
+
+    def _slot_loop(self, number: int) -> None:
+        child = self._children[number] if self._children else None
+        if child is not None:
+            try:
+                child.start()  # now, so the first job does not wait for the interpreter
+            except OSError as exc:
+                log.error("could not start a child process: %s; trying again per job", exc)
+        while True:
+            with self._cond:
+                while not self._inbox and not self._closing:
+                    self._cond.wait()
+                if not self._inbox:
+                    return
+                flight: Flight | None = self._inbox.popleft()
+            while flight is not None:
+                flight = self._work_on(flight, child)
+
+    def _work_on(self, flight: Flight, child: ChildProcess | None) -> Flight | None:
+        """Run the handler on one job and settle it; returns the next job, if one was leased."""
+        job = flight.job
+        plan = self._plan(job)
+        with self._cond:
+            flight.child = child
+        try:
+            outcome = self._execute(job, plan, child)
+        except Exception as exc:  # a bug of ours: fail the job, keep the slot alive
+            log.exception("job %s: running it failed inside the worker", job.id)
+            outcome = Outcome.failed(exc)
+        error = outcome.error_text
+        chain = False
+        with self._cond:
+            self._counts["timed_out"] += outcome.timed_out
+            self._counts["crashed"] += outcome.crashed and not flight.lost
+            if flight.abandoned:
+                gave_up = True
+            else:
+                gave_up = False
+                flight.settling = True
+                chain = (error is None and not flight.lost and self._stop_reason is None
+                         and self._reserve(1) == 1)
+        if gave_up:
+            log.info("job %s finished after the worker stopped; not acked", job.id)
+            return None
+        if flight.lost:
+            counter, following = "lost", None
+        else:
+            counter, following = self._settle(job, outcome, plan, chain)
+        with self._cond:
+            if chain and following is None:
+                self._reserved -= 1
+            self._counts[counter] += 1
+            self._flights.discard(flight)
+            nxt = None
+            if following is not None:
+                nxt = Flight(following, self._clock() + self.heartbeat_interval)
+                self._flights.add(nxt)
+            self._last_busy = self._clock()
+            self._cond.notify_all()
+        return nxt
+
+    def _settle(self, job: Job, outcome: Outcome, plan: Plan,
+                chain: bool) -> tuple[str, Job | None]:
+        """Ack (and maybe lease the next job) or nack; returns the outcome's counter."""
+        text = outcome.error_text
+        verb = "acked" if text is None else "nacked"
+        try:
+            if text is None:
+                options = self._ack_options(plan, outcome.result)
+                try:
+                    if chain:
+                        return "succeeded", self.queue.ack_and_lease(
+                            job, visibility_timeout=self.visibility_timeout, **options)
+                    self.queue.ack(job, **options)
+                    return "succeeded", None
+                except SerializationError as exc:  # the result is not JSON: the task failed
+                    text = describe_error(exc)
+                    verb = "nacked"
+            # The queue's time before the nack: the delay logged is the backoff, not
+            # what is left of it.
+            nacked_at = getattr(self.queue, "clock", time.time)()
+            after = self.queue.nack(job, error=text)
+        except NotLeasedError as exc:
+            log.warning("job %s (attempt %d): lease lost before it could be %s (%s); "
+                        "whoever holds it now will settle it", job.id, job.attempts, verb,
+                        exc.reason)
+            return "lost", None
+        except PASSING as exc:
+            log.error("job %s (attempt %d) could not be %s: %s; it will be delivered again "
+                      "when its lease runs out", job.id, job.attempts, verb, exc)
+            return "lost", None
+        except NobrokerError as exc:
+            self._fail(exc)
+            return "lost", None
+        one_line = (text or "").replace("\n", "\\n")
+        if after.state is JobState.DEAD:
+            log.error("job %s failed on attempt %d of %d: %s; moved to the dead-letter queue",
+                      job.id, job.attempts, job.max_attempts, one_line)
+            outcome_name = "dead_lettered"
+        else:
+            log.warning("job %s failed on attempt %d of %d: %s; retrying in %.3gs", job.id,
+                        job.attempts, job.max_attempts, one_line,
+                        max(0.0, after.available_at - nacked_at))
+            outcome_name = "retried"
+        if log.isEnabledFor(logging.DEBUG) and outcome.error_text is not None:
+            log.debug("job %s traceback:\n%s", job.id, outcome.traceback())
+        return outcome_name, None
+
+    def _ack_options(self, plan: Plan, result: Any) -> dict[str, Any]:
+        """The result (and its retention) to ack a task's job with."""
+        if not plan.keep:  # a plain handler's return value is not stored
+            return {}
+        options: dict[str, Any] = {"result": result}
+        if plan.result_ttl is not None:
+            options["result_ttl"] = plan.result_ttl
+        return options
+
+    # -- running one call ---------------------------------------------------
+
+    def _plan(self, job: Job) -> Plan:
+        """What this job calls: the handler, or the registered task its payload names."""
+        if self.tasks is None:
+            return Plan(self.handler, (job,), None, self.timeout, spec=self._handler_spec)
+        try:
+            call = parse_payload(job.payload)
+        except ValueError as exc:
+            return Plan(None, refused=str(exc))
+        task = self.tasks.get(call.name)
+        if task is None:
+            return Plan(None, refused=f"unknown task {call.name!r}")
+        timeout = task.timeout if task.timeout is not None else self.timeout
+        return Plan(task.fn, tuple(call.args), call.kwargs, timeout, keep=True,
+                    result_ttl=task.result_ttl, spec=task.spec)
+
+    def _execute(self, job: Job, plan: Plan, child: ChildProcess | None) -> Outcome:
+        """Run the plan's call where the pool says, under its time limit."""
+        if plan.refused is not None or plan.target is None:
+            return Outcome(error_text=plan.refused)
+        if child is not None:
+            handler = self.tasks is None
+            request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
+                                       "job": job_to_json(job), "handler": handler,
+                                       "args": [] if handler else plan.args,
+                                       "kwargs": plan.kwargs or {}}
+            return child.call(request, plan.timeout)
+        target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
+        if plan.timeout is not None and not inspect.iscoroutinefunction(target):
+            outcome = run_in_thread(lambda: call_as(job, target, args, kwargs), plan.timeout,
+                                    f"nobroker-call-{job.id}")
+        else:
+            try:
+                outcome = Outcome(result=call_as(job, target, args, kwargs))
+            except BaseException as exc:  # whatever a handler raises is that job's failure
+                return Outcome.failed(exc)
+        if outcome.error_text is None and inspect.isawaitable(outcome.result):
+            return self._loop.run(outcome.result, plan.timeout)  # call_as made it a coroutine
+        return outcome
+
+    def _child_modules(self) -> tuple[str, ...]:
+        """The modules a child process imports up front (pool="process")."""
+        if self.tasks is not None:
+            specs = [spec_of(task.fn, task.spec) for task in self.tasks]
+        else:
+            specs = [self._handler_spec]
+        return tuple(dict.fromkeys(spec.partition(":")[0] for spec in specs))
+
+
+def spec_of(fn: Callable[..., Any], spec: str | None = None) -> str:
+    """How a child process imports `fn`: "module:qualname"; ValueError if it cannot."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if spec is None:
+        spec = f"{module}:{qualname}"
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        raise ValueError(f"pool='process' imports each handler by name in the child, and "
+                         f"{fn!r} cannot be imported (define it at module level)")
+    main = sys.modules.get("__main__")
+    if module == "__main__" and not getattr(main, "__file__", None):
+        raise ValueError(f"pool='process' cannot import {qualname!r} from an interactive "
+                         f"__main__; define it in a module")
+    return spec
+
