@@ -43,14 +43,16 @@ FILE_TIERS: list[tuple[str, frozenset[str]]] = [
                                  "compacting", "inspection", "options", "salvage"})),
     ("rebuilding and generations", frozenset({"rebuild", "compaction"})),
     ("planning and saving the state", frozenset({"commands", "checkpoint", "tolerant"})),
-    ("the replay state", frozenset({"state", "jobtable", "schedule", "relocation",
+    ("the replay state", frozenset({"state", "transitions", "snapshots", "fields", "jobtable",
+                                    "tablecolumns", "listing", "schedule", "relocation",
                                     "retention", "columns"})),
-    ("one log file", frozenset({"logfile"})),
+    ("one log file", frozenset({"logfile", "logwriter", "recovery"})),
     ("records", frozenset({"records"})),
     ("bytes and the OS", frozenset({"framing", "fs", "lock", "wake", "finished"})),
 ]
 # The replay state is pure: it imports only itself (and the shared layer).
-PURE = frozenset({"state", "jobtable", "schedule", "relocation", "retention", "columns",
+PURE = frozenset({"state", "transitions", "snapshots", "fields", "jobtable", "tablecolumns",
+                  "listing", "schedule", "relocation", "retention", "columns", "recovery",
                   "records", "framing"})
 IMPURE_STDLIB = frozenset({"os", "time", "random", "threading"})
 

@@ -52,9 +52,10 @@ from explorer import Bounds, RecordingFS, explore
 
 import nobroker.file.compaction
 import nobroker.file.framing as framing
-import nobroker.file.logfile
+import nobroker.file.recovery
 from nobroker.file.fs import FileSystem
 from nobroker.file.logfile import LogFile
+from nobroker.file.recovery import decode_payload
 from nobroker.file.store import FileStore
 
 
@@ -206,12 +207,12 @@ class ReaderTest(TeethTestCase):
                            last_batch: int) -> int | None:
             data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
             # The planted bug: nothing past the first never-written sector is looked at.
-            data = data[:nobroker.file.logfile._unwritten_sector(data, bad_at)]
+            data = data[:nobroker.file.recovery.unwritten_sector(data, bad_at)]
             hit = data.find(framing.RESYNC_MARKER, 1)
             while hit != -1:
                 start = hit - framing.RECORD_HEADER.size
                 outcome, _, payload, _ = framing.decode_record(data, start)
-                record = LogFile._decode(payload) if outcome == framing.RECORD else None
+                record = decode_payload(payload) if outcome == framing.RECORD else None
                 if record is not None and type(record.get("b")) is int \
                         and record["b"] > last_batch + 1:
                     return int(record["b"])

@@ -18,7 +18,7 @@ from ..models import JobState
 
 __all__ = ["JobState", "Entry", "ReplayError", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
            "SEQ_MAX", "PENDING", "LEASED", "DEAD", "DONE", "CANCELLED", "FREE", "FINISHED_CODES",
-           "KEYED", "CODES", "CODE_STATES"]
+           "KEYED", "CODES", "CODE_STATES", "SlotColumns"]
 
 
 class ReplayError(ValueError):
@@ -129,3 +129,19 @@ class Columns:
             errors={index: e.last_error for index, e in enumerate(entries)
                     if e.last_error is not None})
         return columns, counter
+
+
+class SlotColumns:
+    """The job table's per-slot columns (one array item per slot), declared for the
+    mixins that read them all (tablecolumns.py, listing.py); JobTable defines them."""
+
+    seqs: array[int]
+    code: bytearray
+    flags: bytearray
+    priority: array[int]
+    available_at: array[float]
+    enqueued_at: array[float]
+    max_attempts: array[int]
+    attempts: array[int]
+    record_offset: array[int]
+    size: array[int]

@@ -22,6 +22,9 @@ it finished (an ACK, a CANCEL or a snapshot's FINISHED record). The result
 stays on disk; retention.py (another mixin) indexes these jobs by the end of
 their retention, with no Python object per job.
 
+Reading the table out, in enqueue order, is two mixins' work: a checkpoint's
+columns and back (tablecolumns.py), and pages of entries (listing.py).
+
 It keeps no counters: the state counts jobs by state, and bytes, as it
 applies the rules. The state reads the columns directly, on its hot paths,
 but changes them only through the methods below (add, lease, hold, unhold,
@@ -33,45 +36,39 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left
-from collections.abc import Container, Iterator
-from itertools import compress, islice
+from collections.abc import Container
+from itertools import compress
 from typing import Any, Final
 
 from .columns import (
     CODE_STATES,
-    CODES,
-    DEAD,
-    FINISHED_CODES,
     FREE,
     KEYED,
     LEASED,
     PENDING,
     SEQ_LIMIT,
     SEQ_MAX,
-    Columns,
     Entry,
-    JobState,
     ReplayError,
     id_seq,
     seq_id,
 )
+from .listing import Listing
 from .relocation import NAMED, Relocation
 from .retention import KeptJobs
 from .schedule import LANED, DueJobs
+from .tablecolumns import FREE_TO_ZERO, TableColumns
 
 __all__ = ["JobTable"]
 
-_FREE_TO_ZERO: Final = bytes([1] * FREE + [0] + [1] * (255 - FREE))  # a hole -> 0, else 1
-_KEPT_MASK: Final = bytes(code in FINISHED_CODES for code in range(256))  # kept -> 1
 _PACK_AT: Final = 1024  # holes removals may leave before the columns are packed
-_SKIP_CHUNK: Final = 1 << 16  # slots counted per C call when a page skips jobs
 _RECENT_MAX: Final = 1 << 14  # ids of a batch's new jobs whose slot is cached
 # The per-slot columns that pack() compacts (code and flags are bytearrays, apart).
 _COLUMN_NAMES: Final = ("seqs", "priority", "available_at", "enqueued_at", "max_attempts",
                         "attempts", "record_offset", "size")
 
 
-class JobTable(DueJobs, Relocation, KeptJobs):
+class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
     """The live jobs (and kept finished ones) in columns, found by id or seq, and
     scheduled by due time."""
 
@@ -104,83 +101,6 @@ class JobTable(DueJobs, Relocation, KeptJobs):
         self.errors: dict[int, str] = {}  # seq -> last_error
         self._init_due()  # the indexes of due jobs (schedule.py)
         self._init_kept()  # the kept finished jobs by end of retention (retention.py)
-
-    @classmethod
-    def from_columns(cls, columns: Columns, next_seq: int) -> JobTable:
-        """The table a checkpoint's columns describe; ReplayError if they cannot be."""
-        c = columns
-        count = len(c.seqs)
-        if not all(len(column) == count for column in (
-                c.states, c.keyed, c.priority, c.available_at, c.enqueued_at,
-                c.max_attempts, c.attempts, c.token, c.lease_until, c.loc, c.size)):
-            raise ReplayError(0, "column lengths disagree")
-        seqs = c.seqs
-        if (c.states.translate(None, b"\0\1\2\3\4") or c.keyed.translate(None, b"\0\1")
-                or type(next_seq) is not int or not 0 <= next_seq <= SEQ_MAX
-                or (count and not (0 <= seqs[0] and seqs[-1] < next_seq))
-                or not all(map(int.__lt__, seqs, islice(seqs, 1, None)))):
-            raise ReplayError(0, "bad states, flags or sequence numbers")
-        table = cls()
-        table.seqs, table.priority, table.available_at = seqs, c.priority, c.available_at
-        table.enqueued_at, table.max_attempts = c.enqueued_at, c.max_attempts
-        table.attempts, table.record_offset, table.size = c.attempts, c.loc, c.size
-        table.code = bytearray(c.states)
-        flags = table.flags = bytearray(c.keyed)  # KEYED is 1
-        for index, job_id in c.names.items():
-            if not 0 <= index < count or type(job_id) is not str:
-                raise ReplayError(0, "bad job id")
-            flags[index] |= NAMED
-            table.ids[job_id] = seqs[index]
-            table.names[seqs[index]] = job_id
-        if len(table.ids) != len(c.names):
-            raise ReplayError(0, "a job id appears twice in a checkpoint")
-        for job_id in c.names.values():  # nor may a key look like another job's seq id
-            slot = table.slot(id_seq(job_id)) if id_seq(job_id) >= 0 else -1
-            if slot >= 0 and not flags[slot] & NAMED:
-                raise ReplayError(0, "a job id appears twice in a checkpoint")
-        high = bisect_left(seqs, SEQ_LIMIT)
-        if any(not flags[slot] & NAMED for slot in range(high, count)):
-            raise ReplayError(0, "a job without an id")
-        for index, error in c.errors.items():
-            if not 0 <= index < count or type(error) is not str:
-                raise ReplayError(0, "error for a job that does not exist")
-            table.errors[seqs[index]] = error
-        states = c.states
-        slot = states.find(LEASED)
-        while slot >= 0:
-            seq, token, until = seqs[slot], c.token[slot], c.lease_until[slot]
-            table.leases[seq] = (token, until)
-            table._deadlines.append((until, token, seq))
-            table.held[table.id(slot)] = table.entry(slot)
-            slot = states.find(LEASED, slot + 1)
-        heapq.heapify(table._deadlines)
-        table._schedule_all()
-        table._restore_kept(compress(seqs, c.states.translate(_KEPT_MASK)))
-        table.set_next_seq(next_seq)
-        return table
-
-    def columns(self) -> Columns:
-        """The jobs (live and kept) as columns in enqueue order (see Columns)."""
-        live = self.code.translate(_FREE_TO_ZERO) if self.holes else None
-
-        def packed(column: array[Any]) -> array[Any]:
-            return array(column.typecode, column if live is None else compress(column, live))
-
-        seqs = packed(self.seqs)
-        count = len(seqs)
-        states = bytes(self.code if live is None else compress(self.code, live))
-        keyed = bytes(self.flags if live is None else compress(self.flags, live))
-        keyed = keyed.translate(bytes(flags & KEYED for flags in range(256)))
-        token, until = array("q", bytes(8 * count)), array("d", bytes(8 * count))
-        for seq, (tok, deadline) in self.leases.items():
-            index = bisect_left(seqs, seq)
-            token[index], until[index] = tok, deadline
-        return Columns(
-            seqs, states, keyed, packed(self.priority), packed(self.available_at),
-            packed(self.enqueued_at), packed(self.max_attempts), packed(self.attempts), token,
-            until, packed(self.record_offset), packed(self.size),
-            names={bisect_left(seqs, seq): name for seq, name in self.names.items()},
-            errors={bisect_left(seqs, seq): error for seq, error in self.errors.items()})
 
     # -- finding jobs -------------------------------------------------------
 
@@ -410,84 +330,9 @@ class JobTable(DueJobs, Relocation, KeptJobs):
                 del getattr(self, name)[:lead]
             self.code, self.flags = self.code[lead:], self.flags[lead:]  # frees memory
             return
-        live = self.code.translate(_FREE_TO_ZERO)
+        live = self.code.translate(FREE_TO_ZERO)
         for name in _COLUMN_NAMES:
             column: array[Any] = getattr(self, name)
             setattr(self, name, array(column.typecode, compress(column, live)))
         self.code = bytearray(compress(self.code, live))
         self.flags = bytearray(compress(self.flags, live))
-
-    # -- finding due jobs (read-only with respect to what the table holds) ---
-
-    def _nth(self, wanted: int | None, n: int, finished: bool = False) -> int:
-        """The slot of the job after the first `n` of code `wanted` (or, with None, the
-        first `n` live ones, and kept finished ones with `finished`), or len(code):
-        counted a chunk at a time in C, so that a page deep in a million jobs costs
-        milliseconds, not a Python step per job skipped."""
-        code, start, size = self.code, 0, len(self.code)
-        while start < size:
-            end = min(size, start + _SKIP_CHUNK)
-            if wanted is not None:
-                here = code.count(wanted, start, end)
-            elif finished:
-                here = end - start - code.count(FREE, start, end)
-            else:
-                here = sum(code.count(live, start, end) for live in (PENDING, LEASED, DEAD))
-            if here > n:
-                break
-            n, start = n - here, end
-        for slot in range(start, size):
-            found = code[slot]
-            if (found == wanted if wanted is not None
-                    else found != FREE and (finished or found <= DEAD)):
-                if n == 0:
-                    return slot
-                n -= 1
-        return size
-
-    def entries(self, state: JobState | None = None, skip: int = 0, *,
-                finished: bool = False) -> Iterator[Entry]:
-        """Jobs in enqueue order, optionally of one state, after the first `skip` of
-        them; without a state, the live ones (pending, leased, dead) and with
-        `finished` the kept finished ones too. Do not change the table while
-        iterating: a pack would move the slots (RuntimeError)."""
-        code, layout = self.code, self._layout
-        wanted = None if state is None else CODES[state]
-        if skip:
-            slot = self._nth(wanted, skip, finished)
-            while slot < len(code):
-                if wanted is not None:
-                    slot = code.find(wanted, slot)
-                    if slot < 0:
-                        return
-                elif code[slot] == FREE or (code[slot] > DEAD and not finished):
-                    slot += 1
-                    continue
-                if self._layout != layout:
-                    raise RuntimeError("the state changed during entries()")
-                yield self.entry(slot)
-                slot += 1
-            return
-        if wanted is not None:
-            slot = code.find(wanted)
-            while slot >= 0:
-                if self._layout != layout:
-                    raise RuntimeError("the state changed during entries()")
-                yield self.entry(slot)
-                slot = code.find(wanted, slot + 1)
-            return
-        # All of them: zip the columns rather than index them, it is several times faster.
-        names, errors, leases = self.names, self.errors, self.leases
-        states, none = CODE_STATES, (0, 0.0)
-        for seq, job_code, flags, pr, at, t, ma, att, loc, size in zip(
-                self.seqs, code, self.flags, self.priority, self.available_at,
-                self.enqueued_at, self.max_attempts, self.attempts, self.record_offset,
-                self.size, strict=True):
-            if job_code == FREE or (job_code > DEAD and not finished):
-                continue
-            if self._layout != layout:
-                raise RuntimeError("the state changed during entries()")
-            token, until = leases[seq] if job_code == LEASED else none
-            yield Entry(names[seq] if flags & NAMED else f"{seq:016x}", seq, pr, at, t, ma,
-                        att, states[job_code], token, until,
-                        errors.get(seq) if errors else None, bool(flags & KEYED), loc, size)

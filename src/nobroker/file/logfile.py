@@ -5,14 +5,10 @@ batch) and the physical size (the file is preallocated with zeros, so that
 an fdatasync after a write into allocated space flushes data only).
 
 Reading stops at the end of the last complete batch. What follows must be
-all zeros (a clean end); otherwise it is either a torn tail or corruption:
-
-- torn tail: nothing after the damage belongs to a later batch. Only the
-  last batch can have been in flight when a writer died or the power went,
-  and its caller never got an answer, so the bytes may be cut. They are
-  saved to `NAME.NNNNNN.log.torn-OFFSET` first and reported.
-- corruption: a well-formed record of a *later* batch follows the damage, so
-  the damaged bytes were once durable. Raise CorruptLogError; touch nothing.
+all zeros (a clean end); otherwise it is a torn tail (reported, and cut by
+the opener after saving it) or corruption (CorruptLogError, nothing touched):
+recovery.py holds the rules that tell the two apart. Writing (append, group
+commit, cut) is the LogWriter mixin's (logwriter.py).
 
 This module knows frames and batches, not what records mean (state.py).
 """
@@ -21,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,35 +26,15 @@ from typing import Final
 from ..errors import CorruptLogError
 from . import framing
 from .fs import FileSystem
-from .records import Applied, Record, loads
+from .logwriter import PREALLOCATE, LogWriter
+from .records import Applied, Record
+from .recovery import decode_payload, later_batch
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
 
-PREALLOCATE: Final = 1 << 20  # grow the file by up to this many zero bytes at a time
-MIN_PREALLOCATE: Final = 64 << 10
 READ_CHUNK: Final = 4 << 20
 
-
 _ZERO_HEADER: Final = bytes(framing.RECORD_HEADER.size)
-
-
-def _unwritten_sector(data: bytes, base: int) -> int:
-    """Where, in `data` read from file offset `base`, a never-written sector ends a gap.
-
-    A power cut loses whole sectors (512 bytes or a multiple, aligned), which read
-    back as the preallocated zeros: so zeros right before a sector boundary, 16 of
-    them or all the way back to `base`, are a gap. Records never hold 16 zero
-    bytes in a row (a header has at most 4, JSON text none), and a zeroed region
-    that reaches no sector boundary was not left by a crash. Returns len(data)
-    if there is none.
-    """
-    boundary = -base % 512 or 512
-    while boundary <= len(data):
-        start = max(0, boundary - 16)
-        if not any(data[start:boundary]):
-            return start
-        boundary += 512
-    return len(data)
 
 
 @contextmanager
@@ -95,7 +70,7 @@ class ScanResult:
     torn_reason: str = ""
 
 
-class LogFile:
+class LogFile(LogWriter):
     """An open generation of the log."""
 
     def __init__(self, fs: FileSystem, directory: str, name: str, generation: int,
@@ -114,18 +89,7 @@ class LogFile:
         self.size = size
         self.inflight = 0  # fsyncs running outside the lock; close waits for them
         self.retired = False
-        # Group commit between threads: one fdatasync serves everyone whose records
-        # were written before it started.
-        self._sync_cond = threading.Condition()
-        self._durable = 0  # bytes before this offset are known to be on disk
-        self._syncing = False
-        self._sync_failed: OSError | None = None
-
-    @property
-    def durable(self) -> int:
-        """Bytes before this offset are known to be on disk: an fsync of this
-        process that covered them has returned (0 until one has)."""
-        return self._durable
+        self._init_sync()
 
     # -- opening ------------------------------------------------------------
 
@@ -236,7 +200,7 @@ class LogFile:
             if outcome == framing.BAD:
                 reason = payload.decode("ascii")
                 break
-            record = self._decode(payload)
+            record = decode_payload(payload)
             if record is None:
                 reason = "record is not a JSON object"
                 break
@@ -278,16 +242,6 @@ class LogFile:
             result.torn_reason = reason or "garbage after the last batch"
         return result
 
-    @staticmethod
-    def _decode(payload: bytes) -> Record | None:
-        if not payload.startswith(framing.RESYNC_MARKER):
-            return None
-        try:
-            record = loads(payload)
-        except ValueError:
-            return None
-        return record if isinstance(record, dict) else None
-
     def _last_nonzero(self, start: int) -> int:
         """The offset after the last non-zero byte at or after `start` (or `start`)."""
         end = self.size
@@ -302,34 +256,10 @@ class LogFile:
 
     def _later_batch_after(self, bad_at: int, tail_end: int, last_batch: int) -> int | None:
         """A batch number > last_batch + 1, intact after `bad_at`, that proves the
-        damaged bytes were once durable; None if nothing does.
-
-        Two kinds of proof. A later batch before the first sector that was never
-        written: a crash leaves damage only as lost (zero) sectors or a torn end, so
-        damage with intact records right after it is not a crash. Or a later batch,
-        anywhere up to the end of the file, whose "d" says that an fsync covering
-        `bad_at` had returned before it was written: the damage is in durable bytes
-        (a lost or misdirected write, a zeroed sector). Batches beyond a never-written
-        sector without such a "d" may have been in the same un-synced window as the
-        damage (group commit, a writer that died before its fsync, fsync=False): then
-        none of them was acknowledged, and the damage is a torn tail.
-        """
-        data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
-        gap = _unwritten_sector(data, bad_at)
-        marker = framing.RESYNC_MARKER
-        hit = data.find(marker, 1)
-        while hit != -1:
-            start = hit - framing.RECORD_HEADER.size
-            if start > 0:
-                outcome, _, payload, nxt = framing.decode_record(data, start)
-                record = self._decode(payload) if outcome == framing.RECORD else None
-                if record is not None:
-                    number, known = record.get("b"), record.get("d")
-                    if type(number) is int and number > last_batch + 1 and (
-                            nxt <= gap or (type(known) is int and known > bad_at)):
-                        return number
-            hit = data.find(marker, hit + 1)
-        return None
+        damaged bytes were once durable; None if nothing does (recovery.later_batch
+        over the bytes up to `tail_end`)."""
+        return later_batch(self.fs.pread(self.fd, tail_end - bad_at, bad_at), bad_at,
+                           last_batch)
 
     def record_at(self, offset: int) -> tuple[int, Record] | None:
         """The (type, record) at `offset`, if an intact record starts there."""
@@ -339,7 +269,7 @@ class LogFile:
             head = self.fs.pread(self.fd, framing.RECORD_HEADER.size
                                  + min(length, framing.MAX_RECORD), offset)
         outcome, type_byte, payload, _ = framing.decode_record(head, 0)
-        record = self._decode(payload) if outcome == framing.RECORD else None
+        record = decode_payload(payload) if outcome == framing.RECORD else None
         return None if record is None else (type_byte & framing.TYPE_MASK, record)
 
     def read_payload(self, offset: int) -> str:
@@ -388,89 +318,6 @@ class LogFile:
                     raise CorruptLogError(self.path, loc, "result record unreadable")
                 text = payload[key + 5:-1].decode("utf-8")
             yield rtype, record, text
-
-    # -- writing ------------------------------------------------------------
-
-    def append(self, data: bytes) -> None:
-        """Write `data` at the logical end (not durable until `sync`)."""
-        start = self.end
-        need = start + len(data)
-        if need > self.size:
-            # Double a small file, then grow in fixed steps: tiny queues stay tiny.
-            grow = max(need - self.size, min(PREALLOCATE, max(MIN_PREALLOCATE, self.size)))
-            self.fs.write_all(self.fd, bytes(grow), self.size)
-            # The new space must be durable zeros before records land in it: a crash
-            # could otherwise show the grown size with garbage where un-synced records
-            # should be, and garbage (unlike zeros) before an intact later batch reads
-            # as corruption. One extra fsync per growth step.
-            self.fs.fdatasync(self.fd)
-            self.size += grow
-        self.fs.write_all(self.fd, data, start)
-        self.crc = zlib.crc32(data, self.crc)
-        self.end = need
-
-    def sync(self) -> None:
-        """Make everything written so far durable."""
-        self.sync_to(self.end)
-
-    def sync_to(self, offset: int) -> None:
-        """Return once the bytes before `offset` are on disk.
-
-        A thread that finds an fsync already running waits for it and, if
-        that one did not cover its offset, runs the next, covering everyone
-        who wrote meanwhile. A failed fsync fails every waiter and every later
-        call: the kernel may have dropped the pages, so retrying proves nothing.
-        """
-        with self._sync_cond:
-            while True:
-                if self._sync_failed is not None:
-                    raise self._sync_failed
-                if self._durable >= offset:
-                    return
-                if not self._syncing:
-                    break
-                self._sync_cond.wait()
-            self._syncing = True
-            target = self.end  # written before we start, so covered by this fsync
-        try:
-            self.fs.fdatasync(self.fd)
-        except OSError as exc:
-            with self._sync_cond:
-                self._sync_failed = exc
-                self._syncing = False
-                self._sync_cond.notify_all()
-            raise
-        with self._sync_cond:
-            self._durable = max(self._durable, target)
-            self._syncing = False
-            self._sync_cond.notify_all()
-
-    def _learn_durable(self, offset: int) -> None:
-        """Another handle's "d" says an fsync covering `offset` returned: the batches
-        this handle writes next carry that proof too (see commands.Batch)."""
-        with self._sync_cond:
-            self._durable = max(self._durable, offset)
-
-    def cut(self, end: int) -> None:
-        """Drop everything from `end` on (torn tail, failed write) and make it durable."""
-        self.fs.ftruncate(self.fd, end)
-        self.fs.fsync(self.fd)
-        self.size = end
-        self.end = min(self.end, end)
-        with self._sync_cond:
-            self._durable = min(self._durable, end)
-
-    def save_torn(self, offset: int, length: int) -> str:
-        """Copy a torn tail to a side file before it is cut; returns the side file's path."""
-        side = f"{self.path}.torn-{offset}"
-        data = self.fs.pread(self.fd, length, offset)
-        fd = self.fs.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            self.fs.write_all(fd, data, 0)
-            self.fs.fsync(fd)
-        finally:
-            self.fs.close(fd)
-        return side
 
     # -- the checkpoint sidecar (a cache; see checkpoint.py) -------------------
 

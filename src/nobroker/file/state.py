@@ -9,13 +9,15 @@ only through `apply_batch`.
 
 How the jobs are stored (columns, ids, the indexes of due jobs) is the job
 table's business (jobtable.py); this module applies the rules to it and keeps
-the counters.
+the counters. What each job record does is in transitions.py, what a
+snapshot's records do in snapshots.py (both mixins of QueueState), and the
+checks of a record's fields in fields.py.
 
 Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
 - batch numbers rise by exactly one per batch inside one log file;
 - every record is a JSON object of the documented shape for its type;
-- transitions follow TRANSITIONS below, which `_apply` consults for every
+- transitions follow TRANSITIONS (transitions.py), which `_apply` consults for every
   record naming a job; an ack/nack/extend/expire must carry the job's
   current fencing token.
 """
@@ -24,21 +26,15 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Iterable, Iterator, Sequence
 
 from .columns import (
     CANCELLED,
-    CODE_STATES,
-    CODES,
     DEAD,
     DONE,
-    FINISHED_CODES,
-    KEYED,
     LEASED,
     PENDING,
     SEQ_LIMIT,
-    SEQ_MAX,
     Columns,
     Entry,
     JobState,
@@ -46,62 +42,14 @@ from .columns import (
     id_seq,
     seq_id,
 )
+from .fields import check_totals, field
 from .jobtable import JobTable
 from .records import Applied, Record, RecordType
+from .snapshots import SnapshotRecords
+from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, JobTransitions
 
 __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",
            "TRANSITIONS", "Applied", "replay", "check_totals", "seq_id", "id_seq", "SEQ_LIMIT"]
-
-
-# (record type, the job's state before) -> the states it may be in after (None: the
-# job, or its key, is gone). _apply takes the states a record may find its job in
-# from here; docs/FORMAT.md shows the same table, and tests/file/test_state.py keeps
-# the two equal. PURGE applies to every pending job at once; FORGET to a finished
-# job: a remembered key, or a job kept with its outcome (done or cancelled).
-TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | None, ...]]] = {
-    (RecordType.ENQUEUE, None): (JobState.PENDING,),
-    (RecordType.LEASE, JobState.PENDING): (JobState.LEASED,),
-    (RecordType.ACK, JobState.LEASED): (JobState.DONE,),
-    (RecordType.NACK, JobState.LEASED): (JobState.PENDING, JobState.DEAD),
-    (RecordType.EXTEND, JobState.LEASED): (JobState.LEASED,),
-    (RecordType.EXPIRE, JobState.LEASED): (JobState.PENDING, JobState.DEAD),
-    (RecordType.REQUEUE, JobState.DEAD): (JobState.PENDING,),
-    (RecordType.PURGE, JobState.PENDING): (None,),
-    (RecordType.FORGET, JobState.DONE): (None,),
-    (RecordType.FORGET, JobState.CANCELLED): (None,),
-    (RecordType.CANCEL, JobState.PENDING): (JobState.CANCELLED,),
-    (RecordType.CANCEL, JobState.LEASED): (JobState.CANCELLED,),
-    (RecordType.DELETE, JobState.DEAD): (None,),
-}
-# The records a job's holder writes: they must carry its current fencing token.
-_FENCED: Final = frozenset({RecordType.ACK, RecordType.NACK, RecordType.EXTEND,
-                            RecordType.EXPIRE})
-
-
-_SNAPSHOT_STATES: Final = {"pending": JobState.PENDING, "leased": JobState.LEASED,
-                           "dead": JobState.DEAD}
-_FINISHED_STATES: Final = {"done": DONE, "cancelled": CANCELLED}
-
-_INT64: Final = 2**63
-
-
-def _field(rec: Record, key: str, kind: type, offset: int) -> Any:
-    value = rec.get(key)
-    if type(value) is not kind and not (kind is float and type(value) is int):
-        raise ReplayError(offset, f"field {key!r} must be {kind.__name__}, got {value!r:.60}")
-    if type(value) is int:
-        if not -_INT64 <= value < _INT64:  # no writer stores these, and checkpoints cannot
-            raise ReplayError(offset, f"field {key!r} is out of range")
-        if kind is float:  # as a checkpoint would give it back: replay and checkpoint agree
-            return float(value)
-    return value
-
-
-def _opt_str(rec: Record, key: str, offset: int) -> str | None:
-    value = rec.get(key)
-    if value is not None and type(value) is not str:
-        raise ReplayError(offset, f"field {key!r} must be a string or null")
-    return value
 
 
 class JobIndex:
@@ -155,7 +103,7 @@ class JobIndex:
         return self._table.reserve(self._state.done_keys)
 
 
-class QueueState:
+class QueueState(JobTransitions, SnapshotRecords):
     """Everything the log says, indexed for the writer's questions.
 
     The jobs themselves live in a JobTable (see jobtable.py); the state owns it,
@@ -164,7 +112,7 @@ class QueueState:
 
     def __init__(self, table: JobTable | None = None) -> None:
         self._table = JobTable() if table is None else table
-        self.jobs = JobIndex(self, self._table)
+        self.jobs: JobIndex = JobIndex(self, self._table)
         self.done_keys: dict[str, float] = {}  # finished keyed job id -> when acked
         self.pending = 0
         self.leased = 0
@@ -260,11 +208,11 @@ class QueueState:
 
     def _apply(self, rtype: int, rec: Record, offset: int, size: int) -> None:
         """One record: the job records through the TRANSITIONS table, the rest here."""
-        allowed = _ALLOWED.get(rtype)
+        allowed = ALLOWED.get(rtype)
         if allowed is None:
             self._apply_other(rtype, rec, offset, size)
             return
-        job_id = _field(rec, "id", str, offset)
+        job_id = field(rec, "id", str, offset)
         table = self._table
         held = table.held.get(job_id)
         slot = table.find(job_id) if held is None else table.slot(held.seq)
@@ -272,13 +220,13 @@ class QueueState:
             raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
         if table.code[slot] not in allowed:
             self._expect_state(slot, job_id, allowed, offset)
-        if rtype in _FENCED:
-            token = _field(rec, "tok", int, offset)
+        if rtype in FENCED:
+            token = field(rec, "tok", int, offset)
             current = table.leases[table.seqs[slot]][0]
             if current != token:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")
-        _JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
+        JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
 
     def _apply_other(self, rtype: int, rec: Record, offset: int, size: int) -> None:
         """The records that name no job the table holds: a new job, PURGE, PAUSE and
@@ -292,10 +240,10 @@ class QueueState:
             self._apply_snapshot_end(rec, offset)
             return
         if rtype == RecordType.PAUSE or rtype == RecordType.RESUME:
-            _field(rec, "t", float, offset)
+            field(rec, "t", float, offset)
             self.paused = rtype == RecordType.PAUSE
             return
-        job_id = _field(rec, "id", str, offset)
+        job_id = field(rec, "id", str, offset)
         if rtype == RecordType.ENQUEUE:
             self._apply_enqueue(job_id, rec, offset, size)
         elif rtype == RecordType.JOB:
@@ -303,249 +251,13 @@ class QueueState:
         elif rtype == RecordType.KEY:
             if job_id in self.done_keys:
                 raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
-            self._remember(job_id, _field(rec, "done", float, offset))
+            self._remember(job_id, field(rec, "done", float, offset))
         elif rtype == RecordType.FORGET:
             self._apply_forget(job_id, offset)
         elif rtype == RecordType.FINISHED:
             self._apply_snapshot_finished(job_id, rec, offset, size)
         else:
             raise ReplayError(offset, f"unknown record type {rtype}")
-
-    # The job records, each in the state TRANSITIONS requires (and, for a leased
-    # job, under its current token): _apply has checked both.
-
-    def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int,
-                     size: int) -> None:
-        token = _field(rec, "tok", int, offset)
-        if token < 1:
-            raise ReplayError(offset, f"bad fencing token {token}")
-        until = _field(rec, "until", float, offset)
-        if token >= self.next_token:
-            self.next_token = token + 1
-        self.pending -= 1  # _set_state(slot, LEASED), unrolled: every lease passes here
-        self.leased += 1
-        self._table.lease(slot, job_id, token, until)
-
-    def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int,
-                   size: int) -> None:
-        table = self._table
-        done_at = _field(rec, "t", float, offset)
-        self.leased -= 1
-        self.done += 1
-        if "r" in rec:  # acked with a result: kept, result and all, for "keep" seconds
-            self._finish(slot, job_id, DONE, done_at, rec, offset, size)
-            return
-        keyed = table.flags[slot] & KEYED
-        self.live_bytes -= table.remove(slot, job_id)
-        if keyed:
-            self._remember(job_id, done_at)
-
-    def _finish(self, slot: int, job_id: str, code: int, finished_at: float, rec: Record,
-                offset: int, size: int) -> None:
-        """Job `slot` (counted out of its old state already) is kept as finished for
-        the record's "keep" seconds; the record at `offset` holds its outcome."""
-        keep = _field(rec, "keep", float, offset)
-        if keep < 0:
-            raise ReplayError(offset, f"negative retention {keep!r}")
-        self.live_bytes += size - self._table.finish(slot, job_id, code, keep,
-                                                     finished_at + keep, offset, size)
-        self.kept += 1
-
-    def _apply_cancel(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        self._count(self._table.code[slot], -1)
-        self._finish(slot, job_id, CANCELLED, _field(rec, "t", float, offset), rec, offset,
-                     size)
-
-    def _apply_delete(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        self.dead -= 1
-        self.live_bytes -= self._table.remove(slot, job_id)
-
-    def _apply_forget(self, job_id: str, offset: int) -> None:
-        """FORGET: a kept finished job's retention, or a remembered key's, ran out."""
-        table = self._table
-        slot = table.find(job_id)
-        if slot >= 0:
-            if table.code[slot] not in FINISHED_CODES:
-                self._expect_state(slot, job_id, FINISHED_CODES, offset)
-            self.kept -= 1
-            self.live_bytes -= table.remove(slot, job_id)
-        elif self.done_keys.pop(job_id, None) is None:
-            raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
-
-    def _apply_extend(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        self._table.hold(slot, job_id, _field(rec, "tok", int, offset),
-                         _field(rec, "until", float, offset))
-
-    def _apply_retry(self, slot: int, job_id: str, rec: Record, offset: int,
-                     error: str | None) -> None:
-        """NACK and EXPIRE: dead on the last attempt, else pending again from `at`."""
-        table = self._table
-        at = _field(rec, "at", float, offset)
-        seq = table.seqs[slot]
-        table.set_error(seq, error)
-        table.unhold(seq, job_id)
-        if table.attempts[slot] >= table.max_attempts[slot]:
-            table.set_available(slot, at)  # a dead job's `at`: when it died (FORMAT.md)
-            self._set_state(slot, DEAD)
-            self.dead_lettered += 1
-        else:
-            self._count(table.make_pending(slot, at), -1)
-            self.pending += 1
-            self.retried += 1
-
-    def _apply_nack(self, slot: int, job_id: str, rec: Record, offset: int,
-                    size: int) -> None:
-        self._apply_retry(slot, job_id, rec, offset, _opt_str(rec, "err", offset))
-
-    def _apply_expire(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        error = f"lease expired (attempt {self._table.attempts[slot]})"
-        self._apply_retry(slot, job_id, rec, offset, error)
-
-    def _apply_requeue(self, slot: int, job_id: str, rec: Record, offset: int,
-                       size: int) -> None:
-        at = _field(rec, "at", float, offset)
-        self._count(self._table.make_pending(slot, at, reset_attempts=True), -1)
-        self.pending += 1
-
-    def _apply_enqueue(self, job_id: str, rec: Record, offset: int, size: int) -> None:
-        # The hot path of replay: check every field in one expression, and only
-        # when something is off, walk the checks one by one to name it. A writer's
-        # generated id is the next seq's, which no live job can hold.
-        table = self._table
-        pr, at, t, ma, keyed = rec.get("pr"), rec.get("at"), rec.get("t"), rec.get("ma"), \
-            rec.get("k", False)
-        if (type(pr) is int and -_INT64 <= pr < _INT64 and type(ma) is int
-                and 1 <= ma < _INT64 and type(at) is float and type(t) is float
-                and type(keyed) is bool and "p" in rec
-                and ((job_id == table.expect and job_id not in table.ids)
-                     or table.find(job_id) < 0)):
-            self.done_keys.pop(job_id, None)
-            table.add(job_id, keyed, PENDING, pr, at, t, ma, 0, offset, size, recent=True)
-            self.pending += 1
-            self.enqueued += 1
-            self.live_bytes += size
-            return
-        if table.find(job_id) >= 0:
-            raise ReplayError(offset, f"job {job_id!r} enqueued twice")
-        if "p" not in rec:
-            raise ReplayError(offset, f"enqueue of {job_id!r} has no payload")
-        self.done_keys.pop(job_id, None)
-        keyed = rec.get("k", False)
-        if type(keyed) is not bool:
-            raise ReplayError(offset, "field 'k' must be a boolean")
-        table.add(job_id, keyed, PENDING, _field(rec, "pr", int, offset),
-                  _field(rec, "at", float, offset), _field(rec, "t", float, offset),
-                  self._max_attempts(rec, offset), 0, offset, size)
-        self.pending += 1
-        self.enqueued += 1
-        self.live_bytes += size
-
-    def _apply_snapshot_job(self, job_id: str, rec: Record, offset: int, size: int) -> None:
-        table = self._table
-        if table.find(job_id) >= 0:
-            raise ReplayError(offset, f"job {job_id!r} twice in a snapshot")
-        if "p" not in rec:
-            raise ReplayError(offset, f"snapshot of {job_id!r} has no payload")
-        # Fields at their default value are left out of a snapshot record.
-        code = rec.get("s", "pending")
-        state = _SNAPSHOT_STATES.get(code) if type(code) is str else None
-        if state is None:
-            raise ReplayError(offset, f"bad snapshot state {rec.get('s')!r}")
-        attempts = _field(rec, "a", int, offset) if "a" in rec else 0
-        token = _field(rec, "tok", int, offset) if "tok" in rec else 0
-        if attempts < 0 or token < 0 or (state is JobState.LEASED) != (token > 0):
-            raise ReplayError(offset, "inconsistent attempts/token in snapshot job")
-        keyed = rec.get("k", False)
-        if type(keyed) is not bool:
-            raise ReplayError(offset, "field 'k' must be a boolean")
-        priority = _field(rec, "pr", int, offset)
-        at = _field(rec, "at", float, offset)
-        enqueued_at = _field(rec, "t", float, offset)
-        max_attempts = self._max_attempts(rec, offset)
-        until = _field(rec, "until", float, offset) if "until" in rec else 0.0
-        error = _opt_str(rec, "err", offset)
-        job_code = CODES[state]
-        slot = table.add(job_id, keyed, job_code, priority, at, enqueued_at,
-                         max_attempts, attempts, offset, size)
-        if job_code == PENDING:  # most snapshot jobs are
-            self.pending += 1
-        else:
-            self._count(job_code, 1)
-        self.live_bytes += size
-        if error is not None:
-            table.set_error(table.seqs[slot], error)
-        if state is JobState.LEASED:
-            table.hold(slot, job_id, token, until)
-        self.next_token = max(self.next_token, token + 1)
-
-    def _apply_snapshot_finished(self, job_id: str, rec: Record, offset: int,
-                                 size: int) -> None:
-        """A FINISHED record: a job kept with its outcome, its result (if any) in "r"."""
-        table = self._table
-        if table.find(job_id) >= 0:
-            raise ReplayError(offset, f"job {job_id!r} twice in a snapshot")
-        label = rec.get("s")
-        code = _FINISHED_STATES.get(label) if type(label) is str else None
-        if code is None:
-            raise ReplayError(offset, f"bad finished state {rec.get('s')!r}")
-        attempts = _field(rec, "a", int, offset) if "a" in rec else 0
-        keyed = rec.get("k", False)
-        if attempts < 0 or type(keyed) is not bool:
-            raise ReplayError(offset, "bad attempts or 'k' in a finished job")
-        finished_at, keep = _field(rec, "fin", float, offset), _field(rec, "keep", float, offset)
-        if keep < 0:
-            raise ReplayError(offset, f"negative retention {keep!r}")
-        error = _opt_str(rec, "err", offset)
-        slot = table.add(job_id, keyed, code, _field(rec, "pr", int, offset), 0.0,
-                         _field(rec, "t", float, offset), self._max_attempts(rec, offset),
-                         attempts, offset, size)
-        table.finish(slot, job_id, code, keep, finished_at + keep, offset, size)
-        if error is not None:
-            table.set_error(table.seqs[slot], error)
-        self.kept += 1
-        self.live_bytes += size
-
-    def _apply_snapshot_end(self, rec: Record, offset: int) -> None:
-        jobs = _field(rec, "jobs", int, offset)
-        if jobs != len(self.jobs):
-            raise ReplayError(offset, f"snapshot announces {jobs} jobs, holds {len(self.jobs)}")
-        kept = _field(rec, "kept", int, offset) if "kept" in rec else 0
-        if kept != self.kept:
-            raise ReplayError(offset, f"snapshot announces {kept} finished jobs, "
-                                      f"holds {self.kept}")
-        paused = rec.get("paused", False)
-        if type(paused) is not bool:
-            raise ReplayError(offset, "field 'paused' must be a boolean")
-        self.paused = paused
-        if "seq" in rec:  # absent in snapshots written before ids were sequence numbers
-            next_seq = _field(rec, "seq", int, offset)
-            if not 0 <= next_seq <= SEQ_MAX:
-                raise ReplayError(offset, f"bad next sequence number {next_seq}")
-            self._table.set_next_seq(max(self.next_seq, next_seq))
-        self.next_token = max(self.next_token, _field(rec, "tok", int, offset))
-        self.done = _field(rec, "done", int, offset)
-        if "tot" in rec:  # absent in snapshots written before the totals were counted
-            self.set_totals(check_totals(rec["tot"], offset))
-        self.snapshot_seen = True
-
-    @staticmethod
-    def _max_attempts(rec: Record, offset: int) -> int:
-        value = _field(rec, "ma", int, offset)
-        if value < 1:
-            raise ReplayError(offset, f"max_attempts {value} < 1")
-        return int(value)
-
-    def _expect_state(self, slot: int, job_id: str, codes: tuple[int, ...],
-                      offset: int) -> None:
-        actual = self._table.code[slot]
-        if actual not in codes:
-            expected = " or ".join(str(CODE_STATES[code]) for code in codes)
-            raise ReplayError(offset, f"job {job_id!r} is {CODE_STATES[actual]}, "
-                                      f"expected {expected}")
 
     # -- bookkeeping --------------------------------------------------------
 
@@ -642,33 +354,6 @@ class QueueState:
         return self.fingerprint() == other.fingerprint()
 
     __hash__ = None  # type: ignore[assignment]
-
-
-# Record type -> the QueueState method that applies it to a job in an allowed state.
-_JOB_RECORDS: Final[dict[int, Callable[[QueueState, int, str, Record, int, int], None]]] = {
-    RecordType.LEASE: QueueState._apply_lease,
-    RecordType.ACK: QueueState._apply_ack,
-    RecordType.NACK: QueueState._apply_nack,
-    RecordType.EXTEND: QueueState._apply_extend,
-    RecordType.EXPIRE: QueueState._apply_expire,
-    RecordType.REQUEUE: QueueState._apply_requeue,
-    RecordType.CANCEL: QueueState._apply_cancel,
-    RecordType.DELETE: QueueState._apply_delete,
-}
-# The states each of them may find its job in, read off TRANSITIONS.
-_ALLOWED: Final[dict[int, tuple[int, ...]]] = {
-    rtype: tuple(CODES[before] for (other, before) in TRANSITIONS
-                 if other == rtype and before is not None)
-    for rtype in _JOB_RECORDS}
-assert all(_ALLOWED.values()), "every job record has a state in TRANSITIONS"
-
-
-def check_totals(value: object, offset: int) -> tuple[int, int, int]:
-    """A snapshot's or checkpoint's `tot`: three integers >= 0, or ReplayError."""
-    if (type(value) is not list or len(value) != 3
-            or any(type(n) is not int or not 0 <= n < _INT64 for n in value)):
-        raise ReplayError(offset, f"bad totals {value!r:.60}")
-    return value[0], value[1], value[2]
 
 
 def replay(batches: Iterable[Sequence[Applied]]) -> QueueState:

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import framing
-from .records import Record, RecordType, loads
+from .records import RecordType
+from .recovery import decode_payload
 from .state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
 
 # The state each job record requires before it (from the one table the strict
@@ -62,16 +63,6 @@ class Scan:
     end: int = 0  # after the last non-zero byte: what follows is preallocated zeros
 
 
-def _decode(payload: bytes) -> Record | None:
-    if not payload.startswith(framing.RESYNC_MARKER):
-        return None
-    try:
-        record = loads(payload)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def read_batch(data: bytes, pos: int) -> tuple[list[Applied] | None, int, str]:
     """The whole batch starting at `pos`: (records, its end, "") or (None, pos, why not)."""
     batch: list[Applied] = []
@@ -85,7 +76,7 @@ def read_batch(data: bytes, pos: int) -> tuple[list[Applied] | None, int, str]:
             return None, start, "record runs past the end of the file"
         if outcome == framing.BAD:
             return None, start, payload.decode("ascii")
-        record = _decode(payload)
+        record = decode_payload(payload)
         if record is None:
             return None, start, "record is not a JSON object"
         if number is None:
@@ -107,7 +98,7 @@ def _ids_in(data: bytes, start: int, stop: int) -> tuple[str, ...]:
     hit = data.find(marker, start + framing.RECORD_HEADER.size, stop)
     while hit != -1:
         outcome, _, payload, nxt = framing.decode_record(data, hit - framing.RECORD_HEADER.size)
-        record = _decode(payload) if outcome == framing.RECORD and nxt <= stop else None
+        record = decode_payload(payload) if outcome == framing.RECORD and nxt <= stop else None
         job_id = None if record is None else record.get("id")
         if isinstance(job_id, str):
             ids[job_id] = None
@@ -125,7 +116,7 @@ def _resume(data: bytes, after: int, end: int, last: int
         # The first record alone decides most candidates (the rest of the damaged
         # batch, record after record): only a plausible start is read as a batch.
         outcome, _, payload, _ = framing.decode_record(data, start)
-        head = _decode(payload) if outcome == framing.RECORD else None
+        head = decode_payload(payload) if outcome == framing.RECORD else None
         number = None if head is None else head.get("b")
         # b == last + 1 right after damage is the tail of that batch (see above),
         # unless its first record carries "d", which only a batch's first does.

@@ -1,0 +1,247 @@
+"""The job records: what each does to its job, by the TRANSITIONS table.
+
+TRANSITIONS says, for every record type that names a job, the states it may
+find the job in and leave it in; replay (state.py's `_apply`) looks the
+allowed states up in ALLOWED, checks a holder's fencing token (FENCED), and
+calls the record's method from JOB_RECORDS; ENQUEUE and FORGET, which may
+find no job, come through `_apply_other`. docs/FORMAT.md shows the same
+table, and tests/file/test_state.py keeps the two equal.
+
+A mixin of QueueState (state.py): the methods change the job table and the
+state's counters, nothing else. Pure: no os, time, random or threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from .columns import (
+    CANCELLED,
+    CODE_STATES,
+    CODES,
+    DEAD,
+    DONE,
+    FINISHED_CODES,
+    KEYED,
+    PENDING,
+    JobState,
+    ReplayError,
+)
+from .fields import INT64, field, max_attempts_field, opt_str
+from .jobtable import JobTable
+from .records import Record, RecordType
+
+__all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "JobTransitions"]
+
+
+# (record type, the job's state before) -> the states it may be in after (None: the
+# job, or its key, is gone). _apply takes the states a record may find its job in
+# from here; docs/FORMAT.md shows the same table, and tests/file/test_state.py keeps
+# the two equal. PURGE applies to every pending job at once; FORGET to a finished
+# job: a remembered key, or a job kept with its outcome (done or cancelled).
+TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | None, ...]]] = {
+    (RecordType.ENQUEUE, None): (JobState.PENDING,),
+    (RecordType.LEASE, JobState.PENDING): (JobState.LEASED,),
+    (RecordType.ACK, JobState.LEASED): (JobState.DONE,),
+    (RecordType.NACK, JobState.LEASED): (JobState.PENDING, JobState.DEAD),
+    (RecordType.EXTEND, JobState.LEASED): (JobState.LEASED,),
+    (RecordType.EXPIRE, JobState.LEASED): (JobState.PENDING, JobState.DEAD),
+    (RecordType.REQUEUE, JobState.DEAD): (JobState.PENDING,),
+    (RecordType.PURGE, JobState.PENDING): (None,),
+    (RecordType.FORGET, JobState.DONE): (None,),
+    (RecordType.FORGET, JobState.CANCELLED): (None,),
+    (RecordType.CANCEL, JobState.PENDING): (JobState.CANCELLED,),
+    (RecordType.CANCEL, JobState.LEASED): (JobState.CANCELLED,),
+    (RecordType.DELETE, JobState.DEAD): (None,),
+}
+# The records a job's holder writes: they must carry its current fencing token.
+FENCED: Final = frozenset({RecordType.ACK, RecordType.NACK, RecordType.EXTEND,
+                            RecordType.EXPIRE})
+
+
+class JobTransitions:
+    """The job records' effects on a QueueState (see the module doc)."""
+
+    # The state's table and counters these methods change (QueueState defines them).
+    _table: JobTable
+    done_keys: dict[str, float]
+    pending: int
+    leased: int
+    dead: int
+    kept: int
+    done: int
+    enqueued: int
+    retried: int
+    dead_lettered: int
+    next_token: int
+    live_bytes: int
+
+    def _count(self, code: int, delta: int) -> None:
+        raise NotImplementedError  # the state's
+
+    def _set_state(self, slot: int, code: int) -> None:
+        raise NotImplementedError
+
+    def _remember(self, job_id: str, done_at: float) -> None:
+        raise NotImplementedError
+
+    # The job records, each in the state TRANSITIONS requires (and, for a leased
+    # job, under its current token): _apply has checked both.
+
+    def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int,
+                     size: int) -> None:
+        token = field(rec, "tok", int, offset)
+        if token < 1:
+            raise ReplayError(offset, f"bad fencing token {token}")
+        until = field(rec, "until", float, offset)
+        if token >= self.next_token:
+            self.next_token = token + 1
+        self.pending -= 1  # _set_state(slot, LEASED), unrolled: every lease passes here
+        self.leased += 1
+        self._table.lease(slot, job_id, token, until)
+
+    def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int,
+                   size: int) -> None:
+        table = self._table
+        done_at = field(rec, "t", float, offset)
+        self.leased -= 1
+        self.done += 1
+        if "r" in rec:  # acked with a result: kept, result and all, for "keep" seconds
+            self._finish(slot, job_id, DONE, done_at, rec, offset, size)
+            return
+        keyed = table.flags[slot] & KEYED
+        self.live_bytes -= table.remove(slot, job_id)
+        if keyed:
+            self._remember(job_id, done_at)
+
+    def _finish(self, slot: int, job_id: str, code: int, finished_at: float, rec: Record,
+                offset: int, size: int) -> None:
+        """Job `slot` (counted out of its old state already) is kept as finished for
+        the record's "keep" seconds; the record at `offset` holds its outcome."""
+        keep = field(rec, "keep", float, offset)
+        if keep < 0:
+            raise ReplayError(offset, f"negative retention {keep!r}")
+        self.live_bytes += size - self._table.finish(slot, job_id, code, keep,
+                                                     finished_at + keep, offset, size)
+        self.kept += 1
+
+    def _apply_cancel(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
+        self._count(self._table.code[slot], -1)
+        self._finish(slot, job_id, CANCELLED, field(rec, "t", float, offset), rec, offset,
+                     size)
+
+    def _apply_delete(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
+        self.dead -= 1
+        self.live_bytes -= self._table.remove(slot, job_id)
+
+    def _apply_forget(self, job_id: str, offset: int) -> None:
+        """FORGET: a kept finished job's retention, or a remembered key's, ran out."""
+        table = self._table
+        slot = table.find(job_id)
+        if slot >= 0:
+            if table.code[slot] not in FINISHED_CODES:
+                self._expect_state(slot, job_id, FINISHED_CODES, offset)
+            self.kept -= 1
+            self.live_bytes -= table.remove(slot, job_id)
+        elif self.done_keys.pop(job_id, None) is None:
+            raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
+
+    def _apply_extend(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
+        self._table.hold(slot, job_id, field(rec, "tok", int, offset),
+                         field(rec, "until", float, offset))
+
+    def _apply_retry(self, slot: int, job_id: str, rec: Record, offset: int,
+                     error: str | None) -> None:
+        """NACK and EXPIRE: dead on the last attempt, else pending again from `at`."""
+        table = self._table
+        at = field(rec, "at", float, offset)
+        seq = table.seqs[slot]
+        table.set_error(seq, error)
+        table.unhold(seq, job_id)
+        if table.attempts[slot] >= table.max_attempts[slot]:
+            table.set_available(slot, at)  # a dead job's `at`: when it died (FORMAT.md)
+            self._set_state(slot, DEAD)
+            self.dead_lettered += 1
+        else:
+            self._count(table.make_pending(slot, at), -1)
+            self.pending += 1
+            self.retried += 1
+
+    def _apply_nack(self, slot: int, job_id: str, rec: Record, offset: int,
+                    size: int) -> None:
+        self._apply_retry(slot, job_id, rec, offset, opt_str(rec, "err", offset))
+
+    def _apply_expire(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
+        error = f"lease expired (attempt {self._table.attempts[slot]})"
+        self._apply_retry(slot, job_id, rec, offset, error)
+
+    def _apply_requeue(self, slot: int, job_id: str, rec: Record, offset: int,
+                       size: int) -> None:
+        at = field(rec, "at", float, offset)
+        self._count(self._table.make_pending(slot, at, reset_attempts=True), -1)
+        self.pending += 1
+
+    def _apply_enqueue(self, job_id: str, rec: Record, offset: int, size: int) -> None:
+        # The hot path of replay: check every field in one expression, and only
+        # when something is off, walk the checks one by one to name it. A writer's
+        # generated id is the next seq's, which no live job can hold.
+        table = self._table
+        pr, at, t, ma, keyed = rec.get("pr"), rec.get("at"), rec.get("t"), rec.get("ma"), \
+            rec.get("k", False)
+        if (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
+                and 1 <= ma < INT64 and type(at) is float and type(t) is float
+                and type(keyed) is bool and "p" in rec
+                and ((job_id == table.expect and job_id not in table.ids)
+                     or table.find(job_id) < 0)):
+            self.done_keys.pop(job_id, None)
+            table.add(job_id, keyed, PENDING, pr, at, t, ma, 0, offset, size, recent=True)
+            self.pending += 1
+            self.enqueued += 1
+            self.live_bytes += size
+            return
+        if table.find(job_id) >= 0:
+            raise ReplayError(offset, f"job {job_id!r} enqueued twice")
+        if "p" not in rec:
+            raise ReplayError(offset, f"enqueue of {job_id!r} has no payload")
+        self.done_keys.pop(job_id, None)
+        keyed = rec.get("k", False)
+        if type(keyed) is not bool:
+            raise ReplayError(offset, "field 'k' must be a boolean")
+        table.add(job_id, keyed, PENDING, field(rec, "pr", int, offset),
+                  field(rec, "at", float, offset), field(rec, "t", float, offset),
+                  max_attempts_field(rec, offset), 0, offset, size)
+        self.pending += 1
+        self.enqueued += 1
+        self.live_bytes += size
+
+    def _expect_state(self, slot: int, job_id: str, codes: tuple[int, ...],
+                      offset: int) -> None:
+        actual = self._table.code[slot]
+        if actual not in codes:
+            expected = " or ".join(str(CODE_STATES[code]) for code in codes)
+            raise ReplayError(offset, f"job {job_id!r} is {CODE_STATES[actual]}, "
+                                      f"expected {expected}")
+
+
+# Record type -> the JobTransitions method that applies it to a job in an allowed state.
+JOB_RECORDS: Final[dict[int, Callable[[JobTransitions, int, str, Record, int, int], None]]] = {
+    RecordType.LEASE: JobTransitions._apply_lease,
+    RecordType.ACK: JobTransitions._apply_ack,
+    RecordType.NACK: JobTransitions._apply_nack,
+    RecordType.EXTEND: JobTransitions._apply_extend,
+    RecordType.EXPIRE: JobTransitions._apply_expire,
+    RecordType.REQUEUE: JobTransitions._apply_requeue,
+    RecordType.CANCEL: JobTransitions._apply_cancel,
+    RecordType.DELETE: JobTransitions._apply_delete,
+}
+# The states each of them may find its job in, read off TRANSITIONS.
+ALLOWED: Final[dict[int, tuple[int, ...]]] = {
+    rtype: tuple(CODES[before] for (other, before) in TRANSITIONS
+                 if other == rtype and before is not None)
+    for rtype in JOB_RECORDS}
+assert all(ALLOWED.values()), "every job record has a state in TRANSITIONS"
