@@ -1899,16 +1899,8 @@ class _Explorer:
                 for offset, bit in flips:
                     damaged = bytearray(prefix)
                     damaged[offset] ^= 1 << bit
-                    state = _State.make({n: k for k, n in enumerate(files)},
-                                        {k: (bytes(damaged) if n == log_name else files[n])
-                                         for k, n in enumerate(files)})
-                    self.report.rot_states += 1
-                    stats.states += 1
-                    outcome = self.outcomes.get(state.digest)
-                    if outcome is None:
-                        outcome = self.opener.open(state, self.now[c], False)
-                        self.outcomes[state.digest] = outcome
-                        stats.unique += 1
+                    state, outcome = self._open_rotten(files, log_name, bytes(damaged),
+                                                       stats, c)
                     field_name = ("type byte" if offset == at + 4 else
                                   "length" if offset < at + 4 else "crc")
                     what = (f"E8 flipped bit {bit} of the {field_name} of a type {rtype} record "
@@ -1934,6 +1926,22 @@ class _Explorer:
             self._rot_zero_sector(files, log_name, generation, batches, sector, stats, c)
         stats.seconds += time.perf_counter() - started
 
+    def _open_rotten(self, files: dict[str, bytes], log_name: str, damaged: bytes,
+                     stats: ProfileStats, c: int) -> tuple[_State, _Outcome]:
+        """The final files with `log_name` replaced by `damaged`, and what opening them
+        gives (each distinct state opened once)."""
+        state = _State.make({n: k for k, n in enumerate(files)},
+                            {k: (damaged if n == log_name else files[n])
+                             for k, n in enumerate(files)})
+        self.report.rot_states += 1
+        stats.states += 1
+        outcome = self.outcomes.get(state.digest)
+        if outcome is None:
+            outcome = self.opener.open(state, self.now[c], False)
+            self.outcomes[state.digest] = outcome
+            stats.unique += 1
+        return state, outcome
+
     def _rot_zero_sector(self, files: dict[str, bytes], log_name: str, generation: int,
                          batches: list[tuple[int, list[tuple[int, dict[str, Any], int, int]]]],
                          sector: int, stats: ProfileStats, c: int) -> None:
@@ -1957,16 +1965,7 @@ class _Explorer:
             return  # nothing proves the damaged batch was on disk before the later one
         data = bytearray(files[log_name])
         data[low:high] = bytes(high - low)
-        state = _State.make({n: k for k, n in enumerate(files)},
-                            {k: (bytes(data) if n == log_name else files[n])
-                             for k, n in enumerate(files)})
-        self.report.rot_states += 1
-        stats.states += 1
-        outcome = self.outcomes.get(state.digest)
-        if outcome is None:
-            outcome = self.opener.open(state, self.now[c], False)
-            self.outcomes[state.digest] = outcome
-            stats.unique += 1
+        state, outcome = self._open_rotten(files, log_name, bytes(data), stats, c)
         what = (f"E8 zeroed sector [{low}, {high}) of {log_name}: batch {lost_batch}, "
                 f"returned by {lost.describe()}, lost before batch {later_batch} of the "
                 f"same handle")
