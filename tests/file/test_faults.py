@@ -506,13 +506,15 @@ def audit(directory: str, d: _Driver, out: FaultOutcome) -> None:
         if status == "ok" and (got is None or got.state is not JobState.DONE
                                or got.result != value):
             v.append(f"ack of {tag!r} with a result returned, yet the queue holds {got}")
-        if status == "failed" and got is not None:
+        if status == "failed" and got is not None and got.state is JobState.DONE:
             v.append(f"ack of {tag!r} with a result definitely failed, yet {got} is kept")
     for tag, (status, job_id) in d.cancels.items():
         got = kept.get(job_id)
         if status == "ok" and (got is None or got.state is not JobState.CANCELLED):
             v.append(f"cancel of {tag!r} returned True, yet the queue holds {got}")
-        if status == "failed" and got is not None:
+        # Kept as DONE is no sign of the cancel: the job may have been acked with a
+        # result before or after it (the results check above covers that).
+        if status == "failed" and got is not None and got.state is JobState.CANCELLED:
             v.append(f"cancel of {tag!r} definitely failed, yet {got} is kept")
     if d.paused is not None and d.paused[0] == "ok" and stats.paused != d.paused[1]:
         v.append(f"the last pause/resume returned, yet paused is {stats.paused}")
