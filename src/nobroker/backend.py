@@ -27,8 +27,12 @@ from typing import Any, Protocol
 from .backoff import BackoffPolicy
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
-__all__ = ["Backend", "TaskBackend", "Capabilities", "QueueListing", "Settings"]
+__all__ = ["POSTGRES_SCHEMES", "Backend", "TaskBackend", "Capabilities", "QueueListing",
+           "Settings"]
 
+
+# A location starting with one of these is a PostgreSQL URL, not a directory.
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import __version__, validation
+from .backend import POSTGRES_SCHEMES
 from .codec import loads
 from .errors import (
     CorruptLogError,
@@ -122,7 +123,7 @@ def _directory(args: argparse.Namespace) -> str:
 
 
 def _is_url(location: str) -> bool:
-    return location.startswith(("postgresql://", "postgres://"))
+    return location.startswith(POSTGRES_SCHEMES)
 
 
 def _name(args: argparse.Namespace) -> str:

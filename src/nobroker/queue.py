@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import validation
-from .backend import Backend, Settings
+from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload
 from .errors import NobrokerError, SerializationError, TaskFailed
@@ -29,7 +29,6 @@ from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
 __all__ = ["Queue", "POSTGRES_SCHEMES"]
 
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _MISSING: Any = object()  # ack() without a result (None is a result)
 _AWAIT_SLICE = 1.0  # aresult waits in a worker thread at most this long per call
 
