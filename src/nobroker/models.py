@@ -7,11 +7,13 @@ a live view. To act on a job (ack, nack, extend), pass the Job back; its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["JobState", "Job", "QueueStats", "RecoveryReport", "CompactionResult"]
+__all__ = ["JobState", "Job", "new_pending_jobs", "QueueStats", "RecoveryReport",
+           "CompactionResult"]
 
 
 class JobState(StrEnum):
@@ -38,6 +40,43 @@ class Job:
     result: Any = None  # what the handler returned (JSON), once DONE
     finished_at: float | None = None  # when it was acked, dead-lettered or cancelled
 
+
+
+# A frozen dataclass's __init__ goes through object.__setattr__ once per field:
+# for enqueue_many's thousands of new jobs that is most of the call. These are
+# the slots' own setters, in field order (the same ones __init__ ends up in).
+_JOB_SETTERS: Final = tuple(getattr(Job, f.name).__set__ for f in fields(Job))
+assert len(_JOB_SETTERS) == 13, "new_pending_jobs sets every field of Job"
+_new_object: Final = object.__new__
+
+
+def new_pending_jobs(ids: Sequence[str], payloads: Sequence[Any], priority: int,
+                     max_attempts: int, available_at: float, enqueued_at: float) -> list[Job]:
+    """Job(id, payload, priority, 0, max_attempts, PENDING, available_at, enqueued_at,
+    None) for each id and payload, built at about twice the constructor's speed."""
+    (set_id, set_payload, set_priority, set_attempts, set_max_attempts, set_state,
+     set_available_at, set_enqueued_at, set_last_error, set_token, set_lease_expires_at,
+     set_result, set_finished_at) = _JOB_SETTERS
+    pending = JobState.PENDING
+    jobs: list[Job] = []
+    append = jobs.append
+    for job_id, payload in zip(ids, payloads, strict=True):
+        job = _new_object(Job)
+        set_id(job, job_id)
+        set_payload(job, payload)
+        set_priority(job, priority)
+        set_attempts(job, 0)
+        set_max_attempts(job, max_attempts)
+        set_state(job, pending)
+        set_available_at(job, available_at)
+        set_enqueued_at(job, enqueued_at)
+        set_last_error(job, None)
+        set_token(job, None)
+        set_lease_expires_at(job, None)
+        set_result(job, None)
+        set_finished_at(job, None)
+        append(job)
+    return jobs
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:

@@ -858,6 +858,24 @@ class GeneratedIdTest(unittest.TestCase):
         self.assertIn(seq_id(3), s.done_keys)
         self.assertEqual(s.jobs.reserve(), seq_id(4), "2 is a live key, 3 a remembered one")
 
+    def test_reserve_many_hands_out_what_reserve_would_one_at_a_time(self) -> None:
+        def histories() -> list[QueueState]:
+            plain, keyed = QueueState(), QueueState()
+            log = Log()
+            keyed.apply_batch(log.batch(enq("x"), enq(seq_id(2), keyed=True)))
+            keyed.apply_batch(log.batch(enq(seq_id(5), keyed=True)))
+            keyed.apply_batch(log.batch(lease(seq_id(5), 1)))
+            keyed.apply_batch(log.batch(ack(seq_id(5), 1)))  # 5: a remembered key
+            return [plain, keyed]
+
+        for count in (1, 4, 9):
+            for one, many in zip(histories(), histories(), strict=True):
+                expected = [one.jobs.reserve() for _ in range(count)]
+                self.assertEqual(many.jobs.reserve_many(count), expected)
+                self.assertEqual(many.jobs.reserve(), one.jobs.reserve(), "none twice")
+        keyed = histories()[1]
+        self.assertNotIn(seq_id(2), keyed.jobs.reserve_many(6), "a live key's id is skipped")
+
     def test_ids_of_older_writers_and_stale_generated_ids_still_replay(self) -> None:
         s, log = QueueState(), Log()
         s.apply_batch(log.batch(enq("9f3a5c0e12ab44d1"), enq(seq_id(7)), enq(seq_id(2)),

@@ -20,7 +20,14 @@ from typing import Any
 
 from ..backend import Capabilities, Settings
 from ..errors import JobNotFoundError, NotLeasedError
-from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from ..models import (
+    CompactionResult,
+    Job,
+    JobState,
+    QueueStats,
+    RecoveryReport,
+    new_pending_jobs,
+)
 from .commands import (
     Batch,
     check_lease,
@@ -130,9 +137,8 @@ class FileBackend:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
                                     delay=delay, max_attempts=max_attempts, rng=self._rng)
-            view, at = self._new_view, now + delay
-            return lambda: [view(i, p, priority, max_attempts, at, now)
-                            for i, p in zip(ids, payloads, strict=True)]
+            return lambda: new_pending_jobs(ids, payloads, priority, max_attempts,
+                                            now + delay, now)
 
         return self.store.write(plan)
 

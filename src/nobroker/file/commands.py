@@ -23,7 +23,7 @@ from . import framing
 from .records import Record, RecordType, dumps, enqueue_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
-__all__ = ["Batch", "new_job_id", "new_nonce", "plan_reclaim", "plan_enqueue",
+__all__ = ["Batch", "new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
            "plan_enqueue_many", "plan_lease", "check_lease", "plan_settle", "plan_ack", "plan_nack",
            "plan_requeue", "plan_purge", "plan_cancel", "plan_delete_dead", "plan_pause",
            "LEASE_EXPIRED"]
@@ -42,6 +42,14 @@ def new_job_id(taken: JobIndex, rng: Random) -> str:
         if job_id in taken:
             job_id = None
     return job_id
+
+
+def new_job_ids(taken: JobIndex, count: int, rng: Random) -> list[str]:
+    """new_job_id() `count` times, the generated ones reserved in one step."""
+    ids = taken.reserve_many(count)
+    while len(ids) < count:
+        ids.append(new_job_id(taken, rng))
+    return ids
 
 
 def new_nonce(rng: Random) -> str:
@@ -121,6 +129,30 @@ class Batch:
             self.number, job_id, priority, at, t, max_attempts, keyed, payload_text,
             durable), record))
 
+    def add_enqueues(self, ids: Sequence[str], priority: int, at: float, t: float,
+                     max_attempts: int, payload_texts: Sequence[str]) -> None:
+        """ENQUEUE records of new unkeyed jobs alike but for id and payload (what
+        add_enqueue writes, each): the fields they share are formatted once."""
+        items = self._items
+        number = self.number
+        shared = enqueue_text(number, "", priority, at, t, max_attempts, False, "")
+        cut = shared.index(',"pr":')
+        head, tail = shared[:cut - 2], shared[cut:-1]  # the text around `"id":""` and "p"
+        base: Record = {"b": number, "id": "", "pr": priority, "at": at, "t": t,
+                        "ma": max_attempts, "p": None}
+        rtype = RecordType.ENQUEUE
+        start = 0
+        if self.durable and not items:  # the first record of the batch carries "d"
+            self.add_enqueue(ids[0], priority, at, t, max_attempts, False, payload_texts[0])
+            start = 1
+        self.wakes += len(ids) - start
+        append, copy = items.append, base.copy
+        for job_id, text in zip(ids[start:], payload_texts[start:], strict=True):
+            # new_job_id's ids are hex digits: nothing in them needs JSON escaping.
+            record = copy()
+            record["id"] = job_id
+            append((rtype, f'{head}"{job_id}"{tail}{text}}}', record))
+
     def encode(self, start: int) -> tuple[bytes, list[Applied]]:
         """The framed bytes to write at offset `start`, and what replay will apply."""
         items = self._items
@@ -196,12 +228,8 @@ def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
                       max_attempts: int, rng: Random) -> list[str]:
     """ENQUEUE records for new unkeyed jobs (plan_enqueue in a loop, without its
     per-job checks for keys); returns their ids."""
-    ids: list[str] = []
-    add, taken, at = batch.add_enqueue, state.jobs, now + delay
-    for text in payload_texts:
-        job_id = new_job_id(taken, rng)
-        add(job_id, priority, at, now, max_attempts, False, text)
-        ids.append(job_id)
+    ids = new_job_ids(state.jobs, len(payload_texts), rng)
+    batch.add_enqueues(ids, priority, now + delay, now, max_attempts, payload_texts)
     return ids
 
 

@@ -158,6 +158,24 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
                 return job_id
         return None
 
+    def reserve_many(self, count: int, taken: Container[str]) -> list[str]:
+        """reserve() `count` times (fewer once ids run out), in one step when none of
+        the next `count` generated ids is held: the usual case of enqueue_many."""
+        seq = max(self._issued, self.next_seq)
+        if seq + count <= SEQ_LIMIT:
+            ids = [f"{n:016x}" for n in range(seq, seq + count)]
+            named = self.ids
+            if not any(job_id in named or job_id in taken for job_id in ids):
+                self._issued = seq + count
+                return ids
+        reserved: list[str] = []
+        for _ in range(count):
+            job_id = self.reserve(taken)
+            if job_id is None:
+                break
+            reserved.append(job_id)
+        return reserved
+
     # -- changing jobs (the state's rules decide when; counting is theirs) ---
 
     def set_next_seq(self, seq: int) -> None:
