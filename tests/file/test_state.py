@@ -913,6 +913,82 @@ class GeneratedIdTest(unittest.TestCase):
                     self.assertEqual(rebuilt.jobs[e.id].id, e.id)
 
 
+class EnqueueRunTest(unittest.TestCase):
+    """enqueue_many's batch (ENQUEUE records of the next generated ids, alike but for
+    id and payload) is applied in one step: to the same state as one by one."""
+
+    @staticmethod
+    def both(*batches: tuple[tuple[int, dict[str, Any]], ...]) -> tuple[QueueState, QueueState]:
+        log = Log()
+        built = [log.batch(*records) for records in batches]
+        bulk, single = QueueState(), QueueState()
+        single._apply_enqueue_run = lambda batch, number: 0  # type: ignore[method-assign]
+        for batch in built:
+            for state in (bulk, single):
+                state.apply_batch(copy.deepcopy(batch))
+        return bulk, single
+
+    def assert_same(self, bulk: QueueState, single: QueueState) -> None:
+        self.assertEqual(bulk.fingerprint(), single.fingerprint())
+        self.assertEqual((bulk.live_bytes, bulk.totals, bulk.next_seq, bulk.latest_time),
+                         (single.live_bytes, single.totals, single.next_seq,
+                          single.latest_time))
+        self.assertEqual(bulk.columns(), single.columns())
+        for now in (0.0, 5.0, 1e9):
+            self.assertEqual([e.id for e in bulk.ready(now, 10**6)],
+                             [e.id for e in single.ready(now, 10**6)], now)
+        self.assertEqual(bulk.next_wakeup(), single.next_wakeup())
+        for e in single.entries():
+            self.assertEqual(bulk.jobs[e.id], e)
+
+    def run_of(self, first: int, count: int, **fields: Any) -> tuple[tuple[int, dict[str, Any]], ...]:
+        return tuple(enq(seq_id(n), p={"n": n}, **fields) for n in range(first, first + count))
+
+    def test_a_run_is_applied_in_one_step_to_the_state_one_by_one_gives(self) -> None:
+        bulk, single = self.both(self.run_of(0, 50, pr=2, at=3.0, t=1.5),
+                                 self.run_of(50, 3, pr=2, at=1.0, t=1.5),  # behind the lane
+                                 self.run_of(53, 40, pr=-1, at=0.5, t=2.0))
+        self.assert_same(bulk, single)
+        self.assertEqual(bulk.pending, 93)
+        self.assertEqual(bulk._table.ids, {}, "generated ids need no dict entry")
+        self.assertEqual(bulk._table.recent, {seq_id(n): n for n in range(53, 93)},
+                         "the new jobs' slots are cached as add() caches them")
+
+    def test_records_that_do_not_fit_the_run_end_it_and_replay_one_by_one(self) -> None:
+        cases = {
+            "keyed": self.run_of(0, 5) + (enq("key", keyed=True),) + self.run_of(6, 5),
+            "a generated key's id": self.run_of(0, 3) + (enq(seq_id(3), keyed=False),
+                                                         enq(seq_id(9), keyed=True)),
+            "skipped seq": self.run_of(0, 4) + self.run_of(7, 4),
+            "priority": self.run_of(0, 4) + self.run_of(4, 4, pr=1),
+            "an int time": self.run_of(0, 4) + ((RT.ENQUEUE, {"id": seq_id(4), "pr": 0,
+                                                   "at": 0.0, "t": 0, "ma": 3, "p": 1}),),
+            "other record": self.run_of(0, 4) + ((RT.LEASE, {"id": seq_id(0), "tok": 1,
+                                                   "until": 9.0, "t": 0.0}),),
+        }
+        for name, records in cases.items():
+            with self.subTest(name):
+                self.assert_same(*self.both(records))
+
+    def test_a_run_over_named_ids_and_remembered_keys_replays_one_by_one(self) -> None:
+        prefix = (enq(seq_id(9), keyed=True), enq(seq_id(6), keyed=True))
+        bulk, single = self.both(prefix, (lease(seq_id(6), 1),), (ack(seq_id(6), 1),),
+                                 self.run_of(2, 6))
+        self.assert_same(bulk, single)
+        self.assertNotIn(seq_id(6), bulk.done_keys, "a new job's id is no key any more")
+        for state in (bulk, single):  # 9 is a live key's id
+            with self.assertRaises(ReplayError):
+                state.apply_batch(Log(state.last_batch + 1).batch(*self.run_of(8, 3)))
+
+    def test_a_bad_record_in_a_run_is_refused_as_one_by_one(self) -> None:
+        for bad in ({"pr": True}, {"ma": 0}, {"at": "1.0"}, {"p": None, "k": 1}):
+            records = list(self.run_of(0, 4))
+            records[2] = (RT.ENQUEUE, {**records[2][1], **bad})
+            with self.assertRaises(ReplayError, msg=str(bad)):
+                s = QueueState()
+                s.apply_batch(Log().batch(*records))
+
+
 class ColumnsTest(unittest.TestCase):
     def test_ready_agrees_with_a_brute_force_answer_whatever_lane_or_heap_holds_jobs(
             self) -> None:

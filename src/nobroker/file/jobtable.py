@@ -37,7 +37,7 @@ import heapq
 from array import array
 from bisect import bisect_left
 from collections.abc import Container
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any, Final
 
 from .columns import (
@@ -223,6 +223,35 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         self.record_offset.append(loc)
         self.size.append(size)
         return slot
+
+    def add_run(self, count: int, priority: int, at: float, enqueued_at: float,
+                max_attempts: int, locs: list[int], sizes: list[int]) -> bool:
+        """add() of `count` new unkeyed pending jobs alike but for their records, whose
+        ids are the next `count` generated ones (the caller checked): enqueue_many's
+        batch, in one step. False, and nothing changed, unless they all join their
+        priority's lane (the other case is add()'s, one job at a time)."""
+        seq = self.next_seq
+        end = seq + count
+        if end > SEQ_LIMIT:
+            return False
+        seqs = range(seq, end)
+        if not self._enter_lane_run(seqs, priority, at):
+            return False
+        slot = len(self.seqs)
+        if len(self.recent) + count <= _RECENT_MAX:
+            self.recent.update(zip(map("{:016x}".format, seqs), range(slot, slot + count)))
+        self.seqs.extend(seqs)
+        self.code.extend(bytes((PENDING,)) * count)
+        self.flags.extend(bytes((LANED,)) * count)
+        self.priority.extend(repeat(priority, count))
+        self.available_at.extend(repeat(at, count))
+        self.enqueued_at.extend(repeat(enqueued_at, count))
+        self.max_attempts.extend(repeat(max_attempts, count))
+        self.attempts.extend(repeat(0, count))
+        self.record_offset.extend(locs)
+        self.size.extend(sizes)
+        self.set_next_seq(end)
+        return True
 
     def lease(self, slot: int, job_id: str, token: int, until: float) -> None:
         """Pending job `slot` becomes leased, one more attempt used: set_code's part

@@ -111,6 +111,21 @@ class DueJobs:
         lane.last_at = at
         return True
 
+    def _enter_lane_run(self, seqs: range, priority: int, at: float) -> bool:
+        """_enter_lane of every job in `seqs`, all of `priority` and due at `at`: all
+        of them join the lane (True), or none does."""
+        lanes = self._lanes
+        lane = lanes.get(priority)
+        if lane is None:
+            if len(lanes) >= _MAX_LANES:
+                return False
+            lane = lanes[priority] = _Lane()
+        if at < lane.last_at:
+            return False
+        lane.seqs.extend(seqs)
+        lane.last_at = at
+        return True
+
     def _push(self, seq: int, at: float) -> None:
         """Put pending job `seq` in the delayed heap, superseding its older entries."""
         self._stamp += 1

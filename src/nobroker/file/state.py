@@ -199,6 +199,12 @@ class QueueState(JobTransitions, SnapshotRecords):
         latest = self.latest_time
         table = self._table
         table.start_batch()
+        if batch[0][0] == RecordType.ENQUEUE and len(batch) > 1:  # enqueue_many's
+            run = self._apply_enqueue_run(batch, number)
+            if run:
+                stamp = batch[0][1]["t"]
+                latest = stamp if stamp > latest else latest
+                batch = batch[run:]
         for rtype, rec, offset, size in batch:
             if rec.get("b") != number:
                 raise ReplayError(offset, f"record of batch {rec.get('b')!r} inside batch {number}")

@@ -13,7 +13,7 @@ state's counters, nothing else. Pure: no os, time, random or threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from .columns import (
@@ -30,7 +30,7 @@ from .columns import (
 )
 from .fields import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable
-from .records import Record, RecordType
+from .records import Applied, Record, RecordType
 
 __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "JobTransitions"]
 
@@ -218,6 +218,45 @@ class JobTransitions:
         self.pending += 1
         self.enqueued += 1
         self.live_bytes += size
+
+    def _apply_enqueue_run(self, batch: Sequence[Applied], number: int) -> int:
+        """The leading ENQUEUE records of `batch` that enqueue_many writes (unkeyed,
+        the next generated ids in order, every other field equal to the first's),
+        applied in one step: how many (0: none, and the records go one by one).
+        Each record is checked as _apply_enqueue's fast path checks it."""
+        first = batch[0][1]
+        pr, at, t, ma = first.get("pr"), first.get("at"), first.get("t"), first.get("ma")
+        if not (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
+                and 1 <= ma < INT64 and type(at) is float and type(t) is float):
+            return 0
+        table = self._table
+        seq, named = table.next_seq, table.ids
+        enqueue = RecordType.ENQUEUE
+        locs: list[int] = []
+        sizes: list[int] = []
+        for rtype, rec, offset, size in batch:
+            if (rtype != enqueue or rec.get("b") != number or "k" in rec or "p" not in rec
+                    or rec.get("id") != f"{seq:016x}" or rec.get("pr") != pr
+                    or type(rec.get("pr")) is not int or rec.get("ma") != ma
+                    or type(rec.get("ma")) is not int or rec.get("at") != at
+                    or type(rec.get("at")) is not float or rec.get("t") != t
+                    or type(rec.get("t")) is not float):
+                break
+            if named and rec["id"] in named:
+                break
+            locs.append(offset)
+            sizes.append(size)
+            seq += 1
+        count = len(locs)
+        if count < 2 or not table.add_run(count, pr, at, t, ma, locs, sizes):
+            return 0
+        if self.done_keys:
+            for run_seq in range(seq - count, seq):
+                self.done_keys.pop(f"{run_seq:016x}", None)
+        self.pending += count
+        self.enqueued += count
+        self.live_bytes += sum(sizes)
+        return count
 
     def _expect_state(self, slot: int, job_id: str, codes: tuple[int, ...],
                       offset: int) -> None:
