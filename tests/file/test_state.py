@@ -961,8 +961,6 @@ class EnqueueRunTest(unittest.TestCase):
                                                          enq(seq_id(9), keyed=True)),
             "skipped seq": self.run_of(0, 4) + self.run_of(7, 4),
             "priority": self.run_of(0, 4) + self.run_of(4, 4, pr=1),
-            "an int time": self.run_of(0, 4) + ((RT.ENQUEUE, {"id": seq_id(4), "pr": 0,
-                                                   "at": 0.0, "t": 0, "ma": 3, "p": 1}),),
             "other record": self.run_of(0, 4) + ((RT.LEASE, {"id": seq_id(0), "tok": 1,
                                                    "until": 9.0, "t": 0.0}),),
         }
@@ -981,8 +979,9 @@ class EnqueueRunTest(unittest.TestCase):
                 state.apply_batch(Log(state.last_batch + 1).batch(*self.run_of(8, 3)))
 
     def test_a_bad_record_in_a_run_is_refused_as_one_by_one(self) -> None:
-        for bad in ({"pr": True}, {"ma": 0}, {"at": "1.0"}, {"p": None, "k": 1}):
-            records = list(self.run_of(0, 4))
+        for bad in ({"pr": True}, {"ma": True}, {"at": True}, {"t": True}, {"ma": 0},
+                    {"at": "1.0"}, {"p": None, "k": 1}):
+            records = list(self.run_of(0, 4, pr=1, ma=1, at=1.0, t=1.0))
             records[2] = (RT.ENQUEUE, {**records[2][1], **bad})
             with self.assertRaises(ReplayError, msg=str(bad)):
                 s = QueueState()
