@@ -941,7 +941,8 @@ class EnqueueRunTest(unittest.TestCase):
         for e in single.entries():
             self.assertEqual(bulk.jobs[e.id], e)
 
-    def run_of(self, first: int, count: int, **fields: Any) -> tuple[tuple[int, dict[str, Any]], ...]:
+    @staticmethod
+    def run_of(first: int, count: int, **fields: Any) -> tuple[tuple[int, dict[str, Any]], ...]:
         return tuple(enq(seq_id(n), p={"n": n}, **fields) for n in range(first, first + count))
 
     def test_a_run_is_applied_in_one_step_to_the_state_one_by_one_gives(self) -> None:
@@ -956,13 +957,12 @@ class EnqueueRunTest(unittest.TestCase):
 
     def test_records_that_do_not_fit_the_run_end_it_and_replay_one_by_one(self) -> None:
         cases = {
-            "keyed": self.run_of(0, 5) + (enq("key", keyed=True),) + self.run_of(6, 5),
-            "a generated key's id": self.run_of(0, 3) + (enq(seq_id(3), keyed=False),
-                                                         enq(seq_id(9), keyed=True)),
+            "keyed": (*self.run_of(0, 5), enq("key", keyed=True), *self.run_of(6, 5)),
+            '"k": false, then a key': (*self.run_of(0, 3), enq(seq_id(3), keyed=False),
+                                       enq(seq_id(9), keyed=True)),
             "skipped seq": self.run_of(0, 4) + self.run_of(7, 4),
             "priority": self.run_of(0, 4) + self.run_of(4, 4, pr=1),
-            "other record": self.run_of(0, 4) + ((RT.LEASE, {"id": seq_id(0), "tok": 1,
-                                                   "until": 9.0, "t": 0.0}),),
+            "other record": (*self.run_of(0, 4), lease(seq_id(0), 1)),
         }
         for name, records in cases.items():
             with self.subTest(name):

@@ -239,7 +239,8 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
             return False
         slot = len(self.seqs)
         if len(self.recent) + count <= _RECENT_MAX:
-            self.recent.update(zip(map("{:016x}".format, seqs), range(slot, slot + count)))
+            self.recent.update(zip(map("{:016x}".format, seqs), range(slot, slot + count),
+                                   strict=True))
         self.seqs.extend(seqs)
         self.code.extend(bytes((PENDING,)) * count)
         self.flags.extend(bytes((LANED,)) * count)
