@@ -14,6 +14,7 @@ the caller passes (the queue's, from Settings), never from the random module.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from random import Random
 from typing import Any, Final
 
@@ -162,12 +163,9 @@ class Batch:
             return frame, [Applied(rtype, record, start, len(frame))]
         data, sizes = framing.encode_batch([(rtype, text.encode("utf-8"))
                                             for rtype, text, _ in items])
-        applied: list[Applied] = []
-        offset = start
-        for (rtype, _, record), size in zip(items, sizes, strict=True):
-            applied.append(Applied(rtype, record, offset, size))
-            offset += size
-        return data, applied
+        offsets = accumulate(sizes, initial=start)
+        return data, [Applied(rtype, record, offset, size) for (rtype, _, record), offset, size
+                      in zip(items, offsets, sizes, strict=False)]
 
 
 def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPolicy,

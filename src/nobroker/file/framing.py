@@ -98,10 +98,21 @@ def encode_record(rtype: int, payload: bytes, more: bool = False) -> bytes:
 def encode_batch(records: Sequence[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
     """The frames of one batch, the MORE bit on all but the last, as one string, and
     each frame's size."""
+    # encode_record's steps inlined, and one join for the whole batch: enqueue_many
+    # frames thousands of records per call.
+    pack_len_type, pack_header, crc32 = _LEN_TYPE.pack, RECORD_HEADER.pack, zlib.crc32
+    parts: list[bytes] = []
+    sizes: list[int] = []
+    append, size = parts.append, sizes.append
     last = len(records) - 1
-    frames = [encode_record(rtype, payload, more=index < last)
-              for index, (rtype, payload) in enumerate(records)]
-    return b"".join(frames), [len(frame) for frame in frames]
+    for index, (rtype, payload) in enumerate(records):
+        type_byte = rtype | MORE if index < last else rtype
+        length = len(payload)
+        append(pack_header(length, type_byte, crc32(payload, crc32(pack_len_type(length,
+                                                                               type_byte)))))
+        append(payload)
+        size(length + 9)
+    return b"".join(parts), sizes
 
 
 def decode_record(buf: bytes | memoryview, pos: int) -> tuple[int, int, bytes, int]:
