@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-__all__ = ["dumps", "loads", "encode_payload", "MAX_DEPTH", "MAX_PAYLOAD_BYTES"]
+__all__ = ["dumps", "loads", "encode_payload", "encode_payloads", "MAX_DEPTH",
+           "MAX_PAYLOAD_BYTES"]
 
 # A payload the writer accepts must stay readable: replay decodes it from whatever
 # stack depth the reader happens to be at, so nesting is capped far below the
@@ -115,13 +116,38 @@ def encode_payload(payload: Any) -> str:
     return text
 
 
+def encode_payloads(payloads: Sequence[Any]) -> list[str]:
+    """encode_payload of each payload; a ValueError names the first bad one, by
+    its index, as "payload INDEX: what is wrong"."""
+    texts: list[str] = []
+    if _c_encoder is not None:  # the usual case, enqueue_many's: one tight loop
+        encode, join, append = _c_encoder, "".join, texts.append
+        try:
+            for payload in payloads:
+                append(join(encode(payload, 0)))
+        except (TypeError, ValueError, RecursionError):
+            pass
+        else:
+            if not any(len(text) > _SHALLOW and (len(text) > MAX_PAYLOAD_BYTES
+                                                 or _too_deep(text)) for text in texts):
+                return texts
+        texts = []
+    for index, payload in enumerate(payloads):  # one at a time, to name the first bad one
+        try:
+            texts.append(encode_payload(payload))
+        except ValueError as exc:
+            raise ValueError(f"payload {index}: {exc}") from None
+    return texts
+
+
+_SHALLOW: Final = 2 * MAX_DEPTH  # JSON text this short cannot nest too deep (_too_deep)
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 
 
 def _too_deep(text: str) -> bool:
     """Whether JSON `text` nests containers more than MAX_DEPTH deep."""
-    if len(text) <= 2 * MAX_DEPTH or text.count("[") + text.count("{") <= MAX_DEPTH:
+    if len(text) <= _SHALLOW or text.count("[") + text.count("{") <= MAX_DEPTH:
         # The usual case: too few brackets (each one opened is closed) to be that deep.
         return False
     depth = 0

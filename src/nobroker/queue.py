@@ -22,7 +22,7 @@ from typing import Any
 from . import validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
-from .codec import encode_payload
+from .codec import encode_payload, encode_payloads
 from .errors import NobrokerError, SerializationError, TaskFailed
 from .file.backend import FileBackend, FileOptions
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
@@ -126,12 +126,11 @@ class Queue:
                 else validation.integer("max_attempts", max_attempts, 1, limit))
 
     @staticmethod
-    def _encode(payload: Any, index: int | None = None) -> str:
+    def _encode(payload: Any) -> str:
         try:
             return encode_payload(payload)
         except ValueError as exc:
-            where = "" if index is None else f"payload {index}: "
-            raise SerializationError(f"{where}{exc}") from None
+            raise SerializationError(str(exc)) from None
 
     def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
                 max_attempts: int | None = None, job_id: str | None = None) -> Job:
@@ -153,7 +152,10 @@ class Queue:
         """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
         items = list(payloads)
         prio, wait, attempts = self._options(priority, delay, max_attempts)
-        texts = [self._encode(p, index) for index, p in enumerate(items)]
+        try:
+            texts = encode_payloads(items)
+        except ValueError as exc:
+            raise SerializationError(str(exc)) from None
         if not items:
             return []
         return self._backend.enqueue_many(texts, items, priority=prio, delay=wait,

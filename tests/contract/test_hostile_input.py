@@ -153,6 +153,21 @@ class PayloadTest(HostileTestCase):
             self.q.enqueue_many(["fine", {"also": "fine"}, {1, 2}, "never reached"])
         self.assertEqual(self.q.stats().pending, before)
 
+    def test_enqueue_many_names_the_first_bad_payload_whatever_is_wrong_with_it(self) -> None:
+        deep: list[object] = []
+        for _ in range(200):
+            deep = [deep]
+        before = self.q.stats().pending
+        for payloads, first in (([1, deep, {1, 2}], r"^payload 1: payload nests more than"),
+                                ([1, 2, "x" * (16 << 20), deep], r"^payload 2: payload is "),
+                                ([deep, {1}], r"^payload 0: payload nests"),
+                                ([1, 2, deep], r"^payload 2: payload nests more than"),
+                                (["x" * (16 << 20)], r"^payload 0: payload is \d+ bytes"),
+                                ([1, {"a": {2}}, deep], r"^payload 1: payload is not JSON")):
+            with self.assertRaisesRegex(SerializationError, first):
+                self.q.enqueue_many(payloads)
+        self.assertEqual(self.q.stats().pending, before)
+
     def test_values_json_cannot_encode_are_refused(self) -> None:
         for bad in ({1, 2}, b"bytes", object(), {(1, 2): "tuple key"}, [complex(1, 2)]):
             self.assert_refused(lambda bad=bad: self.q.enqueue(bad), (SerializationError,))
