@@ -43,6 +43,7 @@ from .commands import (
     plan_requeue,
     plan_settle,
 )
+from .logfile import paused_gc
 from .options import FileOptions
 from .records import RecordType
 from .state import Entry, QueueState
@@ -140,7 +141,10 @@ class FileBackend:
             return lambda: new_pending_jobs(ids, payloads, priority, max_attempts,
                                             now + delay, now)
 
-        return self.store.write(plan)
+        # Thousands of records, Applied tuples and Jobs, none in a cycle: the collector
+        # would only scan them again and again as they pile up (paused_gc).
+        with paused_gc():
+            return self.store.write(plan)
 
     # -- consuming ----------------------------------------------------------
 
