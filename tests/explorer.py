@@ -2125,6 +2125,22 @@ def _w_enqueue_many(d: Driver) -> None:
     d.call(h, "enqueue_many", [payload(100 + i, 500) for i in range(3)])
 
 
+@workload("enqueue_many_keyed")
+def _w_enqueue_many_keyed(d: Driver) -> None:
+    """enqueue_many's runs beside keyed jobs: a key spelling an id the first run would
+    take (the writer skips it; replay's one-step run ends there and goes on one by
+    one), a repeated key, and a delayed batch of another priority."""
+    h = d.open()
+    d.call(h, "enqueue", payload(0, 60), job_id="0000000000000006")
+    d.call(h, "enqueue_many", [payload(i, 30 + 29 * (i % 7)) for i in range(24)])
+    d.call(h, "enqueue", payload(1, 60), job_id="order-1")
+    d.call(h, "enqueue", payload(1, 60), job_id="order-1")  # known: writes nothing
+    d.call(h, "enqueue_many", [payload(50 + i, 200) for i in range(6)], priority=3,
+           delay=5)
+    for job in _held(d.call(h, "lease", 3)):
+        d.call(h, "ack", job)
+
+
 @workload("expire_reclaim")
 def _w_expire(d: Driver) -> None:
     h = d.open()

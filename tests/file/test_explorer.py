@@ -249,6 +249,19 @@ class ScenarioTest(ExplorerTestCase):
         self.assertGreater(len(write.data), 4 * SECTOR)  # spans sectors: it can tear
 
 
+    def test_enqueue_many_beside_keyed_jobs_is_all_or_nothing_across_a_crash(self) -> None:
+        report = explore("enqueue_many_keyed", ("process", "ext4ish", "weak"))
+        self.assertClean(report)
+        trace = record(explorer.WORKLOADS["enqueue_many_keyed"],
+                       tempfile.mkdtemp(prefix="nobroker-emk-"))
+        big = next(c for c in trace.calls if c.op == "enqueue_many")
+        self.assertEqual(len(big.enqueued), 24)
+        self.assertNotIn("0000000000000006", big.enqueued, "the key's id is skipped")
+        write = next(e for e in trace.events[big.begin:big.end]
+                     if e.kind == "write" and any(e.data))
+        self.assertGreater(len(write.data), 4 * SECTOR)  # spans sectors: it can tear
+
+
 class AceTest(ExplorerTestCase):
     """ACE-style bounded workloads: one or two ops on two handles from a seeded queue."""
 
