@@ -27,8 +27,8 @@ columns and back (tablecolumns.py), and pages of entries (listing.py).
 
 It keeps no counters: the state counts jobs by state, and bytes, as it
 applies the rules. The state reads the columns directly, on its hot paths,
-but changes them only through the methods below (add, lease, hold, unhold,
-make_pending, set_code, set_error, remove, ...).
+but changes them only through the methods below (add, add_run, lease, hold,
+unhold, make_pending, set_code, set_error, remove, ...).
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ TRANSITIONS says, for every record type that names a job, the states it may
 find the job in and leave it in; replay (state.py's `_apply`) looks the
 allowed states up in ALLOWED, checks a holder's fencing token (FENCED), and
 calls the record's method from JOB_RECORDS; ENQUEUE and FORGET, which may
-find no job, come through `_apply_other`. docs/FORMAT.md shows the same
+find no job, come through `_apply_other`. A batch that starts with a run of
+ENQUEUE records as enqueue_many writes them (the next generated ids, all
+other fields alike) has that run applied in one step (`_apply_enqueue_run`),
+each record checked as it would be one by one, to the same state. docs/FORMAT.md shows the same
 table, and tests/file/test_state.py keeps the two equal.
 
 A mixin of QueueState (state.py): the methods change the job table and the
