@@ -42,6 +42,11 @@ The baselines
   Both sides read from a warm page cache.
 * pickup latency: two raw write+fsync calls, measured between the samples.
 * 4 processes: the same total number of jobs enqueued by one process.
+* workers: the same drain by one Worker process, in the same rounds (N
+  rotating 1, 2, 4); the runs are in tools/bench_scaling.py.
+* mixed (1 producer + 3 workers) has no physical floor: the saturated row
+  shows the producer's own enqueue rate meanwhile (whether the workers kept
+  up), the latency rows the rate the producer was paced at.
 * stats(): the same call on a queue of 1,000 jobs (O(1) means no growth).
 * memory and compaction have absolute targets; the baseline column shows the
   on-disk size of a job and the enqueue latency outside compaction.
