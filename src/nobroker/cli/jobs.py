@@ -32,22 +32,22 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from . import __version__, validation
-from .backend import POSTGRES_SCHEMES
-from .codec import loads
-from .errors import (
+from .. import __version__, validation
+from ..backend import POSTGRES_SCHEMES
+from ..codec import loads
+from ..errors import (
     CorruptLogError,
     JobNotFoundError,
     NobrokerError,
     SerializationError,
     TaskFailed,
 )
-from .file.inspection import RawRecord, current_log_path, read_records
-from .file.opening import queue_exists
-from .file.salvage import salvage
-from .models import Job, JobState
-from .queue import Queue
-from .worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
+from ..file.inspection import RawRecord, current_log_path, read_records
+from ..file.opening import queue_exists
+from ..file.salvage import salvage
+from ..models import Job, JobState
+from ..queue import Queue
+from ..worker import DEFAULT_SHUTDOWN_TIMEOUT, Handler, Worker, describe_error
 
 __all__ = ["main", "load_handler", "UsageError"]
 
@@ -456,7 +456,7 @@ def load_tasks_queue(module_name: str, args: argparse.Namespace) -> Queue:
     and --queue, if given, must name that queue (they pick one if the module
     registered tasks on several).
     """
-    from .tasks import registered_queues
+    from ..tasks import registered_queues
 
     _import_module(module_name, hint=" (work takes MODULE:FUNCTION, or a MODULE of tasks)")
     queues = registered_queues()
@@ -497,7 +497,7 @@ def _import_module(module_name: str, hint: str = "") -> Any:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from .postgres import migrate_url
+    from ..postgres import migrate_url
 
     location = _directory(args)
     if not _is_url(location):
@@ -509,7 +509,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from .transfer import transfer
+    from ..transfer import transfer
 
     source, target = args.source, args.target
     try:
@@ -548,7 +548,7 @@ def load_handler(spec: str) -> Handler:
 # -- the dashboard and stats --watch (nobroker.web) -------------------------
 
 def _watch_stats(args: argparse.Namespace) -> int:
-    from .web.watch import watch
+    from ..web.watch import watch
 
     if args.json:
         raise UsageError("--watch draws for a terminal; it cannot be combined with --json")
@@ -558,8 +558,8 @@ def _watch_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from .web import TOKEN_ENV, Dashboard
-    from .web.server import MIN_TOKEN_LENGTH
+    from ..web import TOKEN_ENV, Dashboard
+    from ..web.server import MIN_TOKEN_LENGTH
 
     directory = _directory(args)
     if not _is_url(directory) and not os.path.isdir(directory):
