@@ -1446,7 +1446,7 @@ def main(argv: list[str] | None = None) -> int:
          lambda: RQSystem(redis_servers["everysec"], redis_why or "no redis-server")),
         ("sqlite3 table (WAL, FULL)", SqliteTableSystem),
     ]
-    for label, make in factories:
+    for label, make in [] if drain_only else factories:  # the drain has its own systems
         try:
             systems.append(make())
         except Skip as exc:
