@@ -1090,16 +1090,20 @@ class HueyDrain(DrainSystem):
         env["PYTHONPATH"] = os.pathsep.join([str(app), str(TOOLS), env.get("PYTHONPATH", "")])
         subprocess.run([sys.executable, "-c", f"import bench_huey_app; "
                         f"bench_huey_app.prefill({jobs})"], env=env, check=True, cwd=app)
-        consumer = subprocess.Popen(
-            [sys.executable, "-m", "huey.bin.huey_consumer", "bench_huey_app.huey",
-             "-k", "process", "-w", str(workers), "-n", "-q"],
-            env=env, cwd=app, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=die_with_parent)
+        log = app / "consumer.log"  # Huey logs its own lock timeouts; keep them out of the report
+        with open(log, "wb") as sink:
+            consumer = subprocess.Popen(
+                [sys.executable, "-m", "huey.bin.huey_consumer", "bench_huey_app.huey",
+                 "-k", "process", "-w", str(workers), "-n", "-q"],
+                env=env, cwd=app, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                start_new_session=True, preexec_fn=die_with_parent)
         try:
             deadline = time.monotonic() + 300
             while bench_scaling.stamp_count(stamps) < jobs:  # waiting for the end, not timing
                 if consumer.poll() is not None:
-                    raise RuntimeError(f"huey_consumer exited with {consumer.returncode}")
+                    tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+                    raise RuntimeError(f"huey_consumer exited with {consumer.returncode}: "
+                                       f"{' '.join(tail)}")
                 if time.monotonic() > deadline:
                     raise RuntimeError("huey_consumer did not finish in 300 s")
                 time.sleep(0.02)
