@@ -28,11 +28,16 @@ from .backoff import BackoffPolicy
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
 __all__ = ["POSTGRES_SCHEMES", "Backend", "TaskBackend", "Capabilities", "QueueListing",
-           "Settings"]
+           "Settings", "is_postgres_url"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(location: object) -> bool:
+    """Whether `location` names a PostgreSQL queue set rather than a directory."""
+    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:

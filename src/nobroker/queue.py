@@ -17,6 +17,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 from . import validation
@@ -393,14 +394,19 @@ def _outcome(job: Job) -> Any:
     return job.result
 
 
-def _open_postgres(url: str, name: str, settings: Settings) -> Backend:
-    """The PostgreSQL backend, imported only when a postgres URL is used."""
+def postgres_backend() -> ModuleType:
+    """`nobroker.postgres`, imported on first use; without its driver, an error
+    that names the pip extra."""
     try:
-        postgres = importlib.import_module("nobroker.postgres")
+        return importlib.import_module("nobroker.postgres")
     except ModuleNotFoundError as exc:
         if exc.name not in ("nobroker.postgres", "psycopg"):
             raise
         raise NobrokerError('a postgresql:// queue needs the PostgreSQL backend: '
                             'pip install "nobroker[postgres]"') from None
-    backend: Backend = postgres.open_backend(url, name, settings)
+
+
+def _open_postgres(url: str, name: str, settings: Settings) -> Backend:
+    """The PostgreSQL backend, imported only when a postgres URL is used."""
+    backend: Backend = postgres_backend().open_backend(url, name, settings)
     return backend

@@ -21,7 +21,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from .backend import Settings
+from .backend import Settings, is_postgres_url
 from .models import JobState
 
 __all__ = ["TransferReport", "transfer"]
@@ -45,8 +45,6 @@ class TransferReport:
 
 
 def transfer(source: str, target: str, name: str) -> TransferReport:
-    from .postgres.url import is_postgres_url
-
     if is_postgres_url(source) == is_postgres_url(target):
         raise ValueError("migrate copies between a directory and a PostgreSQL URL "
                          "(one of --from/--to must be each)")
@@ -56,8 +54,9 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
 
 
 def _to_postgres(directory: str, url: str, name: str) -> TransferReport:
-    from .postgres import open_backend
-    from .queue import Queue
+    from .queue import Queue, postgres_backend
+
+    open_backend = postgres_backend().open_backend
 
     with Queue(directory, name, readonly=True) as source:
         jobs = source.list_jobs()
@@ -75,8 +74,9 @@ def _to_postgres(directory: str, url: str, name: str) -> TransferReport:
 
 
 def _to_directory(url: str, directory: str, name: str) -> TransferReport:
-    from .postgres import open_backend
-    from .queue import Queue
+    from .queue import Queue, postgres_backend
+
+    open_backend = postgres_backend().open_backend
 
     backend = open_backend(url, name, Settings(readonly=True))
     try:

@@ -111,6 +111,24 @@ class ModuleCliTest(CliCase):
         env["PYTHONPATH"] = str(SRC)
         return env
 
+    def test_postgres_commands_without_the_driver_name_the_extra(self) -> None:
+        # A psycopg that cannot be imported, first on the path, whether or not the
+        # real one is installed: what a user without nobroker[postgres] sees.
+        blocker = self.tmp / "nodriver" / "psycopg"
+        blocker.mkdir(parents=True)
+        (blocker / "__init__.py").write_text(
+            "raise ModuleNotFoundError(\"No module named 'psycopg'\", name='psycopg')\n")
+        env = self.env()
+        env["PYTHONPATH"] = os.pathsep.join([str(blocker.parent), str(SRC)])
+        url = "postgresql://someone:secret@127.0.0.1:1/db"
+        self.fails(2, "db", "migrate", dir=False, env=env, mentions="needs a PostgreSQL URL")
+        self.fails(2, "migrate", "--from", "a", "--to", "b", dir=False, env=env,
+                   mentions="between a directory and a PostgreSQL URL")
+        for words in (["db", "migrate", "--url", url],
+                      ["migrate", "--from", str(self.qdir), "--to", url]):
+            line = self.fails(1, *words, dir=False, env=env, mentions='"nobroker[postgres]"')
+            self.assertNotIn("secret", line)
+
     def test_enqueue_prints_the_id_and_every_option_is_recorded(self) -> None:
         job_id = self.enqueue({"resize": "a.jpg"}, "--priority", "5", "--delay", "60",
                               "--max-attempts", "2")

@@ -13,9 +13,10 @@ import signal
 import sys
 import threading
 
+from ..backend import is_postgres_url
 from ..errors import NobrokerError
 from .arguments import UsageError
-from .location import DIR_ENV, is_url, open_queue, queue_location, queue_name
+from .location import DIR_ENV, open_queue, queue_location, queue_name
 
 
 def watch_stats(args: argparse.Namespace) -> int:
@@ -33,7 +34,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from ..web.server import MIN_TOKEN_LENGTH
 
     directory = queue_location(args)
-    if not is_url(directory) and not os.path.isdir(directory):
+    if not is_postgres_url(directory) and not os.path.isdir(directory):
         raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")
     token = os.environ.get(TOKEN_ENV) or None
     if token is not None and len(token) < MIN_TOKEN_LENGTH:

@@ -10,17 +10,18 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..backend import is_postgres_url
 from .arguments import UsageError
-from .location import URL_ENV, is_url, queue_location, queue_name
+from .location import URL_ENV, queue_location, queue_name
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from ..postgres import migrate_url
+    from ..queue import postgres_backend
 
     location = queue_location(args)
-    if not is_url(location):
+    if not is_postgres_url(location):
         raise UsageError(f"db migrate needs a PostgreSQL URL (--url or ${URL_ENV})")
-    shown, before, after = migrate_url(location, args.schema)
+    shown, before, after = postgres_backend().migrate_url(location, args.schema)
     change = f"from version {before} to {after}" if before != after else f"at version {after}"
     print(f"{shown}: schema {change}")
     return 0
@@ -29,10 +30,10 @@ def cmd_db(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ..transfer import transfer
 
-    source, target = args.source, args.target
+    source, target = (where if is_postgres_url(where) else os.path.abspath(where)
+                      for where in (args.source, args.target))
     try:
-        done = transfer(source if is_url(source) else os.path.abspath(source),
-                        target if is_url(target) else os.path.abspath(target), queue_name(args))
+        done = transfer(source, target, queue_name(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(done.describe())

@@ -12,7 +12,7 @@ import argparse
 import os
 from typing import Any
 
-from ..backend import POSTGRES_SCHEMES
+from ..backend import is_postgres_url
 from ..errors import NobrokerError
 from ..file.opening import queue_exists
 from ..queue import Queue
@@ -26,11 +26,7 @@ def queue_location(args: argparse.Namespace) -> str:
     """The queue's directory, or its PostgreSQL URL (--url, --dir, $NOBROKER_URL)."""
     chosen = (getattr(args, "url", None) or getattr(args, "dir", None)
               or os.environ.get(URL_ENV) or os.environ.get(DIR_ENV) or DEFAULT_DIR)
-    return chosen if is_url(chosen) else os.path.abspath(chosen)
-
-
-def is_url(location: str) -> bool:
-    return location.startswith(POSTGRES_SCHEMES)
+    return chosen if is_postgres_url(chosen) else os.path.abspath(chosen)
 
 
 def queue_name(args: argparse.Namespace) -> str:
@@ -40,7 +36,7 @@ def queue_name(args: argparse.Namespace) -> str:
 def require_queue(args: argparse.Namespace) -> tuple[str, str]:
     """The queue's directory and name, or a NobrokerError if no such queue exists."""
     directory, name = queue_location(args), queue_name(args)
-    if is_url(directory):
+    if is_postgres_url(directory):
         return directory, name  # the server says whether it is there
     if not os.path.isdir(directory):
         raise NobrokerError(f"no queue directory at {directory} (set --dir or ${DIR_ENV})")

@@ -15,17 +15,13 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from ..backend import POSTGRES_SCHEMES
+from ..backend import is_postgres_url
 
 __all__ = ["Target", "parse", "is_postgres_url", "DEFAULT_SCHEMA"]
 
 DEFAULT_SCHEMA = "nobroker"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SECRET_PARAMS = frozenset({"password", "sslpassword"})
-
-
-def is_postgres_url(location: object) -> bool:
-    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
 
 
 @dataclass(frozen=True)
