@@ -18,8 +18,8 @@ import unittest
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
-from file.test_state import RT, Log, lease, random_history
 
+from file.test_state import RT, Log, lease, random_history
 from nobroker.file.columns import ReplayError
 from nobroker.file.fields import field
 from nobroker.file.records import Record
