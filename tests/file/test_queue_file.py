@@ -341,6 +341,53 @@ class CompactionTest(FileQueueTestCase):
         self.assertEqual(q.list_jobs()[0].payload, "\ud800 lone")
 
 
+    def test_a_lease_reads_its_payloads_from_its_generation_after_a_compaction(self) -> None:
+        # Leased jobs' payloads are read after the lock is released (FileBackend.
+        # _leased_views); a compaction in between retires their generation, which
+        # must stay open for them until they are read.
+        from nobroker.file.backend import FileBackend
+        from nobroker.file.logfile import LogFile
+        from nobroker.file.store import FileStore
+
+        q = self.open(auto_compact=None)
+        q.enqueue_many([{"n": i, "pad": "x" * 300} for i in range(40)])
+        for job in q.lease(30):
+            q.ack(job)
+        views_of, close, payload = FileBackend._leased_views, LogFile.close, FileStore.payload
+        compactions: list[int] = []
+        closed: set[int] = set()
+        read_closed: list[str] = []
+
+        def compact_first(backend: FileBackend, entries: list[object]) -> object:
+            views = views_of(backend, entries)  # type: ignore[arg-type]
+
+            def later() -> object:
+                compactions.append(backend.store.compact().new_generation)
+                return views()
+            return later
+
+        def closing(log: LogFile) -> None:
+            closed.add(id(log))
+            close(log)
+
+        def reading(store: FileStore, entry: object, source: LogFile | None = None) -> object:
+            if source is not None and id(source) in closed:
+                read_closed.append(source.path)
+            return payload(store, entry, source)  # type: ignore[arg-type]
+
+        with mock.patch.object(FileBackend, "_leased_views", compact_first), \
+                mock.patch.object(LogFile, "close", closing), \
+                mock.patch.object(FileStore, "payload", reading):
+            leased = q.lease(3)
+            following = q.ack_and_lease(leased[0])
+        self.assertEqual(compactions, [1, 2])
+        self.assertEqual(read_closed, [])
+        self.assertEqual([job.payload["n"] for job in leased], [30, 31, 32])
+        assert following is not None
+        self.assertEqual(following.payload, {"n": 33, "pad": "x" * 300})
+        self.assertEqual(q.get(following.id).payload["n"], 33)
+
+
 class AutoCompactionTest(FileQueueTestCase):
     def small(self, auto_compact: float | None) -> Queue:
         """A queue that auto-compacts from 4 KiB of log, not 1 MiB."""
