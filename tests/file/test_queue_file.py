@@ -17,6 +17,7 @@ from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_diges
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
 from nobroker.file.framing import FILE_HEADER
+from nobroker.file.fs import FileSystem
 
 
 def log_path(directory: Path, generation: int = 0, name: str = "default") -> Path:
@@ -386,6 +387,33 @@ class CompactionTest(FileQueueTestCase):
         assert following is not None
         self.assertEqual(following.payload, {"n": 33, "pad": "x" * 300})
         self.assertEqual(q.get(following.id).payload["n"], 33)
+
+
+class ShortWritesTest(FileQueueTestCase):
+    def test_short_writes_are_continued_until_every_byte_is_written(self) -> None:
+        fs = ShortWriting()
+        with file_queue(self.dir, fs=fs) as q:
+            q.enqueue({"n": 1, "pad": "x" * 100})
+            job = q.lease_one()
+            assert job is not None
+            q.ack_and_lease(job)
+            q.enqueue_many([{"n": i} for i in range(2, 12)])
+        self.assertGreater(fs.short, 3)
+        with self.open() as q:
+            self.assertEqual(q.stats().pending, 10)
+            self.assertEqual(q.stats().done, 1)
+
+
+class ShortWriting(FileSystem):
+    """Writes at most 7 bytes a call, as a kernel may."""
+
+    short = 0
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if len(data) > 7:
+            self.short += 1
+            data = data[:7]
+        return super().pwrite(fd, data, offset)
 
 
 class AutoCompactionTest(FileQueueTestCase):
