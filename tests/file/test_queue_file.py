@@ -404,6 +404,32 @@ class ShortWritesTest(FileQueueTestCase):
             self.assertEqual(q.stats().done, 1)
 
 
+class ReadForwardTest(FileQueueTestCase):
+    def test_reading_a_few_peer_batches_forward_takes_one_read(self) -> None:
+        # What each call of N worker processes does first: a few small batches of
+        # its peers, in the one read that finds nothing new when nobody wrote.
+        with file_queue(self.dir, fsync=False) as writer:
+            writer.enqueue_many([{"n": i} for i in range(10)])
+            fs = CountingReads()
+            with file_queue(self.dir, fs=fs, fsync=False) as reader:
+                reader.stats()
+                job = writer.lease_one()
+                for _ in range(5):
+                    job = writer.ack_and_lease(job)  # type: ignore[arg-type]
+                fs.preads = 0
+                stats = reader.stats()
+                self.assertEqual(fs.preads, 1)
+                self.assertEqual((stats.done, stats.leased), (5, 1))
+
+
+class CountingReads(FileSystem):
+    preads = 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        self.preads += 1
+        return super().pread(fd, size, offset)
+
+
 class ShortWriting(FileSystem):
     """Writes at most 7 bytes a call, as a kernel may."""
 
