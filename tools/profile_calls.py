@@ -86,11 +86,28 @@ def _read_forward(root: Path, n: int, fsync: bool) -> Loop:
     return lambda: reader.stats() and None
 
 
+def _read_forward_acks(root: Path, n: int, fsync: bool) -> Loop:
+    """A second handle catching up with n ack_and_lease batches of another (each an
+    ACK and a LEASE of a job the reader does not hold): what every call of N worker
+    processes reads first, under the lock."""
+    writer = nobroker.Queue(str(root), fsync=False, auto_compact=None)
+    reader = nobroker.Queue(str(root), fsync=fsync, auto_compact=None)
+    for start in range(0, n + 2, 10_000):
+        writer.enqueue_many(small_payloads(start, min(10_000, n + 2 - start)))
+    job = writer.lease_one()
+    reader.stats()
+    for _ in range(n):
+        job = writer.ack_and_lease(job)
+    return lambda: reader.stats() and None
+
+
 OPERATIONS: dict[str, tuple[Callable[[Path, int, bool], Loop], str]] = {
     "enqueue": (_enqueue, "durable single enqueue"),
     "ack_and_lease": (_ack_and_lease, "ack one job and lease the next (one batch)"),
     "enqueue_many": (_enqueue_many, "enqueue_many of 1,000, per job"),
     "read_forward": (_read_forward, "another handle's records read forward, per record"),
+    "read_forward_acks": (_read_forward_acks, "a peer's ack_and_lease batches read "
+                          "forward, per batch"),
 }
 
 

@@ -75,6 +75,7 @@ def dumps(value: Any) -> str:
 # Both are documented only in the json module's source; typeshed omits them.
 _scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
 _WHITESPACE: re.Pattern[str] = json.decoder.WHITESPACE  # type: ignore[attr-defined]
+_SPACE: Final = frozenset(" \t\n\r")  # what _WHITESPACE matches
 
 
 def _skip_whitespace(text: str, pos: int) -> int:
@@ -89,14 +90,17 @@ def loads(data: bytes | str) -> Any:
     directly: replay parses every record through here."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        value, end = _scan_once(text, _skip_whitespace(text, 0))
+        # What we write has no whitespace around it: skip the regex unless there is.
+        start = _skip_whitespace(text, 0) if text[:1] in _SPACE else 0
+        value, end = _scan_once(text, start)
     except StopIteration as stop:
         raise json.JSONDecodeError("Expecting value", text, stop.value) from None
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    end = _skip_whitespace(text, end)
     if end != len(text):
-        raise json.JSONDecodeError("Extra data", text, end)
+        end = _skip_whitespace(text, end)
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
     return value
 
 

@@ -17,6 +17,7 @@ from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_diges
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
 from nobroker.file.framing import FILE_HEADER
+from nobroker.file.fs import FileSystem
 
 
 def log_path(directory: Path, generation: int = 0, name: str = "default") -> Path:
@@ -339,6 +340,106 @@ class CompactionTest(FileQueueTestCase):
         q.enqueue("\ud800 lone")
         q.compact()
         self.assertEqual(q.list_jobs()[0].payload, "\ud800 lone")
+
+
+    def test_a_lease_reads_its_payloads_from_its_generation_after_a_compaction(self) -> None:
+        # Leased jobs' payloads are read after the lock is released (FileBackend.
+        # _leased_views); a compaction in between retires their generation, which
+        # must stay open for them until they are read.
+        from nobroker.file.backend import FileBackend
+        from nobroker.file.logfile import LogFile
+        from nobroker.file.store import FileStore
+
+        q = self.open(auto_compact=None)
+        q.enqueue_many([{"n": i, "pad": "x" * 300} for i in range(40)])
+        for job in q.lease(30):
+            q.ack(job)
+        views_of, close, payload = FileBackend._leased_views, LogFile.close, FileStore.payload
+        compactions: list[int] = []
+        closed: set[int] = set()
+        read_closed: list[str] = []
+
+        def compact_first(backend: FileBackend, entries: list[object]) -> object:
+            views = views_of(backend, entries)  # type: ignore[arg-type]
+
+            def later() -> object:
+                compactions.append(backend.store.compact().new_generation)
+                return views()
+            return later
+
+        def closing(log: LogFile) -> None:
+            closed.add(id(log))
+            close(log)
+
+        def reading(store: FileStore, entry: object, source: LogFile | None = None) -> object:
+            if source is not None and id(source) in closed:
+                read_closed.append(source.path)
+            return payload(store, entry, source)  # type: ignore[arg-type]
+
+        with mock.patch.object(FileBackend, "_leased_views", compact_first), \
+                mock.patch.object(LogFile, "close", closing), \
+                mock.patch.object(FileStore, "payload", reading):
+            leased = q.lease(3)
+            following = q.ack_and_lease(leased[0])
+        self.assertEqual(compactions, [1, 2])
+        self.assertEqual(read_closed, [])
+        self.assertEqual([job.payload["n"] for job in leased], [30, 31, 32])
+        assert following is not None
+        self.assertEqual(following.payload, {"n": 33, "pad": "x" * 300})
+        self.assertEqual(q.get(following.id).payload["n"], 33)
+
+
+class ShortWritesTest(FileQueueTestCase):
+    def test_short_writes_are_continued_until_every_byte_is_written(self) -> None:
+        fs = ShortWriting()
+        with file_queue(self.dir, fs=fs) as q:
+            q.enqueue({"n": 1, "pad": "x" * 100})
+            job = q.lease_one()
+            assert job is not None
+            q.ack_and_lease(job)
+            q.enqueue_many([{"n": i} for i in range(2, 12)])
+        self.assertGreater(fs.short, 3)
+        with self.open() as q:
+            self.assertEqual(q.stats().pending, 10)
+            self.assertEqual(q.stats().done, 1)
+
+
+class ReadForwardTest(FileQueueTestCase):
+    def test_reading_a_few_peer_batches_forward_takes_one_read(self) -> None:
+        # What each call of N worker processes does first: a few small batches of
+        # its peers, in the one read that finds nothing new when nobody wrote.
+        with file_queue(self.dir, fsync=False) as writer:
+            writer.enqueue_many([{"n": i} for i in range(10)])
+            fs = CountingReads()
+            with file_queue(self.dir, fs=fs, fsync=False) as reader:
+                reader.stats()
+                job = writer.lease_one()
+                for _ in range(5):
+                    job = writer.ack_and_lease(job)  # type: ignore[arg-type]
+                fs.preads = 0
+                stats = reader.stats()
+                self.assertEqual(fs.preads, 1)
+                self.assertEqual((stats.done, stats.leased), (5, 1))
+
+
+class CountingReads(FileSystem):
+    preads = 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        self.preads += 1
+        return super().pread(fd, size, offset)
+
+
+class ShortWriting(FileSystem):
+    """Writes at most 7 bytes a call, as a kernel may."""
+
+    short = 0
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if len(data) > 7:
+            self.short += 1
+            data = data[:7]
+        return super().pwrite(fd, data, offset)
 
 
 class AutoCompactionTest(FileQueueTestCase):

@@ -43,7 +43,7 @@ from .commands import (
     plan_requeue,
     plan_settle,
 )
-from .logfile import paused_gc
+from .logfile import LogFile, paused_gc
 from .options import FileOptions
 from .records import RecordType
 from .state import Entry, QueueState
@@ -81,7 +81,8 @@ class FileBackend:
 
     # -- views --------------------------------------------------------------
 
-    def _view(self, entry: Entry, payload: Any = _MISSING) -> Job:
+    def _view(self, entry: Entry, payload: Any = _MISSING, source: LogFile | None = None
+              ) -> Job:
         state = entry.state
         if state is JobState.DONE or state is JobState.CANCELLED:
             # Kept with its outcome: no payload; the result and the finishing time are
@@ -94,12 +95,29 @@ class FileBackend:
         leased = state is JobState.LEASED
         return Job(
             id=entry.id,
-            payload=self.store.payload(entry) if payload is _MISSING else payload,
+            payload=self.store.payload(entry, source) if payload is _MISSING else payload,
             priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
             state=state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
             last_error=entry.last_error, token=entry.token if leased else None,
             lease_expires_at=entry.lease_until if leased else None,
             finished_at=entry.available_at if state is JobState.DEAD else None)
+
+    def _leased_views(self, entries: list[Entry]) -> Callable[[], list[Job]]:
+        """Under the lock: what builds the views of jobs just leased, once the lock is
+        released. Reading and decoding their payloads is most of a view's cost, and
+        the lock bounds the whole queue's throughput; the entries are snapshots, and
+        their generation stays open (pinned) until the payloads are read."""
+        if not entries:
+            return list
+        store = self.store
+        source = store.pin()
+
+        def views() -> list[Job]:
+            try:
+                return [self._view(entry, source=source) for entry in entries]
+            finally:
+                store.unpin(source)
+        return views
 
     @staticmethod
     def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
@@ -149,12 +167,13 @@ class FileBackend:
     # -- consuming ----------------------------------------------------------
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+        def plan(state: QueueState, batch: Batch, now: float
+                 ) -> Callable[[], Callable[[], list[Job]]]:
             leased = plan_lease(state, batch, now, count, visibility_timeout)
             jobs = state.jobs
-            return lambda: [self._view(jobs[r["id"]]) for r in leased]
+            return lambda: self._leased_views([jobs[r["id"]] for r in leased])
 
-        return self.store.write(plan)
+        return self.store.write(plan)()
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
@@ -187,15 +206,17 @@ class FileBackend:
                       result_ttl: float | None = None) -> Job | None:
         ttl = self._result_ttl if result_ttl is None else result_ttl
 
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job | None]:
+        def plan(state: QueueState, batch: Batch, now: float
+                 ) -> Callable[[], Callable[[], list[Job]]]:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
                      self._key_retention)
             # The acked job is still leased while we plan, so ready() cannot offer it.
             leased = plan_lease(state, batch, now, 1, visibility_timeout)
             jobs = state.jobs
-            return lambda: self._view(jobs[leased[0]["id"]]) if leased else None
+            return lambda: self._leased_views([jobs[r["id"]] for r in leased])
 
-        return self.store.write(plan, spare=job.id)
+        views = self.store.write(plan, spare=job.id)()
+        return views[0] if views else None
 
     def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:

@@ -96,7 +96,13 @@ class FileSystem:
 
     def write_all(self, fd: int, data: bytes, offset: int) -> None:
         """pwrite until every byte is written (a short write is not an error)."""
-        view = memoryview(data)
+        written = self.pwrite(fd, data, offset)
+        if written == len(data):  # the usual case: no view, no copy of the bytes
+            return
+        if written <= 0:
+            raise OSError(5, "write made no progress")
+        view = memoryview(data)[written:]
+        offset += written
         while view:
             written = self.pwrite(fd, view.tobytes(), offset)
             if written <= 0:

@@ -92,9 +92,12 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         self.ids: dict[str, int] = {}  # id -> seq, for ids that are not seq_id(seq)
         self.names: dict[int, str] = {}  # seq -> such an id
         self.leases: dict[int, tuple[int, float]] = {}  # seq -> (token, lease_until)
-        # Leased jobs are few and each call that settles one looks it up, twice: keep
-        # their entries built (replaced, never changed, so entries stay snapshots).
-        self.held: dict[str, Entry] = {}
+        # Leased jobs by id -> seq: each call that settles one looks it up, twice.
+        self.held: dict[str, int] = {}
+        # Their entries, built on first look (held_entry) and dropped when the lease
+        # changes, so entries stay snapshots. Built lazily because most leases a
+        # handle applies are its peers', read forward and never looked at here.
+        self._held_views: dict[str, Entry] = {}
         # The slots of the jobs the latest batch added: the writer views each of them
         # right after its commit, and would otherwise parse every id back.
         self.recent: dict[str, int] = {}
@@ -133,6 +136,16 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         if slot < 0 or (generated and self.flags[slot] & NAMED):
             return -1
         return slot
+
+    def held_entry(self, job_id: str) -> Entry | None:
+        """The entry of leased job `job_id` (None if it holds no lease)."""
+        view = self._held_views.get(job_id)
+        if view is None:
+            seq = self.held.get(job_id)
+            if seq is None:
+                return None
+            view = self._held_views[job_id] = self.entry(self.slot(seq), job_id)
+        return view
 
     def id(self, slot: int) -> str:
         seq = self.seqs[slot]
@@ -266,26 +279,31 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
             self._versions.pop(seq, None)
         self.leases[seq] = (token, until)
         heapq.heappush(self._deadlines, (until, token, seq))
-        self.held[job_id] = self.entry(slot, job_id)
+        self.held[job_id] = seq
+        self._held_views.pop(job_id, None)
 
     def hold(self, slot: int, job_id: str, token: int, until: float) -> None:
         """Record leased job `slot`'s (new) lease; its code is LEASED already."""
         seq = self.seqs[slot]
         self.leases[seq] = (token, until)
         heapq.heappush(self._deadlines, (until, token, seq))
-        self.held[job_id] = self.entry(slot, job_id)
+        self.held[job_id] = seq
+        self._held_views.pop(job_id, None)
 
     def unhold(self, seq: int, job_id: str) -> None:
         """Forget leased job `seq`'s lease, before its code changes."""
         del self.leases[seq]
         del self.held[job_id]
+        self._held_views.pop(job_id, None)
 
     def remove(self, slot: int, job_id: str | None = None) -> int:
         """Drop the job at `slot`, leaving a hole; returns its record's size."""
         seq, code = self.seqs[slot], self.code[slot]
         if code == LEASED:  # an ack: the common case
             del self.leases[seq]
-            del self.held[self.id(slot) if job_id is None else job_id]
+            job_id = self.id(slot) if job_id is None else job_id
+            del self.held[job_id]
+            self._held_views.pop(job_id, None)
         elif code == PENDING:
             self._versions.pop(seq, None)
         self.code[slot] = FREE

@@ -160,7 +160,9 @@ class LogFile(LogWriter):
         chunk = READ_CHUNK
         if not full:
             # The common case, nothing new: one small read shows zeros (or EOF) at our end.
-            buf = self.fs.pread(self.fd, 512, pos)
+            # A page rather than a sector: it costs the same system call, and holds the
+            # few batches each of N worker processes' calls finds, so they need no second.
+            buf = self.fs.pread(self.fd, 4096, pos)
             if not buf or buf[:framing.RECORD_HEADER.size] == _ZERO_HEADER:
                 return ScanResult(end=pos, records=0)
             chunk = 16384

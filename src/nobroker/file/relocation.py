@@ -35,7 +35,8 @@ class Relocation:
     size: array[int]
     names: dict[int, str]
     holes: int
-    held: dict[str, Entry]
+    held: dict[str, int]
+    _held_views: dict[str, Entry]
 
     def slot(self, seq: int) -> int:
         raise NotImplementedError
@@ -119,5 +120,4 @@ class Relocation:
         return sum(sizes[first:]) + sum(old_size[last:])
 
     def _rebuild_held(self) -> None:
-        for job_id, entry in self.held.items():
-            self.held[job_id] = self.entry(self.slot(entry.seq), job_id)
+        self._held_views.clear()  # their record offsets moved: build them again

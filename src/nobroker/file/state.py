@@ -63,14 +63,14 @@ class JobIndex:
         self._table = table
 
     def get(self, job_id: str) -> Entry | None:
-        held = self._table.held.get(job_id)
+        held = self._table.held_entry(job_id)
         if held is not None:
             return held
         slot = self._table.find(job_id)
         return None if slot < 0 else self._table.entry(slot, job_id)
 
     def __getitem__(self, job_id: str) -> Entry:
-        held = self._table.held.get(job_id)
+        held = self._table.held_entry(job_id)
         if held is not None:
             return held
         slot = self._table.find(job_id)
@@ -222,17 +222,21 @@ class QueueState(JobTransitions, SnapshotRecords):
         if allowed is None:
             self._apply_other(rtype, rec, offset, size)
             return
-        job_id = field(rec, "id", str, offset)
+        job_id = rec.get("id")
+        if type(job_id) is not str:
+            job_id = field(rec, "id", str, offset)
         table = self._table
         held = table.held.get(job_id)
-        slot = table.find(job_id) if held is None else table.slot(held.seq)
+        slot = table.find(job_id) if held is None else table.slot(held)
         if slot < 0:
             raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
         if table.code[slot] not in allowed:
             self._expect_state(slot, job_id, allowed, offset)
         if rtype in FENCED:
-            token = field(rec, "tok", int, offset)
+            token = rec.get("tok")
             current = table.leases[table.seqs[slot]][0]
+            if type(token) is not int:
+                token = field(rec, "tok", int, offset)
             if current != token:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")

@@ -325,10 +325,21 @@ class FileStore:
             _FSYNC_FAILED.add(self._rescue_key)
             raise StorageError(target.path, "fsync", exc) from None
         finally:
-            with self._sync_lock:
-                target.inflight -= 1
-                if target.retired and target.inflight == 0:
-                    target.close()
+            self.unpin(target)
+
+    def pin(self) -> LogFile:
+        """The current generation, kept open until unpin(), even if a compaction
+        retires it meanwhile; under the lock. For reading payloads after releasing it."""
+        current = self._live_log()
+        with self._sync_lock:
+            current.inflight += 1
+        return current
+
+    def unpin(self, target: LogFile) -> None:
+        with self._sync_lock:
+            target.inflight -= 1
+            if target.retired and target.inflight == 0:
+                target.close()
 
     def _retire(self, old: LogFile) -> None:
         with self._sync_lock:
@@ -345,9 +356,10 @@ class FileStore:
         with self._locked():
             return query(self._state)
 
-    def payload(self, entry: Entry) -> Any:
-        """The payload of a job in the state, decoded; under the lock."""
-        current = self._live_log()
+    def payload(self, entry: Entry, source: LogFile | None = None) -> Any:
+        """The payload of a job in the state, decoded; under the lock, or from the
+        generation `source` that was pinned (pin()) when `entry` was taken."""
+        current = self._live_log() if source is None else source
         try:
             return loads(current.read_payload(entry.loc))
         except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug

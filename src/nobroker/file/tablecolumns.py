@@ -45,7 +45,7 @@ class TableColumns(SlotColumns):
     ids: dict[str, int]
     names: dict[int, str]
     leases: dict[int, tuple[int, float]]
-    held: dict[str, Entry]
+    held: dict[str, int]
     errors: dict[int, str]
     _deadlines: list[tuple[float, int, int]]
 
@@ -113,7 +113,7 @@ class TableColumns(SlotColumns):
             seq, token, until = seqs[slot], c.token[slot], c.lease_until[slot]
             table.leases[seq] = (token, until)
             table._deadlines.append((until, token, seq))
-            table.held[table.id(slot)] = table.entry(slot)
+            table.held[table.id(slot)] = seq
             slot = states.find(LEASED, slot + 1)
         heapq.heapify(table._deadlines)
         table._schedule_all()

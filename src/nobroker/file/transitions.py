@@ -94,10 +94,14 @@ class JobTransitions:
 
     def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int,
                      size: int) -> None:
-        token = field(rec, "tok", int, offset)
-        if token < 1:
-            raise ReplayError(offset, f"bad fencing token {token}")
-        until = field(rec, "until", float, offset)
+        # Every lease, a peer's too, passes here: check both fields in one expression,
+        # and only when one is off, walk the checks that name it.
+        token, until = rec.get("tok"), rec.get("until")
+        if not (type(token) is int and 1 <= token < INT64 and type(until) is float):
+            token = field(rec, "tok", int, offset)
+            if token < 1:
+                raise ReplayError(offset, f"bad fencing token {token}")
+            until = field(rec, "until", float, offset)
         if token >= self.next_token:
             self.next_token = token + 1
         self.pending -= 1  # _set_state(slot, LEASED), unrolled: every lease passes here
@@ -107,7 +111,9 @@ class JobTransitions:
     def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int,
                    size: int) -> None:
         table = self._table
-        done_at = field(rec, "t", float, offset)
+        done_at = rec.get("t")
+        if type(done_at) is not float:
+            done_at = field(rec, "t", float, offset)
         self.leased -= 1
         self.done += 1
         if "r" in rec:  # acked with a result: kept, result and all, for "keep" seconds

@@ -1,0 +1,174 @@
+"""The replay state's fast paths agree with its general path, record for record.
+
+Replay checks the fields of the records every call reads forward (LEASE, ACK,
+and the token of every fenced record) in one expression, and walks the
+general checks (fields.field) only when something is off; and it builds a
+leased job's Entry only when someone looks at it. Here a reference state
+that always takes the general path, and builds every held entry at once,
+replays the same batches: valid random histories, and the same histories
+with one field of one record broken in every way the general checks know.
+Both must accept the same batches, refuse the same ones at the same offset,
+and end in equal states. Pure: no disk.
+"""
+
+from __future__ import annotations
+
+import random
+import unittest
+from typing import Any
+
+import support  # noqa: F401  (puts src/ on sys.path)
+
+from file.test_state import RT, Log, lease, random_history
+from nobroker.file.columns import ReplayError
+from nobroker.file.fields import field
+from nobroker.file.records import Record
+from nobroker.file.state import Applied, JobState, QueueState
+from nobroker.file.transitions import ALLOWED, FENCED, JOB_RECORDS
+
+# Values a writer never puts where a token, a time or an id belongs, and a few it does.
+ODD_VALUES: tuple[Any, ...] = (True, False, None, 0, -1, 1, 7, 2**63, -2**63 - 1, 1.5,
+                               0.0, 3.0, "x", "0000000000000001", [], {})
+_MISSING = object()
+
+
+class GeneralState(QueueState):
+    """The replay state with every fast path replaced by the general checks."""
+
+    def _apply(self, rtype: int, rec: Record, offset: int, size: int) -> None:
+        allowed = ALLOWED.get(rtype)
+        if allowed is None:
+            self._apply_other(rtype, rec, offset, size)
+            return
+        job_id = field(rec, "id", str, offset)
+        table = self._table
+        slot = table.find(job_id)
+        if slot < 0:
+            raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
+        if table.code[slot] not in allowed:
+            self._expect_state(slot, job_id, allowed, offset)
+        if rtype in FENCED:
+            token = field(rec, "tok", int, offset)
+            if table.leases[table.seqs[slot]][0] != token:
+                raise ReplayError(offset, "token mismatch")
+        # By name, so that the overrides below are the ones called (JOB_RECORDS holds
+        # the fast ones).
+        getattr(self, JOB_RECORDS[rtype].__name__)(slot, job_id, rec, offset, size)
+
+    def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int,
+                     size: int) -> None:
+        token = field(rec, "tok", int, offset)
+        if token < 1:
+            raise ReplayError(offset, f"bad fencing token {token}")
+        until = field(rec, "until", float, offset)
+        self.next_token = max(self.next_token, token + 1)
+        self.pending -= 1
+        self.leased += 1
+        self._table.lease(slot, job_id, token, until)
+
+    def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int,
+                   size: int) -> None:
+        field(rec, "t", float, offset)  # the general check, then the same effect
+        super()._apply_ack(slot, job_id, rec, offset, size)
+
+
+def outcome(state: QueueState, batches: list[list[Applied]]) -> tuple[object, ...]:
+    """What replaying `batches` into `state` gives: the state's fingerprint and the
+    held entries, or the offset of the record refused."""
+    try:
+        for batch in batches:
+            state.apply_batch(batch)
+    except ReplayError as exc:
+        return ("refused", exc.offset)
+    held = sorted((e.id, e.token, e.lease_until, e.attempts, e.loc)
+                  for e in state.entries(JobState.LEASED))
+    kinds = sorted({type(value).__name__ for value in state.done_keys.values()})
+    return ("accepted", state.fingerprint(), held, state.latest_time, kinds)
+
+
+def broken(batches: list[list[Applied]], index: int, key: str, value: Any
+           ) -> list[list[Applied]]:
+    """`batches` up to two past the one holding the `index`th record, with that
+    record's field `key` set to `value` (or removed, for _MISSING). Replay never
+    changes the records it reads, so the others are shared, not copied."""
+    flat = [(b, r) for b, batch in enumerate(batches) for r in range(len(batch))]
+    b, r = flat[index]
+    out = batches[:b + 3]
+    rtype, rec, offset, size = out[b][r]
+    rec = dict(rec)
+    if value is _MISSING:
+        rec.pop(key, None)
+    else:
+        rec[key] = value
+    out[b] = [*out[b][:r], Applied(rtype, rec, offset, size), *out[b][r + 1:]]
+    return out
+
+
+class FastPathAgreementTest(unittest.TestCase):
+    def test_valid_histories_replay_to_the_same_state_by_either_path(self) -> None:
+        for seed in range(20):
+            batches = random_history(random.Random(seed), 300, generated=seed % 2 == 0)
+            with self.subTest(seed=seed):
+                self.assertEqual(outcome(QueueState(), batches),
+                                 outcome(GeneralState(), batches))
+
+    def test_a_broken_field_of_a_lease_ack_or_fenced_record_is_refused_alike(self) -> None:
+        checked = 0
+        for seed in range(4):
+            rng = random.Random(1000 + seed)
+            batches = random_history(rng, 100, generated=True)
+            flat = [rec for batch in batches for rec in batch]
+            for index, (rtype, rec, _, _) in enumerate(flat):
+                if rtype not in (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE):
+                    continue
+                for key in ("id", "tok", "until", "t"):
+                    if key not in rec and key != "tok":
+                        continue
+                    for value in (*rng.sample(ODD_VALUES, 5), _MISSING):
+                        variant = broken(batches, index, key, value)
+                        with self.subTest(seed=seed, record=index, key=key, value=value):
+                            self.assertEqual(outcome(QueueState(), variant),
+                                             outcome(GeneralState(), variant))
+                        checked += 1
+        self.assertGreater(checked, 500)
+
+    def test_an_int_deadline_is_applied_as_a_float_like_a_checkpoint_gives_it(self) -> None:
+        log = Log()
+        batches = [log.batch((RT.ENQUEUE, {"id": "j", "pr": 0, "at": 0.0, "t": 0.0, "ma": 3,
+                                           "p": 1})),
+                   log.batch(lease("j", 4, until=100))]  # type: ignore[arg-type]
+        fast, general = QueueState(), GeneralState()
+        self.assertEqual(outcome(fast, batches), outcome(general, batches))
+        self.assertIs(type(fast.jobs["j"].lease_until), float)
+
+
+class HeldEntryTest(unittest.TestCase):
+    """A leased job's entry is built when first looked at, and is a snapshot."""
+
+    def test_every_held_entry_equals_one_built_from_the_columns_after_every_batch(self) -> None:
+        for seed in range(8):
+            state = QueueState()
+            for batch in random_history(random.Random(seed), 250, generated=True):
+                # Look at some held jobs before the batch, so stale views would show.
+                for entry in list(state.entries(JobState.LEASED))[:3]:
+                    state.jobs.get(entry.id)
+                state.apply_batch(batch)
+                for entry in state.entries(JobState.LEASED):
+                    with self.subTest(seed=seed, job=entry.id):
+                        self.assertEqual(state.jobs.get(entry.id), entry)
+                        self.assertEqual(state.jobs[entry.id], entry)
+
+    def test_an_entry_taken_before_an_extend_keeps_the_old_deadline(self) -> None:
+        log = Log()
+        state = QueueState()
+        state.apply_batch(log.batch((RT.ENQUEUE, {"id": "j", "pr": 0, "at": 0.0, "t": 0.0,
+                                                  "ma": 3, "p": 1})))
+        state.apply_batch(log.batch(lease("j", 1, until=50.0)))
+        before = state.jobs["j"]
+        state.apply_batch(log.batch((RT.EXTEND, {"id": "j", "tok": 1, "until": 90.0})))
+        self.assertEqual(before.lease_until, 50.0)
+        self.assertEqual(state.jobs["j"].lease_until, 90.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
