@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import random
@@ -32,7 +33,7 @@ from unittest import mock
 from file.test_crash import Child
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
-from nobroker import Queue
+from nobroker import Queue, StorageError
 from nobroker.file.fs import FileSystem
 from nobroker.file.syncfile import DURABLE, SLOT, WRITTEN, SharedSync, sync_filename
 
@@ -263,12 +264,27 @@ class KilledHolderTest(TempDirTestCase):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+            # Its batch is in the log (the page cache survived), but no claim covers it.
+            store = store_of(q)
+            self.assertLess(store.shared._read(store._log)[1], store._log.end)
             before = fs.fdatasyncs
             q.enqueue({"after": "the kill"})
             # Nothing claimed the dead syncer's batch durable: this call synced itself.
             self.assertEqual(fs.fdatasyncs - before, 1)
         finally:
             q.close()
+
+
+class FailingWriteFS(FileSystem):
+    """ENOSPC for the next write to a log, once armed."""
+
+    fail_next = False
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if self.fail_next and ".log" in os.readlink(f"/proc/self/fd/{fd}"):
+            self.fail_next = False
+            raise OSError(errno.ENOSPC, "no space left (injected)")
+        return super().pwrite(fd, data, offset)
 
 
 class NoBootIdFS(FileSystem):
@@ -351,6 +367,20 @@ class SyncFileTest(TempDirTestCase):
         with store._locked():
             store.shared.lower(log, start)
         self.assertEqual(store.shared._read(log), (start, start))
+
+    def test_a_failed_write_lowers_what_the_sync_file_claims_past_its_cut(self) -> None:
+        fs = FailingWriteFS()
+        q = self.open(fs=fs)
+        q.enqueue({"a": 1})
+        store = store_of(q)
+        log, shared = store._log, store.shared
+        start = log.end
+        # As a thread of ours could have claimed (the batch a failed apply then cuts):
+        fs.write_all(shared.fd, shared._encode(DURABLE, log, start + 500), DURABLE * SLOT)
+        fs.fail_next = True
+        with self.assertRaises(StorageError):
+            q.enqueue({"b": 2})
+        self.assertEqual(shared._read(log)[1], start)
 
     def test_no_sync_file_without_a_boot_id_with_fsync_false_or_read_only(self) -> None:
         for kwargs in ({"fs": NoBootIdFS()}, {"fsync": False}):
