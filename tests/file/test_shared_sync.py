@@ -30,9 +30,9 @@ import unittest
 from typing import Any
 from unittest import mock
 
-from file.test_crash import Child
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
+from file.test_crash import Child
 from nobroker import Queue, StorageError
 from nobroker.file.fs import FileSystem
 from nobroker.file.syncfile import DURABLE, SLOT, WRITTEN, SharedSync, sync_filename
