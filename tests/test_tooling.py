@@ -162,8 +162,8 @@ class MakeTest(TempDirTestCase):
         result = run_python(MAKE, "no-such-task", env=clean_env())
         self.assertEqual(result.returncode, 2)
 
-    @unittest.skipUnless((SRC / "nobroker" / "cli.py").is_file(),
-                         "src/nobroker/cli.py does not exist yet: nothing to bundle")
+    @unittest.skipUnless((SRC / "nobroker" / "cli" / "__init__.py").is_file(),
+                         "src/nobroker/cli/ does not exist yet: nothing to bundle")
     def test_build_makes_a_pyz_that_prints_help_from_another_directory(self) -> None:
         pyz = self.tmp / "out" / "nobroker.pyz"
         built = run_python(MAKE, "build", "--output", pyz, env=clean_env())
@@ -207,7 +207,7 @@ class BundleTest(TempDirTestCase):
         result = run_python(BUILD_PYZ, "--source", self.tmp / "empty",
                             "--output", self.tmp / "x.pyz")
         self.assertEqual(result.returncode, 1)
-        self.assertIn("cli.py not found", result.stderr)
+        self.assertIn("(or cli.py) not found", result.stderr)
 
 
 class RunnerTest(TempDirTestCase):

@@ -49,6 +49,16 @@ What is measured for each system:
   ``Queue.dequeue_any`` hands over the first job.
 * sqlite3: a plain table queue, WAL, ``synchronous=FULL``; insert; take = one
   transaction of SELECT + DELETE (no ack).
+* drain (``--only drain``): N = 1, 2, 4 consumer processes emptying one
+  prefilled queue of no-op jobs, every system and N rotating within each
+  round. nobroker: N spawned processes, each a ``Worker`` (concurrency 1)
+  (tools/bench_scaling.py, as ``make.py bench``'s workers row). Huey: its
+  own consumer, ``huey_consumer -k process -w N -n`` on a ``SqliteHuey
+  (fsync=True)`` (dequeue deletes the row: no ack). persist-queue: N spawned
+  processes looping ``get(raw=True)`` + ``ack`` on one ``SQLiteAckQueue``.
+  Every handler stamps its start into a per-process file; the figure is the
+  steady-state rate (10th to 90th percentile of the starts), and jobs
+  delivered more than once are counted.
 * baselines: the raw O_APPEND write+fsync loop with nobroker's record size,
   ``json.dumps`` of the batch, and ``json.loads`` of nobroker's log.
 
@@ -82,15 +92,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_scaling
 from bench_common import (
     REPO,
     SRC,
+    child_error,
     ensure_src_on_path,
     facts_line,
     fmt_rate,
     fmt_ratio,
     fmt_time,
     framed_sizes,
+    gather_at_barrier,
     json_loads_log,
     log_files,
     log_record_bytes,
@@ -104,6 +117,7 @@ from bench_common import (
 
 ensure_src_on_path()
 
+TOOLS = Path(__file__).resolve().parent
 VENV = REPO / ".dev" / "bench-venv"
 REQUIREMENTS = REPO / "requirements-bench.txt"
 STAMP = VENV / ".requirements-bench.sha256"
@@ -751,10 +765,12 @@ class Sizes:
     batch: int
     take_ops: int
     cold_n: int
+    drain_jobs: int
 
 
 def sizes_for(quick: bool, rounds: int | None) -> Sizes:
-    s = Sizes(2, 100, 2_000, 100, 5_000) if quick else Sizes(5, 300, 10_000, 300, 50_000)
+    s = (Sizes(2, 100, 2_000, 100, 5_000, 2_000) if quick
+         else Sizes(5, 300, 10_000, 300, 50_000, 8_000))
     if rounds is not None:
         s.rounds = rounds
     return s
@@ -1010,6 +1026,221 @@ class Baseline(System):
 
 
 # --------------------------------------------------------------------------
+# drain: N consumer processes emptying one queue
+
+
+HUEY_APP = """\
+# The Huey app of tools/bench_peers.py's drain; written to the scratch directory
+# so that huey_consumer can import it (PYTHONPATH holds it and tools/).
+import os
+
+from huey import SqliteHuey
+
+from bench_scaling import record
+
+huey = SqliteHuey("bench", filename=os.environ["BENCH_HUEY_DB"], fsync=True)
+STAMPS = os.environ["BENCH_STAMPS"]
+
+
+@huey.task()
+def noop(i):
+    record(STAMPS, float(i))
+
+
+def prefill(jobs):
+    huey.storage.conn.execute("pragma synchronous=OFF")  # untimed
+    for i in range(jobs):
+        noop(i)
+"""
+
+
+class DrainSystem:
+    """One system's way of running N consumer processes over a prefilled queue."""
+
+    name = "?"
+    durability = "?"
+
+    def drain(self, work: Path, workers: int, jobs: int) -> bench_scaling.Drain:
+        raise NotImplementedError
+
+
+class NobrokerDrain(DrainSystem):
+    name = "nobroker Worker processes"
+    durability = "write-ahead log, fsync per call; ack and next lease in one call"
+
+    def __init__(self) -> None:
+        importlib.import_module("nobroker")
+
+    def drain(self, work: Path, workers: int, jobs: int) -> bench_scaling.Drain:
+        return bench_scaling.drain(work, workers, jobs)
+
+
+class HueyDrain(DrainSystem):
+    name = "huey SqliteHuey consumer -k process (dequeue deletes: no ack)"
+
+    def __init__(self) -> None:
+        peer_module("huey")
+        self.durability = "SQLite WAL, synchronous=FULL: fsync per commit (SqliteHuey fsync=True)"
+
+    def drain(self, work: Path, workers: int, jobs: int) -> bench_scaling.Drain:
+        stamps = bench_scaling.fresh(work / "stamps")
+        app = bench_scaling.fresh(work / "app")
+        (app / "bench_huey_app.py").write_text(HUEY_APP, encoding="utf-8")
+        env = dict(os.environ, BENCH_HUEY_DB=str(app / "huey.db"), BENCH_STAMPS=str(stamps))
+        env["PYTHONPATH"] = os.pathsep.join([str(app), str(TOOLS), env.get("PYTHONPATH", "")])
+        subprocess.run([sys.executable, "-c", f"import bench_huey_app; "
+                        f"bench_huey_app.prefill({jobs})"], env=env, check=True, cwd=app)
+        consumer = subprocess.Popen(
+            [sys.executable, "-m", "huey.bin.huey_consumer", "bench_huey_app.huey",
+             "-k", "process", "-w", str(workers), "-n", "-q"],
+            env=env, cwd=app, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=die_with_parent)
+        try:
+            deadline = time.monotonic() + 300
+            while bench_scaling.stamp_count(stamps) < jobs:  # waiting for the end, not timing
+                if consumer.poll() is not None:
+                    raise RuntimeError(f"huey_consumer exited with {consumer.returncode}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("huey_consumer did not finish in 300 s")
+                time.sleep(0.02)
+        finally:
+            consumer.send_signal(signal.SIGINT)  # graceful: its workers are idle by now
+            try:
+                consumer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(consumer.pid, signal.SIGKILL)
+                consumer.wait()
+        return bench_scaling.drain_outcome(stamps, jobs)
+
+
+def _child_persistqueue(path: str, stamps_dir: str, barrier: Any, out: Any) -> None:
+    """Process body for PersistQueueDrain: get + ack until the queue reports Empty."""
+    try:
+        pq = importlib.import_module("persistqueue")
+        q = pq.SQLiteAckQueue(path, auto_commit=True, multithreading=False)
+        barrier.wait(timeout=120)
+        taken = 0
+        while True:
+            try:
+                item = q.get(block=False, raw=True)
+            except pq.Empty:
+                break
+            bench_scaling.record(stamps_dir, float(item["data"]["user"]))
+            q.ack(id=item["pqid"])
+            taken += 1
+        q.close()
+        out.put(("ok", taken))
+    except BaseException as exc:  # reported to the parent
+        barrier.abort()
+        out.put(("error", child_error(exc)))
+
+
+class PersistQueueDrain(DrainSystem):
+    name = "persist-queue SQLiteAckQueue processes"
+
+    def __init__(self) -> None:
+        self.pq = peer_module("persistqueue")
+        self.durability = "SQLite WAL, synchronous=FULL: fsync per commit"
+
+    def drain(self, work: Path, workers: int, jobs: int) -> bench_scaling.Drain:
+        stamps, store = bench_scaling.fresh(work / "stamps"), bench_scaling.fresh(work / "pq")
+        q = self.pq.SQLiteAckQueue(str(store), auto_commit=True, multithreading=False)
+        q._putter.execute("pragma synchronous=OFF")  # untimed prefill
+        for p in small_payloads(0, jobs):
+            q.put(p)
+        q.close()
+        gather_at_barrier([(_child_persistqueue, (str(store), str(stamps)))] * workers)
+        return bench_scaling.drain_outcome(stamps, jobs)
+
+
+DRAIN_COUNTS = (1, 2, 4)
+
+
+@dataclass
+class DrainTable:
+    """Each drain system's runs at each N, in round order."""
+
+    jobs: int
+    runs: dict[str, dict[int, list[bench_scaling.Drain]]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    durability: dict[str, str] = field(default_factory=dict)
+
+    def rate(self, name: str, workers: int) -> float:
+        return median([d.rate for d in self.runs[name][workers]])
+
+
+def run_drains(jobs: int, rounds: int, root: Path, log: Callable[[str], None]) -> DrainTable:
+    """Every round: each N, each system (nobroker, Huey, persist-queue in rotation)."""
+    table = DrainTable(jobs)
+    systems: list[DrainSystem] = []
+    for make in (NobrokerDrain, HueyDrain, PersistQueueDrain):
+        try:
+            systems.append(make())
+        except Skip as exc:
+            table.skipped[make.name] = skip_text(exc)
+    for s in systems:
+        table.runs[s.name] = {n: [] for n in DRAIN_COUNTS}
+        table.durability[s.name] = s.durability
+    for r in range(rounds):
+        for workers in DRAIN_COUNTS:
+            for s in list(systems):
+                work = Path(tempfile.mkdtemp(prefix="drain-", dir=root))
+                try:
+                    table.runs[s.name][workers].append(s.drain(work, workers, jobs))
+                except Exception as exc:
+                    traceback.print_exc(file=sys.stderr)
+                    table.skipped[s.name] = f"skipped: error: {type(exc).__name__}: {exc}"
+                    del table.runs[s.name]
+                    systems.remove(s)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+        log(f"    round {r + 1}/{rounds} done")
+    return table
+
+
+def drain_rows(table: DrainTable) -> tuple[list[str], list[list[str]]]:
+    """The drain as one table: a system per row, N = 1, 2, 4 and the ratios as columns."""
+    headers = ["system", "durability", *(f"N = {n}" for n in DRAIN_COUNTS), "2 / 1", "4 / 1",
+               "delivered twice (all rounds, N = 1 / 2 / 4)"]
+    nb = NobrokerDrain.name
+    rows = []
+    for name, runs in table.runs.items():
+        cells = [name, table.durability[name]]
+        for n in DRAIN_COUNTS:
+            text = f"{table.rate(name, n):,.0f}/s"
+            if name != nb and nb in table.runs:
+                text += f" (nobroker {fmt_ratio(table.rate(nb, n) / table.rate(name, n))})"
+            cells.append(text)
+        cells += [fmt_ratio(table.rate(name, 2) / table.rate(name, 1)),
+                  fmt_ratio(table.rate(name, 4) / table.rate(name, 1)),
+                  " / ".join(str(sum(d.duplicates for d in runs[n])) for n in DRAIN_COUNTS)]
+        rows.append(cells)
+    for name, why in table.skipped.items():
+        rows.append([name, "—", why, *["—"] * (len(headers) - 3)])
+    return headers, rows
+
+
+def drain_checks(table: DrainTable) -> list[str]:
+    """Issue #14's peer target for the drain, judged on this run."""
+    nb, huey = NobrokerDrain.name, HueyDrain.name
+    if nb not in table.runs or huey not in table.runs:
+        return []
+    lines = []
+    for n in DRAIN_COUNTS:
+        r = table.rate(nb, n) / table.rate(huey, n)
+        lines.append(f"{n} worker process{'es' if n > 1 else ''} draining: nobroker ahead of "
+                     f"Huey's process consumer: nobroker {fmt_ratio(r)} -> "
+                     f"{'PASS' if r > 1.0 else 'MISS'}")
+    return lines
+
+
+def drain_title(table: DrainTable, rounds: int) -> str:
+    return (f"N consumer processes draining one queue of {table.jobs:,} no-op jobs "
+            f"(steady-state jobs/s, medians of {rounds} interleaved rounds; "
+            "\"nobroker Nx\": above 1 = nobroker ahead)")
+
+
+# --------------------------------------------------------------------------
 # report
 
 
@@ -1125,7 +1356,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes, 2 rounds")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 5, --quick 2)")
     p.add_argument("--only", help="comma-separated workloads: enqueue,batch,take_ack,"
-                                  "cold_open,memory")
+                                  "cold_open,memory,drain")
     p.add_argument("--dir", type=Path, default=REPO / ".bench", help="scratch parent")
     p.add_argument("--markdown", action="store_true", help="print one combined Markdown table")
     p.add_argument("--json", type=Path, metavar="FILE", help="write raw results to FILE")
@@ -1140,7 +1371,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_venv and not in_bench_venv():
         bootstrap(argv)  # re-executes inside the venv unless it cannot be made
     sizes = sizes_for(args.quick, args.rounds)
-    all_wls = ["enqueue", "batch", "take_ack", "cold_open", "memory"]
+    all_wls = ["enqueue", "batch", "take_ack", "cold_open", "memory", "drain"]
     selected = all_wls if not args.only else [w.strip() for w in args.only.split(",")]
     bad = [w for w in selected if w not in all_wls]
     if bad:
@@ -1167,7 +1398,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"nobroker bench-peers — {facts_line(facts)}")
     log(f"interpreter: {sys.executable}; scratch: {root}")
     log(f"rounds: {sizes.rounds} interleaved, medians; enqueue {sizes.enqueue_ops}/round, "
-        f"batch {sizes.batch:,}, take+ack {sizes.take_ops}/round, cold open {sizes.cold_n:,}")
+        f"batch {sizes.batch:,}, take+ack {sizes.take_ops}/round, cold open {sizes.cold_n:,}, "
+        f"drain {sizes.drain_jobs:,} jobs")
     try:
         importlib.import_module("nobroker")
     except ImportError as exc:
@@ -1178,8 +1410,11 @@ def main(argv: list[str] | None = None) -> int:
     # redis servers for RQ
     redis_why = ""
     redis_servers: dict[str, RedisServer | None] = {"always": None, "everysec": None}
-    binary = ensure_redis_server()
-    if binary is None:
+    drain_only = selected == ["drain"]  # RQ takes no part in the drain
+    binary = None if drain_only else ensure_redis_server()
+    if drain_only:
+        redis_why = "not run: drain only"
+    elif binary is None:
         redis_why = "no redis-server (apt-get install redis-server failed)"
         log(f"!!! RQ skipped: {redis_why}")
     else:
@@ -1211,7 +1446,7 @@ def main(argv: list[str] | None = None) -> int:
          lambda: RQSystem(redis_servers["everysec"], redis_why or "no redis-server")),
         ("sqlite3 table (WAL, FULL)", SqliteTableSystem),
     ]
-    for label, make in factories:
+    for label, make in [] if drain_only else factories:  # the drain has its own systems
         try:
             systems.append(make())
         except Skip as exc:
@@ -1222,6 +1457,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"!!! {label}: skipped: {skipped[label]}")
 
     wls: list[Workload] = []
+    drains: DrainTable | None = None
     started = time.perf_counter()
     try:
         runner = Runner(sizes, root, systems, skipped, log)
@@ -1244,6 +1480,8 @@ def main(argv: list[str] | None = None) -> int:
                     wls.append(runner.wl_cold_open())
                 elif key == "memory":
                     wls.append(runner.wl_memory())
+                elif key == "drain":
+                    drains = run_drains(sizes.drain_jobs, sizes.rounds, root, log)
             finally:
                 for s in two_calls:
                     if s not in systems:
@@ -1260,18 +1498,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nobroker vs peers, one run of `{command.strip()}` on {facts_line(facts)}; "
               f"medians of {sizes.rounds} interleaved rounds; \"nobroker Nx\" = how many times "
               "better nobroker did (above 1: ahead).\n")
-        print(report_markdown(wls, durability))
-        checks = target_checks(wls, durability)
+        if wls:
+            print(report_markdown(wls, durability))
+        if drains is not None:
+            print(f"\n{drain_title(drains, sizes.rounds)}:\n")
+            print(render_markdown_table(*drain_rows(drains)))
+        checks = target_checks(wls, durability) + (drain_checks(drains) if drains else [])
         if checks:
             print()
             for line in checks:
                 print(f"- {line}")
     else:
-        print(report_text(wls, durability, takes))
+        if wls:
+            print(report_text(wls, durability, takes))
+        if drains is not None:
+            print(f"\n== {drain_title(drains, sizes.rounds)} ==")
+            print(render_text_table(*drain_rows(drains)))
         total = time.perf_counter() - started
         print(f"\nnobroker vs it: above 1 = nobroker ahead (throughput ratio; for times and "
               f"memory the peer's figure over nobroker's). Total {total:.0f} s.")
-        checks = target_checks(wls, durability)
+        checks = target_checks(wls, durability) + (drain_checks(drains) if drains else [])
         if checks:
             print("\n== peer targets ==")
             for line in checks:
@@ -1283,6 +1529,10 @@ def main(argv: list[str] | None = None) -> int:
                                "cells": {n: c.__dict__ for n, c in w.cells.items()},
                                "baselines": {n: c.__dict__ for n, c in w.baselines.items()}}
                               for w in wls]}
+        if drains is not None:
+            data["drain"] = {"jobs": drains.jobs, "skipped": drains.skipped,
+                             "runs": {name: {n: [d.__dict__ for d in ds] for n, ds in by.items()}
+                                      for name, by in drains.runs.items()}}
         args.json.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     return 0
 

@@ -57,8 +57,9 @@ def stage(source: Path, staging: Path) -> None:
 
 def build(source: Path, output: Path) -> Path:
     """Build the zipapp at ``output`` from the package directory ``source``."""
-    if not (source / "cli.py").is_file():
-        raise FileNotFoundError(f"{source / 'cli.py'} not found: the bundle needs a CLI to run")
+    if not ((source / "cli" / "__init__.py").is_file() or (source / "cli.py").is_file()):
+        raise FileNotFoundError(f"{source / 'cli'}/ (or cli.py) not found: the bundle needs "
+                                "a CLI to run")
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nobroker-pyz-") as tmp:
         staging = Path(tmp) / "app"

@@ -1,4 +1,4 @@
-"""`python -m nobroker`: the command line (everything lives in cli.py)."""
+"""`python -m nobroker`: the command line (everything lives in cli/)."""
 
 import sys
 

@@ -1,0 +1,120 @@
+"""`nobroker work`: a handler (MODULE:FUNCTION) or a module's registered tasks,
+run by a Worker until it is stopped.
+
+User code is imported like `python -m` would, the current directory first,
+and every failure to import it is one line (exit 2); the handler is loaded
+before the queue is opened, so a typo creates no queue. A worker stopped
+by a second signal exits 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from ..queue import Queue
+from ..worker import Handler, Worker, describe_error
+from .arguments import UsageError
+from .location import open_queue
+
+
+def cmd_work(args: argparse.Namespace) -> int:
+    options: dict[str, Any] = dict(
+        concurrency=args.concurrency, poll_interval=args.poll_interval, max_jobs=args.max_jobs,
+        idle_timeout=args.idle_timeout, shutdown_timeout=args.shutdown_timeout,
+        visibility_timeout=args.visibility_timeout, timeout=args.timeout, pool=args.pool)
+    if ":" not in args.handler:  # a module of tasks: its queue and its registered tasks
+        with load_tasks_queue(args.handler, args) as queue:
+            stats = _run_worker(queue, None, options)
+    else:
+        handler = load_handler(args.handler)  # before opening: a typo must not create a queue
+        with open_queue(args, create=True) as queue:
+            stats = _run_worker(queue, handler, options)
+    if stats.forced:
+        signum = getattr(signal, stats.stopped_by, None)
+        return 128 + int(signum) if isinstance(signum, int) else 1
+    return 0
+
+
+def _run_worker(queue: Queue, handler: Handler | None, options: dict[str, Any]) -> Any:
+    try:
+        worker = Worker(queue, handler, **options)
+    except ValueError as exc:  # e.g. pool="process" and a handler it cannot import
+        raise UsageError(str(exc)) from None
+    return worker.run()
+
+
+def load_tasks_queue(module_name: str, args: argparse.Namespace) -> Queue:
+    """Import a tasks module; the queue its tasks are registered on.
+
+    `nobroker work myapp.tasks` runs on the queue the module opened; --dir
+    and --queue, if given, must name that queue (they pick one if the module
+    registered tasks on several).
+    """
+    from ..tasks import registered_queues
+
+    _import_module(module_name, hint=" (work takes MODULE:FUNCTION, or a MODULE of tasks)")
+    queues = registered_queues()
+    if "dir" in args:
+        queues = [q for q in queues if q.directory == os.path.abspath(args.dir)]
+    if "queue" in args:
+        queues = [q for q in queues if q.name == args.queue]
+    if not queues:
+        given = " matching --dir/--queue" if "dir" in args or "queue" in args else ""
+        raise UsageError(f"module {module_name!r} registered no tasks on a queue{given} "
+                         f"(decorate functions with @queue.task)")
+    if len(queues) > 1:
+        names = ", ".join(sorted(f"{q.name!r} in {q.directory}" for q in queues))
+        raise UsageError(f"module {module_name!r} registered tasks on several queues "
+                         f"({names}); choose one with --dir and --queue")
+    return queues[0]
+
+
+def _import_module(module_name: str, hint: str = "") -> Any:
+    """Import a user's module like `python -m` would, the current directory first;
+    every failure is a UsageError with one line of text."""
+    here = os.getcwd()
+    if not any(os.path.abspath(entry or ".") == here for entry in sys.path):
+        sys.path.insert(0, here)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise UsageError(f"cannot import {module_name!r}: no such module in {here} "
+                             f"or on sys.path{hint}") from None
+        logging.getLogger("nobroker").debug("importing %r failed", module_name, exc_info=True)
+        raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
+    except Exception as exc:  # the handler's own module is broken: say how, in one line
+        # ... and with `work -v`, where: the traceback goes to the debug log.
+        logging.getLogger("nobroker").debug("importing %r failed", module_name, exc_info=True)
+        raise UsageError(f"importing {module_name!r} failed: {describe_error(exc)}") from None
+
+
+def load_handler(spec: str) -> Handler:
+    """The callable named by MODULE:FUNCTION, imported like `python -m` would.
+
+    The current directory is searched first, so `nobroker work tasks:handle`
+    finds ./tasks.py. Every failure is a UsageError with one line of text.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"handler {spec!r} must look like MODULE:FUNCTION, "
+                         f"e.g. myapp.tasks:handle")
+    target = _import_module(module_name)
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise UsageError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not callable(target):
+        kind = type(target).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        raise UsageError(f"{spec} is {article} {kind}, not a function")
+    handler: Handler = target
+    return handler
