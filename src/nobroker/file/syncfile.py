@@ -120,12 +120,19 @@ class SharedSync:
         """Make the log's bytes before `need` durable; returns an offset now proven
         durable. `own` is what this process had written before calling (covered by
         an fdatasync of ours). Raises what `fdatasync` raises, publishing nothing."""
-        durable = self._read(log)[1]  # no flock yet: a torn read just fails its CRC
-        if durable is not None and durable >= need:
-            return durable
-        self.fs.lock(self.fd)
         try:
-            written, durable = self._read(log)
+            durable = self._read(log)[1]  # no flock yet: a torn read just fails its CRC
+            if durable is not None and durable >= need:
+                return durable
+            self.fs.lock(self.fd)
+        except OSError:  # NAME.sync failed us, not the log: sync alone, as without it
+            fdatasync()
+            return own
+        try:
+            try:
+                written, durable = self._read(log)
+            except OSError:
+                written = durable = None
             if durable is not None and durable >= need:
                 return durable  # another process's fdatasync, begun after our write
             fdatasync()
