@@ -2326,7 +2326,8 @@ def _w_group_commit(d: Driver) -> None:
 
 @workload("shared_fsync")
 def _w_shared_fsync(d: Driver) -> None:
-    a, b = d.open(), d.open()  # two processes, as far as NAME.sync can tell
+    # Two processes, as far as NAME.sync can tell (two descriptors on it).
+    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
     d.call(a, "enqueue", payload(1, 100))
     # a writes its batch; before it claims, b writes, fdatasyncs (covering a's batch
     # too) and publishes; a then finds itself covered and returns without an fsync.
@@ -2342,7 +2343,7 @@ def _w_shared_fsync(d: Driver) -> None:
 
 @workload("shared_fsync_peer_dies")
 def _w_shared_fsync_peer_dies(d: Driver) -> None:
-    a, b = d.open(), d.open()
+    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
     d.call(a, "enqueue", payload(1, 100))
     # b dies in its fdatasync, holding the flock: it published nothing, so a must
     # fdatasync for itself (a durable published first would let a return unsynced).
@@ -2355,7 +2356,7 @@ def _w_shared_fsync_peer_dies(d: Driver) -> None:
 
 @workload("shared_fsync_compaction")
 def _w_shared_fsync_compaction(d: Driver) -> None:
-    a, b = d.open(), d.open()
+    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
     d.call(a, "enqueue", payload(1, 100))
     d.call(b, "enqueue", payload(2, 100))
     d.call(a, "compact")

@@ -97,11 +97,11 @@ class RecoveryReportTest(FileQueueTestCase):
             q.list_jobs()
         self.assertEqual(tree_digest(self.tmp), before)
 
-    def test_a_brand_new_queue_has_generation_zero_a_lock_file_and_a_sync_file(self) -> None:
+    def test_a_brand_new_queue_has_generation_zero_and_a_lock_file_only(self) -> None:
         q = self.open()
         self.assertTrue(q.recovery.clean)
         names = sorted(p.name for p in self.dir.iterdir())
-        self.assertEqual(names, ["default.000000.log", "default.lock", "default.sync"])
+        self.assertEqual(names, ["default.000000.log", "default.lock"])
         self.assertEqual(log_path(self.dir).read_bytes()[:8], b"NOBROKER")
 
 

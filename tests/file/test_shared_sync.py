@@ -69,7 +69,8 @@ class Audited(FileSystem):
             note(f"E {pid} {os.fstat(fd).st_ino}")
 
 q = Queue.from_backend(FileBackend(directory, "default", Settings(),
-                                   FileOptions(fs=Audited(), auto_compact=None)))
+                                   FileOptions(fs=Audited(), auto_compact=None,
+                                               share_fsyncs=True)))
 sys.stdout.write("ready\n"); sys.stdout.flush()
 sys.stdin.readline()  # everyone starts at once
 done = 0
@@ -121,7 +122,7 @@ class AuditTest(TempDirTestCase):
         directory = str(self.tmp / "q")
         audit = str(self.tmp / "audit")
         open(audit, "w").close()
-        with Queue(directory) as q:
+        with file_queue(directory, share_fsyncs=True) as q:
             q.enqueue_many(range(calls * roles.count("work")))
         children = [spawn_python(AUDITED, directory, audit, role, str(calls))
                     for role in roles]
@@ -166,7 +167,10 @@ class AuditTest(TempDirTestCase):
 ENQUEUE_ACK_LOOP = r"""
 import os, sys
 from nobroker import Queue
-q = Queue(sys.argv[1], visibility_timeout=3600)
+from nobroker.backend import Settings
+from nobroker.file.backend import FileBackend, FileOptions
+q = Queue.from_backend(FileBackend(sys.argv[1], "default", Settings(visibility_timeout=3600),
+                                   FileOptions(share_fsyncs=True)))
 os.write(1, b"ready\n")
 i = 0
 while True:
@@ -230,7 +234,8 @@ class Dies(FileSystem):
 
 fs = Dies()
 fs.armed = False
-q = Queue.from_backend(FileBackend(sys.argv[1], "default", Settings(), FileOptions(fs=fs)))
+q = Queue.from_backend(FileBackend(sys.argv[1], "default", Settings(),
+                                   FileOptions(fs=fs, share_fsyncs=True)))
 q.enqueue({"warm": 1})  # grows the file: later enqueues fdatasync only in the claim
 fs.armed = True
 q.enqueue({"never": "returns"})
@@ -255,7 +260,7 @@ class KilledHolderTest(TempDirTestCase):
         self.assertEqual(out, b"dying\n", err.decode()[-2000:])
         self.assertEqual(child.returncode, -9)
         fs = CountingFS()
-        q = file_queue(directory, fs=fs)
+        q = file_queue(directory, fs=fs, share_fsyncs=True)
         try:
             # The kernel dropped the flock: it can be taken without waiting.
             fd = os.open(os.path.join(directory, sync_filename("default")), os.O_RDWR)
@@ -294,7 +299,7 @@ class NoBootIdFS(FileSystem):
 
 class SyncFileTest(TempDirTestCase):
     def open(self, **kwargs: Any) -> Any:
-        q = file_queue(self.tmp / "q", **kwargs)
+        q = file_queue(self.tmp / "q", share_fsyncs=True, **kwargs)
         self.addCleanup(q.close)
         return q
 
@@ -383,7 +388,8 @@ class SyncFileTest(TempDirTestCase):
         self.assertEqual(shared._read(log)[1], start)
 
     def test_no_sync_file_without_a_boot_id_with_fsync_false_or_read_only(self) -> None:
-        for kwargs in ({"fs": NoBootIdFS()}, {"fsync": False}):
+        for kwargs in ({"fs": NoBootIdFS(), "share_fsyncs": True},
+                       {"fsync": False, "share_fsyncs": True}, {}):  # {}: off by default
             with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
                 directory = self.tmp / str(len(os.listdir(self.tmp)))
                 fs = CountingFS() if "fs" not in kwargs else kwargs["fs"]
@@ -395,10 +401,10 @@ class SyncFileTest(TempDirTestCase):
                     q.close()
                 self.assertFalse((directory / sync_filename("default")).exists())
                 del fs
-        with file_queue(self.tmp / "ro-src") as q:
+        with file_queue(self.tmp / "ro-src", share_fsyncs=True) as q:
             q.enqueue({"a": 1})
         os.unlink(self.tmp / "ro-src" / sync_filename("default"))
-        reader = file_queue(self.tmp / "ro-src", readonly=True)
+        reader = file_queue(self.tmp / "ro-src", readonly=True, share_fsyncs=True)
         try:
             self.assertIsNone(store_of(reader).shared)
         finally:

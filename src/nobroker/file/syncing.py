@@ -30,7 +30,8 @@ def open_shared(store: FileStore) -> None:
     """Give the store its descriptor on NAME.sync, where sharing fsyncs can work."""
     # Only a durable writer has fsyncs to share; on a network file system another
     # machine's page cache is not ours to flush.
-    if store.fsync and not store.readonly and not store.network_fs:
+    if store.options.share_fsyncs and store.fsync and not store.readonly \
+            and not store.network_fs:
         store.shared = SharedSync.open(store.options.fs, store.directory, store.name)
 
 
