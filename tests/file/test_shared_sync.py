@@ -7,7 +7,7 @@
   file is a real-time order of those moments: every returned call must have
   its last log write before the start of an fdatasync (anyone's, of the same
   inode) that ended before the call returned. And the fdatasyncs must be
-  shared: well below one per call in total (today's code: one per call).
+  shared: well below one per call in total (without sharing: one per call).
 - kill -9: several processes enqueue and ack while all of them are killed
   at random moments; every call that returned is there, no returned ack comes
   back.
@@ -41,7 +41,7 @@ SEED = int(os.environ.get("NOBROKER_CRASH_SEED", "20261129"))
 
 # A child: `role` (produce | work) for `calls` calls, through an auditing FileSystem.
 AUDITED = r"""
-import os, sys
+import os, sys, time
 from nobroker import Queue
 from nobroker.backend import Settings
 from nobroker.file.backend import FileBackend, FileOptions
@@ -66,6 +66,7 @@ class Audited(FileSystem):
             note(f"S {pid} {os.fstat(fd).st_ino}")
         super().fdatasync(fd)
         if log:
+            time.sleep(0.002)  # a slow disk: the others write meanwhile, every time
             note(f"E {pid} {os.fstat(fd).st_ino}")
 
 q = Queue.from_backend(FileBackend(directory, "default", Settings(),
@@ -152,8 +153,10 @@ class AuditTest(TempDirTestCase):
               f"({syncs / calls:.2f} per call)", flush=True)
         self.assertGreaterEqual(calls, 1600 + 200)  # 800 enqueues, 800 acks, the leases
         self.assertEqual(problems[:5], [])
-        # Today's code (no NAME.sync) makes one per call and more (file growth).
-        self.assertLess(syncs, 0.8 * calls, "the processes did not share fdatasyncs")
+        # Without sharing it is one per call and more (file growth); the children's
+        # fdatasyncs take 2 ms longer, as on a slow disk, so that the others' writes
+        # land while one runs: with 4 processes most calls are covered by a peer's.
+        self.assertLess(syncs, 0.7 * calls, "the processes did not share fdatasyncs")
 
     def test_the_audit_catches_a_call_that_returned_uncovered(self) -> None:
         # The checker itself can fail: a return before the fdatasync that began after
