@@ -155,8 +155,14 @@ What it does not model: lying devices and bit rot in data that was once
 durable (only the E8 probe); reads of not-yet-durable data reported to a
 caller (P8); true concurrency (handles are serialised in one process, so
 group commit's overlapping batches are exercised through a writer that died
-before its fsync and through fsync=False, not through racing threads); the
-lock file's identity (the concurrency tests own that); a crash in the
+before its fsync and through fsync=False, not through racing threads;
+group commit across processes through `before_next_claim`, which lets one
+handle's whole call run just before another takes NAME.sync's flock, whose
+exclusion itself is not modelled: tests/file/test_shared_sync.py's real
+processes own it); NAME.sync after a power cut only as another boot's (a
+crash state opens with RECOVERY_BOOT, so the recording's slots prove
+nothing, as the boot id makes them on a real reboot); the lock file's
+identity (the concurrency tests own that); a crash in the
 middle of an fsync; Linux's per-descriptor fsync error reporting (errseq: an
 injected EIO reaches only the failing call); sector sizes other than 512
 (a 4096-byte device tears less finely, so 512 is the stricter case); the
@@ -198,6 +204,8 @@ __all__ = [
 ]
 
 SECTOR = 512
+RECORDING_BOOT = b"explorer-record!"  # what FileSystem.boot_id says while recording
+RECOVERY_BOOT = b"explorer-reboot!"  # ... and in the boot after the crash
 PROFILES = ("process", "ext4ish", "weak", "windows")
 QUEUE = "q"
 _HERE = os.path.abspath(__file__)
@@ -268,6 +276,7 @@ class RecordingFS(FileSystem):
         self.frozen = False
         self._faults: list[_Fault] = []
         self._before_sync: list[Callable[[], None]] = []  # run just before the next fsync
+        self._before_claim: list[Callable[[], None]] = []  # ... the next NAME.sync flock
         self._next_ino = 1
         if adopt:  # every file already present is durable: the start of a compound trace
             for name in sorted(os.listdir(self.root)):
@@ -462,6 +471,21 @@ class RecordingFS(FileSystem):
         if self.frozen:
             raise SimulatedCrash("the process is dead")
         super().mkdir(path, mode)
+
+    def lock(self, fd: int) -> None:
+        # NAME.sync's flock. Handles run serialised in one thread, so a real flock
+        # would only deadlock a call made from inside another's claim; there is
+        # nothing to exclude. The hooks let another handle's call in just before.
+        if self._before_claim:
+            self._before_claim.pop(0)()
+        if self.frozen:
+            raise SimulatedCrash("the process is dead")
+
+    def unlock(self, fd: int) -> None:
+        pass  # a dead process's flock is dropped by the kernel: never refused
+
+    def boot_id(self) -> bytes | None:
+        return RECORDING_BOOT  # the same on every run: a trace's bytes stay reproducible
 
     # -- the shadow check ---------------------------------------------------
 
@@ -659,6 +683,11 @@ class Driver:
     def before_next_fsync(self, action: Callable[[], None]) -> None:
         """Run `action` (other calls) when the next fsync is about to start: group commit."""
         self.fs._before_sync.append(action)
+
+    def before_next_claim(self, action: Callable[[], None]) -> None:
+        """Run `action` (other calls) when a handle is about to take NAME.sync's flock,
+        after its batch was written: group commit across processes."""
+        self.fs._before_claim.append(action)
 
     # -- internals ------------------------------------------------------------
 
@@ -1596,7 +1625,11 @@ class _Opener:
 
 
 class _FastFS(FileSystem):
-    """The plain OS without fsyncs: checking states never waits on a disk."""
+    """The plain OS without fsyncs: checking states never waits on a disk. A crash
+    state opens in another boot: what NAME.sync says of the recording proves nothing."""
+
+    def boot_id(self) -> bytes | None:
+        return RECOVERY_BOOT
 
     def fsync(self, fd: int) -> None:
         pass
@@ -2310,6 +2343,52 @@ def _w_group_commit(d: Driver) -> None:
     d.before_next_fsync(lambda: (d.call(b, "lease", 2), None)[1])
     d.call(a, "enqueue", payload(3, 500))
     for job in _held(d.call(a, "lease", 5)):
+        d.call(b, "ack", job)
+
+
+@workload("shared_fsync")
+def _w_shared_fsync(d: Driver) -> None:
+    # Two processes, as far as NAME.sync can tell (two descriptors on it).
+    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
+    d.call(a, "enqueue", payload(1, 100))
+    # a writes its batch; before it claims, b writes, fdatasyncs (covering a's batch
+    # too) and publishes; a then finds itself covered and returns without an fsync.
+    d.before_next_claim(lambda: d.call(b, "enqueue_many", [payload(10 + i, 300)
+                                                            for i in range(2)]))
+    d.call(a, "enqueue", payload(2, 700))
+    d.before_next_claim(lambda: (d.call(b, "lease", 2), None)[1])
+    leased = _held(d.call(a, "lease", 1))
+    for job in leased:
+        d.call(b, "ack", job)
+    d.call(a, "enqueue", payload(3, 500))
+
+
+@workload("shared_fsync_peer_dies")
+def _w_shared_fsync_peer_dies(d: Driver) -> None:
+    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
+    d.call(a, "enqueue", payload(1, 100))
+    # b dies in its fdatasync, holding the flock: it published nothing, so a must
+    # fdatasync for itself (a durable published first would let a return unsynced).
+    d.before_next_claim(lambda: (d.crash_next("fsync"), d.call(b, "enqueue", payload(2, 300)),
+                                 None)[2])
+    d.call(a, "enqueue", payload(3, 700))
+    for job in _held(d.call(a, "lease", 3)):
+        d.call(a, "ack", job)
+
+
+@workload("shared_fsync_compaction")
+def _w_shared_fsync_compaction(d: Driver) -> None:
+    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
+    d.call(a, "enqueue", payload(1, 100))
+    d.call(b, "enqueue", payload(2, 100))
+    d.call(a, "compact")
+    # a's claim in the new generation is covered by b's, which must not be confused
+    # with what NAME.sync said of the old one.
+    d.before_next_claim(lambda: d.call(b, "enqueue", payload(3, 400)))
+    d.call(a, "enqueue", payload(4, 400))
+    d.call(b, "compact")
+    d.before_next_claim(lambda: (d.call(a, "lease", 2), None)[1])
+    for job in _held(d.call(b, "lease", 2)):
         d.call(b, "ack", job)
 
 

@@ -40,13 +40,14 @@ DEFERRED = frozenset({("queue", "tasks")})
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("the backend", frozenset({"__init__", "backend"})),
     ("a live handle", frozenset({"store", "opening", "following", "checkpointing",
-                                 "compacting", "inspection", "options", "salvage"})),
+                                 "compacting", "inspection", "options", "salvage",
+                                 "syncing"})),
     ("rebuilding and generations", frozenset({"rebuild", "compaction"})),
     ("planning and saving the state", frozenset({"commands", "checkpoint", "tolerant"})),
     ("the replay state", frozenset({"state", "transitions", "snapshots", "fields", "jobtable",
                                     "tablecolumns", "listing", "schedule", "relocation",
                                     "retention", "columns"})),
-    ("one log file", frozenset({"logfile", "logwriter", "recovery"})),
+    ("one log file", frozenset({"logfile", "logwriter", "recovery", "syncfile"})),
     ("records", frozenset({"records"})),
     ("bytes and the OS", frozenset({"framing", "fs", "lock", "wake", "finished"})),
 ]

@@ -31,7 +31,12 @@ The planted bugs:
   call returned; the explorer missed it while `new_file_garbage` was off;
 - no generation re-check under the lock (FileStore._refresh reads forward in its
   own generation only): a handle that missed a peer's compaction appends to
-  the unlinked old generation and its returned ack is lost (I2/I3/I4).
+  the unlinked old generation and its returned ack is lost (I2/I3/I4);
+- NAME.sync's `durable` published before the fdatasync it speaks of
+  (SharedSync.flush): a peer that dies in that fdatasync leaves a claim that
+  lets another call return unsynced, and a crash loses it (I2/I3);
+- a claim that skips the fdatasync whenever a peer ever published (the skip
+  made unconditional): a returned call nobody synced is lost (I2/I3).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from nobroker.file.fs import FileSystem
 from nobroker.file.logfile import LogFile
 from nobroker.file.recovery import decode_payload
 from nobroker.file.store import FileStore
+from nobroker.file.syncfile import DURABLE, SLOT, SharedSync
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:
@@ -255,6 +261,39 @@ class GenerationTest(TeethTestCase):
             report = self.explore("two_handles", ("process",), rot=False)
         violation = caught(report, {"I2", "I3", "I4"}, "FileStore._commit")
         self.assertIn("h1.ack", violation.message)
+
+
+class SharedSyncTest(TeethTestCase):
+    def test_publishing_durable_before_the_fdatasync_lets_a_peer_return_unsynced(self
+                                                                                 ) -> None:
+        def publish_first(self: SharedSync, log: Any, need: int, own: int,
+                          fdatasync: Callable[[], None]) -> int:
+            self.fs.lock(self.fd)
+            try:
+                written, durable = self._read(log)
+                if durable is not None and durable >= need:
+                    return durable
+                reached = max(own, written or 0, durable or 0)
+                # The planted bug: the claim is published before the fdatasync returned.
+                self.fs.write_all(self.fd, self._encode(DURABLE, log, reached), DURABLE * SLOT)
+                fdatasync()
+                return reached
+            finally:
+                self.fs.unlock(self.fd)
+
+        with mock.patch.object(SharedSync, "flush", publish_first):
+            report = self.explore("shared_fsync_peer_dies", ("process", "ext4ish"), rot=False)
+        violation = caught(report, {"I2", "I3"}, "LogWriter.append")
+        self.assertIn("publish_first", str(violation))
+
+    def test_a_claim_that_always_skips_the_fdatasync_loses_a_returned_call(self) -> None:
+        def always_covered(self: SharedSync, log: Any, need: int, own: int,
+                           fdatasync: Callable[[], None]) -> int:
+            return need  # the planted bug: the skip made unconditional
+
+        with mock.patch.object(SharedSync, "flush", always_covered):
+            report = self.explore("shared_fsync", ("ext4ish",), rot=False)
+        caught(report, {"I2", "I3"}, "LogWriter.append")
 
 
 if __name__ == "__main__":

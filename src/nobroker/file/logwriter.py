@@ -4,7 +4,9 @@ A mixin of LogFile (logfile.py). The file is preallocated with zeros ahead
 of the records (durably, before records land in the new space), so that an
 fdatasync after a write flushes data only. One fdatasync serves every thread
 whose records were written before it started (group commit); a failed one
-fails every later call. A torn tail is saved to a side file before it is cut.
+fails every later call. Given the queue's SharedSync (syncfile.py), the one
+thread that syncs asks it first whether another process's fdatasync already
+covered us, and publishes its own for them. A torn tail is saved to a side file before it is cut.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import os
 import threading
 import zlib
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from .fs import FileSystem
+
+if TYPE_CHECKING:
+    from .syncfile import SharedSync
 
 __all__ = ["LogWriter", "PREALLOCATE", "MIN_PREALLOCATE"]
 
@@ -29,6 +34,7 @@ class LogWriter:
     fs: FileSystem
     fd: int
     path: str
+    generation: int
     end: int
     crc: int
     size: int
@@ -40,6 +46,8 @@ class LogWriter:
         self._durable = 0  # bytes before this offset are known to be on disk
         self._syncing = False
         self._sync_failed: OSError | None = None
+        # (generation, st_dev, st_ino): what NAME.sync's slots name (SharedSync fills it).
+        self.sync_identity: tuple[int, int, int] | None = None
 
     @property
     def durable(self) -> int:
@@ -69,13 +77,14 @@ class LogWriter:
         """Make everything written so far durable."""
         self.sync_to(self.end)
 
-    def sync_to(self, offset: int) -> None:
+    def sync_to(self, offset: int, shared: SharedSync | None = None) -> None:
         """Return once the bytes before `offset` are on disk.
 
         A thread that finds an fsync already running waits for it and, if
         that one did not cover its offset, runs the next, covering everyone
-        who wrote meanwhile. A failed fsync fails every waiter and every later
-        call: the kernel may have dropped the pages, so retrying proves nothing.
+        who wrote meanwhile; with `shared`, that next one may be another
+        process's. A failed fsync fails every waiter and every later call:
+        the kernel may have dropped the pages, so retrying proves nothing.
         """
         with self._sync_cond:
             while True:
@@ -89,7 +98,10 @@ class LogWriter:
             self._syncing = True
             target = self.end  # written before we start, so covered by this fsync
         try:
-            self.fs.fdatasync(self.fd)
+            if shared is None:
+                self.fs.fdatasync(self.fd)
+            else:  # what it returns was proven durable: ours, or a peer's fdatasync
+                target = shared.flush(self, offset, target, self._fdatasync)
         except OSError as exc:
             with self._sync_cond:
                 self._sync_failed = exc
@@ -100,6 +112,9 @@ class LogWriter:
             self._durable = max(self._durable, target)
             self._syncing = False
             self._sync_cond.notify_all()
+
+    def _fdatasync(self) -> None:
+        self.fs.fdatasync(self.fd)
 
     def _learn_durable(self, offset: int) -> None:
         """Another handle's "d" says an fsync covering `offset` returned: the batches

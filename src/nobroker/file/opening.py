@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptLogError, NobrokerError, UnsafeFilesystemError
 from ..models import RecoveryReport
-from . import compaction, framing
+from . import compaction, framing, syncing
 from .fs import NETWORK_FILESYSTEMS, filesystem_type
 from .lock import shared_lock
 from .logfile import LogFile, ScanResult, log_filename, paused_gc
@@ -47,7 +47,9 @@ def queue_exists(directory: str, name: str) -> bool:
     return any(os.path.lexists(os.path.join(directory, entry)) for entry in queue_files(name))
 
 
-def prepare_directory(store: FileStore, allow_network_fs: bool) -> None:
+def prepare_directory(store: FileStore, allow_network_fs: bool) -> bool:
+    """Create the directory if needed; True if it is on a network file system
+    (allowed only with `allow_network_fs`)."""
     if not os.path.isdir(store.directory):
         if store.readonly:
             raise NobrokerError(f"no queue directory at {store.directory}")
@@ -64,6 +66,7 @@ def prepare_directory(store: FileStore, allow_network_fs: bool) -> None:
             f"{store.directory} is on a network file system ({kind}); kernel file locks "
             f"do not protect a queue there. Pass allow_network_fs=True to use it anyway, "
             f"with one process only.")
+    return kind in NETWORK_FILESYSTEMS
 
 
 def load(store: FileStore) -> RecoveryReport:
@@ -125,6 +128,7 @@ def reopen_in_child(store: FileStore) -> None:
     offsets): take the lock afresh and reload from the files."""
     store._pid = os.getpid()
     store._lock = shared_lock(store._fs, store._lock_path, readonly=store.readonly)
+    syncing.open_shared(store)  # the parent's descriptor shares its flock with the parent
     store._log = None
     with store._locked(refresh=False):
         store._load()

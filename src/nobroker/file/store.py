@@ -50,7 +50,7 @@ from ..errors import (
     StorageError,
 )
 from ..models import CompactionResult, RecoveryReport
-from . import checkpointing, compacting, compaction, following, opening
+from . import checkpointing, compacting, compaction, following, opening, syncing
 from .commands import Batch, plan_reclaim
 from .finished import FinishSignal, FinishWaiter, finish_directory
 from .lock import release_shared_lock, shared_lock
@@ -59,6 +59,7 @@ from .opening import queue_exists
 from .options import FileOptions
 from .records import RecordType, loads
 from .state import Entry, QueueState
+from .syncfile import SharedSync
 from .wake import WakeChannel
 
 __all__ = ["FileStore", "Plan"]
@@ -69,8 +70,6 @@ T = TypeVar("T")
 Plan = Callable[[QueueState, Batch, float], Callable[[], T]]
 
 _LOCKED_CATCH_UP = 256 << 10  # copy at most about this much under the lock at the switch
-# Queues (realpath/NAME) whose log fsync failed in this process: the next open rescues them.
-_FSYNC_FAILED: set[str] = set()
 # Record type holding a kept finished job's outcome -> its field for the finishing time.
 _OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: "t", RecordType.CANCEL: "t",
                                   RecordType.FINISHED: "fin"}
@@ -119,15 +118,17 @@ class FileStore:
             raise StorageError(self._lock_path, "opening the lock file", exc) from None
         if self._lock.degraded:
             log.warning("%s: opened read-only: %s", self._lock_path, self._lock.degraded)
+        self.shared: SharedSync | None = None  # group commit across processes
+        syncing.open_shared(self)
         try:
             with self._locked(refresh=False):
                 self.recovery: RecoveryReport = self._load()
-                if self._rescue_key in _FSYNC_FAILED and not self.readonly:
+                if self._rescue_key in syncing.FSYNC_FAILED and not self.readonly:
                     # An fsync of this queue failed in this process: the kernel may have
                     # marked pages clean that never reached the disk, yet we just read
                     # them back. Rewrite everything as fresh pages before trusting it.
                     compacting.compact_locked(self)
-                    _FSYNC_FAILED.discard(self._rescue_key)
+                    syncing.FSYNC_FAILED.discard(self._rescue_key)
         except BaseException:
             release_shared_lock(self._lock)
             raise
@@ -164,7 +165,7 @@ class FileStore:
     # -- the store's other jobs, each in its module (see the module doc) ----
 
     def _prepare_directory(self, allow_network_fs: bool) -> None:
-        opening.prepare_directory(self, allow_network_fs)
+        self.network_fs = opening.prepare_directory(self, allow_network_fs)
 
     def _load(self) -> RecoveryReport:
         return opening.load(self)
@@ -274,6 +275,8 @@ class FileStore:
             current = self._log
             if current is not None and current.end != start and self.fsync:
                 synced, offset = current, current.end
+                if self.shared is not None:  # a peer's fdatasync may cover us now
+                    self.shared.wrote(current)
                 with self._sync_lock:
                     current.inflight += 1
             result = build()
@@ -285,7 +288,7 @@ class FileStore:
             # Before our fsync: a woken worker's own fsync covers these records too.
             self._wake.notify(batch.wakes)
         if synced is not None:
-            self._sync(synced, offset)
+            syncing.sync(self, synced, offset)
         if batch.finishes:  # after the fsync: a woken waiter may act on the outcome
             self._finished.notify()
         if due:
@@ -302,7 +305,7 @@ class FileStore:
             current.append(data)
         except OSError as exc:
             try:  # leave the log ending on a batch boundary, durably
-                current.cut(start)
+                syncing.cut(self, current, start)
             except OSError as second:
                 self._poison(f"could not undo a failed write: {second}")
             raise StorageError(current.path, "write", exc) from None
@@ -311,21 +314,11 @@ class FileStore:
         except ValueError as exc:  # a planning bug; memory may be half-applied
             self._poison(f"internal error applying our own batch: {exc}")
             try:  # replay would refuse this batch too: never leave it on disk
-                current.cut(start)
+                syncing.cut(self, current, start)
             except OSError:
                 pass
             raise QueueClosedError(f"queue {self.name!r} must be reopened: internal error "
                                    f"applying its own batch: {exc}") from exc
-
-    def _sync(self, target: LogFile, offset: int) -> None:
-        try:
-            target.sync_to(offset)
-        except OSError as exc:
-            self._poison(f"fsync of {target.path} failed: {exc}")
-            _FSYNC_FAILED.add(self._rescue_key)
-            raise StorageError(target.path, "fsync", exc) from None
-        finally:
-            self.unpin(target)
 
     def pin(self) -> LogFile:
         """The current generation, kept open until unpin(), even if a compaction
@@ -410,3 +403,5 @@ class FileStore:
         if self._log is not None and os.getpid() == self._pid:
             self._retire(self._log)
             release_shared_lock(self._lock)
+            if self.shared is not None:
+                self.shared.close()
