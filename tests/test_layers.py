@@ -40,7 +40,8 @@ DEFERRED = frozenset({("queue", "tasks")})
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("the backend", frozenset({"__init__", "backend"})),
     ("a live handle", frozenset({"store", "opening", "following", "checkpointing",
-                                 "compacting", "inspection", "options", "salvage"})),
+                                 "compacting", "inspection", "options", "salvage",
+                                 "counters"})),
     ("rebuilding and generations", frozenset({"rebuild", "compaction"})),
     ("planning and saving the state", frozenset({"commands", "checkpoint", "tolerant"})),
     ("the replay state", frozenset({"state", "transitions", "snapshots", "fields", "jobtable",

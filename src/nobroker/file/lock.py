@@ -142,21 +142,48 @@ class SharedLock:
             self._file_locked = True
         self._depth = 1
 
+    def try_acquire(self) -> bool:
+        """`acquire` without waiting: False at once if another thread or process
+        holds the lock (for work that someone else doing is as good as doing it)."""
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        if self._depth:
+            self._depth += 1
+            return True
+        if not self._file_locked:
+            try:
+                got = self._fd is None or self._try_lock_file()
+            except BaseException:
+                self._thread_lock.release()
+                raise
+            if not got:
+                self._thread_lock.release()
+                return False
+            self._file_locked = True
+        self._depth = 1
+        return True
+
+    def _try_lock_file(self) -> bool:
+        """One non-blocking try at the file lock, on the file that has the name."""
+        assert self._fd is not None
+        while _try_lock(self._fd):
+            if self._same_file():
+                return True
+            # Someone replaced the lock file: our inode no longer arbitrates.
+            _unlock(self._fd)
+            self._fs.close(self._fd)
+            self._fd = self._fs.open(self.path, os.O_RDONLY if self.degraded
+                                     else os.O_RDWR | os.O_CREAT)
+        return False
+
     def _lock_file(self, started: float | None, timeout: float) -> None:
         if self._fd is None:  # an unlocked reader (see __init__); re-reads every time
             self.stamp = -1
             return
         pause = 0.0002
         while True:
-            if _try_lock(self._fd):
-                if self._same_file():
-                    return
-                # Someone replaced the lock file: our inode no longer arbitrates.
-                _unlock(self._fd)
-                self._fs.close(self._fd)
-                self._fd = self._fs.open(self.path, os.O_RDONLY if self.degraded
-                                         else os.O_RDWR | os.O_CREAT)
-                continue
+            if self._try_lock_file():
+                return
             if started is None:
                 started = time.monotonic()
             if time.monotonic() >= started + timeout:

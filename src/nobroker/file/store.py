@@ -52,6 +52,7 @@ from ..errors import (
 from ..models import CompactionResult, RecoveryReport
 from . import checkpointing, compacting, compaction, following, opening
 from .commands import Batch, plan_reclaim
+from .counters import HandleCounters
 from .finished import FinishSignal, FinishWaiter, finish_directory
 from .lock import release_shared_lock, shared_lock
 from .logfile import LogFile
@@ -68,7 +69,6 @@ T = TypeVar("T")
 # A write call's plan: add records to the batch, return what builds the result.
 Plan = Callable[[QueueState, Batch, float], Callable[[], T]]
 
-_LOCKED_CATCH_UP = 256 << 10  # copy at most about this much under the lock at the switch
 # Queues (realpath/NAME) whose log fsync failed in this process: the next open rescues them.
 _FSYNC_FAILED: set[str] = set()
 # Record type holding a kept finished job's outcome -> its field for the finishing time.
@@ -107,6 +107,7 @@ class FileStore:
         self._log: LogFile | None = None
         self._state = QueueState()
         self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
+        self.counters = HandleCounters()  # compactions made, followed, reloaded after
         self._prepare_directory(options.allow_network_fs)
         if self.readonly and not queue_exists(self.directory, name):
             # Checked before the lock file is opened (O_CREAT): read-only creates nothing.
@@ -218,9 +219,6 @@ class FileStore:
             yield
         finally:
             self._lock.release()
-
-
-
 
     def _now(self) -> float:
         # Recorded queue time never goes backwards, even if the clock is stepped back
