@@ -58,6 +58,7 @@ def compact(store: FileStore) -> CompactionResult:
     """
     if store.readonly:
         raise NobrokerError("queue was opened read-only")
+    store._usable()  # a closed or poisoned handle touches no file, not even the lock's
     with store._compacting, compaction_lock(store, wait=True):
         for _ in range(3):  # with the lock held, only a rescue at open can come first
             result = store._compact()

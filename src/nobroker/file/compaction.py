@@ -31,8 +31,8 @@ on meanwhile. In order (each fsync is what makes the next step safe):
        taking the lock the switch holds, so a compaction that lost the race
        (step 4) or died never replaces the checkpoint of the one that won;
     8. unlink older generations and leftovers (temporary files of g+1 too:
-       under the lock at the switch, none but ours can be in use); fsync the
-       directory.
+       a dead compactor's, or one racing us that will find at its own step 4
+       that it lost); fsync the directory.
 
 A crash before step 7 leaves g current (leftovers are removed by the next
 compaction); a crash after it leaves g+1 current and maybe stale files, which
@@ -387,10 +387,10 @@ def publish_generation(fs: FileSystem, directory: str, name: str, generation: in
 
 
 def remove_stale_files(fs: FileSystem, directory: str, name: str, current: int) -> list[str]:
-    """Delete other generations and every temp file of this queue (the current
-    generation's too: a dead compactor's; call it under the lock, where no live
-    writer of one can be between its temp file and its rename); returns what was
-    removed."""
+    """Delete other generations and every temp file of this queue, the current
+    generation's too; returns what was removed. Called under the lock at a switch:
+    a temp file of the current generation is then a dead compactor's, or a racing
+    one's that lost (its switch will see ours and throw its work away)."""
     pattern = re.compile(
         re.escape(name) + r"\.(\d{6,})\.(log|ckpt|(?:ckpt|log)\.tmp-[0-9a-f-]+)$")
     removed = []
