@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -30,6 +31,7 @@ import struct
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -389,6 +391,56 @@ def rss_bytes() -> int:
     with open("/proc/self/statm", encoding="ascii") as fh:
         resident_pages = int(fh.read().split()[1])
     return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def child_error(exc: BaseException) -> str:
+    """An exception in a child process, with where it was raised, for the parent to report."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def spawn() -> Any:
+    return multiprocessing.get_context("spawn")
+
+
+def reap(proc: Any, timeout: float) -> None:
+    """Wait up to `timeout` seconds for a child process to end, then kill it."""
+    proc.join(timeout=timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+
+
+def gather_at_barrier(
+    children: Sequence[tuple[Callable[..., None], tuple[Any, ...]]], timeout: float = 300
+) -> tuple[float, list[Any]]:
+    """Start one spawned process per (target, args), release them together at a barrier.
+
+    Process i runs target(*args, barrier, out) and puts ("ok", value) or
+    ("error", text) on `out`. Returns the parent's time.monotonic() at the
+    release and the values in the order they arrived; a child's error is
+    raised here. Every child is reaped (killed if it hangs) before returning.
+    """
+    mp = spawn()
+    barrier = mp.Barrier(len(children) + 1)
+    out = mp.Queue()
+    procs = [mp.Process(target=target, args=(*args, barrier, out)) for target, args in children]
+    for p in procs:
+        p.start()
+    try:
+        barrier.wait(timeout=120)
+        start = time.monotonic()
+        values: list[Any] = []
+        for _ in procs:
+            status, value = out.get(timeout=timeout)
+            if status != "ok":
+                raise RuntimeError(f"benchmark process failed: {value}")
+            values.append(value)
+        return start, values
+    finally:
+        for p in procs:
+            reap(p, 30)
 
 
 def noop(*args: Any, **kwargs: Any) -> None:
