@@ -168,6 +168,14 @@ class BlockingLockWaitTest(TempDirTestCase):
         lock.acquire(30)  # and we can take it again ourselves
         lock.release()
 
+    def test_a_zero_timeout_is_one_try_and_starts_no_acquirer(self) -> None:
+        lock = SharedLock(OS, self.path)
+        self.addCleanup(lock.close)
+        self.hold()
+        with self.assertRaises(LockTimeoutError):
+            lock.acquire(0)
+        self.assertEqual((lock.tries, lock.blocking_waits, lock._acquirer), (1, 0, None))
+
     def test_closing_while_the_acquirer_waits_leaks_neither_lock_nor_thread(self) -> None:
         lock = SharedLock(OS, self.path)
         holder = self.hold()

@@ -225,17 +225,17 @@ class SharedLock:
             if started is None:
                 started = time.monotonic()
             deadline = started + timeout
-            if _block_lock is not None:
-                if self._wait_for_acquirer(deadline):
-                    if self._same_file():
-                        return
-                    self._replace_fd()
-                    continue
-            elif time.monotonic() < deadline:
+            if time.monotonic() >= deadline:  # lock_timeout=0 starts no acquirer
+                raise LockTimeoutError(self.path, timeout, holder_pid(self.path))
+            if _block_lock is None:  # Windows: poll
                 time.sleep(pause)
                 pause = min(pause * 2, 0.005)
                 continue
-            raise LockTimeoutError(self.path, timeout, holder_pid(self.path))
+            if not self._wait_for_acquirer(deadline):
+                raise LockTimeoutError(self.path, timeout, holder_pid(self.path))
+            if self._same_file():
+                return
+            self._replace_fd()
 
     def _wait_for_acquirer(self, deadline: float) -> bool:
         """Have the acquirer block in flock for us; True once it holds the file lock
