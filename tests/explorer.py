@@ -2277,6 +2277,25 @@ def _w_two_handles(d: Driver) -> None:
         d.call(a, "ack", job)
 
 
+@workload("racing_compactions")
+def _w_racing_compactions(d: Driver) -> None:
+    # a's compaction writes generation 1, and before its switch b compacts to
+    # generation 1 first (one thread, so the compaction lock is b's too: the
+    # race the rescue at open can still run). a throws its file and its
+    # checkpoint away, retries into generation 2; b and a then follow it.
+    a, b = d.open(), d.open()
+    d.call(a, "enqueue_many", [payload(i, 150) for i in range(4)])
+    leased = _held(d.call(b, "lease", 2))
+    d.call(b, "ack", leased[0]) if leased else None
+    d.before_next_fsync(lambda: (d.call(b, "compact"), None)[1])
+    d.call(a, "compact")
+    for job in leased[1:]:
+        d.call(b, "ack", job)  # b follows a's generation 2 here
+    d.call(a, "enqueue", payload(9, 200))
+    for job in _held(d.call(b, "lease", 5)):
+        d.call(a, "ack", job)
+
+
 @workload("writer_dies_midwrite")
 def _w_dies_midwrite(d: Driver) -> None:
     a, b = d.open(), d.open()

@@ -203,6 +203,7 @@ class JobIdTest(HostileTestCase):
         self.assertIn("../../../etc/passwd", stored)
         self.assertEqual(set(os.listdir(self.path)) - names - {"default.000001.log",
                                                               "default.current",
+                                                              "default.compacting",
                                                               "default.000001.ckpt"}, set())
         self.assertFalse(os.path.exists(self.tmp / "etc"))
 

@@ -224,6 +224,9 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
             self.assertEqual(other.q_done.new_generation, 1)  # type: ignore[attr-defined]
             after = payloads(peer)  # peer follows generation 1 now
             self.assertEqual(peer.generation, 1)
+            # The loser's checkpoint never took the name: the peer moved, not reloaded.
+            self.assertEqual((store_of(peer).counters.follows,
+                              store_of(peer).counters.reloads), (1, 0))
             self.assertEqual({k: v for k, v in after.items() if k in expected}, expected)
             self.assertEqual(store_of(peer).state.fingerprint(), full_replay(directory))
 

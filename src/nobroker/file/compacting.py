@@ -7,25 +7,43 @@ little is left, then under the lock copy the rest, switch, and adopt the
 new generation's state. Auto-compaction runs after a write call returned
 its result, when dead records fill enough of the log; its failures are
 logged, since the call that triggered it already succeeded.
+
+One compaction at a time across processes: every process crosses the
+dead-bytes threshold at about the same moment, and N of them writing the
+same generation cost N times the work for one switch. So a compaction first
+takes NAME.compacting's kernel lock (a second lock file, always taken before
+the queue's lock, never after): an automatic one only if it is free (the
+process that has it is doing the same work), an explicit `compact()` waiting
+up to `lock_timeout`. The kernel drops the lock of a compactor that dies, so
+a kill -9 never blocks the next one. The lock saves work; it is not what
+keeps the files right: the switch still checks under the queue's lock that
+nobody switched first, and a compaction's checkpoint is written under a name
+of its own and renamed into place only by the switch (compaction.py), so a
+compaction that loses (the rescue at open compacts without waiting for the
+lock) or dies cannot replace the checkpoint that peers look for.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ..errors import CompactionError, CorruptLogError, NobrokerError
 from ..models import CompactionResult
 from . import compaction, framing
 from .commands import new_nonce
+from .lock import release_shared_lock, shared_lock
 from .opening import cut_torn_tail
 
 if TYPE_CHECKING:
     from .store import FileStore
 
 __all__ = ["compact", "compact_once", "compact_locked", "finish_compaction", "compaction_due",
-           "auto_compact"]
+           "auto_compact", "compaction_lock"]
 
 log = logging.getLogger("nobroker")
 
@@ -40,15 +58,43 @@ def compact(store: FileStore) -> CompactionResult:
     """
     if store.readonly:
         raise NobrokerError("queue was opened read-only")
-    for _ in range(3):
-        result = store._compact()
-        if result is not None:
-            return result
+    store._usable()  # a closed or poisoned handle touches no file, not even the lock's
+    with store._compacting, compaction_lock(store, wait=True):
+        for _ in range(3):  # with the lock held, only a rescue at open can come first
+            result = store._compact()
+            if result is not None:
+                return result
     raise CompactionError("other processes kept compacting this queue first")
 
 
+@contextmanager
+def compaction_lock(store: FileStore, *, wait: bool) -> Iterator[bool]:
+    """Hold NAME.compacting's lock; yields False (held by nobody) if `wait` is False
+    and another process or thread has it. With `wait`, waits up to lock_timeout
+    (LockTimeoutError names the holder). Take it before the queue's lock, never
+    while holding that: the holder takes the queue's lock at its switch."""
+    path = os.path.join(store.directory, f"{store.name}.compacting")
+    try:
+        lock = shared_lock(store._fs, path)
+    except OSError as exc:
+        raise CompactionError(f"cannot open {path}: {exc}") from None
+    try:
+        if wait:
+            lock.acquire(store.lock_timeout)
+        elif not lock.try_acquire():
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+    finally:
+        release_shared_lock(lock)
+
+
 def compact_once(store: FileStore) -> CompactionResult | None:
-    """One compaction; None if another process switched generations meanwhile."""
+    """One compaction; None if another process switched generations meanwhile.
+    The caller holds the compaction lock, or (compact_locked) the queue's lock."""
     with store._compacting:
         started = time.perf_counter()
         with store._locked():
@@ -57,6 +103,7 @@ def compact_once(store: FileStore) -> CompactionResult | None:
         if upto == framing.FILE_HEADER.size:
             return CompactionResult(generation, generation, upto, upto, 0, 0,
                                     time.perf_counter() - started)  # nothing to rewrite
+        store.counters.compactions_started += 1
         try:
             prepared = compaction.prepare_generation(
                 store._fs, store.directory, store.name, generation, upto,
@@ -82,14 +129,21 @@ def compact_once(store: FileStore) -> CompactionResult | None:
         with store._locked(refresh=False):
             if store._lock.stamp != generation:  # a peer compacted first
                 prepared.discard()
+                store.counters.compactions_discarded += 1
                 store._refresh()  # follow it, as any locked call would
                 return None
             return finish_compaction(store, prepared, started)
 
 
 def compact_locked(store: FileStore) -> CompactionResult:
-    """Compact while already holding the lock (the rescue after a failed fsync)."""
-    result = store._compact()
+    """Compact while already holding the lock (the rescue after a failed fsync).
+
+    It must not wait for the compaction lock while it holds the queue's (the
+    holder needs the queue's lock to finish), and need not: holding the queue's
+    lock throughout, it cannot be overtaken; a compactor it overtakes discards
+    its work at its own switch."""
+    with compaction_lock(store, wait=False):  # taken if free, to keep others off
+        result = store._compact()
     if result is None:  # cannot happen while we hold the lock throughout
         raise CompactionError("the generation changed under the lock")
     return result
@@ -119,6 +173,7 @@ def finish_compaction(store: FileStore, prepared: compaction.Prepared,
                                       new_log.generation)
     except OSError as exc:
         new_log.close()
+        prepared.discard_checkpoint()
         prepared.close()
         # The rename may or may not have reached the disk: only a reopen can tell.
         store._poison(f"switching to generation {new_log.generation} failed: {exc}")
@@ -126,9 +181,17 @@ def finish_compaction(store: FileStore, prepared: compaction.Prepared,
             f"switching to generation {new_log.generation} failed: {exc}") from None
     state = prepared.state  # = replaying the whole new file (catch_up replays each copy)
     before = prepared.upto  # the old generation's end: our own view of it may lag
+    # Only now, with the switch made and the queue's lock held, may the checkpoint
+    # take the name peers look for (they look only after taking that lock).
+    try:
+        prepared.publish_checkpoint()
+    except OSError as exc:  # a cache: peers and the next open replay instead
+        log.warning("could not save generation %d's checkpoint: %s", new_log.generation,
+                    exc)
     prepared.close()
     store._log, store._state = new_log, state
-    store._checkpointed = prepared.checkpointed
+    store._checkpointed = prepared.checkpointed or framing.FILE_HEADER.size
+    store.counters.compactions_switched += 1
     store._retire(old)
     try:
         compaction.remove_stale_files(store._fs, store.directory, store.name,
@@ -154,9 +217,15 @@ def auto_compact(store: FileStore) -> None:
     if not store._compacting.acquire(blocking=False):
         return  # another thread of ours is on it
     try:
-        with store._locked():
-            due = store._compaction_due()
-        result = store._compact() if due else None
+        with compaction_lock(store, wait=False) as held:
+            if not held:  # another process (or handle of ours) is compacting
+                store.counters.compactions_skipped += 1
+                return
+            # Still due? Under the queue's lock, after reading forward: the
+            # process that had the compaction lock a moment ago may have switched.
+            with store._locked():
+                due = store._compaction_due()
+            result = store._compact() if due else None
         if result is not None:
             log.info("auto-compacted %s: %d -> %d bytes", store.name,
                      result.bytes_before, result.bytes_after)

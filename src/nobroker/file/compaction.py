@@ -9,9 +9,9 @@ on meanwhile. In order (each fsync is what makes the next step safe):
     2. rebuild the state at X privately, from g's checkpoint and records (g
        below X never changes: the log is append-only);
     3. write it as the snapshot batch of generation g+1 under a temporary
-       name, NAME.<g+1>.log.tmp-*, and fsync it; write g+1's checkpoint
-       (naming the SNAPSHOT record's nonce, so that peers can tell it from a
-       racing compaction's);
+       name, NAME.<g+1>.log.tmp-*, and fsync it; write g+1's checkpoint under
+       a temporary name too, NAME.<g+1>.ckpt.tmp-* (naming the SNAPSHOT
+       record's nonce, so that peers can check it belongs to this file);
     3b. (`Prepared.catch_up`, still no lock) copy the complete batches others
        appended to g after X, byte for byte, to the end of the new file (batch
        numbers carry on: the snapshot batch has the number of the last batch
@@ -26,7 +26,13 @@ on meanwhile. In order (each fsync is what makes the next step safe):
     7. durably replace NAME.current with "<g+1>" (fs.replace_durably). This
        is the commit point: before it g is authoritative and the new file is
        an ignorable leftover; after it, the reverse;
-    8. unlink older generations and leftovers; fsync the directory.
+    7b. rename the checkpoint to NAME.<g+1>.ckpt (no fsync: a cache). Only a
+       compaction that switched gets there, and peers look for it only after
+       taking the lock the switch holds, so a compaction that lost the race
+       (step 4) or died never replaces the checkpoint of the one that won;
+    8. unlink older generations and leftovers (temporary files of g+1 too:
+       a dead compactor's, or one racing us that will find at its own step 4
+       that it lost); fsync the directory.
 
 A crash before step 7 leaves g current (leftovers are removed by the next
 compaction); a crash after it leaves g+1 current and maybe stale files, which
@@ -168,6 +174,7 @@ class Prepared:
     source: LogFile  # the old generation, held open: a peer's compaction may unlink it
     upto: int  # the new file holds the old generation's state up to this offset
     checkpointed: int = 0  # offset the new generation's checkpoint covers (0: none)
+    checkpoint_temp: str | None = None  # where it waits for the switch (step 7b)
 
     def catch_up(self, end: int | None = None) -> ScanResult:
         """Copy the old generation's complete batches from `upto` (to `end`, or as far
@@ -198,7 +205,27 @@ class Prepared:
         """After the switch: let go of the old generation."""
         self.source.close()
 
+    def publish_checkpoint(self) -> None:
+        """Step 7b, after the switch and under the lock: the checkpoint takes its name."""
+        if self.checkpoint_temp is not None:
+            temp, self.checkpoint_temp = self.checkpoint_temp, None
+            try:
+                self.log.fs.replace(temp, self.log.checkpoint_path)
+            except OSError:
+                self.checkpointed = 0
+                raise
+
+    def discard_checkpoint(self) -> None:
+        if self.checkpoint_temp is not None:
+            temp, self.checkpoint_temp = self.checkpoint_temp, None
+            self.checkpointed = 0
+            try:
+                self.log.fs.unlink(temp)
+            except OSError:
+                pass  # a leftover: removed by a later compaction
+
     def discard(self) -> None:
+        self.discard_checkpoint()
         self.source.close()
         self.log.close()
         try:
@@ -225,7 +252,7 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
     prepared = Prepared(new_log, snapshot, reader, upto)
     try:
         if checkpoints:  # the next open (and every peer) loads this, not the snapshot
-            new_log.write_checkpoint(checkpoint.encode(
+            prepared.checkpoint_temp = new_log.stage_checkpoint(checkpoint.encode(
                 snapshot, new_log.generation, new_log.end, new_log.crc,
                 (generation, upto, *marker)))
             prepared.checkpointed = new_log.end
@@ -360,14 +387,18 @@ def publish_generation(fs: FileSystem, directory: str, name: str, generation: in
 
 
 def remove_stale_files(fs: FileSystem, directory: str, name: str, current: int) -> list[str]:
-    """Delete other generations and temp files of this queue; returns what was removed."""
+    """Delete other generations and every temp file of this queue, the current
+    generation's too; returns what was removed. Called under the lock at a switch:
+    a temp file of the current generation is then a dead compactor's, or a racing
+    one's that lost (its switch will see ours and throw its work away)."""
     pattern = re.compile(
         re.escape(name) + r"\.(\d{6,})\.(log|ckpt|(?:ckpt|log)\.tmp-[0-9a-f-]+)$")
     removed = []
     for entry in fs.listdir(directory):
         match = pattern.fullmatch(entry)
         stale_temp = entry == current_filename(name) + ".tmp"
-        if (match and int(match.group(1)) != current) or stale_temp:
+        if (match and (int(match.group(1)) != current or ".tmp-" in match.group(2))) \
+                or stale_temp:
             fs.unlink(os.path.join(directory, entry))
             removed.append(entry)
     if removed:

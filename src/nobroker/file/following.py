@@ -30,7 +30,10 @@ def refresh(store: FileStore) -> None:
     """Catch up with what other handles wrote since we last looked."""
     if store._lock.stamp != store._live_log().generation:
         # Someone compacted: move to the new generation, cheaply if we can.
-        if not follow_compaction(store):
+        if follow_compaction(store):
+            store.counters.follows += 1
+        else:
+            store.counters.reloads += 1
             store._load()
         return
     current = store._live_log()

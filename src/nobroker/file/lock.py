@@ -11,6 +11,19 @@ would otherwise deadlock on each other.
 
 POSIX uses `fcntl.flock`; Windows uses `msvcrt.locking` on the first byte,
 polled with LK_NBLCK so that `lock_timeout` is honoured.
+
+Waiting for another process (POSIX): a non-blocking try first; if the lock
+is busy, a daemon thread of this SharedLock (the acquirer) makes the
+blocking `flock(LOCK_EX)`, and the waiting thread waits for it on a
+condition with what is left of its timeout. The kernel then wakes us the
+moment the holder lets go, where polling slept through most of the free
+time. A blocking flock cannot time out, so the waiter never makes it
+itself: a waiter that times out just leaves, and when the acquirer gets the
+lock with nobody wanting it, it unlocks at once (or gives it to whoever
+wants it by then). While the acquirer is inside flock nobody else touches
+the descriptor's lock: a try on the same descriptor would succeed the
+moment the acquirer's flock does, and the acquirer could then unlock it
+under the new holder.
 """
 
 from __future__ import annotations
@@ -44,6 +57,8 @@ if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
         os.lseek(fd, 0, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
+    _block_lock = None  # LK_LOCK gives up after 10 s: Windows keeps polling
+
 else:
     import fcntl
 
@@ -56,6 +71,11 @@ else:
 
     def _unlock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _lock_blocking(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+    _block_lock = _lock_blocking
 
 
 def holder_pid(path: str) -> int | None:
@@ -111,6 +131,15 @@ class SharedLock:
         self._handovers = 0  # consecutive releases that kept the file lock
         self.users = 0
         self.stamp = 0  # the lock file's size at the last acquisition
+        # The acquirer (see the module doc); all five under _acquirer_state.
+        self._acquirer_state = threading.Condition(threading.Lock())
+        self._acquirer: threading.Thread | None = None
+        self._wanted = False  # the thread holding _thread_lock waits for the file lock
+        self._granted = False  # the acquirer got it for that thread, not yet taken
+        self._in_flock = False  # the acquirer is inside the blocking flock
+        self._closing = False
+        self.tries = 0  # non-blocking attempts at the file lock (for tests)
+        self.blocking_waits = 0  # waits handed to the acquirer (for tests)
 
     def acquire(self, timeout: float) -> None:
         # Uncontended (the usual case) costs no clock read; the deadline is
@@ -142,27 +171,123 @@ class SharedLock:
             self._file_locked = True
         self._depth = 1
 
+    def try_acquire(self) -> bool:
+        """`acquire` without waiting: False at once if another thread or process
+        holds the lock (for work that someone else doing is as good as doing it)."""
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        if self._depth:
+            self._depth += 1
+            return True
+        if not self._file_locked:
+            try:
+                got = self._fd is None or self._try_lock_file()
+            except BaseException:
+                self._thread_lock.release()
+                raise
+            if not got:
+                self._thread_lock.release()
+                return False
+            self._file_locked = True
+        self._depth = 1
+        return True
+
+    def _try_lock_file(self) -> bool:
+        """One non-blocking try at the file lock, on the file that has the name."""
+        assert self._fd is not None
+        with self._acquirer_state:
+            if self._in_flock:  # the acquirer's flock is this descriptor's: wait for it
+                return False
+        while True:
+            self.tries += 1
+            if not _try_lock(self._fd):
+                return False
+            if self._same_file():
+                return True
+            self._replace_fd()
+
+    def _replace_fd(self) -> None:
+        # Someone replaced the lock file: our inode no longer arbitrates.
+        assert self._fd is not None
+        _unlock(self._fd)
+        self._fs.close(self._fd)
+        self._fd = self._fs.open(self.path, os.O_RDONLY if self.degraded
+                                 else os.O_RDWR | os.O_CREAT)
+
     def _lock_file(self, started: float | None, timeout: float) -> None:
         if self._fd is None:  # an unlocked reader (see __init__); re-reads every time
             self.stamp = -1
             return
         pause = 0.0002
         while True:
-            if _try_lock(self._fd):
-                if self._same_file():
-                    return
-                # Someone replaced the lock file: our inode no longer arbitrates.
-                _unlock(self._fd)
-                self._fs.close(self._fd)
-                self._fd = self._fs.open(self.path, os.O_RDONLY if self.degraded
-                                         else os.O_RDWR | os.O_CREAT)
-                continue
+            if self._try_lock_file():
+                return
             if started is None:
                 started = time.monotonic()
-            if time.monotonic() >= started + timeout:
+            deadline = started + timeout
+            if time.monotonic() >= deadline:  # lock_timeout=0 starts no acquirer
                 raise LockTimeoutError(self.path, timeout, holder_pid(self.path))
-            time.sleep(pause)
-            pause = min(pause * 2, 0.005)
+            if _block_lock is None:  # Windows: poll
+                time.sleep(pause)
+                pause = min(pause * 2, 0.005)
+                continue
+            if not self._wait_for_acquirer(deadline):
+                raise LockTimeoutError(self.path, timeout, holder_pid(self.path))
+            if self._same_file():
+                return
+            self._replace_fd()
+
+    def _wait_for_acquirer(self, deadline: float) -> bool:
+        """Have the acquirer block in flock for us; True once it holds the file lock
+        for us, False if `deadline` passed first (it then unlocks when it gets it)."""
+        with self._acquirer_state:
+            self.blocking_waits += 1
+            if self._acquirer is None:
+                self._acquirer = threading.Thread(target=self._acquire_forever, daemon=True,
+                                                  name=f"nobroker lock {self.path}")
+                self._acquirer.start()
+            self._wanted = True
+            self._acquirer_state.notify_all()
+            while not self._granted:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._acquirer_state.wait(remaining)
+            got, self._granted, self._wanted = self._granted, False, False
+            self._acquirer_state.notify_all()
+            return got
+
+    def _acquire_forever(self) -> None:
+        """The acquirer thread: a blocking flock whenever a thread wants the lock."""
+        state = self._acquirer_state
+        while True:
+            with state:
+                while not self._wanted and not self._closing:
+                    state.wait()
+                if self._closing:
+                    return
+                fd = self._fd
+                assert fd is not None and _block_lock is not None
+                self._in_flock = True
+            try:
+                _block_lock(fd)
+                locked = True
+            except OSError:  # EINTR is retried by Python; anything else (ENOLCK): the
+                locked = False  # waiter times out and reports the holder; no retry loop
+            with state:
+                self._in_flock = False
+                if self._closing:  # close() came while we were in flock, and left the
+                    self._fs.close(fd)  # descriptor to us (closing drops the lock too)
+                    return
+                if not locked:
+                    self._wanted = False
+                elif self._wanted:
+                    self._granted = True
+                    state.notify_all()
+                    while self._granted:  # until the waiter has taken it
+                        state.wait()
+                else:
+                    _unlock(fd)  # its waiter left: nobody may keep it unknowingly
 
     def _same_file(self) -> bool:
         # If NAME.lock was unlinked or renamed over, our inode has no links left and
@@ -207,6 +332,11 @@ class SharedLock:
             self.release()  # unlocks the file unless yet another thread waits
 
     def close(self) -> None:
+        with self._acquirer_state:
+            self._closing = True
+            self._acquirer_state.notify_all()
+            if self._in_flock:
+                return  # the acquirer closes the descriptor when its flock returns
         if self._fd is not None:
             self._fs.close(self._fd)
 

@@ -352,16 +352,20 @@ class LogFile(LogWriter):
 
     def write_checkpoint(self, data: bytes) -> None:
         """Replace the checkpoint atomically. No fsync: a torn or lost checkpoint
-        fails its CRC or is missing, and opening then replays the log instead.
-        The temporary name is our own, so two processes saving at once cannot
-        interleave their bytes in one file."""
+        fails its CRC or is missing, and opening then replays the log instead."""
+        self.fs.replace(self.stage_checkpoint(data), self.checkpoint_path)
+
+    def stage_checkpoint(self, data: bytes) -> str:
+        """Write checkpoint bytes under a temporary name of our own and return it;
+        renaming it to `checkpoint_path` is the caller's. Our own name, so two
+        processes saving at once cannot interleave their bytes in one file."""
         temp = f"{self.checkpoint_path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
         fd = self.fs.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             self.fs.write_all(fd, data, 0)
         finally:
             self.fs.close(fd)
-        self.fs.replace(temp, self.checkpoint_path)
+        return temp
 
     def close(self) -> None:
         self.fs.close(self.fd)

@@ -52,6 +52,7 @@ from ..errors import (
 from ..models import CompactionResult, RecoveryReport
 from . import checkpointing, compacting, compaction, following, opening, syncing
 from .commands import Batch, plan_reclaim
+from .counters import HandleCounters
 from .finished import FinishSignal, FinishWaiter, finish_directory
 from .lock import release_shared_lock, shared_lock
 from .logfile import LogFile
@@ -69,7 +70,6 @@ T = TypeVar("T")
 # A write call's plan: add records to the batch, return what builds the result.
 Plan = Callable[[QueueState, Batch, float], Callable[[], T]]
 
-_LOCKED_CATCH_UP = 256 << 10  # copy at most about this much under the lock at the switch
 # Record type holding a kept finished job's outcome -> its field for the finishing time.
 _OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: "t", RecordType.CANCEL: "t",
                                   RecordType.FINISHED: "fin"}
@@ -106,6 +106,7 @@ class FileStore:
         self._log: LogFile | None = None
         self._state = QueueState()
         self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
+        self.counters = HandleCounters()  # compactions made, followed, reloaded after
         self._prepare_directory(options.allow_network_fs)
         if self.readonly and not queue_exists(self.directory, name):
             # Checked before the lock file is opened (O_CREAT): read-only creates nothing.
@@ -219,9 +220,6 @@ class FileStore:
             yield
         finally:
             self._lock.release()
-
-
-
 
     def _now(self) -> float:
         # Recorded queue time never goes backwards, even if the clock is stepped back

@@ -1,0 +1,226 @@
+"""One compaction at a time across processes, and checkpoints only a switch publishes.
+
+Real processes throughout. The claims: N processes that all cross the
+auto-compaction threshold make one compaction per switch (counted by the
+handles' counters, not timed); a compactor killed with SIGKILL mid-way
+blocks nobody (the kernel drops its lock) and loses no job; and a compaction
+that loses the race to switch never replaces the winner's checkpoint, so a
+peer follows the winner without a full reload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from support import TempDirTestCase, file_queue, spawn_python, store_of
+
+from nobroker import LockTimeoutError, Queue
+
+# Every child opens the queue like this (FileOptions are no Queue arguments).
+PRELUDE = r"""
+import json, os, sys, time
+from nobroker import Queue
+from nobroker.backend import Settings
+from nobroker.file.backend import FileBackend, FileOptions
+
+def open_queue(**options):
+    settings = {k: options.pop(k) for k in ("fsync", "lock_timeout") if k in options}
+    return Queue.from_backend(FileBackend(sys.argv[1], "default", Settings(**settings),
+                                          FileOptions(**options)))
+
+def counters(q):
+    c = q.backend.store.counters
+    return {name: getattr(c, name) for name in c.__slots__}
+"""
+
+DRAINER = PRELUDE + r"""
+import logging
+sizes = []  # bytes before each of our automatic compactions, from its log line
+class Sizes(logging.Handler):
+    def emit(self, record):
+        if record.getMessage().startswith("auto-compacted"):
+            sizes.append(record.args[1])
+logging.getLogger("nobroker").addHandler(Sizes())
+logging.getLogger("nobroker").setLevel(logging.INFO)
+q = open_queue(fsync=False, auto_compact=0.5, min_compact_bytes=32 << 10)
+print("ready", flush=True)
+sys.stdin.readline()  # everyone starts together
+for i in range(int(sys.argv[2])):
+    q.enqueue({"i": i, "pad": "x" * 300})
+    job = q.lease_one()
+    q.ack(job)
+q.stats()
+print(json.dumps({**counters(q), "sizes": sizes}), flush=True)
+q.close()
+"""
+
+
+def full_replay(directory: str) -> tuple[object, ...]:
+    with file_queue(directory, readonly=True, checkpoints=False) as fresh:
+        return store_of(fresh).state.fingerprint()
+
+
+def temp_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if ".tmp" in p.name)
+
+
+class OneCompactionAtATimeTest(TempDirTestCase):
+    def test_processes_auto_compacting_one_queue_make_one_compaction_per_switch(self
+                                                                               ) -> None:
+        directory = str(self.tmp / "q")
+        Queue(directory).close()
+        children = [spawn_python(DRAINER, directory, "1500") for _ in range(3)]
+        try:
+            for child in children:
+                assert child.stdout is not None
+                self.assertEqual(child.stdout.readline().strip(), b"ready")
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write(b"go\n")
+                child.stdin.flush()
+            reports = []
+            for child in children:
+                out, err = child.communicate(timeout=120)
+                self.assertEqual(child.returncode, 0, err.decode())
+                reports.append(json.loads(out))
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+        with Queue(directory) as q:
+            generation = q.generation
+        sizes = [size for r in reports for size in r.pop("sizes")]
+        total = {key: sum(r[key] for r in reports) for key in reports[0]}
+        self.assertGreaterEqual(generation, 3, total)  # enough switches to race over
+        self.assertEqual(total["compactions_switched"], generation, total)
+        # Not a single generation written twice: nobody started one it did not switch to.
+        self.assertEqual(total["compactions_started"], generation, total)
+        self.assertEqual(total["compactions_discarded"], 0, total)
+        # And none ran that was no longer due (re-checked under the queue's lock after
+        # the compaction lock: a peer may have just switched to a small new generation).
+        self.assertEqual(len(sizes), generation)
+        self.assertGreaterEqual(min(sizes), 32 << 10, sizes)
+
+    def test_a_compactor_killed_mid_way_blocks_nobody_and_loses_no_job(self) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory, fsync=False, auto_compact=None) as q:
+            ids = {job.id for job in q.enqueue_many([{"n": i} for i in range(400)])}
+            for job in q.lease(150):
+                q.ack(job)
+                ids.discard(job.id)
+        code = PRELUDE + r"""
+from nobroker.file import compaction
+real = compaction.prepare_generation
+def prepare(*args, **kwargs):
+    prepared = real(*args, **kwargs)
+    print("prepared", flush=True)
+    time.sleep(600)  # holding the compaction lock, new file and checkpoint written
+compaction.prepare_generation = prepare
+open_queue(auto_compact=None).compact()
+"""
+        child = spawn_python(code, directory)
+        try:
+            assert child.stdout is not None
+            self.assertEqual(child.stdout.readline().strip(), b"prepared")
+            # Its checkpoint waits under a name of its own: nobody would look for it.
+            self.assertFalse((self.tmp / "q" / "default.000001.ckpt").exists())
+            self.assertTrue(any(".ckpt.tmp-" in n for n in temp_files(self.tmp / "q")))
+            with Queue(directory, lock_timeout=0.2, auto_compact=None) as q:
+                with self.assertRaises(LockTimeoutError) as caught:
+                    q.compact()  # an explicit compaction waits for the running one
+                if sys.platform == "linux":
+                    self.assertEqual(caught.exception.holder_pid, child.pid)
+                self.assertEqual(q.generation, 0)
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        with Queue(directory, lock_timeout=5, auto_compact=None) as q:
+            self.assertEqual({job.id for job in q.list_jobs()}, ids)
+            result = q.compact()  # the kernel dropped the dead compactor's lock
+            self.assertEqual(result.new_generation, 1)
+            self.assertEqual({job.id for job in q.list_jobs()}, ids)
+        self.assertEqual(temp_files(self.tmp / "q"), [])  # its leftovers are gone
+        with Queue(directory) as again:
+            self.assertEqual({job.id for job in again.list_jobs()}, ids)
+            self.assertEqual(store_of(again).recovery.checkpoint_offset is not None, True)
+        self.assertEqual(self.replayed(directory), ids)
+
+    def replayed(self, directory: str) -> set[str]:
+        with file_queue(directory, readonly=True, checkpoints=False) as fresh:
+            return {job.id for job in fresh.list_jobs()}
+
+    def test_a_losing_compactions_checkpoint_never_replaces_the_winners(self) -> None:
+        # The loser bypasses the compaction lock (as the rescue at open does) and
+        # writes its snapshot and checkpoint only after the winner has switched.
+        directory = str(self.tmp / "q")
+        with Queue(directory, fsync=False, auto_compact=None) as q:
+            q.enqueue_many([{"n": i, "pad": "p" * (i % 40)} for i in range(600)])
+            for job in q.lease(50):
+                q.nack(job, error="x" * 100)  # so the two snapshots differ in layout
+        code = PRELUDE + r"""
+from nobroker.file import compaction
+real = compaction.write_generation
+def write(*args, **kwargs):
+    print("writing", flush=True)
+    sys.stdin.readline()  # until the winner has switched
+    return real(*args, **kwargs)
+compaction.write_generation = write
+q = open_queue(fsync=False, auto_compact=None)
+result = q.backend.store._compact()
+print(json.dumps({"result": None if result is None else result.new_generation,
+                  **counters(q)}), flush=True)
+"""
+        with Queue(directory, fsync=False, auto_compact=None) as peer, \
+                Queue(directory, fsync=False, auto_compact=None) as winner:
+            expected = {job.id: job.payload for job in peer.list_jobs()}
+            for job in winner.lease(5):  # early records grow: every later offset moves
+                winner.nack(job, error="y" * 300)
+            loser = spawn_python(code, directory)
+            try:
+                assert loser.stdin is not None and loser.stdout is not None
+                self.assertEqual(loser.stdout.readline().strip(), b"writing")
+                self.assertEqual(winner.compact().new_generation, 1)
+                loser.stdin.write(b"go\n")
+                loser.stdin.flush()
+                out, err = loser.communicate(timeout=60)
+                self.assertEqual(loser.returncode, 0, err.decode())
+            finally:
+                if loser.poll() is None:
+                    loser.kill()
+                    loser.wait()
+            report: dict[str, Any] = json.loads(out)
+            self.assertIsNone(report["result"])  # it saw the switch and threw its work away
+            self.assertEqual(report["compactions_discarded"], 1)
+            after = {job.id: job.payload for job in peer.list_jobs()}  # follows here
+            self.assertEqual(peer.generation, 1)
+            counters = store_of(peer).counters
+            self.assertEqual((counters.follows, counters.reloads), (1, 0))
+            self.assertEqual(after, expected)
+            self.assertEqual(store_of(peer).state.fingerprint(), full_replay(directory))
+        self.assertEqual(temp_files(self.tmp / "q"), [])
+
+    def test_an_automatic_compaction_rechecks_it_is_due_once_it_has_the_lock(self) -> None:
+        # b saw a log full of dead records, but before its automatic compaction got
+        # the compaction lock, a compacted: under the queue's lock b follows, finds
+        # nothing due, and writes no generation of its own.
+        directory = str(self.tmp / "q")
+        with file_queue(directory, fsync=False, auto_compact=None) as a, \
+                file_queue(directory, fsync=False, auto_compact=0.5,
+                           min_compact_bytes=1024) as b:
+            a.enqueue_many([{"n": i, "pad": "x" * 200} for i in range(50)])
+            a.ack_many(a.lease(50))
+            b.stats()
+            self.assertTrue(store_of(b)._compaction_due())
+            self.assertEqual(a.compact().new_generation, 1)
+            store_of(b)._auto_compact()
+            self.assertEqual(store_of(b).counters.compactions_started, 0)
+            self.assertEqual(b.generation, 1)
