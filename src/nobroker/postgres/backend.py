@@ -359,7 +359,12 @@ class PostgresBackend:
             return
         self._last_sweep = now
         params = self._params()
-        self._link.run("sweep", lambda conn: conn.execute(self._sql.sweep, params))
+
+        def run(conn: Conn) -> None:
+            conn.execute(self._sql.sweep, params)
+            conn.execute(self._sql.sweep_watches, params)  # waiters that timed out
+
+        self._link.run("sweep", run)
 
     # -- transfer (nobroker migrate) -----------------------------------------
 
