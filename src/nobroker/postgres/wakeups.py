@@ -45,7 +45,8 @@ _IDLE_FINISHERS: Final = 4  # idle result-wait connections a handle keeps for re
 
 
 class Wakeups:
-    """The two LISTEN connections of one handle, and the waits on them."""
+    """The LISTEN connections of one handle (one for idle waits, a pool for result
+    waits), and the waits on them."""
 
     def __init__(self, session: Session, sql: Statements) -> None:
         target = session.target
@@ -130,8 +131,10 @@ class Wakeups:
                     lock_timeout=session.settings.lock_timeout)
 
     def _give(self, finisher: Link) -> None:
+        # Kept even if its connection broke: the link reconnects on its next use,
+        # after the pause its failures earned, so a server that is away is not hammered.
         with self._pool_lock:
-            if not self._closed and finisher.connected and len(self._idle) < _IDLE_FINISHERS:
+            if not self._closed and len(self._idle) < _IDLE_FINISHERS:
                 self._idle.append(finisher)
                 return
         finisher.close()
