@@ -158,6 +158,41 @@ class PostgresBackendTest(_Schema):
         self.assertEqual(listener.execute(watches).fetchone(), (0,), "the watch is gone")
         self.assertRaises(JobNotFoundError, q.get, unwatched.id)
 
+    def test_threads_of_one_handle_wait_for_results_side_by_side(self) -> None:
+        q, other = self.open(), self.open()
+        first, second = q.enqueue("first", job_id="a"), q.enqueue("second", job_id="b")
+        got: dict[str, Any] = {}
+        waiters = {job.id: threading.Thread(target=lambda i=job.id: got.update(
+            {i: q.wait_finished(i, 60.0)})) for job in (first, second)}
+        for waiter in waiters.values():
+            waiter.start()
+        schema = q.backend.target.schema
+        wait_for(lambda: _rows_of(other, f'"{schema}".watches') == 2, 30,
+                 "both waiters to watch their jobs")
+        leased = {job.id: job for job in other.lease(2)}
+        other.ack(leased[second.id])  # the second finishes while the first still runs
+        waiters[second.id].join(30)
+        self.assertFalse(waiters[second.id].is_alive(),
+                         "the second waiter waited behind the first")
+        self.assertEqual(got[second.id].state, JobState.DONE)
+        self.assertTrue(waiters[first.id].is_alive())
+        other.ack(leased[first.id])
+        waiters[first.id].join(30)
+        self.assertEqual(got[first.id].state, JobState.DONE)
+
+    def test_the_watch_of_a_waiter_that_timed_out_is_swept_once_its_job_finished(self
+                                                                                 ) -> None:
+        q, worker = self.open(), self.open()
+        job = q.enqueue("slow")
+        self.assertIsNone(q.wait_finished(job.id, 0.05))
+        schema = q.backend.target.schema
+        self.assertEqual(_rows_of(worker, f'"{schema}".watches'), 1, "a live job's watch stays")
+        worker.ack(worker.lease_one())
+        self.assertEqual(_rows_of(worker, f'"{schema}".watches'), 1)
+        sweeper = self.open()  # a handle's first lease sweeps (then once a second)
+        self.assertEqual(sweeper.lease(), [])
+        self.assertEqual(_rows_of(worker, f'"{schema}".watches'), 0, "the watch was swept")
+
     def test_a_waiter_learns_that_its_pending_job_was_purged(self) -> None:
         q, other = self.open(), self.open()
         job = q.enqueue("doomed")

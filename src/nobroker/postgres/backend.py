@@ -37,7 +37,7 @@ from typing import Any, Final
 import psycopg
 
 from ..backend import Capabilities, Settings
-from ..errors import JobNotFoundError, NotLeasedError
+from ..errors import ConnectionLostError, JobNotFoundError, LockTimeoutError, NotLeasedError
 from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from . import schema
 from .connection import Link
@@ -51,6 +51,9 @@ __all__ = ["PostgresBackend"]
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 _SWEEP_EVERY: Final = 1.0  # seconds between a handle's sweeps of expired finished rows
+# A lease that found jobs sweeps only when the last sweep is this old: a sweep
+# is a statement and a commit of its own, kept off the enqueue-to-pickup path.
+_SWEEP_OVERDUE: Final = 10.0
 
 
 class PostgresBackend:
@@ -147,7 +150,6 @@ class PostgresBackend:
     # -- consuming ----------------------------------------------------------
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
-        self._maybe_sweep()
         params = self._params(n=count, vt=visibility_timeout)
 
         def run(conn: Conn) -> list[Job]:
@@ -155,7 +157,10 @@ class PostgresBackend:
             rows.sort(key=lambda r: (-r[3], r[1]))
             return [job_from_row(row) for row in rows]
 
-        return self._link.run("lease", run)
+        jobs = self._link.run("lease", run)
+        # Sweep when idle (nothing to lease), or when a busy handle is overdue.
+        self._maybe_sweep(_SWEEP_EVERY if not jobs else _SWEEP_OVERDUE)
+        return jobs
 
     def _retention(self, result_text: str | None, result_ttl: float | None) -> tuple[float,
                                                                                     float]:
@@ -244,6 +249,10 @@ class PostgresBackend:
         return self._link.run("extend", run)
 
     def wait(self, timeout: float) -> bool:
+        try:
+            self._maybe_sweep(_SWEEP_EVERY)  # before blocking: time nobody waits on
+        except (ConnectionLostError, LockTimeoutError):
+            pass  # housekeeping: the wait below deals with a server that is away
         return self._wakeups.wait(timeout)
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
@@ -353,13 +362,18 @@ class PostgresBackend:
                                 bytes_after=0, live_jobs=live, remembered_keys=keys,
                                 seconds=time.perf_counter() - started)
 
-    def _maybe_sweep(self) -> None:
+    def _maybe_sweep(self, every: float) -> None:
         now = time.monotonic()
-        if now - self._last_sweep < _SWEEP_EVERY:
+        if now - self._last_sweep < every or self.settings.readonly:
             return
         self._last_sweep = now
         params = self._params()
-        self._link.run("sweep", lambda conn: conn.execute(self._sql.sweep, params))
+
+        def run(conn: Conn) -> None:
+            conn.execute(self._sql.sweep, params)
+            conn.execute(self._sql.sweep_watches, params)  # waiters that timed out
+
+        self._link.run("sweep", run)
 
     # -- transfer (nobroker migrate) -----------------------------------------
 

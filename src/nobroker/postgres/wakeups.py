@@ -11,7 +11,12 @@ queue's two channels (schema.py sends them from the jobs trigger):
   in `watches` before it blocks, and only a watched job's finish is
   notified, so that acks nobody waits for commit without NOTIFY's
   server-wide lock (`_watch` says how the watch is ordered against an ack
-  in flight). A waiter that sees the job finished removes the watch.
+  in flight). A waiter that sees the job finished removes the watch; the
+  watch of one that timed out is swept once its job has finished
+  (backend.py's periodic sweep). Each thread waiting for a result takes a
+  LISTEN connection of its own from a small pool, so the threads of one
+  handle wait side by side; idle ones are kept (up to `_IDLE_FINISHERS`)
+  for the next wait.
 
 Neither ever leases, and neither is a poll loop: a wait is bounded by the
 caller's timeout and the next due time only.
@@ -19,12 +24,13 @@ caller's timeout and the next due time only.
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 
-from ..errors import ConnectionLostError, JobNotFoundError
+from ..errors import ConnectionLostError, JobNotFoundError, QueueClosedError
 from ..models import Job
 from . import schema
 from .connection import Link
@@ -35,9 +41,12 @@ __all__ = ["Wakeups"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
+_IDLE_FINISHERS: Final = 4  # idle result-wait connections a handle keeps for reuse
+
 
 class Wakeups:
-    """The two LISTEN connections of one handle, and the waits on them."""
+    """The LISTEN connections of one handle (one for idle waits, a pool for result
+    waits), and the waits on them."""
 
     def __init__(self, session: Session, sql: Statements) -> None:
         target = session.target
@@ -46,7 +55,10 @@ class Wakeups:
         self._session = session
         self._sql = sql
         self._waiter = Link(target, setup=listener(self.ready_channel), lock_timeout=timeout)
-        self._finisher = Link(target, setup=listener(finished_channel), lock_timeout=timeout)
+        self._finished_channel = finished_channel
+        self._idle: list[Link] = []  # result-wait connections no thread is using
+        self._pool_lock = threading.Lock()
+        self._closed = False
 
     def wait(self, timeout: float) -> bool:
         """True when a job may be leasable; False after `timeout` seconds without one.
@@ -95,12 +107,37 @@ class Wakeups:
                     continue  # from now on its finish is NOTIFYed: look once more
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    return None  # the watch stays for other waiters; compact() sweeps it
+                    return None  # the watch stays for other waiters; swept once finished
                 for note in conn.notifies(timeout=left):
                     if note.payload in (job_id, "*"):
                         break
 
-        return self._finisher.run("wait_finished", run)
+        finisher = self._take()
+        try:
+            return finisher.run("wait_finished", run)
+        finally:
+            self._give(finisher)
+
+    def _take(self) -> Link:
+        """A LISTEN connection on the finished channel for one wait: an idle one, or
+        a new one (it connects on first use)."""
+        with self._pool_lock:
+            if self._closed:
+                raise QueueClosedError("the queue is closed")
+            if self._idle:
+                return self._idle.pop()
+        session = self._session
+        return Link(session.target, setup=listener(self._finished_channel),
+                    lock_timeout=session.settings.lock_timeout)
+
+    def _give(self, finisher: Link) -> None:
+        # Kept even if its connection broke: the link reconnects on its next use,
+        # after the pause its failures earned, so a server that is away is not hammered.
+        with self._pool_lock:
+            if not self._closed and len(self._idle) < _IDLE_FINISHERS:
+                self._idle.append(finisher)
+                return
+        finisher.close()
 
     def _watch(self, conn: Conn, job_id: str, *, leased: bool) -> bool:
         """Put the job in `watches`; True if that was ordered against an ack in flight.
@@ -122,5 +159,10 @@ class Wakeups:
         return True
 
     def close(self) -> None:
+        """Close the idle connections; one still in a wait closes when the wait ends."""
         self._waiter.close()
-        self._finisher.close()
+        with self._pool_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for finisher in idle:
+            finisher.close()

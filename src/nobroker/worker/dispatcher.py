@@ -111,6 +111,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._closing = False  # slots: exit when idle
         self._beating = True  # heartbeat thread: keep going
         self._fatal: NobrokerError | None = None
+        self._woken = False  # the last wait said a job may be ready (dispatcher only)
 
     # -- public -------------------------------------------------------------
 
@@ -193,6 +194,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
             with self._cond:
                 self._reserved -= want - len(jobs)
                 if jobs:
+                    self._woken = False
                     self._admit(jobs)
                     continue
                 if self.idle_timeout is not None and self._idle_for() >= self.idle_timeout:
@@ -218,10 +220,13 @@ class Worker(Slots, Heartbeats, SignalHandling):
             with self._cond:
                 timeout = min(timeout, max(self.idle_timeout - self._idle_for(), 0.001))
         if callable(wait):
-            began = self._clock()
-            wait(timeout)
-            if self._paused():  # ready jobs end the wait at once: do not spin on them
-                self._pause_for(self.poll_interval - (self._clock() - began))
+            # A paused queue's ready jobs end a wait at once, so a wake that
+            # leased nothing asks whether the queue is paused before waiting
+            # again; asking after every wake would put a round trip between
+            # an enqueue and its pickup.
+            if self._woken and self._paused():
+                self._pause_for(self.poll_interval)
+            self._woken = bool(wait(timeout))
             return
         if self._sleep is not None:
             self._sleep(timeout)
