@@ -220,6 +220,62 @@ class HeartbeatTest(WorkerTestCase):
         with self.assertRaises(JobNotFoundError):
             q.get(job.id)
 
+    def test_heartbeats_keep_each_chained_job_too(self) -> None:
+        # A slot chains into its next job (ack_and_lease) without waking the other
+        # threads, so the heartbeat must find each new flight by itself, even if it
+        # last looked while the only flight was settling (and so not to be renewed).
+        q = self.queue(visibility_timeout=0.45)  # a heartbeat every 0.15 s
+        q.enqueue_many([{"n": n} for n in range(3)])
+        observer = Queue(self.tmp / "q", readonly=True)
+        self.addCleanup(observer.close)
+        delivered: list[int] = []
+        lapsed: list[str] = []
+
+        class SlowSettle:
+            """The queue, with an ack_and_lease longer than a heartbeat interval: the
+            heartbeat surely looks while the flight settles."""
+
+            def __init__(self, queue: Queue) -> None:
+                self._queue = queue
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._queue, name)
+
+            def ack_and_lease(self, *args: Any, **kwargs: Any) -> Job | None:
+                time.sleep(0.2)
+                return self._queue.ack_and_lease(*args, **kwargs)
+
+        def handler(job: Job) -> None:
+            delivered.append(job.attempts)
+            deadline = time.monotonic() + 1.0  # over two visibility timeouts
+            while time.monotonic() < deadline:
+                seen = observer.get(job.id)  # a lapsed lease shows as a past deadline
+                if seen.state is not JobState.LEASED or (seen.lease_expires_at or 0) < time.time():
+                    lapsed.append(job.id)
+                time.sleep(0.02)
+
+        stats = Worker(SlowSettle(q), handler, max_jobs=3,  # type: ignore[arg-type]
+                       handle_signals=False).run()
+        self.assertEqual((delivered, lapsed), ([1, 1, 1], []))
+        self.assertEqual((stats.succeeded, stats.lost), (3, 0))
+
+    def test_a_slot_chaining_jobs_wakes_no_other_thread_per_job(self) -> None:
+        q = self.queue()
+        q.enqueue_many([{"n": n} for n in range(200)])
+        notified = itertools.count()
+
+        class CountingCondition(threading.Condition):
+            def notify_all(self) -> None:
+                next(notified)
+                super().notify_all()
+
+        worker = Worker(q, lambda job: None, max_jobs=200, handle_signals=False)
+        worker._cond = CountingCondition(threading.RLock())
+        self.assertEqual(worker.run().succeeded, 200)
+        # One wake per lease taken by the dispatcher and for the stop, not one per job
+        # (each cost the dispatcher's and the heartbeat's threads a switch).
+        self.assertLess(next(notified), 20)
+
     def test_a_heartbeat_that_finds_its_lease_fenced_gives_the_job_up(self) -> None:
         q = self.queue(visibility_timeout=0.3)
         job = q.enqueue({})

@@ -101,7 +101,12 @@ class Slots(Shared):
                 nxt = Flight(following, self._clock() + self.heartbeat_interval)
                 self._flights.add(nxt)
             self._last_busy = self._clock()
-            self._cond.notify_all()
+            # A slot that chained into its next job changed nothing the others wait
+            # for (the dispatcher for a free slot, the drain for no flights; the
+            # heartbeat looks again on its own, see Heartbeats). Waking them all for
+            # every job cost two thread switches per job.
+            if nxt is None:
+                self._cond.notify_all()
         return nxt
 
     def _settle(self, job: Job, outcome: Outcome, plan: Plan,
