@@ -20,6 +20,7 @@ from typing import Any
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import LockTimeoutError, Queue
+from nobroker.file.fs import FileSystem
 
 # Every child opens the queue like this (FileOptions are no Queue arguments).
 PRELUDE = r"""
@@ -224,3 +225,57 @@ print(json.dumps({"result": None if result is None else result.new_generation,
             store_of(b)._auto_compact()
             self.assertEqual(store_of(b).counters.compactions_started, 0)
             self.assertEqual(b.generation, 1)
+
+
+class CountingFS(FileSystem):
+    """Counts the opens of one file name (the compaction lock's)."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix, self.opens = suffix, 0
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        if path.endswith(self.suffix):
+            self.opens += 1
+        return super().open(path, flags, mode)
+
+
+HOLDER = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)  # as a compacting peer holds it
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+class CompactionLockDescriptorTest(TempDirTestCase):
+    def test_writes_during_a_peers_compaction_try_its_lock_without_reopening_it(self
+                                                                               ) -> None:
+        # Every write below finds compaction due and tries NAME.compacting, which
+        # another process holds: one flock try each, on a descriptor opened once.
+        directory = self.tmp / "q"
+        with file_queue(directory, fsync=False, auto_compact=None) as filler:
+            filler.enqueue_many([{"n": i, "pad": "x" * 200} for i in range(50)])
+            filler.ack_many(filler.lease(50))  # dead records: compaction is due
+        child = spawn_python(HOLDER, str(directory / "default.compacting"))
+        try:
+            assert child.stdout is not None
+            self.assertEqual(child.stdout.readline().strip(), b"held")
+            fs = CountingFS("default.compacting")
+            with file_queue(directory, fs=fs, fsync=False, auto_compact=0.5,
+                            min_compact_bytes=1024) as q:
+                store = store_of(q)
+                for i in range(20):
+                    q.enqueue({"n": i})
+                self.assertEqual(store.counters.compactions_skipped, 20)
+                self.assertEqual(fs.opens, 1)
+                self.assertEqual(store._compaction_lock.tries, 20)
+                child.kill()
+                child.wait()
+                # With the holder gone, the same descriptor takes the lock: it compacts.
+                q.enqueue({"n": 20})
+                self.assertEqual(q.generation, 1)
+                self.assertEqual(fs.opens, 1)
+        finally:
+            child.kill()
+            child.wait()

@@ -54,7 +54,7 @@ from . import checkpointing, commit, compacting, compaction, following, opening,
 from .commands import Batch
 from .counters import HandleCounters
 from .finished import FinishSignal, FinishWaiter, finish_directory
-from .lock import release_shared_lock, shared_lock
+from .lock import SharedLock, release_shared_lock, shared_lock
 from .logfile import LogFile
 from .opening import queue_exists
 from .options import FileOptions
@@ -103,6 +103,7 @@ class FileStore:
         self._pid = os.getpid()
         self._sync_lock = threading.Lock()
         self._compacting = threading.RLock()  # one compaction at a time per handle
+        self._compaction_lock: SharedLock | None = None  # NAME.compacting, opened at first use
         self._log: LogFile | None = None
         self._state = QueueState()
         self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
@@ -132,6 +133,8 @@ class FileStore:
                     syncing.FSYNC_FAILED.discard(self._rescue_key)
         except BaseException:
             release_shared_lock(self._lock)
+            if self._compaction_lock is not None:  # the rescue's compaction opened it
+                release_shared_lock(self._compaction_lock)
             raise
 
     # -- what the Queue reads -----------------------------------------------
@@ -366,5 +369,7 @@ class FileStore:
         if self._log is not None and os.getpid() == self._pid:
             self._retire(self._log)
             release_shared_lock(self._lock)
+            if self._compaction_lock is not None:
+                release_shared_lock(self._compaction_lock)
             if self.shared is not None:
                 self.shared.close()
