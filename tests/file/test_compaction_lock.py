@@ -131,6 +131,7 @@ open_queue(auto_compact=None).compact()
             self.assertEqual(child.stdout.readline().strip(), b"prepared")
             # Its checkpoint waits under a name of its own: nobody would look for it.
             self.assertFalse((self.tmp / "q" / "default.000001.ckpt").exists())
+            self.assertFalse((self.tmp / "q" / "default.000001.switch.ckpt").exists())
             self.assertTrue(any(".ckpt.tmp-" in n for n in temp_files(self.tmp / "q")))
             with Queue(directory, lock_timeout=0.2, auto_compact=None) as q:
                 with self.assertRaises(LockTimeoutError) as caught:
@@ -279,3 +280,60 @@ class CompactionLockDescriptorTest(TempDirTestCase):
         finally:
             child.kill()
             child.wait()
+
+
+class CheckpointAfterTheSwitchTest(TempDirTestCase):
+    """A checkpoint saved in the new generation after the switch (at close(), or by a
+    live handle in the background) leaves the switch's own checkpoint in place: a
+    peer that has not moved yet still follows without a full reload, while a cold
+    open reads the newer checkpoint. Real processes; the writer dies by SIGKILL."""
+
+    WRITER = PRELUDE + r"""
+how = sys.argv[2]
+q = open_queue(fsync=False, auto_compact=None, checkpoint_after_bytes=0,
+               checkpoint_every_bytes=1024)
+switched = q.compact().bytes_after
+for i in range(60):  # ~20 KiB in generation 1: past a quarter of what it covers
+    q.enqueue({"after": i, "pad": "z" * 300})
+if how == "close":
+    q.close()  # saves default.000001.ckpt
+    q = open_queue(fsync=False, auto_compact=None)
+    q.enqueue({"after": "close"})
+print(json.dumps({"switched": switched, **counters(q)}), flush=True)
+time.sleep(600)  # until the SIGKILL
+"""
+
+    def test_a_peer_follows_cheaply_after_a_later_checkpoint_in_the_new_generation(self
+                                                                                  ) -> None:
+        for how in ("close", "background"):
+            with self.subTest(how):
+                self.follow_after(how)
+
+    def follow_after(self, how: str) -> None:
+        directory = str(self.tmp / how)
+        with Queue(directory, fsync=False, auto_compact=None) as q:
+            q.enqueue_many([{"n": i, "pad": "p" * (i % 40)} for i in range(600)])
+            q.ack_many(q.lease(100))
+        with Queue(directory, fsync=False, auto_compact=None) as peer:
+            peer.stats()  # on generation 0, up to date
+            writer = spawn_python(self.WRITER, directory, how)
+            try:
+                assert writer.stdout is not None
+                report: dict[str, Any] = json.loads(writer.stdout.readline())
+            finally:
+                os.kill(writer.pid, signal.SIGKILL)
+                writer.wait()
+            names = os.listdir(directory)
+            self.assertIn("default.000001.ckpt", names)  # the later checkpoint (by close()
+            # or, with no close before the SIGKILL, by the live handle in the background)
+            self.assertIn("default.000001.switch.ckpt", names)  # the switch's, kept
+            jobs = {job.id for job in peer.list_jobs()}  # follows the switch here
+            counters = store_of(peer).counters
+            self.assertEqual((counters.follows, counters.reloads), (1, 0))
+            self.assertEqual(peer.generation, 1)
+            self.assertEqual(store_of(peer).state.fingerprint(), full_replay(directory))
+        self.assertEqual(len(jobs), 560 if how == "background" else 561)
+        with Queue(directory, readonly=True) as cold:  # reads the newest checkpoint
+            offset = store_of(cold).recovery.checkpoint_offset
+            self.assertIsNotNone(offset)
+            self.assertGreater(offset, report["switched"])
