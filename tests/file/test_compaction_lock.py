@@ -14,12 +14,14 @@ import json
 import os
 import signal
 import sys
+import unittest
 from pathlib import Path
 from typing import Any
 
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import LockTimeoutError, Queue
+from nobroker.file import compacting
 from nobroker.file.fs import FileSystem
 
 # Every child opens the queue like this (FileOptions are no Queue arguments).
@@ -280,6 +282,28 @@ class CompactionLockDescriptorTest(TempDirTestCase):
         finally:
             child.kill()
             child.wait()
+
+
+    @unittest.skipUnless(hasattr(os, "fork"), "needs fork()")
+    def test_a_forked_child_does_not_share_its_parents_compaction_lock(self) -> None:
+        # The store keeps NAME.compacting open; a forked child using that descriptor
+        # (flock belongs to the open file description) would hold it with its parent.
+        with Queue(str(self.tmp / "q"), auto_compact=None) as q:
+            q.enqueue("before")
+            with compacting.compaction_lock(store_of(q), wait=False) as held:
+                self.assertTrue(held)
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the child reports by exit code
+                    code = 3
+                    try:
+                        q.stats()  # the child's first call reopens its store
+                        with compacting.compaction_lock(store_of(q), wait=False) as mine:
+                            code = 1 if mine else 0
+                    finally:
+                        os._exit(code)
+                _, status = os.waitpid(pid, 0)
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0,
+                             "the child took the compaction lock its parent held")
 
 
 class CheckpointAfterTheSwitchTest(TempDirTestCase):
