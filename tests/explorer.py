@@ -2430,6 +2430,23 @@ def _w_checkpoints(d: Driver) -> None:
     d.call(d.open(**often), "stats")
 
 
+@workload("checkpoint_after_switch")
+def _w_checkpoint_after_switch(d: Driver) -> None:
+    # a compacts; its checkpoints in the new generation (in the background, then at
+    # close) go beside the switch's, which b, still on generation 0, follows by.
+    often = {"checkpoint_after_bytes": 0, "checkpoint_every_bytes": 1024}
+    a, b = d.open(**often), d.open(**often)
+    d.call(a, "enqueue_many", [payload(i, 200) for i in range(3)])
+    d.call(b, "stats")
+    d.call(a, "compact")
+    d.call(a, "enqueue_many", [payload(10 + i, 400) for i in range(3)])  # auto checkpoint
+    d.close(a)  # and the one at close
+    for job in _held(d.call(b, "lease", 1)):  # b follows the switch here
+        d.call(b, "ack", job)
+    d.close(b)
+    d.call(d.open(**often), "stats")
+
+
 @workload("results_compaction")
 def _w_results(d: Driver) -> None:
     # Results kept with finished jobs (ACK with "r"), across a compaction (FINISHED

@@ -41,7 +41,7 @@ FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("the backend", frozenset({"__init__", "backend"})),
     ("a live handle", frozenset({"store", "opening", "following", "checkpointing",
                                  "compacting", "inspection", "options", "salvage",
-                                 "syncing", "counters"})),
+                                 "syncing", "counters", "commit"})),
     ("rebuilding and generations", frozenset({"rebuild", "compaction"})),
     ("planning and saving the state", frozenset({"commands", "checkpoint", "tolerant"})),
     ("the replay state", frozenset({"state", "transitions", "snapshots", "fields", "jobtable",

@@ -204,7 +204,9 @@ class JobIdTest(HostileTestCase):
         self.assertEqual(set(os.listdir(self.path)) - names - {"default.000001.log",
                                                               "default.current",
                                                               "default.compacting",
-                                                              "default.000001.ckpt"}, set())
+                                                              "default.000001.ckpt",
+                                                              "default.000001.switch.ckpt"},
+                         set())
         self.assertFalse(os.path.exists(self.tmp / "etc"))
 
     def test_control_characters_and_bad_types_are_refused(self) -> None:

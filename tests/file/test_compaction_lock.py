@@ -14,12 +14,15 @@ import json
 import os
 import signal
 import sys
+import unittest
 from pathlib import Path
 from typing import Any
 
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import LockTimeoutError, Queue
+from nobroker.file import compacting
+from nobroker.file.fs import FileSystem
 
 # Every child opens the queue like this (FileOptions are no Queue arguments).
 PRELUDE = r"""
@@ -130,6 +133,7 @@ open_queue(auto_compact=None).compact()
             self.assertEqual(child.stdout.readline().strip(), b"prepared")
             # Its checkpoint waits under a name of its own: nobody would look for it.
             self.assertFalse((self.tmp / "q" / "default.000001.ckpt").exists())
+            self.assertFalse((self.tmp / "q" / "default.000001.switch.ckpt").exists())
             self.assertTrue(any(".ckpt.tmp-" in n for n in temp_files(self.tmp / "q")))
             with Queue(directory, lock_timeout=0.2, auto_compact=None) as q:
                 with self.assertRaises(LockTimeoutError) as caught:
@@ -224,3 +228,136 @@ print(json.dumps({"result": None if result is None else result.new_generation,
             store_of(b)._auto_compact()
             self.assertEqual(store_of(b).counters.compactions_started, 0)
             self.assertEqual(b.generation, 1)
+
+
+class CountingFS(FileSystem):
+    """Counts the opens of one file name (the compaction lock's)."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix, self.opens = suffix, 0
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        if path.endswith(self.suffix):
+            self.opens += 1
+        return super().open(path, flags, mode)
+
+
+HOLDER = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)  # as a compacting peer holds it
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+class CompactionLockDescriptorTest(TempDirTestCase):
+    def test_writes_during_a_peers_compaction_try_its_lock_without_reopening_it(self
+                                                                               ) -> None:
+        # Every write below finds compaction due and tries NAME.compacting, which
+        # another process holds: one flock try each, on a descriptor opened once.
+        directory = self.tmp / "q"
+        with file_queue(directory, fsync=False, auto_compact=None) as filler:
+            filler.enqueue_many([{"n": i, "pad": "x" * 200} for i in range(50)])
+            filler.ack_many(filler.lease(50))  # dead records: compaction is due
+        child = spawn_python(HOLDER, str(directory / "default.compacting"))
+        try:
+            assert child.stdout is not None
+            self.assertEqual(child.stdout.readline().strip(), b"held")
+            fs = CountingFS("default.compacting")
+            with file_queue(directory, fs=fs, fsync=False, auto_compact=0.5,
+                            min_compact_bytes=1024) as q:
+                store = store_of(q)
+                for i in range(20):
+                    q.enqueue({"n": i})
+                self.assertEqual(store.counters.compactions_skipped, 20)
+                self.assertEqual(fs.opens, 1)
+                self.assertEqual(store._compaction_lock.tries, 20)
+                child.kill()
+                child.wait()
+                # With the holder gone, the same descriptor takes the lock: it compacts.
+                q.enqueue({"n": 20})
+                self.assertEqual(q.generation, 1)
+                self.assertEqual(fs.opens, 1)
+        finally:
+            child.kill()
+            child.wait()
+
+
+    @unittest.skipUnless(hasattr(os, "fork"), "needs fork()")
+    def test_a_forked_child_does_not_share_its_parents_compaction_lock(self) -> None:
+        # The store keeps NAME.compacting open; a forked child using that descriptor
+        # (flock belongs to the open file description) would hold it with its parent.
+        with Queue(str(self.tmp / "q"), auto_compact=None) as q:
+            q.enqueue("before")
+            with compacting.compaction_lock(store_of(q), wait=False) as held:
+                self.assertTrue(held)
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the child reports by exit code
+                    code = 3
+                    try:
+                        q.stats()  # the child's first call reopens its store
+                        with compacting.compaction_lock(store_of(q), wait=False) as mine:
+                            code = 1 if mine else 0
+                    finally:
+                        os._exit(code)
+                _, status = os.waitpid(pid, 0)
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0,
+                             "the child took the compaction lock its parent held")
+
+
+class CheckpointAfterTheSwitchTest(TempDirTestCase):
+    """A checkpoint saved in the new generation after the switch (at close(), or by a
+    live handle in the background) leaves the switch's own checkpoint in place: a
+    peer that has not moved yet still follows without a full reload, while a cold
+    open reads the newer checkpoint. Real processes; the writer dies by SIGKILL."""
+
+    WRITER = PRELUDE + r"""
+how = sys.argv[2]
+q = open_queue(fsync=False, auto_compact=None, checkpoint_after_bytes=0,
+               checkpoint_every_bytes=1024)
+switched = q.compact().bytes_after
+for i in range(60):  # ~20 KiB in generation 1: past a quarter of what it covers
+    q.enqueue({"after": i, "pad": "z" * 300})
+if how == "close":
+    q.close()  # saves default.000001.ckpt
+    q = open_queue(fsync=False, auto_compact=None)
+    q.enqueue({"after": "close"})
+print(json.dumps({"switched": switched, **counters(q)}), flush=True)
+time.sleep(600)  # until the SIGKILL
+"""
+
+    def test_a_peer_follows_cheaply_after_a_later_checkpoint_in_the_new_generation(self
+                                                                                  ) -> None:
+        for how in ("close", "background"):
+            with self.subTest(how):
+                self.follow_after(how)
+
+    def follow_after(self, how: str) -> None:
+        directory = str(self.tmp / how)
+        with Queue(directory, fsync=False, auto_compact=None) as q:
+            q.enqueue_many([{"n": i, "pad": "p" * (i % 40)} for i in range(600)])
+            q.ack_many(q.lease(100))
+        with Queue(directory, fsync=False, auto_compact=None) as peer:
+            peer.stats()  # on generation 0, up to date
+            writer = spawn_python(self.WRITER, directory, how)
+            try:
+                assert writer.stdout is not None
+                report: dict[str, Any] = json.loads(writer.stdout.readline())
+            finally:
+                os.kill(writer.pid, signal.SIGKILL)
+                writer.wait()
+            names = os.listdir(directory)
+            self.assertIn("default.000001.ckpt", names)  # the later checkpoint (by close()
+            # or, with no close before the SIGKILL, by the live handle in the background)
+            self.assertIn("default.000001.switch.ckpt", names)  # the switch's, kept
+            jobs = {job.id for job in peer.list_jobs()}  # follows the switch here
+            counters = store_of(peer).counters
+            self.assertEqual((counters.follows, counters.reloads), (1, 0))
+            self.assertEqual(peer.generation, 1)
+            self.assertEqual(store_of(peer).state.fingerprint(), full_replay(directory))
+        self.assertEqual(len(jobs), 560 if how == "background" else 561)
+        with Queue(directory, readonly=True) as cold:  # reads the newest checkpoint
+            offset = store_of(cold).recovery.checkpoint_offset
+            self.assertIsNotNone(offset)
+            self.assertGreater(offset, report["switched"])

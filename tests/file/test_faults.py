@@ -27,6 +27,7 @@ workload seeds.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import random
@@ -52,6 +53,7 @@ from nobroker import (
     JobState,
     LockTimeoutError,
     NobrokerError,
+    NotLeasedError,
     QueueClosedError,
     StorageError,
     UnsafeFilesystemError,
@@ -768,6 +770,69 @@ class ConcurrentFsyncFailureTest(TempDirTestCase):
             self.assertIn("second", payloads,
                           "enqueue returned after the handle's fsync had failed, and its "
                           "job was lost with the dropped pages")
+
+
+class FailedCallTest(TempDirTestCase):
+    """A call that fails after committing records still fsyncs them (or poisons), and
+    never leaves its generation held open (LogFile.inflight), which would keep a
+    retired generation from ever closing."""
+
+    LOG = "fdatasync default.000000.log"
+
+    def open(self, fs: FileSystem, clock: FakeClock | None = None) -> nobroker.Queue:
+        return file_queue(self.tmp / "q", fs=fs, clock=clock or FakeClock())
+
+    def test_a_call_whose_result_cannot_be_built_still_fsyncs_its_records(self) -> None:
+        fs = FaultFS()
+        q = self.open(fs)
+        q.enqueue({"n": 1})
+        job = q.lease_one()
+        assert job is not None
+        syncs = fs.trace.count(self.LOG)
+        # The nack is committed under the lock; only then does building its view fail.
+        with mock.patch.object(q.backend, "_view", side_effect=RuntimeError("view")):
+            with self.assertRaisesRegex(RuntimeError, "view"):
+                q.nack(job, error="boom")
+        self.assertEqual(fs.trace.count(self.LOG), syncs + 1, "the committed nack not synced")
+        self.assertEqual(store_of(q)._log.inflight, 0)
+        self.assertEqual(q.stats().pending, 1)  # the handle works on
+        q.close()
+        with nobroker.Queue(self.tmp / "q") as again:
+            self.assertEqual(again.get(job.id).last_error, "boom")
+
+    def test_expiries_recorded_by_a_call_that_then_fails_are_fsynced(self) -> None:
+        fs, clock = FaultFS(), FakeClock()
+        q = self.open(fs, clock)
+        q.enqueue({"n": 1})
+        q.enqueue({"n": 2})
+        first, _second = q.lease(2, visibility_timeout=1)
+        clock.advance(5)
+        syncs = fs.trace.count(self.LOG)
+        # The ack records `second`'s expiry as a batch of its own, then refuses the token.
+        with self.assertRaises(NotLeasedError):
+            q.ack(dataclasses.replace(first, token=(first.token or 0) + 1000))
+        self.assertEqual(fs.trace.count(self.LOG), syncs + 1, "the committed expiry not synced")
+        self.assertEqual(store_of(q)._log.inflight, 0)
+        q.close()
+
+    def test_a_lease_whose_fsync_fails_releases_its_generation(self) -> None:
+        for call in ("lease", "ack_and_lease"):
+            with self.subTest(call):
+                fs = FaultFS()
+                q = self.open(fs)
+                q.enqueue({"n": 1})
+                q.enqueue({"n": 2})
+                leased = q.lease_one()
+                assert leased is not None
+                fs.arm_matching("fdatasync", 1, errno.EIO)
+                with self.assertRaises(StorageError):
+                    if call == "lease":
+                        q.lease(1)
+                    else:
+                        q.ack_and_lease(leased)
+                self.assertEqual(store_of(q)._log.inflight, 0, "the lease's pin leaked")
+                q.close()
+                shutil.rmtree(self.tmp / "q")
 
 
 class WriteFailureTest(TempDirTestCase):

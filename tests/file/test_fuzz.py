@@ -69,7 +69,8 @@ __all__ = ["Corpus", "FuzzReport", "build_corpus", "fuzz", "run_case", "REGRESSI
 
 NAME = "default"
 LOG0, LOG1 = f"{NAME}.000000.log", f"{NAME}.000001.log"
-CURRENT, CKPT1 = f"{NAME}.current", f"{NAME}.000001.ckpt"
+# The compacted seed's checkpoint is the one its compaction published at the switch.
+CURRENT, CKPT1 = f"{NAME}.current", f"{NAME}.000001.switch.ckpt"
 IGNORED = (f"{NAME}.lock", f"{NAME}.wake", f"{NAME}.sync")  # created by any open; not data
 CASE_SECONDS = 10  # a case that takes longer is a hang
 MEMORY_SAMPLE = 17  # every 17th case runs under tracemalloc

@@ -362,9 +362,9 @@ class CompactionTest(FileQueueTestCase):
         def compact_first(backend: FileBackend, entries: list[object]) -> object:
             views = views_of(backend, entries)  # type: ignore[arg-type]
 
-            def later() -> object:
+            def later(source: LogFile) -> object:
                 compactions.append(backend.store.compact().new_generation)
-                return views()
+                return views(source)
             return later
 
         def closing(log: LogFile) -> None:

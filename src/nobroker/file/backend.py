@@ -102,22 +102,12 @@ class FileBackend:
             lease_expires_at=entry.lease_until if leased else None,
             finished_at=entry.available_at if state is JobState.DEAD else None)
 
-    def _leased_views(self, entries: list[Entry]) -> Callable[[], list[Job]]:
+    def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
         """Under the lock: what builds the views of jobs just leased, once the lock is
-        released. Reading and decoding their payloads is most of a view's cost, and
-        the lock bounds the whole queue's throughput; the entries are snapshots, and
-        their generation stays open (pinned) until the payloads are read."""
-        if not entries:
-            return list
-        store = self.store
-        source = store.pin()
-
-        def views() -> list[Job]:
-            try:
-                return [self._view(entry, source=source) for entry in entries]
-            finally:
-                store.unpin(source)
-        return views
+        released (store.write_then_read). Reading and decoding their payloads is most
+        of a view's cost, and the lock bounds the whole queue's throughput; the
+        entries are snapshots, read from the generation the store keeps open."""
+        return lambda source: [self._view(entry, source=source) for entry in entries]
 
     @staticmethod
     def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
@@ -168,12 +158,12 @@ class FileBackend:
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
         def plan(state: QueueState, batch: Batch, now: float
-                 ) -> Callable[[], Callable[[], list[Job]]]:
+                 ) -> Callable[[], Callable[[LogFile], list[Job]]]:
             leased = plan_lease(state, batch, now, count, visibility_timeout)
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r["id"]] for r in leased])
 
-        return self.store.write(plan)()
+        return self.store.write_then_read(plan)
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
@@ -207,7 +197,7 @@ class FileBackend:
         ttl = self._result_ttl if result_ttl is None else result_ttl
 
         def plan(state: QueueState, batch: Batch, now: float
-                 ) -> Callable[[], Callable[[], list[Job]]]:
+                 ) -> Callable[[], Callable[[LogFile], list[Job]]]:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
                      self._key_retention)
             # The acked job is still leased while we plan, so ready() cannot offer it.
@@ -215,7 +205,7 @@ class FileBackend:
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r["id"]] for r in leased])
 
-        views = self.store.write(plan, spare=job.id)()
+        views = self.store.write_then_read(plan, spare=job.id)
         return views[0] if views else None
 
     def nack(self, job: Job, error: str | None, delay: float | None) -> Job:

@@ -9,8 +9,8 @@ that was cut, replaced or damaged below `end` is never trusted, and damage
 there is found by the full replay that follows). Any doubt means a full
 replay, which gives the same state, only slower.
 
-Layout of `NAME.GGGGGG.ckpt` (little or big endian as the writer's machine;
-the meta says which):
+Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
+(little or big endian as the writer's machine; the meta says which):
 
     <8s magic "NBCKPT03"> <I crc32 of everything after these 12 bytes>
     then sections, each <Q length><bytes>:

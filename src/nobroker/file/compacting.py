@@ -36,14 +36,14 @@ from ..errors import CompactionError, CorruptLogError, NobrokerError
 from ..models import CompactionResult
 from . import compaction, framing
 from .commands import new_nonce
-from .lock import release_shared_lock, shared_lock
+from .lock import SharedLock, shared_lock
 from .opening import cut_torn_tail
 
 if TYPE_CHECKING:
     from .store import FileStore
 
 __all__ = ["compact", "compact_once", "compact_locked", "finish_compaction", "compaction_due",
-           "auto_compact", "compaction_lock"]
+           "auto_compact", "compaction_lock", "held_compaction_lock"]
 
 log = logging.getLogger("nobroker")
 
@@ -73,23 +73,33 @@ def compaction_lock(store: FileStore, *, wait: bool) -> Iterator[bool]:
     and another process or thread has it. With `wait`, waits up to lock_timeout
     (LockTimeoutError names the holder). Take it before the queue's lock, never
     while holding that: the holder takes the queue's lock at its switch."""
-    path = os.path.join(store.directory, f"{store.name}.compacting")
+    lock = held_compaction_lock(store)
+    if wait:
+        lock.acquire(store.lock_timeout)
+    elif not lock.try_acquire():
+        yield False
+        return
     try:
-        lock = shared_lock(store._fs, path)
-    except OSError as exc:
-        raise CompactionError(f"cannot open {path}: {exc}") from None
-    try:
-        if wait:
-            lock.acquire(store.lock_timeout)
-        elif not lock.try_acquire():
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            lock.release()
+        yield True
     finally:
-        release_shared_lock(lock)
+        lock.release()
+
+
+def held_compaction_lock(store: FileStore) -> SharedLock:
+    """The store's SharedLock on NAME.compacting, opened at first use and kept until
+    close(): while a peer compacts, every write of ours that finds compaction due
+    tries this lock, and a try on an open descriptor is one flock call where
+    opening the file each time cost an open, a realpath and a close too."""
+    with store._compacting:  # one open per store, whichever thread comes first
+        lock = store._compaction_lock
+        if lock is None:
+            path = os.path.join(store.directory, f"{store.name}.compacting")
+            try:
+                lock = shared_lock(store._fs, path)
+            except OSError as exc:
+                raise CompactionError(f"cannot open {path}: {exc}") from None
+            store._compaction_lock = lock
+        return lock
 
 
 def compact_once(store: FileStore) -> CompactionResult | None:

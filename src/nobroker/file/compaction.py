@@ -26,10 +26,12 @@ on meanwhile. In order (each fsync is what makes the next step safe):
     7. durably replace NAME.current with "<g+1>" (fs.replace_durably). This
        is the commit point: before it g is authoritative and the new file is
        an ignorable leftover; after it, the reverse;
-    7b. rename the checkpoint to NAME.<g+1>.ckpt (no fsync: a cache). Only a
-       compaction that switched gets there, and peers look for it only after
-       taking the lock the switch holds, so a compaction that lost the race
-       (step 4) or died never replaces the checkpoint of the one that won;
+    7b. rename the checkpoint to NAME.<g+1>.switch.ckpt (no fsync: a cache).
+       Only a compaction that switched gets there, and peers look for it only
+       after taking the lock the switch holds, so a compaction that lost the
+       race (step 4) or died never replaces the checkpoint of the one that
+       won; and the checkpoints saved later in g+1 go to NAME.<g+1>.ckpt, so
+       none of them replaces it either;
     8. unlink older generations and leftovers (temporary files of g+1 too:
        a dead compactor's, or one racing us that will find at its own step 4
        that it lost); fsync the directory.
@@ -210,7 +212,7 @@ class Prepared:
         if self.checkpoint_temp is not None:
             temp, self.checkpoint_temp = self.checkpoint_temp, None
             try:
-                self.log.fs.replace(temp, self.log.checkpoint_path)
+                self.log.fs.replace(temp, self.log.switch_checkpoint_path)
             except OSError:
                 self.checkpointed = 0
                 raise
@@ -392,7 +394,7 @@ def remove_stale_files(fs: FileSystem, directory: str, name: str, current: int) 
     a temp file of the current generation is then a dead compactor's, or a racing
     one's that lost (its switch will see ours and throw its work away)."""
     pattern = re.compile(
-        re.escape(name) + r"\.(\d{6,})\.(log|ckpt|(?:ckpt|log)\.tmp-[0-9a-f-]+)$")
+        re.escape(name) + r"\.(\d{6,})\.(log|ckpt|switch\.ckpt|(?:ckpt|log)\.tmp-[0-9a-f-]+)$")
     removed = []
     for entry in fs.listdir(directory):
         match = pattern.fullmatch(entry)

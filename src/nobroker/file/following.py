@@ -68,13 +68,7 @@ def follow_compaction(store: FileStore) -> bool:
                                readonly=store.readonly)
     except (OSError, CorruptLogError):
         return False
-    try:
-        data = new_log.read_checkpoint() if store.options.checkpoints else None
-        moved = None if data is None else checkpoint.relocation(
-            data, generation, store._fs.fstat(new_log.fd).st_size,
-            lambda offset: compaction.snapshot_nonce(new_log, offset))
-    except (checkpoint.CheckpointError, OSError):
-        moved = None
+    moved = _relocation(store, new_log) if store.options.checkpoints else None
     if (moved is None or moved.source_generation != old.generation
             or not moved.source_offset <= old.end):
         new_log.close()
@@ -92,3 +86,20 @@ def follow_compaction(store: FileStore) -> bool:
     store._retire(old)
     store._refresh()  # and read what was written to the new generation since
     return True
+
+
+def _relocation(store: FileStore, new_log: LogFile) -> checkpoint.Relocation | None:
+    """The job locations of the compaction that switched to `new_log`: from the
+    checkpoint it published under a name of its own, which no later checkpoint
+    replaces; or, from a compaction by an older version that had no such name,
+    from NAME.GGGGGG.ckpt if that is still the compaction's (its nonce says)."""
+    for path in (new_log.switch_checkpoint_path, new_log.checkpoint_path):
+        try:
+            data = new_log.read_checkpoint(path)
+            if data is not None:
+                return checkpoint.relocation(
+                    data, new_log.generation, store._fs.fstat(new_log.fd).st_size,
+                    lambda offset: compaction.snapshot_nonce(new_log, offset))
+        except (checkpoint.CheckpointError, OSError):
+            pass
+    return None

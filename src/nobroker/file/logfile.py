@@ -327,6 +327,13 @@ class LogFile(LogWriter):
     def checkpoint_path(self) -> str:
         return os.path.join(self.directory, f"{self.name}.{self.generation:06d}.ckpt")
 
+    @property
+    def switch_checkpoint_path(self) -> str:
+        """The checkpoint the compaction that switched to this generation published:
+        only that switch writes this name, so a later checkpoint (NAME.GGGGGG.ckpt)
+        never replaces what peers that have not moved yet need to follow it."""
+        return os.path.join(self.directory, f"{self.name}.{self.generation:06d}.switch.ckpt")
+
     def prefix_crc(self, end: int, start: int = 0, crc: int = 0) -> int:
         """CRC-32 of the file's first `end` bytes, read from disk; or, given the CRC
         of the first `start` bytes, of the first `end` reading only the rest."""
@@ -339,9 +346,10 @@ class LogFile(LogWriter):
             pos += len(chunk)
         return crc
 
-    def read_checkpoint(self) -> bytes | None:
+    def read_checkpoint(self, path: str | None = None) -> bytes | None:
+        """The bytes of the checkpoint at `path` (checkpoint_path), None if missing."""
         try:
-            fd = self.fs.open(self.checkpoint_path, os.O_RDONLY)
+            fd = self.fs.open(self.checkpoint_path if path is None else path, os.O_RDONLY)
         except OSError:
             return None
         try:

@@ -128,6 +128,7 @@ def reopen_in_child(store: FileStore) -> None:
     offsets): take the lock afresh and reload from the files."""
     store._pid = os.getpid()
     store._lock = shared_lock(store._fs, store._lock_path, readonly=store.readonly)
+    store._compaction_lock = None  # the parent's; ours is opened when first needed
     syncing.open_shared(store)  # the parent's descriptor shares its flock with the parent
     store._log = None
     with store._locked(refresh=False):

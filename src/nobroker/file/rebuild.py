@@ -23,21 +23,26 @@ __all__ = ["load_checkpoint", "state_at"]
 def load_checkpoint(log: LogFile, max_end: int | None = None) -> QueueState | None:
     """The state saved by `log`'s checkpoint, if it can be trusted.
 
-    On success the log's `end` and `crc` move to where the checkpoint leaves
-    off, and a scan continues from there; None otherwise.
+    The newest first: NAME.GGGGGG.ckpt, saved after the switch to this
+    generation (so covering at least what its compaction's did), else the
+    switching compaction's NAME.GGGGGG.switch.ckpt. On success the log's `end`
+    and `crc` move to where the checkpoint leaves off, and a scan continues
+    from there; None otherwise.
     """
-    data = log.read_checkpoint()
-    if data is None:
-        return None
-    try:
-        size = log.fs.fstat(log.fd).st_size
-        state, end, crc = checkpoint.decode(data, log.generation, size, log.prefix_crc)
-    except (checkpoint.CheckpointError, ValueError, OSError):
-        return None
-    if max_end is not None and end > max_end:
-        return None
-    log.end, log.crc = end, crc
-    return state
+    for path in (log.checkpoint_path, log.switch_checkpoint_path):
+        data = log.read_checkpoint(path)
+        if data is None:
+            continue
+        try:
+            size = log.fs.fstat(log.fd).st_size
+            state, end, crc = checkpoint.decode(data, log.generation, size, log.prefix_crc)
+        except (checkpoint.CheckpointError, ValueError, OSError):
+            continue
+        if max_end is not None and end > max_end:
+            continue  # covers more than asked: the switch's may not
+        log.end, log.crc = end, crc
+        return state
+    return None
 
 
 def state_at(log: LogFile, upto: int, *, checkpoints: bool = True) -> QueueState:

@@ -6,9 +6,9 @@ it, each in a module of its own (functions of the store, which the methods
 below call): opening and
 recovery, and reopening in a forked child (opening.py), reading forward and
 following a peer's compaction (following.py), when to checkpoint
-(checkpointing.py), running a compaction (compacting.py). This module is the
-commit protocol. Every call follows the same beats,
-under the queue's lock:
+(checkpointing.py), running a compaction (compacting.py), a write call's
+beats (commit.py). This module is the commit protocol. Every call follows
+the same beats, under the queue's lock:
   1. read forward whatever other handles appended (and notice a compaction);
   2. expire leases whose deadline has passed (recorded, so replay stays pure);
   3. plan the call's records against the state (errors here write nothing);
@@ -50,11 +50,11 @@ from ..errors import (
     StorageError,
 )
 from ..models import CompactionResult, RecoveryReport
-from . import checkpointing, compacting, compaction, following, opening, syncing
-from .commands import Batch, plan_reclaim
+from . import checkpointing, commit, compacting, compaction, following, opening, syncing
+from .commands import Batch
 from .counters import HandleCounters
 from .finished import FinishSignal, FinishWaiter, finish_directory
-from .lock import release_shared_lock, shared_lock
+from .lock import SharedLock, release_shared_lock, shared_lock
 from .logfile import LogFile
 from .opening import queue_exists
 from .options import FileOptions
@@ -103,6 +103,7 @@ class FileStore:
         self._pid = os.getpid()
         self._sync_lock = threading.Lock()
         self._compacting = threading.RLock()  # one compaction at a time per handle
+        self._compaction_lock: SharedLock | None = None  # NAME.compacting, opened at first use
         self._log: LogFile | None = None
         self._state = QueueState()
         self._checkpointed = 0  # log offset covered by the newest checkpoint we know of
@@ -132,6 +133,8 @@ class FileStore:
                     syncing.FSYNC_FAILED.discard(self._rescue_key)
         except BaseException:
             release_shared_lock(self._lock)
+            if self._compaction_lock is not None:  # the rescue's compaction opened it
+                release_shared_lock(self._compaction_lock)
             raise
 
     # -- what the Queue reads -----------------------------------------------
@@ -244,56 +247,21 @@ class FileStore:
         Expired leases (and old keys) are recorded first, as a batch of their own;
         `spare` names the call's own jobs, whose late leases stay theirs (plan_reclaim).
         """
-        if self.readonly:
-            raise NobrokerError("queue was opened read-only")
-        synced: LogFile | None = None
-        offset = 0
-        # The lock by hand rather than through _locked(): this is every write's
-        # path, and a generator-based context manager costs a few microseconds.
-        self._usable()
-        self._lock.acquire(self.lock_timeout)
+        return commit.write(self, plan, spare, False)[0]
+
+    def write_then_read(self, plan: Plan[Callable[[LogFile], T]],
+                        spare: str | frozenset[str] | None = None) -> T:
+        """write(), for a result finished outside the lock, after the fsync: `plan`'s
+        builder returns a function of the generation the records went to, which
+        stays open (pinned) until that function returns, even if a compaction
+        retires it meanwhile. For reading payloads, most of a lease's cost,
+        without holding the lock that bounds the whole queue's throughput."""
+        finish, source = commit.write(self, plan, spare, True)
+        assert source is not None
         try:
-            self._refresh()
-            state = self._state  # after the refresh: a reload replaces it
-            live = self._live_log()
-            start = live.end
-            now = self._now()
-            batch = Batch(state.last_batch + 1, live.durable)
-            plan_reclaim(state, batch, now, self.backoff, self.rng, spare, self.key_retention)
-            if batch:
-                # Expiries first, as a batch of their own, so that the call sees
-                # their effect (a reclaimed job with no backoff is leasable now).
-                self._commit(batch)
-                reclaimed, finished = batch.wakes, batch.finishes
-                batch = Batch(state.last_batch + 1, live.durable)
-                batch.wakes, batch.finishes = reclaimed, finished
-            build = plan(state, batch, now)
-            if batch:
-                self._commit(batch)
-            current = self._log
-            if current is not None and current.end != start and self.fsync:
-                synced, offset = current, current.end
-                if self.shared is not None:  # a peer's fdatasync may cover us now
-                    self.shared.wrote(current)
-                with self._sync_lock:
-                    current.inflight += 1
-            result = build()
-            due = self._compaction_due()
-            checkpoint_due = not due and self._checkpoint_due()
+            return finish(source)
         finally:
-            self._lock.release()
-        if batch.wakes:
-            # Before our fsync: a woken worker's own fsync covers these records too.
-            self._wake.notify(batch.wakes)
-        if synced is not None:
-            syncing.sync(self, synced, offset)
-        if batch.finishes:  # after the fsync: a woken waiter may act on the outcome
-            self._finished.notify()
-        if due:
-            self._auto_compact()
-        elif checkpoint_due:
-            self._auto_checkpoint()
-        return result
+            self.unpin(source)
 
     def _commit(self, batch: Batch) -> None:
         current = self._live_log()
@@ -401,5 +369,7 @@ class FileStore:
         if self._log is not None and os.getpid() == self._pid:
             self._retire(self._log)
             release_shared_lock(self._lock)
+            if self._compaction_lock is not None:
+                release_shared_lock(self._compaction_lock)
             if self.shared is not None:
                 self.shared.close()
