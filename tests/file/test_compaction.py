@@ -16,7 +16,10 @@ from typing import Any
 
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
-from nobroker import Queue
+from nobroker import CorruptLogError, Queue
+from nobroker.file.fs import FileSystem
+from nobroker.file.logfile import LogFile
+from nobroker.file.records import Applied
 
 
 def full_replay(directory: str) -> tuple[object, ...]:
@@ -262,3 +265,62 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
             self.assertEqual(q.generation, 1)
             self.assertEqual(q.compact().new_generation, 2)
             self.assertEqual(store_of(q).state.fingerprint(), full_replay(directory))
+
+
+class HalfWrittenBatch(FileSystem):
+    """Reads see the second half of one byte range as zeros, once: a batch that
+    another process is still copying into the page cache, as a reader without
+    the queue's lock (a compaction catching up) can find it."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.hidden = ((start + end) // 2, end)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        data = super().pread(fd, size, offset)
+        if self.hidden is None:
+            return data
+        lo, hi = self.hidden
+        if offset >= hi or offset + len(data) <= lo:
+            return data
+        self.hidden = None  # the writer finishes before anyone reads again
+        a, b = max(lo, offset) - offset, min(hi, offset + len(data)) - offset
+        return data[:a] + bytes(b - a) + data[b:]
+
+
+class UnlockedCatchUpTest(TempDirTestCase):
+    """A compaction's unlocked catch-up stops at a batch still being written; only
+    the locked read judges damage (seen failing compactions when it did not)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        with Queue(self.tmp / "q") as q:
+            for n in range(3):
+                q.enqueue({"n": n})  # three batches
+        self.batches: list[tuple[int, int]] = []
+        log = LogFile.open(FileSystem(), str(self.tmp / "q"), "default", 0, readonly=True)
+        log.scan(lambda batch: self.batches.append(
+            (batch[0].offset, batch[-1].offset + batch[-1].size)), 0, full=True)
+        log.close()
+        self.assertEqual(len(self.batches), 3)
+
+    def scan(self, *, locked: bool) -> tuple[LogFile, int]:
+        second = self.batches[1]
+        log = LogFile.open(HalfWrittenBatch(*second), str(self.tmp / "q"), "default", 0,
+                           readonly=True)
+        self.addCleanup(log.close)
+        seen: list[Applied] = []
+        log.scan(seen.extend, 0, full=False, locked=locked)
+        return log, len(seen)
+
+    def test_without_the_lock_it_stops_before_the_half_written_batch(self) -> None:
+        log, records = self.scan(locked=False)
+        self.assertEqual((log.end, records), (self.batches[0][1], 1))
+        seen: list[Applied] = []
+        log.scan(seen.extend, 1, full=False, locked=False)  # the writer has finished
+        self.assertEqual((log.end, len(seen)), (self.batches[2][1], 2))
+
+    def test_under_the_lock_the_same_bytes_are_judged(self) -> None:
+        # Under the lock nobody writes, so damage followed by an intact batch is
+        # corruption: exactly what the unlocked catch-up must not conclude.
+        with self.assertRaises(CorruptLogError):
+            self.scan(locked=True)

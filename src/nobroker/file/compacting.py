@@ -166,7 +166,7 @@ def finish_compaction(store: FileStore, prepared: compaction.Prepared,
     try:
         # The last few batches appended meanwhile; nobody writes now, so a torn
         # tail is a dead writer's: saved aside, like any read-forward would.
-        result = prepared.catch_up()
+        result = prepared.catch_up(locked=True)
         if result.torn_offset is not None and not store.readonly:
             cut_torn_tail(old, result)
         new_log.sync()

@@ -178,12 +178,13 @@ class Prepared:
     checkpointed: int = 0  # offset the new generation's checkpoint covers (0: none)
     checkpoint_temp: str | None = None  # where it waits for the switch (step 7b)
 
-    def catch_up(self, end: int | None = None) -> ScanResult:
+    def catch_up(self, end: int | None = None, *, locked: bool = False) -> ScanResult:
         """Copy the old generation's complete batches from `upto` (to `end`, or as far
         as complete batches go) onto the new file, unchanged, replaying them into
-        `state`. Returns what reading the old generation found: a torn tail there is
-        reported, never copied; whether it is a writer still at work or a dead one's
-        leftovers only the lock can tell, so cutting it is the caller's business."""
+        `state`. Without the lock it stops at the first incomplete batch (a writer
+        may be at work there: LogFile.scan); under it (`locked`), what reading the
+        old generation found is judged: a torn tail is reported, never copied, and
+        cutting it is the caller's business."""
         source = self.source
         start = source.end = self.upto
         shift = self.log.end - start  # old offset -> new offset of a copied record
@@ -192,7 +193,8 @@ class Prepared:
             self.state.apply_batch([Applied(rtype, record, offset + shift, size)
                                     for rtype, record, offset, size in batch])
 
-        result = source.scan(replay, self.state.last_batch, full=False, limit=end)
+        result = source.scan(replay, self.state.last_batch, full=False, limit=end,
+                             locked=locked)
         pos = start
         while pos < source.end:
             chunk = source.fs.pread(source.fd, min(READ_CHUNK, source.end - pos), pos)

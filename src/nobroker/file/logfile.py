@@ -146,7 +146,8 @@ class LogFile(LogWriter):
     # -- reading ------------------------------------------------------------
 
     def scan(self, on_batch: Callable[[list[Applied]], None], last_batch: int,
-             *, full: bool = True, limit: int | None = None) -> ScanResult:
+             *, full: bool = True, limit: int | None = None,
+             locked: bool = True) -> ScanResult:
         """Read every complete batch after `self.end`, handing each to `on_batch`.
 
         Advances `self.end`. Raises CorruptLogError for damage followed by a
@@ -154,6 +155,12 @@ class LogFile(LogWriter):
         also checks that everything after the last record is zero; a live
         read-forward skips that, since a writer killed mid-write leaves a
         prefix of its bytes and then zeros, never bytes further on.
+
+        Without the queue's lock (`locked=False`: a compaction catching up
+        beside the writers) a batch still being written can read as zeros or
+        garbage, and a later read of the file can find the batches written
+        after it: that proves nothing. Such a scan stops at the first
+        incomplete batch, judging nothing; the locked read that follows does.
         """
         pos = self.end
         buf = b""
@@ -230,7 +237,7 @@ class LogFile(LogWriter):
                 batch_start = pos
         result = ScanResult(end=self.end, records=count)
         stop = batch_start  # the first byte that is not part of a complete batch
-        if not (full or reason):
+        if not (full or reason) or not locked:
             return result
         tail_end = self._last_nonzero(stop)
         if tail_end > stop:
