@@ -182,3 +182,54 @@ def wait_until(condition: Callable[[], object], timeout: float = 10.0,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.01)
+
+
+import json  # noqa: E402
+import signal  # noqa: E402
+import textwrap  # noqa: E402
+
+
+class WorkerProcessCase(TempDirTestCase):
+    """Tests that run real `nobroker work MODULE` processes on tasks modules they
+    write. A subclass sets MODULE_HEADER (the top of every such module: its Queue,
+    and `note()`, which appends a JSON line to $NB_LOG) and adds to `env` in its
+    setUp, after this one's."""
+
+    MODULE_HEADER = ""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.log = self.tmp / "log.jsonl"
+        self.log.touch()
+        self.env = dict(os.environ, NB_LOG=str(self.log),
+                        PYTHONPATH=os.pathsep.join([str(SRC), str(self.tmp)]))
+
+    def module(self, name: str, body: str) -> None:
+        (self.tmp / f"{name}.py").write_text(self.MODULE_HEADER + textwrap.dedent(body))
+
+    def work(self, *args: str) -> subprocess.Popen[bytes]:
+        with open(self.tmp / "workers.err", "ab") as err:  # read it when a test fails
+            proc = subprocess.Popen([sys.executable, "-m", "nobroker", "work", *args],
+                                    cwd=self.tmp, env=self.env, stdout=subprocess.DEVNULL,
+                                    stderr=err)
+        self.addCleanup(self.reap, proc)
+        return proc
+
+    @staticmethod
+    def reap(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def notes(self) -> list[list[Any]]:
+        """What the workers' tasks noted, in order."""
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def errors(self) -> str:
+        """The workers' stderr so far (for a failing assertion's message)."""
+        path = self.tmp / "workers.err"
+        return path.read_text() if path.exists() else ""

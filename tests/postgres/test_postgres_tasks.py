@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import calendar
 import itertools
-import json
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 import unittest
 from pathlib import Path
-from typing import Any
 
 from pg_support import drop_schema, fresh_schema_url, needs_postgres, wait_for
-from support import SRC, TempDirTestCase
+from support import WorkerProcessCase
 
 from nobroker import BackoffPolicy, JobState, Queue, TaskFailed
 from nobroker.tasks import TaskResult
@@ -55,49 +49,20 @@ def note(*fields):
 
 
 @needs_postgres
-class PostgresTaskProcessTest(TempDirTestCase):
+class PostgresTaskProcessTest(WorkerProcessCase):
+    MODULE_HEADER = MODULE_HEADER
+
     def setUp(self) -> None:
         super().setUp()
         self.url = fresh_schema_url()
         self.addCleanup(drop_schema, self.url)
-        self.log = self.tmp / "log.jsonl"
-        self.log.touch()
-        self.env = dict(os.environ, NB_URL=self.url, NB_LOG=str(self.log),
-                        PYTHONPATH=os.pathsep.join([str(SRC), str(self.tmp)]))
+        self.env["NB_URL"] = self.url
         self.env.pop("NOBROKER_URL", None)
-
-    def module(self, name: str, body: str) -> None:
-        (self.tmp / f"{name}.py").write_text(MODULE_HEADER + textwrap.dedent(body))
 
     def queue(self) -> Queue:
         q = Queue(self.url, "tasks", backoff=FAST_RETRY)
         self.addCleanup(q.close)
         return q
-
-    def work(self, *args: str) -> subprocess.Popen[bytes]:
-        with open(self.tmp / "workers.err", "ab") as err:  # read it when a test fails
-            proc = subprocess.Popen([sys.executable, "-m", "nobroker", "work", *args],
-                                    cwd=self.tmp, env=self.env, stdout=subprocess.DEVNULL,
-                                    stderr=err)
-        self.addCleanup(self.reap, proc)
-        return proc
-
-    @staticmethod
-    def reap(proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def notes(self) -> list[list[Any]]:
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
-
-    def errors(self) -> str:
-        path = self.tmp / "workers.err"
-        return path.read_text() if path.exists() else ""
 
     def test_delay_runs_in_a_worker_process_and_get_returns_the_result(self) -> None:
         self.module("results", '''

@@ -11,12 +11,10 @@ from __future__ import annotations
 import asyncio
 import calendar
 import itertools
-import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import unittest
@@ -24,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from support import SRC, FakeClock, TempDirTestCase, wait_until
+from support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
 
 from nobroker import BackoffPolicy, Job, JobState, Queue, SerializationError, Worker
 from nobroker.tasks import Scheduler, TaskResult, current_job, registry_of, tick_job_id
@@ -346,43 +344,18 @@ def note(*fields):
 '''
 
 
-class WorkerProcessTest(TempDirTestCase):
+class WorkerProcessTest(WorkerProcessCase):
+    MODULE_HEADER = MODULE_HEADER
+
     def setUp(self) -> None:
         super().setUp()
         self.dir = self.tmp / "jobs"
-        self.log = self.tmp / "log.jsonl"
-        self.log.touch()
-        self.env = dict(os.environ, NB_DIR=str(self.dir), NB_LOG=str(self.log),
-                        PYTHONPATH=os.pathsep.join([str(SRC), str(self.tmp)]))
-
-    def module(self, name: str, body: str) -> None:
-        (self.tmp / f"{name}.py").write_text(MODULE_HEADER + textwrap.dedent(body))
+        self.env["NB_DIR"] = str(self.dir)
 
     def queue(self) -> Queue:
         q = Queue(self.dir, backoff=FAST_RETRY)
         self.addCleanup(q.close)
         return q
-
-    def work(self, *args: str) -> subprocess.Popen[bytes]:
-        with open(self.tmp / "workers.err", "ab") as err:  # read it when a test fails
-            proc = subprocess.Popen([sys.executable, "-m", "nobroker", "work", *args],
-                                    cwd=self.tmp, env=self.env, stdout=subprocess.DEVNULL,
-                                    stderr=err)
-        self.addCleanup(self.reap, proc)
-        return proc
-
-    @staticmethod
-    def reap(proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def notes(self) -> list[list[Any]]:
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
 
     def test_unknown_task_is_dead_lettered_and_the_worker_keeps_running(self) -> None:
         self.module("known", '''

@@ -98,14 +98,9 @@ class DueJobs:
     def _enter_lane(self, seq: int, priority: int, at: float) -> bool:
         """Append pending job `seq` to its priority's lane if that keeps the lane in
         due order (and a lane is free for a new priority); False: it belongs in the
-        heaps. The one place a job joins a lane."""
-        lanes = self._lanes
-        lane = lanes.get(priority)
+        heaps. The one place a job joins a lane (_enter_lane_run: many at once)."""
+        lane = self._lane_taking(priority, at)
         if lane is None:
-            if len(lanes) >= _MAX_LANES:
-                return False
-            lane = lanes[priority] = _Lane()
-        if at < lane.last_at:
             return False
         lane.seqs.append(seq)
         lane.last_at = at
@@ -114,17 +109,22 @@ class DueJobs:
     def _enter_lane_run(self, seqs: range, priority: int, at: float) -> bool:
         """_enter_lane of every job in `seqs`, all of `priority` and due at `at`: all
         of them join the lane (True), or none does."""
-        lanes = self._lanes
-        lane = lanes.get(priority)
+        lane = self._lane_taking(priority, at)
         if lane is None:
-            if len(lanes) >= _MAX_LANES:
-                return False
-            lane = lanes[priority] = _Lane()
-        if at < lane.last_at:
             return False
         lane.seqs.extend(seqs)
         lane.last_at = at
         return True
+
+    def _lane_taking(self, priority: int, at: float) -> _Lane | None:
+        """`priority`'s lane, created if a lane is free, if a job due at `at` keeps it
+        in due order; else None (such a job belongs in the heaps)."""
+        lane = self._lanes.get(priority)
+        if lane is None:
+            if len(self._lanes) >= _MAX_LANES:
+                return None
+            lane = self._lanes[priority] = _Lane()
+        return lane if at >= lane.last_at else None
 
     def _push(self, seq: int, at: float) -> None:
         """Put pending job `seq` in the delayed heap, superseding its older entries."""
