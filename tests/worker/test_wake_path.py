@@ -69,7 +69,12 @@ class WakePathTest(TempDirTestCase):
                        what="the worker to be idle in wait()")
             self.q.enqueue(n)
             self.assertTrue(handled.acquire(timeout=10))
-        self.assertEqual(self.counting.calls["stats"], 0)
+        # Asking after every wake would be one stats() per pickup (5 here). A wake
+        # may still lease nothing now and then: an enqueue whose poke lands after
+        # the wait saw its job ready leaves that poke for the next wait (the file
+        # backend's wait keeps pokes from before it looks: a spurious wake, which
+        # the contract allows), and that wake does ask.
+        self.assertLess(self.counting.calls["stats"], 5)
 
     def test_a_paused_queue_with_ready_jobs_is_not_leased_in_a_tight_loop(self) -> None:
         self.q.enqueue("ready")
