@@ -103,7 +103,6 @@ class DueJobs:
         if lane is None:
             return False
         lane.seqs.append(seq)
-        lane.last_at = at
         return True
 
     def _enter_lane_run(self, seqs: range, priority: int, at: float) -> bool:
@@ -113,18 +112,21 @@ class DueJobs:
         if lane is None:
             return False
         lane.seqs.extend(seqs)
-        lane.last_at = at
         return True
 
     def _lane_taking(self, priority: int, at: float) -> _Lane | None:
-        """`priority`'s lane, created if a lane is free, if a job due at `at` keeps it
-        in due order; else None (such a job belongs in the heaps)."""
+        """`priority`'s lane, created if a lane is free, with its due time moved to
+        `at`, if jobs due then keep it in due order (the caller appends them); else
+        None (such jobs belong in the heaps)."""
         lane = self._lanes.get(priority)
         if lane is None:
             if len(self._lanes) >= _MAX_LANES:
                 return None
             lane = self._lanes[priority] = _Lane()
-        return lane if at >= lane.last_at else None
+        if at < lane.last_at:
+            return None
+        lane.last_at = at
+        return lane
 
     def _push(self, seq: int, at: float) -> None:
         """Put pending job `seq` in the delayed heap, superseding its older entries."""

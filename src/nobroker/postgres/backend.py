@@ -98,6 +98,18 @@ class PostgresBackend:
             return NotLeasedError(job.id, f"it is {STATES[code]}")
         return NotLeasedError(job.id, f"lease {job.token} was superseded by lease {token}")
 
+    def _fenced(self, operation: str, sql: bytes, params: dict[str, Any], job: Job) -> Any:
+        """Run a statement that changes `job` only under its lease (the token in
+        `params`): its one row, or NotLeasedError saying whose lease it is now."""
+
+        def run(conn: Conn) -> Any:
+            row = conn.execute(sql, params).fetchone()
+            if row is None:
+                raise self._not_leased(conn, job)
+            return row
+
+        return self._link.run(operation, run)
+
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
@@ -175,12 +187,7 @@ class PostgresBackend:
             result_ttl: float | None = None) -> None:
         keyed, unkeyed = self._retention(result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed)
-
-        def run(conn: Conn) -> None:
-            if conn.execute(self._sql.ack, params).fetchone() is None:
-                raise self._not_leased(conn, job)
-
-        self._link.run("ack", run)
+        self._fenced("ack", self._sql.ack, params, job)
 
     def ack_many(self, jobs: Sequence[Job]) -> None:
         if not jobs:
@@ -228,25 +235,11 @@ class PostgresBackend:
         wait = delay if delay is not None else self.settings.backoff.delay(job.attempts,
                                                                             self._rng)
         params = self._params(id=job.id, tok=job.token, err=error, delay=wait)
-
-        def run(conn: Conn) -> Job:
-            row = conn.execute(self._sql.nack, params).fetchone()
-            if row is None:
-                raise self._not_leased(conn, job)
-            return job_from_row(row)
-
-        return self._link.run("nack", run)
+        return job_from_row(self._fenced("nack", self._sql.nack, params, job))
 
     def extend(self, job: Job, seconds: float) -> Job:
         params = self._params(id=job.id, tok=job.token, s=seconds)
-
-        def run(conn: Conn) -> Job:
-            row = conn.execute(self._sql.extend, params).fetchone()
-            if row is None:
-                raise self._not_leased(conn, job)
-            return job_from_row(row)
-
-        return self._link.run("extend", run)
+        return job_from_row(self._fenced("extend", self._sql.extend, params, job))
 
     def wait(self, timeout: float) -> bool:
         try:
