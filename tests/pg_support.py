@@ -16,10 +16,8 @@ import importlib.util
 import json
 import os
 import subprocess
-import time
 import unittest
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import support  # noqa: F401  (puts src/ on sys.path)
@@ -64,13 +62,6 @@ def restart_server() -> None:
     subprocess.run([*pg_ctl, "-m", "immediate", "-w", "restart"], check=True, cwd="/",
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def open_queue(url: str, name: str = "default", **options: Any) -> Queue:

@@ -23,7 +23,7 @@ import unittest
 import urllib.parse
 from typing import Any, ClassVar
 
-from support import REPO, SRC, TempDirTestCase, tree_digest
+from support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
 
 from nobroker import Queue
 from nobroker.web import Dashboard
@@ -34,15 +34,6 @@ XSS = "<script>alert(1)</script>"
 QUOTED_ID = 'he said "hi" <b>\'x\''
 STATIC = SRC / "nobroker" / "web" / "static"
 
-
-def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 METRIC_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
@@ -355,7 +346,8 @@ class ReadApiTest(WebCase):
         self.assertIn("series", first)
         with Queue(self.qdir, "emails") as q:
             q.enqueue({"late": True})
-        wait_for(lambda: next_event()["queue"]["stats"]["pending"] == 121, what="an update")
+        wait_until(lambda: next_event()["queue"]["stats"]["pending"] == 121, 30.0,
+                   "an update")
 
 
 class MetricsTest(WebCase):

@@ -17,7 +17,7 @@ import time
 import tracemalloc
 import unittest
 
-from support import TempDirTestCase, file_queue, spawn_python, store_of
+from support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
 from nobroker import JobState, Queue
 from nobroker.file.finished import finish_directory
@@ -72,13 +72,6 @@ else:
 """
 
 
-def wait_for(condition: object, what: str, deadline: float = DEADLINE) -> None:
-    end = time.monotonic() + deadline
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
-
 
 class JobControlAcrossProcessesTest(TempDirTestCase):
     def setUp(self) -> None:
@@ -109,7 +102,7 @@ class JobControlAcrossProcessesTest(TempDirTestCase):
         waiter = self.spawn(WAITER, job.id, str(DEADLINE))
         assert waiter.stdout is not None
         self.assertEqual(waiter.stdout.readline().strip(), b"ready")
-        wait_for(lambda: self.waiters(), "the waiter's pipe")
+        wait_until(lambda: self.waiters(), DEADLINE, "the waiter's pipe")
         leased = self.q.lease_one()
         assert leased is not None
         acked = time.monotonic()
@@ -128,7 +121,7 @@ class JobControlAcrossProcessesTest(TempDirTestCase):
         for proc in waiters:
             assert proc.stdout is not None
             self.assertEqual(proc.stdout.readline().strip(), b"ready")
-        wait_for(lambda: len(self.waiters()) == 2, "both waiters' pipes")
+        wait_until(lambda: len(self.waiters()) == 2, DEADLINE, "both waiters' pipes")
         finished = time.monotonic()
         self.assertTrue(self.q.cancel(cancelled.id))
         leased = self.q.lease_one()

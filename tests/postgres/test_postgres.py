@@ -21,9 +21,8 @@ from pg_support import (
     needs_job_control,
     needs_postgres,
     open_queue,
-    wait_for,
 )
-from support import FakeClock
+from support import FakeClock, wait_until
 
 from nobroker import JobNotFoundError, JobState, NotLeasedError
 from nobroker.errors import ConnectionLostError, NobrokerError
@@ -147,7 +146,7 @@ class PostgresBackendTest(_Schema):
             q.backend.wait_finished(watched.id, 30.0)))  # type: ignore[attr-defined]
         waiter.start()
         watches = f'SELECT count(*) FROM "{target.schema}".watches'.encode()
-        wait_for(lambda: listener.execute(watches).fetchone() == (1,), 30,
+        wait_until(lambda: listener.execute(watches).fetchone() == (1,), 30,
                  "the waiter to watch its job")
         for job in q.lease(2):  # both acked; only one is waited for
             q.ack(job)
@@ -167,7 +166,7 @@ class PostgresBackendTest(_Schema):
         for waiter in waiters.values():
             waiter.start()
         schema = q.backend.target.schema
-        wait_for(lambda: _rows_of(other, f'"{schema}".watches') == 2, 30,
+        wait_until(lambda: _rows_of(other, f'"{schema}".watches') == 2, 30,
                  "both waiters to watch their jobs")
         leased = {job.id: job for job in other.lease(2)}
         other.ack(leased[second.id])  # the second finishes while the first still runs
@@ -207,7 +206,7 @@ class PostgresBackendTest(_Schema):
         waiter = threading.Thread(target=wait)
         waiter.start()
         schema = q.backend.target.schema
-        wait_for(lambda: _rows_of(other, f'"{schema}".watches') == 1, 30,
+        wait_until(lambda: _rows_of(other, f'"{schema}".watches') == 1, 30,
                  "the waiter to watch its job")
         self.assertEqual(other.purge(), 1)
         waiter.join(30)
@@ -361,7 +360,7 @@ class PostgresJobControlTest(_Schema):
         for waiter in waiters:
             waiter.start()
         schema = q.backend.target.schema
-        wait_for(lambda: _rows_of(other, f'"{schema}".watches') >= 1, 30, "a watch")
+        wait_until(lambda: _rows_of(other, f'"{schema}".watches') >= 1, 30, "a watch")
         other.cancel(cancelled.id)
         other.nack(next(j for j in leased if j.id == dead.id), error="boom")
         for waiter in waiters:

@@ -24,9 +24,8 @@ from pg_support import (
     needs_postgres,
     open_queue,
     restart_server,
-    wait_for,
 )
-from support import TempDirTestCase, child_env, slow, spawn_python
+from support import TempDirTestCase, child_env, slow, spawn_python, wait_until
 
 TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: pg_support, support
 
@@ -119,7 +118,7 @@ class PostgresProcessesTest(TempDirTestCase):
         jobs = self.queue.enqueue_many(list(range(200)))
         outs = [self.tmp / f"acked-{n}" for n in range(3)]
         procs = [self.spawn(CONSUMER, str(out), "1.0", "0.01") for out in outs]
-        wait_for(lambda: len(_lines(outs[0])) >= 5, 60, "the first consumer to ack jobs")
+        wait_until(lambda: len(_lines(outs[0])) >= 5, 60, "the first consumer to ack jobs")
         os.kill(procs[0].pid, signal.SIGKILL)
         procs[0].wait()
         for proc in procs[1:]:
@@ -158,7 +157,7 @@ except NotLeasedError as exc:
         held_id, held_token = holder.stdout.readline().split()
         self.assertEqual(held_id.decode(), job.id)
         taken: list[Any] = []
-        wait_for(lambda: bool(taken.extend(self.queue.lease()) or taken), 30,
+        wait_until(lambda: bool(taken.extend(self.queue.lease()) or taken), 30,
                  "the expired lease to be reclaimed and leased again")
         self.assertNotEqual(str(taken[0].token), held_token.decode())
         holder.stdin.write(b"go\n")
@@ -190,11 +189,11 @@ except NotLeasedError as exc:
             return {int(x) for out in outs for x in _lines(out)}
 
         produce(100)
-        wait_for(lambda: len(handled()) >= 50, 60, "the workers to handle jobs")
+        wait_until(lambda: len(handled()) >= 50, 60, "the workers to handle jobs")
         restart_server()
-        wait_for(lambda: _try(lambda: self.queue.stats()), 60, "the server to come back")
+        wait_until(lambda: _try(lambda: self.queue.stats()), 60, "the server to come back")
         produce(100)
-        wait_for(lambda: set(promised) <= handled(), 120,
+        wait_until(lambda: set(promised) <= handled(), 120,
                  "every job enqueued before and after the restart to be handled")
         self.assertGreaterEqual(len(promised), 190)
 

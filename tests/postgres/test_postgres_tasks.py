@@ -17,8 +17,8 @@ import time
 import unittest
 from pathlib import Path
 
-from pg_support import drop_schema, fresh_schema_url, needs_postgres, wait_for
-from support import WorkerProcessCase
+from pg_support import drop_schema, fresh_schema_url, needs_postgres
+from support import WorkerProcessCase, wait_until
 
 from nobroker import BackoffPolicy, JobState, Queue, TaskFailed
 from nobroker.tasks import TaskResult
@@ -123,7 +123,7 @@ class PostgresTaskProcessTest(WorkerProcessCase):
         stuck = q.enqueue({"task": "stuck"}, max_attempts=2)
         self.addCleanup(Path(str(self.log) + ".go").touch)
         self.work("limited", "--concurrency", "2")
-        wait_for(lambda: bool(q.dlq()), 60, "the stuck task to be dead-lettered")
+        wait_until(lambda: bool(q.dlq()), 60, "the stuck task to be dead-lettered")
         (job,) = q.dlq()
         self.assertEqual((job.id, job.attempts, job.last_error),
                          (stuck.id, 2, "TimeoutError: exceeded 0.3 s"))
@@ -143,7 +143,7 @@ class PostgresTaskProcessTest(WorkerProcessCase):
         q = self.queue()
         job = q.enqueue({"task": "slow"})
         self.work("cancel")
-        wait_for(lambda: self.notes() == [["started"]], 60, "the task to start")
+        wait_until(lambda: self.notes() == [["started"]], 60, "the task to start")
         self.assertTrue(q.cancel(job.id))
         Path(str(self.log) + ".go").touch()
         result = TaskResult(q, job.id)
@@ -173,7 +173,7 @@ class PostgresTaskProcessTest(WorkerProcessCase):
 
     def assert_each_tick_once(self, module: str, *, ticks: int, every: float) -> None:
         workers = [self.work(module, "--concurrency", "2") for _ in range(2)]
-        wait_for(lambda: len(self.notes()) >= ticks, 120, f"{ticks} ticks")
+        wait_until(lambda: len(self.notes()) >= ticks, 120, f"{ticks} ticks")
         for proc in workers:
             proc.send_signal(signal.SIGTERM)
         for proc in workers:
