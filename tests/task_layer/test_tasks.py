@@ -1,16 +1,17 @@
 """Tests for the task layer: @q.task, .delay(), periodic ticks, and the Worker running tasks.
 
 In-process tests use a FakeClock where time is the subject. Anything about
-workers -- periodic ticks with two workers, killed children, overlapping
-coroutines, unknown tasks -- runs real `nobroker work MODULE` processes on
-a tasks module the test writes, and waits for conditions with deadlines.
+workers -- killed children, overlapping coroutines, unknown tasks -- runs
+real `nobroker work MODULE` processes on a tasks module the test writes, and
+waits for conditions with deadlines. The process tests that every backend
+must pass (delay/get, time limits, cancel, periodic ticks with two workers)
+are test_task_processes.py's suite, run there on files and in
+tests/postgres/test_postgres_tasks.py on PostgreSQL.
 """
 
 from __future__ import annotations
 
 import asyncio
-import calendar
-import itertools
 import os
 import signal
 import subprocess
@@ -19,7 +20,6 @@ import threading
 import time
 import unittest
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
@@ -377,27 +377,6 @@ class WorkerProcessTest(WorkerProcessCase):
         wait_until(lambda: self.notes() == [["ran"]], timeout=30.0, what="the known task to run")
         self.assertIsNone(proc.poll(), "the worker exited")
 
-    def test_two_workers_with_a_fast_clock_run_each_periodic_tick_exactly_once(self) -> None:
-        # 120x: a tick every 60 clock seconds is one every 0.5 real seconds.
-        self.env.update(NB_SPEED="120", NB_T0=repr(time.time()))
-        self.module("ticks", '''
-            @q.periodic(every=60, name="tick")
-            def tick():
-                note(current_job().id, os.getpid())
-        ''')
-        workers = [self.work("ticks", "--concurrency", "2") for _ in range(2)]
-        wait_until(lambda: len(self.notes()) >= 20, timeout=60, what="20 ticks")
-        for proc in workers:
-            proc.send_signal(signal.SIGTERM)
-        for proc in workers:
-            self.assertEqual(proc.wait(30), 0)
-        ids = [job_id for job_id, _ in self.notes()]
-        self.assertEqual(len(ids), len(set(ids)), f"a tick ran twice: {sorted(ids)}")
-        stamps = sorted(calendar.timegm(time.strptime(i.split(":", 2)[2], "%Y-%m-%dT%H:%M:%SZ"))
-                        for i in ids)
-        gaps = [b - a for a, b in itertools.pairwise(stamps)]
-        self.assertEqual(set(gaps), {60.0}, "every tick between the first and last ran")
-
     def test_work_module_mistakes_exit_2_with_one_line(self) -> None:
         self.module("empty", "x = 1\n")
         self.module("known", 'q.task(name="known")(lambda: None)\n')
@@ -526,27 +505,6 @@ class WorkerProcessTest(WorkerProcessCase):
         self.assertEqual(max(n[2] for n in notes if n[0] == "start"), 2, notes)
         self.assertEqual({n[2] for n in notes if n[0] == "end"}, {2}, "peak is exactly 2")
 
-    def test_a_result_is_waited_for_from_another_process(self) -> None:
-        self.module("results", '''
-            @q.task(name="add")
-            def add(a, b):
-                return {"sum": a + b}
-
-            @q.task(name="fail")
-            def fail():
-                raise RuntimeError("nope")
-        ''')
-        self.work("results")
-        q = self.queue()
-        from nobroker import TaskFailed
-        ok = TaskResult(q, q.enqueue({"task": "add", "args": [2, 3]}).id)
-        self.assertEqual(ok.get(timeout=30), {"sum": 5})
-        self.assertTrue(ok.ready())
-        bad = TaskResult(q, q.enqueue({"task": "fail"}, max_attempts=1).id)
-        with self.assertRaises(TaskFailed) as caught:
-            bad.get(timeout=30)
-        self.assertEqual(caught.exception.last_error, "RuntimeError: nope")
-
     def test_a_paused_queue_is_not_leased_until_resumed(self) -> None:
         self.module("paused", '''
             @q.task(name="t")
@@ -563,25 +521,6 @@ class WorkerProcessTest(WorkerProcessCase):
         q.resume()
         wait_until(lambda: self.notes() == [[1]], timeout=30.0, what="the job after resume")
         self.assertLess(time.monotonic() - began, 2.0)
-
-    def test_cancelling_a_running_task_refuses_its_late_ack(self) -> None:
-        self.module("cancel", '''
-            @q.task(name="slow")
-            def slow():
-                note("started")
-                while not os.path.exists(os.environ["NB_LOG"] + ".go"):
-                    time.sleep(0.01)
-                return "late"
-        ''')
-        q = self.queue()
-        job = q.enqueue({"task": "slow"})
-        self.work("cancel")
-        wait_until(lambda: self.notes() == [["started"]], timeout=30.0, what="the task to start")
-        self.assertTrue(q.cancel(job.id))
-        Path(str(self.log) + ".go").touch()
-        wait_until(lambda: q.get(job.id).state is JobState.CANCELLED, timeout=30.0,
-                   what="cancelled")
-        self.assertIsNone(q.get(job.id).result)
 
     def test_cancelling_a_task_in_the_process_pool_kills_its_child(self) -> None:
         self.module("endless", '''
