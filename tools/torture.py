@@ -10,7 +10,8 @@ version of a bounded test in the normal suite:
     faults    tests/file/test_faults.py: the SQLite-style I/O-error loop (every
               mutating call x EIO/ENOSPC/EDQUOT x once/persist/short/drop)
               over random workloads;
-    fuzz      tests/file/test_fuzz.py: tens of thousands of damaged queues;
+    fuzz      tests/file/test_fuzz.py: tens of thousands of damaged queues, and
+              tests/file/test_fuzz_sync.py: damaged NAME.sync files;
     soak      tests/soak.py: producers, workers and a compactor under kill -9,
               audited like Jepsen's queue checker.
 
@@ -155,11 +156,14 @@ def run_faults(budget: float, seed: int, scratch: str) -> Phase:
 
 def run_fuzz(budget: float, seed: int) -> Phase:
     phase = Phase("fuzz")
-    from file import test_fuzz
+    from file import test_fuzz, test_fuzz_sync
 
-    deadline = time.monotonic() + budget
+    # A tenth of the budget to NAME.sync's own fuzzer (its cases are cheaper).
+    sync_deadline = time.monotonic() + budget * 0.1
+    synced = test_fuzz_sync.fuzz_sync(10**9, seed=10_000 + seed, deadline=sync_deadline)
+    deadline = time.monotonic() + budget * 0.9
     report = test_fuzz.fuzz(10**9, seed=10_000 + seed, deadline=deadline)
-    phase.failures = list(report.failures)
+    phase.failures = list(report.failures) + list(synced.failures)
     outcomes = report.outcomes
     phase.rows = [
         ("fuzz cases", f"{report.cases}"),
@@ -170,8 +174,11 @@ def run_fuzz(budget: float, seed: int) -> Phase:
          f"{sum(v for k, v in outcomes.items() if k.startswith('used-then'))}"),
         ("crashes / hangs", f"{outcomes['crash']} / {outcomes['hang']}"),
         ("peak traced memory (sampled)", f"{report.peak_memory / 1e6:.1f} MB"),
+        ("NAME.sync cases (damaged slots; each call still fdatasynced)",
+         f"{synced.cases}"),
     ]
     say("  " + report.summary())
+    say("  " + synced.summary())
     return phase
 
 

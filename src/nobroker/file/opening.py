@@ -133,3 +133,4 @@ def reopen_in_child(store: FileStore) -> None:
     store._log = None
     with store._locked(refresh=False):
         store._load()
+        syncing.bound_shared(store)

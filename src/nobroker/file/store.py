@@ -125,6 +125,7 @@ class FileStore:
         try:
             with self._locked(refresh=False):
                 self.recovery: RecoveryReport = self._load()
+                syncing.bound_shared(self)
                 if self._rescue_key in syncing.FSYNC_FAILED and not self.readonly:
                     # An fsync of this queue failed in this process: the kernel may have
                     # marked pages clean that never reached the disk, yet we just read

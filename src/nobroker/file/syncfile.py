@@ -148,8 +148,9 @@ class SharedSync:
             self.fs.unlock(self.fd)
 
     def lower(self, log: LogWriter, end: int) -> None:
-        """After a cut to `end` (under the queue lock): no slot may claim bytes beyond
-        it, which will be replaced. Takes the flock, so no syncer is mid-claim."""
+        """After a cut to `end`, or an open that found the log ending there (under the
+        queue lock): no slot may claim bytes beyond it, which will be replaced or are
+        gone. Takes the flock, so no syncer is mid-claim."""
         self.fs.lock(self.fd)
         try:
             written, durable = self._read(log)

@@ -6,21 +6,27 @@ store. The fsync runs outside the queue lock, so that threads share one
 failed fsync poisons the handle: the kernel may have dropped the pages, so
 the next open in this process rewrites the queue (FSYNC_FAILED). A failed
 write is cut back to the batch boundary, and NAME.sync is lowered with it,
-so that no later claim covers bytes that are about to be replaced.
+so that no later claim covers bytes that are about to be replaced; and so it
+is after every open, because the slots may speak of bytes the log no longer
+has (a tail the open cut, a file damaged or truncated behind our back).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import TYPE_CHECKING
 
 from ..errors import StorageError
 from .logfile import LogFile
-from .syncfile import SharedSync
+from .syncfile import SharedSync, sync_filename
 
 if TYPE_CHECKING:
     from .store import FileStore
 
-__all__ = ["FSYNC_FAILED", "open_shared", "sync", "cut"]
+__all__ = ["FSYNC_FAILED", "open_shared", "bound_shared", "sync", "cut"]
+
+log = logging.getLogger("nobroker")
 
 # Queues (realpath/NAME) whose log fsync failed in this process: the next open rescues them.
 FSYNC_FAILED: set[str] = set()
@@ -33,6 +39,23 @@ def open_shared(store: FileStore) -> None:
     if store.options.share_fsyncs and store.fsync and not store.readonly \
             and not store.network_fs:
         store.shared = SharedSync.open(store.options.fs, store.directory, store.name)
+
+
+def bound_shared(store: FileStore) -> None:
+    """After a load, under the queue lock: no slot of NAME.sync may claim bytes past
+    the log's end. A claim is trusted by CRC and identity alone, so a slot left by a
+    writer whose bytes were since cut (a repaired tail, a file truncated by hand)
+    would otherwise spare a later call's fdatasync over bytes it never covered."""
+    if store.shared is None:
+        return
+    target = store._live_log()
+    try:
+        store.shared.lower(target, target.end)
+    except OSError as exc:  # e.g. a FIFO under its name: share nothing, sync alone
+        log.warning("%s: not sharing fsyncs through it: %s",
+                    os.path.join(store.directory, sync_filename(store.name)), exc)
+        store.shared.close()
+        store.shared = None
 
 
 def sync(store: FileStore, target: LogFile, offset: int) -> None:
