@@ -360,13 +360,14 @@ class Queue:
         return tasks.task(self, fn, name=name, max_attempts=max_attempts, priority=priority,
                           timeout=timeout, result_ttl=result_ttl)
 
-    def periodic(self, *, cron: str | None = None, every: Any = None, name: str | None = None,
-                 max_attempts: int | None = None, priority: int = 0,
+    def periodic(self, *, cron: str | None = None, every: Any = None, tz: str | None = None,
+                 name: str | None = None, max_attempts: int | None = None, priority: int = 0,
                  timeout: float | None = None, result_ttl: float | None = None) -> Any:
         """Decorator: register a task the workers run on a schedule, `cron="*/5 * * * *"`
-        or `every=60` (seconds or a timedelta); see nobroker.tasks.schedule."""
+        (in UTC, or in time zone `tz`, a tz database name such as "Europe/Paris") or
+        `every=60` (seconds or a timedelta); see nobroker.tasks.schedule."""
         from . import tasks
-        return tasks.periodic(self, cron=cron, every=every, name=name,
+        return tasks.periodic(self, cron=cron, every=every, tz=tz, name=name,
                               max_attempts=max_attempts, priority=priority, timeout=timeout,
                               result_ttl=result_ttl)
 

@@ -19,7 +19,9 @@ import sys
 import threading
 import time
 import unittest
+import zoneinfo
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
@@ -208,6 +210,47 @@ class SchedulerTest(TempDirTestCase):
             b.run_due()
         self.assertEqual(len(self.ids()), 11)
         self.assertEqual(a.enqueued + b.enqueued, 22)  # each saw each tick; one job each
+
+
+@unittest.skipUnless(zoneinfo.available_timezones(), "no time zone database on this system")
+class ZonedSchedulerTest(TempDirTestCase):
+    """Cron in Europe/Paris through the night the clocks go back (25 October 2026,
+    03:00 CEST -> 02:00 CET at 01:00 UTC), two schedulers on one queue file."""
+
+    def test_two_schedulers_through_the_fall_back_night_enqueue_each_tick_once(self) -> None:
+        start = datetime(2026, 10, 24, 23, 0, tzinfo=UTC).timestamp()
+        clock = FakeClock(start=start)
+        q = Queue(self.tmp / "q", clock=clock)
+        self.addCleanup(q.close)
+        q.periodic(cron="30 2 * * *", tz="Europe/Paris", name="daily")(lambda: None)
+        q.periodic(cron="0 * * * *", tz="Europe/Paris", name="hourly")(lambda: None)
+        other = Queue(self.tmp / "q", clock=clock)
+        self.addCleanup(other.close)
+        tasks = registry_of(q).periodic()
+        schedulers = [Scheduler(q, tasks, clock), Scheduler(other, tasks, clock)]
+        for scheduler in schedulers:
+            scheduler.start()
+        while clock.now < start + 4 * 3600:
+            clock.advance(60)
+            for scheduler in schedulers:
+                scheduler.run_due()
+        self.assertEqual(sorted(job.id for job in q.list_jobs()), [
+            "periodic:daily:2026-10-24T00:30:00Z",  # the latest missed at start
+            "periodic:daily:2026-10-25T00:30:00Z",  # 02:30 CEST; not again at 02:30 CET
+            "periodic:hourly:2026-10-24T23:00:00Z",
+            "periodic:hourly:2026-10-25T00:00:00Z",  # 02:00 CEST
+            "periodic:hourly:2026-10-25T01:00:00Z",  # 02:00 CET
+            "periodic:hourly:2026-10-25T02:00:00Z",
+            "periodic:hourly:2026-10-25T03:00:00Z"])
+
+    def test_a_bad_zone_is_refused_when_the_task_is_declared(self) -> None:
+        q = Queue(self.tmp / "q")
+        self.addCleanup(q.close)
+        with self.assertRaises(ValueError) as caught:
+            q.periodic(cron="0 9 * * *", tz="Mars/Olympus_Mons")
+        self.assertIn("'Mars/Olympus_Mons' is not a zone of the tz database",
+                      str(caught.exception))
+        self.assertEqual(list(registry_of(q)), [])
 
 
 # -- the Worker running tasks, in process -----------------------------------

@@ -7,6 +7,7 @@ is given no handler (worker/slots.py).
 
     registry.py  Task, TaskResult, the per-queue registry, the payload format
     cron.py      the five-field cron parser and its next/previous times
+    zones.py     time zones for cron: names, and the instants of a local minute (DST)
     schedule.py  periodic schedules and the Scheduler that enqueues their ticks
 """
 
@@ -57,11 +58,11 @@ def task(queue: Queue, fn: Callable[P, R] | None = None, *, name: str | None = N
 
 
 def periodic(queue: Queue, *, cron: str | None = None, every: float | timedelta | None = None,
-             name: str | None = None, max_attempts: int | None = None, priority: int = 0,
-             timeout: float | None = None,
+             tz: str | None = None, name: str | None = None, max_attempts: int | None = None,
+             priority: int = 0, timeout: float | None = None,
              result_ttl: float | None = None) -> Callable[[Callable[[], R]], Task[[], R]]:
     """Register a task that runs on a schedule (what `Queue.periodic` does)."""
-    schedule = Schedule.of(cron, every)
+    schedule = Schedule.of(cron, every, tz)
 
     def register(func: Callable[[], R]) -> Task[[], R]:
         made: Task[[], R] = task(queue, func, name=name, max_attempts=max_attempts,

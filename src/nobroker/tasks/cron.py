@@ -11,16 +11,24 @@ starts with `*`), a day matches if EITHER matches, so `0 0 1 * mon` runs on
 the 1st and on every Monday; when one of them starts with `*`, a day must
 match both (so `0 0 */2 * mon` is a Monday with an odd date).
 
-Times are seconds since the epoch, evaluated in UTC (cron's wall clock is
-UTC here: no daylight-saving gaps or repeats to explain). Pure functions: no
-clock is read; the caller says "after when".
+Times are seconds since the epoch. The fields are read on a wall clock:
+UTC by default, or a time zone's (`Cron.parse(expr, tz="Europe/Paris")`),
+where a minute the clocks skip or repeat follows Vixie cron's rule
+(zones.py says it). In a zone the search walks the local wall clock and
+maps each matching minute to its instants, starting `MAX_SHIFT` before the
+wall time asked about, since after the clocks go back the next instant can
+sit at an earlier wall time. Pure functions: no clock is read; the caller
+says "after when".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from .zones import MAX_SHIFT, instants, zone
 
 __all__ = ["Cron"]
 
@@ -48,10 +56,15 @@ class Cron:
     weekdays: frozenset[int]  # 0-6, Sunday is 0
     days_restricted: bool  # the day-of-month field does not start with '*'
     weekdays_restricted: bool
+    # Neither the minute nor the hour field starts with '*': a job "at a particular
+    # time", which fires once for a local time skipped or repeated (zones.py).
+    fixed_time: bool = False
+    zone: ZoneInfo | None = None  # the wall clock the fields are read on; None: UTC
 
     @classmethod
-    def parse(cls, expression: str) -> Cron:
-        """Parse `expression`; ValueError (naming the field) if it is not valid cron."""
+    def parse(cls, expression: str, tz: str | ZoneInfo | None = None) -> Cron:
+        """Parse `expression`, read in time zone `tz` (a tz database name; None: UTC);
+        ValueError (naming the field, or the zone) if either is not valid."""
         if not isinstance(expression, str):
             raise TypeError(f"cron must be a string, not {type(expression).__name__}")
         text = _ALIASES.get(expression.strip().lower(), expression)
@@ -62,25 +75,56 @@ class Cron:
         sets = [_parse_field(expression, part, *spec)
                 for part, spec in zip(parts, _FIELDS, strict=True)]
         weekdays = frozenset(d % 7 for d in sets[4])
+        where = None if tz is None else zone(tz)
         cron = cls(expression, frozenset(sets[0]), frozenset(sets[1]), frozenset(sets[2]),
                    frozenset(sets[3]), weekdays, not parts[2].startswith("*"),
-                   not parts[4].startswith("*"))
+                   not parts[4].startswith("*"),
+                   not parts[0].startswith("*") and not parts[1].startswith("*"), where)
         if cron.next_after(0.0) is None:
             raise ValueError(f"cron {expression!r} never matches (no month has those days)")
         return cron
 
     def matches(self, when: datetime) -> bool:
-        """True when the minute `when` (UTC) is one of the schedule's."""
+        """True when the wall-clock minute `when` (UTC, or the schedule's zone) is one
+        of the schedule's."""
         return (when.minute in self.minutes and when.hour in self.hours
                 and when.month in self.months and self._day_matches(when))
 
     def next_after(self, t: float) -> float | None:
         """The first matching minute strictly after `t` (None: the schedule never matches)."""
-        return self._search(t, forward=True)
+        if self.zone is None:
+            start = _minute(datetime.fromtimestamp(t, UTC)) + timedelta(minutes=1)
+            return next((_utc(w) for w in self._walk(start, forward=True)), None)
+        quick = self._quick(t, self._wall(t) + timedelta(minutes=1), forward=True)
+        if quick is not None:
+            return quick
+        best: float | None = None
+        wall_limit: datetime | None = None
+        for wall in self._walk(self._wall(t) - MAX_SHIFT, forward=True):
+            if wall_limit is not None and wall > wall_limit:
+                break  # every later wall minute names a later instant
+            for instant in instants(self.zone, wall, self.fixed_time):
+                if instant > t and (best is None or instant < best):
+                    best, wall_limit = instant, wall + MAX_SHIFT
+        return best
 
     def latest_at_or_before(self, t: float) -> float | None:
         """The last matching minute at or before `t` (None: none within the search span)."""
-        return self._search(t, forward=False)
+        if self.zone is None:
+            start = _minute(datetime.fromtimestamp(t, UTC))  # `t` itself counts
+            return next((_utc(w) for w in self._walk(start, forward=False)), None)
+        quick = self._quick(t, self._wall(t), forward=False)
+        if quick is not None:
+            return quick
+        best: float | None = None
+        wall_limit: datetime | None = None
+        for wall in self._walk(self._wall(t) + MAX_SHIFT, forward=False):
+            if wall_limit is not None and wall < wall_limit:
+                break
+            for instant in instants(self.zone, wall, self.fixed_time):
+                if instant <= t and (best is None or instant > best):
+                    best, wall_limit = instant, wall - MAX_SHIFT
+        return best
 
     # -- the search ---------------------------------------------------------
 
@@ -91,14 +135,35 @@ class Cron:
             return dom or dow
         return dom and dow  # a field starting with '*' may still step: '*/2' is odd days
 
-    def _search(self, t: float, *, forward: bool) -> float | None:
-        """Walk month, day, hour, minute, jumping over whole units that cannot match."""
-        start = datetime.fromtimestamp(t, UTC).replace(second=0, microsecond=0)
-        if forward:
-            when = start + timedelta(minutes=1)
-        else:
-            when = start  # `t` itself counts when it is on a matching minute
+    def _quick(self, t: float, start: datetime, *, forward: bool) -> float | None:
+        """The answer when no clock change lies within MAX_SHIFT of `t`, so that no
+        wall minute on the far side of `t`'s names an instant on this side: then the
+        first match from `start` is it, unless it is a repeated minute of a `*`
+        schedule (two instants: the later pass may be the one). Later wall minutes
+        name later instants except in such a repeat. None: ask the full search."""
+        assert self.zone is not None
+        wall = next(self._walk(start, forward=forward), None)
+        if wall is None or not self._steady(t):
+            return None
+        found = instants(self.zone, wall, self.fixed_time)
+        return found[0] if len(found) == 1 else None
+
+    def _steady(self, t: float) -> bool:
+        """No change of the zone's UTC offset within MAX_SHIFT either side of `t`."""
+        span = MAX_SHIFT.total_seconds()
+        return (datetime.fromtimestamp(t - span, self.zone).utcoffset()
+                == datetime.fromtimestamp(t + span, self.zone).utcoffset())
+
+    def _wall(self, t: float) -> datetime:
+        """The naive local minute that `t` falls in."""
+        return _minute(datetime.fromtimestamp(t, self.zone)).replace(tzinfo=None)
+
+    def _walk(self, start: datetime, *, forward: bool) -> Iterator[datetime]:
+        """The matching wall minutes from `start` on (itself included), in order,
+        for at most _SEARCH_YEARS; jumping over whole units that cannot match."""
+        when = start
         limit = when.year + (_SEARCH_YEARS if forward else -_SEARCH_YEARS)
+        step = timedelta(minutes=1 if forward else -1)
         while (when.year <= limit) if forward else (when.year >= limit):
             if when.month not in self.months:
                 when = _month_edge(when, forward)
@@ -106,11 +171,18 @@ class Cron:
                 when = _day_edge(when, forward)
             elif when.hour not in self.hours:
                 when = _hour_edge(when, forward)
-            elif when.minute not in self.minutes:
-                when += timedelta(minutes=1 if forward else -1)
             else:
-                return when.timestamp()
-        return None
+                if when.minute in self.minutes:
+                    yield when
+                when += step
+
+
+def _minute(when: datetime) -> datetime:
+    return when.replace(second=0, microsecond=0)
+
+
+def _utc(wall: datetime) -> float:
+    return wall.replace(tzinfo=UTC).timestamp()
 
 
 def _month_edge(when: datetime, forward: bool) -> datetime:

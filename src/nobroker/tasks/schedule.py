@@ -5,7 +5,8 @@ and the `Scheduler` a Worker runs in a thread of its own.
 
 How ticks run exactly once with any number of workers: every worker process
 runs a scheduler, and each enqueues a due tick with the idempotency key
-`periodic:NAME:TIME` (TIME: the tick's scheduled time, UTC, ISO 8601). The
+`periodic:NAME:TIME` (TIME: the tick's scheduled time, UTC, ISO 8601, also
+for a cron schedule in a time zone: an instant has one name everywhere). The
 queue writes the first enqueue of a key and returns the existing job for the
 others, so however many workers see a tick, one job runs it. Intervals are
 aligned to the epoch (`every=60` ticks at :00 of each minute), so all workers
@@ -59,11 +60,15 @@ class Schedule:
     every: float | None = None
 
     @classmethod
-    def of(cls, cron: str | None, every: float | timedelta | None) -> Schedule:
+    def of(cls, cron: str | None, every: float | timedelta | None,
+           tz: str | None = None) -> Schedule:
         if (cron is None) == (every is None):
             raise ValueError("a periodic task needs cron= or every=, exactly one")
         if cron is not None:
-            return cls(cron=Cron.parse(cron))
+            return cls(cron=Cron.parse(cron, tz))
+        if tz is not None:
+            raise ValueError("tz= is for cron= schedules: every= counts seconds, which "
+                             "no time zone changes")
         seconds = every.total_seconds() if isinstance(every, timedelta) else every
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise TypeError(f"every must be seconds or a timedelta, not "
@@ -89,7 +94,10 @@ class Schedule:
         return self.cron.latest_at_or_before(t)
 
     def __str__(self) -> str:
-        return f"cron {self.cron.expression!r}" if self.cron else f"every {self.every:g}s"
+        if self.cron is None:
+            return f"every {self.every:g}s"
+        where = f" in {self.cron.zone.key}" if self.cron.zone is not None else ""
+        return f"cron {self.cron.expression!r}{where}"
 
 
 def tick_job_id(name: str, tick: float) -> str:
