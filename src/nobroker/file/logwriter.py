@@ -45,6 +45,7 @@ class LogWriter:
         self._sync_cond = threading.Condition()
         self._durable = 0  # bytes before this offset are known to be on disk
         self._syncing = False
+        self._issued = False  # the shared path's fdatasync ran (see sync_to)
         self._sync_failed: OSError | None = None
         # (generation, st_dev, st_ino): what NAME.sync's slots name (SharedSync fills it).
         self.sync_identity: tuple[int, int, int] | None = None
@@ -77,8 +78,9 @@ class LogWriter:
         """Make everything written so far durable."""
         self.sync_to(self.end)
 
-    def sync_to(self, offset: int, shared: SharedSync | None = None) -> None:
-        """Return once the bytes before `offset` are on disk.
+    def sync_to(self, offset: int, shared: SharedSync | None = None) -> bool:
+        """Return once the bytes before `offset` are on disk; True if this thread
+        issued an fdatasync for it (False: another thread's, or process's, covered it).
 
         A thread that finds an fsync already running waits for it and, if
         that one did not cover its offset, runs the next, covering everyone
@@ -91,17 +93,20 @@ class LogWriter:
                 if self._sync_failed is not None:
                     raise self._sync_failed
                 if self._durable >= offset:
-                    return
+                    return False
                 if not self._syncing:
                     break
                 self._sync_cond.wait()
             self._syncing = True
             target = self.end  # written before we start, so covered by this fsync
+        issued = True
         try:
             if shared is None:
                 self.fs.fdatasync(self.fd)
             else:  # what it returns was proven durable: ours, or a peer's fdatasync
+                self._issued = False  # only the one syncing thread touches it
                 target = shared.flush(self, offset, target, self._fdatasync)
+                issued = self._issued
         except OSError as exc:
             with self._sync_cond:
                 self._sync_failed = exc
@@ -112,8 +117,10 @@ class LogWriter:
             self._durable = max(self._durable, target)
             self._syncing = False
             self._sync_cond.notify_all()
+        return issued
 
     def _fdatasync(self) -> None:
+        self._issued = True
         self.fs.fdatasync(self.fd)
 
     def _learn_durable(self, offset: int) -> None:
