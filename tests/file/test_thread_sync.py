@@ -22,6 +22,7 @@ audit: the test has teeth.
 from __future__ import annotations
 
 import signal
+import threading
 
 from support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
@@ -64,14 +65,15 @@ class Audited(FileSystem):
 if broken == "1":
     # The bug the audit must catch: a thread that finds an fdatasync in flight
     # waits for it and returns, though that one may have begun before its write.
+    # (sync_to's bookkeeping done right, its check of what the wait covered skipped.)
     correct = logwriter.LogWriter.sync_to
     def sync_to(self, offset, shared=None):
-        with self._sync_cond:
-            if self._syncing:
-                while self._syncing:
-                    self._sync_cond.wait()
-                return False
-        return correct(self, offset, shared)
+        with self._sync_mutex:
+            busy = self._syncing
+        if not busy:
+            return correct(self, offset, shared)
+        correct(self, self._durable + 1, shared)  # wait for the fdatasync in flight only
+        return False
     logwriter.LogWriter.sync_to = sync_to
 
 q = Queue.from_backend(FileBackend(directory, "default", Settings(visibility_timeout=3600),
@@ -203,3 +205,43 @@ class CountersTest(TempDirTestCase):
             self.assertEqual((store_of(q).counters.durable_calls,
                               store_of(q).counters.fdatasyncs), (0, 0))
 
+
+
+class WakeBookkeepingTest(TempDirTestCase):
+    """sync_to's waiter list, white-box: who is woken when an fdatasync ends, and a
+    waiter that leaves early (a signal's exception) passing its turn on."""
+
+    def waiters(self, log: object, *offsets: int) -> list[threading.Lock]:
+        locks = []
+        for offset in offsets:
+            lock = threading.Lock()
+            lock.acquire()
+            log._sync_waiters.append((offset, lock))  # type: ignore[attr-defined]
+            locks.append(lock)
+        return locks
+
+    def test_an_fdatasync_wakes_the_covered_waiters_and_one_to_run_the_next(self) -> None:
+        with file_queue(self.tmp / "q") as q:
+            log = store_of(q)._log
+            a, b, c, d = self.waiters(log, 10, 20, 30, 40)
+            log._durable = 20
+            woken = log._wake_after_sync()
+            self.assertEqual(woken, [a, b, c])  # 10 and 20 covered; 30 runs the next
+            self.assertEqual(log._sync_waiters, [(40, d)])  # covered by that next one
+
+    def test_a_waiter_woken_to_run_the_next_fdatasync_that_leaves_passes_it_on(
+            self) -> None:
+        with file_queue(self.tmp / "q") as q:
+            log = store_of(q)._log
+            log._durable = 0
+            leader, = self.waiters(log, 30)
+            log._sync_waiters.clear()  # a syncer woke it (its turn to run the next) ...
+            next_one, = self.waiters(log, 40)
+            log._abandon_wait(30, leader)  # ... and it leaves instead
+            self.assertFalse(next_one.locked(), "nobody was given the turn")
+            self.assertEqual(log._sync_waiters, [])
+            # One still in the list just leaves it, waking nobody.
+            first, second = self.waiters(log, 50, 60)
+            log._abandon_wait(50, first)
+            self.assertEqual(log._sync_waiters, [(60, second)])
+            self.assertTrue(second.locked())
