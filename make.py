@@ -158,6 +158,12 @@ def profile(args: list[str]) -> int:
     return python_script("tools/profile_calls.py", args)
 
 
+@task("profile-commit")
+def profile_commit(args: list[str]) -> int:
+    """A durable call's floor, and 1 vs 4 threads' commit path (tools/profile_commit.py)."""
+    return python_script("tools/profile_commit.py", args)
+
+
 @task("bench-peers")
 def bench_peers(args: list[str]) -> int:
     """Compare against other job queues (tools/bench_peers.py)."""

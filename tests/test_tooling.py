@@ -145,8 +145,8 @@ class MakeTest(TempDirTestCase):
         result = run_python(MAKE, env=clean_env())
         self.assertEqual(result.returncode, 0, result.stderr)
         for name in ("test", "test-quick", "demo", "video-demo", "build", "check-deps",
-                     "deps-proof", "bench", "bench-md", "bench-peers", "profile", "torture", "lint",
-                     "cli", "clean"):
+                     "deps-proof", "bench", "bench-md", "bench-peers", "profile",
+                     "profile-commit", "torture", "lint", "cli", "clean"):
             self.assertRegex(result.stdout, rf"(?m)^  {name} +\S")
 
     def test_profile_splits_a_call_into_layers(self) -> None:
@@ -157,6 +157,14 @@ class MakeTest(TempDirTestCase):
             self.assertRegex(result.stdout, rf"(?m)^{name}: ")
         self.assertRegex(result.stdout, r"(?m)^ +\d+\.\d+  nobroker\.state$")
         self.assertRegex(result.stdout, r"us with fsync, +\d+\.\d us with fsync=False")
+
+    def test_profile_commit_prints_the_floor_and_the_threads_table(self) -> None:
+        result = run_python(MAKE, "profile-commit", "--calls", "40", "--rounds", "1",
+                            "--only", "ack_and_lease,threads", env=clean_env())
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout, r"(?m)^ack_and_lease: one thread")
+        self.assertRegex(result.stdout, r"raw pwrite\+fdatasync \(floor\) +\d+\.\d")
+        self.assertRegex(result.stdout, r"(?m)^ +4 +[\d,]+ +\d+\.\d\d ")  # 4 threads' row
 
     def test_unknown_task_exits_2(self) -> None:
         result = run_python(MAKE, "no-such-task", env=clean_env())

@@ -269,6 +269,34 @@ class EnqueueTextTest(unittest.TestCase):
             self.assertEqual(records.loads(got), {**fields, "p": records.loads(payload)})
 
 
+    def test_ack_and_lease_texts_equal_the_generic_encoding_of_the_same_fields(self) -> None:
+        # And Batch.add_ack/add_lease add what Batch.add would, "d" on a first record.
+        from nobroker.file.commands import Batch
+        rng = random.Random(5)
+        ids = ["0123456789abcdef", 'quote " and \\ backslash', "caf\u00e9 \u2603"]
+        times = [0.0, 1.5, 1e16, 1732900000.123456, 2.0 ** -30, 123456789012.0]
+        for _ in range(400):
+            job_id, token = rng.choice(ids), rng.choice([0, 1, 7, 2**62])
+            t, until = rng.choice(times), rng.choice(times)
+            number, durable = rng.randrange(1, 2**40), rng.choice([0, 0, 1, 2**40])
+            known = {"d": durable} if durable else {}
+            ack = {"b": number, **known, "id": job_id, "tok": token, "t": t}
+            lease = {"b": number, **known, "id": job_id, "tok": token, "until": until, "t": t}
+            self.assertEqual(records.ack_text(number, job_id, token, t, durable),
+                             records.dumps(ack))
+            self.assertEqual(records.lease_text(number, job_id, token, until, t, durable),
+                             records.dumps(lease))
+            fast, generic = Batch(number, durable), Batch(number, durable)
+            fast.add_ack(job_id, token, t)
+            self.assertEqual(fast.add_lease(job_id, token + 1, until, t),
+                             generic.add(records.RecordType.ACK,
+                                         {"id": job_id, "tok": token, "t": t})
+                             and generic.add(records.RecordType.LEASE,
+                                             {"id": job_id, "tok": token + 1, "until": until,
+                                              "t": t}))
+            self.assertEqual(fast._items, generic._items)
+
+
 class LoadsTest(unittest.TestCase):
     """`loads` calls the json module's C scanner itself: it must accept, refuse and
     explain exactly as the strict decoder's own decode() does."""

@@ -21,7 +21,7 @@ from typing import Any, Final
 from ..backoff import BackoffPolicy
 from ..errors import JobNotFoundError, NotLeasedError
 from . import framing
-from .records import Record, RecordType, dumps, enqueue_text
+from .records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
@@ -129,6 +129,24 @@ class Batch:
         self._items.append((RecordType.ENQUEUE, enqueue_text(
             self.number, job_id, priority, at, t, max_attempts, keyed, payload_text,
             durable), record))
+
+    def add_ack(self, job_id: str, token: int, t: float) -> None:
+        """An ACK record without a result (add()'s text, without a dumps call)."""
+        number, durable = self.number, 0 if self._items else self.durable
+        record: Record = {"b": number, "d": durable, "id": job_id, "tok": token, "t": t} \
+            if durable else {"b": number, "id": job_id, "tok": token, "t": t}
+        self._items.append((RecordType.ACK, ack_text(number, job_id, token, t, durable),
+                            record))
+
+    def add_lease(self, job_id: str, token: int, until: float, t: float) -> Record:
+        """A LEASE record (add()'s text, without a dumps call); returns the record."""
+        number, durable = self.number, 0 if self._items else self.durable
+        record: Record = {"b": number, "d": durable, "id": job_id, "tok": token,
+                          "until": until, "t": t} if durable else \
+            {"b": number, "id": job_id, "tok": token, "until": until, "t": t}
+        self._items.append((RecordType.LEASE,
+                            lease_text(number, job_id, token, until, t, durable), record))
+        return record
 
     def add_enqueues(self, ids: Sequence[str], priority: int, at: float, t: float,
                      max_attempts: int, payload_texts: Sequence[str]) -> None:
@@ -240,9 +258,9 @@ def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
         return []
     token = state.next_token
     leased: list[Record] = []
+    until = now + visibility_timeout
     for entry in state.ready(now, count):
-        leased.append(batch.add(RecordType.LEASE, {"id": entry.id, "tok": token,
-                                                   "until": now + visibility_timeout, "t": now}))
+        leased.append(batch.add_lease(entry.id, token, until, now))
         token += 1
     return leased
 
@@ -275,12 +293,12 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
     its id is remembered as long as a plain ack would remember it)."""
     entry = check_lease(state, job_id, token)
     batch.finishes += 1
-    fields: Record = {"id": job_id, "tok": token, "t": now}
     if result_text is None:
-        batch.add(RecordType.ACK, fields)
-    else:
-        fields["keep"] = max(result_ttl, key_retention) if entry.keyed else result_ttl
-        batch.add_result(RecordType.ACK, fields, result_text)
+        batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
+        return entry
+    keep = max(result_ttl, key_retention) if entry.keyed else result_ttl
+    batch.add_result(RecordType.ACK, {"id": job_id, "tok": token, "t": now, "keep": keep},
+                     result_text)
     return entry
 
 

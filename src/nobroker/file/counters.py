@@ -1,9 +1,11 @@
-"""What one handle did about compactions: counts a test or an operator can read.
+"""What one handle did about compactions and fsyncs: counts a test or an operator can read.
 
 Nothing here decides anything; the counts only make visible what would
 otherwise show only as time (a compaction repeated in every process, a peer
-that replayed a whole generation instead of following it). Plain integers,
-bumped by the thread that did the work; a reader may see them a moment late.
+that replayed a whole generation instead of following it, threads that did
+not share their fsyncs). Plain integers, bumped by the thread that did the
+work (the fsync counts under the store's _sync_lock, so threads lose none);
+a reader may see them a moment late.
 """
 
 from __future__ import annotations
@@ -21,3 +23,6 @@ class HandleCounters:
     compactions_skipped: int = 0  # an automatic one was due, another process was on it
     follows: int = 0  # a peer's compaction followed by moving payload locations
     reloads: int = 0  # a peer's compaction followed by reloading from the files
+    # Group commit: durable_calls / fdatasyncs is how many calls one fdatasync covered.
+    durable_calls: int = 0  # write calls that committed records and waited for their fsync
+    fdatasyncs: int = 0  # ... of which this handle's thread issued the fdatasync itself

@@ -23,6 +23,8 @@ __all__ = [
     "Applied",
     "dumps",
     "enqueue_text",
+    "ack_text",
+    "lease_text",
     "loads",
     "encode_payload",
     "MAX_DEPTH",
@@ -75,3 +77,18 @@ def enqueue_text(number: int, job_id: str, priority: int, at: float, t: float,
     known = f',"d":{durable:d}' if durable else ""
     return (f'{{"b":{number:d}{known},"id":{_quote(job_id)},"pr":{priority:d},"at":{at!r},'
             f'"t":{t!r},"ma":{max_attempts:d}{key},"p":{payload_text}}}')
+
+
+def ack_text(number: int, job_id: str, token: int, t: float, durable: int = 0) -> str:
+    """An ACK record's JSON text (no result), as `dumps` gives its fields: every ack's
+    path (and ack_and_lease's), built without a dict."""
+    known = f',"d":{durable:d}' if durable else ""
+    return f'{{"b":{number:d}{known},"id":{_quote(job_id)},"tok":{token:d},"t":{t!r}}}'
+
+
+def lease_text(number: int, job_id: str, token: int, until: float, t: float,
+               durable: int = 0) -> str:
+    """A LEASE record's JSON text, as `dumps` gives its fields: every lease's path."""
+    known = f',"d":{durable:d}' if durable else ""
+    return (f'{{"b":{number:d}{known},"id":{_quote(job_id)},"tok":{token:d},'
+            f'"until":{until!r},"t":{t!r}}}')

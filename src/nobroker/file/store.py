@@ -295,8 +295,13 @@ class FileStore:
             current.inflight += 1
         return current
 
-    def unpin(self, target: LogFile) -> None:
+    def unpin(self, target: LogFile, synced: bool | None = None) -> None:
+        """Let go of a pin (or hold_for_sync's hold); `synced` after a commit's fsync
+        wait: whether this thread issued the fdatasync (counted, under the same lock)."""
         with self._sync_lock:
+            if synced is not None:
+                self.counters.durable_calls += 1
+                self.counters.fdatasyncs += synced
             target.inflight -= 1
             if target.retired and target.inflight == 0:
                 target.close()

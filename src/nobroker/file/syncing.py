@@ -60,14 +60,15 @@ def bound_shared(store: FileStore) -> None:
 
 def sync(store: FileStore, target: LogFile, offset: int) -> None:
     """Return once `target`'s bytes before `offset` are on disk; poison on failure."""
+    issued = False
     try:
-        target.sync_to(offset, store.shared)
+        issued = target.sync_to(offset, store.shared)
     except OSError as exc:
         store._poison(f"fsync of {target.path} failed: {exc}")
         FSYNC_FAILED.add(store._rescue_key)
         raise StorageError(target.path, "fsync", exc) from None
     finally:
-        store.unpin(target)
+        store.unpin(target, synced=issued)
 
 
 def cut(store: FileStore, current: LogFile, end: int) -> None:
