@@ -614,14 +614,16 @@ def _cpu_table(drains: dict[tuple[str, int], Drain]) -> list[str]:
         if one is not None and four is not None:
             lines.append(f"{name}: 4 workers / 1 = {four.rate / one.rate:.2f}x; the ceiling "
                          f"{os.cpu_count()} cores allow, cores / (CPU per job x rate at 1 "
-                         f"worker) = {_ceiling(one):.2f}x")
+                         f"worker) = {_ceiling(one):.2f}x ({_ceiling(one, four):.2f}x with "
+                         f"the CPU per job of 4 workers)")
     return lines
 
 
-def _ceiling(one: Drain) -> float:
-    """The most 4 workers can gain over 1 if CPU per job stays what it was at 1 worker
-    and every core is kept busy."""
-    return (os.cpu_count() or 1) / one.cores_busy
+def _ceiling(one: Drain, at: Drain | None = None) -> float:
+    """The most N workers can gain over 1 with every core busy, if a job costs the CPU
+    it cost in drain `at` (default: `one`, the drain with 1 worker)."""
+    per_job = (at or one).cpu_per_job
+    return (os.cpu_count() or 1) / (per_job * one.rate)
 
 
 def _ab(old_src: str, rounds: int, n: int) -> int:
@@ -642,8 +644,8 @@ def _ab(old_src: str, rounds: int, n: int) -> int:
                       f"cores busy {d.cores_busy:.2f}", file=sys.stderr, flush=True)
     print(f"\nA = {old_src}, B = {here}; {rounds} rounds of {n:,} jobs; medians:\n")
     print("| side | rate, 1 worker | rate, 4 workers | 4/1 | CPU per job at 1 (workers + "
-          "server) | cores busy at 1 | ceiling 4/1 |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "server) | CPU per job at 4 | cores busy at 1 | ceiling 4/1 (CPU at 1; at 4) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for side in ("A", "B"):
         ones, fours = drains[(side, 1)], drains[(side, 4)]
         med = statistics.median
@@ -653,8 +655,10 @@ def _ab(old_src: str, rounds: int, n: int) -> int:
               f"{med(d.cpu_per_job for d in ones) * 1e6:.0f} us "
               f"({med(d.worker_cpu / d.jobs for d in ones) * 1e6:.0f} + "
               f"{med(d.server_cpu / d.jobs for d in ones) * 1e6:.0f}) | "
+              f"{med(d.cpu_per_job for d in fours) * 1e6:.0f} us | "
               f"{med(d.cores_busy for d in ones):.2f} | "
-              f"{med(_ceiling(d) for d in ones):.2f}x |")
+              f"{med(_ceiling(d) for d in ones):.2f}x; "
+              f"{med(_ceiling(o, f) for o, f in zip(ones, fours, strict=True)):.2f}x |")
     return 0
 
 

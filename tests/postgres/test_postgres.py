@@ -158,6 +158,34 @@ class PostgresBackendTest(_Schema):
         self.assertEqual(leased, [[]], "the lease waited for the idle wait to end")
         self.assertTrue(waiting.is_alive(), "the wait ended early")
 
+    def test_a_lease_reads_the_expired_leases_only_not_every_leased_row(self) -> None:
+        import psycopg
+
+        q = self.open(visibility_timeout=600)
+        q.enqueue_many(["x"] * 300)
+        self.assertEqual(len(q.lease(200)), 200)
+        backend = q.backend
+        params = backend._params(n=1, vt=30.0)
+        plans: list[Any] = []
+
+        def explain(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute(b"SET LOCAL enable_seqscan = off")  # the index, even on few rows
+                plans.append(conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " +
+                                          backend._sql.lease, params).fetchone()[0])
+                raise psycopg.Rollback  # EXPLAIN ANALYZE leased a job: undo it
+
+        backend._link.run("test", explain)
+
+        def scans(node: dict[str, Any]) -> list[dict[str, Any]]:
+            found = [node] if node.get("Index Name") == "jobs_leases" else []
+            return found + [s for child in node.get("Plans", []) for s in scans(child)]
+
+        leases = scans(plans[0][0]["Plan"])
+        self.assertTrue(leases, "the lease did not look for expired leases in jobs_leases")
+        self.assertEqual([scan["Actual Rows"] for scan in leases], [0] * len(leases),
+                         "the lease read leases that have not expired")
+
     def test_a_plain_ack_forgets_an_unkeyed_job_at_once_and_keeps_a_key(self) -> None:
         q = self.open()
         plain, keyed = q.enqueue("plain"), q.enqueue("keyed", job_id="k")
