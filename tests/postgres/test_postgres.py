@@ -120,6 +120,72 @@ class PostgresBackendTest(_Schema):
         self.assertLess(woke[0] - sent, 5.0)
         self.assertEqual(len(consumer.lease()), 1)
 
+    def test_a_lease_after_a_wake_runs_on_the_connection_the_wake_came_on(self) -> None:
+        consumer, producer = self.open(), self.open()
+        waiter = consumer.backend._wakeups._waiter
+        woke = threading.Event()
+        thread = threading.Thread(target=lambda: consumer.wait(30.0) and woke.set())
+        thread.start()
+        wait_until(lambda: waiter.connected, what="the waiter's connection")
+        producer.enqueue("wake up")
+        thread.join(10)
+        self.assertTrue(woke.is_set(), "the waiter never woke")
+        self.assertEqual(len(consumer.lease()), 1)
+        pid = waiter._conn.info.backend_pid
+        last = producer.backend._link.run("test", lambda conn: conn.execute(
+            "SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0])
+        self.assertIn("expired AS", last, "the lease ran on the operation connection instead")
+
+    def test_a_lease_does_not_wait_for_another_thread_s_idle_wait(self) -> None:
+        q = self.open()
+        waiter = q.backend._wakeups._waiter
+        waiting = threading.Thread(target=q.wait, args=(30.0,))
+        waiting.start()
+        self.addCleanup(waiting.join, 10)
+        self.addCleanup(q.enqueue, "end the wait")
+
+        def in_the_wait() -> bool:
+            if not waiter.connected or not waiter._lock.acquire(blocking=False):
+                return waiter.connected
+            waiter._lock.release()  # not blocked yet
+            return False
+
+        wait_until(in_the_wait, what="the wait to hold its connection")
+        leased: list[object] = []
+        leasing = threading.Thread(target=lambda: leased.append(q.lease()))
+        leasing.start()
+        leasing.join(5)
+        self.assertEqual(leased, [[]], "the lease waited for the idle wait to end")
+        self.assertTrue(waiting.is_alive(), "the wait ended early")
+
+    def test_a_lease_reads_the_expired_leases_only_not_every_leased_row(self) -> None:
+        import psycopg
+
+        q = self.open(visibility_timeout=600)
+        q.enqueue_many(["x"] * 300)
+        self.assertEqual(len(q.lease(200)), 200)
+        backend = q.backend
+        params = backend._params(n=1, vt=30.0)
+        plans: list[Any] = []
+
+        def explain(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute(b"SET LOCAL enable_seqscan = off")  # the index, even on few rows
+                plans.append(conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " +
+                                          backend._sql.lease, params).fetchone()[0])
+                raise psycopg.Rollback  # EXPLAIN ANALYZE leased a job: undo it
+
+        backend._link.run("test", explain)
+
+        def scans(node: dict[str, Any]) -> list[dict[str, Any]]:
+            found = [node] if node.get("Index Name") == "jobs_leases" else []
+            return found + [s for child in node.get("Plans", []) for s in scans(child)]
+
+        leases = scans(plans[0][0]["Plan"])
+        self.assertTrue(leases, "the lease did not look for expired leases in jobs_leases")
+        self.assertEqual([scan["Actual Rows"] for scan in leases], [0] * len(leases),
+                         "the lease read leases that have not expired")
+
     def test_a_plain_ack_forgets_an_unkeyed_job_at_once_and_keeps_a_key(self) -> None:
         q = self.open()
         plain, keyed = q.enqueue("plain"), q.enqueue("keyed", job_id="k")

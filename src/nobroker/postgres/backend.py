@@ -23,7 +23,8 @@ corrupt). The rules are the file backend's, point by point:
 
 Whose clock: the server's, unless the Queue was given one (session.py).
 Wake-ups: `wait` and `wait_finished` block on LISTEN connections of their
-own (wakeups.py). The SQL is in statements.py, the tables in schema.py.
+own (wakeups.py); a lease runs on the idle-wait one when no wait holds it,
+and on the operation connection otherwise. The SQL is in statements.py, the tables in schema.py.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ..backend import Capabilities, Settings
 from ..errors import ConnectionLostError, JobNotFoundError, LockTimeoutError, NotLeasedError
 from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from . import schema
-from .connection import Link
+from .connection import Link, LinkBusy
 from .session import Session
 from .statements import STATE_CODES, STATES, Statements, job_from_row
 from .url import Target
@@ -169,7 +170,10 @@ class PostgresBackend:
             rows.sort(key=lambda r: (-r[3], r[1]))
             return [job_from_row(row) for row in rows]
 
-        jobs = self._link.run("lease", run)
+        try:
+            jobs = self._wakeups.run_warm("lease", run)
+        except LinkBusy:
+            jobs = self._link.run("lease", run)
         # Sweep when idle (nothing to lease), or when a busy handle is overdue.
         self._maybe_sweep(_SWEEP_EVERY if not jobs else _SWEEP_OVERDUE)
         return jobs

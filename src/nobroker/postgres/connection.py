@@ -29,7 +29,7 @@ from ..errors import ConnectionLostError, DatabaseError, LockTimeoutError, Queue
 from . import schema
 from .url import Target
 
-__all__ = ["Link", "connect", "migrate", "SLOTS"]
+__all__ = ["Link", "LinkBusy", "connect", "migrate", "SLOTS"]
 
 T = TypeVar("T")
 SLOTS: Final = 64  # counter rows per queue; each connection holds one while it lives
@@ -79,6 +79,10 @@ def _reason(target: Target, exc: BaseException) -> str:
     return target.scrub(text)
 
 
+class LinkBusy(Exception):
+    """Link.run_if_idle: the connection is in use by another thread, or not open."""
+
+
 class Link:
     """One connection, shared by a handle's threads one call at a time."""
 
@@ -96,25 +100,41 @@ class Link:
     def run(self, operation: str, fn: Callable[[psycopg.Connection[tuple[object, ...]]], T]
             ) -> T:
         with self._lock:
-            if self._closed:
-                raise QueueClosedError("the queue is closed")
-            conn = self._connection(operation)
-            try:
-                return fn(conn)
-            except pgerrors.LockNotAvailable:
-                raise LockTimeoutError(self.target.shown, self._lock_timeout, None) from None
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if conn.broken or conn.closed:
-                    self._drop()
-                    raise ConnectionLostError(self.target.shown, operation,
-                                              _reason(self.target, exc)) from None
-                raise DatabaseError(self.target.shown, operation,
-                                    _reason(self.target, exc)) from None
-            except psycopg.Error as exc:
-                raise DatabaseError(self.target.shown, operation,
-                                    _reason(self.target, exc)) from None
+            return self._run(operation, fn, self._connection(operation))
+
+    def run_if_idle(self, operation: str,
+                    fn: Callable[[psycopg.Connection[tuple[object, ...]]], T]) -> T:
+        """`run`, but only on a connection that is open and that no other thread is
+        using at this moment; LinkBusy (nothing run) otherwise."""
+        if not self._lock.acquire(blocking=False):
+            raise LinkBusy
+        try:
+            if self._closed or self._conn is None or self._conn.closed:
+                raise LinkBusy
+            return self._run(operation, fn, self._conn)
+        finally:
+            self._lock.release()
+
+    def _run(self, operation: str, fn: Callable[[psycopg.Connection[tuple[object, ...]]], T],
+             conn: psycopg.Connection[tuple[object, ...]]) -> T:
+        try:
+            return fn(conn)
+        except pgerrors.LockNotAvailable:
+            raise LockTimeoutError(self.target.shown, self._lock_timeout, None) from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if conn.broken or conn.closed:
+                self._drop()
+                raise ConnectionLostError(self.target.shown, operation,
+                                          _reason(self.target, exc)) from None
+            raise DatabaseError(self.target.shown, operation,
+                                _reason(self.target, exc)) from None
+        except psycopg.Error as exc:
+            raise DatabaseError(self.target.shown, operation,
+                                _reason(self.target, exc)) from None
 
     def _connection(self, operation: str) -> psycopg.Connection[tuple[object, ...]]:
+        if self._closed:
+            raise QueueClosedError("the queue is closed")
         if self._conn is not None and not self._conn.closed:
             return self._conn
         now = time.monotonic()

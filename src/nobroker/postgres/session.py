@@ -1,8 +1,10 @@
 """How a handle's connections are set up, and the time its statements act at.
 
-A handle (PostgresBackend) has three connections: one for operations, two
-that only LISTEN (wakeups.py). `Session.setup` prepares the first on every
-(re)connect: the queue set's schema is migrated once per handle (checked
+A handle (PostgresBackend) has a connection for operations, one that LISTENs
+for idle waits and also takes the lease that follows a wake (wakeups.py), and
+one per thread waiting for a result, which only LISTENs. `Session.setup`
+prepares the first two on every (re)connect: the queue set's schema is
+migrated once per handle (checked
 only, when read-only), the connection takes a counter slot (an advisory
 lock, so no two live connections share a counter row; schema.py), and the
 session's options follow the settings: `lock_timeout`, and

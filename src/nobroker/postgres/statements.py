@@ -112,10 +112,14 @@ class Statements:
         self.lease_of = sql(f"""
             SELECT j.state, j.token FROM {{s}}.jobs AS j, {t}
             WHERE j.queue = %(q)s AND j.id = %(id)s AND {{visible}}""")
+        # The deadline is compared with a scalar subquery, not with a join to t:
+        # an InitPlan's value bounds the scan of jobs_leases (an Index Cond), so a
+        # lease reads the expired leases only; as a join filter it read every
+        # leased row of the queue, on every lease (10,000 held: 4.7 ms a lease).
         reclaim = f"""
             expired AS (
-                SELECT j.id FROM {{s}}.jobs AS j, t
-                WHERE j.queue = %(q)s AND j.state = 1 AND j.lease_until <= t.now
+                SELECT j.id FROM {{s}}.jobs AS j
+                WHERE j.queue = %(q)s AND j.state = 1 AND j.lease_until <= (SELECT now FROM t)
                 ORDER BY j.lease_until LIMIT {_RECLAIM_BATCH} FOR UPDATE OF j SKIP LOCKED),
             reclaimed AS (
                 UPDATE {{s}}.jobs AS j SET

@@ -7,6 +7,8 @@ queue's two channels (schema.py sends them from the jobs trigger):
   the earliest due time (a delayed job, a lease deadline) from the indexes,
   then blocks on the socket until a NOTIFY or that time. A job enqueued
   between the read and the block is not missed: the LISTEN came first.
+  The lease after a wake runs on this same connection when no wait holds
+  it (`run_warm`): its server process is the one the NOTIFY just woke.
 - `wait_finished` (a result waiter): the finished channel. It puts the job
   in `watches` before it blocks, and only a watched job's finish is
   notified, so that acks nobody waits for commit without NOTIFY's
@@ -26,7 +28,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 import psycopg
 
@@ -40,6 +43,7 @@ from .statements import Statements, job_from_row
 __all__ = ["Wakeups"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+T = TypeVar("T")
 
 _IDLE_FINISHERS: Final = 4  # idle result-wait connections a handle keeps for reuse
 
@@ -54,7 +58,14 @@ class Wakeups:
         timeout = session.settings.lock_timeout
         self._session = session
         self._sql = sql
-        self._waiter = Link(target, setup=listener(self.ready_channel), lock_timeout=timeout)
+        # Set up as an operation connection too, so that a lease can run on it (run_warm).
+        listen = listener(self.ready_channel)
+
+        def setup(conn: Conn) -> None:
+            session.setup(conn)
+            listen(conn)
+
+        self._waiter = Link(target, setup=setup, lock_timeout=timeout)
         self._finished_channel = finished_channel
         self._idle: list[Link] = []  # result-wait connections no thread is using
         self._pool_lock = threading.Lock()
@@ -86,6 +97,18 @@ class Wakeups:
         except ConnectionLostError:  # the server is away: pause, then let lease() retry
             time.sleep(min(timeout, 0.2))
             return True
+
+    def run_warm(self, operation: str, fn: Callable[[Conn], T]) -> T:
+        """Run `fn` on the idle-wait connection if it is open and no wait holds it;
+        LinkBusy otherwise (the caller uses its operation connection).
+
+        Why: a wait that a NOTIFY ended has just had that connection's server
+        process wake up to deliver it, so a lease sent there right after finds
+        it running, where the operation connection's server process has slept
+        since the last job; on a machine whose cores idle, waking a sleeping
+        process costs a good part of a millisecond of the enqueue-to-handler time.
+        """
+        return self._waiter.run_if_idle(operation, fn)
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         deadline = None if timeout is None else time.monotonic() + timeout
