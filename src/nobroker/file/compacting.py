@@ -64,7 +64,8 @@ def compact(store: FileStore) -> CompactionResult:
             result = store._compact()
             if result is not None:
                 return result
-    raise CompactionError("other processes kept compacting this queue first")
+    raise CompactionError("other processes kept compacting this queue first "
+                          "(or cutting batches it had copied)")
 
 
 @contextmanager
@@ -103,7 +104,8 @@ def held_compaction_lock(store: FileStore) -> SharedLock:
 
 
 def compact_once(store: FileStore) -> CompactionResult | None:
-    """One compaction; None if another process switched generations meanwhile.
+    """One compaction; None if another process switched generations meanwhile, or
+    if a batch it copied without the lock was cut by its writer (step 4b).
     The caller holds the compaction lock, or (compact_locked) the queue's lock."""
     with store._compacting:
         started = time.perf_counter()
@@ -160,10 +162,17 @@ def compact_locked(store: FileStore) -> CompactionResult:
 
 
 def finish_compaction(store: FileStore, prepared: compaction.Prepared,
-                       started: float) -> CompactionResult:
-    """Steps 4-8 of compaction.py's protocol; under the lock."""
+                       started: float) -> CompactionResult | None:
+    """Steps 4b-8 of compaction.py's protocol; under the lock. None: abandoned."""
     old, new_log = store._live_log(), prepared.log
     try:
+        if not prepared.confirm():  # step 4b: a batch copied unlocked was cut since
+            prepared.discard()
+            store.counters.compactions_abandoned += 1
+            log.warning("compaction of %r abandoned: generation %d changed under a "
+                        "batch it had copied (a writer cut it); generation %d stays "
+                        "current", store.name, old.generation, old.generation)
+            return None
         # The last few batches appended meanwhile; nobody writes now, so a torn
         # tail is a dead writer's: saved aside, like any read-forward would.
         result = prepared.catch_up(locked=True)

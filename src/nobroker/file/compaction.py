@@ -17,8 +17,17 @@ on meanwhile. In order (each fsync is what makes the next step safe):
        numbers carry on: the snapshot batch has the number of the last batch
        it summarises), replaying them into the new state; repeat while much
        was appended. g stays open, so a peer unlinking it changes nothing.
-  finish (under the lock; `FileStore._finish_compaction`)
+  finish (under the lock; `compacting.finish_compaction`)
     4. if another process compacted meanwhile, throw the file away;
+    4b. (`Prepared.confirm`) re-read what 3b copied from g and throw the file
+       away unless it is still g's bytes, unchanged. The log is append-only
+       but for one case: a writer whose own state refuses its batch cuts it
+       again before it lets go of the lock (store._commit), and the next
+       writer may fill the same offsets with other bytes; 3b, unlocked, may
+       have copied the batch in between. Kept, it would be a job nobody
+       committed, or a batch replay refuses (a queue that no longer opens).
+       Abandoning leaves g current and loses nothing; the next try copies
+       what g holds by then;
     5. copy the last batches the same way (a torn tail a dead writer left is
        saved aside, as any read-forward would); fsync;
     6. rename the file to NAME.<g+1>.log and fsync the directory, so the name
@@ -49,7 +58,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 
 from ..errors import CorruptLogError, NobrokerError
 from . import checkpoint, framing
@@ -177,6 +187,16 @@ class Prepared:
     upto: int  # the new file holds the old generation's state up to this offset
     checkpointed: int = 0  # offset the new generation's checkpoint covers (0: none)
     checkpoint_temp: str | None = None  # where it waits for the switch (step 7b)
+    # What step 4b checks: from the snapshot point on, the CRC (chained from the old
+    # generation's CRC there) of the bytes the catch-ups replayed (source.crc) and
+    # of those they copied, which are read apart and may differ too.
+    snapshot_end: int = field(init=False)
+    snapshot_crc: int = field(init=False)
+    copied_crc: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.snapshot_end = self.upto
+        self.snapshot_crc = self.copied_crc = self.source.crc
 
     def catch_up(self, end: int | None = None, *, locked: bool = False) -> ScanResult:
         """Copy the old generation's complete batches from `upto` (to `end`, or as far
@@ -201,9 +221,18 @@ class Prepared:
             if not chunk:
                 raise OSError(5, f"{source.path} ends early at {pos}")
             self.log.append(chunk)
+            self.copied_crc = zlib.crc32(chunk, self.copied_crc)
             pos += len(chunk)
         self.upto = source.end
         return result
+
+    def confirm(self) -> bool:
+        """Step 4b, under the lock: whether every byte copied from the old generation
+        is still there, as it was replayed and copied (one read of the copied range
+        and a CRC of it). False: a writer cut a batch after a catch-up took it."""
+        source = self.source
+        return self.copied_crc == source.crc and source.holds(
+            self.snapshot_end, self.upto, self.snapshot_crc, source.crc)
 
     def close(self) -> None:
         """After the switch: let go of the old generation."""

@@ -20,6 +20,7 @@ class HandleCounters:
     compactions_started: int = 0  # a new generation was being written (prepare began)
     compactions_switched: int = 0  # ... and became current (our switch)
     compactions_discarded: int = 0  # ... and was thrown away: a peer had switched first
+    compactions_abandoned: int = 0  # ... or because a batch it copied unlocked was cut
     compactions_skipped: int = 0  # an automatic one was due, another process was on it
     follows: int = 0  # a peer's compaction followed by moving payload locations
     reloads: int = 0  # a peer's compaction followed by reloading from the files
