@@ -355,17 +355,11 @@ class LogFile(LogWriter):
 
     def holds(self, start: int, end: int, crc_before: int, crc_after: int) -> bool:
         """Whether bytes `start` to `end` are still those that, chained from
-        `crc_before`, had the CRC `crc_after` (read again, in chunks). Below a
-        logical end found under the lock the log never changes; bytes read
-        without it may since have been cut by their writer (store._commit)."""
-        pos, crc = start, crc_before
-        while pos < end:
-            chunk = self.fs.pread(self.fd, min(READ_CHUNK, end - pos), pos)
-            if not chunk:
-                return False  # the file is shorter now
-            crc = zlib.crc32(chunk, crc)
-            pos += len(chunk)
-        return crc == crc_after
+        `crc_before`, had the CRC `crc_after` (read again; a file cut shorter
+        reads fewer bytes, so its CRC differs). Below a logical end found under
+        the lock the log never changes; bytes read without it may since have
+        been cut by their writer (store._commit)."""
+        return self.prefix_crc(end, start, crc_before) == crc_after
 
     def read_checkpoint(self, path: str | None = None) -> bytes | None:
         """The bytes of the checkpoint at `path` (checkpoint_path), None if missing."""
