@@ -166,6 +166,18 @@ class MakeTest(TempDirTestCase):
         self.assertRegex(result.stdout, r"raw pwrite\+fdatasync \(floor\) +\d+\.\d")
         self.assertRegex(result.stdout, r"(?m)^ +4 +[\d,]+ +\d+\.\d\d ")  # 4 threads' row
 
+    def test_the_benchmark_scripts_start(self) -> None:
+        # They are split into modules (tools/bench_*.py) that import each other by
+        # name: a broken import there would only show in a long benchmark run.
+        listed = run_python(REPO / "tools" / "bench.py", "--list", env=clean_env())
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        for name in ("enqueue", "workers", "compaction", "task_roundtrip"):
+            self.assertRegex(listed.stdout, rf"(?m)^ *{name}\b")
+        for script in ("bench_peers.py", "bench_postgres.py"):
+            helped = run_python(REPO / "tools" / script, "--help", env=clean_env())
+            self.assertEqual(helped.returncode, 0, helped.stderr)
+            self.assertIn("--only", helped.stdout)
+
     def test_unknown_task_exits_2(self) -> None:
         result = run_python(MAKE, "no-such-task", env=clean_env())
         self.assertEqual(result.returncode, 2)
