@@ -39,6 +39,29 @@ from nobroker.file.syncfile import DURABLE, SLOT, WRITTEN, SharedSync, sync_file
 
 SEED = int(os.environ.get("NOBROKER_CRASH_SEED", "20261129"))
 
+# The auditing FileSystem both audits use (here and test_thread_sync.py): a line
+# per log write, and one before and after each fdatasync of it, each naming the
+# writer as `me()` says (the child defines it: a process, or a process's thread).
+AUDITED_FS = r"""
+def note(text):
+    os.write(audit, f"{text}\n".encode())
+
+class Audited(FileSystem):
+    def pwrite(self, fd, data, offset):
+        n = super().pwrite(fd, data, offset)
+        if ".log" in os.readlink(f"/proc/self/fd/{fd}") and any(data):
+            note(f"W {me()} {os.fstat(fd).st_ino} {offset + n}")
+        return n
+    def fdatasync(self, fd):
+        log = ".log" in os.readlink(f"/proc/self/fd/{fd}")
+        if log:
+            note(f"S {me()} {os.fstat(fd).st_ino}")
+        super().fdatasync(fd)
+        if log:
+            time.sleep(0.002)  # a slow disk: the others write meanwhile, every time
+            note(f"E {me()} {os.fstat(fd).st_ino}")
+"""
+
 # A child: `role` (produce | work) for `calls` calls, through an auditing FileSystem.
 AUDITED = r"""
 import os, sys, time
@@ -51,23 +74,9 @@ directory, audit_path, role, calls = sys.argv[1], sys.argv[2], sys.argv[3], int(
 audit = os.open(audit_path, os.O_WRONLY | os.O_APPEND)
 pid = os.getpid()
 
-def note(text):
-    os.write(audit, f"{text}\n".encode())
-
-class Audited(FileSystem):
-    def pwrite(self, fd, data, offset):
-        n = super().pwrite(fd, data, offset)
-        if ".log" in os.readlink(f"/proc/self/fd/{fd}") and any(data):
-            note(f"W {pid} {os.fstat(fd).st_ino} {offset + n}")
-        return n
-    def fdatasync(self, fd):
-        log = ".log" in os.readlink(f"/proc/self/fd/{fd}")
-        if log:
-            note(f"S {pid} {os.fstat(fd).st_ino}")
-        super().fdatasync(fd)
-        if log:
-            time.sleep(0.002)  # a slow disk: the others write meanwhile, every time
-            note(f"E {pid} {os.fstat(fd).st_ino}")
+def me():
+    return str(pid)
+""" + AUDITED_FS + r"""
 
 q = Queue.from_backend(FileBackend(directory, "default", Settings(),
                                    FileOptions(fs=Audited(), auto_compact=None,

@@ -26,7 +26,7 @@ import threading
 
 from support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
-from file.test_shared_sync import audit_problems
+from file.test_shared_sync import AUDITED_FS, audit_problems
 from nobroker import Queue
 
 THREADS = r"""
@@ -41,27 +41,9 @@ directory, audit_path, calls, broken = sys.argv[1], sys.argv[2], int(sys.argv[3]
 audit = os.open(audit_path, os.O_WRONLY | os.O_APPEND)
 pid = os.getpid()
 
-def note(text):
-    os.write(audit, f"{text}\n".encode())
-
 def me():
     return f"{pid}.{threading.get_ident()}"
-
-class Audited(FileSystem):
-    def pwrite(self, fd, data, offset):
-        n = super().pwrite(fd, data, offset)
-        if ".log" in os.readlink(f"/proc/self/fd/{fd}") and any(data):
-            note(f"W {me()} {os.fstat(fd).st_ino} {offset + n}")
-        return n
-    def fdatasync(self, fd):
-        log = ".log" in os.readlink(f"/proc/self/fd/{fd}")
-        if log:
-            note(f"S {me()} {os.fstat(fd).st_ino}")
-        super().fdatasync(fd)
-        if log:
-            time.sleep(0.002)  # a slow disk: the other threads write meanwhile
-            note(f"E {me()} {os.fstat(fd).st_ino}")
-
+""" + AUDITED_FS + r"""
 if broken == "1":
     # The bug the audit must catch: a thread that finds an fdatasync in flight
     # waits for it and returns, though that one may have begun before its write.
