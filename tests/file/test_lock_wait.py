@@ -168,6 +168,37 @@ class BlockingLockWaitTest(TempDirTestCase):
         lock.acquire(30)  # and we can take it again ourselves
         lock.release()
 
+    def test_a_wait_interrupted_by_a_signal_leaves_no_grant_behind(self) -> None:
+        # Ctrl-C (KeyboardInterrupt) while the acquirer blocks in flock for us: when
+        # its flock returns nobody wants the lock. Kept, it would lock out every
+        # other process, and hand a later wait here a grant of a lock since let go.
+        lock = SharedLock(OS, self.path)
+        self.addCleanup(lock.close)
+        holder = self.hold()
+
+        def interrupt() -> None:
+            wait_until(lambda: lock._in_flock, what="the acquirer blocking in flock")
+            os.kill(os.getpid(), signal.SIGINT)
+
+        thread = threading.Thread(target=interrupt)
+        thread.start()
+        with self.assertRaises(KeyboardInterrupt):
+            lock.acquire(60)
+        thread.join()
+        self.tell(holder, b"released")
+        taker = spawn_python(TAKER, self.path, "20")
+        self.addCleanup(self.reap, taker)
+        out, err = taker.communicate(timeout=60)
+        self.assertEqual(out.strip(), b"took it", err.decode())
+        lock.acquire(30)
+        try:  # really held: a process that tries without waiting finds it taken
+            rival = spawn_python(TAKER, self.path, "0")
+            self.addCleanup(self.reap, rival)
+            _, err = rival.communicate(timeout=60)
+            self.assertIn(b"LockTimeoutError", err)
+        finally:
+            lock.release()
+
     def test_a_zero_timeout_is_one_try_and_starts_no_acquirer(self) -> None:
         lock = SharedLock(OS, self.path)
         self.addCleanup(lock.close)

@@ -18,12 +18,12 @@ blocking `flock(LOCK_EX)`, and the waiting thread waits for it on a
 condition with what is left of its timeout. The kernel then wakes us the
 moment the holder lets go, where polling slept through most of the free
 time. A blocking flock cannot time out, so the waiter never makes it
-itself: a waiter that times out just leaves, and when the acquirer gets the
-lock with nobody wanting it, it unlocks at once (or gives it to whoever
-wants it by then). While the acquirer is inside flock nobody else touches
-the descriptor's lock: a try on the same descriptor would succeed the
-moment the acquirer's flock does, and the acquirer could then unlock it
-under the new holder.
+itself: a waiter that times out (or is interrupted: Ctrl-C) just leaves,
+and when the acquirer gets the lock with nobody wanting it, it unlocks at
+once (or gives it to whoever wants it by then). While the acquirer is
+inside flock nobody else touches the descriptor's lock: a try on the same
+descriptor would succeed the moment the acquirer's flock does, and the
+acquirer could then unlock it under the new holder.
 """
 
 from __future__ import annotations
@@ -239,7 +239,9 @@ class SharedLock:
 
     def _wait_for_acquirer(self, deadline: float) -> bool:
         """Have the acquirer block in flock for us; True once it holds the file lock
-        for us, False if `deadline` passed first (it then unlocks when it gets it)."""
+        for us, False if `deadline` passed first (it then unlocks when it gets it).
+        An exception in the wait (KeyboardInterrupt) leaves the same way: a grant
+        that nobody takes would lock every other process out."""
         with self._acquirer_state:
             self.blocking_waits += 1
             if self._acquirer is None:
@@ -248,11 +250,19 @@ class SharedLock:
                 self._acquirer.start()
             self._wanted = True
             self._acquirer_state.notify_all()
-            while not self._granted:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._acquirer_state.wait(remaining)
+            try:
+                while not self._granted:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._acquirer_state.wait(remaining)
+            except BaseException:  # interrupted (KeyboardInterrupt): we never take it
+                if self._granted:  # granted just now: let go, nobody holds it knowingly
+                    assert self._fd is not None
+                    _unlock(self._fd)
+                self._granted = self._wanted = False  # in flock still: it unlocks after
+                self._acquirer_state.notify_all()
+                raise
             got, self._granted, self._wanted = self._granted, False, False
             self._acquirer_state.notify_all()
             return got
