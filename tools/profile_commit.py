@@ -168,6 +168,16 @@ def floor(root: Path, op: str, n: int, rounds: int) -> None:
 # -- threads ----------------------------------------------------------------
 
 
+def run_threads(workers: list[threading.Thread]) -> float:
+    """Start every thread, wait for all; the seconds that took."""
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return time.perf_counter() - start
+
+
 def _one_file_group_commit(path: Path, threads: int, each: int) -> float:
     """Wall seconds for `threads` threads appending to one preallocated file, each
     write followed by a group-committed fdatasync (sync_to's rule, no other work)."""
@@ -192,13 +202,7 @@ def _one_file_group_commit(path: Path, threads: int, each: int) -> float:
                 state["durable"], state["syncing"] = max(state["durable"], target), False
                 cond.notify_all()
 
-    workers = [threading.Thread(target=go) for _ in range(threads)]
-    start = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - start
+    elapsed = run_threads([threading.Thread(target=go) for _ in range(threads)])
     raw.close()
     return elapsed
 
@@ -243,12 +247,7 @@ class ThreadsRun:
 
         workers = [threading.Thread(target=go, args=(chunk,)) for chunk in chunks]
         used = resource.getrusage(resource.RUSAGE_SELF)
-        start = time.perf_counter()
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        elapsed = time.perf_counter() - start
+        elapsed = run_threads(workers)
         after = resource.getrusage(resource.RUSAGE_SELF)
         syncs = sorted(self.fs.syncs)
         durations = [end - began for began, end in syncs]
