@@ -127,6 +127,17 @@ def audit_problems(lines: list[str]) -> tuple[list[str], int, int]:
     return problems, len(syncs), len(returns)
 
 
+def start_together(test: unittest.TestCase, children: list[Any]) -> None:
+    """Wait until every audited child said "ready", then tell them all to go."""
+    for child in children:
+        assert child.stdout is not None
+        test.assertEqual(child.stdout.readline(), b"ready\n", child.stderr)
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+
+
 class AuditTest(TempDirTestCase):
     def run_audited(self, roles: list[str], calls: int) -> tuple[list[str], int, int]:
         directory = str(self.tmp / "q")
@@ -137,13 +148,7 @@ class AuditTest(TempDirTestCase):
         children = [spawn_python(AUDITED, directory, audit, role, str(calls))
                     for role in roles]
         try:
-            for child in children:
-                assert child.stdout is not None
-                self.assertEqual(child.stdout.readline(), b"ready\n", child.stderr)
-            for child in children:
-                assert child.stdin is not None
-                child.stdin.write(b"go\n")
-                child.stdin.flush()
+            start_together(self, children)
             for child in children:
                 _, err = child.communicate(timeout=300)
                 self.assertEqual(child.returncode, 0, err.decode()[-2000:])

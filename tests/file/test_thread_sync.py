@@ -26,7 +26,7 @@ import threading
 
 from support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
-from file.test_shared_sync import AUDITED_FS, audit_problems
+from file.test_shared_sync import AUDITED_FS, audit_problems, start_together
 from nobroker import Queue
 
 THREADS = r"""
@@ -102,13 +102,7 @@ class ThreadAuditTest(TempDirTestCase):
                     for _ in range(2)]
         victim, survivor = children
         try:
-            for child in children:
-                assert child.stdout is not None
-                self.assertEqual(child.stdout.readline(), b"ready\n", child.stderr)
-            for child in children:
-                assert child.stdin is not None
-                child.stdin.write(b"go\n")
-                child.stdin.flush()
+            start_together(self, children)
 
             def victim_returned() -> int:
                 with open(audit, encoding="ascii") as f:
