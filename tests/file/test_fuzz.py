@@ -65,7 +65,7 @@ from nobroker.file.framing import (
     encode_record,
 )
 
-__all__ = ["Corpus", "FuzzReport", "build_corpus", "fuzz", "run_case", "REGRESSIONS"]
+__all__ = ["Corpus", "FuzzReport", "build_corpus", "fuzz", "fuzz_root", "run_case", "REGRESSIONS"]
 
 NAME = "default"
 LOG0, LOG1 = f"{NAME}.000000.log", f"{NAME}.000001.log"
@@ -666,26 +666,34 @@ def run_case(corpus: Corpus, seed: int, index: int, scratch: str,
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def fuzz_root(prefix: str) -> Iterator[tuple[str, Corpus]]:
+    """A scratch directory holding the corpus (seed 0), removed afterwards; the
+    nobroker logger is silenced meanwhile (repairs log warnings, and thousands of
+    them say nothing here)."""
+    root = tempfile.mkdtemp(prefix=prefix, dir=scratch_root())
+    logger = logging.getLogger("nobroker")
+    saved = logger.disabled
+    logger.disabled = True
+    try:
+        yield root, build_corpus(os.path.join(root, "corpus"), seed=0)
+    finally:
+        logger.disabled = saved
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def fuzz(count: int, seed: int = 0, *, deadline: float | None = None,
          regressions: bool = True) -> FuzzReport:
     """Run `count` cases of `seed` (and the regression cases), or until `deadline`."""
     report = FuzzReport()
     started = time.perf_counter()
-    root = tempfile.mkdtemp(prefix="nobroker-fuzz-", dir=scratch_root())
-    logger = logging.getLogger("nobroker")
-    saved = logger.disabled
-    logger.disabled = True  # repairs log warnings; thousands of them say nothing here
-    try:
-        corpus = build_corpus(os.path.join(root, "corpus"), seed=0)
+    with fuzz_root("nobroker-fuzz-") as (root, corpus):
         fixed = list(REGRESSIONS) if regressions else []
         cases = itertools.chain(fixed, ((seed, i) for i in range(count)))
         for case_seed, index in cases:
             if deadline is not None and time.monotonic() > deadline:
                 break
             run_case(corpus, case_seed, index, root, report)
-    finally:
-        logger.disabled = saved
-        shutil.rmtree(root, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
 

@@ -43,12 +43,10 @@ more cases.
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import shutil
 import struct
-import tempfile
 import time
 import unittest
 import zlib
@@ -56,9 +54,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from support import FakeClock, file_queue, scratch_root, store_of
+from support import FakeClock, file_queue, store_of
 
-from file.test_fuzz import CURRENT, LOG0, LOG1, NAME, Corpus, build_corpus, frames, materialise
+from file.test_fuzz import (
+    CURRENT,
+    LOG0,
+    LOG1,
+    NAME,
+    Corpus,
+    frames,
+    fuzz_root,
+    materialise,
+)
 from nobroker import NobrokerError
 from nobroker.file.fs import FileSystem
 
@@ -344,19 +351,11 @@ def fuzz_sync(count: int, seed: int = 0, *, deadline: float | None = None) -> Sy
     """Run `count` NAME.sync cases of `seed`, or until `deadline` (time.monotonic())."""
     report = SyncFuzzReport()
     started = time.perf_counter()
-    root = tempfile.mkdtemp(prefix="nobroker-fuzz-sync-", dir=scratch_root())
-    logger = logging.getLogger("nobroker")
-    saved = logger.disabled
-    logger.disabled = True  # repairs log warnings; thousands of them say nothing here
-    try:
-        corpus = build_corpus(os.path.join(root, "corpus"), seed=0)
+    with fuzz_root("nobroker-fuzz-sync-") as (root, corpus):
         for index in range(count):
             if deadline is not None and time.monotonic() > deadline:
                 break
             run_sync_case(corpus, seed, index, root, report)
-    finally:
-        logger.disabled = saved
-        shutil.rmtree(root, ignore_errors=True)
     report.seconds = time.perf_counter() - started
     return report
 
