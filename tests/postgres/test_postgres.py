@@ -51,6 +51,30 @@ def _rows(queue: Any) -> object:
     return queue.backend._link.run("test", read)
 
 
+def _counted(queue: Any) -> tuple[int, int, int]:
+    """(pending, leased, dead) as the counter rows have them."""
+    stats = queue.stats()
+    return stats.pending, stats.leased, stats.dead
+
+
+def _truth(queue: Any) -> tuple[int, int, int]:
+    """(pending, leased, dead) counted over the job rows themselves."""
+    s = queue.backend.target.schema
+    row = queue.backend._link.run("test", lambda conn: conn.execute(
+        f"""SELECT count(*) FILTER (WHERE state <= 0), count(*) FILTER (WHERE state = 1),
+                   count(*) FILTER (WHERE state = 2)
+            FROM "{s}".jobs WHERE queue = 'q'""".encode()).fetchone())
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def _states(queue: Any) -> dict[str, int]:
+    """Each job's state code in the jobs table, by id."""
+    s = queue.backend.target.schema
+    rows = queue.backend._link.run("test", lambda conn: conn.execute(
+        f'SELECT id, state FROM "{s}".jobs'.encode()).fetchall())
+    return {row[0]: int(row[1]) for row in rows}
+
+
 def _rows_of(queue: Any, table: str) -> int:
     return int(queue.backend._link.run("test", lambda conn: conn.execute(
         f"SELECT count(*) FROM {table}".encode()).fetchone()[0]))
@@ -68,6 +92,8 @@ class PostgresQueueContractTest(QueueContract, _Schema):
             mine = (queue.list_jobs(), queue.stats())
         except NobrokerError:
             return  # the test closed it: nothing to compare
+        self.assertEqual(_counted(queue), _truth(queue),
+                         "the counters differ from the rows (schema.py's triggers)")
         floor = queue.backend.session.floor  # the handle's latest injected time
         with open_queue(self.url, "q",
                         clock=FakeClock(floor if floor > 0 else time.time())) as fresh:
@@ -185,6 +211,95 @@ class PostgresBackendTest(_Schema):
         self.assertTrue(leases, "the lease did not look for expired leases in jobs_leases")
         self.assertEqual([scan["Actual Rows"] for scan in leases], [0] * len(leases),
                          "the lease read leases that have not expired")
+
+    def test_a_lease_reads_no_delayed_job_that_is_not_due(self) -> None:
+        import psycopg
+
+        q = self.open()
+        q.enqueue_many(["later"] * 2000, delay=3600, priority=9)  # first in the ready order
+        ready = q.enqueue("now")
+        backend = q.backend
+        plans: list[Any] = []
+
+        def explain(conn: Any) -> None:
+            with conn.transaction():
+                plans.append(conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " +
+                                          backend._sql.lease, backend._params(n=1, vt=30.0)
+                                          ).fetchone()[0])
+                raise psycopg.Rollback
+
+        backend._link.run("test", explain)
+
+        def rows_read(node: dict[str, Any]) -> int:
+            own = node.get("Actual Rows", 0) if node.get("Relation Name") == "jobs" else 0
+            own += node.get("Rows Removed by Filter", 0)
+            return int(own) + sum(rows_read(child) for child in node.get("Plans", []))
+
+        self.assertLess(rows_read(plans[0][0]["Plan"]), 10,
+                        "the lease read the delayed jobs that are not due")
+        self.assertEqual([job.id for job in q.lease()], [ready.id])
+
+    def test_delayed_jobs_wait_apart_and_are_leased_by_priority_once_due(self) -> None:
+        clock = FakeClock(1_000_000.0)
+        q = self.open(clock=clock)
+        low = q.enqueue("low", priority=1, delay=10)
+        high = q.enqueue("high", priority=5, delay=20)
+        plain = q.enqueue("plain", priority=3)
+        states = _states(q)
+        self.assertEqual((states[low.id], states[high.id], states[plain.id]), (-1, -1, 0))
+        self.assertEqual(q.get(low.id).state, JobState.PENDING)
+        self.assertEqual(q.stats().pending, 3)
+        self.assertEqual({j.id for j in q.list_jobs(JobState.PENDING)}, {low.id, high.id,
+                                                                         plain.id})
+        clock.advance(30)  # both due: the best of ready and due, in priority order
+        self.assertEqual([j.id for j in q.lease()], [high.id])
+        self.assertEqual(_states(q)[low.id], 0, "a due job this lease passed is not ready")
+        self.assertEqual([j.id for j in q.lease(2)], [plain.id, low.id])
+        self.assertEqual(_counted(q), _truth(q))
+
+    def test_a_retry_with_a_delay_waits_and_a_waiting_job_can_be_cancelled(self) -> None:
+        clock = FakeClock(1_000_000.0)
+        q = self.open(clock=clock)
+        job = q.enqueue("x", max_attempts=3)
+        retried = q.nack(q.lease()[0], error="boom", delay=5)
+        self.assertEqual(_states(q)[job.id], -1)
+        self.assertEqual(q.lease(), [])
+        clock.advance(6)
+        again = q.lease()[0]
+        self.assertEqual((again.id, again.attempts), (retried.id, 2))
+        q.nack(again, error="boom", delay=0)  # no delay: ready at once
+        self.assertEqual(_states(q)[job.id], 0)
+        q.nack(q.lease()[0], error="boom", delay=60)  # the last attempt: dead
+        self.assertEqual(q.get(job.id).state, JobState.DEAD)
+        later = q.enqueue("later", delay=60)
+        self.assertTrue(q.cancel(later.id))
+        self.assertEqual(_counted(q), _truth(q))
+
+    def test_a_schema_at_version_1_is_migrated_with_its_delayed_jobs_made_waiting(self
+                                                                                  ) -> None:
+        import psycopg
+
+        from nobroker.postgres import schema
+        from nobroker.postgres.url import parse
+
+        target = parse(self.url)
+        name = target.schema
+        s = schema.quoted(name)
+        v1 = [*schema.migrate_sql(name, 0)[:2],  # the schema and its schema_version table
+              schema.MIGRATIONS[0].replace("{s}", s).replace("{literal}", f"'{name}'")]
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            for step in v1:
+                conn.execute(step.encode())
+            conn.execute(f"INSERT INTO {s}.schema_version VALUES (1)".encode())
+            conn.execute(f"""INSERT INTO {s}.jobs (queue, id, seq, state, priority,
+                                 available_at, enqueued_at, max_attempts, payload)
+                             VALUES ('q', 'due', 1, 0, 0, 1.0, 1.0, 3, '"a"'),
+                                    ('q', 'later', 2, 0, 9, 4e9, 1.0, 3, '"b"')""".encode())
+        q = self.open()
+        self.assertEqual(_states(q), {"due": 0, "later": -1})
+        self.assertEqual(q.stats().pending, 2)
+        self.assertEqual([j.id for j in q.lease(2)], ["due"])
+        self.assertEqual(_counted(q), _truth(q))
 
     def test_a_plain_ack_forgets_an_unkeyed_job_at_once_and_keeps_a_key(self) -> None:
         q = self.open()
@@ -460,8 +575,10 @@ class PostgresMigrateTest(_Schema):
             self.assertEqual(main(["db", "migrate", "--url", self.url]), 0)
             self.assertEqual(main(["db", "migrate", "--url", self.url]), 0)
         first, second = out.getvalue().splitlines()
-        self.assertIn("from version 0 to 1", first)
-        self.assertIn("at version 1", second)
+        from nobroker.postgres import schema
+
+        self.assertIn(f"from version 0 to {schema.LATEST}", first)
+        self.assertIn(f"at version {schema.LATEST}", second)
         self.assertNotIn(URL.split(":")[2].split("@")[0], out.getvalue(), "password shown")
 
     def test_migrate_copies_pending_leased_and_dead_jobs_once_with_their_history(self

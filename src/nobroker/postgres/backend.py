@@ -43,7 +43,7 @@ from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from . import schema
 from .connection import Link, LinkBusy
 from .session import Session
-from .statements import STATE_CODES, STATES, Statements, job_from_row
+from .statements import CODES_OF, STATE_CODES, STATES, Statements, job_from_row
 from .url import Target
 from .wakeups import Wakeups
 
@@ -325,7 +325,8 @@ class PostgresBackend:
 
     def list_jobs(self, state: JobState | None, limit: int | None,
                   offset: int = 0) -> list[Job]:
-        codes = [0, 1, 2] if state is None else [STATE_CODES[state]]
+        live = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
+        codes = [c for st in (live if state is None else (state,)) for c in CODES_OF[st]]
         params = self._params(codes=codes, n=limit, off=offset)
 
         def run(conn: Conn) -> list[Job]:

@@ -11,8 +11,13 @@ themselves and open queues with a role that may not.
 
 What the tables hold (the backend's docstring says why):
 - jobs: one row per job, with `state` 0 pending, 1 leased, 2 dead, 3 done,
-  4 cancelled. Times are float8 seconds since the epoch, like `Job`'s, so a
-  value read back is the float that was written. Payloads and results are
+  4 cancelled, and -1 *waiting*: pending, but not due when it was written
+  (a delay, a retry's backoff). Waiting rows have an index of their own by
+  due time, so that a lease looks only at those now due instead of reading
+  past every delayed row in the ready index (100,000 delayed jobs made each
+  lease read 100,000 rows); `state <= 0` is pending. Times are float8
+  seconds since the epoch, like `Job`'s, so a value read back is the float
+  that was written. Payloads and results are
   JSON text, stored as the Queue encoded it (text, not jsonb: jsonb would
   reorder keys). A finished row (done, cancelled) is kept until
   `expires_at` for its key and result, then deleted by a sweep.
@@ -175,7 +180,104 @@ CREATE TRIGGER jobs_delete AFTER DELETE ON {s}.jobs REFERENCING OLD TABLE AS old
     FOR EACH STATEMENT EXECUTE FUNCTION {s}.nb_count();
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1,)
+
+
+def _counting(op: str, rows: str, *, ready: bool, fin: bool) -> str:
+    """A statement trigger function for `op` on jobs that counts and notifies.
+
+    `rows` is a SELECT of the changed rows grouped by queue, with the columns
+    q, p, l, d, f, k (changes to the counters) and the wake-up counts `ready`
+    and `fin` with `one` (the finished job, when one); `ready` and `fin` say
+    whether the op can have either (an INSERT finishes nothing, a DELETE
+    makes nothing ready). The body is written out in each function rather
+    than called: a nested plpgsql call per statement cost a lease about a
+    quarter of its server time (EXPLAIN ANALYZE, V1 against V2).
+    """
+    notify_ready = ("\n        IF r.ready > 0 THEN\n"
+                    "            PERFORM pg_notify({s}.nb_channel('r', r.q), '');\n"
+                    "        END IF;") if ready else ""
+    notify_fin = ("\n        IF r.fin > 0 THEN\n"
+                  "            PERFORM pg_notify({s}.nb_channel('f', r.q),\n"
+                  "                              CASE WHEN r.fin = 1 THEN r.one ELSE '*' END);\n"
+                  "        END IF;") if fin else ""
+    return f"""
+CREATE FUNCTION {{s}}.nb_count_{op}() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN {rows} LOOP
+        IF r.p <> 0 OR r.l <> 0 OR r.d <> 0 OR r.f <> 0 OR r.k <> 0 THEN
+            INSERT INTO {{s}}.counters AS c (queue, slot, pending, leased, dead, done, kept)
+            VALUES (r.q, coalesce(nullif(current_setting('nobroker.slot', true), '')::integer,
+                                  -1), r.p, r.l, r.d, r.f, r.k)
+            ON CONFLICT (queue, slot) DO UPDATE
+            SET pending = c.pending + excluded.pending, leased = c.leased + excluded.leased,
+                dead = c.dead + excluded.dead, done = c.done + excluded.done,
+                kept = c.kept + excluded.kept;
+        END IF;{notify_ready}{notify_fin}
+    END LOOP;
+    RETURN NULL;
+END $$;"""
+
+
+# V2: the waiting state (-1) and its index; counting triggers without a nested
+# call, one function per operation. Rows pending but not yet due become waiting.
+_V2 = "\n".join([
+    "CREATE INDEX jobs_waiting ON {s}.jobs (queue, available_at) WHERE state = -1;",
+    "DROP TRIGGER jobs_insert ON {s}.jobs;",
+    "DROP TRIGGER jobs_update ON {s}.jobs;",
+    "DROP TRIGGER jobs_delete ON {s}.jobs;",
+    "DROP FUNCTION {s}.nb_count();",
+    "DROP FUNCTION {s}.nb_apply(text, integer, bigint, bigint, bigint, bigint, bigint, "
+    "bigint, bigint, text);",
+    _counting("insert", """SELECT queue AS q, count(*) FILTER (WHERE state <= 0) AS p,
+                    count(*) FILTER (WHERE state = 1) AS l,
+                    count(*) FILTER (WHERE state = 2) AS d,
+                    count(*) FILTER (WHERE state = 3) AS f, 0 AS k,
+                    count(*) FILTER (WHERE state <= 0) AS ready
+             FROM new_rows GROUP BY queue""", ready=True, fin=False),
+    # an ack nobody waits for sends no NOTIFY: a transaction that notifies
+    # takes a lock that serialises every notifying commit of the server.
+    _counting("update", """SELECT n.queue AS q,
+                    sum((n.state <= 0)::int - (o.state <= 0)::int) AS p,
+                    sum((n.state = 1)::int - (o.state = 1)::int) AS l,
+                    sum((n.state = 2)::int - (o.state = 2)::int) AS d,
+                    sum((n.state = 3)::int - (o.state = 3)::int) AS f,
+                    sum({s}.nb_kept(n.state, n.result)::int
+                        - {s}.nb_kept(o.state, o.result)::int) AS k,
+                    -- became pending, or pending with its time moved (a waiting
+                    -- row turned ready by a lease keeps its time: no wake-up)
+                    count(*) FILTER (WHERE n.state <= 0 AND (o.state > 0
+                                     OR n.available_at <> o.available_at)) AS ready,
+                    count(*) FILTER (WHERE n.state >= 2 AND o.state < 2
+                                     AND w.id IS NOT NULL) AS fin,
+                    min(n.id) FILTER (WHERE n.state >= 2 AND o.state < 2
+                                      AND w.id IS NOT NULL) AS one
+             FROM new_rows AS n JOIN old_rows AS o ON o.queue = n.queue AND o.id = n.id
+                  LEFT JOIN {s}.watches AS w ON w.queue = n.queue AND w.id = n.id
+             GROUP BY n.queue""", ready=True, fin=True),
+    # purge and delete_dead: a waiter for a deleted live job learns it is gone
+    _counting("delete", """SELECT o.queue AS q, -count(*) FILTER (WHERE state <= 0) AS p,
+                    -count(*) FILTER (WHERE state = 1) AS l,
+                    -count(*) FILTER (WHERE state = 2) AS d, 0 AS f,
+                    -count(*) FILTER (WHERE {s}.nb_kept(state, result)) AS k,
+                    count(*) FILTER (WHERE state < 3 AND w.id IS NOT NULL) AS fin,
+                    min(o.id) FILTER (WHERE state < 3 AND w.id IS NOT NULL) AS one
+             FROM old_rows AS o LEFT JOIN {s}.watches AS w USING (queue, id)
+             GROUP BY o.queue""", ready=False, fin=True),
+    """
+CREATE TRIGGER jobs_insert AFTER INSERT ON {s}.jobs REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.nb_count_insert();
+CREATE TRIGGER jobs_update AFTER UPDATE ON {s}.jobs
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.nb_count_update();
+CREATE TRIGGER jobs_delete AFTER DELETE ON {s}.jobs REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.nb_count_delete();
+UPDATE {s}.jobs SET state = -1
+    WHERE state = 0 AND available_at > extract(epoch FROM now())::float8;
+"""])
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1, _V2)
 LATEST: Final = len(MIGRATIONS)
 
 

@@ -17,11 +17,14 @@ from typing import Any, Final
 from ..backoff import BackoffPolicy
 from ..models import Job, JobState
 
-__all__ = ["Statements", "backoff_sql", "job_from_row", "COLUMNS", "STATE_CODES", "STATES"]
+__all__ = ["Statements", "backoff_sql", "job_from_row", "COLUMNS", "STATE_CODES", "STATES",
+           "CODES_OF"]
 
 STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
                       JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column
-STATES: Final = {code: state for state, code in STATE_CODES.items()}
+WAITING: Final = -1  # pending, not due when written (schema.py)
+STATES: Final = {WAITING: JobState.PENDING} | {code: state for state, code in STATE_CODES.items()}
+CODES_OF: Final = {state: tuple(c for c, s in STATES.items() if s is state) for state in JobState}
 
 COLUMNS: Final = ("j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_at, "
                   "j.max_attempts, j.attempts, j.token, j.lease_until, j.last_error, "
@@ -29,6 +32,7 @@ COLUMNS: Final = ("j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_
 # A finished row is invisible once it expires, though the sweep has not deleted it yet.
 _VISIBLE: Final = "(j.state < 3 OR j.expires_at > t.now)"
 _RECLAIM_BATCH: Final = 100  # expired leases one statement takes back
+_DUE_BATCH: Final = 100  # waiting jobs now due that one lease looks at (and makes ready)
 
 
 def job_from_row(row: Sequence[Any]) -> Job:
@@ -80,13 +84,15 @@ class Statements:
 
         t = "(SELECT {s}.nb_now(%(t)s::float8) AS now) AS t"
         new_id = "lpad(to_hex(n.seq), 16, '0')"
+        state = f"CASE WHEN %(delay)s::float8 > 0 THEN {WAITING} ELSE 0 END"
         self.queue_names = sql("SELECT name FROM {s}.queues ORDER BY name")
         self.ensure_queue = sql("INSERT INTO {s}.queues (name) VALUES (%(q)s) "
                                 "ON CONFLICT DO NOTHING")
         self.enqueue = sql(f"""
             INSERT INTO {{s}}.jobs AS j (queue, id, seq, state, priority, available_at,
                                        enqueued_at, max_attempts, keyed, payload)
-            SELECT %(q)s, coalesce(%(id)s::text, {new_id}), n.seq, 0, %(pr)s, t.now + %(delay)s,
+            SELECT %(q)s, coalesce(%(id)s::text, {new_id}), n.seq, {state}, %(pr)s,
+                   t.now + %(delay)s,
                    t.now, %(ma)s, %(id)s::text IS NOT NULL, %(p)s
             FROM (SELECT nextval('{{s}}.job_seq') AS seq) AS n, {t}
             ON CONFLICT (queue, id) DO NOTHING
@@ -94,7 +100,7 @@ class Statements:
         self.enqueue_many = sql(f"""
             INSERT INTO {{s}}.jobs AS j (queue, id, seq, state, priority, available_at,
                                        enqueued_at, max_attempts, keyed, payload)
-            SELECT %(q)s, {new_id}, n.seq, 0, %(pr)s, t.now + %(delay)s, t.now, %(ma)s,
+            SELECT %(q)s, {new_id}, n.seq, {state}, %(pr)s, t.now + %(delay)s, t.now, %(ma)s,
                    false, n.p
             FROM (SELECT nextval('{{s}}.job_seq') AS seq, u.p
                   FROM unnest(%(ps)s::text[]) WITH ORDINALITY AS u(p, o) ORDER BY u.o) AS n,
@@ -123,7 +129,7 @@ class Statements:
                 ORDER BY j.lease_until LIMIT {_RECLAIM_BATCH} FOR UPDATE OF j SKIP LOCKED),
             reclaimed AS (
                 UPDATE {{s}}.jobs AS j SET
-                    state = CASE WHEN j.attempts >= j.max_attempts THEN 2 ELSE 0 END,
+                    state = CASE WHEN j.attempts >= j.max_attempts THEN 2 ELSE {WAITING} END,
                     available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
                                    ELSE t.now + {backoff_sql(backoff, "j.attempts")} END,
                     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN t.now END,
@@ -131,18 +137,35 @@ class Statements:
                     token = NULL, lease_until = NULL
                 FROM expired, t WHERE j.queue = %(q)s AND j.id = expired.id
                 RETURNING j.id)"""
-        pick = """
-            picked AS (
-                SELECT j.id FROM {s}.jobs AS j, t
+        # The candidates: the best ready rows, and the waiting rows now due (by
+        # due time, a batch at most; bounded by an InitPlan as above). Those
+        # due that this lease does not take become ready (state 0, same time),
+        # so a backlog of due jobs moves into the ready index a batch per
+        # lease; until it has, priority order holds within each batch.
+        pick = f"""
+            due AS (
+                SELECT j.id, j.priority, j.seq FROM {{s}}.jobs AS j
+                WHERE j.queue = %(q)s AND j.state = {WAITING}
+                  AND j.available_at <= (SELECT now FROM t)
+                ORDER BY j.available_at LIMIT {_DUE_BATCH} FOR UPDATE OF j SKIP LOCKED),
+            ready AS (
+                SELECT j.id, j.priority, j.seq FROM {{s}}.jobs AS j, t
                 WHERE j.queue = %(q)s AND j.state = 0 AND j.available_at <= t.now
-                  AND NOT EXISTS (SELECT 1 FROM {s}.queues WHERE name = %(q)s AND paused)
-                  {extra}
                 ORDER BY j.priority DESC, j.seq LIMIT %(n)s FOR UPDATE OF j SKIP LOCKED),
+            picked AS (
+                SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS c
+                WHERE NOT EXISTS (SELECT 1 FROM {{s}}.queues WHERE name = %(q)s AND paused)
+                  {{extra}}
+                ORDER BY c.priority DESC, c.seq LIMIT %(n)s),
+            readied AS (
+                UPDATE {{s}}.jobs AS j SET state = 0 FROM due
+                WHERE j.queue = %(q)s AND j.id = due.id
+                  AND due.id NOT IN (SELECT id FROM picked)),
             leased AS (
-                UPDATE {s}.jobs AS j SET state = 1, attempts = j.attempts + 1,
-                    token = nextval('{s}.lease_token'), lease_until = t.now + %(vt)s
+                UPDATE {{s}}.jobs AS j SET state = 1, attempts = j.attempts + 1,
+                    token = nextval('{{s}}.lease_token'), lease_until = t.now + %(vt)s
                 FROM picked, t WHERE j.queue = %(q)s AND j.id = picked.id
-                RETURNING {cols})"""
+                RETURNING {{cols}})"""
         now_cte = "t AS (SELECT {s}.nb_now(%(t)s::float8) AS now)"
         self.lease = sql(f"WITH {now_cte}, {reclaim}, {pick.replace('{extra}', '')} "
                          "SELECT * FROM leased")
@@ -172,7 +195,8 @@ class Statements:
             "FROM (SELECT 1) AS one LEFT JOIN leased ON true")
         self.nack = sql(f"""
             UPDATE {{s}}.jobs AS j SET
-                state = CASE WHEN j.attempts >= j.max_attempts THEN 2 ELSE 0 END,
+                state = CASE WHEN j.attempts >= j.max_attempts THEN 2
+                             WHEN %(delay)s::float8 > 0 THEN {WAITING} ELSE 0 END,
                 available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
                                ELSE t.now + %(delay)s::float8 END,
                 finished_at = CASE WHEN j.attempts >= j.max_attempts THEN t.now END,
@@ -189,6 +213,8 @@ class Statements:
                                THEN NULL ELSE least(
                 (SELECT min(available_at) FROM {{s}}.jobs
                  WHERE queue = %(q)s AND state = 0),
+                (SELECT min(available_at) FROM {{s}}.jobs
+                 WHERE queue = %(q)s AND state = {WAITING}),
                 (SELECT min(lease_until) FROM {{s}}.jobs
                  WHERE queue = %(q)s AND state = 1)) END
             FROM {t}""")
@@ -206,7 +232,7 @@ class Statements:
             UPDATE {{s}}.jobs AS j SET state = 4, finished_at = t.now, token = NULL,
                 lease_until = NULL, expires_at = t.now + %(ttl)s::float8
             FROM {t}
-            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state IN (0, 1)
+            WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state IN ({WAITING}, 0, 1)
             RETURNING j.id""")
         self.pause = sql("""
             WITH changed AS (
@@ -219,7 +245,7 @@ class Statements:
             FROM {t}
             WHERE j.queue = %(q)s AND j.state = 2 AND (%(id)s::text IS NULL OR j.id = %(id)s)
             RETURNING j.id""")
-        self.purge = sql("DELETE FROM {s}.jobs WHERE queue = %(q)s AND state = 0")
+        self.purge = sql("DELETE FROM {s}.jobs WHERE queue = %(q)s AND state <= 0")
         self.delete_dead = sql("""
             DELETE FROM {s}.jobs
             WHERE queue = %(q)s AND state = 2 AND (%(id)s::text IS NULL OR id = %(id)s)""")
@@ -261,10 +287,12 @@ class Statements:
             INSERT INTO {s}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
                                   max_attempts, attempts, keyed, last_error, payload,
                                   finished_at)
-            SELECT %(q)s, id, seq, state, priority, available_at, enqueued_at, max_attempts,
+            SELECT %(q)s, id, seq,
+                   CASE WHEN state = 0 AND available_at > t.now THEN -1 ELSE state END,
+                   priority, available_at, enqueued_at, max_attempts,
                    attempts, keyed, last_error, payload,
                    CASE WHEN state = 2 THEN available_at END
-            FROM src
+            FROM src, (SELECT {s}.nb_now(%(t)s::float8) AS now) AS t
             ON CONFLICT (queue, id) DO NOTHING
             RETURNING state""")
         # Generated-form ids copied in must not be generated again here.
