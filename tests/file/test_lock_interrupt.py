@@ -5,7 +5,9 @@ handler) that lands right after the flock is taken (by a non-blocking try, or
 by the acquirer thread for a blocking wait) but before the SharedLock records
 it, or in release() around the unlock, leaves neither the flock nor the thread
 lock held: another process takes the queue's lock at once, another thread of
-ours too, and the SharedLock works as before.
+ours too, and the SharedLock works as before. Likewise an error reopening a
+lock file that was replaced under a holder (an OSError from open) leaves the
+old descriptor to unlock and retry with, not a closed number.
 
 A signal cannot be aimed at a window of a few bytecodes from outside, so a
 subclass raises it there: `signal.raise_signal` delivers SIGINT to the calling
@@ -15,6 +17,8 @@ Ctrl-C arriving at that instant does.
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
 import sys
 import threading
@@ -25,7 +29,7 @@ from unittest import mock
 from support import TempDirTestCase, spawn_python, wait_until
 
 from nobroker.file import lock as lock_module
-from nobroker.file.fs import OS
+from nobroker.file.fs import OS, FileSystem
 from nobroker.file.lock import SharedLock
 
 HOLDER = r"""
@@ -74,6 +78,21 @@ class InterruptedLock(SharedLock):
             self.after = ""
             ctrl_c()
         return got
+
+
+class FailingOpen(FileSystem):
+    """Opens normally, except once after `fail_next()`: EMFILE (out of descriptors)."""
+
+    failing = False
+
+    def fail_next(self) -> None:
+        self.failing = True
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        if self.failing:
+            self.failing = False
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), path)
+        return super().open(path, flags, mode)
 
 
 @unittest.skipIf(sys.platform == "win32", "the rival processes use fcntl")
@@ -187,6 +206,17 @@ class InterruptedLockTest(TempDirTestCase):
 
     def test_ctrl_c_in_release_just_after_the_unlock_leaves_no_thread_lock(self) -> None:
         self.assert_nothing_held_and_usable(self.release_interrupted(before=False))
+
+    def test_a_failed_reopen_of_a_replaced_lock_file_leaves_a_usable_lock(self) -> None:
+        fs = FailingOpen()
+        lock = SharedLock(fs, self.path)
+        self.addCleanup(lock.close)
+        os.unlink(self.path)  # our inode no longer arbitrates: the next acquire reopens
+        fs.fail_next()
+        with self.assertRaises(OSError):
+            lock.acquire(5)
+        self.assert_nothing_held_and_usable(lock)  # reopens, and locks the new file
+        self.assertTrue(os.path.exists(self.path))
 
 
 if __name__ == "__main__":

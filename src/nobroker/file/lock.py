@@ -218,12 +218,16 @@ class SharedLock:
             self._replace_fd()
 
     def _replace_fd(self) -> None:
-        # Someone replaced the lock file: our inode no longer arbitrates.
-        assert self._fd is not None
-        _unlock(self._fd)
-        self._fs.close(self._fd)
+        # Someone replaced the lock file: our inode no longer arbitrates. The new
+        # descriptor is opened first, so that a failed open leaves `_fd` the old,
+        # still open one (which `_unwind` unlocks; the next try reopens), never a
+        # closed number that a later open could reuse for another file.
+        old = self._fd
+        assert old is not None
         self._fd = self._fs.open(self.path, os.O_RDONLY if self.degraded
                                  else os.O_RDWR | os.O_CREAT)
+        _unlock(old)
+        self._fs.close(old)
 
     def _lock_file(self, started: float | None, timeout: float) -> None:
         if self._fd is None:  # an unlocked reader (see __init__); re-reads every time
