@@ -24,10 +24,20 @@ once (or gives it to whoever wants it by then). While the acquirer is
 inside flock nobody else touches the descriptor's lock: a try on the same
 descriptor would succeed the moment the acquirer's flock does, and the
 acquirer could then unlock it under the new holder.
+
+Exceptions (Ctrl-C's KeyboardInterrupt can land between any two calls): from
+the moment a flock may have been taken until the lock is recorded as held,
+and from the moment it is recorded as let go until the thread lock is
+released, an exception goes through `_unwind`, which unlocks the descriptor
+(a no-op if it holds nothing) and releases the thread lock. A flock nobody
+believes held would lock every other process out; a thread lock kept by a
+thread that left would lock out every other thread of ours. The guard is a
+try block, free on the path without exceptions.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -165,10 +175,10 @@ class SharedLock:
         if not self._file_locked:  # else handed over by the thread before us
             try:
                 self._lock_file(started, timeout)
+                self._file_locked = True  # in the try: an exception before it unlocks
             except BaseException:
-                self._thread_lock.release()
+                self._unwind()
                 raise
-            self._file_locked = True
         self._depth = 1
 
     def try_acquire(self) -> bool:
@@ -182,13 +192,14 @@ class SharedLock:
         if not self._file_locked:
             try:
                 got = self._fd is None or self._try_lock_file()
+                if got:
+                    self._file_locked = True
             except BaseException:
-                self._thread_lock.release()
+                self._unwind()
                 raise
             if not got:
                 self._thread_lock.release()
                 return False
-            self._file_locked = True
         self._depth = 1
         return True
 
@@ -207,12 +218,16 @@ class SharedLock:
             self._replace_fd()
 
     def _replace_fd(self) -> None:
-        # Someone replaced the lock file: our inode no longer arbitrates.
-        assert self._fd is not None
-        _unlock(self._fd)
-        self._fs.close(self._fd)
+        # Someone replaced the lock file: our inode no longer arbitrates. The new
+        # descriptor is opened first, so that a failed open leaves `_fd` the old,
+        # still open one (which `_unwind` unlocks; the next try reopens), never a
+        # closed number that a later open could reuse for another file.
+        old = self._fd
+        assert old is not None
         self._fd = self._fs.open(self.path, os.O_RDONLY if self.degraded
                                  else os.O_RDWR | os.O_CREAT)
+        _unlock(old)
+        self._fs.close(old)
 
     def _lock_file(self, started: float | None, timeout: float) -> None:
         if self._fd is None:  # an unlocked reader (see __init__); re-reads every time
@@ -322,7 +337,10 @@ class SharedLock:
 
     def release(self) -> None:
         self._depth -= 1
-        if self._depth == 0:
+        if self._depth:
+            self._thread_lock.release()
+            return
+        try:
             if self._waiting and self._handovers < MAX_HANDOVERS:
                 # Another thread of ours waits: hand it the file lock as it is,
                 # saving an unlock, a lock and an fstat. Bounded, so that other
@@ -330,10 +348,32 @@ class SharedLock:
                 self._handovers += 1
             elif self._file_locked:
                 self._handovers = 0
+                # Recorded as let go before the unlock: the other way round, an
+                # exception between the two would have the next thread believe it
+                # holds a flock nobody holds. This way `_unwind` drops the flock.
                 self._file_locked = False
                 if self._fd is not None:
                     _unlock(self._fd)
+        except BaseException:
+            self._unwind()
+            raise
         self._thread_lock.release()
+
+    def _unwind(self) -> None:
+        """After an exception while this thread took or let go of the file lock
+        (see the module doc): let go of both locks, whatever was recorded."""
+        try:
+            self._file_locked = False
+            if self._fd is not None:
+                with self._acquirer_state:
+                    # In flock, the acquirer's wait is the descriptor's: it holds
+                    # nothing of ours, and the acquirer unlocks what it gets for
+                    # nobody. Otherwise any flock on it is this thread's.
+                    if not self._in_flock:
+                        with contextlib.suppress(OSError):  # not locked (Windows)
+                            _unlock(self._fd)
+        finally:
+            self._thread_lock.release()
 
     def _drop_unowned_file_lock(self) -> None:
         """After giving up waiting: if the file lock was handed to us, let it go."""
