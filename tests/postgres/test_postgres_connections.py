@@ -1,8 +1,12 @@
-"""What a handle's connections may do on the server: a read-only one writes nothing.
+"""What a handle's connections may do on the server: a read-only one writes nothing,
+and writers each count in a counter row of their own.
 
 A read-only Queue must work with a role that may only SELECT, so its
-`wait_finished` reads instead of putting a watch row (wakeups.py). Every
-test gets a schema of its own; without a server the module is skipped.
+`wait_finished` reads instead of putting a watch row (wakeups.py). Writing
+connections take counter slots (session.py): more handles than the old 64
+slots must still get one each, a full set of slots must still count exactly,
+and a read-only connection takes none. Every test gets a schema of its own;
+without a server the module is skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from support import wait_until
 
 from nobroker import JobNotFoundError, JobState
 
+_SLOT_CLASS = 0x6E6F63  # session.py's: the first key of the counter-slot advisory locks
+HANDLES = 40  # 80 writing connections: more than the old 64 slots, within max_connections
 
 
 class _Schema(unittest.TestCase):
@@ -55,6 +61,12 @@ class _Schema(unittest.TestCase):
             f"count(*) FILTER (WHERE state = 2) FROM \"{self.schema}\".jobs".encode()
         ).fetchone()
         return int(row[0]), int(row[1]), int(row[2])
+
+
+def _slot(link: Any) -> str | None:
+    """The counter slot the connection of `link` counts in (None: it takes none)."""
+    return link.run("test", lambda conn: conn.execute(
+        b"SELECT nullif(current_setting('nobroker.slot', true), '')").fetchone()[0])
 
 
 def _pid(link: Any) -> int:
@@ -166,6 +178,86 @@ class SelectOnlyRoleTest(_Schema):
         self.assertEqual([j.state for j in got], [JobState.DONE])
         self.assertEqual(reader.result(other.id, 5), "y")
         self.assertEqual(reader.stats().pending, 0)
+
+
+@needs_postgres
+class CounterSlotTest(_Schema):
+    """Each writing connection counts in a counter row of its own, and stats() is exact."""
+
+    def writers(self, count: int) -> list[Any]:
+        """`count` handles with both their connections open (the idle-wait one too)."""
+        handles = [self.open() for _ in range(count)]
+        for q in handles:
+            self.assertFalse(q.wait(0), "nothing is due")  # connects the idle-wait link
+        return handles
+
+    def test_more_handles_than_the_old_64_slots_each_count_in_a_slot_of_their_own(self
+                                                                                  ) -> None:
+        from nobroker.postgres.connection import SLOTS
+
+        handles = self.writers(HANDLES)
+        links = [link for q in handles for link in (q.backend._link, q.backend._wakeups._waiter)]
+        slots = [int(_slot(link) or -1) for link in links]
+        self.assertEqual(len(set(slots)), 2 * HANDLES, "two connections share a counter row")
+        self.assertTrue(all(0 <= slot < SLOTS for slot in slots), sorted(slots))
+        held = dict(self.admin.execute(
+            "SELECT pid, objid::integer FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid = %s AND granted", (_SLOT_CLASS,)).fetchall())
+        self.assertEqual([held.get(_pid(link)) for link in links], slots,
+                         "a connection's slot is not the advisory lock it holds")
+        for q in handles:  # a lease on the idle-wait connection, an ack on the other
+            q.enqueue_many(["a", "b", "c"])
+            first, _ = q.lease(2)
+            q.ack(first)
+        self.assertEqual(self.true_counts(), (HANDLES, HANDLES, 0))
+        stats = handles[0].stats()
+        self.assertEqual((stats.pending, stats.leased, stats.dead, stats.total),
+                         (HANDLES, HANDLES, 0, 2 * HANDLES))
+
+    def test_when_every_slot_is_held_writers_share_fallback_rows_and_count_exactly(self
+                                                                                   ) -> None:
+        from nobroker.postgres.connection import SLOTS
+
+        hog = self.connect()  # holds every slot that nobody else holds
+        hog.execute("SELECT pg_try_advisory_lock(%s, s) FROM generate_series(0, %s) AS s",
+                    (_SLOT_CLASS, SLOTS - 1))
+        handles = self.writers(2)
+        links = [link for q in handles for link in (q.backend._link, q.backend._wakeups._waiter)]
+        slots = [int(_slot(link) or -1) for link in links]
+        self.assertTrue(all(SLOTS <= slot < 2 * SLOTS for slot in slots), slots)
+        failures: list[BaseException] = []
+
+        def churn(q: Any) -> None:
+            try:
+                for _ in range(40):
+                    q.enqueue_many(["a", "b"])
+                    for job in q.lease(1):
+                        q.ack(job)
+            except BaseException as exc:  # reported by the test
+                failures.append(exc)
+
+        threads = [threading.Thread(target=churn, args=(q,)) for q in handles * 2]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        self.assertEqual(failures, [])
+        pending, leased, dead = self.true_counts()
+        self.assertEqual(pending + leased, 4 * 40)
+        stats = handles[1].stats()
+        self.assertEqual((stats.pending, stats.leased, stats.dead), (pending, leased, dead))
+
+    def test_a_read_only_handle_takes_no_counter_slot(self) -> None:
+        self.open().close()  # creates the schema
+        reader = self.open(readonly=True)
+        self.assertFalse(reader.wait(0), "nothing is due")
+        for link in (reader.backend._link, reader.backend._wakeups._waiter):
+            self.assertIsNone(_slot(link))
+            held = self.admin.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
+                "AND pid = %s", (_SLOT_CLASS, _pid(link))).fetchone()[0]
+            self.assertEqual(held, 0, "a read-only connection holds a counter slot")
+
 
 if __name__ == "__main__":
     unittest.main()
