@@ -203,8 +203,8 @@ def lint(args: list[str]) -> int:
 
 PG_VENV = DEV / "pg-venv"
 PG_BENCH_VENV = DEV / "pg-bench-venv"
-PG_TESTS = ("test_postgres", "test_postgres_processes", "test_postgres_tasks",
-            "test_postgres_dashboard")
+PG_TESTS = ("test_postgres", "test_postgres_connections", "test_postgres_processes",
+            "test_postgres_tasks", "test_postgres_dashboard")
 
 
 @task("test-postgres")

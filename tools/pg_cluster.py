@@ -15,6 +15,9 @@ removes the directory, whatever COMMAND did:
 - NOBROKER_TEST_PG_CTL: a JSON list, the pg_ctl command for this cluster
   (`[..., "restart", "-m", "immediate"]` is how the crash test restarts it).
 
+The URL's user owns the test database and may create roles (CREATEROLE, not
+superuser), so that a test can open a queue as a role that may only SELECT.
+
 initdb refuses to run as root, so as root every server command runs as the
 `postgres` user (which the Debian package creates) through `runuser`.
 Standard library only: this runs before any venv exists.
@@ -107,7 +110,7 @@ def start(root: Path) -> dict[str, object]:
     env = dict(os.environ, PGPASSWORD="postgres-" + PASSWORD)
     subprocess.run([str(bin_dir / "psql"), "-q", "-h", "127.0.0.1", "-p", str(port),
                     "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1",
-                    "-c", f"CREATE ROLE {USER} LOGIN PASSWORD '{PASSWORD}'",
+                    "-c", f"CREATE ROLE {USER} LOGIN CREATEROLE PASSWORD '{PASSWORD}'",
                     "-c", f"CREATE DATABASE {DATABASE} OWNER {USER}"],
                    check=True, env=env)
     state: dict[str, object] = {

@@ -250,7 +250,8 @@ class Queue:
         not finished within `timeout` seconds (None: as long as it takes),
         JobNotFoundError for an id the queue does not know: never enqueued,
         acked without a result, or finished longer ago than `result_ttl`.
-        Woken by the ack, in any process: no polling."""
+        Woken by the ack, in any process: no polling (except on a read-only
+        PostgreSQL Queue, which writes nothing and so reads until it finished)."""
         job = self.wait_finished(job_id, timeout)
         if job is None:
             raise TimeoutError(f"job {job_id!r} did not finish within {timeout:g}s")

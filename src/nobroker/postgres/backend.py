@@ -23,8 +23,10 @@ corrupt). The rules are the file backend's, point by point:
 
 Whose clock: the server's, unless the Queue was given one (session.py).
 Wake-ups: `wait` and `wait_finished` block on LISTEN connections of their
-own (wakeups.py); a lease runs on the idle-wait one when no wait holds it,
-and on the operation connection otherwise. The SQL is in statements.py, the tables in schema.py.
+own (wakeups.py), except a read-only handle's wait_finished, which reads
+until the job finished (a watch would be a write); a lease runs on the
+idle-wait one when no wait holds it, and on the operation connection
+otherwise. The SQL is in statements.py, the tables in schema.py.
 """
 
 from __future__ import annotations
@@ -253,6 +255,8 @@ class PostgresBackend:
         return self._wakeups.wait(timeout)
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
+        if self.settings.readonly:  # no watch row may be written: read until finished
+            return self._wakeups.poll_finished(self._link, job_id, timeout)
         return self._wakeups.wait_finished(job_id, timeout)
 
     # -- job control --------------------------------------------------------

@@ -32,7 +32,11 @@ from .url import Target
 __all__ = ["Link", "LinkBusy", "connect", "migrate", "SLOTS"]
 
 T = TypeVar("T")
-SLOTS: Final = 64  # counter rows per queue; each connection holds one while it lives
+# Counter rows per queue; each writing connection holds one while it lives, and a
+# handle has two (operations, idle waits), so 128 handles on one database before
+# two connections share a row. stats() sums one row per slot that ever wrote: at
+# 256 (or 512 with the fallback rows) that is still a fraction of a millisecond.
+SLOTS: Final = 256
 FIRST_PAUSE: Final = 0.05
 MAX_PAUSE: Final = 2.0
 _ADVISORY_CLASS: Final = 0x6E6F62  # "nob": first key of nobroker's advisory locks

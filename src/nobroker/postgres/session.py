@@ -8,7 +8,12 @@ migrated once per handle (checked
 only, when read-only), the connection takes a counter slot (an advisory
 lock, so no two live connections share a counter row; schema.py), and the
 session's options follow the settings: `lock_timeout`, and
-`synchronous_commit = off` only for `fsync=False`.
+`synchronous_commit = off` only for `fsync=False`. The slots are
+`connection.SLOTS` per database (advisory locks are not per schema); once
+every one is held, a connection counts in row `SLOTS + pid % SLOTS`, which
+it may share: still exact (the counter update takes the row's lock), only
+slower when two writers meet there. A read-only connection never writes a
+counter, so it takes no slot and leaves them to the writers.
 
 `Session.params` binds every statement's common values: the queue's name,
 and `t`, the time to act at. `t` is None unless the Queue was given a clock,
@@ -60,12 +65,9 @@ class Session:
             else:
                 migrate(conn, self.target)
             self._migrated = True
-        row = conn.execute("SELECT s FROM generate_series(0, %s) AS s "
-                           "WHERE pg_try_advisory_lock(%s, s) LIMIT 1",
-                           (SLOTS - 1, _SLOT_CLASS)).fetchone()
-        slot = int(row[0]) if row else SLOTS + conn.info.backend_pid % SLOTS
-        options = [f"SET nobroker.slot = {slot}",
-                   f"SET lock_timeout = {max(1, round(settings.lock_timeout * 1000))}"]
+        options = [f"SET lock_timeout = {max(1, round(settings.lock_timeout * 1000))}"]
+        if not settings.readonly:
+            options.append(f"SET nobroker.slot = {self._take_slot(conn)}")
         if not settings.fsync:
             options.append("SET synchronous_commit = off")
         for statement in options:
@@ -74,6 +76,15 @@ class Session:
             conn.execute(b"SET default_transaction_read_only = on")
         else:
             conn.execute(self._ensure_queue, {"q": self.name})
+
+    @staticmethod
+    def _take_slot(conn: Conn) -> int:
+        """The first free counter slot, held (advisory lock) while `conn` lives; a
+        shared fallback row once all are held."""
+        row = conn.execute("SELECT s FROM generate_series(0, %s) AS s "
+                           "WHERE pg_try_advisory_lock(%s, s) LIMIT 1",
+                           (SLOTS - 1, _SLOT_CLASS)).fetchone()
+        return int(row[0]) if row else SLOTS + conn.info.backend_pid % SLOTS
 
     def _check_version(self, conn: Conn) -> None:
         row = conn.execute("SELECT to_regclass(%s)",

@@ -22,6 +22,15 @@ queue's two channels (schema.py sends them from the jobs trigger):
 
 Neither ever leases, and neither is a poll loop: a wait is bounded by the
 caller's timeout and the next due time only.
+
+Except on a read-only handle, which must write nothing (it may be open with
+a role that may only SELECT): its `wait_finished` cannot put a watch, so no
+NOTIFY would come, and `poll_finished` reads the job on the handle's
+operation connection instead, every `_FIRST_POLL` seconds at first, the
+pause doubling up to `_MAX_POLL`, the last one cut to the caller's timeout.
+So a read-only waiter learns of a finish up to `_MAX_POLL` late, costs a
+read per pause, and takes no connection of its own; between reads it holds
+no lock, so the handle's other threads go on meanwhile.
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 T = TypeVar("T")
 
 _IDLE_FINISHERS: Final = 4  # idle result-wait connections a handle keeps for reuse
+_FIRST_POLL: Final = 0.01  # a read-only wait_finished's first pause between reads
+_MAX_POLL: Final = 0.5  # ... and its longest: how late a read-only waiter may learn
 
 
 class Wakeups:
@@ -140,6 +151,28 @@ class Wakeups:
             return finisher.run("wait_finished", run)
         finally:
             self._give(finisher)
+
+    def poll_finished(self, link: Link, job_id: str, timeout: float | None) -> Job | None:
+        """`wait_finished` for a read-only handle: read the job on `link` (the
+        operation connection) until it has finished, pausing longer each time."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        session = self._session
+        pause = _FIRST_POLL
+
+        def read(conn: Conn) -> Any:
+            return conn.execute(self._sql.get, session.params(id=job_id)).fetchone()
+
+        while True:
+            row = link.run("wait_finished", read)
+            if row is None:
+                raise JobNotFoundError(job_id)
+            if row[2] >= 2:
+                return job_from_row(row)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 2, _MAX_POLL)
 
     def _take(self) -> Link:
         """A LISTEN connection on the finished channel for one wait: an idle one, or
