@@ -21,12 +21,13 @@ What the tables hold (the backend's docstring says why):
   JSON text, stored as the Queue encoded it (text, not jsonb: jsonb would
   reorder keys). A finished row (done, cancelled) is kept until
   `expires_at` for its key and result, then deleted by a sweep.
-- counters: per queue, one row per connection *slot*; `stats()` sums at
-  most a few dozen rows whatever the queue's size. A statement trigger keeps
-  them, counting the rows each statement changed (transition tables), so no
-  code path can forget; each connection holds its own slot (an advisory
-  lock), so writers never wait on each other's counter row.
-- the same trigger sends the wake-ups: `nb_r_<hash>` when a job may have
+- counters: per queue, one row per connection *slot* that ever wrote
+  (connection.SLOTS, plus shared overflow rows); `stats()` sums those rows
+  whatever the queue's size. Statement triggers keep them, counting the
+  rows each statement changed (transition tables), so no code path can
+  forget; each connection holds its own slot (an advisory lock), so writers
+  never wait on each other's counter row.
+- the same triggers send the wake-ups: `nb_r_<hash>` when a job may have
   become leasable, `nb_f_<hash>` (payload: the job id, or `*` for a batch)
   when a *watched* job (a row in `watches`, put there by wait_finished
   before it blocks) finished or was deleted; an ack nobody waits for sends
