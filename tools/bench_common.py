@@ -1,5 +1,7 @@
 """Shared helpers for tools/bench.py and tools/bench_peers.py (standard library only).
 
+tools/bench_postgres.py takes only the /proc reader (:func:`proc_stat_fields`).
+
 What lives here, and why it is shared:
 
 * The *physical baselines*: a raw ``O_APPEND`` ``os.write`` + ``os.fsync``
@@ -376,12 +378,20 @@ def json_loads_log(directory: Path, name: str = "default") -> int:
 # process helpers
 
 
+def proc_stat_fields(pid: int | str) -> list[str]:
+    """The fields of /proc/PID/stat after the command name, so field k of proc(5) is
+    [k - 3]: [0] the state, [1] the ppid, [11:15] utime, stime, cutime, cstime (clock
+    ticks). OSError when the process is gone."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        data = fh.read()
+    # The command name is in parentheses and may hold spaces, ")" and bytes of any
+    # encoding; what follows its last ")" is ASCII.
+    return data[data.rindex(b")") + 2 :].decode("ascii").split()
+
+
 def proc_cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc/PID/stat, in seconds."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        text = fh.read()
-    # the command name is in parentheses and may contain spaces
-    fields = text[text.rindex(")") + 2 :].split()
+    fields = proc_stat_fields(pid)
     utime, stime = int(fields[11]), int(fields[12])
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
