@@ -177,6 +177,12 @@ class MakeTest(TempDirTestCase):
             helped = run_python(REPO / "tools" / script, "--help", env=clean_env())
             self.assertEqual(helped.returncode, 0, helped.stderr)
             self.assertIn("--only", helped.stdout)
+        # bench_postgres.py's modules, each on its own and without the peers installed
+        # (they import procrastinate, PgQueuer and psycopg inside functions only).
+        for module in ("bench_postgres_measure", "bench_postgres_nobroker",
+                       "bench_postgres_procrastinate", "bench_postgres_pgqueuer"):
+            imported = run_python("-c", f"import {module}", cwd=REPO / "tools", env=clean_env())
+            self.assertEqual(imported.returncode, 0, imported.stderr)
 
     def test_unknown_task_exits_2(self) -> None:
         result = run_python(MAKE, "no-such-task", env=clean_env())
