@@ -12,12 +12,12 @@ themselves and open queues with a role that may not.
 What the tables hold (the backend's docstring says why):
 - jobs: one row per job, with `state` 0 pending, 1 leased, 2 dead, 3 done,
   4 cancelled, and -1 *waiting*: pending, but not due when it was written
-  (a delay, a retry's backoff). Waiting rows have an index of their own by
-  due time, so that a lease looks only at those now due instead of reading
-  past every delayed row in the ready index (100,000 delayed jobs made each
-  lease read 100,000 rows); `state <= 0` is pending. Times are float8
-  seconds since the epoch, like `Job`'s, so a value read back is the float
-  that was written. Payloads and results are
+  (a delay, a retry's backoff, an expired lease). Waiting rows have an
+  index of their own by due time, so that a lease looks only at those now
+  due instead of reading past every delayed row in the ready index
+  (100,000 delayed jobs made each lease read 100,000 rows); `state <= 0`
+  is pending. Times are float8 seconds since the epoch, like `Job`'s, so a
+  value read back is the float that was written. Payloads and results are
   JSON text, stored as the Queue encoded it (text, not jsonb: jsonb would
   reorder keys). A finished row (done, cancelled) is kept until
   `expires_at` for its key and result, then deleted by a sweep.
@@ -182,7 +182,6 @@ CREATE TRIGGER jobs_delete AFTER DELETE ON {s}.jobs REFERENCING OLD TABLE AS old
 """
 
 
-
 def _counting(op: str, rows: str, *, ready: bool, fin: bool) -> str:
     """A statement trigger function for `op` on jobs that counts and notifies.
 
@@ -191,8 +190,9 @@ def _counting(op: str, rows: str, *, ready: bool, fin: bool) -> str:
     and `fin` with `one` (the finished job, when one); `ready` and `fin` say
     whether the op can have either (an INSERT finishes nothing, a DELETE
     makes nothing ready). The body is written out in each function rather
-    than called: a nested plpgsql call per statement cost a lease about a
-    quarter of its server time (EXPLAIN ANALYZE, V1 against V2).
+    than called: V1's one function for all three operations, with a nested
+    plpgsql call, cost a lease about a quarter of its server time (EXPLAIN
+    ANALYZE, V1 against V2).
     """
     notify_ready = ("\n        IF r.ready > 0 THEN\n"
                     "            PERFORM pg_notify({s}.nb_channel('r', r.q), '');\n"

@@ -274,9 +274,9 @@ class Statements:
             SELECT count(*) FILTER (WHERE j.state < 3),
                    count(*) FILTER (WHERE j.state >= 3 AND j.keyed)
             FROM {{s}}.jobs AS j, {t} WHERE j.queue = %(q)s AND {{visible}}""")
-        self.import_jobs = sql("""
+        self.import_jobs = sql(f"""
             WITH src AS (
-                SELECT u.*, nextval('{s}.job_seq') AS seq
+                SELECT u.*, nextval('{{s}}.job_seq') AS seq
                 FROM unnest(%(ids)s::text[], %(states)s::smallint[], %(prs)s::bigint[],
                             %(ats)s::float8[], %(ts)s::float8[], %(mas)s::bigint[],
                             %(atts)s::bigint[], %(ks)s::boolean[], %(errs)s::text[],
@@ -284,15 +284,15 @@ class Statements:
                      AS u(id, state, priority, available_at, enqueued_at, max_attempts,
                           attempts, keyed, last_error, payload, o)
                 ORDER BY u.o)
-            INSERT INTO {s}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
+            INSERT INTO {{s}}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
                                   max_attempts, attempts, keyed, last_error, payload,
                                   finished_at)
             SELECT %(q)s, id, seq,
-                   CASE WHEN state = 0 AND available_at > t.now THEN -1 ELSE state END,
+                   CASE WHEN state = 0 AND available_at > t.now THEN {WAITING} ELSE state END,
                    priority, available_at, enqueued_at, max_attempts,
                    attempts, keyed, last_error, payload,
                    CASE WHEN state = 2 THEN available_at END
-            FROM src, (SELECT {s}.nb_now(%(t)s::float8) AS now) AS t
+            FROM src, (SELECT {{s}}.nb_now(%(t)s::float8) AS now) AS t
             ON CONFLICT (queue, id) DO NOTHING
             RETURNING state""")
         # Generated-form ids copied in must not be generated again here.
