@@ -257,6 +257,26 @@ class PostgresBackendTest(_Schema):
         self.assertEqual([j.id for j in q.lease(2)], [plain.id, low.id])
         self.assertEqual(_counted(q), _truth(q))
 
+    def test_a_backlog_of_due_jobs_is_made_ready_a_batch_per_lease(self) -> None:
+        from nobroker.postgres.statements import _DUE_BATCH
+
+        clock = FakeClock(1_000_000.0)
+        q = self.open(clock=clock)
+        jobs = [q.enqueue(i, priority=i % 7, delay=10 + i) for i in range(_DUE_BATCH + 50)]
+        clock.advance(10 + len(jobs))  # every one due
+        first = q.lease()[0]
+        batch = jobs[:_DUE_BATCH]  # the first due, by due time
+        self.assertEqual(first.priority, max(j.priority for j in batch))
+        states = _states(q)
+        self.assertEqual(sorted(states[j.id] for j in batch if j.id != first.id),
+                         [0] * (_DUE_BATCH - 1), "the batch's other jobs were not made ready")
+        self.assertEqual({states[j.id] for j in jobs[_DUE_BATCH:]}, {-1})
+        self.assertEqual(_counted(q), _truth(q))
+        rest = q.lease(len(jobs))
+        self.assertEqual(len(rest), len(jobs) - 1)
+        self.assertEqual(sorted(j.id for j in [first, *rest]), sorted(j.id for j in jobs))
+        self.assertEqual(_counted(q), _truth(q))
+
     def test_a_retry_with_a_delay_waits_and_a_waiting_job_can_be_cancelled(self) -> None:
         clock = FakeClock(1_000_000.0)
         q = self.open(clock=clock)
