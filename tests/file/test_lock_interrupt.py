@@ -28,31 +28,10 @@ from unittest import mock
 
 from support import TempDirTestCase, spawn_python, wait_until
 
+from file.test_lock_wait import HOLDER, TAKER
 from nobroker.file import lock as lock_module
 from nobroker.file.fs import OS, FileSystem
 from nobroker.file.lock import SharedLock
-
-HOLDER = r"""
-import fcntl, sys
-fd = open(sys.argv[1], "a+b")
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("held", flush=True)
-sys.stdin.readline()
-fcntl.flock(fd, fcntl.LOCK_UN)
-print("released", flush=True)
-sys.stdin.readline()
-"""
-
-# Takes the lock through nobroker and reports, within `timeout` seconds.
-TAKER = r"""
-import sys
-from nobroker.file.fs import OS
-from nobroker.file.lock import SharedLock
-lock = SharedLock(OS, sys.argv[1])
-lock.acquire(float(sys.argv[2]))
-lock.release()
-print("took it", flush=True)
-"""
 
 
 def ctrl_c() -> None:
