@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import SRC, json_loads_log, log_files, raw_fsync_loop, small_payloads
-from bench_peers_systems import System
+from bench_peers_systems import System, timed_first_job
 
 
 class NobrokerSystem(System):
@@ -62,14 +62,8 @@ class NobrokerSystem(System):
         return time.perf_counter() - t
 
     def cold_open(self, d: Path) -> float:
-        t = time.perf_counter()
-        q = self.nb.Queue(str(d), fsync=True)
-        job = q.lease_one()
-        elapsed = time.perf_counter() - t
-        q.close()
-        if job is None:
-            raise RuntimeError("no job after open")
-        return elapsed
+        return timed_first_job(lambda: self.nb.Queue(str(d), fsync=True),
+                               lambda q: q.lease_one(), lambda q: q.close())
 
     def memory_per_job(self, d: Path, n: int) -> tuple[float, str]:
         code = (  # warm up on a one-job queue, then: open + first lease, RSS growth per job

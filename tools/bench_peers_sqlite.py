@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_peers_systems import System, peer_module, sqlite_durability
+from bench_peers_systems import System, peer_module, sqlite_durability, timed_first_job
 
 
 class HueySystem(System):
@@ -57,14 +57,7 @@ class HueySystem(System):
         return time.perf_counter() - t
 
     def cold_open(self, d: Path) -> float:
-        t = time.perf_counter()
-        storage = self._make(d)
-        data = storage.dequeue()
-        elapsed = time.perf_counter() - t
-        storage.close()
-        if data is None:
-            raise RuntimeError("no job after open")
-        return elapsed
+        return timed_first_job(lambda: self._make(d), lambda s: s.dequeue(), lambda s: s.close())
 
 
 class PersistQueueSystem(System):
@@ -107,14 +100,8 @@ class PersistQueueSystem(System):
         return time.perf_counter() - t
 
     def cold_open(self, d: Path) -> float:
-        t = time.perf_counter()
-        q = self._make(d)
-        item = q.get(block=False, raw=True)
-        elapsed = time.perf_counter() - t
-        q.close()
-        if item is None:
-            raise RuntimeError("no job after open")
-        return elapsed
+        return timed_first_job(lambda: self._make(d), lambda q: q.get(block=False, raw=True),
+                               lambda q: q.close())
 
 
 class LiteQueueSystem(System):
@@ -162,14 +149,7 @@ class LiteQueueSystem(System):
         return time.perf_counter() - t
 
     def cold_open(self, d: Path) -> float:
-        t = time.perf_counter()
-        q = self._make(d)
-        m = q.pop()
-        elapsed = time.perf_counter() - t
-        q.close()
-        if m is None:
-            raise RuntimeError("no job after open")
-        return elapsed
+        return timed_first_job(lambda: self._make(d), lambda q: q.pop(), lambda q: q.close())
 
 
 class SqliteTableSystem(System):
@@ -236,11 +216,4 @@ class SqliteTableSystem(System):
         return time.perf_counter() - t
 
     def cold_open(self, d: Path) -> float:
-        t = time.perf_counter()
-        conn = self._connect(d)
-        got = self._take(conn)
-        elapsed = time.perf_counter() - t
-        conn.close()
-        if got is None:
-            raise RuntimeError("no job after open")
-        return elapsed
+        return timed_first_job(lambda: self._connect(d), self._take, lambda c: c.close())
