@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import unittest
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -782,6 +783,26 @@ class QueueContract:
         t.assertEqual(q.result(job.id, timeout=0), {"sum": [1, 2]})
         stats = q.stats()
         t.assertEqual((stats.total, stats.done, stats.kept), (0, 1, 1))
+
+    def test_a_read_only_queue_waits_for_another_handle_s_result_and_writes_nothing(self
+                                                                                     ) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        first, second = q.enqueue_many(["a", "b"])
+        leased = {job.id: job for job in q.lease(2)}
+        with self.make_queue(readonly=True) as ro:
+            t.assertIsNone(ro.wait_finished(first.id, 0.05), "a pending job finished")
+            got: list[Any] = []
+            waiter = threading.Thread(target=lambda: got.append(ro.result(second.id, 30)))
+            waiter.start()  # waiting already or not yet: either way it must see the ack
+            q.ack(leased[second.id], result={"n": 2})
+            waiter.join(30)
+            t.assertEqual(got, [{"n": 2}])
+            q.ack(leased[first.id], result=1)
+            with self.assertWritesNothing(q):
+                done = ro.wait_finished(first.id, 30)
+            assert done is not None
+            t.assertEqual((done.state, done.result), (JobState.DONE, 1))
 
     def test_an_explicit_none_result_is_kept_but_a_plain_ack_keeps_nothing(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
