@@ -8,6 +8,7 @@ its jobs and counters must equal what the test's handle sees.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import unittest
@@ -51,20 +52,24 @@ def _rows(queue: Any) -> object:
     return queue.backend._link.run("test", read)
 
 
-def _counted(queue: Any) -> tuple[int, int, int]:
-    """(pending, leased, dead) as the counter rows have them."""
+def _counted(queue: Any) -> tuple[int, int, int, int]:
+    """(pending, leased, dead, kept) as the counter rows have them."""
     stats = queue.stats()
-    return stats.pending, stats.leased, stats.dead
+    return stats.pending, stats.leased, stats.dead, stats.kept
 
 
-def _truth(queue: Any) -> tuple[int, int, int]:
-    """(pending, leased, dead) counted over the job rows themselves."""
+def _truth(queue: Any) -> tuple[int, int, int, int]:
+    """(pending, leased, dead, kept) counted over the job rows themselves (kept: the
+    finished rows kept with an outcome that have not expired)."""
     s = queue.backend.target.schema
+    now = queue.backend.session.now()
     row = queue.backend._link.run("test", lambda conn: conn.execute(
         f"""SELECT count(*) FILTER (WHERE state <= 0), count(*) FILTER (WHERE state = 1),
-                   count(*) FILTER (WHERE state = 2)
-            FROM "{s}".jobs WHERE queue = 'q'""".encode()).fetchone())
-    return int(row[0]), int(row[1]), int(row[2])
+                   count(*) FILTER (WHERE state = 2),
+                   count(*) FILTER (WHERE "{s}".nb_kept(state, result)
+                                    AND expires_at > "{s}".nb_now(%s))
+            FROM "{s}".jobs WHERE queue = 'q'""".encode(), (now,)).fetchone())
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
 
 def _states(queue: Any) -> dict[str, int]:
@@ -93,7 +98,7 @@ class PostgresQueueContractTest(QueueContract, _Schema):
         except NobrokerError:
             return  # the test closed it: nothing to compare
         self.assertEqual(_counted(queue), _truth(queue),
-                         "the counters differ from the rows (schema.py's triggers)")
+                         "the counters differ from the rows (statements._counted)")
         floor = queue.backend.session.floor  # the handle's latest injected time
         with open_queue(self.url, "q",
                         clock=FakeClock(floor if floor > 0 else time.time())) as fresh:
@@ -160,7 +165,70 @@ class PostgresBackendTest(_Schema):
         pid = waiter._conn.info.backend_pid
         last = producer.backend._link.run("test", lambda conn: conn.execute(
             "SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0])
-        self.assertIn("expired AS", last, "the lease ran on the operation connection instead")
+        self.assertIn("leased AS", last, "the lease ran on the operation connection instead")
+
+    def test_a_lease_takes_the_short_statement_unless_a_lease_expired_or_a_job_is_due(
+            self) -> None:
+        clock = FakeClock(1000.0)
+        q = self.open(clock=clock, visibility_timeout=10)
+        pid = q.backend._link.run("test", lambda conn: conn.info.backend_pid)
+        q.backend._last_sweep = math.inf  # no sweep after a lease: the lease stays last
+        other = self.open()
+
+        def last_lease() -> str:
+            return str(other.backend._link.run("test", lambda conn: conn.execute(
+                "SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]))
+
+        def lease() -> list[Any]:  # on the operation connection: no wait opened another
+            return list(q.lease(5))
+
+        q.enqueue("first")
+        self.assertEqual(len(lease()), 1)
+        self.assertIn("clear AS", last_lease(), "a plain lease ran the long statement")
+        clock.advance(11)  # that lease expired
+        q.enqueue("second")
+        self.assertEqual([j.payload for j in lease()], ["second"])
+        self.assertIn("expired AS", last_lease(), "an expired lease was not taken back")
+        self.assertEqual(q.stats().pending, 1, "the expired lease is pending again")
+        q.enqueue("later", delay=5)
+        clock.advance(600)  # the reclaimed job and the delayed one are due, both waiting
+        self.assertEqual(sorted(j.payload for j in lease()), ["first", "later"])
+        self.assertIn("expired AS", last_lease())
+
+    def test_an_ack_that_waited_for_a_new_watch_notifies_it(self) -> None:
+        """A waiter watches a leased job under a share lock on its row (wakeups._watch);
+        an ack blocked on that lock runs on once the watch committed, and must see
+        it, though the watch is newer than the ack's snapshot."""
+        import psycopg
+
+        from nobroker.postgres.schema import channels
+        from nobroker.postgres.url import parse
+
+        q = self.open()
+        target = parse(self.url)
+        s = f'"{target.schema}"'
+        job = q.enqueue("waited for", job_id="w")
+        leased = q.lease_one()
+        assert leased is not None
+        listener = psycopg.connect(target.conninfo, autocommit=True)
+        self.addCleanup(listener.close)
+        listener.execute(f'LISTEN "{channels(target.schema, "q")[1]}"'.encode())
+        watcher = psycopg.connect(target.conninfo)
+        self.addCleanup(watcher.close)
+        watcher.execute(f"SELECT 1 FROM {s}.jobs WHERE queue = 'q' AND id = 'w' "
+                        "FOR SHARE".encode())
+        watcher.execute(f"INSERT INTO {s}.watches VALUES ('q', 'w')".encode())
+        acker = threading.Thread(target=q.ack, args=(leased,))
+        acker.start()
+        self.addCleanup(acker.join, 30)
+        pid = q.backend._link._conn.info.backend_pid
+        wait_until(lambda: listener.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone() == ("Lock",), 30, "the ack to wait for the watcher's lock")
+        watcher.commit()
+        acker.join(30)
+        notes = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        self.assertEqual(notes, [job.id], "the ack did not notify the watch it waited for")
 
     def test_a_lease_does_not_wait_for_another_thread_s_idle_wait(self) -> None:
         q = self.open()

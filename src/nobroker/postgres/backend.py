@@ -19,7 +19,8 @@ corrupt). The rules are the file backend's, point by point:
   retention for a keyed job, the result's ttl for a job acked with a result,
   at once otherwise; rows past it are invisible and swept in batches;
 - purge removes pending jobs only; requeue_dead resets attempts;
-- stats() sums the per-slot counter rows that a trigger keeps (schema.py).
+- stats() sums the per-slot counter rows that every writing statement
+  keeps as it writes (statements.py).
 
 Whose clock: the server's, unless the Queue was given one (session.py).
 Wake-ups: `wait` and `wait_finished` block on LISTEN connections of their
@@ -168,7 +169,11 @@ class PostgresBackend:
         params = self._params(n=count, vt=visibility_timeout)
 
         def run(conn: Conn) -> list[Job]:
-            rows = conn.execute(self._sql.lease, params).fetchall()
+            rows = conn.execute(self._sql.lease_ready, params).fetchall()
+            if rows[0][0]:  # nothing to reclaim, nothing waiting is due
+                rows = [row[1:] for row in rows if row[1] is not None]
+            else:
+                rows = conn.execute(self._sql.lease, params).fetchall()
             rows.sort(key=lambda r: (-r[3], r[1]))
             return [job_from_row(row) for row in rows]
 
@@ -288,7 +293,7 @@ class PostgresBackend:
 
         def run(conn: Conn) -> int:
             conn.execute(self._sql.lease, params)  # count 0: reclaims expired leases only
-            return conn.execute(self._sql.purge, params).rowcount
+            return _count(conn, self._sql.purge, params)
 
         return self._link.run("purge", run)
 
@@ -296,7 +301,7 @@ class PostgresBackend:
         params = self._params(id=job_id)
 
         def run(conn: Conn) -> int:
-            count = conn.execute(self._sql.delete_dead, params).rowcount
+            count = _count(conn, self._sql.delete_dead, params)
             if job_id is not None and not count:
                 raise JobNotFoundError(job_id, "dead job")
             return count
@@ -352,7 +357,7 @@ class PostgresBackend:
         params = self._params()
 
         def run(conn: Conn) -> tuple[int, int]:
-            while conn.execute(self._sql.sweep, params).rowcount:
+            while _count(conn, self._sql.sweep, params):
                 pass
             conn.execute(self._sql.sweep_watches, params)  # left by waiters that timed out
             row = conn.execute(self._sql.live, params).fetchone()
@@ -419,6 +424,13 @@ class _Rollback(Exception):
     def __init__(self, job: Job) -> None:
         super().__init__(job.id)
         self.job = job
+
+
+def _count(conn: Conn, sql: bytes, params: dict[str, Any]) -> int:
+    """The rows a statement ending in `SELECT count(*)` changed."""
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _raise(error: Exception) -> None:
