@@ -8,9 +8,9 @@ clock unless the Queue was given one. Rows are read in `COLUMNS` order, the
 order `job_from_row` unpacks.
 
 Counting. Every statement that changes job rows keeps the counters
-(stats()) and sends the wake-ups itself, in the same statement: its
-changes, one row per job as (id, old state, new state, kept before, kept
-after), go through `_counted`, whose CTEs add them up into the
+(stats()) and sends the wake-ups itself, in the same statement: it names
+the rows each of its CTEs changed and their states before and after
+(`_Change`), and `_counted` adds CTEs that count them into the
 connection's counter row and NOTIFY whom they concern (schema.py). Up to
 schema version 2 triggers did this; a trigger with transition tables cost
 an enqueue and a lease about a tenth of a millisecond each on the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ..backoff import BackoffPolicy
@@ -61,45 +62,103 @@ def job_from_row(row: Sequence[Any]) -> Job:
                finished_at=finished_at)
 
 
-def _change(source: str, old: object, new: object, *, kept_before: str = "false",
-            kept_after: str = "false") -> str:
-    """One source of a statement's changes: a SELECT of (id, o, n, ko, kn) from the
-    CTE `source` (o, n: the state before and after, `_NONE` for no row)."""
-    return (f"SELECT {source}.id, ({old})::smallint AS o, ({new})::smallint AS n, "
-            f"{kept_before} AS ko, {kept_after} AS kn FROM {source}")
+@dataclass(frozen=True)
+class _Change:
+    """Rows that one CTE of a statement changed: `source` (it returns their `id`,
+    and their `state` when `old` or `new` is None), their state before and
+    after (a code, `_NONE` for no row, or None: the row's `state`, one of
+    `states`), and whether each was kept with an outcome before and after
+    (SQL booleans over the source's columns)."""
+
+    source: str
+    old: int | None
+    new: int | None
+    states: tuple[int, ...] = ()
+    kept_before: str = "false"
+    kept_after: str = "false"
+
+    def cases(self) -> list[tuple[str | None, int, int]]:
+        """(SQL filter of the rows, or None for all; state before; state after)."""
+        if self.old is not None and self.new is not None:
+            return [(None, self.old, self.new)]
+        return [(f"{self.source}.state = {code}",
+                 code if self.old is None else self.old,
+                 code if self.new is None else self.new) for code in self.states]
 
 
-def _counted(*changes: str) -> str:
-    """The CTEs that count a statement's changes (`_change`s) and send its wake-ups.
+def _deltas(old: int, new: int) -> tuple[int, int, int, int]:
+    """How one row going from `old` to `new` moves (pending, leased, dead, done).
+    Pending is state <= 0 (waiting or ready); done counts acks ever made, so
+    deleting a done row does not take one back."""
+    return ((new <= 0) - (old <= 0), (new == 1) - (old == 1), (new == 2) - (old == 2),
+            (new == 3) - (old == 3 and new != _NONE))
 
-    Pending is state <= 0 (waiting or ready). `done` counts acks ever made,
-    so a deleted done row does not take one back; `kept` counts finished
-    rows kept with an outcome. A row that became pending wakes the idle
-    workers (the ready channel: also for a waiting row, whose due time may
-    be earlier than a worker's planned wake); a job that finished (done,
-    dead, cancelled), or a live one deleted, wakes whoever watches it
-    (nb_finished, which reads `watches` with a snapshot of its own: a watch
-    committed while this statement waited for the row's lock is seen).
-    The tally is one row, so each NOTIFY is sent once; the counter row is
-    written only when a count changed.
+
+def _wakes(old: int, new: int) -> bool:
+    """A row that became pending wakes the idle workers (a waiting one too: its
+    due time may come before a worker's planned wake)."""
+    return new <= 0 < old
+
+
+def _finishes(old: int, new: int) -> bool:
+    """A job that finished (done, dead, cancelled), or a live one deleted, wakes
+    whoever watches it."""
+    return (new >= 2 and old < 2) or (new == _NONE and old == 2)
+
+
+def _counted(*changes: _Change) -> str:
+    """The CTEs that count a statement's changes into its connection's counter
+    row and send its wake-ups (`tally`, `counted`, and `finishing` when a change
+    can finish a job).
+
+    The arithmetic is done here, per known state: the SQL only counts rows
+    (per state, where a source's rows differ). Each source is aggregated to
+    one row and the tally is their product, one row, so each NOTIFY is sent
+    once; the counter row is written only when a count changed. A finish is
+    notified through nb_finished (schema.py), which reads `watches` with a
+    snapshot of its own: a watch committed while this statement waited for
+    the row's lock is seen.
     """
-    n = _NONE
-    union = " UNION ALL ".join(changes)
-    return f"""
-            changes AS ({union}),
-            tally AS MATERIALIZED (
-                SELECT coalesce(sum((c.n <= 0)::int - (c.o <= 0)::int), 0) AS p,
-                       coalesce(sum((c.n = 1)::int - (c.o = 1)::int), 0) AS l,
-                       coalesce(sum((c.n = 2)::int - (c.o = 2)::int), 0) AS d,
-                       coalesce(sum((c.n = 3)::int - (c.o = 3 AND c.n <> {n})::int), 0) AS f,
-                       coalesce(sum(c.kn::int - c.ko::int), 0) AS k,
-                       CASE WHEN bool_or(c.n <= 0 AND c.o > 0)
-                            THEN pg_notify({{s}}.nb_channel('r', %(q)s), '')::text END AS woke,
-                       CASE WHEN bool_or((c.n >= 2 AND c.o < 2) OR (c.n = {n} AND c.o = 2))
-                            THEN {{s}}.nb_finished(%(q)s, array_agg(c.id) FILTER (
-                                WHERE (c.n >= 2 AND c.o < 2) OR (c.n = {n} AND c.o = 2)))
-                            END AS told
-                FROM changes AS c),
+    parts: list[str] = []
+    finishing: list[str] = []  # SELECTs of the ids of jobs that finished
+    woke: list[str] = []  # conditions on the parts' columns: some row became pending
+    for number, change in enumerate(changes):
+        terms: list[list[str]] = [[], [], [], []]  # pending, leased, dead, done
+        wake_counts: list[str] = []
+        for where, old, new in change.cases():
+            rows = "count(*)" if where is None else f"count(*) FILTER (WHERE {where})"
+            for counter, delta in zip(terms, _deltas(old, new), strict=True):
+                if delta:
+                    counter.append(rows if delta == 1 else f"{delta} * {rows}")
+            if _wakes(old, new):
+                name = f"w{len(woke)}"
+                wake_counts.append(f"{rows} AS {name}")
+                woke.append(f"c{number}.{name} > 0")
+            if _finishes(old, new):
+                finishing.append(f"SELECT {change.source}.id FROM {change.source}"
+                                 + ("" if where is None else f" WHERE {where}"))
+        kept = [f"count(*) FILTER (WHERE {change.kept_after})"
+                if change.kept_after != "false" else "0"]
+        if change.kept_before != "false":
+            kept.append(f"count(*) FILTER (WHERE {change.kept_before})")
+        columns = [f"{' + '.join(counter) or '0'} AS {name}"
+                   for counter, name in zip(terms, "pldf", strict=True)]
+        columns += [f"{' - '.join(kept)} AS k", *wake_counts]
+        parts.append(f"(SELECT {', '.join(columns)} FROM {change.source}) AS c{number}")
+    total = {name: " + ".join(f"c{n}.{name}" for n in range(len(changes))) for name in "pldfk"}
+    extra = ""
+    if woke:
+        extra += (f",\n                   CASE WHEN {' OR '.join(woke)} THEN "
+                  "pg_notify({s}.nb_channel('r', %(q)s), '')::text END AS woke")
+    if finishing:
+        extra += (",\n                   (SELECT {s}.nb_finished(%(q)s, array_agg(f.id)) "
+                  "FROM finishing AS f HAVING count(*) > 0) AS told")
+    finish_cte = (f"finishing AS ({' UNION ALL '.join(finishing)}),\n            "
+                  if finishing else "")
+    return f"""{finish_cte}tally AS MATERIALIZED (
+                SELECT {total['p']} AS p, {total['l']} AS l, {total['d']} AS d,
+                       {total['f']} AS f, {total['k']} AS k{extra}
+                FROM {', '.join(parts)}),
             counted AS (
                 INSERT INTO {{s}}.counters AS c (queue, slot, pending, leased, dead, done, kept)
                 SELECT %(q)s, {_SLOT}, t.p, t.l, t.d, t.f, t.k FROM tally AS t
@@ -159,7 +218,7 @@ class Statements:
                 FROM (SELECT nextval('{{s}}.job_seq') AS seq) AS n, {t}
                 ON CONFLICT (queue, id) DO NOTHING
                 RETURNING {{cols}}),
-            {_counted(_change("added", _NONE, "added.state"))}
+            {_counted(_Change("added", _NONE, 0))}
             SELECT * FROM added""")
         self.enqueue_many = sql(f"""
             WITH added AS (
@@ -173,7 +232,7 @@ class Statements:
                      {t}
                 ON CONFLICT (queue, id) DO NOTHING
                 RETURNING j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_at),
-            {_counted(_change("added", _NONE, "added.state"))}
+            {_counted(_Change("added", _NONE, 0))}
             SELECT * FROM added""")
         # An expired finished row frees its key; a cancelled one frees it at once.
         self.forget_key = sql(f"""
@@ -182,7 +241,7 @@ class Statements:
                 WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state >= 3
                   AND (j.expires_at <= t.now OR j.state = 4)
                 RETURNING j.id, j.state, {{s}}.nb_kept(j.state, j.result) AS kept),
-            {_counted(_change("gone", "gone.state", _NONE, kept_before="gone.kept"))}
+            {_counted(_Change("gone", 3, _NONE, kept_before="gone.kept"))}
             SELECT count(*) FROM gone""")
         self.get = sql(f"""
             SELECT {{cols}} FROM {{s}}.jobs AS j, {t}
@@ -240,8 +299,8 @@ class Statements:
                   AND due.id NOT IN (SELECT id FROM picked)),
             {leased}"""
         # A readied row stays pending with its time: nothing to count or wake.
-        lease_counted_changes = (_change("reclaimed", 1, "reclaimed.state"),
-                                 _change("leased", 0, 1))
+        lease_counted_changes = (_Change("reclaimed", 1, None, (WAITING, 2)),
+                                 _Change("leased", 0, 1))
         lease_counted = _counted(*lease_counted_changes)
         now_cte = "t AS (SELECT {s}.nb_now(%(t)s::float8) AS now)"
         self.lease = sql(f"WITH {now_cte}, {reclaim}, {pick.replace('{extra}', '')}, "
@@ -269,7 +328,7 @@ class Statements:
                   AND NOT EXISTS (SELECT 1 FROM {{s}}.queues WHERE name = %(q)s AND paused)
                 ORDER BY j.priority DESC, j.seq LIMIT %(n)s FOR UPDATE OF j SKIP LOCKED),
             {leased},
-            {_counted(_change("leased", 0, 1))}
+            {_counted(_Change("leased", 0, 1))}
             SELECT clear.ok, leased.* FROM clear LEFT JOIN leased ON true""")
         ack_set = """
             state = 3, finished_at = t.now, available_at = t.now, token = NULL,
@@ -281,7 +340,7 @@ class Statements:
                 WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1
                   AND j.token = %(tok)s
                 RETURNING j.id, j.result IS NOT NULL AS kept)"""
-        ack_change = _change("acked", 1, 3, kept_after="acked.kept")
+        ack_change = _Change("acked", 1, 3, kept_after="acked.kept")
         self.ack = sql(f"WITH {now_cte}, {acked}, {_counted(ack_change)} "
                        "SELECT id FROM acked")
         self.ack_many = sql(f"""
@@ -290,7 +349,7 @@ class Statements:
                 FROM unnest(%(ids)s::text[], %(toks)s::bigint[]) AS a(id, tok), {t}
                 WHERE j.queue = %(q)s AND j.id = a.id AND j.state = 1 AND j.token = a.tok
                 RETURNING j.id),
-            {_counted(_change("acked", 1, 3))}
+            {_counted(_Change("acked", 1, 3))}
             SELECT id FROM acked""")
         self.ack_and_lease = sql(
             f"WITH {now_cte}, {acked}, {reclaim}, "
@@ -310,7 +369,7 @@ class Statements:
                 FROM {t}
                 WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
                 RETURNING {{cols}}),
-            {_counted(_change("nacked", 1, "nacked.state"))}
+            {_counted(_Change("nacked", 1, None, (WAITING, 0, 2)))}
             SELECT * FROM nacked""")
         self.extend = sql(f"""
             UPDATE {{s}}.jobs AS j SET lease_until = t.now + %(s)s::float8 FROM {t}
@@ -349,7 +408,7 @@ class Statements:
                 FROM live, {t}
                 WHERE j.queue = %(q)s AND j.id = live.id
                 RETURNING j.id, live.state),
-            {_counted(_change("cancelled", "cancelled.state", 4, kept_after="true"))}
+            {_counted(_Change("cancelled", None, 4, (WAITING, 0, 1), kept_after="true"))}
             SELECT id FROM cancelled""")
         self.pause = sql("""
             WITH changed AS (
@@ -364,20 +423,20 @@ class Statements:
                 WHERE j.queue = %(q)s AND j.state = 2
                   AND (%(id)s::text IS NULL OR j.id = %(id)s)
                 RETURNING j.id),
-            {_counted(_change("requeued", 2, 0))}
+            {_counted(_Change("requeued", 2, 0))}
             SELECT id FROM requeued""")
         self.purge = sql(f"""
             WITH gone AS (
                 DELETE FROM {{s}}.jobs WHERE queue = %(q)s AND state <= 0
                 RETURNING id, state),
-            {_counted(_change("gone", "gone.state", _NONE))}
+            {_counted(_Change("gone", 0, _NONE))}
             SELECT count(*) FROM gone""")
         self.delete_dead = sql(f"""
             WITH gone AS (
                 DELETE FROM {{s}}.jobs
                 WHERE queue = %(q)s AND state = 2 AND (%(id)s::text IS NULL OR id = %(id)s)
                 RETURNING id),
-            {_counted(_change("gone", 2, _NONE))}
+            {_counted(_Change("gone", 2, _NONE))}
             SELECT count(*) FROM gone""")
         # kept: the counter, less the kept rows already expired that no sweep took yet
         self.stats = sql(f"""
@@ -402,7 +461,7 @@ class Statements:
                     LIMIT 1000 FOR UPDATE OF j SKIP LOCKED) AS old
                 WHERE d.queue = %(q)s AND d.id = old.id
                 RETURNING d.id, d.state, {{s}}.nb_kept(d.state, d.result) AS kept),
-            {_counted(_change("gone", "gone.state", _NONE, kept_before="gone.kept"))}
+            {_counted(_Change("gone", 3, _NONE, kept_before="gone.kept"))}
             SELECT count(*) FROM gone""")
         self.live = sql(f"""
             SELECT count(*) FILTER (WHERE j.state < 3),
@@ -430,7 +489,7 @@ class Statements:
             FROM src, (SELECT {{s}}.nb_now(%(t)s::float8) AS now) AS t
             ON CONFLICT (queue, id) DO NOTHING
             RETURNING id, state),
-            {_counted(_change("added", _NONE, "added.state"))}
+            {_counted(_Change("added", _NONE, None, (WAITING, 0, 2)))}
             SELECT state FROM added""")
         # Generated-form ids copied in must not be generated again here.
         self.bump_seq = sql("""
