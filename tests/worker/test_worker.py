@@ -270,7 +270,8 @@ class HeartbeatTest(WorkerTestCase):
                 super().notify_all()
 
         worker = Worker(q, lambda job: None, max_jobs=200, handle_signals=False)
-        worker._cond = CountingCondition(threading.RLock())
+        lock = threading.RLock()
+        worker._cond, worker._arrivals = CountingCondition(lock), threading.Condition(lock)
         self.assertEqual(worker.run().succeeded, 200)
         # One wake per lease taken by the dispatcher and for the stop, not one per job
         # (each cost the dispatcher's and the heartbeat's threads a switch).

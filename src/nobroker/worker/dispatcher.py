@@ -92,8 +92,11 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self.handle_signals = bool(handle_signals)
         # Everything below is shared between threads and guarded by _cond. Its lock is
         # re-entrant because the signal handler takes it on the main thread, which
-        # may already hold it.
-        self._cond = threading.Condition(threading.RLock())
+        # may already hold it. Idle slots wait on _arrivals (same lock), so that
+        # handing them a job wakes them only, not every thread that waits.
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._arrivals = threading.Condition(lock)
         self._flights: set[Flight] = set()
         self._inbox: deque[Flight] = deque()
         self._reserved = 0  # leases taken (or being taken), for max_jobs
@@ -267,7 +270,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
             self._flights.add(flight)
             self._inbox.append(flight)
         self._last_busy = self._clock()
-        self._cond.notify_all()
+        self._arrivals.notify(len(jobs))
 
     def _idle_for(self) -> float:
         return 0.0 if self._flights else self._clock() - self._last_busy
@@ -301,6 +304,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
             self._seconds = self._clock() - self._began
             forced = self._forced
             self._cond.notify_all()
+            self._arrivals.notify_all()
         why = "exiting at once" if forced else \
             f"still running {self.shutdown_timeout:g}s after the stop request"
         for flight in left:

@@ -29,12 +29,13 @@ class Heartbeats(Shared):
                     if due:
                         break
                     wake = min((f.renew_at for f in live), default=None)
-                    if wake is None and self._flights:
-                        # Only settling flights: a slot chaining into its next job
-                        # adds that flight without waking us (see Slots._work_on), so
-                        # look again well before the new flight's first renewal.
+                    if wake is None:
+                        # No flight to renew. A new one comes without waking us (the
+                        # dispatcher wakes only the slots, Slots._work_on chains
+                        # without a wake-up), so look again well before a new
+                        # flight's first renewal.
                         wake = now + self.heartbeat_interval / 2
-                    self._cond.wait(None if wake is None else wake - now)
+                    self._cond.wait(wake - now)
             for flight in due:
                 self._beat(flight)
 

@@ -88,6 +88,7 @@ class Shared:
     _clock: Callable[[], float]
     # Guarded by _cond:
     _cond: threading.Condition
+    _arrivals: threading.Condition  # on _cond's lock: idle slots wait here
     _flights: set[Flight]
     _inbox: deque[Flight]
     _reserved: int

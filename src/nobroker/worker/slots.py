@@ -54,7 +54,7 @@ class Slots(Shared):
         while True:
             with self._cond:
                 while not self._inbox and not self._closing:
-                    self._cond.wait()
+                    self._arrivals.wait()
                 if not self._inbox:
                     return
                 flight: Flight | None = self._inbox.popleft()
