@@ -23,12 +23,13 @@ What the tables hold (the backend's docstring says why):
   `expires_at` for its key and result, then deleted by a sweep.
 - counters: per queue, one row per connection *slot* that ever wrote
   (connection.SLOTS, plus shared overflow rows); `stats()` sums those rows
-  whatever the queue's size. The statement that changes jobs updates
-  them in the same statement (statements.py's `_counted`, which every
-  writing statement goes through; up to version 2, triggers did); each
-  connection holds its own slot (an advisory lock), so writers never wait
-  on each other's counter row. Rows changed by hand, outside nobroker,
-  are not counted.
+  whatever the queue's size: live jobs (pending or leased; from version 3,
+  the leased ones are counted in their index instead), dead, done ever,
+  and kept. The statement that changes jobs updates them in the same
+  statement (statements.py's `_counted`, which every writing statement
+  goes through; up to version 2, triggers did); each connection holds its
+  own slot (an advisory lock), so writers never wait on each other's
+  counter row. Rows changed by hand, outside nobroker, are not counted.
 - the same statements send the wake-ups: `nb_r_<hash>` when a job may
   have become leasable, `nb_f_<hash>` (payload: the job id, or `*` for a
   batch) when a *watched* job (a row in `watches`, put there by
@@ -284,10 +285,12 @@ UPDATE {s}.jobs SET state = -1
 # what it changed (statements._counted), which takes the trigger's transition
 # tables and plpgsql call off every enqueue, lease and ack: measured after 20 ms
 # idle, as a worker's pickup runs, an enqueue 1.07 -> 0.95 ms and a lease 1.37
-# -> 1.19 ms (300 of each, one process, interleaved). What they notify about a
-# finish still reads `watches` with a snapshot of its own: nb_finished is
-# VOLATILE, so a watch committed while the statement waited for a row's lock is
-# seen, as the AFTER trigger saw it (wakeups.py's _watch relies on that).
+# -> 1.19 ms (300 of each, one process, interleaved). The counters keep `live`
+# (pending + leased) instead of pending and leased apart, so that a lease
+# writes no counter row: stats() counts the leased rows. What the statements
+# notify about a finish still reads `watches` with a snapshot of its own:
+# nb_finished is VOLATILE, so a watch committed while the statement waited for
+# a row's lock is seen, as the AFTER trigger saw it (wakeups.py's _watch).
 _V3 = """
 DROP TRIGGER jobs_insert ON {s}.jobs;
 DROP TRIGGER jobs_update ON {s}.jobs;
@@ -295,6 +298,9 @@ DROP TRIGGER jobs_delete ON {s}.jobs;
 DROP FUNCTION {s}.nb_count_insert();
 DROP FUNCTION {s}.nb_count_update();
 DROP FUNCTION {s}.nb_count_delete();
+ALTER TABLE {s}.counters RENAME COLUMN pending TO live;
+UPDATE {s}.counters SET live = live + leased;
+ALTER TABLE {s}.counters DROP COLUMN leased;
 CREATE FUNCTION {s}.nb_finished(q text, ids text[]) RETURNS bigint
     LANGUAGE sql VOLATILE AS $$
     SELECT count(pg_notify({s}.nb_channel('f', q),

@@ -86,11 +86,12 @@ class _Change:
                  code if self.new is None else self.new) for code in self.states]
 
 
-def _deltas(old: int, new: int) -> tuple[int, int, int, int]:
-    """How one row going from `old` to `new` moves (pending, leased, dead, done).
-    Pending is state <= 0 (waiting or ready); done counts acks ever made, so
-    deleting a done row does not take one back."""
-    return ((new <= 0) - (old <= 0), (new == 1) - (old == 1), (new == 2) - (old == 2),
+def _deltas(old: int, new: int) -> tuple[int, int, int]:
+    """How one row going from `old` to `new` moves the counters (live, dead, done).
+    Live is state <= 1 (waiting, ready or leased): a lease moves no counter,
+    stats() counts the leased rows in their index; done counts acks ever made,
+    so deleting a done row does not take one back."""
+    return ((new <= 1) - (old <= 1), (new == 2) - (old == 2),
             (new == 3) - (old == 3 and new != _NONE))
 
 
@@ -123,7 +124,7 @@ def _counted(*changes: _Change) -> str:
     finishing: list[str] = []  # SELECTs of the ids of jobs that finished
     woke: list[str] = []  # conditions on the parts' columns: some row became pending
     for number, change in enumerate(changes):
-        terms: list[list[str]] = [[], [], [], []]  # pending, leased, dead, done
+        terms: list[list[str]] = [[], [], []]  # live, dead, done
         wake_counts: list[str] = []
         for where, old, new in change.cases():
             rows = "count(*)" if where is None else f"count(*) FILTER (WHERE {where})"
@@ -142,10 +143,10 @@ def _counted(*changes: _Change) -> str:
         if change.kept_before != "false":
             kept.append(f"count(*) FILTER (WHERE {change.kept_before})")
         columns = [f"{' + '.join(counter) or '0'} AS {name}"
-                   for counter, name in zip(terms, "pldf", strict=True)]
+                   for counter, name in zip(terms, "pdf", strict=True)]
         columns += [f"{' - '.join(kept)} AS k", *wake_counts]
         parts.append(f"(SELECT {', '.join(columns)} FROM {change.source}) AS c{number}")
-    total = {name: " + ".join(f"c{n}.{name}" for n in range(len(changes))) for name in "pldfk"}
+    total = {name: " + ".join(f"c{n}.{name}" for n in range(len(changes))) for name in "pdfk"}
     extra = ""
     if woke:
         extra += (f",\n                   CASE WHEN {' OR '.join(woke)} THEN "
@@ -156,17 +157,16 @@ def _counted(*changes: _Change) -> str:
     finish_cte = (f"finishing AS ({' UNION ALL '.join(finishing)}),\n            "
                   if finishing else "")
     return f"""{finish_cte}tally AS MATERIALIZED (
-                SELECT {total['p']} AS p, {total['l']} AS l, {total['d']} AS d,
-                       {total['f']} AS f, {total['k']} AS k{extra}
+                SELECT {total['p']} AS p, {total['d']} AS d, {total['f']} AS f,
+                       {total['k']} AS k{extra}
                 FROM {', '.join(parts)}),
             counted AS (
-                INSERT INTO {{s}}.counters AS c (queue, slot, pending, leased, dead, done, kept)
-                SELECT %(q)s, {_SLOT}, t.p, t.l, t.d, t.f, t.k FROM tally AS t
-                WHERE t.p <> 0 OR t.l <> 0 OR t.d <> 0 OR t.f <> 0 OR t.k <> 0
+                INSERT INTO {{s}}.counters AS c (queue, slot, live, dead, done, kept)
+                SELECT %(q)s, {_SLOT}, t.p, t.d, t.f, t.k FROM tally AS t
+                WHERE t.p <> 0 OR t.d <> 0 OR t.f <> 0 OR t.k <> 0
                 ON CONFLICT (queue, slot) DO UPDATE
-                SET pending = c.pending + excluded.pending, leased = c.leased + excluded.leased,
-                    dead = c.dead + excluded.dead, done = c.done + excluded.done,
-                    kept = c.kept + excluded.kept)"""
+                SET live = c.live + excluded.live, dead = c.dead + excluded.dead,
+                    done = c.done + excluded.done, kept = c.kept + excluded.kept)"""
 
 
 def backoff_sql(policy: BackoffPolicy, attempts: str) -> str:
@@ -298,13 +298,13 @@ class Statements:
                 WHERE j.queue = %(q)s AND j.id = due.id
                   AND due.id NOT IN (SELECT id FROM picked)),
             {leased}"""
-        # A readied row stays pending with its time: nothing to count or wake.
-        lease_counted_changes = (_Change("reclaimed", 1, None, (WAITING, 2)),
-                                 _Change("leased", 0, 1))
-        lease_counted = _counted(*lease_counted_changes)
+        # A leased row stays live and wakes nobody, and a readied one stays
+        # pending with its time: neither has anything to count (stats() counts
+        # the leased rows). A reclaimed one has.
+        reclaim_change = _Change("reclaimed", 1, None, (WAITING, 2))
         now_cte = "t AS (SELECT {s}.nb_now(%(t)s::float8) AS now)"
         self.lease = sql(f"WITH {now_cte}, {reclaim}, {pick.replace('{extra}', '')}, "
-                         f"{lease_counted} SELECT * FROM leased")
+                         f"{_counted(reclaim_change)} SELECT * FROM leased")
         # The lease after a wake, when there is nothing to reclaim and no waiting
         # job is due (`clear`): then the best ready rows are what `lease` would
         # take, found with fewer steps (an idle worker's pickup is about a tenth
@@ -327,8 +327,7 @@ class Statements:
                   AND (SELECT ok FROM clear)
                   AND NOT EXISTS (SELECT 1 FROM {{s}}.queues WHERE name = %(q)s AND paused)
                 ORDER BY j.priority DESC, j.seq LIMIT %(n)s FOR UPDATE OF j SKIP LOCKED),
-            {leased},
-            {_counted(_Change("leased", 0, 1))}
+            {leased}
             SELECT clear.ok, leased.* FROM clear LEFT JOIN leased ON true""")
         ack_set = """
             state = 3, finished_at = t.now, available_at = t.now, token = NULL,
@@ -354,7 +353,7 @@ class Statements:
         self.ack_and_lease = sql(
             f"WITH {now_cte}, {acked}, {reclaim}, "
             f"{pick.replace('{extra}', 'AND EXISTS (SELECT 1 FROM acked)')}, "
-            f"{_counted(ack_change, *lease_counted_changes)} "
+            f"{_counted(ack_change, reclaim_change)} "
             "SELECT (SELECT count(*) FROM acked), leased.* "
             "FROM (SELECT 1) AS one LEFT JOIN leased ON true")
         self.nack = sql(f"""
@@ -439,9 +438,13 @@ class Statements:
             {_counted(_Change("gone", 2, _NONE))}
             SELECT count(*) FROM gone""")
         # kept: the counter, less the kept rows already expired that no sweep took yet
+        # Live rows less the leased ones, which no counter follows (a lease would
+        # write a counter row on the pickup path); there are as many as the
+        # workers hold, read in the jobs_leases index.
         self.stats = sql(f"""
-            SELECT coalesce(sum(pending), 0), coalesce(sum(leased), 0), coalesce(sum(dead), 0),
-                   coalesce(sum(done), 0),
+            WITH held AS (SELECT count(*) AS n FROM {{s}}.jobs WHERE queue = %(q)s AND state = 1)
+            SELECT coalesce(sum(live), 0) - (SELECT n FROM held), (SELECT n FROM held),
+                   coalesce(sum(dead), 0), coalesce(sum(done), 0),
                    coalesce((SELECT paused FROM {{s}}.queues WHERE name = %(q)s), false),
                    coalesce(sum(kept), 0) - (
                        SELECT count(*) FROM {{s}}.jobs AS j, {t}
