@@ -195,6 +195,16 @@ class PostgresBackendTest(_Schema):
         self.assertEqual(sorted(j.payload for j in lease()), ["first", "later"])
         self.assertIn("expired AS", last_lease())
 
+    def test_every_statement_is_short_enough_for_psycopg_to_cache(self) -> None:
+        from nobroker.postgres.statements import MAX_STATEMENT
+
+        sql = self.open().backend._sql
+        lengths = {name: len(text) for name, text in vars(sql).items()
+                   if isinstance(text, bytes)}
+        self.assertGreater(len(lengths), 20)
+        self.assertEqual({name: n for name, n in lengths.items() if n > MAX_STATEMENT}, {},
+                         "psycopg would convert these anew on every call")
+
     def test_an_ack_that_waited_for_a_new_watch_notifies_it(self) -> None:
         """A waiter watches a leased job under a share lock on its row (wakeups._watch);
         an ack blocked on that lock runs on once the watch committed, and must see

@@ -7,7 +7,7 @@ backend (nobroker.file) and this one share only the seam (nobroker.backend)
 and never import each other.
 
 Layers, in dependency order: url (parsing, redaction; stdlib only), schema
-(tables, triggers, migrations), connection (psycopg connections, error
+(tables, functions, migrations), connection (psycopg connections, error
 translation, reconnects), session (connection setup, the acting time),
 statements (the SQL, rows to Jobs), wakeups (LISTEN/NOTIFY waits), backend
 (the operations).

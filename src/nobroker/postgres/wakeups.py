@@ -1,7 +1,7 @@
 """Waiting without polling: idle workers and result waiters, woken by NOTIFY.
 
 Each kind of waiter has a connection of its own that LISTENs on one of the
-queue's two channels (schema.py sends them from the jobs trigger):
+queue's two channels (every statement that changes jobs sends them: statements.py):
 
 - `wait` (an idle worker): the ready channel. It drains what arrived, reads
   the earliest due time (a delayed job, a lease deadline) from the indexes,
@@ -198,12 +198,13 @@ class Wakeups:
     def _watch(self, conn: Conn, job_id: str, *, leased: bool) -> bool:
         """Put the job in `watches`; True if that was ordered against an ack in flight.
 
-        The trigger of an ack looks for the watch inside the ack's transaction.
-        A leased job may be acked at any moment, so its watch is written under
-        a share lock on its row: an ack already running finishes first (and
-        the look after this sees it), an ack after it sees the watch. A
-        pending job is not locked (lease skips locked rows); it must be leased
-        before it is acked, and the look after this catches that.
+        An ack looks for the watch inside its transaction, with a snapshot
+        taken after it locked the row (nb_finished, schema.py). A leased job
+        may be acked at any moment, so its watch is written under a share
+        lock on its row: an ack already running finishes first (and the look
+        after this sees it), an ack after it sees the watch. A pending job is
+        not locked (lease skips locked rows); it must be leased before it is
+        acked, and the look after this catches that.
         """
         params = self._session.params(id=job_id)
         if not leased:
