@@ -124,7 +124,8 @@ class ModuleCliTest(CliCase):
         self.fails(2, "db", "migrate", dir=False, env=env, mentions="needs a PostgreSQL URL")
         self.fails(2, "migrate", "--from", "a", "--to", "b", dir=False, env=env,
                    mentions="between a directory and a PostgreSQL URL")
-        for words in (["db", "migrate", "--url", url],
+        self.fails(2, "db", "recount", dir=False, env=env, mentions="needs a PostgreSQL URL")
+        for words in (["db", "migrate", "--url", url], ["db", "recount", "--url", url],
                       ["migrate", "--from", str(self.qdir), "--to", url]):
             line = self.fails(1, *words, dir=False, env=env, mentions='"nobroker[postgres]"')
             self.assertNotIn("secret", line)

@@ -679,6 +679,35 @@ class PostgresMigrateTest(_Schema):
         self.assertIn(f"at version {schema.LATEST}", second)
         self.assertNotIn(URL.split(":")[2].split("@")[0], out.getvalue(), "password shown")
 
+    def test_db_recount_counts_rows_changed_by_hand_and_keeps_done(self) -> None:
+        from nobroker.cli import main  # noqa: I001
+        import contextlib
+        import io
+
+        q, other = self.open(), self.open("other")
+        q.enqueue_many(["a", "b", "c", "d"])
+        first, second = q.lease(2)
+        q.ack(first, result="kept")
+        other.enqueue("x")
+        s = f'"{q.backend.target.schema}"'
+        q.backend._link.run("test", lambda conn: conn.execute(  # by hand: nobroker never knows
+            f"DELETE FROM {s}.jobs WHERE queue = 'q' AND state <= 1 AND id <> %s".encode(),
+            (second.id,)))
+        self.assertNotEqual(_counted(q), _truth(q), "the DELETE by hand was counted")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(main(["db", "recount", "--url", self.url]), 0)
+            self.assertEqual(main(["db", "recount", "--url", self.url]), 0)
+        self.assertEqual(_counted(q), _truth(q))
+        self.assertEqual((q.stats().pending, q.stats().leased, q.stats().done), (0, 1, 1))
+        self.assertEqual(other.stats().pending, 1)
+        text = out.getvalue()
+        self.assertIn("q: pending + leased 1 (counted 3), dead 0, kept 1", text)
+        self.assertIn("other: pending + leased 1, dead 0, kept 0 (already right)", text)
+        self.assertEqual(text.count("already right"), 3, text)  # the second run: both right
+        q.ack(second)  # counting goes on from the new rows
+        self.assertEqual((_counted(q), q.stats().done), (_truth(q), 2))
+
     def test_migrate_copies_pending_leased_and_dead_jobs_once_with_their_history(self
                                                                                 ) -> None:
         import tempfile

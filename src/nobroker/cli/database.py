@@ -1,5 +1,6 @@
-"""The PostgreSQL commands: `db migrate` (create or upgrade a queue set's schema)
-and `migrate` (copy a queue's jobs between a directory and PostgreSQL).
+"""The PostgreSQL commands: `db migrate` (create or upgrade a queue set's schema),
+`db recount` (its counters counted anew from the rows) and `migrate` (copy a
+queue's jobs between a directory and PostgreSQL).
 
 Both import their backend only when run, so the rest of the command line
 never needs psycopg.
@@ -20,7 +21,14 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     location = queue_location(args)
     if not is_postgres_url(location):
-        raise UsageError(f"db migrate needs a PostgreSQL URL (--url or ${URL_ENV})")
+        raise UsageError(f"db {args.action} needs a PostgreSQL URL (--url or ${URL_ENV})")
+    if args.action == "recount":
+        shown, counts = postgres_backend().recount_url(location, args.schema)
+        print(f"{shown}: counters counted anew from the rows"
+              + ("" if counts else " (no queue has rows or counters)"))
+        for queue in counts:
+            print(f"  {queue.describe()}")
+        return 0
     shown, before, after = postgres_backend().migrate_url(location, args.schema)
     change = f"from version {before} to {after}" if before != after else f"at version {after}"
     print(f"{shown}: schema {change}")

@@ -140,9 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dashboard(command)
 
     # -- PostgreSQL (nobroker.postgres, needs nobroker[postgres])
-    sub = command("db", cmd_db, "PostgreSQL: create or upgrade a queue set's schema")
-    sub.add_argument("action", choices=["migrate"], help="migrate: bring the schema to "
-                     "this nobroker's version (creating it if missing)")
+    sub = command("db", cmd_db, "PostgreSQL: create or upgrade a queue set's schema, or "
+                  "count its jobs anew")
+    sub.add_argument("action", choices=["migrate", "recount"], help="migrate: bring the "
+                     "schema to this nobroker's version (creating it if missing); recount: "
+                     "count every queue's jobs anew from the rows, after rows were changed "
+                     "by hand (writers wait while it runs)")
     sub.add_argument("--schema", metavar="NAME", help="the schema (default: the URL's "
                      "?schema=, else nobroker)")
     sub = command("migrate", cmd_migrate, "copy a queue's jobs between a directory and "

@@ -10,18 +10,27 @@ Layers, in dependency order: url (parsing, redaction; stdlib only), schema
 (tables, functions, migrations), connection (psycopg connections, error
 translation, reconnects), session (connection setup, the acting time),
 statements (the SQL, rows to Jobs), wakeups (LISTEN/NOTIFY waits), backend
-(the operations).
+(the operations); recount (`nobroker db recount`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+
 from ..backend import Settings
+from ..errors import DatabaseError
 from .backend import PostgresBackend
 from .connection import connect, migrate
-from .url import DEFAULT_SCHEMA, is_postgres_url, parse
+from .recount import Recount, recount
+from .url import DEFAULT_SCHEMA, Target, is_postgres_url, parse
 
-__all__ = ["open_backend", "migrate_url", "PostgresBackend", "is_postgres_url",
-           "DEFAULT_SCHEMA"]
+T = TypeVar("T")
+
+__all__ = ["open_backend", "migrate_url", "recount_url", "Recount", "PostgresBackend",
+           "is_postgres_url", "DEFAULT_SCHEMA"]
 
 
 def open_backend(url: str, name: str, settings: Settings) -> PostgresBackend:
@@ -32,16 +41,25 @@ def open_backend(url: str, name: str, settings: Settings) -> PostgresBackend:
 def migrate_url(url: str, schema: str | None = None) -> tuple[str, int, int]:
     """Create or upgrade the queue set's schema; (shown URL, version before, after)."""
     target = parse(url, schema)
+    before, after = _on(target, "migrate", lambda conn: migrate(conn, target))
+    return target.shown, before, after
+
+
+def recount_url(url: str, schema: str | None = None) -> tuple[str, list[Recount]]:
+    """Count every queue of the queue set anew from its rows (recount.py); (shown
+    URL, each queue's counts before and after)."""
+    target = parse(url, schema)
+    return target.shown, _on(target, "recount", lambda conn: recount(conn, target))
+
+
+def _on(target: Target, operation: str, fn: Callable[[Any], T]) -> T:
+    """`fn(connection)` on a connection of its own; a server's refusal as a
+    DatabaseError, password scrubbed."""
     conn = connect(target)
     try:
-        import psycopg
-
-        from ..errors import DatabaseError
-        try:
-            before, after = migrate(conn, target)
-        except psycopg.Error as exc:
-            raise DatabaseError(target.shown, "migrate",
-                                target.scrub(" ".join(str(exc).split()))) from None
+        return fn(conn)
+    except psycopg.Error as exc:
+        raise DatabaseError(target.shown, operation,
+                            target.scrub(" ".join(str(exc).split()))) from None
     finally:
         conn.close()
-    return target.shown, before, after
