@@ -737,7 +737,8 @@ class PostgresMigrateTest(_Schema):
             self.assertEqual((got.payload, got.priority, got.attempts, got.last_error,
                               got.state), (job.payload, job.priority, job.attempts,
                                            job.last_error, wanted_state))
-        self.assertEqual(q.stats().dead, 1)
+        self.assertEqual((q.stats().pending, q.stats().dead), (2, 1))
+        self.assertEqual(_counted(q), _truth(q))
         fresh = q.enqueue("new")
         self.assertNotIn(fresh.id, expected, "a copied generated id is not generated again")
         back = tempfile.mkdtemp()

@@ -30,6 +30,8 @@ from support import TempDirTestCase, child_env, slow, spawn_python, wait_until
 TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: pg_support, support
 
 # A consumer: lease, ack, and write the acked id (after ack returned) to its file.
+# It starts when its stdin closes (`go`), so that consumers spawned one after the
+# other start together.
 CONSUMER = """
 import json, sys, time
 sys.path[:0] = [sys.argv[1]]
@@ -39,6 +41,7 @@ url, out, vt, hold = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.arg
 q = open_queue(url, "work", visibility_timeout=vt)
 with open(out, "a") as f:
     print("ready", flush=True)
+    sys.stdin.read()
     while True:
         job = q.lease_one()
         if job is None:
@@ -86,15 +89,23 @@ class PostgresProcessesTest(TempDirTestCase):
 
     def spawn(self, code: str, *args: str) -> subprocess.Popen[bytes]:
         with open(self.tmp / f"stderr-{time.monotonic()}", "wb") as errors:
-            proc = spawn_python(code, TESTS, self.url, *args, stdin=subprocess.DEVNULL,
-                                stderr=errors)
+            proc = spawn_python(code, TESTS, self.url, *args, stderr=errors)
         self.addCleanup(self._reap, proc)
         assert proc.stdout is not None
         self.assertEqual(proc.stdout.readline().strip(), b"ready")
         return proc
 
     @staticmethod
+    def go(procs: list[subprocess.Popen[bytes]]) -> None:
+        """Start consumers that are ready: close their stdin."""
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.close()
+
+    @staticmethod
     def _reap(proc: subprocess.Popen[bytes]) -> None:
+        if proc.stdin and not proc.stdin.closed:
+            proc.stdin.close()
         if proc.poll() is None:
             proc.kill()
         proc.wait()
@@ -105,6 +116,7 @@ class PostgresProcessesTest(TempDirTestCase):
         jobs = self.queue.enqueue_many(list(range(600)))
         outs = [self.tmp / f"acked-{n}" for n in range(3)]
         procs = [self.spawn(CONSUMER, str(out), "30", "0") for out in outs]
+        self.go(procs)
         for proc in procs:
             self.assertEqual(proc.wait(120), 0)
         acked = [_lines(out) for out in outs]
@@ -118,6 +130,7 @@ class PostgresProcessesTest(TempDirTestCase):
         jobs = self.queue.enqueue_many(list(range(200)))
         outs = [self.tmp / f"acked-{n}" for n in range(3)]
         procs = [self.spawn(CONSUMER, str(out), "1.0", "0.01") for out in outs]
+        self.go(procs)
         wait_until(lambda: len(_lines(outs[0])) >= 5, 60, "the first consumer to ack jobs")
         os.kill(procs[0].pid, signal.SIGKILL)
         procs[0].wait()

@@ -23,13 +23,14 @@ What the tables hold (the backend's docstring says why):
   `expires_at` for its key and result, then deleted by a sweep.
 - counters: per queue, one row per connection *slot* that ever wrote
   (connection.SLOTS, plus shared overflow rows); `stats()` sums those rows
-  whatever the queue's size: live jobs (pending or leased; from version 3,
-  the leased ones are counted in their index instead), dead, done ever,
-  and kept. The statement that changes jobs updates them in the same
-  statement (statements.py's `_counted`, which every writing statement
-  goes through; up to version 2, triggers did); each connection holds its
-  own slot (an advisory lock), so writers never wait on each other's
-  counter row. Rows changed by hand, outside nobroker, are not counted.
+  whatever the queue's size: live jobs (pending or leased; stats() takes
+  away the leased ones, which it counts in their index), dead, done ever,
+  and kept (up to version 2: pending and leased apart). The statement
+  that changes jobs updates them in the same statement (statements.py's
+  `_counted`, which every writing statement goes through; up to version
+  2, triggers did); each connection holds its own slot (an advisory lock),
+  so writers never wait on each other's counter row. Rows changed by hand,
+  outside nobroker, are not counted (`nobroker db recount`: recount.py).
 - the same statements send the wake-ups: `nb_r_<hash>` when a job may
   have become leasable, `nb_f_<hash>` (payload: the job id, or `*` for a
   batch) when a *watched* job (a row in `watches`, put there by

@@ -228,7 +228,7 @@ class Statements:
                 ON CONFLICT (queue, id) DO NOTHING
                 RETURNING {{cols}}),
             {_counted(_Change("added", _NONE, 0))}
-            SELECT * FROM added""")
+            SELECT * FROM added""")  # 0: ready or waiting count and wake alike
         self.enqueue_many = sql(f"""
             WITH added AS (
                 INSERT INTO {{s}}.jobs AS j (queue, id, seq, state, priority, available_at,
