@@ -23,7 +23,7 @@ import psycopg
 from ..backend import Settings
 from ..errors import DatabaseError
 from .backend import PostgresBackend
-from .connection import connect, migrate
+from .connection import connect, error_text, migrate
 from .recount import Recount, recount
 from .url import DEFAULT_SCHEMA, Target, is_postgres_url, parse
 
@@ -59,7 +59,6 @@ def _on(target: Target, operation: str, fn: Callable[[Any], T]) -> T:
     try:
         return fn(conn)
     except psycopg.Error as exc:
-        raise DatabaseError(target.shown, operation,
-                            target.scrub(" ".join(str(exc).split()))) from None
+        raise DatabaseError(target.shown, operation, error_text(target, exc)) from None
     finally:
         conn.close()

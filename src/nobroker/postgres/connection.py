@@ -29,7 +29,7 @@ from ..errors import ConnectionLostError, DatabaseError, LockTimeoutError, Queue
 from . import schema
 from .url import Target
 
-__all__ = ["Link", "LinkBusy", "connect", "migrate", "SLOTS"]
+__all__ = ["Link", "LinkBusy", "connect", "migrate", "error_text", "SLOTS"]
 
 T = TypeVar("T")
 # Counter rows per queue; each writing connection holds one while it lives, and a
@@ -49,7 +49,7 @@ def connect(target: Target, timeout: float = 10.0) -> psycopg.Connection[tuple[o
                                connect_timeout=max(1, round(timeout)),
                                application_name="nobroker")
     except psycopg.Error as exc:
-        raise ConnectionLostError(target.shown, "connect", _reason(target, exc)) from None
+        raise ConnectionLostError(target.shown, "connect", error_text(target, exc)) from None
 
 
 def migrate(conn: psycopg.Connection[tuple[object, ...]], target: Target) -> tuple[int, int]:
@@ -78,7 +78,8 @@ def _version(conn: psycopg.Connection[tuple[object, ...]], name: str) -> int:
     return int(found[0]) if found and found[0] is not None else 0  # type: ignore[call-overload]
 
 
-def _reason(target: Target, exc: BaseException) -> str:
+def error_text(target: Target, exc: BaseException) -> str:
+    """A psycopg error as one line, the password scrubbed (its type if it has no text)."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return target.scrub(text)
 
@@ -129,12 +130,12 @@ class Link:
             if conn.broken or conn.closed:
                 self._drop()
                 raise ConnectionLostError(self.target.shown, operation,
-                                          _reason(self.target, exc)) from None
+                                          error_text(self.target, exc)) from None
             raise DatabaseError(self.target.shown, operation,
-                                _reason(self.target, exc)) from None
+                                error_text(self.target, exc)) from None
         except psycopg.Error as exc:
             raise DatabaseError(self.target.shown, operation,
-                                _reason(self.target, exc)) from None
+                                error_text(self.target, exc)) from None
 
     def _connection(self, operation: str) -> psycopg.Connection[tuple[object, ...]]:
         if self._closed:
@@ -153,7 +154,7 @@ class Link:
             except psycopg.Error as exc:
                 conn.close()
                 raise ConnectionLostError(self.target.shown, operation,
-                                          _reason(self.target, exc)) from None
+                                          error_text(self.target, exc)) from None
         except ConnectionLostError:
             pause = min(FIRST_PAUSE * 2 ** self._failures, MAX_PAUSE)
             self._failures += 1
