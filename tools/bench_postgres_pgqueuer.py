@@ -15,7 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_postgres_measure import BATCH, URL, Drain, Rate, drain_in_processes, percentiles
+from bench_postgres_measure import (
+    BATCH,
+    URL,
+    Drain,
+    Rate,
+    best_rate,
+    drain_in_processes,
+    percentiles,
+)
 
 
 async def _pgqueuer_connect() -> Any:
@@ -87,15 +95,7 @@ class PgQueuer:
             await q.enqueue(["bench"] * count, [b"0"] * count, [0] * count)
 
     def enqueue_many(self, n: int) -> Rate:
-        async def body(q: Any) -> Rate:
-            best = 0.0
-            for _ in range(3):
-                started = time.perf_counter()
-                await self._fill(q, n)
-                best = max(best, n / (time.perf_counter() - started))
-            return best
-
-        return float(self._run(body))
+        return float(self._run(lambda q: best_rate(n, lambda: self._fill(q, n))))
 
     def consume(self, workers: int, n: int) -> Drain:
         self._run(lambda q: self._fill(q, n))

@@ -15,7 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_postgres_measure import BATCH, URL, Drain, Rate, drain_in_processes, percentiles
+from bench_postgres_measure import (
+    BATCH,
+    URL,
+    Drain,
+    Rate,
+    best_rate,
+    drain_in_processes,
+    percentiles,
+)
 
 
 def _procrastinate_app() -> Any:
@@ -86,15 +94,7 @@ class Procrastinate:
             await task.batch_defer_async(*({"n": i} for i in range(min(BATCH, n - at))))
 
     def enqueue_many(self, n: int) -> Rate:
-        async def body(app: Any) -> Rate:
-            best = 0.0
-            for _ in range(3):
-                started = time.perf_counter()
-                await self._fill(app, n)
-                best = max(best, n / (time.perf_counter() - started))
-            return best
-
-        return float(self._run(body))
+        return float(self._run(lambda app: best_rate(n, lambda: self._fill(app, n))))
 
     def consume(self, workers: int, n: int) -> Drain:
         async def body(app: Any) -> None:
