@@ -249,7 +249,7 @@ class Statements:
                 DELETE FROM {{s}}.jobs AS j USING {t}
                 WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state >= 3
                   AND (j.expires_at <= t.now OR j.state = 4)
-                RETURNING j.id, j.state, {{s}}.nb_kept(j.state, j.result) AS kept),
+                RETURNING j.id, {{s}}.nb_kept(j.state, j.result) AS kept),
             {_counted(_Change("gone", 3, _NONE, kept_before="gone.kept"))}
             SELECT count(*) FROM gone""")
         self.get = sql(f"""
@@ -436,7 +436,7 @@ class Statements:
         self.purge = sql(f"""
             WITH gone AS (
                 DELETE FROM {{s}}.jobs WHERE queue = %(q)s AND state <= 0
-                RETURNING id, state),
+                RETURNING id),
             {_counted(_Change("gone", 0, _NONE))}
             SELECT count(*) FROM gone""")
         self.delete_dead = sql(f"""
@@ -446,10 +446,10 @@ class Statements:
                 RETURNING id),
             {_counted(_Change("gone", 2, _NONE))}
             SELECT count(*) FROM gone""")
-        # kept: the counter, less the kept rows already expired that no sweep took yet
-        # Live rows less the leased ones, which no counter follows (a lease would
-        # write a counter row on the pickup path); there are as many as the
-        # workers hold, read in the jobs_leases index.
+        # Pending: live rows less the leased ones, which no counter follows (a
+        # lease would write a counter row on the pickup path); there are as many
+        # as the workers hold, read in the jobs_leases index. Kept: the counter,
+        # less the kept rows already expired that no sweep took yet.
         self.stats = sql(f"""
             WITH held AS (SELECT count(*) AS n FROM {{s}}.jobs WHERE queue = %(q)s AND state = 1)
             SELECT coalesce(sum(live), 0) - (SELECT n FROM held), (SELECT n FROM held),
@@ -472,7 +472,7 @@ class Statements:
                     WHERE j.queue = %(q)s AND j.state >= 3 AND j.expires_at <= t.now
                     LIMIT 1000 FOR UPDATE OF j SKIP LOCKED) AS old
                 WHERE d.queue = %(q)s AND d.id = old.id
-                RETURNING d.id, d.state, {{s}}.nb_kept(d.state, d.result) AS kept),
+                RETURNING d.id, {{s}}.nb_kept(d.state, d.result) AS kept),
             {_counted(_Change("gone", 3, _NONE, kept_before="gone.kept"))}
             SELECT count(*) FROM gone""")
         self.live = sql(f"""
@@ -490,17 +490,17 @@ class Statements:
                           attempts, keyed, last_error, payload, o)
                 ORDER BY u.o),
             added AS (
-            INSERT INTO {{s}}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
-                                  max_attempts, attempts, keyed, last_error, payload,
-                                  finished_at)
-            SELECT %(q)s, id, seq,
-                   CASE WHEN state = 0 AND available_at > t.now THEN {WAITING} ELSE state END,
-                   priority, available_at, enqueued_at, max_attempts,
-                   attempts, keyed, last_error, payload,
-                   CASE WHEN state = 2 THEN available_at END
-            FROM src, (SELECT {{s}}.nb_now(%(t)s::float8) AS now) AS t
-            ON CONFLICT (queue, id) DO NOTHING
-            RETURNING id, state),
+                INSERT INTO {{s}}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
+                                      max_attempts, attempts, keyed, last_error, payload,
+                                      finished_at)
+                SELECT %(q)s, id, seq,
+                       CASE WHEN state = 0 AND available_at > t.now THEN {WAITING} ELSE state END,
+                       priority, available_at, enqueued_at, max_attempts,
+                       attempts, keyed, last_error, payload,
+                       CASE WHEN state = 2 THEN available_at END
+                FROM src, (SELECT {{s}}.nb_now(%(t)s::float8) AS now) AS t
+                ON CONFLICT (queue, id) DO NOTHING
+                RETURNING id, state),
             {_counted(_Change("added", _NONE, None, (WAITING, 0, 2)))}
             SELECT state FROM added""")
         # Generated-form ids copied in must not be generated again here.
