@@ -198,7 +198,9 @@ class SettlingTest(WorkerTestCase):
 
 class HeartbeatTest(WorkerTestCase):
     def test_heartbeats_keep_a_slow_job_longer_than_its_visibility_timeout(self) -> None:
-        q = self.queue(visibility_timeout=0.3)
+        # A heartbeat every 0.3 s, so a lease lapses only if two in a row miss by
+        # 0.6 s: a 0.3 s timeout lapsed under fsync load (an extend stalled 0.2 s).
+        q = self.queue(visibility_timeout=0.9)
         job = q.enqueue({"slow": True})
         rival = Queue(self.tmp / "q")  # another handle: would get the job if the lease lapsed
         self.addCleanup(rival.close)
@@ -207,7 +209,7 @@ class HeartbeatTest(WorkerTestCase):
 
         def handler(job: Job) -> None:
             delivered.append(job.attempts)
-            deadline = time.monotonic() + 1.2  # four visibility timeouts
+            deadline = time.monotonic() + 2.8  # over three visibility timeouts
             while time.monotonic() < deadline:
                 stolen.extend(rival.lease())
                 time.sleep(0.02)
@@ -224,7 +226,7 @@ class HeartbeatTest(WorkerTestCase):
         # A slot chains into its next job (ack_and_lease) without waking the other
         # threads, so the heartbeat must find each new flight by itself, even if it
         # last looked while the only flight was settling (and so not to be renewed).
-        q = self.queue(visibility_timeout=0.45)  # a heartbeat every 0.15 s
+        q = self.queue(visibility_timeout=0.9)  # a heartbeat every 0.3 s (0.45 lapsed under load)
         q.enqueue_many([{"n": n} for n in range(3)])
         observer = Queue(self.tmp / "q", readonly=True)
         self.addCleanup(observer.close)
@@ -242,12 +244,12 @@ class HeartbeatTest(WorkerTestCase):
                 return getattr(self._queue, name)
 
             def ack_and_lease(self, *args: Any, **kwargs: Any) -> Job | None:
-                time.sleep(0.2)
+                time.sleep(0.35)
                 return self._queue.ack_and_lease(*args, **kwargs)
 
         def handler(job: Job) -> None:
             delivered.append(job.attempts)
-            deadline = time.monotonic() + 1.0  # over two visibility timeouts
+            deadline = time.monotonic() + 2.0  # over two visibility timeouts
             while time.monotonic() < deadline:
                 seen = observer.get(job.id)  # a lapsed lease shows as a past deadline
                 if seen.state is not JobState.LEASED or (seen.lease_expires_at or 0) < time.time():
