@@ -4,9 +4,16 @@ Every error the library raises on purpose derives from `NobrokerError`, so a
 caller can catch one class. Low-level errors (`struct.error`,
 `json.JSONDecodeError`, `OSError`) are translated into these at the boundary
 where they happen and never leak as themselves.
+
+`Retry` is the one exception here that nobroker does not raise: a handler
+raises it to nobroker, to name when its job is tried again.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
+
+from . import validation
 
 __all__ = [
     "NobrokerError",
@@ -22,6 +29,7 @@ __all__ = [
     "UnsafeFilesystemError",
     "DatabaseError",
     "ConnectionLostError",
+    "Retry",
 ]
 
 
@@ -136,3 +144,22 @@ class TaskFailed(NobrokerError):
         self.job_id = job_id
         self.state = state
         self.last_error = last_error
+
+
+class Retry(Exception):
+    """Raised by a handler or task: give this job back, to run again after `delay`.
+
+    `delay` is seconds or a timedelta (None: the queue's backoff policy). It
+    is a failed attempt like any other: it counts against `max_attempts`
+    (the last one moves the job to the dead-letter queue) and "Retry: reason"
+    becomes its `last_error`. Only the wait is the handler's to choose, e.g.
+    an API's Retry-After. Not a NobrokerError, so that a handler's own
+    `except NobrokerError` around queue calls does not swallow it.
+    """
+
+    def __init__(self, reason: str = "", *, delay: float | timedelta | None = None) -> None:
+        super().__init__(reason)
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        self.delay = None if delay is None else validation.number("Retry delay", delay,
+                                                                   minimum=0)

@@ -1,7 +1,7 @@
 """Where a Worker's handler call runs, and how a time limit ends it.
 
 What it owns: running one call and reporting its `Outcome` (a result, or the
-`last_error` text to nack with), four ways:
+`last_error` text to nack with, and the delay a `Retry` named), four ways:
 
 - inline, in the slot's own thread (the default, no time limit);
 - in a fresh thread, under a time limit: at the limit the call is reported
@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SerializationError
+from .errors import Retry, SerializationError
 from .models import Job, JobState
 from .tasks import call_as
 
@@ -69,10 +69,12 @@ class Outcome:
     detail: str | None = None  # a traceback formatted elsewhere (a child process)
     timed_out: bool = False
     crashed: bool = False  # a child process died under the call
+    retry_delay: float | None = None  # the call raised Retry(delay=...): nack with it
 
     @classmethod
     def failed(cls, exc: BaseException) -> Outcome:
-        return cls(error_text=describe_error(exc), error=exc)
+        delay = exc.delay if isinstance(exc, Retry) else None
+        return cls(error_text=describe_error(exc), error=exc, retry_delay=delay)
 
     def traceback(self) -> str:
         if self.error is not None:
@@ -223,7 +225,8 @@ class ChildProcess:
                                       f"{how}", crashed=True)
         if reply["ok"]:
             return Outcome(result=reply["result"])
-        return Outcome(error_text=reply["error"], detail=reply.get("traceback"))
+        return Outcome(error_text=reply["error"], detail=reply.get("traceback"),
+                       retry_delay=reply.get("retry_delay"))
 
     def _reap(self) -> str:
         """Wait for a dead child; say how it died."""
@@ -317,7 +320,8 @@ def child_main(conn: Any, preload: tuple[str, ...]) -> None:
                 raise SerializationError(f"the return value is not JSON: {exc}") from None
         except BaseException as exc:  # the call's failure, sent back as its last_error
             text = json.dumps({"ok": False, "error": describe_error(exc),
-                               "traceback": "".join(traceback.format_exception(exc))})
+                               "traceback": "".join(traceback.format_exception(exc)),
+                               "retry_delay": exc.delay if isinstance(exc, Retry) else None})
         try:
             conn.send_bytes(text.encode())
         except OSError:  # the parent is gone or gave up on this call

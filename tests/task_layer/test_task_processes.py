@@ -113,6 +113,33 @@ class TaskProcessContract(_Mixin):
         self.assertEqual(caught.exception.state, JobState.DEAD)
         self.assertTrue(bad.ready())
 
+    def test_a_retry_raised_in_a_child_process_keeps_its_delay(self) -> None:
+        # The child sends the delay back over the pipe with its error text.
+        self.module("retries", '''
+            from nobroker import Retry
+
+            @q.task(name="flaky")
+            def flaky():
+                if current_job().attempts == 1:
+                    raise Retry("not yet", delay=0.2)
+                return current_job().attempts
+
+            @q.task(name="later")
+            def later():
+                raise Retry("much later", delay=3600)
+        ''')
+        q = self.queue()
+        later = q.enqueue({"task": "later"})
+        before = q.get(later.id).enqueued_at
+        flaky = TaskResult(q, q.enqueue({"task": "flaky"}).id)
+        self.work("retries", "--pool", "process")
+        self.assertEqual(flaky.get(timeout=TIMEOUT), 2, self.errors())
+        job = wait_until(lambda: (j := q.get(later.id)).attempts == 1
+                         and j.state is JobState.PENDING and j, timeout=TIMEOUT,
+                         what="the later task to be given back")
+        self.assertEqual(job.last_error, "Retry: much later")
+        self.assertGreaterEqual(job.available_at, before + 3600)
+
     def test_a_result_is_waited_for_from_another_process(self) -> None:
         self.module("adder", '''
             @q.task(name="add")

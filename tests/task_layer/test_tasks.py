@@ -21,12 +21,12 @@ import time
 import unittest
 import zoneinfo
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
 
-from nobroker import BackoffPolicy, Job, JobState, Queue, SerializationError, Worker
+from nobroker import BackoffPolicy, Job, JobState, Queue, Retry, SerializationError, Worker
 from nobroker.tasks import Scheduler, TaskResult, current_job, registry_of, tick_job_id
 
 FAST_RETRY = BackoffPolicy(base=0.05, factor=1.0, jitter=0.0)
@@ -354,6 +354,59 @@ class WorkerTaskTest(TempDirTestCase):
         self.run_worker(Worker(self.q, max_jobs=2, handle_signals=False))()
         self.assertEqual(seen, ids)
         self.assertIsNone(current_job())
+
+    def test_raising_retry_nacks_the_job_after_the_delay_it_names(self) -> None:
+        # Inline, in a thread under a time limit, and on the event loop: each way a
+        # call can fail must carry the delay to the nack (the backoff is 0.05 s).
+        @self.q.task(name="inline")
+        def inline() -> None:
+            raise Retry("rate limited", delay=3600)
+
+        @self.q.task(name="limited", timeout=30)
+        def limited() -> None:
+            raise Retry("rate limited", delay=timedelta(hours=1))
+
+        @self.q.task(name="coroutine")
+        async def coroutine() -> None:
+            await asyncio.sleep(0)
+            raise Retry("rate limited", delay=3600)
+
+        ids = [inline.delay().id, limited.delay().id, coroutine.delay().id]
+        before = time.time()
+        stats = self.run_worker(Worker(self.q, max_jobs=3, handle_signals=False))()
+        self.assertEqual(stats.retried, 3)
+        for job_id in ids:
+            job = self.q.get(job_id)
+            self.assertEqual((job.state, job.attempts, job.last_error),
+                             (JobState.PENDING, 1, "Retry: rate limited"))
+            self.assertGreaterEqual(job.available_at, before + 3600)
+            self.assertLess(job.available_at, time.time() + 3600)
+
+    def test_retry_without_a_delay_waits_the_backoff_and_the_last_attempt_is_dead(
+            self) -> None:
+        runs: list[int] = []
+
+        @self.q.task(name="again")
+        def again() -> None:
+            job = current_job()
+            assert job is not None
+            runs.append(job.attempts)
+            raise Retry()
+
+        result = again.apply_async(max_attempts=3)
+        stats = self.run_worker(Worker(self.q, max_jobs=3, handle_signals=False))()
+        self.assertEqual(runs, [1, 2, 3])  # 0.05 s apart: the backoff, not a fixed wait
+        self.assertEqual((stats.retried, stats.dead_lettered), (2, 1))
+        (dead,) = self.q.dlq()
+        self.assertEqual((dead.id, dead.last_error), (result.id, "Retry"))
+
+    def test_a_retry_delay_that_is_not_a_duration_is_refused_naming_it(self) -> None:
+        for bad, needle in [(-1, ">= 0"), (True, "not bool"), (float("inf"), "finite"),
+                            ("60", "not str")]:
+            with self.subTest(delay=bad), self.assertRaises(ValueError) as caught:
+                Retry(delay=bad)  # type: ignore[arg-type]
+            self.assertIn("Retry delay", str(caught.exception))
+            self.assertIn(needle, str(caught.exception))
 
     def test_a_task_returning_a_value_that_is_not_json_fails_the_job(self) -> None:
         @self.q.task(name="bad")

@@ -4,7 +4,8 @@ A slot takes a leased job from the inbox, works out what it calls (its
 *plan*: the handler, or the registered task its payload names), runs it
 where the pool says (pool.py: a thread, a child process, the event loop)
 under its time limit, and settles it: returning acks it, with the task's
-result; raising nacks it with "Type: message". A slot that finishes a job
+result; raising nacks it with "Type: message" (after the delay a `Retry`
+names, or the queue's backoff). A slot that finishes a job
 acks it and leases the next in the same write (`Queue.ack_and_lease`) for as
 long as jobs are ready. A job whose lease a heartbeat found gone, or that the
 worker abandoned, is never settled here.
@@ -129,7 +130,7 @@ class Slots(Shared):
             # The queue's time before the nack: the delay logged is the backoff, not
             # what is left of it.
             nacked_at = getattr(self.queue, "clock", time.time)()
-            after = self.queue.nack(job, error=text)
+            after = self.queue.nack(job, error=text, delay=outcome.retry_delay)
         except NotLeasedError as exc:
             log.warning("job %s (attempt %d): lease lost before it could be %s (%s); "
                         "whoever holds it now will settle it", job.id, job.attempts, verb,
