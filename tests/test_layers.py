@@ -49,7 +49,8 @@ FILE_TIERS: list[tuple[str, frozenset[str]]] = [
                                     "retention", "columns"})),
     ("one log file", frozenset({"logfile", "logwriter", "recovery", "syncfile"})),
     ("records", frozenset({"records"})),
-    ("bytes and the OS", frozenset({"framing", "fs", "lock", "wake", "finished"})),
+    ("bytes and the OS", frozenset({"framing", "fs", "lock", "namedlocks", "wake",
+                                    "finished"})),
 ]
 # The replay state is pure: it imports only itself (and the shared layer).
 PURE = frozenset({"state", "transitions", "snapshots", "fields", "jobtable", "tablecolumns",

@@ -23,6 +23,7 @@ from .errors import (
     SerializationError,
     StorageError,
     TaskFailed,
+    TaskLockedError,
     UnsafeFilesystemError,
 )
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
@@ -50,6 +51,7 @@ __all__ = [
     "SerializationError",
     "StorageError",
     "TaskFailed",
+    "TaskLockedError",
     "UnsafeFilesystemError",
     "Worker",
     "WorkerStats",

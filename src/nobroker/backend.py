@@ -158,6 +158,13 @@ class Backend(Protocol):
         """Where `capabilities.compaction`; the Queue never calls it otherwise."""
         ...
 
+    def try_lock(self, key: str) -> Callable[[], None] | None:
+        """Take the named lock `key` of this queue if no handle anywhere holds it
+        (another thread of this process included): returns the function that lets
+        it go (called once), or None if it is held. A lock dies with its holder
+        (its process, or its database connection): nothing is left to expire."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "UnsafeFilesystemError",
     "DatabaseError",
     "ConnectionLostError",
+    "TaskLockedError",
     "Retry",
 ]
 
@@ -144,6 +145,15 @@ class TaskFailed(NobrokerError):
         self.job_id = job_id
         self.state = state
         self.last_error = last_error
+
+
+class TaskLockedError(NobrokerError):
+    """A named lock (`Queue.lock`, a task's `lock=`) is held by another run, in
+    this process or any other on the queue."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the lock {key!r} is held by another run")
+        self.key = key
 
 
 class Retry(Exception):

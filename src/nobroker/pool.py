@@ -86,8 +86,10 @@ def _timed_out(seconds: float) -> Outcome:
     return Outcome(error_text=timeout_text(seconds), timed_out=True)
 
 
-def run_in_thread(call: Callable[[], Any], timeout: float, name: str) -> Outcome:
-    """Run `call` in a new daemon thread; give up on it after `timeout` seconds."""
+def run_in_thread(call: Callable[[], Any], timeout: float, name: str,
+                  after: Callable[[], None] | None = None) -> Outcome:
+    """Run `call` in a new daemon thread; give up on it after `timeout` seconds.
+    `after` runs in that thread once the call ended, even if we gave up on it."""
     box: list[Outcome] = []
     done = threading.Event()
 
@@ -97,7 +99,11 @@ def run_in_thread(call: Callable[[], Any], timeout: float, name: str) -> Outcome
         except BaseException as exc:  # whatever it raises is the job's failure
             box.append(Outcome.failed(exc))
         finally:
-            done.set()
+            try:
+                if after is not None:
+                    after()
+            finally:
+                done.set()
 
     threading.Thread(target=target, name=name, daemon=True).start()
     if not done.wait(timeout):

@@ -12,11 +12,12 @@ by hand, for tests and tools.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -24,7 +25,7 @@ from . import validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads
-from .errors import NobrokerError, SerializationError, TaskFailed
+from .errors import NobrokerError, SerializationError, TaskFailed, TaskLockedError
 from .file.backend import FileBackend, FileOptions
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
@@ -298,6 +299,21 @@ class Queue:
         """Lease again after pause(); idle workers wake at once."""
         self._backend.set_paused(False)
 
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """Hold the named lock `key` for the `with` block, or raise TaskLockedError at
+        once if another run holds it (a thread of this process, or any other
+        process on the queue). It is let go when the block ends, and dies with
+        its holder (the process; on PostgreSQL, its connection), so a killed
+        worker leaves no stale lock. A task's `lock=` takes one around each run."""
+        release = self._backend.try_lock(validation.lock_key(key))
+        if release is None:
+            raise TaskLockedError(key)
+        try:
+            yield
+        finally:
+            release()
+
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None = None) -> int:
@@ -354,23 +370,25 @@ class Queue:
 
     def task(self, fn: Any = None, *, name: str | None = None, max_attempts: int | None = None,
              priority: int = 0, timeout: float | None = None,
-             result_ttl: float | None = None) -> Any:
+             result_ttl: float | None = None, lock: bool | str = False) -> Any:
         """Decorator: register a function as a task of this queue (`@q.task` or
-        `@q.task(...)`); see nobroker.tasks."""
+        `@q.task(...)`); see nobroker.tasks. `lock=True` (or a key) runs one call
+        at a time across every worker: see `lock`."""
         from . import tasks
         return tasks.task(self, fn, name=name, max_attempts=max_attempts, priority=priority,
-                          timeout=timeout, result_ttl=result_ttl)
+                          timeout=timeout, result_ttl=result_ttl, lock=lock)
 
     def periodic(self, *, cron: str | None = None, every: Any = None, tz: str | None = None,
                  name: str | None = None, max_attempts: int | None = None, priority: int = 0,
-                 timeout: float | None = None, result_ttl: float | None = None) -> Any:
+                 timeout: float | None = None, result_ttl: float | None = None,
+                 lock: bool | str = False) -> Any:
         """Decorator: register a task the workers run on a schedule, `cron="*/5 * * * *"`
         (in UTC, or in time zone `tz`, a tz database name such as "Europe/Paris") or
         `every=60` (seconds or a timedelta); see nobroker.tasks.schedule."""
         from . import tasks
         return tasks.periodic(self, cron=cron, every=every, tz=tz, name=name,
                               max_attempts=max_attempts, priority=priority, timeout=timeout,
-                              result_ttl=result_ttl)
+                              result_ttl=result_ttl, lock=lock)
 
     # -- lifecycle ----------------------------------------------------------
 

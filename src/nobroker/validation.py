@@ -77,12 +77,21 @@ def fraction(name: str, value: object) -> float:
 
 def job_id(value: object) -> str:
     """A job id: a non-empty string without control characters."""
+    return _identifier("job_id", value)
+
+
+def lock_key(value: object) -> str:
+    """A named lock's key: as a job id, a non-empty string without control characters."""
+    return _identifier("lock key", value)
+
+
+def _identifier(name: str, value: object) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"job_id must be a string, not {type(value).__name__}")
+        raise ValueError(f"{name} must be a string, not {type(value).__name__}")
     if not value or len(value) > MAX_ID_LENGTH:
-        raise ValueError(f"job_id must be 1 to {MAX_ID_LENGTH} characters")
+        raise ValueError(f"{name} must be 1 to {MAX_ID_LENGTH} characters")
     if not value.isprintable():
-        raise ValueError(f"job_id {value!r} contains control characters")
+        raise ValueError(f"{name} {value!r} contains control characters")
     return value
 
 

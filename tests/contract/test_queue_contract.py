@@ -34,8 +34,10 @@ from nobroker import (
     NotLeasedError,
     Queue,
     QueueClosedError,
+    NobrokerError,
     SerializationError,
     TaskFailed,
+    TaskLockedError,
 )
 
 NO_JITTER = BackoffPolicy(base=10.0, factor=3.0, max_delay=1000.0, jitter=0.0)
@@ -1039,6 +1041,57 @@ class QueueContract:
         t.assertEqual([(j.id, j.result) for j in q.list_jobs(JobState.DONE)], [(a.id, "ra")])
         t.assertEqual([j.id for j in q.list_jobs(JobState.CANCELLED)], [b.id])
         t.assertEqual([j.id for j in q.list_jobs()], [c.id], "live jobs only, by default")
+
+    # -- named locks ----------------------------------------------------------
+
+    def test_a_named_lock_is_held_by_one_run_at_a_time(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, other = self.queue(), self.queue()
+        seen: list[str] = []
+
+        def rival() -> None:  # another thread of this process is a rival too
+            try:
+                with q.lock("report"):
+                    seen.append("taken")
+            except TaskLockedError as exc:
+                seen.append(f"refused {exc.key}")
+
+        with q.lock("report"):
+            for handle in (q, other):
+                with t.assertRaises(TaskLockedError) as caught, handle.lock("report"):
+                    pass
+                t.assertIn("'report'", str(caught.exception))
+            thread = threading.Thread(target=rival)
+            thread.start()
+            thread.join(10)
+            with other.lock("another key"):
+                pass
+        t.assertEqual(seen, ["refused report"])
+        with other.lock("report"):  # let go when the block ended
+            pass
+
+    def test_a_named_lock_is_let_go_when_its_block_raises(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        with t.assertRaises(KeyError), q.lock("k"):
+            raise KeyError("boom")
+        with q.lock("k"):
+            pass
+
+    def test_a_bad_lock_key_or_a_read_only_queue_is_refused(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        for key, needle in [("", "1 to"), ("a\nb", "control characters"), (7, "string")]:
+            with t.subTest(key=key), t.assertRaises(ValueError) as caught:
+                with q.lock(key):  # type: ignore[arg-type]
+                    pass
+            t.assertIn("lock key", str(caught.exception))
+            t.assertIn(needle, str(caught.exception))
+        q.enqueue("x")  # a read-only handle needs the queue to exist
+        with self.make_queue(readonly=True) as reader:
+            with t.assertRaises(NobrokerError) as refused, reader.lock("k"):
+                pass
+            t.assertIn("read-only", str(refused.exception))
 
 
 class FileQueueContractTest(QueueContract, TempDirTestCase):

@@ -25,7 +25,7 @@ from pg_support import (
 )
 from support import FakeClock, wait_until
 
-from nobroker import JobNotFoundError, JobState, NotLeasedError
+from nobroker import JobNotFoundError, JobState, NotLeasedError, TaskLockedError
 from nobroker.errors import ConnectionLostError, NobrokerError
 
 
@@ -112,6 +112,39 @@ class PostgresQueueContractTest(QueueContract, _Schema):
 @needs_postgres
 class PostgresBackendTest(_Schema):
     """What the contract cannot say: the server's clock, wake-ups, results, the URL."""
+
+    def test_a_named_lock_is_a_session_lock_of_its_queue_and_schema(self) -> None:
+        a, b = self.open("a"), self.open("b")
+        elsewhere = self.open_elsewhere("a")
+        with a.lock("k"), b.lock("k"), elsewhere.lock("k"):
+            with self.assertRaises(TaskLockedError), self.open("a").lock("k"):
+                pass
+            self.assertEqual(self.key_locks(a, b, elsewhere), 3, "a session lock per queue")
+        self.assertEqual(self.key_locks(a, b, elsewhere), 0,
+                         "let go, not left to the session's end")
+
+    def open_elsewhere(self, name: str) -> Any:
+        """A queue of that name in another queue set (schema) of the same database."""
+        url = fresh_schema_url()
+        self.addCleanup(drop_schema, url)
+        q = open_queue(url, name)
+        self.addCleanup(q.close)
+        return q
+
+    @staticmethod
+    def key_locks(*queues: Any) -> int:
+        """How many of the queues' locks of key "k" the server has granted now (other
+        tests' worker processes may hold named locks of their own meanwhile)."""
+        from nobroker.postgres.namedlocks import lock_number  # psycopg: only with a server
+
+        # pg_locks shows a 64-bit advisory key as classid (high half), objid (low).
+        halves = [divmod(lock_number(q.backend.target.schema, q.name, "k") % 2**64, 2**32)
+                  for q in queues]
+        return int(queues[0].backend._link.run("test", lambda conn: conn.execute(
+            b"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+            b"AND granted AND (classid::bigint, objid::bigint) IN "
+            b"(SELECT * FROM unnest(%s::bigint[], %s::bigint[]))",
+            ([h for h, _ in halves], [lo for _, lo in halves])).fetchone()[0]))
 
     def test_the_server_clock_sets_deadlines_when_no_clock_is_given(self) -> None:
         q = self.open(visibility_timeout=0.3, backoff=_no_backoff())

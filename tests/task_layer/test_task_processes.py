@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from support import WorkerProcessCase, wait_until
 
-from nobroker import BackoffPolicy, JobState, Queue, TaskFailed
+from nobroker import BackoffPolicy, JobState, Queue, TaskFailed, TaskLockedError
 from nobroker.tasks import TaskResult
 
 FAST_RETRY = BackoffPolicy(base=0.05, factor=1.0, jitter=0.0)
@@ -177,6 +177,64 @@ class TaskProcessContract(_Mixin):
         self.assertEqual(self.notes(), [["stuck"], ["stuck"]])
         quick = TaskResult(q, q.enqueue({"task": "quick"}).id)
         self.assertEqual(quick.get(timeout=TIMEOUT), "ok", self.errors())
+
+    def test_a_locked_task_runs_one_call_at_a_time_across_worker_processes(self) -> None:
+        # The pings come first (priority) and return only once both workers run
+        # one: then both workers are up, and both lease a "solo" at once.
+        self.module("solo", '''
+            @q.task(name="ping", priority=10)
+            def ping():
+                note("ping", os.getpid())
+                while sum('"ping"' in line for line in open(os.environ["NB_LOG"])) < 2:
+                    time.sleep(0.01)
+
+            @q.task(name="solo", lock=True)
+            def solo(n):
+                note("start", n, time.time())
+                time.sleep(0.3)
+                note("end", n, time.time())
+        ''')
+        q = self.queue()
+        q.enqueue_many([{"task": "ping"}] * 2, priority=10)
+        solos = [TaskResult(q, job.id) for job in q.enqueue_many(
+            [{"task": "solo", "args": [n]} for n in range(3)], max_attempts=1000)]
+        for _ in range(2):
+            self.work("solo")
+        for result in solos:
+            result.get(timeout=TIMEOUT)
+        runs = sorted((at, what) for what, n, at in
+                      (note for note in self.notes() if note[0] != "ping"))
+        self.assertEqual([what for _, what in runs], ["start", "end"] * 3,
+                         f"two calls overlapped: {runs}")
+        self.assertEqual(len({note[1] for note in self.notes() if note[0] == "ping"}), 2)
+        refused = [q.get(r.id) for r in solos]
+        self.assertGreater(sum(job.attempts for job in refused), 3,
+                           "no run was ever refused: the workers never met at the lock")
+
+    def test_a_worker_killed_holding_a_lock_leaves_it_free(self) -> None:
+        self.module("hog", '''
+            @q.task(name="hog", lock=True)
+            def hog():
+                note("in", os.getpid())
+                time.sleep(3600)
+        ''')
+        q = self.queue()
+        q.enqueue({"task": "hog"})
+        proc = self.work("hog")
+        wait_until(self.notes, TIMEOUT, "the task to start")
+        with self.assertRaises(TaskLockedError), q.lock("hog"):
+            pass
+        proc.kill()  # SIGKILL: nothing of the worker's gets to let the lock go
+        proc.wait(30)
+
+        def free() -> bool:
+            try:
+                with q.lock("hog"):
+                    return True
+            except TaskLockedError:
+                return False
+
+        wait_until(free, TIMEOUT, "the killed worker's lock to be free")
 
     def test_cancelling_a_running_task_refuses_its_late_ack(self) -> None:
         self.module("cancel", '''

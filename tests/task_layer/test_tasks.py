@@ -26,7 +26,16 @@ from typing import Any
 
 from support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
 
-from nobroker import BackoffPolicy, Job, JobState, Queue, Retry, SerializationError, Worker
+from nobroker import (
+    BackoffPolicy,
+    Job,
+    JobState,
+    Queue,
+    Retry,
+    SerializationError,
+    TaskLockedError,
+    Worker,
+)
 from nobroker.tasks import Scheduler, TaskResult, current_job, registry_of, tick_job_id
 
 FAST_RETRY = BackoffPolicy(base=0.05, factor=1.0, jitter=0.0)
@@ -407,6 +416,52 @@ class WorkerTaskTest(TempDirTestCase):
                 Retry(delay=bad)  # type: ignore[arg-type]
             self.assertIn("Retry delay", str(caught.exception))
             self.assertIn(needle, str(caught.exception))
+
+    def test_a_locked_task_refused_the_lock_fails_and_a_timed_out_run_keeps_it(self) -> None:
+        # A thread over its time limit runs on, detached: the lock stays with it
+        # until it really ends, or a second run could overlap the first.
+        release, entered = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        @self.q.task(name="locked", lock=True, timeout=0.2)
+        def locked() -> None:
+            entered.set()
+            release.wait()
+
+        locked.apply_async(max_attempts=2)
+        stats = self.run_worker(Worker(self.q, max_jobs=2, handle_signals=False))()
+        self.assertTrue(entered.is_set())
+        (dead,) = self.q.dlq()
+        self.assertEqual(dead.last_error,
+                         "TaskLockedError: the lock 'locked' is held by another run")
+        self.assertEqual((stats.timed_out, stats.retried, stats.dead_lettered), (1, 1, 1))
+        with self.assertRaises(TaskLockedError), self.q.lock("locked"):
+            pass  # the detached thread still holds it
+        release.set()
+
+        def free() -> bool:
+            try:
+                with self.q.lock("locked"):
+                    return True
+            except TaskLockedError:
+                return False
+
+        wait_until(free, timeout=30.0, what="the detached thread to let the lock go")
+
+    def test_a_lock_shared_by_two_tasks_and_bad_lock_options(self) -> None:
+        @self.q.task(name="a", lock="shared")
+        def a() -> None: ...
+
+        @self.q.task(name="b", lock=True)
+        def b() -> None: ...
+
+        @self.q.task(name="c")
+        def c() -> None: ...
+
+        self.assertEqual((a.lock, b.lock, c.lock), ("shared", "b", None))
+        for lock, error in [(1, TypeError), ("", ValueError), ("x\ty", ValueError)]:
+            with self.subTest(lock=lock), self.assertRaises(error):
+                self.q.task(name="bad", lock=lock)(lambda: None)
 
     def test_a_task_returning_a_value_that_is_not_json_fails_the_job(self) -> None:
         @self.q.task(name="bad")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backend import Capabilities, Settings
-from ..errors import JobNotFoundError, NotLeasedError
+from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
 from ..models import (
     CompactionResult,
     Job,
@@ -44,6 +44,7 @@ from .commands import (
     plan_settle,
 )
 from .logfile import LogFile, paused_gc
+from .namedlocks import try_named_lock
 from .options import FileOptions
 from .records import RecordType
 from .state import Entry, QueueState
@@ -340,6 +341,11 @@ class FileBackend:
 
     def compact(self) -> CompactionResult:
         return self.store.compact()
+
+    def try_lock(self, key: str) -> Callable[[], None] | None:
+        if self.store.readonly:
+            raise NobrokerError("queue was opened read-only")
+        return try_named_lock(self.options.fs, self.location, self.name, key)
 
     def close(self) -> None:
         self.store.close()

@@ -47,7 +47,7 @@ import time
 from ..errors import LockTimeoutError
 from .fs import FileSystem
 
-__all__ = ["SharedLock", "shared_lock"]
+__all__ = ["SharedLock", "shared_lock", "try_lock_fd", "unlock_fd"]
 
 # Why a descriptor for writing is refused although the file could be read.
 _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -55,7 +55,7 @@ _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
-    def _try_lock(fd: int) -> bool:
+    def try_lock_fd(fd: int) -> bool:
         os.lseek(fd, 0, os.SEEK_SET)
         try:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
@@ -63,7 +63,7 @@ if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
             return False
         return True
 
-    def _unlock(fd: int) -> None:
+    def unlock_fd(fd: int) -> None:
         os.lseek(fd, 0, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
@@ -72,14 +72,14 @@ if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
 else:
     import fcntl
 
-    def _try_lock(fd: int) -> bool:
+    def try_lock_fd(fd: int) -> bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
         return True
 
-    def _unlock(fd: int) -> None:
+    def unlock_fd(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _lock_blocking(fd: int) -> None:
@@ -211,7 +211,7 @@ class SharedLock:
                 return False
         while True:
             self.tries += 1
-            if not _try_lock(self._fd):
+            if not try_lock_fd(self._fd):
                 return False
             if self._same_file():
                 return True
@@ -226,7 +226,7 @@ class SharedLock:
         assert old is not None
         self._fd = self._fs.open(self.path, os.O_RDONLY if self.degraded
                                  else os.O_RDWR | os.O_CREAT)
-        _unlock(old)
+        unlock_fd(old)
         self._fs.close(old)
 
     def _lock_file(self, started: float | None, timeout: float) -> None:
@@ -274,7 +274,7 @@ class SharedLock:
             except BaseException:  # interrupted (KeyboardInterrupt): we never take it
                 if self._granted:  # granted just now: let go, nobody holds it knowingly
                     assert self._fd is not None
-                    _unlock(self._fd)
+                    unlock_fd(self._fd)
                 self._granted = self._wanted = False  # in flock still: it unlocks after
                 self._acquirer_state.notify_all()
                 raise
@@ -312,7 +312,7 @@ class SharedLock:
                     while self._granted:  # until the waiter has taken it
                         state.wait()
                 else:
-                    _unlock(fd)  # its waiter left: nobody may keep it unknowingly
+                    unlock_fd(fd)  # its waiter left: nobody may keep it unknowingly
 
     def _same_file(self) -> bool:
         # If NAME.lock was unlinked or renamed over, our inode has no links left and
@@ -353,7 +353,7 @@ class SharedLock:
                 # holds a flock nobody holds. This way `_unwind` drops the flock.
                 self._file_locked = False
                 if self._fd is not None:
-                    _unlock(self._fd)
+                    unlock_fd(self._fd)
         except BaseException:
             self._unwind()
             raise
@@ -371,7 +371,7 @@ class SharedLock:
                     # nobody. Otherwise any flock on it is this thread's.
                     if not self._in_flock:
                         with contextlib.suppress(OSError):  # not locked (Windows)
-                            _unlock(self._fd)
+                            unlock_fd(self._fd)
         finally:
             self._thread_lock.release()
 

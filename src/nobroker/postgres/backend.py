@@ -35,16 +35,23 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import psycopg
 
 from ..backend import Capabilities, Settings
-from ..errors import ConnectionLostError, JobNotFoundError, LockTimeoutError, NotLeasedError
+from ..errors import (
+    ConnectionLostError,
+    JobNotFoundError,
+    LockTimeoutError,
+    NobrokerError,
+    NotLeasedError,
+)
 from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from . import schema
 from .connection import Link, LinkBusy
+from .namedlocks import try_named_lock
 from .session import Session
 from .statements import CODES_OF, STATE_CODES, STATES, Statements, job_from_row
 from .url import Target
@@ -408,6 +415,11 @@ class PostgresBackend:
             return [STATES[row[0]] for row in rows]
 
         return self._link.run("import", run)
+
+    def try_lock(self, key: str) -> Callable[[], None] | None:
+        if self.settings.readonly:
+            raise NobrokerError("queue was opened read-only")
+        return try_named_lock(self.target, self.name, key, self.settings.lock_timeout)
 
     # -- lifecycle ----------------------------------------------------------
 

@@ -7,7 +7,7 @@ connection is ConnectionLostError (the connection is dropped, and the next
 call connects again, after a pause that doubles with each failure up to
 `MAX_PAUSE`, so a dead server is not hammered); anything else the server
 refuses is DatabaseError. Messages pass through `Target.scrub`, so a password
-never shows. psycopg is imported here and in backend.py only.
+never shows.
 
 On connect, a link sets its session up (`setup`): the queue set's schema is
 migrated if needed, the connection takes a counter slot (schema.py), and

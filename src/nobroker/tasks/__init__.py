@@ -45,12 +45,12 @@ R = TypeVar("R")
 
 def task(queue: Queue, fn: Callable[P, R] | None = None, *, name: str | None = None,
          max_attempts: int | None = None, priority: int = 0, timeout: float | None = None,
-         result_ttl: float | None = None,
+         result_ttl: float | None = None, lock: bool | str = False,
          schedule: Schedule | None = None) -> Any:
     """Register `fn` on `queue` (what `Queue.task` does); usable with or without ()."""
     def register(func: Callable[P, R]) -> Task[P, R]:
         made = Task(queue, func, name=name, max_attempts=max_attempts, priority=priority,
-                    timeout=timeout, result_ttl=result_ttl, schedule=schedule)
+                    timeout=timeout, result_ttl=result_ttl, lock=lock, schedule=schedule)
         registry_of(queue).add(made)
         return made
 
@@ -60,14 +60,15 @@ def task(queue: Queue, fn: Callable[P, R] | None = None, *, name: str | None = N
 def periodic(queue: Queue, *, cron: str | None = None, every: float | timedelta | None = None,
              tz: str | None = None, name: str | None = None, max_attempts: int | None = None,
              priority: int = 0, timeout: float | None = None,
-             result_ttl: float | None = None) -> Callable[[Callable[[], R]], Task[[], R]]:
+             result_ttl: float | None = None,
+             lock: bool | str = False) -> Callable[[Callable[[], R]], Task[[], R]]:
     """Register a task that runs on a schedule (what `Queue.periodic` does)."""
     schedule = Schedule.of(cron, every, tz)
 
     def register(func: Callable[[], R]) -> Task[[], R]:
         made: Task[[], R] = task(queue, func, name=name, max_attempts=max_attempts,
                                  priority=priority, timeout=timeout, result_ttl=result_ttl,
-                                 schedule=schedule)
+                                 lock=lock, schedule=schedule)
         return made
 
     return register

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from .. import validation
 from ..errors import JobNotFoundError, SerializationError
 from ..models import Job, JobState
 
@@ -166,7 +167,7 @@ class Task(Generic[P, R]):
     def __init__(self, queue: Queue, fn: Callable[P, R], *, name: str | None = None,
                  max_attempts: int | None = None, priority: int = 0,
                  timeout: float | None = None, result_ttl: float | None = None,
-                 schedule: Schedule | None = None) -> None:
+                 lock: bool | str = False, schedule: Schedule | None = None) -> None:
         if not callable(fn):
             raise TypeError(f"a task must be a function, not {type(fn).__name__}")
         self.fn = fn
@@ -178,6 +179,7 @@ class Task(Generic[P, R]):
         self.priority = _int("priority", priority)
         self.timeout = _optional_seconds("timeout", timeout)
         self.result_ttl = _optional_seconds("result_ttl", result_ttl, zero=True)
+        self.lock = _lock_key(lock, self.name)
         self.schedule = schedule
         self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
@@ -305,3 +307,14 @@ def _optional_seconds(name: str, value: object, *, zero: bool = False) -> float 
         raise ValueError(f"{name} must be a finite number {'>=' if zero else '>'} 0, "
                          f"not {value}")
     return float(value)
+
+
+def _lock_key(lock: object, name: str) -> str | None:
+    """A task's `lock=`: False for none, True for one named after the task, or its key."""
+    if lock is False or lock is None:
+        return None
+    if lock is True:
+        return validation.lock_key(name)
+    if not isinstance(lock, str):
+        raise TypeError(f"lock must be True, False or a key string, not {type(lock).__name__}")
+    return validation.lock_key(lock)

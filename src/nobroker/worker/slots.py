@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import NobrokerError, NotLeasedError, SerializationError
+from ..errors import NobrokerError, NotLeasedError, SerializationError, TaskLockedError
 from ..models import Job, JobState
 from ..pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
 from ..tasks import call_as, parse_payload
@@ -40,6 +40,7 @@ class Plan:
     result_ttl: float | None = None
     spec: str = ""  # module:qualname, for a child process
     refused: str | None = None  # the job cannot run here: this is its last_error
+    lock: str | None = None  # the named lock each run holds (a task's lock=)
 
 
 class Slots(Shared):
@@ -181,31 +182,49 @@ class Slots(Shared):
             return Plan(None, refused=f"unknown task {call.name!r}")
         timeout = task.timeout if task.timeout is not None else self.timeout
         return Plan(task.fn, tuple(call.args), call.kwargs, timeout, keep=True,
-                    result_ttl=task.result_ttl, spec=task.spec)
+                    result_ttl=task.result_ttl, spec=task.spec, lock=task.lock)
 
     def _execute(self, job: Job, plan: Plan, child: ChildProcess | None) -> Outcome:
-        """Run the plan's call where the pool says, under its time limit."""
+        """Run the plan's call where the pool says, under its time limit (and its
+        named lock: a run that finds it held fails with TaskLockedError)."""
         if plan.refused is not None or plan.target is None:
             return Outcome(error_text=plan.refused)
-        if child is not None:
-            handler = self.tasks is None
-            request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
-                                       "job": job_to_json(job), "handler": handler,
-                                       "args": [] if handler else plan.args,
-                                       "kwargs": plan.kwargs or {}}
-            return child.call(request, plan.timeout)
-        target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
-        if plan.timeout is not None and not inspect.iscoroutinefunction(target):
-            outcome = run_in_thread(lambda: call_as(job, target, args, kwargs), plan.timeout,
-                                    f"nobroker-call-{job.id}")
-        else:
+        release = _no_lock
+        if plan.lock is not None:
             try:
-                outcome = Outcome(result=call_as(job, target, args, kwargs))
-            except BaseException as exc:  # whatever a handler raises is that job's failure
+                taken = self.queue.backend.try_lock(plan.lock)
+            except NobrokerError as exc:  # could not ask (a broken connection)
                 return Outcome.failed(exc)
-        if outcome.error_text is None and inspect.isawaitable(outcome.result):
-            return self._loop.run(outcome.result, plan.timeout)  # call_as made it a coroutine
-        return outcome
+            if taken is None:
+                return Outcome.failed(TaskLockedError(plan.lock))
+            release = taken
+        handed_over = False  # a detached thread lets the lock go when its call ends
+        try:
+            if child is not None:  # a child over its limit is dead when call() returns
+                handler = self.tasks is None
+                request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
+                                           "job": job_to_json(job), "handler": handler,
+                                           "args": [] if handler else plan.args,
+                                           "kwargs": plan.kwargs or {}}
+                return child.call(request, plan.timeout)
+            target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
+            if plan.timeout is not None and not inspect.iscoroutinefunction(target):
+                # A thread over its limit runs on: it holds the lock until it ends.
+                handed_over = True
+                outcome = run_in_thread(lambda: call_as(job, target, args, kwargs),
+                                        plan.timeout, f"nobroker-call-{job.id}", after=release)
+            else:
+                try:
+                    outcome = Outcome(result=call_as(job, target, args, kwargs))
+                except BaseException as exc:  # whatever a handler raises is its job's failure
+                    return Outcome.failed(exc)
+            if outcome.error_text is None and inspect.isawaitable(outcome.result):
+                # call_as made it a coroutine (a timed-out one is cancelled by then)
+                return self._loop.run(outcome.result, plan.timeout)
+            return outcome
+        finally:
+            if not handed_over:
+                release()
 
     def _child_modules(self) -> tuple[str, ...]:
         """The modules a child process imports up front (pool="process")."""
@@ -214,6 +233,10 @@ class Slots(Shared):
         else:
             specs = [self._handler_spec]
         return tuple(dict.fromkeys(spec.partition(":")[0] for spec in specs))
+
+
+def _no_lock() -> None:
+    """The release of a run that holds no named lock."""
 
 
 def spec_of(fn: Callable[..., Any], spec: str | None = None) -> str:
