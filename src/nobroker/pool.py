@@ -119,6 +119,7 @@ class EventLoop:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._afters: dict[object, Callable[[], None]] = {}  # of coroutines not ended yet
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -130,10 +131,20 @@ class EventLoop:
                 self._loop = loop
             return self._loop
 
-    def run(self, awaitable: Awaitable[Any], timeout: float | None) -> Outcome:
-        """Run `awaitable` on the loop; cancel it at `timeout` seconds."""
-        coroutine = awaitable if asyncio.iscoroutine(awaitable) else _wrap(awaitable)
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._running())
+    def run(self, awaitable: Awaitable[Any], timeout: float | None,
+            after: Callable[[], None] | None = None) -> Outcome:
+        """Run `awaitable` on the loop; cancel it at `timeout` seconds. `after` runs
+        once the coroutine really ended (a cancelled one may take a while to), even
+        if we stopped waiting for it, or once close() stopped the loop under it."""
+        finish = None if after is None else self._once(after)
+        coroutine = _wrap(awaitable, finish)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coroutine, self._running())
+        except BaseException:
+            coroutine.close()  # never started: its finally does not run
+            if finish is not None:
+                finish()
+            raise
         try:
             return Outcome(result=future.result(timeout))
         except concurrent.futures.TimeoutError as exc:
@@ -157,10 +168,34 @@ class EventLoop:
         thread.join(1.0)
         if not thread.is_alive():
             loop.close()
+            # A coroutine still pending will never run again: what waited for its
+            # end (its run's lock) is let go now.
+            with self._lock:
+                left, self._afters = list(self._afters.values()), {}
+            for after in left:
+                after()
+
+    def _once(self, after: Callable[[], None]) -> Callable[[], None]:
+        """`after`, called at most once: by its coroutine's end, or by close()."""
+        token = object()
+
+        def finish() -> None:
+            with self._lock:
+                pending = self._afters.pop(token, None)
+            if pending is not None:
+                pending()
+
+        with self._lock:
+            self._afters[token] = after
+        return finish
 
 
-async def _wrap(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
+async def _wrap(awaitable: Awaitable[Any], after: Callable[[], None] | None) -> Any:
+    try:
+        return await awaitable
+    finally:
+        if after is not None:
+            after()
 
 
 def job_to_json(job: Job) -> dict[str, Any]:

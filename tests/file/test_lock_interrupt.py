@@ -159,8 +159,8 @@ class InterruptedLockTest(TempDirTestCase):
         self.assert_nothing_held_and_usable(lock)
 
     def interrupt_unlock(self, before: bool) -> Callable[[int], None]:
-        """An `_unlock` that gets Ctrl-C once, just `before` or just after unlocking."""
-        real, calls = lock_module._unlock, []
+        """An `unlock_fd` that gets Ctrl-C once, just `before` or just after unlocking."""
+        real, calls = lock_module.unlock_fd, []
 
         def unlock(fd: int) -> None:
             calls.append(fd)
@@ -175,7 +175,7 @@ class InterruptedLockTest(TempDirTestCase):
     def release_interrupted(self, before: bool) -> SharedLock:
         lock = self.lock()
         lock.acquire(5)
-        with mock.patch.object(lock_module, "_unlock", self.interrupt_unlock(before)):
+        with mock.patch.object(lock_module, "unlock_fd", self.interrupt_unlock(before)):
             with self.assertRaises(KeyboardInterrupt):
                 lock.release()
         return lock

@@ -438,15 +438,37 @@ class WorkerTaskTest(TempDirTestCase):
         with self.assertRaises(TaskLockedError), self.q.lock("locked"):
             pass  # the detached thread still holds it
         release.set()
+        wait_until(lambda: self._lock_free("locked"), timeout=30.0,
+                   what="the detached thread to let the lock go")
 
-        def free() -> bool:
+    def test_a_cancelled_coroutine_that_runs_on_keeps_its_lock_until_it_ends(self) -> None:
+        release, cancelled = threading.Event(), threading.Event()
+        self.addCleanup(release.set)
+
+        @self.q.task(name="stubborn", lock=True, timeout=0.2)
+        async def stubborn() -> None:
             try:
-                with self.q.lock("locked"):
-                    return True
-            except TaskLockedError:
-                return False
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:  # swallowed: it runs on, as long as its loop
+                cancelled.set()
+                while not release.is_set():
+                    await asyncio.sleep(0.01)
 
-        wait_until(free, timeout=30.0, what="the detached thread to let the lock go")
+        stubborn.apply_async(max_attempts=2)
+        self.run_worker(Worker(self.q, max_jobs=2, handle_signals=False))()
+        self.assertTrue(cancelled.is_set())
+        (dead,) = self.q.dlq()
+        self.assertEqual(dead.last_error,
+                         "TaskLockedError: the lock 'stubborn' is held by another run")
+        # The worker stopped its loop: the coroutine will never run again, and let go.
+        self.assertTrue(self._lock_free("stubborn"))
+
+    def _lock_free(self, key: str) -> bool:
+        try:
+            with self.q.lock(key):
+                return True
+        except TaskLockedError:
+            return False
 
     def test_a_lock_shared_by_two_tasks_and_bad_lock_options(self) -> None:
         @self.q.task(name="a", lock="shared")

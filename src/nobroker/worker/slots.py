@@ -185,20 +185,25 @@ class Slots(Shared):
                     result_ttl=task.result_ttl, spec=task.spec, lock=task.lock)
 
     def _execute(self, job: Job, plan: Plan, child: ChildProcess | None) -> Outcome:
-        """Run the plan's call where the pool says, under its time limit (and its
-        named lock: a run that finds it held fails with TaskLockedError)."""
+        """Run the plan's call where the pool says, under its time limit and its named
+        lock (a run that finds the lock held fails with TaskLockedError)."""
         if plan.refused is not None or plan.target is None:
             return Outcome(error_text=plan.refused)
-        release = _no_lock
-        if plan.lock is not None:
-            try:
-                taken = self.queue.backend.try_lock(plan.lock)
-            except NobrokerError as exc:  # could not ask (a broken connection)
-                return Outcome.failed(exc)
-            if taken is None:
-                return Outcome.failed(TaskLockedError(plan.lock))
-            release = taken
-        handed_over = False  # a detached thread lets the lock go when its call ends
+        if plan.lock is None:
+            return self._call(job, plan, child, None)
+        try:
+            release = self.queue.backend.try_lock(plan.lock)
+        except NobrokerError as exc:  # could not ask (a broken connection)
+            return Outcome.failed(exc)
+        if release is None:
+            return Outcome.failed(TaskLockedError(plan.lock))
+        return self._call(job, plan, child, release)
+
+    def _call(self, job: Job, plan: Plan, child: ChildProcess | None,
+              release: Callable[[], None] | None) -> Outcome:
+        """Make the call. `release` (of the run's lock) is called once the call really
+        ended: here, or by a thread or coroutine that runs on past its time limit."""
+        keeper = release  # who calls it: this thread, unless handed over
         try:
             if child is not None:  # a child over its limit is dead when call() returns
                 handler = self.tasks is None
@@ -208,9 +213,9 @@ class Slots(Shared):
                                            "kwargs": plan.kwargs or {}}
                 return child.call(request, plan.timeout)
             target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
+            assert target is not None  # _execute returned for a refused plan
             if plan.timeout is not None and not inspect.iscoroutinefunction(target):
-                # A thread over its limit runs on: it holds the lock until it ends.
-                handed_over = True
+                keeper = None  # the thread, detached at the limit, lets go when it ends
                 outcome = run_in_thread(lambda: call_as(job, target, args, kwargs),
                                         plan.timeout, f"nobroker-call-{job.id}", after=release)
             else:
@@ -219,12 +224,14 @@ class Slots(Shared):
                 except BaseException as exc:  # whatever a handler raises is its job's failure
                     return Outcome.failed(exc)
             if outcome.error_text is None and inspect.isawaitable(outcome.result):
-                # call_as made it a coroutine (a timed-out one is cancelled by then)
-                return self._loop.run(outcome.result, plan.timeout)
+                # call_as made it a coroutine; cancelled at its limit, it may run on a
+                # while, so it lets go when it ends
+                after, keeper = keeper, None
+                return self._loop.run(outcome.result, plan.timeout, after=after)
             return outcome
         finally:
-            if not handed_over:
-                release()
+            if keeper is not None:
+                keeper()
 
     def _child_modules(self) -> tuple[str, ...]:
         """The modules a child process imports up front (pool="process")."""
