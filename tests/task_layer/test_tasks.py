@@ -480,7 +480,10 @@ class WorkerTaskTest(TempDirTestCase):
         @self.q.task(name="c")
         def c() -> None: ...
 
-        self.assertEqual((a.lock, b.lock, c.lock), ("shared", "b", None))
+        @self.q.periodic(every=60, name="p", lock=True)
+        def p() -> None: ...
+
+        self.assertEqual((a.lock, b.lock, c.lock, p.lock), ("shared", "b", None, "p"))
         for lock, error in [(1, TypeError), ("", ValueError), ("x\ty", ValueError)]:
             with self.subTest(lock=lock), self.assertRaises(error):
                 self.q.task(name="bad", lock=lock)(lambda: None)

@@ -48,6 +48,7 @@ def try_named_lock(fs: FileSystem, directory: str, queue: str,
     if not taken:
         fs.close(fd)
         return None
+
     def release() -> None:
         try:
             unlock_fd(fd)  # the close alone would do on POSIX; Windows wants this

@@ -50,6 +50,7 @@ def try_named_lock(target: Target, queue: str, key: str,
     if row is None or not row[0]:
         conn.close()
         return None
+
     def release() -> None:
         try:
             conn.execute("SELECT pg_advisory_unlock(%s)", (number,))

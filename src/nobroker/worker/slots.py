@@ -3,12 +3,13 @@
 A slot takes a leased job from the inbox, works out what it calls (its
 *plan*: the handler, or the registered task its payload names), runs it
 where the pool says (pool.py: a thread, a child process, the event loop)
-under its time limit, and settles it: returning acks it, with the task's
-result; raising nacks it with "Type: message" (after the delay a `Retry`
-names, or the queue's backoff). A slot that finishes a job
-acks it and leases the next in the same write (`Queue.ack_and_lease`) for as
-long as jobs are ready. A job whose lease a heartbeat found gone, or that the
-worker abandoned, is never settled here.
+under its time limit (and its named lock, for a task with `lock=`), and
+settles it: returning acks it, with the task's result; raising nacks it
+with "Type: message" (after the delay a `Retry` names, or the queue's
+backoff). A slot that finishes a job acks it and leases the next in the
+same write (`Queue.ack_and_lease`) for as long as jobs are ready. A job
+whose lease a heartbeat found gone, or that the worker abandoned, is never
+settled here.
 """
 
 from __future__ import annotations
@@ -240,10 +241,6 @@ class Slots(Shared):
         else:
             specs = [self._handler_spec]
         return tuple(dict.fromkeys(spec.partition(":")[0] for spec in specs))
-
-
-def _no_lock() -> None:
-    """The release of a run that holds no named lock."""
 
 
 def spec_of(fn: Callable[..., Any], spec: str | None = None) -> str:
