@@ -3,7 +3,8 @@
 The contract suite checks what every backend must do (one run at a time,
 let go at the end of the block); tests/task_layer checks a killed holder.
 Here: the files themselves (private, inside the queue's directory whatever
-the key, never deleted) and that the same key on two queues is two locks.
+the key, never deleted), that the same key on two queues is two locks, and
+that a folder that cannot be made is a StorageError, not an OSError.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import unittest
 
 from support import TempDirTestCase
 
-from nobroker import Queue, TaskLockedError
+from nobroker import Queue, StorageError, TaskLockedError
 from nobroker.file.namedlocks import lock_path
 
 
@@ -44,6 +45,15 @@ class NamedLockFileTest(TempDirTestCase):
         with a.lock("k"), b.lock("k"):
             with self.assertRaises(TaskLockedError), self.open("a").lock("k"):
                 pass
+
+    def test_a_lock_folder_that_cannot_be_made_is_a_storage_error_naming_it(self) -> None:
+        q = self.open()
+        (self.tmp / "q" / "default.locks").write_text("in the way")
+        with self.assertRaises(StorageError) as caught, q.lock("k"):
+            pass
+        self.assertIn("default.locks", str(caught.exception))
+        self.assertIn("opening the lock file failed", str(caught.exception))
+        q.enqueue("still usable")
 
 
 if __name__ == "__main__":

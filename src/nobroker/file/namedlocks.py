@@ -21,6 +21,7 @@ import hashlib
 import os
 from collections.abc import Callable
 
+from ..errors import StorageError
 from .fs import FileSystem
 from .lock import try_lock_fd, unlock_fd
 
@@ -38,8 +39,11 @@ def try_named_lock(fs: FileSystem, directory: str, queue: str,
     """Take `key`'s lock if nobody holds it: the function that lets it go (call it
     once), or None if it is held, by this process or another."""
     path = lock_path(directory, queue, key)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    fd = fs.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = fs.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise StorageError(path, "opening the lock file", exc) from None
     try:
         taken = try_lock_fd(fd)
     except BaseException:
