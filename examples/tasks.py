@@ -39,7 +39,7 @@ if __name__ == "__main__" and "NOBROKER_DIR" not in os.environ:  # the tour: a s
 else:
     _SCRATCH = False
 
-from nobroker import Queue, TaskFailed  # noqa: E402
+from nobroker import Queue, Retry, TaskFailed  # noqa: E402
 from nobroker.tasks import current_job  # noqa: E402
 
 DIRECTORY = os.path.abspath(os.environ.get("NOBROKER_DIR", "./jobs"))
@@ -66,6 +66,17 @@ def render_report(pages: int) -> int:
     return pages
 
 
+@q.task(name="tasks.sync_orders", lock=True)
+def sync_orders(account: str) -> dict[str, Any]:
+    """One run at a time across every worker (lock=True); an API that answers
+    "429, retry after 0.2 s" the first time is retried after 0.2 s, not the backoff."""
+    job = current_job()
+    attempt = job.attempts if job else 1
+    if attempt == 1:
+        raise Retry("rate limited by the orders API", delay=0.2)
+    return {"account": account, "attempt": attempt}
+
+
 @q.periodic(name="tasks.heartbeat", every=60)
 def heartbeat() -> None:
     """Every minute. A tick missed while no worker ran runs once when one starts."""
@@ -90,12 +101,14 @@ def main() -> int:
     later = send_email.apply_async(args=("bob@example.com",), delay=3600, job_id="remind-bob")
     slow = render_report.apply_async(args=(50,))  # 5 s of work against a 1 s limit
     page = fetch.delay("https://example.com/")
+    orders = sync_orders.delay("acme")
     worker = subprocess.Popen([sys.executable, "-m", "nobroker", "--dir", DIRECTORY,
                                "--queue", "tasks", "work", "tasks", "--pool", "process",
                                "--concurrency", "2", "-q"], cwd=HERE, env=env)
     try:
         print(f"send_email result: {r.get(timeout=30)}")
         print(f"fetch result:      {page.get(timeout=30)}")
+        print(f"sync_orders result: {orders.get(timeout=30)} (Retry asked for 0.2 s)")
         print(f"cancel the reminder due in an hour: {later.cancel()} -> {later.state}")
         try:
             print(f"render_report: {slow.get(timeout=30)}")

@@ -68,6 +68,7 @@ class MakeTargetsTest(TempDirTestCase):
         self.assertIn("'task': 'tasks.send_email', 'args': ['ada@example.com']", out)
         self.assertIn("TimeoutError: exceeded 1 s", out)
         self.assertIn("heartbeat ran at worker start: periodic:tasks.heartbeat:", out)
+        self.assertIn("sync_orders result: {'account': 'acme', 'attempt': 2}", out)
         match = re.search(r"queue: (\S+)", out)
         assert match is not None
         self.assertFalse(Path(match.group(1)).exists(), "the example left its queue behind")
