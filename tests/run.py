@@ -118,6 +118,11 @@ class _RecordingResult(unittest.TestResult):
 
 def run_child(tests_dir: Path, module: str, patterns: list[str], result_path: Path) -> int:
     """Run one test module, writing outcomes to ``result_path``; 0 when it finished."""
+    # A shell starts a background job (`make.py test &`, nohup, some CI runners)
+    # with SIGINT ignored, and that is inherited: Python then raises no
+    # KeyboardInterrupt, and the Ctrl-C tests fail. Give the module, and every
+    # process it starts (a handler resets to the default at exec), a real one.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, str(tests_dir))
     loader = unittest.TestLoader()
     if patterns:
