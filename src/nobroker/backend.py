@@ -113,6 +113,11 @@ class Backend(Protocol):
         """`delay` None: the settings' backoff, jittered by the settings' rng."""
         ...
 
+    def snooze(self, job: Job, delay: float, error: str | None) -> Job:
+        """Give the job back untried: pending again in `delay` seconds, its attempts
+        as before this lease (so never dead-lettered by it); NotLeasedError as nack."""
+        ...
+
     def extend(self, job: Job, seconds: float) -> Job: ...
 
     def wait(self, timeout: float) -> bool:

@@ -5,8 +5,8 @@ caller can catch one class. Low-level errors (`struct.error`,
 `json.JSONDecodeError`, `OSError`) are translated into these at the boundary
 where they happen and never leak as themselves.
 
-`Retry` is the one exception here that nobroker does not raise: a handler
-raises it to nobroker, to name when its job is tried again.
+`Retry` and `Snooze` are the exceptions here that nobroker does not raise: a
+handler raises them to nobroker, to say when its job runs again.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ __all__ = [
     "ConnectionLostError",
     "TaskLockedError",
     "Retry",
+    "Snooze",
 ]
 
 
@@ -173,3 +174,19 @@ class Retry(Exception):
             delay = delay.total_seconds()
         self.delay = None if delay is None else validation.number("Retry delay", delay,
                                                                    minimum=0)
+
+
+class Snooze(Exception):
+    """Raised by a handler or task: give this job back untried, to run again after
+    `delay` seconds (or a timedelta).
+
+    Unlike Retry it is not an attempt: the job's attempts stay as they were
+    before this run, so snoozing never dead-letters it (Oban's and River's
+    snooze). For work that is not ready yet, not for a failure.
+    """
+
+    def __init__(self, reason: str = "", *, delay: float | timedelta) -> None:
+        super().__init__(reason)
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        self.delay = validation.number("Snooze delay", delay, minimum=0)

@@ -1,7 +1,8 @@
 """Where a Worker's handler call runs, and how a time limit ends it.
 
 What it owns: running one call and reporting its `Outcome` (a result, or the
-`last_error` text to nack with, and the delay a `Retry` named), four ways:
+`last_error` text to nack with, and the delay a `Retry` or `Snooze` named),
+four ways:
 
 - inline, in the slot's own thread (the default, no time limit);
 - in a fresh thread, under a time limit: at the limit the call is reported
@@ -39,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Retry, SerializationError
+from .errors import Retry, SerializationError, Snooze
 from .models import Job, JobState
 from .tasks import call_as
 
@@ -70,16 +71,27 @@ class Outcome:
     timed_out: bool = False
     crashed: bool = False  # a child process died under the call
     retry_delay: float | None = None  # the call raised Retry(delay=...): nack with it
+    snooze_delay: float | None = None  # not an attempt (Snooze, a held lock): snooze
 
     @classmethod
     def failed(cls, exc: BaseException) -> Outcome:
-        delay = exc.delay if isinstance(exc, Retry) else None
-        return cls(error_text=describe_error(exc), error=exc, retry_delay=delay)
+        retry, snooze = _delays(exc)
+        return cls(error_text=describe_error(exc), error=exc, retry_delay=retry,
+                   snooze_delay=snooze)
 
     def traceback(self) -> str:
         if self.error is not None:
             return "".join(traceback.format_exception(self.error)).rstrip()
         return self.detail or ""
+
+
+def _delays(exc: BaseException) -> tuple[float | None, float | None]:
+    """(retry_delay, snooze_delay) that an exception asks for."""
+    if isinstance(exc, Retry):
+        return exc.delay, None
+    if isinstance(exc, Snooze):
+        return None, exc.delay
+    return None, None
 
 
 def _timed_out(seconds: float) -> Outcome:
@@ -267,7 +279,8 @@ class ChildProcess:
         if reply["ok"]:
             return Outcome(result=reply["result"])
         return Outcome(error_text=reply["error"], detail=reply.get("traceback"),
-                       retry_delay=reply.get("retry_delay"))
+                       retry_delay=reply.get("retry_delay"),
+                       snooze_delay=reply.get("snooze_delay"))
 
     def _reap(self) -> str:
         """Wait for a dead child; say how it died."""
@@ -360,9 +373,10 @@ def child_main(conn: Any, preload: tuple[str, ...]) -> None:
             except (TypeError, ValueError) as exc:
                 raise SerializationError(f"the return value is not JSON: {exc}") from None
         except BaseException as exc:  # the call's failure, sent back as its last_error
+            retry, snooze = _delays(exc)
             text = json.dumps({"ok": False, "error": describe_error(exc),
                                "traceback": "".join(traceback.format_exception(exc)),
-                               "retry_delay": exc.delay if isinstance(exc, Retry) else None})
+                               "retry_delay": retry, "snooze_delay": snooze})
         try:
             conn.send_bytes(text.encode())
         except OSError:  # the parent is gone or gave up on this call

@@ -227,6 +227,13 @@ class Queue:
         wait = None if delay is None else validation.number("delay", delay, minimum=0)
         return self._backend.nack(job, validation.error_text(error), wait)
 
+    def snooze(self, job: Job, delay: float, *, error: str | None = None) -> Job:
+        """Give a leased job back untried: pending again after `delay` seconds, and
+        this lease not counted as an attempt, so snoozing never dead-letters it
+        (as Oban's and River's snooze). NotLeasedError if the lease is not current."""
+        wait = validation.number("delay", delay, minimum=0)
+        return self._backend.snooze(job, wait, validation.error_text(error))
+
     def extend(self, job: Job, seconds: float) -> Job:
         """Move the lease's deadline to `seconds` from now (not added to the old one)."""
         return self._backend.extend(job, validation.number("seconds", seconds, minimum=0.001))

@@ -302,6 +302,30 @@ class QueueContract:
         assert again is not None
         t.assertEqual(q.nack(again, delay=2.5).available_at, clock.now + 2.5)
 
+    def test_snooze_gives_the_job_back_untried_even_on_its_last_attempt(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(backoff=NO_JITTER)
+        job = q.enqueue("x", max_attempts=1)
+        for _ in range(3):  # a nack would have dead-lettered it the first time
+            leased = q.lease_one()
+            assert leased is not None
+            t.assertEqual(leased.attempts, 1)
+            back = q.snooze(leased, 2.5, error="lock held")
+            t.assertEqual((back.id, back.state, back.attempts, back.last_error,
+                           back.available_at), (job.id, JobState.PENDING, 0, "lock held",
+                                                clock.now + 2.5))
+            t.assertIsNone(q.lease_one(), "hidden until its delay is over")
+            t.assertRaises(NotLeasedError, q.snooze, leased, 0)  # its lease is over
+            clock.advance(2.5)
+        stats = q.stats()
+        t.assertEqual((stats.pending, stats.leased, stats.dead), (1, 0, 0))
+        leased = q.lease_one()
+        assert leased is not None
+        q.nack(leased)
+        t.assertEqual(q.get(job.id).state, JobState.DEAD, "a nack still counts")
+        with t.assertRaises(ValueError):
+            q.snooze(leased, -1)
+
     def test_nack_with_jitter_stays_within_the_policy_bounds(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         policy = BackoffPolicy(base=100.0, factor=2.0, max_delay=1000.0, jitter=0.5)

@@ -33,7 +33,7 @@ from nobroker.file.state import (
 
 RT = RecordType
 JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE, RT.CANCEL,
-             RT.DELETE)
+             RT.DELETE, RT.SNOOZE)
 
 
 class Log:
@@ -80,6 +80,11 @@ def ack(job_id: str, tok: int, t: float = 1.0) -> tuple[int, dict[str, Any]]:
 def nack(job_id: str, tok: int, at: float = 5.0, err: str | None = "boom"
          ) -> tuple[int, dict[str, Any]]:
     return RT.NACK, {"id": job_id, "tok": tok, "at": at, "err": err}
+
+
+def snooze(job_id: str, tok: int, at: float = 5.0, err: str | None = "not yet"
+           ) -> tuple[int, dict[str, Any]]:
+    return RT.SNOOZE, {"id": job_id, "tok": tok, "at": at, "err": err}
 
 
 def extend(job_id: str, tok: int, until: float = 200.0) -> tuple[int, dict[str, Any]]:
@@ -176,7 +181,7 @@ def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any
         RT.EXTEND: lambda: extend(job_id, 1), RT.EXPIRE: lambda: expire(job_id, 1),
         RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge,
         RT.FORGET: lambda: forget(job_id), RT.CANCEL: lambda: cancel(job_id),
-        RT.DELETE: lambda: delete(job_id)}
+        RT.DELETE: lambda: delete(job_id), RT.SNOOZE: lambda: snooze(job_id, 1)}
     return makers[rtype]()
 
 
@@ -226,6 +231,16 @@ class RecordTypesTest(unittest.TestCase):
         e = s.jobs["j"]
         self.assertEqual((e.state, e.available_at, e.last_error, e.token, e.attempts),
                          (JobState.PENDING, 55.0, "disk full", 0, 1))
+
+    def test_snooze_returns_the_job_to_pending_with_its_attempt_not_counted(self) -> None:
+        s, log = in_state(JobState.LEASED, ma=1)  # its last attempt: a nack would kill it
+        s.apply_batch(log.batch(snooze("j", 1, at=55.0, err="lock held")))
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.available_at, e.last_error, e.token, e.attempts),
+                         (JobState.PENDING, 55.0, "lock held", 0, 0))
+        self.assertEqual((s.pending, s.leased, s.dead, s.retried), (1, 0, 0, 0))
+        s.apply_batch(log.batch(lease("j", 2)))
+        self.assertEqual(s.jobs["j"].attempts, 1, "the next lease is its first attempt")
 
     def test_nack_at_max_attempts_dead_letters_the_job(self) -> None:
         s, log = in_state(JobState.LEASED, ma=1)

@@ -33,6 +33,7 @@ from nobroker import (
     Queue,
     Retry,
     SerializationError,
+    Snooze,
     TaskLockedError,
     Worker,
 )
@@ -409,15 +410,38 @@ class WorkerTaskTest(TempDirTestCase):
         (dead,) = self.q.dlq()
         self.assertEqual((dead.id, dead.last_error), (result.id, "Retry"))
 
-    def test_a_retry_delay_that_is_not_a_duration_is_refused_naming_it(self) -> None:
-        for bad, needle in [(-1, ">= 0"), (True, "not bool"), (float("inf"), "finite"),
-                            ("60", "not str")]:
-            with self.subTest(delay=bad), self.assertRaises(ValueError) as caught:
-                Retry(delay=bad)  # type: ignore[arg-type]
-            self.assertIn("Retry delay", str(caught.exception))
-            self.assertIn(needle, str(caught.exception))
+    def test_a_retry_or_snooze_delay_that_is_not_a_duration_is_refused_naming_it(
+            self) -> None:
+        for kind in (Retry, Snooze):
+            for bad, needle in [(-1, ">= 0"), (True, "not bool"), (float("inf"), "finite"),
+                                ("60", "not str")]:
+                with self.subTest(kind=kind, delay=bad), \
+                        self.assertRaises(ValueError) as caught:
+                    kind(delay=bad)  # type: ignore[arg-type]
+                self.assertIn(f"{kind.__name__} delay", str(caught.exception))
+                self.assertIn(needle, str(caught.exception))
 
-    def test_a_locked_task_refused_the_lock_fails_and_a_timed_out_run_keeps_it(self) -> None:
+    def test_raising_snooze_gives_the_job_back_untried(self) -> None:
+        @self.q.task(name="inline")
+        def inline() -> None:
+            raise Snooze("not ready", delay=3600)
+
+        @self.q.task(name="coroutine", timeout=30)
+        async def coroutine() -> None:
+            raise Snooze("not ready", delay=timedelta(hours=1))
+
+        ids = [inline.apply_async(max_attempts=1).id, coroutine.apply_async(max_attempts=1).id]
+        before = time.time()
+        stats = self.run_worker(Worker(self.q, max_jobs=2, handle_signals=False))()
+        self.assertEqual((stats.snoozed, stats.retried, stats.dead_lettered), (2, 0, 0))
+        for job_id in ids:  # max_attempts=1: a nack would have dead-lettered them
+            job = self.q.get(job_id)
+            self.assertEqual((job.state, job.attempts, job.last_error),
+                             (JobState.PENDING, 0, "Snooze: not ready"))
+            self.assertGreaterEqual(job.available_at, before + 3600)
+
+    def test_a_locked_task_refused_the_lock_is_snoozed_and_a_timed_out_run_keeps_it(
+            self) -> None:
         # A thread over its time limit runs on, detached: the lock stays with it
         # until it really ends, or a second run could overlap the first.
         release, entered = threading.Event(), threading.Event()
@@ -428,13 +452,15 @@ class WorkerTaskTest(TempDirTestCase):
             entered.set()
             release.wait()
 
-        locked.apply_async(max_attempts=2)
+        job = locked.apply_async(max_attempts=2)
         stats = self.run_worker(Worker(self.q, max_jobs=2, handle_signals=False))()
         self.assertTrue(entered.is_set())
-        (dead,) = self.q.dlq()
-        self.assertEqual(dead.last_error,
-                         "TaskLockedError: the lock 'locked' is held by another run")
-        self.assertEqual((stats.timed_out, stats.retried, stats.dead_lettered), (1, 1, 1))
+        # The second run found the lock held: snoozed, so its lease is not an attempt.
+        self.assertEqual((stats.timed_out, stats.retried, stats.snoozed), (1, 1, 1))
+        after = self.q.get(job.id)
+        self.assertEqual((after.state, after.attempts, after.last_error),
+                         (JobState.PENDING, 1,
+                          "TaskLockedError: the lock 'locked' is held by another run"))
         with self.assertRaises(TaskLockedError), self.q.lock("locked"):
             pass  # the detached thread still holds it
         release.set()
@@ -454,11 +480,11 @@ class WorkerTaskTest(TempDirTestCase):
                 while not release.is_set():
                     await asyncio.sleep(0.01)
 
-        stubborn.apply_async(max_attempts=2)
-        self.run_worker(Worker(self.q, max_jobs=2, handle_signals=False))()
+        job = stubborn.apply_async(max_attempts=2)
+        stats = self.run_worker(Worker(self.q, max_jobs=2, handle_signals=False))()
         self.assertTrue(cancelled.is_set())
-        (dead,) = self.q.dlq()
-        self.assertEqual(dead.last_error,
+        self.assertEqual((stats.timed_out, stats.snoozed), (1, 1))
+        self.assertEqual(self.q.get(job.id).last_error,
                          "TaskLockedError: the lock 'stubborn' is held by another run")
         # The worker stopped its loop: the coroutine will never run again, and let go.
         self.assertTrue(self._lock_free("stubborn"))

@@ -42,6 +42,7 @@ from .commands import (
     plan_purge,
     plan_requeue,
     plan_settle,
+    plan_snooze,
 )
 from .logfile import LogFile, paused_gc
 from .namedlocks import try_named_lock
@@ -213,6 +214,13 @@ class FileBackend:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             plan_nack(state, batch, now, job.id, job.token, error, delay, self._backoff,
                       self._rng)
+            return lambda: self._view(state.jobs[job.id])  # entries are snapshots
+
+        return self.store.write(plan, spare=job.id)
+
+    def snooze(self, job: Job, delay: float, error: str | None) -> Job:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
+            plan_snooze(state, batch, now, job.id, job.token, error, delay)
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
         return self.store.write(plan, spare=job.id)

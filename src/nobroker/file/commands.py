@@ -25,13 +25,13 @@ from .records import Record, RecordType, ack_text, dumps, enqueue_text, lease_te
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
-           "plan_enqueue_many", "plan_lease", "check_lease", "plan_settle", "plan_ack", "plan_nack",
-           "plan_requeue", "plan_purge", "plan_cancel", "plan_delete_dead", "plan_pause",
-           "LEASE_EXPIRED"]
+           "plan_enqueue_many", "plan_lease", "check_lease", "plan_settle", "plan_ack",
+           "plan_nack", "plan_snooze", "plan_requeue", "plan_purge", "plan_cancel",
+           "plan_delete_dead", "plan_pause", "LEASE_EXPIRED"]
 
 LEASE_EXPIRED: Final = "lease expired"
 _WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.NACK, RecordType.EXPIRE,
-                            RecordType.REQUEUE})
+                            RecordType.REQUEUE, RecordType.SNOOZE})
 
 
 def new_job_id(taken: JobIndex, rng: Random) -> str:
@@ -314,6 +314,16 @@ def plan_nack(state: QueueState, batch: Batch, now: float, job_id: str, token: i
     else:
         at = now + (delay if delay is not None else backoff.delay(entry.attempts, rng))
     batch.add(RecordType.NACK, {"id": job_id, "tok": token, "at": at, "err": error})
+    return entry
+
+
+def plan_snooze(state: QueueState, batch: Batch, now: float, job_id: str, token: int | None,
+                error: str | None, delay: float) -> Entry:
+    """SNOOZE for a job the caller holds: pending again after `delay`, this lease not
+    counted as an attempt (so never dead-lettered by it)."""
+    entry = check_lease(state, job_id, token)
+    batch.add(RecordType.SNOOZE, {"id": job_id, "tok": token, "at": now + delay,
+                                  "err": error})
     return entry
 
 

@@ -64,6 +64,7 @@ class RecordType(IntEnum):
     PAUSE = 15  # nothing is leased until RESUME
     RESUME = 16  # leasing goes on
     FINISHED = 17  # snapshot: a finished job kept with its outcome (done or cancelled)
+    SNOOZE = 18  # the holder gave the job back untried: pending again, attempt not counted
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

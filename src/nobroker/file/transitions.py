@@ -50,6 +50,7 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.NACK, JobState.LEASED): (JobState.PENDING, JobState.DEAD),
     (RecordType.EXTEND, JobState.LEASED): (JobState.LEASED,),
     (RecordType.EXPIRE, JobState.LEASED): (JobState.PENDING, JobState.DEAD),
+    (RecordType.SNOOZE, JobState.LEASED): (JobState.PENDING,),
     (RecordType.REQUEUE, JobState.DEAD): (JobState.PENDING,),
     (RecordType.PURGE, JobState.PENDING): (None,),
     (RecordType.FORGET, JobState.DONE): (None,),
@@ -60,7 +61,7 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
 }
 # The records a job's holder writes: they must carry its current fencing token.
 FENCED: Final = frozenset({RecordType.ACK, RecordType.NACK, RecordType.EXTEND,
-                            RecordType.EXPIRE})
+                            RecordType.EXPIRE, RecordType.SNOOZE})
 
 
 class JobTransitions:
@@ -189,6 +190,18 @@ class JobTransitions:
         error = f"lease expired (attempt {self._table.attempts[slot]})"
         self._apply_retry(slot, job_id, rec, offset, error)
 
+    def _apply_snooze(self, slot: int, job_id: str, rec: Record, offset: int,
+                      size: int) -> None:
+        """Pending again from `at`, with the attempts it had before its lease."""
+        table = self._table
+        at = field(rec, "at", float, offset)
+        seq = table.seqs[slot]
+        table.set_error(seq, opt_str(rec, "err", offset))
+        table.unhold(seq, job_id)
+        table.attempts[slot] = max(0, table.attempts[slot] - 1)
+        self._count(table.make_pending(slot, at), -1)
+        self.pending += 1
+
     def _apply_requeue(self, slot: int, job_id: str, rec: Record, offset: int,
                        size: int) -> None:
         at = field(rec, "at", float, offset)
@@ -283,6 +296,7 @@ JOB_RECORDS: Final[dict[int, Callable[[JobTransitions, int, str, Record, int, in
     RecordType.NACK: JobTransitions._apply_nack,
     RecordType.EXTEND: JobTransitions._apply_extend,
     RecordType.EXPIRE: JobTransitions._apply_expire,
+    RecordType.SNOOZE: JobTransitions._apply_snooze,
     RecordType.REQUEUE: JobTransitions._apply_requeue,
     RecordType.CANCEL: JobTransitions._apply_cancel,
     RecordType.DELETE: JobTransitions._apply_delete,

@@ -255,6 +255,10 @@ class PostgresBackend:
         params = self._params(id=job.id, tok=job.token, err=error, delay=wait)
         return job_from_row(self._fenced("nack", self._sql.nack, params, job))
 
+    def snooze(self, job: Job, delay: float, error: str | None) -> Job:
+        params = self._params(id=job.id, tok=job.token, err=error, delay=delay)
+        return job_from_row(self._fenced("snooze", self._sql.snooze, params, job))
+
     def extend(self, job: Job, seconds: float) -> Job:
         params = self._params(id=job.id, tok=job.token, s=seconds)
         return job_from_row(self._fenced("extend", self._sql.extend, params, job))

@@ -379,6 +379,18 @@ class Statements:
                 RETURNING {{cols}}),
             {_counted(_Change("nacked", 1, None, (WAITING, 0, 2)))}
             SELECT * FROM nacked""")
+        self.snooze = sql(f"""
+            WITH snoozed AS (
+                UPDATE {{s}}.jobs AS j SET
+                    state = CASE WHEN %(delay)s::float8 > 0 THEN {WAITING} ELSE 0 END,
+                    available_at = t.now + %(delay)s::float8,
+                    attempts = greatest(j.attempts - 1, 0),
+                    last_error = %(err)s::text, token = NULL, lease_until = NULL
+                FROM {t}
+                WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
+                RETURNING {{cols}}),
+            {_counted(_Change("snoozed", 1, None, (WAITING, 0)))}
+            SELECT * FROM snoozed""")
         self.extend = sql(f"""
             UPDATE {{s}}.jobs AS j SET lease_until = t.now + %(s)s::float8 FROM {t}
             WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s

@@ -100,8 +100,9 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._flights: set[Flight] = set()
         self._inbox: deque[Flight] = deque()
         self._reserved = 0  # leases taken (or being taken), for max_jobs
-        self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "lost",
-                                      "abandoned", "heartbeats", "timed_out", "crashed"), 0)
+        self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "snoozed",
+                                      "lost", "abandoned", "heartbeats", "timed_out",
+                                      "crashed"), 0)
         self._stopping = threading.Event()  # set with the first stop request: the scheduler
         self._started = False
         self._began = 0.0

@@ -39,6 +39,7 @@ class WorkerStats:
     succeeded: int = 0  # the handler returned; the job was acked
     retried: int = 0  # the handler raised; the job will be retried after its backoff
     dead_lettered: int = 0  # the handler raised on the job's last attempt
+    snoozed: int = 0  # given back untried, not an attempt (its lock was held, or Snooze)
     lost: int = 0  # the lease was gone before the job could be settled
     abandoned: int = 0  # still running when the worker stopped; will be redelivered
     heartbeats: int = 0  # lease extensions written
@@ -54,7 +55,7 @@ class WorkerStats:
 
     @property
     def processed(self) -> int:
-        return self.succeeded + self.failed + self.lost
+        return self.succeeded + self.failed + self.snoozed + self.lost
 
 
 @dataclass(eq=False, slots=True)

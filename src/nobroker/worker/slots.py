@@ -114,7 +114,8 @@ class Slots(Shared):
 
     def _settle(self, job: Job, outcome: Outcome, plan: Plan,
                 chain: bool) -> tuple[str, Job | None]:
-        """Ack (and maybe lease the next job) or nack; returns the outcome's counter."""
+        """Ack (and maybe lease the next job), nack or snooze; returns the outcome's
+        counter."""
         text = outcome.error_text
         verb = "acked" if text is None else "nacked"
         try:
@@ -129,6 +130,12 @@ class Slots(Shared):
                 except SerializationError as exc:  # the result is not JSON: the task failed
                     text = describe_error(exc)
                     verb = "nacked"
+            if outcome.snooze_delay is not None:  # not an attempt (a held lock, Snooze)
+                verb = "snoozed"
+                self.queue.snooze(job, outcome.snooze_delay, error=text)
+                log.info("job %s snoozed for %.3gs, not counted as an attempt: %s", job.id,
+                         outcome.snooze_delay, (text or "").replace("\n", "\\n"))
+                return "snoozed", None
             # The queue's time before the nack: the delay logged is the backoff, not
             # what is left of it.
             nacked_at = getattr(self.queue, "clock", time.time)()
@@ -196,8 +203,9 @@ class Slots(Shared):
             release = self.queue.backend.try_lock(plan.lock)
         except NobrokerError as exc:  # could not ask (a broken connection)
             return Outcome.failed(exc)
-        if release is None:
-            return Outcome.failed(TaskLockedError(plan.lock))
+        if release is None:  # not an attempt: look again after the backoff's first step
+            return Outcome(error_text=describe_error(TaskLockedError(plan.lock)),
+                           snooze_delay=self.queue.backoff.delay(1))
         return self._call(job, plan, child, release)
 
     def _call(self, job: Job, plan: Plan, child: ChildProcess | None,
