@@ -131,20 +131,43 @@ class PostgresBackendTest(_Schema):
         self.addCleanup(q.close)
         return q
 
+    def test_a_named_lock_keeps_its_connection_for_the_next_and_replaces_a_broken_one(
+            self) -> None:
+        q = self.open("a")
+        with q.lock("k"):
+            (first,) = self.key_lock_holders(q)
+        with q.lock("k"):
+            self.assertEqual(self.key_lock_holders(q), [first], "the connection was kept")
+        q.backend._link.run("test", lambda conn: conn.execute(
+            "SELECT pg_terminate_backend(%s)", (first,)))
+        wait_until(lambda: not self.session_alive(q, first), what="the session to end")
+        with q.lock("k"):  # the kept connection broke: a new one takes the lock
+            (second,) = self.key_lock_holders(q)
+        self.assertNotEqual(second, first)
+
     @staticmethod
-    def key_locks(*queues: Any) -> int:
-        """How many of the queues' locks of key "k" the server has granted now (other
-        tests' worker processes may hold named locks of their own meanwhile)."""
+    def session_alive(queue: Any, pid: int) -> bool:
+        return bool(queue.backend._link.run("test", lambda conn: conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]))
+
+    @staticmethod
+    def key_lock_holders(*queues: Any) -> list[int]:
+        """The sessions (pids) holding the queues' locks of key "k" now (other tests'
+        worker processes may hold named locks of their own meanwhile)."""
         from nobroker.postgres.namedlocks import lock_number  # psycopg: only with a server
 
         # pg_locks shows a 64-bit advisory key as classid (high half), objid (low).
         halves = [divmod(lock_number(q.backend.target.schema, q.name, "k") % 2**64, 2**32)
                   for q in queues]
-        return int(queues[0].backend._link.run("test", lambda conn: conn.execute(
-            b"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
-            b"AND granted AND (classid::bigint, objid::bigint) IN "
-            b"(SELECT * FROM unnest(%s::bigint[], %s::bigint[]))",
-            ([h for h, _ in halves], [lo for _, lo in halves])).fetchone()[0]))
+        return [int(row[0]) for row in queues[0].backend._link.run("test", lambda conn: (
+            conn.execute(
+                b"SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+                b"AND granted AND (classid::bigint, objid::bigint) IN "
+                b"(SELECT * FROM unnest(%s::bigint[], %s::bigint[])) ORDER BY pid",
+                ([h for h, _ in halves], [lo for _, lo in halves])).fetchall()))]
+
+    def key_locks(self, *queues: Any) -> int:
+        return len(self.key_lock_holders(*queues))
 
     def test_the_server_clock_sets_deadlines_when_no_clock_is_given(self) -> None:
         q = self.open(visibility_timeout=0.3, backoff=_no_backoff())

@@ -51,7 +51,7 @@ from ..errors import (
 from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from . import schema
 from .connection import Link, LinkBusy
-from .namedlocks import try_named_lock
+from .namedlocks import LockConnections
 from .session import Session
 from .statements import CODES_OF, STATE_CODES, STATES, Statements, job_from_row
 from .url import Target
@@ -89,6 +89,7 @@ class PostgresBackend:
         self._params = self.session.params
         self._link = Link(target, setup=self.session.setup, lock_timeout=settings.lock_timeout)
         self._wakeups = Wakeups(self.session, self._sql)
+        self._locks = LockConnections(target, name, settings.lock_timeout)
         try:
             self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
         except BaseException:
@@ -423,12 +424,13 @@ class PostgresBackend:
     def try_lock(self, key: str) -> Callable[[], None] | None:
         if self.settings.readonly:
             raise NobrokerError("queue was opened read-only")
-        return try_named_lock(self.target, self.name, key, self.settings.lock_timeout)
+        return self._locks.try_lock(key)
 
     # -- lifecycle ----------------------------------------------------------
 
     def close(self) -> None:
         self._wakeups.close()
+        self._locks.close()
         self._link.close()
 
 
