@@ -6,7 +6,8 @@ where the pool says (pool.py: a thread, a child process, the event loop)
 under its time limit (and its named lock, for a task with `lock=`), and
 settles it: returning acks it, with the task's result; raising nacks it
 with "Type: message" (after the delay a `Retry` names, or the queue's
-backoff). A slot that finishes a job acks it and leases the next in the
+backoff); a `Snooze`, or a lock another run holds, snoozes it (not an
+attempt). A slot that finishes a job acks it and leases the next in the
 same write (`Queue.ack_and_lease`) for as long as jobs are ready. A job
 whose lease a heartbeat found gone, or that the worker abandoned, is never
 settled here.
