@@ -134,8 +134,8 @@ class Slots(Shared):
             if outcome.snooze_delay is not None:  # not an attempt (a held lock, Snooze)
                 verb = "snoozed"
                 self.queue.snooze(job, outcome.snooze_delay, error=text)
-                log.info("job %s snoozed for %.3gs, not counted as an attempt: %s", job.id,
-                         outcome.snooze_delay, (text or "").replace("\n", "\\n"))
+                log.debug("job %s snoozed for %.3gs, not counted as an attempt: %s", job.id,
+                          outcome.snooze_delay, (text or "").replace("\n", "\\n"))
                 return "snoozed", None
             # The queue's time before the nack: the delay logged is the backoff, not
             # what is left of it.
