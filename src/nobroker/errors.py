@@ -170,10 +170,7 @@ class Retry(Exception):
 
     def __init__(self, reason: str = "", *, delay: float | timedelta | None = None) -> None:
         super().__init__(reason)
-        if isinstance(delay, timedelta):
-            delay = delay.total_seconds()
-        self.delay = None if delay is None else validation.number("Retry delay", delay,
-                                                                   minimum=0)
+        self.delay = None if delay is None else _seconds("Retry delay", delay)
 
 
 class Snooze(Exception):
@@ -187,6 +184,11 @@ class Snooze(Exception):
 
     def __init__(self, reason: str = "", *, delay: float | timedelta) -> None:
         super().__init__(reason)
-        if isinstance(delay, timedelta):
-            delay = delay.total_seconds()
-        self.delay = validation.number("Snooze delay", delay, minimum=0)
+        self.delay = _seconds("Snooze delay", delay)
+
+
+def _seconds(name: str, delay: float | timedelta) -> float:
+    """A Retry's or Snooze's delay: seconds or a timedelta, finite and >= 0."""
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    return validation.number(name, delay, minimum=0)
