@@ -36,7 +36,7 @@ from support import (
     store_of,
 )
 
-from nobroker import BackoffPolicy, Job, Queue
+from nobroker import BackoffPolicy, Job, JobState, Queue
 from nobroker.file.inspection import read_records
 from nobroker.file.records import RecordType
 from nobroker.file.state import Applied, replay
@@ -293,6 +293,37 @@ while True:
                 self.assertEqual(acked & present, set(), "an acked job came back")
                 self.assertLessEqual(present, all_ids)
 
+    SNOOZE_LOOP = r"""
+import os, sys
+from nobroker import Queue
+q = Queue(sys.argv[1], visibility_timeout=3600)
+os.write(1, b"ready\n")
+while True:
+    for job in q.lease(5):
+        q.snooze(job, 3600, error="later")
+        os.write(1, f"snoozed {job.id}\n".encode())
+"""
+
+    def test_a_snooze_that_returned_survives_kill_9_and_costs_no_attempt(self) -> None:
+        rng = random.Random(SEED + 4)
+        directory = str(self.tmp / "q")
+        with Queue(directory) as q:  # one attempt each: a snooze counted as one kills them
+            all_ids = {j.id for j in q.enqueue_many(range(2000), max_attempts=1)}
+        snoozed: set[str] = set()
+        for _ in range(4):
+            child = self.child(self.SNOOZE_LOOP, directory)
+            child.wait_ready()
+            child.wait_lines(rng.randrange(1, 100))
+            snoozed |= {line.split()[1] for line in child.kill()}
+            with Queue(directory) as q:
+                jobs = {j.id: j for j in q.list_jobs()}
+                self.assertEqual(set(jobs), all_ids, "a job was lost")
+                self.assertEqual(q.stats().dead, 0, "a snooze was counted as an attempt")
+                for job_id in snoozed:
+                    self.assertEqual((jobs[job_id].state, jobs[job_id].attempts,
+                                      jobs[job_id].last_error),
+                                     (JobState.PENDING, 0, "later"), job_id)
+
 
 class TruncationSweepTest(TempDirTestCase):
     """Cut a real log at every byte: each cut opens to the replay of what precedes it.
@@ -331,6 +362,7 @@ class TruncationSweepTest(TempDirTestCase):
         leased = step(lambda: q.lease(3))
         held.update({str(j.payload): j for j in leased})
         step(lambda: q.extend(leased[0], 50))
+        step(lambda: q.snooze(leased[2], 5, error="not yet"))  # untried: no attempt
         second = step(lambda: q.lease(1, visibility_timeout=1000))
         step(lambda: q.nack(second[0], error="fatal"))  # its last attempt: dead
         clock.advance(20)  # leased[1:] expire; leased[0] was extended
@@ -389,7 +421,8 @@ class TruncationSweepTest(TempDirTestCase):
         self.assertIn(self.checkpoint_end, boundaries)
         kinds = {raw.type for raw in read_records(log)}
         self.assertEqual(kinds, {"ENQUEUE", "LEASE", "ACK", "NACK", "EXTEND", "EXPIRE",
-                                 "REQUEUE", "PURGE"}, "the workload is not mixed enough")
+                                 "REQUEUE", "PURGE", "SNOOZE"},
+                         "the workload is not mixed enough")
 
         scratch = tempfile.mkdtemp(prefix="nobroker-sweep-", dir=scratch_root())
         self.addCleanup(shutil.rmtree, scratch, ignore_errors=True)

@@ -391,6 +391,8 @@ class _Driver:
                 self.results[tag] = (_status(status), job.id, value)
         elif how == "nack":
             self.call(f"nack {tag}", lambda q: q.nack(job, error="boom", delay=0))
+        elif how == "snooze":
+            self.call(f"snooze {tag}", lambda q: q.snooze(job, 0, error="later"))
         else:
             status, new = self.call(f"extend {tag}", lambda q: q.extend(job, 60))
             if status == "ok":
@@ -416,6 +418,8 @@ def workload(d: _Driver, seed: int = 0) -> None:
     d.lease(2)
     d.settle("ack")
     d.settle("nack")
+    d.lease(1)
+    d.settle("snooze")
     d.lease(1)
     d.settle("extend")
     d.call("compact", lambda q: q.compact())
@@ -447,7 +451,7 @@ def random_workload(d: _Driver, seed: int) -> None:
         elif op < 0.55:
             d.lease(rng.randint(1, 3))
         elif op < 0.8:
-            d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "extend")))
+            d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "snooze", "extend")))
         elif op < 0.88:
             d.call("compact", lambda q: q.compact())
         elif op < 0.92:

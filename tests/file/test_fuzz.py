@@ -150,9 +150,12 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
 
 
 def _job_control(q: Queue) -> None:
-    """CANCEL, DELETE, PAUSE/RESUME and an ACK with a result, in a generation's own log."""
+    """CANCEL, DELETE, PAUSE/RESUME, SNOOZE and an ACK with a result, in a generation's
+    own log."""
     q.enqueue_many([{"n": 20}, {"n": 21}, {"n": 22}], max_attempts=1, priority=200)
     first, second = q.lease(2)
+    q.snooze(first, 0.0, error="later")  # its only attempt, given back untried
+    (first,) = q.lease(1)
     q.cancel(first.id)
     q.ack(second, result={"ok": [1, 2]}, result_ttl=3600.0)
     for job in q.lease(1):
