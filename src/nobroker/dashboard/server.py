@@ -75,7 +75,7 @@ def new_token() -> str:
 def _static_files() -> dict[str, bytes]:
     """The page's files; index.html names each of the others with `?v=` and a hash of
     its bytes, so the browser may cache them for good (a new version is a new URL)."""
-    root = resources.files("nobroker.web").joinpath("static")
+    root = resources.files("nobroker.dashboard").joinpath("static")
     files = {name: root.joinpath(name).read_bytes() for name in _STATIC}
     page = files["index.html"]
     for name, data in files.items():
