@@ -27,7 +27,7 @@ from support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
 
 from nobroker import Queue
 from nobroker.dashboard import Dashboard
-from nobroker.dashboard.server import CSP, MAX_BODY, TOKEN_HEADER
+from nobroker.dashboard.handler import CSP, MAX_BODY, TOKEN_HEADER
 
 TOKEN = "test-token-0123456789abcdef"
 XSS = "<script>alert(1)</script>"
