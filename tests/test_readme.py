@@ -37,8 +37,8 @@ BLOCK_SECONDS = 30  # a hang guard, not a speed test: the blocks take about a se
 RUNNABLE = {"python": "python", "py": "python", "bash": "bash", "sh": "bash",
             "shell": "bash", "console": None}
 _MARK = re.compile(r"^<!--\s*not run:\s*(?P<reason>.*?)\s*-->\s*$")
-_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
-_HEADING = re.compile(r"^#{1,6} +(?P<title>.+?) *#*$")
+_LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6} +(?P<title>.+?) *#*$", re.M)
 _MAKE_PY_TASK = re.compile(r"make\.py +(?P<task>[a-z][a-z-]*)")
 
 
@@ -98,18 +98,24 @@ class BlockParserTest(unittest.TestCase):
 
 
 def outside_code(text: str) -> list[tuple[int, str]]:
-    """(line number, line) of a Markdown text's lines outside fenced blocks, 1-based."""
-    found, fence = [], ""
-    for number, line in enumerate(text.splitlines(), 1):
+    """Runs of a Markdown text's lines outside fenced blocks: (first line number, the
+    lines joined), so that a link whose text wraps is one match."""
+    runs: list[tuple[int, str]] = []
+    fence, start, lines = "", 0, []
+    for number, line in enumerate([*text.splitlines(), "```"], 1):
         opening = re.match(r"^(`{3,}|~{3,})", line)
         if fence:
             if line.startswith(fence):
                 fence = ""
         elif opening:
-            fence = opening.group(1)
+            if lines:
+                runs.append((start, "\n".join(lines)))
+            fence, lines = opening.group(1), []
         else:
-            found.append((number, line))
-    return found
+            if not lines:
+                start = number
+            lines.append(line)
+    return runs
 
 
 def github_anchor(title: str) -> str:
@@ -120,8 +126,9 @@ def github_anchor(title: str) -> str:
 def broken_links(page: Path, root: Path = REPO) -> list[str]:
     """Each relative link of `page` whose file (or Markdown heading) `root` lacks."""
     broken = []
-    for number, line in outside_code(page.read_text(encoding="utf-8")):
-        for match in _LINK.finditer(line):
+    for start, prose in outside_code(page.read_text(encoding="utf-8")):
+        for match in _LINK.finditer(prose):
+            number = start + prose.count("\n", 0, match.start())
             target = match.group("target")
             if re.match(r"^[a-z]+:", target):  # https:, mailto: ...
                 continue
@@ -130,8 +137,8 @@ def broken_links(page: Path, root: Path = REPO) -> list[str]:
             if root.resolve() not in (where, *where.parents) or not where.exists():
                 broken.append(f"{page_name_in(page, root)}:{number}: {target} (no such file)")
             elif anchor and where.suffix == ".md":
-                titles = [m.group("title") for _, text in outside_code(
-                    where.read_text(encoding="utf-8")) if (m := _HEADING.match(text))]
+                titles = [m.group("title") for _, prose in outside_code(
+                    where.read_text(encoding="utf-8")) for m in _HEADING.finditer(prose)]
                 if anchor not in {github_anchor(t) for t in titles}:
                     broken.append(f"{page_name_in(page, root)}:{number}: {target} "
                                   f"(no such heading)")
