@@ -12,7 +12,7 @@ that could drift:
   (LICENSE, STDLIB.md) becomes its text. A missing file, or a link to a
   file the repository does not hold, stops the build; a link to a heading
   that does not exist is caught by `mkdocs build --strict`.
-- **The playground.** `web/playground/` is copied to `playground/`, with the
+- **The playground.** `docsite/playground/` is copied to `playground/`, with the
   Pyodide runtime (from the npm package `make.py docs` installs into
   `.dev/npm`) under `playground/pyodide/`, and `playground/nobroker.zip`, the
   package's sources from `src/nobroker`, zipped fresh at every build. The
@@ -35,9 +35,9 @@ if TYPE_CHECKING:  # MkDocs is imported lazily: this module is scanned by check-
     from mkdocs.structure.files import Files
     from mkdocs.structure.pages import Page
 
-WEB = Path(__file__).resolve().parent
-REPO = WEB.parent
-PLAYGROUND = WEB / "playground"
+DOCSITE = Path(__file__).resolve().parent
+REPO = DOCSITE.parent
+PLAYGROUND = DOCSITE / "playground"
 PYODIDE = REPO / ".dev" / "npm" / "node_modules" / "pyodide"
 # What loadPyodide() fetches from its indexURL for a stdlib-only program.
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
