@@ -266,6 +266,19 @@ class ManualTest(unittest.TestCase):
                                   f"{page_name(page)} line {number}: no make.py task "
                                   f"{match.group('task')!r}")
 
+    def test_the_source_tour_names_every_package_module_and_tier(self) -> None:
+        tour = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+        package = REPO / "src" / "nobroker"
+        names = [f"{entry.name}/" if entry.is_dir() else entry.name
+                 for entry in package.iterdir() if entry.name not in
+                 ("__init__.py", "__main__.py", "py.typed", "__pycache__")]
+        for backend in ("file", "postgres"):  # their tiers (folders) too
+            names += [f"{entry.name}/" for entry in (package / backend).iterdir()
+                      if entry.is_dir() and entry.name != "__pycache__"]
+        # named alone (`worker/`) or at the end of a path (`src/nobroker/postgres/`)
+        unnamed = [name for name in sorted(names)
+                   if f"`{name}`" not in tour and f"/{name}`" not in tour]
+        self.assertEqual(unnamed, [], "docs/ARCHITECTURE.md's source tour does not name these")
 
 class CheckerTest(unittest.TestCase):
     """The link and Makefile checks, shown failing on planted mistakes."""
