@@ -276,8 +276,8 @@ def docs(args: list[str]) -> int:
     python = ensure_venv(DOCS_VENV, REPO / "requirements-docs.txt")
     if python is None or ensure_npm_packages() != 0:
         return 1
-    return run([str(python), "-m", "mkdocs", "build", "--strict", "-f", "docsite/mkdocs.yml", *args],
-               NO_MKDOCS_2_WARNING="1")
+    return run([str(python), "-m", "mkdocs", "build", "--strict", "-f", "docsite/mkdocs.yml",
+                *args], NO_MKDOCS_2_WARNING="1")
 
 
 @task("test-playground")
