@@ -6,7 +6,7 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
    in one process, in a scratch directory, with an injected fake clock and
    a seeded rng (one `random.Random` shared by the workload's handles). Every
    file operation of the storage layer goes through `RecordingFS`, a
-   `nobroker.file.fs.FileSystem` that performs the call on the real OS and
+   `nobroker.file.disk.fs.FileSystem` that performs the call on the real OS and
    appends an `Event` (with its bytes,
    a synthetic inode id, and the source lines that issued it) to a trace.
    The driver adds BEGIN and END (returned / raised / crashed) markers
@@ -195,7 +195,7 @@ import support  # noqa: F401  (puts src/ on sys.path)
 from support import FakeClock, file_queue, store_of
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, NotLeasedError, Queue
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 
 __all__ = [
     "PROFILES", "SECTOR", "WORKLOADS", "Bounds", "Driver", "Event", "RecordingFS",
@@ -796,7 +796,7 @@ class Driver:
                         store._closed = True  # a dead process saves no checkpoint
                         store._wake.close()
                         store._retire(store._log)  # type: ignore[arg-type]
-                        from nobroker.file.lock import release_shared_lock
+                        from nobroker.file.disk.lock import release_shared_lock
                         release_shared_lock(store._lock)
                     else:
                         queue.close()

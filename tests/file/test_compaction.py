@@ -17,7 +17,7 @@ from typing import Any
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import CorruptLogError, Queue
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 from nobroker.file.logfile import LogFile
 from nobroker.file.records import Applied
 

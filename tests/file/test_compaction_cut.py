@@ -24,7 +24,7 @@ from support import FakeClock, TempDirTestCase, file_queue, store_of
 
 from nobroker import Queue, QueueClosedError
 from nobroker.file import compaction
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 
 
 class CutAfterCatchUp(FileSystem):

@@ -22,7 +22,7 @@ from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import LockTimeoutError, Queue
 from nobroker.file import compacting
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 
 # Every child opens the queue like this (FileOptions are no Queue arguments).
 PRELUDE = r"""

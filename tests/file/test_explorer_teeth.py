@@ -58,7 +58,7 @@ from explorer import Bounds, RecordingFS, explore
 import nobroker.file.compaction
 import nobroker.file.framing as framing
 import nobroker.file.recovery
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 from nobroker.file.logfile import LogFile
 from nobroker.file.recovery import decode_payload
 from nobroker.file.store import FileStore

@@ -16,8 +16,8 @@ from unittest import mock
 from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
+from nobroker.file.disk.fs import FileSystem
 from nobroker.file.framing import FILE_HEADER
-from nobroker.file.fs import FileSystem
 
 
 def log_path(directory: Path, generation: int = 0, name: str = "default") -> Path:

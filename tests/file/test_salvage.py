@@ -274,8 +274,8 @@ class SalvageBehaviourTest(TempDirTestCase):
         before = tree_digest(directory)
         code = textwrap.dedent("""
             import sys, time
-            from nobroker.file.fs import FileSystem
-            from nobroker.file.lock import shared_lock
+            from nobroker.file.disk.fs import FileSystem
+            from nobroker.file.disk.lock import shared_lock
             lock = shared_lock(FileSystem(), sys.argv[1])
             lock.acquire(10)
             print("held", flush=True)
@@ -379,7 +379,7 @@ class SalvageBehaviourTest(TempDirTestCase):
         True if it finished first."""
         code = textwrap.dedent("""
             import os, signal, sys
-            from nobroker.file.fs import FileSystem
+            from nobroker.file.disk.fs import FileSystem
             from nobroker.file.salvage import salvage
 
             class Dying(FileSystem):

@@ -44,8 +44,8 @@ from .commands import (
     plan_settle,
     plan_snooze,
 )
+from .disk.namedlocks import try_named_lock
 from .logfile import LogFile, paused_gc
-from .namedlocks import try_named_lock
 from .options import FileOptions
 from .records import RecordType
 from .state import Entry, QueueState

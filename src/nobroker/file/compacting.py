@@ -36,7 +36,7 @@ from ..errors import CompactionError, CorruptLogError, NobrokerError
 from ..models import CompactionResult
 from . import compaction, framing
 from .commands import new_nonce
-from .lock import SharedLock, shared_lock
+from .disk.lock import SharedLock, shared_lock
 from .opening import cut_torn_tail
 
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from ..errors import CorruptLogError, NobrokerError
 from . import checkpoint, framing
 from .commands import Batch
-from .fs import FileSystem, replace_durably
+from .disk.fs import FileSystem, replace_durably
 from .logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from .rebuild import state_at
 from .records import Applied, Record, RecordType

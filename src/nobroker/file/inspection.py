@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import CorruptLogError, NobrokerError
 from . import framing
 from .compaction import read_current
-from .fs import OS
+from .disk.fs import OS
 from .logfile import log_filename
 from .opening import queue_exists
 from .records import RecordType, loads

@@ -25,7 +25,7 @@ from typing import Final
 
 from ..errors import CorruptLogError
 from . import framing
-from .fs import FileSystem
+from .disk.fs import FileSystem
 from .logwriter import PREALLOCATE, LogWriter
 from .records import Applied, Record
 from .recovery import decode_payload, later_batch

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from ..errors import CorruptLogError, NobrokerError, UnsafeFilesystemError
 from ..models import RecoveryReport
 from . import compaction, framing, syncing
-from .fs import NETWORK_FILESYSTEMS, filesystem_type
-from .lock import shared_lock
+from .disk.fs import NETWORK_FILESYSTEMS, filesystem_type
+from .disk.lock import shared_lock
 from .logfile import LogFile, ScanResult, log_filename, paused_gc
 from .rebuild import load_checkpoint
 from .state import QueueState

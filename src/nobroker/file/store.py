@@ -53,15 +53,15 @@ from ..models import CompactionResult, RecoveryReport
 from . import checkpointing, commit, compacting, compaction, following, opening, syncing
 from .commands import Batch
 from .counters import HandleCounters
-from .finished import FinishSignal, FinishWaiter, finish_directory
-from .lock import SharedLock, release_shared_lock, shared_lock
+from .disk.finished import FinishSignal, FinishWaiter, finish_directory
+from .disk.lock import SharedLock, release_shared_lock, shared_lock
+from .disk.wake import WakeChannel
 from .logfile import LogFile
 from .opening import queue_exists
 from .options import FileOptions
 from .records import RecordType, loads
 from .state import Entry, QueueState
 from .syncfile import SharedSync
-from .wake import WakeChannel
 
 __all__ = ["FileStore", "Plan"]
 
