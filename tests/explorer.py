@@ -566,7 +566,7 @@ def _generation(data: bytes | bytearray) -> int | None:
 def _scan_frames(data: bytes) -> list[tuple[int, int, dict[str, Any]]]:
     """(type, offset, record) of each whole frame at the start of `data` (no CRC check).
 
-    Independent of nobroker.file.framing on purpose: mutation tests patch that.
+    Independent of nobroker.file.log.framing on purpose: mutation tests patch that.
     """
     out = []
     pos = 0

@@ -18,8 +18,8 @@ from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import CorruptLogError, Queue
 from nobroker.file.disk.fs import FileSystem
-from nobroker.file.logfile import LogFile
-from nobroker.file.records import Applied
+from nobroker.file.log.logfile import LogFile
+from nobroker.file.log.records import Applied
 
 
 def full_replay(directory: str) -> tuple[object, ...]:
@@ -181,7 +181,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             def die_mid_write() -> None:
                 # A batch whose first record says more follow, and then nothing.
-                from nobroker.file import framing
+                from nobroker.file.log import framing
                 record = b'{"b":999999,"id":"x","pr":0,"at":1.0,"t":1.0,"ma":1,"p":1}'
                 with open(log_path, "r+b") as f:
                     f.seek(end)

@@ -22,7 +22,7 @@ import support  # noqa: F401  (puts src/ on sys.path)
 from file.test_state import RT, Log, lease, random_history
 from nobroker.file.columns import ReplayError
 from nobroker.file.fields import field
-from nobroker.file.records import Record
+from nobroker.file.log.records import Record
 from nobroker.file.state import Applied, JobState, QueueState
 from nobroker.file.transitions import ALLOWED, FENCED, JOB_RECORDS
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import support  # noqa: F401  (puts src/ on sys.path)
 
 from nobroker import codec
-from nobroker.file import framing, records
-from nobroker.file.framing import (
+from nobroker.file.log import framing, records
+from nobroker.file.log.framing import (
     BAD,
     END,
     FILE_HEADER,

@@ -38,9 +38,9 @@ from file.test_fuzz import (
     materialise,
 )
 from nobroker import CorruptLogError, NobrokerError, Queue
-from nobroker.file import framing
 from nobroker.file.inspection import read_records
-from nobroker.file.records import Applied, RecordType
+from nobroker.file.log import framing
+from nobroker.file.log.records import Applied, RecordType
 from nobroker.file.salvage import SalvageReport, salvage
 from nobroker.file.tolerant import Restart, TolerantReplay, find_batches, read_batch
 

@@ -35,7 +35,7 @@ from support import TempDirTestCase, file_queue, spawn_python, store_of
 from file.test_crash import Child
 from nobroker import Queue, StorageError
 from nobroker.file.disk.fs import FileSystem
-from nobroker.file.syncfile import DURABLE, SLOT, WRITTEN, SharedSync, sync_filename
+from nobroker.file.log.syncfile import DURABLE, SLOT, WRITTEN, SharedSync, sync_filename
 
 SEED = int(os.environ.get("NOBROKER_CRASH_SEED", "20261129"))
 

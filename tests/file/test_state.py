@@ -19,7 +19,7 @@ import support  # noqa: F401  (puts src/ on sys.path)
 from support import REPO
 
 from nobroker.file import checkpoint
-from nobroker.file.records import RecordType, dumps, loads
+from nobroker.file.log.records import RecordType, dumps, loads
 from nobroker.file.state import (
     TRANSITIONS,
     Applied,

@@ -45,9 +45,9 @@ from .commands import (
     plan_snooze,
 )
 from .disk.namedlocks import try_named_lock
-from .logfile import LogFile, paused_gc
+from .log.logfile import LogFile, paused_gc
+from .log.records import RecordType
 from .options import FileOptions
-from .records import RecordType
 from .state import Entry, QueueState
 from .store import FileStore
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
+from .log.framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
 from .state import Columns, QueueState, ReplayError, check_totals
 
 __all__ = ["encode", "decode", "relocation", "Relocation", "MAGIC", "CheckpointError"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import NobrokerError
 from . import checkpoint
-from .logfile import LogFile
+from .log.logfile import LogFile
 from .rebuild import state_at
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from ..backoff import BackoffPolicy, Rng
 from ..errors import JobNotFoundError, NotLeasedError
-from . import framing
-from .records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
+from .log import framing
+from .log.records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",

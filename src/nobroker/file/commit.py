@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ..errors import NobrokerError
 from . import syncing
 from .commands import Batch, plan_reclaim
-from .logfile import LogFile
+from .log.logfile import LogFile
 
 if TYPE_CHECKING:
     from .store import FileStore, Plan

@@ -62,12 +62,13 @@ import zlib
 from dataclasses import dataclass, field
 
 from ..errors import CorruptLogError, NobrokerError
-from . import checkpoint, framing
+from . import checkpoint
 from .commands import Batch
 from .disk.fs import FileSystem, replace_durably
-from .logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
+from .log import framing
+from .log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
+from .log.records import Applied, Record, RecordType
 from .rebuild import state_at
-from .records import Applied, Record, RecordType
 from .state import Entry, JobState, QueueState
 
 __all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptLogError
 from . import checkpoint, compaction
-from .logfile import LogFile
+from .log.logfile import LogFile
 from .opening import cut_torn_tail
 
 if TYPE_CHECKING:

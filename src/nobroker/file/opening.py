@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptLogError, NobrokerError, UnsafeFilesystemError
 from ..models import RecoveryReport
-from . import compaction, framing, syncing
+from . import compaction, syncing
 from .disk.fs import NETWORK_FILESYSTEMS, filesystem_type
 from .disk.lock import shared_lock
-from .logfile import LogFile, ScanResult, log_filename, paused_gc
+from .log import framing
+from .log.logfile import LogFile, ScanResult, log_filename, paused_gc
 from .rebuild import load_checkpoint
 from .state import QueueState
 

@@ -14,7 +14,7 @@ altogether (FileOptions; tests compare the two ways).
 from __future__ import annotations
 
 from . import checkpoint
-from .logfile import LogFile, paused_gc
+from .log.logfile import LogFile, paused_gc
 from .state import QueueState
 
 __all__ = ["load_checkpoint", "state_at"]

@@ -41,7 +41,7 @@ from . import compaction
 from .commands import new_nonce
 from .disk.fs import FileSystem
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
-from .logfile import LogFile, log_filename, paused_gc
+from .log.logfile import LogFile, log_filename, paused_gc
 from .state import QueueState, ReplayError
 from .tolerant import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
 

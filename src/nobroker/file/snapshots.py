@@ -15,7 +15,7 @@ from typing import Final
 from .columns import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState, ReplayError
 from .fields import check_totals, field, max_attempts_field, opt_str
 from .jobtable import JobTable
-from .records import Record
+from .log.records import Record
 
 __all__ = ["SnapshotRecords"]
 

@@ -44,7 +44,7 @@ from .columns import (
 )
 from .fields import check_totals, field
 from .jobtable import JobTable
-from .records import Applied, Record, RecordType
+from .log.records import Applied, Record, RecordType
 from .snapshots import SnapshotRecords
 from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, JobTransitions
 

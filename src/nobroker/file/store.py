@@ -56,12 +56,12 @@ from .counters import HandleCounters
 from .disk.finished import FinishSignal, FinishWaiter, finish_directory
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
 from .disk.wake import WakeChannel
-from .logfile import LogFile
+from .log.logfile import LogFile
+from .log.records import RecordType, loads
+from .log.syncfile import SharedSync
 from .opening import queue_exists
 from .options import FileOptions
-from .records import RecordType, loads
 from .state import Entry, QueueState
-from .syncfile import SharedSync
 
 __all__ = ["FileStore", "Plan"]
 

@@ -33,7 +33,7 @@ from .columns import (
 )
 from .fields import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable
-from .records import Applied, Record, RecordType
+from .log.records import Applied, Record, RecordType
 
 __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "JobTransitions"]
 
