@@ -16,7 +16,7 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
 
    The oracle is exact and needs no model of its own: after each call the
    driver replays every log file it wrote (its complete batches, with
-   `nobroker.file.state.QueueState.apply_batch`) and keeps the fingerprint after
+   `nobroker.file.state.state.QueueState.apply_batch`) and keeps the fingerprint after
    *each* batch, keyed by position (batch, generation). Positions order by
    batch first, so a generation that lost batches copied into it sorts below
    them, and at equal batch the newer generation (a compaction's snapshot)
@@ -756,7 +756,7 @@ class Driver:
 
     def _replay(self, ino: int) -> None:
         """Apply the log's new complete batches to the oracle's own replay of it."""
-        from nobroker.file.state import QueueState
+        from nobroker.file.state.state import QueueState
         data = bytes(self.fs.files[ino])
         generation = _generation(data)
         if generation is None:
@@ -820,7 +820,7 @@ def _ignored_name(name: str) -> bool:
 
 
 def _empty_fingerprint() -> tuple[object, ...]:
-    from nobroker.file.state import QueueState
+    from nobroker.file.state.state import QueueState
     return QueueState().fingerprint()
 
 

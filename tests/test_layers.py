@@ -67,7 +67,7 @@ def _rank(layers: list[tuple[str, frozenset[str]]], name: str) -> int | None:
 
 
 def module_name(root: Path, path: Path) -> str:
-    """`root`/nobroker/file/state.py -> "nobroker.file.state"."""
+    """`root`/nobroker/file/state.py -> "nobroker.file.state.state"."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -110,7 +110,7 @@ def deferred_lines(path: Path) -> set[int]:
 
 
 def _where(name: str) -> tuple[str, str | None]:
-    """("file", "state") for nobroker.file.state; ("queue", None) for nobroker.queue."""
+    """("file", "state") for nobroker.file.state.state; ("queue", None) for nobroker.queue."""
     parts = name.split(".")[1:] or ["__init__"]
     return parts[0], (parts[1] if len(parts) > 1 else "__init__") if parts[0] in BACKENDS \
         else None

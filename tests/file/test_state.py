@@ -20,7 +20,7 @@ from support import REPO
 
 from nobroker.file import checkpoint
 from nobroker.file.log.records import RecordType, dumps, loads
-from nobroker.file.state import (
+from nobroker.file.state.state import (
     TRANSITIONS,
     Applied,
     JobState,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .log.framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
-from .state import Columns, QueueState, ReplayError, check_totals
+from .state.state import Columns, QueueState, ReplayError, check_totals
 
 __all__ = ["encode", "decode", "relocation", "Relocation", "MAGIC", "CheckpointError"]
 

@@ -26,7 +26,7 @@ from .disk.lock import shared_lock
 from .log import framing
 from .log.logfile import LogFile, ScanResult, log_filename, paused_gc
 from .rebuild import load_checkpoint
-from .state import QueueState
+from .state.state import QueueState
 
 if TYPE_CHECKING:
     from .store import FileStore

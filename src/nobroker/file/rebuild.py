@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from . import checkpoint
 from .log.logfile import LogFile, paused_gc
-from .state import QueueState
+from .state.state import QueueState
 
 __all__ = ["load_checkpoint", "state_at"]
 

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 
 from ..errors import LockTimeoutError, NobrokerError
 from . import compaction
-from .commands import new_nonce
 from .disk.fs import FileSystem
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
 from .log.logfile import LogFile, log_filename, paused_gc
-from .state import QueueState, ReplayError
+from .state.commands import new_nonce
+from .state.state import QueueState, ReplayError
 from .tolerant import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
 
 __all__ = ["SalvageReport", "SetAside", "salvage"]

@@ -51,7 +51,6 @@ from ..errors import (
 )
 from ..models import CompactionResult, RecoveryReport
 from . import checkpointing, commit, compacting, compaction, following, opening, syncing
-from .commands import Batch
 from .counters import HandleCounters
 from .disk.finished import FinishSignal, FinishWaiter, finish_directory
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
@@ -61,7 +60,8 @@ from .log.records import RecordType, loads
 from .log.syncfile import SharedSync
 from .opening import queue_exists
 from .options import FileOptions
-from .state import Entry, QueueState
+from .state.commands import Batch
+from .state.state import Entry, QueueState
 
 __all__ = ["FileStore", "Plan"]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from .log import framing
 from .log.records import RecordType
 from .log.recovery import decode_payload
-from .state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
+from .state.state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
 
 # The state each job record requires before it (from the one table the strict
 # replay follows); PURGE and FORGET are about no single live job.

@@ -17,10 +17,10 @@ from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from typing import Any, Final
 
-from ..backoff import BackoffPolicy, Rng
-from ..errors import JobNotFoundError, NotLeasedError
-from .log import framing
-from .log.records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
+from ...backoff import BackoffPolicy, Rng
+from ...errors import JobNotFoundError, NotLeasedError
+from ..log import framing
+from ..log.records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
