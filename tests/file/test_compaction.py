@@ -128,7 +128,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
     def run_after_preparing(self, q: Queue, action: Any) -> object:
         """q.compact(), with `action()` run right after the new file is written."""
-        from nobroker.file import compaction
+        from nobroker.file.generations import compaction
         real = compaction.prepare_generation
 
         def prepare(*args: Any, **kwargs: Any) -> Any:
@@ -207,7 +207,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
             for job in q.lease(50):  # so the two snapshots differ in their layout
                 q.nack(job, error="x" * 100)
             expected = payloads(peer)
-            from nobroker.file import compaction
+            from nobroker.file.generations import compaction
             real = compaction.write_generation
 
             def write_after_the_winner(*args: Any, **kwargs: Any) -> Any:
@@ -242,7 +242,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             def racing() -> object:
                 # Let `other` compact between our preparation and our switch.
-                from nobroker.file import compaction
+                from nobroker.file.generations import compaction
                 real = compaction.prepare_generation
 
                 def prepare(*args: Any, **kwargs: Any) -> Any:

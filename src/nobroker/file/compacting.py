@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import CompactionError, CorruptLogError, NobrokerError
 from ..models import CompactionResult
-from . import compaction
 from .disk.lock import SharedLock, shared_lock
+from .generations import compaction
 from .log import framing
 from .opening import cut_torn_tail
 from .state.commands import new_nonce

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptLogError, NobrokerError
-from .compaction import read_current
 from .disk.fs import OS
+from .generations.compaction import read_current
 from .log import framing
 from .log.logfile import log_filename
 from .log.records import RecordType, loads

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptLogError, NobrokerError, UnsafeFilesystemError
 from ..models import RecoveryReport
-from . import compaction, syncing
+from . import syncing
 from .disk.fs import NETWORK_FILESYSTEMS, filesystem_type
 from .disk.lock import shared_lock
+from .generations import compaction
+from .generations.rebuild import load_checkpoint
 from .log import framing
 from .log.logfile import LogFile, ScanResult, log_filename, paused_gc
-from .rebuild import load_checkpoint
 from .state.state import QueueState
 
 if TYPE_CHECKING:

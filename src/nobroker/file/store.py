@@ -50,11 +50,12 @@ from ..errors import (
     StorageError,
 )
 from ..models import CompactionResult, RecoveryReport
-from . import checkpointing, commit, compacting, compaction, following, opening, syncing
+from . import checkpointing, commit, compacting, following, opening, syncing
 from .counters import HandleCounters
 from .disk.finished import FinishSignal, FinishWaiter, finish_directory
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
 from .disk.wake import WakeChannel
+from .generations import compaction
 from .log.logfile import LogFile
 from .log.records import RecordType, loads
 from .log.syncfile import SharedSync
