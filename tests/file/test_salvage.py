@@ -1,4 +1,4 @@
-"""Salvage of a damaged log (nobroker.file.salvage, `nobroker recover --salvage`).
+"""Salvage of a damaged log (nobroker.file.repair.salvage, `nobroker recover --salvage`).
 
 The claims: a salvaged queue always opens cleanly and works; every batch that
 survived the damage intact is kept; every other byte of the old log is in a
@@ -41,8 +41,8 @@ from nobroker import CorruptLogError, NobrokerError, Queue
 from nobroker.file.inspection import read_records
 from nobroker.file.log import framing
 from nobroker.file.log.records import Applied, RecordType
-from nobroker.file.salvage import SalvageReport, salvage
-from nobroker.file.tolerant import Restart, TolerantReplay, find_batches, read_batch
+from nobroker.file.repair.salvage import SalvageReport, salvage
+from nobroker.file.repair.tolerant import Restart, TolerantReplay, find_batches, read_batch
 
 
 def batches_of(data: bytes) -> list[tuple[int, bytes]]:
@@ -380,7 +380,7 @@ class SalvageBehaviourTest(TempDirTestCase):
         code = textwrap.dedent("""
             import os, signal, sys
             from nobroker.file.disk.fs import FileSystem
-            from nobroker.file.salvage import salvage
+            from nobroker.file.repair.salvage import salvage
 
             class Dying(FileSystem):
                 left = int(sys.argv[2])
