@@ -6,7 +6,7 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
    in one process, in a scratch directory, with an injected fake clock and
    a seeded rng (one `random.Random` shared by the workload's handles). Every
    file operation of the storage layer goes through `RecordingFS`, a
-   `nobroker.file.fs.FileSystem` that performs the call on the real OS and
+   `nobroker.file.disk.fs.FileSystem` that performs the call on the real OS and
    appends an `Event` (with its bytes,
    a synthetic inode id, and the source lines that issued it) to a trace.
    The driver adds BEGIN and END (returned / raised / crashed) markers
@@ -16,7 +16,7 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
 
    The oracle is exact and needs no model of its own: after each call the
    driver replays every log file it wrote (its complete batches, with
-   `nobroker.file.state.QueueState.apply_batch`) and keeps the fingerprint after
+   `nobroker.file.state.state.QueueState.apply_batch`) and keeps the fingerprint after
    *each* batch, keyed by position (batch, generation). Positions order by
    batch first, so a generation that lost batches copied into it sorts below
    them, and at equal batch the newer generation (a compaction's snapshot)
@@ -195,7 +195,7 @@ import support  # noqa: F401  (puts src/ on sys.path)
 from support import FakeClock, file_queue, store_of
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, NotLeasedError, Queue
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 
 __all__ = [
     "PROFILES", "SECTOR", "WORKLOADS", "Bounds", "Driver", "Event", "RecordingFS",
@@ -566,7 +566,7 @@ def _generation(data: bytes | bytearray) -> int | None:
 def _scan_frames(data: bytes) -> list[tuple[int, int, dict[str, Any]]]:
     """(type, offset, record) of each whole frame at the start of `data` (no CRC check).
 
-    Independent of nobroker.file.framing on purpose: mutation tests patch that.
+    Independent of nobroker.file.log.framing on purpose: mutation tests patch that.
     """
     out = []
     pos = 0
@@ -756,7 +756,7 @@ class Driver:
 
     def _replay(self, ino: int) -> None:
         """Apply the log's new complete batches to the oracle's own replay of it."""
-        from nobroker.file.state import QueueState
+        from nobroker.file.state.state import QueueState
         data = bytes(self.fs.files[ino])
         generation = _generation(data)
         if generation is None:
@@ -796,7 +796,7 @@ class Driver:
                         store._closed = True  # a dead process saves no checkpoint
                         store._wake.close()
                         store._retire(store._log)  # type: ignore[arg-type]
-                        from nobroker.file.lock import release_shared_lock
+                        from nobroker.file.disk.lock import release_shared_lock
                         release_shared_lock(store._lock)
                     else:
                         queue.close()
@@ -820,7 +820,7 @@ def _ignored_name(name: str) -> bool:
 
 
 def _empty_fingerprint() -> tuple[object, ...]:
-    from nobroker.file.state import QueueState
+    from nobroker.file.state.state import QueueState
     return QueueState().fingerprint()
 
 

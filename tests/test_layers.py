@@ -37,25 +37,21 @@ BACKENDS = frozenset({"file", "postgres"})  # never import each other
 DEFERRED = frozenset({("queue", "tasks")})
 
 # Inside the file engine, top first: each tier imports its own and the tiers after it.
+# A tier is a folder of file/ (disk/, log/, ...), or modules at file/'s top level.
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("the backend", frozenset({"__init__", "backend"})),
     ("a live handle", frozenset({"store", "opening", "following", "checkpointing",
-                                 "compacting", "inspection", "options", "salvage",
-                                 "syncing", "counters", "commit"})),
-    ("rebuilding and generations", frozenset({"rebuild", "compaction"})),
-    ("planning and saving the state", frozenset({"commands", "checkpoint", "tolerant"})),
-    ("the replay state", frozenset({"state", "transitions", "snapshots", "fields", "jobtable",
-                                    "tablecolumns", "listing", "schedule", "relocation",
-                                    "retention", "columns"})),
-    ("one log file", frozenset({"logfile", "logwriter", "recovery", "syncfile"})),
-    ("records", frozenset({"records"})),
-    ("bytes and the OS", frozenset({"framing", "fs", "lock", "namedlocks", "wake",
-                                    "finished"})),
+                                 "compacting", "inspection", "options", "syncing", "counters",
+                                 "commit"})),
+    ("repair", frozenset({"repair"})),
+    ("generations", frozenset({"generations"})),
+    ("the replay state", frozenset({"state"})),
+    ("one log file", frozenset({"log"})),
+    ("bytes and the OS", frozenset({"disk"})),
 ]
-# The replay state is pure: it imports only itself (and the shared layer).
-PURE = frozenset({"state", "transitions", "snapshots", "fields", "jobtable", "tablecolumns",
-                  "listing", "schedule", "relocation", "retention", "columns", "recovery",
-                  "records", "framing"})
+# The replay state is pure: it imports only itself (and the shared layer), and so do
+# the parts of the log tier it reads records with.
+PURE = frozenset({"state", "log.records", "log.framing", "log.recovery"})
 IMPURE_STDLIB = frozenset({"os", "time", "random", "threading"})
 
 
@@ -67,7 +63,7 @@ def _rank(layers: list[tuple[str, frozenset[str]]], name: str) -> int | None:
 
 
 def module_name(root: Path, path: Path) -> str:
-    """`root`/nobroker/file/state.py -> "nobroker.file.state"."""
+    """`root`/nobroker/file/state.py -> "nobroker.file.state.state"."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -110,10 +106,21 @@ def deferred_lines(path: Path) -> set[int]:
 
 
 def _where(name: str) -> tuple[str, str | None]:
-    """("file", "state") for nobroker.file.state; ("queue", None) for nobroker.queue."""
+    """("file", "state.jobtable") for nobroker.file.state.jobtable; ("queue", None) for
+    nobroker.queue: a backend's modules are named from inside the backend."""
     parts = name.split(".")[1:] or ["__init__"]
-    return parts[0], (parts[1] if len(parts) > 1 else "__init__") if parts[0] in BACKENDS \
-        else None
+    if parts[0] not in BACKENDS:
+        return parts[0], None
+    return parts[0], ".".join(parts[1:]) or "__init__"
+
+
+def _tier(inner: str) -> str:
+    """The FILE_TIERS name a module of file/ is placed by: its folder, or its own name."""
+    return inner.split(".")[0]
+
+
+def _pure(inner: str) -> bool:
+    return inner in PURE or _tier(inner) in PURE
 
 
 def violations(root: Path) -> list[str]:
@@ -126,7 +133,7 @@ def violations(root: Path) -> list[str]:
         rel = path.relative_to(root)
         for line, target in imports(root, path):
             first = target.split(".")[0]
-            if inner in PURE and top == "file" and first in IMPURE_STDLIB:
+            if top == "file" and inner is not None and _pure(inner) and first in IMPURE_STDLIB:
                 problems.append(f"{rel}:{line}: the replay state imports {first}")
             if first != "nobroker":
                 continue
@@ -148,14 +155,14 @@ def violations(root: Path) -> list[str]:
                 continue
             if top == "file" and their_top == "file":
                 assert inner is not None and their_inner is not None
-                low, high = _rank(FILE_TIERS, inner), _rank(FILE_TIERS, their_inner)
+                low, high = _rank(FILE_TIERS, _tier(inner)), _rank(FILE_TIERS, _tier(their_inner))
                 if low is None or high is None:
                     problems.append(f"{rel}:{line}: file/{inner if low is None else their_inner}"
                                     f" is in no tier of FILE_TIERS")
                 elif high < low:
                     problems.append(f"{rel}:{line}: {FILE_TIERS[low][0]} ({inner}) imports "
                                     f"{FILE_TIERS[high][0]} ({their_inner})")
-                elif inner in PURE and their_inner not in PURE:
+                elif _pure(inner) and not _pure(their_inner):
                     problems.append(f"{rel}:{line}: the replay state ({inner}) imports "
                                     f"{their_inner}")
     return problems
@@ -171,7 +178,8 @@ class LayerOrderTest(unittest.TestCase):
                    if p.parent.name == "nobroker" or p.parent.parent.name == "nobroker"}
         placed = set().union(*(members for _, members in PACKAGE_LAYERS))
         self.assertEqual(modules - placed, set())
-        engine = {p.stem for p in (SRC / "nobroker" / "file").glob("*.py")}
+        engine = ({p.stem for p in (SRC / "nobroker" / "file").glob("*.py")}
+                  | {p.parent.name for p in (SRC / "nobroker" / "file").glob("*/__init__.py")})
         self.assertEqual(engine - set().union(*(m for _, m in FILE_TIERS)), set())
 
 
@@ -188,22 +196,23 @@ class PlantedBackArrowTest(unittest.TestCase):
         return root
 
     def test_a_log_file_importing_the_replay_state_is_reported(self) -> None:
-        root = self.tree({"nobroker/file/state.py": "X = 1\n",
-                          "nobroker/file/logfile.py": "from .state import X\n"})
-        self.assertEqual(violations(root), ["nobroker/file/logfile.py:1: one log file "
-                                            "(logfile) imports the replay state (state)"])
+        root = self.tree({"nobroker/file/state/state.py": "X = 1\n",
+                          "nobroker/file/log/logfile.py": "from ..state.state import X\n"})
+        self.assertEqual(violations(root), ["nobroker/file/log/logfile.py:1: one log file "
+                                            "(log.logfile) imports the replay state "
+                                            "(state.state)"])
 
     def test_the_replay_state_importing_the_clock_is_reported(self) -> None:
-        root = self.tree({"nobroker/file/state.py": "import time\nfrom os import path\n"})
-        self.assertEqual(violations(root), ["nobroker/file/state.py:1: the replay state "
+        root = self.tree({"nobroker/file/state/state.py": "import time\nfrom os import path\n"})
+        self.assertEqual(violations(root), ["nobroker/file/state/state.py:1: the replay state "
                                             "imports time",
-                                            "nobroker/file/state.py:2: the replay state "
+                                            "nobroker/file/state/state.py:2: the replay state "
                                             "imports os"])
 
     def test_one_backend_importing_another_is_reported(self) -> None:
         root = self.tree({"nobroker/postgres/__init__.py": "",
-                          "nobroker/file/records.py": "from ..postgres import backend\n"})
-        self.assertEqual(violations(root), ["nobroker/file/records.py:1: backend file "
+                          "nobroker/file/log/records.py": "from ...postgres import backend\n"})
+        self.assertEqual(violations(root), ["nobroker/file/log/records.py:1: backend file "
                                             "imports backend postgres"])
 
     def test_the_shared_layer_importing_the_facade_is_reported(self) -> None:
@@ -222,9 +231,9 @@ class PlantedBackArrowTest(unittest.TestCase):
                                             "entry points (nobroker.tasks)"])
 
     def test_an_allowed_import_is_not_reported(self) -> None:
-        root = self.tree({"nobroker/errors.py": "", "nobroker/file/framing.py": "",
-                          "nobroker/file/logfile.py": "from ..errors import E\n"
-                                                      "from . import framing\n",
+        root = self.tree({"nobroker/errors.py": "", "nobroker/file/log/framing.py": "",
+                          "nobroker/file/log/logfile.py": "from ...errors import E\n"
+                                                          "from . import framing\n",
                           "nobroker/queue.py": "import importlib\n"
                                                "importlib.import_module('nobroker.file')\n"})
         self.assertEqual(violations(root), [])

@@ -24,7 +24,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from nobroker import Queue
-from nobroker.file.salvage import salvage
+from nobroker.file.repair.salvage import salvage
 
 
 def main() -> int:

@@ -47,7 +47,7 @@ ensure_src_on_path()
 import nobroker  # noqa: E402
 from nobroker.backend import Settings  # noqa: E402
 from nobroker.file.backend import FileBackend, FileOptions  # noqa: E402
-from nobroker.file.fs import FileSystem  # noqa: E402
+from nobroker.file.disk.fs import FileSystem  # noqa: E402
 
 RECORD = 183  # bytes of the raw loops' record: about one ack_and_lease batch
 Round = Callable[[], float]  # one measurement: seconds per call

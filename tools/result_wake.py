@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from nobroker import Queue
-from nobroker.file import finished
+from nobroker.file.disk import finished
 
 CHILD = """
 import sys, time

@@ -246,7 +246,7 @@ def run_soaks(budget: float, seed: int, scratch: str) -> Phase:
 
 def filesystem_of(path: str) -> str:
     try:
-        from nobroker.file.fs import filesystem_type
+        from nobroker.file.disk.fs import filesystem_type
         return filesystem_type(path) or "unknown"
     except Exception:
         return "unknown"

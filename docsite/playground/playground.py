@@ -34,7 +34,7 @@ from typing import Any
 
 from nobroker import Job, NobrokerError, Queue
 from nobroker.file.inspection import current_log_path, read_records
-from nobroker.file.state import TRANSITIONS
+from nobroker.file.state.state import TRANSITIONS
 
 __all__ = ["Playground"]
 

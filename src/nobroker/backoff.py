@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Protocol
 
 from .validation import number
 
-__all__ = ["BackoffPolicy"]
+__all__ = ["BackoffPolicy", "Rng"]
+
+
+class Rng(Protocol):
+    """What the writers draw ids and jitter from: `random.Random` or a seeded one.
+    Planning code takes one from its caller instead of importing `random`."""
+
+    def random(self) -> float: ...
+
+    def getrandbits(self, k: int, /) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +44,7 @@ class BackoffPolicy:
         number("BackoffPolicy.max_delay", self.max_delay, minimum=0)
         number("BackoffPolicy.jitter", self.jitter, minimum=0, maximum=1)
 
-    def delay(self, attempts: int, rng: random.Random | None = None) -> float:
+    def delay(self, attempts: int, rng: Rng | None = None) -> float:
         """The delay before retry `attempts`; its jitter drawn from `rng` (the queue
         passes its own; without one, the `random` module's)."""
         exponent = max(attempts - 1, 0)

@@ -347,8 +347,8 @@ class ModuleCliTest(CliCase):
             [sys.executable, "-c", textwrap.dedent(f"""\
                 import sys, time
                 sys.path.insert(0, {str(SRC)!r})
-                from nobroker.file.fs import OS
-                from nobroker.file.lock import shared_lock
+                from nobroker.file.disk.fs import OS
+                from nobroker.file.disk.lock import shared_lock
                 shared_lock(OS, {str(self.qdir / "default.lock")!r}).acquire(10)
                 print("locked", flush=True)
                 sys.stdin.read()

@@ -38,7 +38,7 @@ from support import SRC, TempDirTestCase, slow
 
 import nobroker
 from nobroker import NotLeasedError, SerializationError
-from nobroker.file.framing import MAX_RECORD
+from nobroker.file.log.framing import MAX_RECORD
 
 CLI = SRC / "nobroker" / "cli" / "__init__.py"
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
 
 from nobroker import CorruptLogError, Job, NobrokerError, Queue
-from nobroker.file.framing import FILE_HEADER, MAGIC, encode_file_header, encode_record
 from nobroker.file.inspection import read_records
-from nobroker.file.records import RecordType
+from nobroker.file.log.framing import FILE_HEADER, MAGIC, encode_file_header, encode_record
+from nobroker.file.log.records import RecordType
 
 LAST = 8  # index of the last batch
 MID = 4  # a batch with later batches after it

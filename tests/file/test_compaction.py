@@ -17,9 +17,9 @@ from typing import Any
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import CorruptLogError, Queue
-from nobroker.file.fs import FileSystem
-from nobroker.file.logfile import LogFile
-from nobroker.file.records import Applied
+from nobroker.file.disk.fs import FileSystem
+from nobroker.file.log.logfile import LogFile
+from nobroker.file.log.records import Applied
 
 
 def full_replay(directory: str) -> tuple[object, ...]:
@@ -128,7 +128,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
     def run_after_preparing(self, q: Queue, action: Any) -> object:
         """q.compact(), with `action()` run right after the new file is written."""
-        from nobroker.file import compaction
+        from nobroker.file.generations import compaction
         real = compaction.prepare_generation
 
         def prepare(*args: Any, **kwargs: Any) -> Any:
@@ -181,7 +181,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             def die_mid_write() -> None:
                 # A batch whose first record says more follow, and then nothing.
-                from nobroker.file import framing
+                from nobroker.file.log import framing
                 record = b'{"b":999999,"id":"x","pr":0,"at":1.0,"t":1.0,"ma":1,"p":1}'
                 with open(log_path, "r+b") as f:
                     f.seek(end)
@@ -207,7 +207,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
             for job in q.lease(50):  # so the two snapshots differ in their layout
                 q.nack(job, error="x" * 100)
             expected = payloads(peer)
-            from nobroker.file import compaction
+            from nobroker.file.generations import compaction
             real = compaction.write_generation
 
             def write_after_the_winner(*args: Any, **kwargs: Any) -> Any:
@@ -242,7 +242,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             def racing() -> object:
                 # Let `other` compact between our preparation and our switch.
-                from nobroker.file import compaction
+                from nobroker.file.generations import compaction
                 real = compaction.prepare_generation
 
                 def prepare(*args: Any, **kwargs: Any) -> Any:

@@ -23,8 +23,8 @@ from typing import Any
 from support import FakeClock, TempDirTestCase, file_queue, store_of
 
 from nobroker import Queue, QueueClosedError
-from nobroker.file import compaction
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
+from nobroker.file.generations import compaction
 
 
 class CutAfterCatchUp(FileSystem):

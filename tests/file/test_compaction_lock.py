@@ -22,7 +22,7 @@ from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import LockTimeoutError, Queue
 from nobroker.file import compacting
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 
 # Every child opens the queue like this (FileOptions are no Queue arguments).
 PRELUDE = r"""
@@ -118,7 +118,7 @@ class OneCompactionAtATimeTest(TempDirTestCase):
                 q.ack(job)
                 ids.discard(job.id)
         code = PRELUDE + r"""
-from nobroker.file import compaction
+from nobroker.file.generations import compaction
 real = compaction.prepare_generation
 def prepare(*args, **kwargs):
     prepared = real(*args, **kwargs)
@@ -171,7 +171,7 @@ open_queue(auto_compact=None).compact()
             for job in q.lease(50):
                 q.nack(job, error="x" * 100)  # so the two snapshots differ in layout
         code = PRELUDE + r"""
-from nobroker.file import compaction
+from nobroker.file.generations import compaction
 real = compaction.write_generation
 def write(*args, **kwargs):
     print("writing", flush=True)

@@ -38,8 +38,8 @@ from support import (
 
 from nobroker import BackoffPolicy, Job, JobState, Queue
 from nobroker.file.inspection import read_records
-from nobroker.file.records import RecordType
-from nobroker.file.state import Applied, replay
+from nobroker.file.log.records import RecordType
+from nobroker.file.state.state import Applied, replay
 
 SEED = int(os.environ.get("NOBROKER_CRASH_SEED", "20261129"))
 

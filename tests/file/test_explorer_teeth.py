@@ -55,14 +55,14 @@ import explorer
 import support  # noqa: F401
 from explorer import Bounds, RecordingFS, explore
 
-import nobroker.file.compaction
-import nobroker.file.framing as framing
-import nobroker.file.recovery
-from nobroker.file.fs import FileSystem
-from nobroker.file.logfile import LogFile
-from nobroker.file.recovery import decode_payload
+import nobroker.file.generations.compaction as compaction
+import nobroker.file.log.framing as framing
+import nobroker.file.log.recovery
+from nobroker.file.disk.fs import FileSystem
+from nobroker.file.log.logfile import LogFile
+from nobroker.file.log.recovery import decode_payload
+from nobroker.file.log.syncfile import DURABLE, SLOT, SharedSync
 from nobroker.file.store import FileStore
-from nobroker.file.syncfile import DURABLE, SLOT, SharedSync
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:
@@ -120,7 +120,7 @@ class MissingFsyncTest(TeethTestCase):
             fs.replace(target + ".tmp", target)
             fs.fsync_dir(directory)
 
-        with mock.patch.object(nobroker.file.compaction, "replace_durably", no_fsync_before_rename):
+        with mock.patch.object(compaction, "replace_durably", no_fsync_before_rename):
             clean = explore("compaction", ("ext4ish",), Bounds(compound=0, rot=False))
             report = self.explore("compaction", ("weak",), rot=False)
         self.assertTrue(clean.ok, "ext4's safe rename should hide this bug")
@@ -131,7 +131,7 @@ class MissingFsyncTest(TeethTestCase):
         def in_place(fs: FileSystem, directory: str, name: str) -> None:
             LogFile.create(fs, directory, name, 0).close()  # the planted bug
 
-        with mock.patch.object(nobroker.file.compaction, "create_first_generation", in_place):
+        with mock.patch.object(compaction, "create_first_generation", in_place):
             hidden = explore("first_enqueue", ("weak",),
                              Bounds(compound=0, rot=False, new_file_garbage=False))
             report = self.explore("first_enqueue", ("weak",), rot=False)
@@ -151,7 +151,7 @@ class MissingFsyncTest(TeethTestCase):
                 fs.close(fd)
             fs.replace(target + ".tmp", target)  # the planted bug: no fs.fsync_dir after
 
-        with mock.patch.object(nobroker.file.compaction, "replace_durably", no_fsync_after_rename):
+        with mock.patch.object(compaction, "replace_durably", no_fsync_after_rename):
             report = self.explore("compaction", ("weak",), rot=False)
         caught(report, {"I6", "I2", "I3"}, "remove_stale_files")
 
@@ -213,7 +213,7 @@ class ReaderTest(TeethTestCase):
                            last_batch: int) -> int | None:
             data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
             # The planted bug: nothing past the first never-written sector is looked at.
-            data = data[:nobroker.file.recovery.unwritten_sector(data, bad_at)]
+            data = data[:nobroker.file.log.recovery.unwritten_sector(data, bad_at)]
             hit = data.find(framing.RESYNC_MARKER, 1)
             while hit != -1:
                 start = hit - framing.RECORD_HEADER.size

@@ -20,11 +20,11 @@ from typing import Any
 import support  # noqa: F401  (puts src/ on sys.path)
 
 from file.test_state import RT, Log, lease, random_history
-from nobroker.file.columns import ReplayError
-from nobroker.file.fields import field
-from nobroker.file.records import Record
-from nobroker.file.state import Applied, JobState, QueueState
-from nobroker.file.transitions import ALLOWED, FENCED, JOB_RECORDS
+from nobroker.file.log.records import Record
+from nobroker.file.state.columns import ReplayError
+from nobroker.file.state.fields import field
+from nobroker.file.state.state import Applied, JobState, QueueState
+from nobroker.file.state.transitions import ALLOWED, FENCED, JOB_RECORDS
 
 # Values a writer never puts where a token, a time or an id belongs, and a few it does.
 ODD_VALUES: tuple[Any, ...] = (True, False, None, 0, -1, 1, 7, 2**63, -2**63 - 1, 1.5,

@@ -58,7 +58,7 @@ from nobroker import (
     StorageError,
     UnsafeFilesystemError,
 )
-from nobroker.file.fs import FileSystem, filesystem_type
+from nobroker.file.disk.fs import FileSystem, filesystem_type
 
 __all__ = ["FaultFS", "FakeClock", "FaultOutcome", "run_fault_case", "run_fault_matrix",
            "count_mutating_calls"]

@@ -55,7 +55,7 @@ from typing import Any
 from support import FakeClock, TempDirTestCase, scratch_root, store_of
 
 from nobroker import BackoffPolicy, CorruptLogError, NobrokerError, Queue
-from nobroker.file.framing import (
+from nobroker.file.log.framing import (
     FILE_HEADER,
     MAX_RECORD,
     MORE,

@@ -67,7 +67,7 @@ from file.test_fuzz import (
     materialise,
 )
 from nobroker import NobrokerError
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 
 __all__ = ["SyncFuzzReport", "fuzz_sync", "run_sync_case"]
 

@@ -20,7 +20,7 @@ import unittest
 from support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
 from nobroker import JobState, Queue
-from nobroker.file.finished import finish_directory
+from nobroker.file.disk.finished import finish_directory
 
 DEADLINE = 30.0
 

@@ -29,9 +29,9 @@ from unittest import mock
 from support import TempDirTestCase, spawn_python, wait_until
 
 from file.test_lock_wait import HOLDER, TAKER
-from nobroker.file import lock as lock_module
-from nobroker.file.fs import OS, FileSystem
-from nobroker.file.lock import SharedLock
+from nobroker.file.disk import lock as lock_module
+from nobroker.file.disk.fs import OS, FileSystem
+from nobroker.file.disk.lock import SharedLock
 
 
 def ctrl_c() -> None:

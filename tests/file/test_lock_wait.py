@@ -19,8 +19,8 @@ import unittest
 from support import TempDirTestCase, spawn_python, wait_until
 
 from nobroker import LockTimeoutError
-from nobroker.file.fs import OS
-from nobroker.file.lock import SharedLock
+from nobroker.file.disk.fs import OS
+from nobroker.file.disk.lock import SharedLock
 
 HOLDER = r"""
 import fcntl, sys
@@ -36,8 +36,8 @@ sys.stdin.readline()
 # Takes the lock through nobroker (its own acquirer) and reports, within `timeout`.
 TAKER = r"""
 import sys
-from nobroker.file.fs import OS
-from nobroker.file.lock import SharedLock
+from nobroker.file.disk.fs import OS
+from nobroker.file.disk.lock import SharedLock
 lock = SharedLock(OS, sys.argv[1])
 lock.acquire(float(sys.argv[2]))
 lock.release()
@@ -47,8 +47,8 @@ print("took it", flush=True)
 # Threads of one process, each adding to a counter file under the lock.
 COUNTER = r"""
 import sys, threading
-from nobroker.file.fs import OS
-from nobroker.file.lock import shared_lock
+from nobroker.file.disk.fs import OS
+from nobroker.file.disk.lock import shared_lock
 path, counter, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 lock = shared_lock(OS, path)
 def work():

@@ -16,7 +16,7 @@ import unittest
 from support import TempDirTestCase
 
 from nobroker import Queue, StorageError, TaskLockedError
-from nobroker.file.namedlocks import lock_path
+from nobroker.file.disk.namedlocks import lock_path
 
 
 class NamedLockFileTest(TempDirTestCase):

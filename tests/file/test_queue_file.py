@@ -16,8 +16,8 @@ from unittest import mock
 from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
-from nobroker.file.framing import FILE_HEADER
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
+from nobroker.file.log.framing import FILE_HEADER
 
 
 def log_path(directory: Path, generation: int = 0, name: str = "default") -> Path:
@@ -347,7 +347,7 @@ class CompactionTest(FileQueueTestCase):
         # _leased_views); a compaction in between retires their generation, which
         # must stay open for them until they are read.
         from nobroker.file.backend import FileBackend
-        from nobroker.file.logfile import LogFile
+        from nobroker.file.log.logfile import LogFile
         from nobroker.file.store import FileStore
 
         q = self.open(auto_compact=None)

@@ -23,8 +23,8 @@ from pathlib import Path
 from support import SRC, TempDirTestCase, child_env, tree_digest
 
 from nobroker import Queue
-from nobroker.file.fs import FileSystem
-from nobroker.file.lock import SharedLock
+from nobroker.file.disk.fs import FileSystem
+from nobroker.file.disk.lock import SharedLock
 
 NOBODY = 65534
 # Runs the CLI as another user when we are root (permissions do not bind root), or

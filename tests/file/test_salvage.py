@@ -1,4 +1,4 @@
-"""Salvage of a damaged log (nobroker.file.salvage, `nobroker recover --salvage`).
+"""Salvage of a damaged log (nobroker.file.repair.salvage, `nobroker recover --salvage`).
 
 The claims: a salvaged queue always opens cleanly and works; every batch that
 survived the damage intact is kept; every other byte of the old log is in a
@@ -38,11 +38,11 @@ from file.test_fuzz import (
     materialise,
 )
 from nobroker import CorruptLogError, NobrokerError, Queue
-from nobroker.file import framing
 from nobroker.file.inspection import read_records
-from nobroker.file.records import Applied, RecordType
-from nobroker.file.salvage import SalvageReport, salvage
-from nobroker.file.tolerant import Restart, TolerantReplay, find_batches, read_batch
+from nobroker.file.log import framing
+from nobroker.file.log.records import Applied, RecordType
+from nobroker.file.repair.salvage import SalvageReport, salvage
+from nobroker.file.repair.tolerant import Restart, TolerantReplay, find_batches, read_batch
 
 
 def batches_of(data: bytes) -> list[tuple[int, bytes]]:
@@ -274,8 +274,8 @@ class SalvageBehaviourTest(TempDirTestCase):
         before = tree_digest(directory)
         code = textwrap.dedent("""
             import sys, time
-            from nobroker.file.fs import FileSystem
-            from nobroker.file.lock import shared_lock
+            from nobroker.file.disk.fs import FileSystem
+            from nobroker.file.disk.lock import shared_lock
             lock = shared_lock(FileSystem(), sys.argv[1])
             lock.acquire(10)
             print("held", flush=True)
@@ -379,8 +379,8 @@ class SalvageBehaviourTest(TempDirTestCase):
         True if it finished first."""
         code = textwrap.dedent("""
             import os, signal, sys
-            from nobroker.file.fs import FileSystem
-            from nobroker.file.salvage import salvage
+            from nobroker.file.disk.fs import FileSystem
+            from nobroker.file.repair.salvage import salvage
 
             class Dying(FileSystem):
                 left = int(sys.argv[2])

@@ -34,8 +34,8 @@ from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from file.test_crash import Child
 from nobroker import Queue, StorageError
-from nobroker.file.fs import FileSystem
-from nobroker.file.syncfile import DURABLE, SLOT, WRITTEN, SharedSync, sync_filename
+from nobroker.file.disk.fs import FileSystem
+from nobroker.file.log.syncfile import DURABLE, SLOT, WRITTEN, SharedSync, sync_filename
 
 SEED = int(os.environ.get("NOBROKER_CRASH_SEED", "20261129"))
 
@@ -68,7 +68,7 @@ import os, sys, time
 from nobroker import Queue
 from nobroker.backend import Settings
 from nobroker.file.backend import FileBackend, FileOptions
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 
 directory, audit_path, role, calls = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 audit = os.open(audit_path, os.O_WRONLY | os.O_APPEND)
@@ -237,7 +237,7 @@ class KilledTogetherTest(TempDirTestCase):
 
 DIES_IN_FDATASYNC = r"""
 import os, signal, sys
-from nobroker.file.fs import FileSystem
+from nobroker.file.disk.fs import FileSystem
 from nobroker.file.backend import FileBackend, FileOptions
 from nobroker.backend import Settings
 from nobroker import Queue

@@ -18,9 +18,9 @@ from typing import Any
 import support  # noqa: F401  (puts src/ on sys.path)
 from support import REPO
 
-from nobroker.file import checkpoint
-from nobroker.file.records import RecordType, dumps, loads
-from nobroker.file.state import (
+from nobroker.file.generations import checkpoint
+from nobroker.file.log.records import RecordType, dumps, loads
+from nobroker.file.state.state import (
     TRANSITIONS,
     Applied,
     JobState,

@@ -15,7 +15,7 @@ import sys
 
 from ..errors import NobrokerError
 from ..file.inspection import RawRecord, current_log_path, read_records
-from ..file.salvage import salvage
+from ..file.repair.salvage import salvage
 from .arguments import UsageError
 from .location import open_queue, require_queue
 from .output import print_json, table

@@ -1,15 +1,18 @@
 """The file engine: one queue is one directory holding an append-only log.
 
-Bottom up (README's "reading the source" has a line per module):
-``framing``, ``fs``, ``lock``, ``wake`` (bytes and the OS); ``records`` (what
-a record's JSON says); ``logfile`` (one log file's frames and batches);
-``columns``, ``jobtable``, ``schedule``, ``relocation``, ``state`` (the pure
-replay state: decoded records in, queue state out); ``commands`` and
-``checkpoint`` (planning records, saving the state); ``rebuild`` and
-``compaction`` (a log file's state, generations); ``options``, ``opening``,
-``following``, ``checkpointing``, ``compacting``, ``store``, ``inspection``
-(a live handle and its jobs); ``backend`` (FileBackend, the operations of
-nobroker.backend.Backend). tests/test_layers.py keeps that order.
+Tiers, top first; each imports only its own tier and the ones below it
+(tests/test_layers.py keeps that order):
+
+- ``backend`` -- FileBackend, the operations of nobroker.backend.Backend;
+- a live handle at this level -- ``store`` (an open queue: its lock, live log and
+  state), ``commit``, ``syncing``, ``opening``, ``following``, ``checkpointing``,
+  ``compacting``, ``inspection``, ``options``, ``counters``;
+- ``repair/`` -- reading and rescuing a damaged log (salvage);
+- ``generations/`` -- checkpoints, compaction, rebuilding a log file's state;
+- ``state/`` -- the pure replay state: decoded records in, queue state out, and
+  the commands that plan records from API calls;
+- ``log/`` -- one log file: framing, records, writing and group commit, torn tails;
+- ``disk/`` -- the operating system: file system calls, locks, wake-up pipes.
 
 The shared top level imports this package only from the Queue facade and
 the entry points; nothing here imports another backend.

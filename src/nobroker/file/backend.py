@@ -28,7 +28,11 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
-from .commands import (
+from .disk.namedlocks import try_named_lock
+from .log.logfile import LogFile, paused_gc
+from .log.records import RecordType
+from .options import FileOptions
+from .state.commands import (
     Batch,
     check_lease,
     plan_ack,
@@ -44,11 +48,7 @@ from .commands import (
     plan_settle,
     plan_snooze,
 )
-from .logfile import LogFile, paused_gc
-from .namedlocks import try_named_lock
-from .options import FileOptions
-from .records import RecordType
-from .state import Entry, QueueState
+from .state.state import Entry, QueueState
 from .store import FileStore
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]

@@ -14,9 +14,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import NobrokerError
-from . import checkpoint
-from .logfile import LogFile
-from .rebuild import state_at
+from .generations import checkpoint
+from .generations.rebuild import state_at
+from .log.logfile import LogFile
 
 if TYPE_CHECKING:
     from .store import FileStore

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import NobrokerError
 from . import syncing
-from .commands import Batch, plan_reclaim
-from .logfile import LogFile
+from .log.logfile import LogFile
+from .state.commands import Batch, plan_reclaim
 
 if TYPE_CHECKING:
     from .store import FileStore, Plan

@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import CompactionError, CorruptLogError, NobrokerError
 from ..models import CompactionResult
-from . import compaction, framing
-from .commands import new_nonce
-from .lock import SharedLock, shared_lock
+from .disk.lock import SharedLock, shared_lock
+from .generations import compaction
+from .log import framing
 from .opening import cut_torn_tail
+from .state.commands import new_nonce
 
 if TYPE_CHECKING:
     from .store import FileStore

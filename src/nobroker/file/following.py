@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptLogError
-from . import checkpoint, compaction
-from .logfile import LogFile
+from .generations import checkpoint, compaction
+from .log.logfile import LogFile
 from .opening import cut_torn_tail
 
 if TYPE_CHECKING:

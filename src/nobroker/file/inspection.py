@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptLogError, NobrokerError
-from . import framing
-from .compaction import read_current
-from .fs import OS
-from .logfile import log_filename
+from .disk.fs import OS
+from .generations.compaction import read_current
+from .log import framing
+from .log.logfile import log_filename
+from .log.records import RecordType, loads
 from .opening import queue_exists
-from .records import RecordType, loads
 
 __all__ = ["RawRecord", "current_log_path", "read_records"]
 

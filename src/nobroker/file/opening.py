@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptLogError, NobrokerError, UnsafeFilesystemError
 from ..models import RecoveryReport
-from . import compaction, framing, syncing
-from .fs import NETWORK_FILESYSTEMS, filesystem_type
-from .lock import shared_lock
-from .logfile import LogFile, ScanResult, log_filename, paused_gc
-from .rebuild import load_checkpoint
-from .state import QueueState
+from . import syncing
+from .disk.fs import NETWORK_FILESYSTEMS, filesystem_type
+from .disk.lock import shared_lock
+from .generations import compaction
+from .generations.rebuild import load_checkpoint
+from .log import framing
+from .log.logfile import LogFile, ScanResult, log_filename, paused_gc
+from .state.state import QueueState
 
 if TYPE_CHECKING:
     from .store import FileStore

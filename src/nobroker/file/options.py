@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fs import OS, FileSystem
+from .disk.fs import OS, FileSystem
 
 __all__ = ["FileOptions"]
 

@@ -50,18 +50,19 @@ from ..errors import (
     StorageError,
 )
 from ..models import CompactionResult, RecoveryReport
-from . import checkpointing, commit, compacting, compaction, following, opening, syncing
-from .commands import Batch
+from . import checkpointing, commit, compacting, following, opening, syncing
 from .counters import HandleCounters
-from .finished import FinishSignal, FinishWaiter, finish_directory
-from .lock import SharedLock, release_shared_lock, shared_lock
-from .logfile import LogFile
+from .disk.finished import FinishSignal, FinishWaiter, finish_directory
+from .disk.lock import SharedLock, release_shared_lock, shared_lock
+from .disk.wake import WakeChannel
+from .generations import compaction
+from .log.logfile import LogFile
+from .log.records import RecordType, loads
+from .log.syncfile import SharedSync
 from .opening import queue_exists
 from .options import FileOptions
-from .records import RecordType, loads
-from .state import Entry, QueueState
-from .syncfile import SharedSync
-from .wake import WakeChannel
+from .state.commands import Batch
+from .state.state import Entry, QueueState
 
 __all__ = ["FileStore", "Plan"]
 

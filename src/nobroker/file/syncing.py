@@ -18,8 +18,8 @@ import os
 from typing import TYPE_CHECKING
 
 from ..errors import StorageError
-from .logfile import LogFile
-from .syncfile import SharedSync, sync_filename
+from .log.logfile import LogFile
+from .log.syncfile import SharedSync, sync_filename
 
 if TYPE_CHECKING:
     from .store import FileStore

@@ -36,13 +36,13 @@ import os
 import random
 from dataclasses import dataclass
 
-from ..errors import LockTimeoutError, NobrokerError
-from . import compaction
-from .commands import new_nonce
-from .fs import FileSystem
-from .lock import SharedLock, release_shared_lock, shared_lock
-from .logfile import LogFile, log_filename, paused_gc
-from .state import QueueState, ReplayError
+from ...errors import LockTimeoutError, NobrokerError
+from ..disk.fs import FileSystem
+from ..disk.lock import SharedLock, release_shared_lock, shared_lock
+from ..generations import compaction
+from ..log.logfile import LogFile, log_filename, paused_gc
+from ..state.commands import new_nonce
+from ..state.state import QueueState, ReplayError
 from .tolerant import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
 
 __all__ = ["SalvageReport", "SetAside", "salvage"]

@@ -16,7 +16,7 @@ import threading
 import zlib
 from typing import TYPE_CHECKING, Final
 
-from .fs import FileSystem
+from ..disk.fs import FileSystem
 
 if TYPE_CHECKING:
     from .syncfile import SharedSync

@@ -61,14 +61,15 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
-from ..errors import CorruptLogError, NobrokerError
-from . import checkpoint, framing
-from .commands import Batch
-from .fs import FileSystem, replace_durably
-from .logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
+from ...errors import CorruptLogError, NobrokerError
+from ..disk.fs import FileSystem, replace_durably
+from ..log import framing
+from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
+from ..log.records import Applied, Record, RecordType
+from ..state.commands import Batch
+from ..state.state import Entry, JobState, QueueState
+from . import checkpoint
 from .rebuild import state_at
-from .records import Applied, Record, RecordType
-from .state import Entry, JobState, QueueState
 
 __all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",
            "remove_stale_files", "current_filename", "parse_current", "read_current",

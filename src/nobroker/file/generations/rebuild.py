@@ -13,9 +13,9 @@ altogether (FileOptions; tests compare the two ways).
 
 from __future__ import annotations
 
+from ..log.logfile import LogFile, paused_gc
+from ..state.state import QueueState
 from . import checkpoint
-from .logfile import LogFile, paused_gc
-from .state import QueueState
 
 __all__ = ["load_checkpoint", "state_at"]
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from . import framing
-from .records import RecordType
-from .recovery import decode_payload
-from .state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
+from ..log import framing
+from ..log.records import RecordType
+from ..log.recovery import decode_payload
+from ..state.state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
 
 # The state each job record requires before it (from the one table the strict
 # replay follows); PURGE and FORGET are about no single live job.

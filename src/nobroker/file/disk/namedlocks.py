@@ -21,7 +21,7 @@ import hashlib
 import os
 from collections.abc import Callable
 
-from ..errors import StorageError
+from ...errors import StorageError
 from .fs import FileSystem
 from .lock import try_lock_fd, unlock_fd
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from ..log.records import Applied, Record, RecordType
 from .columns import (
     CANCELLED,
     CODE_STATES,
@@ -33,7 +34,6 @@ from .columns import (
 )
 from .fields import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable
-from .records import Applied, Record, RecordType
 
 __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "JobTransitions"]
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
-from random import Random
 from typing import Any, Final
 
-from ..backoff import BackoffPolicy
-from ..errors import JobNotFoundError, NotLeasedError
-from . import framing
-from .records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
+from ...backoff import BackoffPolicy, Rng
+from ...errors import JobNotFoundError, NotLeasedError
+from ..log import framing
+from ..log.records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
@@ -34,7 +33,7 @@ _WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.NACK, RecordType.EXPI
                             RecordType.REQUEUE, RecordType.SNOOZE})
 
 
-def new_job_id(taken: JobIndex, rng: Random) -> str:
+def new_job_id(taken: JobIndex, rng: Rng) -> str:
     """The next sequence number's id (state.seq_id): the state then needs no dict
     entry for it. Random only in the unlikely case that 2**48 ids were used up."""
     job_id = taken.reserve()
@@ -45,7 +44,7 @@ def new_job_id(taken: JobIndex, rng: Random) -> str:
     return job_id
 
 
-def new_job_ids(taken: JobIndex, count: int, rng: Random) -> list[str]:
+def new_job_ids(taken: JobIndex, count: int, rng: Rng) -> list[str]:
     """new_job_id() `count` times, the generated ones reserved in one step."""
     ids = taken.reserve_many(count)
     while len(ids) < count:
@@ -53,7 +52,7 @@ def new_job_ids(taken: JobIndex, count: int, rng: Random) -> list[str]:
     return ids
 
 
-def new_nonce(rng: Random) -> str:
+def new_nonce(rng: Rng) -> str:
     """A random name for one compaction's snapshot (see compaction.write_generation)."""
     return f"{rng.getrandbits(64):016x}"
 
@@ -188,7 +187,7 @@ class Batch:
 
 
 def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPolicy,
-                 rng: Random, spare: str | frozenset[str] | None = None,
+                 rng: Rng, spare: str | frozenset[str] | None = None,
                  key_retention: float | None = None) -> None:
     """Expire every lease whose deadline has passed (except the caller's own jobs),
     and forget the idempotency keys older than `key_retention`.
@@ -218,7 +217,7 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
 
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
                  priority: int, delay: float, max_attempts: int, job_id: str | None,
-                 key_retention: float, rng: Random) -> Entry | float | None:
+                 key_retention: float, rng: Rng) -> Entry | float | None:
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
@@ -242,7 +241,7 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
 
 def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
                       payload_texts: Sequence[str], *, priority: int, delay: float,
-                      max_attempts: int, rng: Random) -> list[str]:
+                      max_attempts: int, rng: Rng) -> list[str]:
     """ENQUEUE records for new unkeyed jobs (plan_enqueue in a loop, without its
     per-job checks for keys); returns their ids."""
     ids = new_job_ids(state.jobs, len(payload_texts), rng)
@@ -304,7 +303,7 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
 
 def plan_nack(state: QueueState, batch: Batch, now: float, job_id: str, token: int | None,
               error: str | None, delay: float | None, backoff: BackoffPolicy,
-              rng: Random) -> Entry:
+              rng: Rng) -> Entry:
     """NACK for a job the caller holds: pending again after `delay` (None: the backoff
     policy's), or dead-lettered on its last attempt, with `at` the time it died."""
     entry = check_lease(state, job_id, token)

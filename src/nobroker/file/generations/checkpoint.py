@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
-from .state import Columns, QueueState, ReplayError, check_totals
+from ..log.framing import FILE_HEADER, MAX_RECORD, RECORD_HEADER
+from ..state.state import Columns, QueueState, ReplayError, check_totals
 
 __all__ = ["encode", "decode", "relocation", "Relocation", "MAGIC", "CheckpointError"]
 

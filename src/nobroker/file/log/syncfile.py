@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from .fs import FileSystem
+from ..disk.fs import FileSystem
 
 if TYPE_CHECKING:
     from .logwriter import LogWriter

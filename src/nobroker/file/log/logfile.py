@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from ..errors import CorruptLogError
+from ...errors import CorruptLogError
+from ..disk.fs import FileSystem
 from . import framing
-from .fs import FileSystem
 from .logwriter import PREALLOCATE, LogWriter
 from .records import Applied, Record
 from .recovery import decode_payload, later_batch

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from ..log.records import Record
 from .columns import ReplayError
-from .records import Record
 
 __all__ = ["INT64", "field", "opt_str", "max_attempts_field", "check_totals"]
 

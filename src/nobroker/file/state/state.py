@@ -28,6 +28,7 @@ import heapq
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
+from ..log.records import Applied, Record, RecordType
 from .columns import (
     CANCELLED,
     DEAD,
@@ -44,7 +45,6 @@ from .columns import (
 )
 from .fields import check_totals, field
 from .jobtable import JobTable
-from .records import Applied, Record, RecordType
 from .snapshots import SnapshotRecords
 from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, JobTransitions
 

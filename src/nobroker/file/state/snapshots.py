@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence, Sized
 from typing import Final
 
+from ..log.records import Record
 from .columns import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState, ReplayError
 from .fields import check_totals, field, max_attempts_field, opt_str
 from .jobtable import JobTable
-from .records import Record
 
 __all__ = ["SnapshotRecords"]
 

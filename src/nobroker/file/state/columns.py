@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..models import JobState
+from ...models import JobState
 
 __all__ = ["JobState", "Entry", "ReplayError", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
            "SEQ_MAX", "PENDING", "LEASED", "DEAD", "DONE", "CANCELLED", "FREE", "FINISHED_CODES",

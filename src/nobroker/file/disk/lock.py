@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 
-from ..errors import LockTimeoutError
+from ...errors import LockTimeoutError
 from .fs import FileSystem
 
 __all__ = ["SharedLock", "shared_lock", "try_lock_fd", "unlock_fd"]

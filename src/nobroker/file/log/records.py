@@ -14,7 +14,7 @@ import json
 from enum import IntEnum
 from typing import Any, Final, NamedTuple
 
-from ..codec import MAX_DEPTH, MAX_PAYLOAD_BYTES, dumps, encode_payload, loads
+from ...codec import MAX_DEPTH, MAX_PAYLOAD_BYTES, dumps, encode_payload, loads
 from .framing import MAX_RECORD
 
 __all__ = [
