@@ -280,6 +280,7 @@ class ManualTest(unittest.TestCase):
                    if f"`{name}`" not in tour and f"/{name}`" not in tour]
         self.assertEqual(unnamed, [], "docs/ARCHITECTURE.md's source tour does not name these")
 
+
 class CheckerTest(unittest.TestCase):
     """The link and Makefile checks, shown failing on planted mistakes."""
 
