@@ -46,8 +46,9 @@ from ..errors import ConnectionLostError, JobNotFoundError, QueueClosedError
 from ..models import Job
 from . import schema
 from .connection import Link
+from .rows import job_from_row
 from .session import Session, listener
-from .statements import Statements, job_from_row
+from .statements import Statements
 
 __all__ = ["Wakeups"]
 
