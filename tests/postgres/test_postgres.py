@@ -100,7 +100,7 @@ class PostgresQueueContractTest(QueueContract, _Schema):
         except NobrokerError:
             return  # the test closed it: nothing to compare
         self.assertEqual(_counted(queue), _truth(queue),
-                         "the counters differ from the rows (statements._counted)")
+                         "the counters differ from the rows (sql/parts/counted.sql)")
         floor = queue.backend.session.floor  # the handle's latest injected time
         with open_queue(self.url, "q",
                         clock=FakeClock(floor if floor > 0 else time.time())) as fresh:

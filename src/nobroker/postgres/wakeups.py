@@ -1,7 +1,7 @@
 """Waiting without polling: idle workers and result waiters, woken by NOTIFY.
 
 Each kind of waiter has a connection of its own that LISTENs on one of the
-queue's two channels (every statement that changes jobs sends them: statements.py):
+queue's two channels (every statement that changes jobs sends them: sql/parts/counted.sql):
 
 - `wait` (an idle worker): the ready channel. It drains what arrived, reads
   the earliest due time (a delayed job, a lease deadline) from the indexes,
