@@ -16,8 +16,7 @@ from ..errors import NotLeasedError
 from ..models import Job, JobState, QueueStats
 
 __all__ = ["STATE_CODES", "WAITING", "STATES", "CODES_OF", "job_from_row", "job_enqueued",
-           "not_leased", "codes_listed",
-           "stats_from_row", "import_params"]
+           "not_leased", "codes_listed", "stats_from_row", "import_params"]
 
 STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
                       JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column

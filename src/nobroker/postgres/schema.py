@@ -2,14 +2,14 @@
 
 A queue set is one PostgreSQL schema (`nobroker` unless the URL says
 `?schema=NAME`); every queue of the set is rows in its tables, told apart by
-the `queue` column. `MIGRATIONS[n]` takes a schema from version n to n + 1 (the
-files sql/migrations/NNNN_*.sql, never edited once released; their
-comments say why each was made); `schema_version` holds the version
-reached. `migrate()` runs the missing
-steps in one transaction under an advisory lock, so two processes opening a
-fresh database at once create it once; it runs on first use, or by hand
-(`nobroker db migrate --url URL`) for operators who create schemas
-themselves and open queues with a role that may not.
+the `queue` column. `MIGRATIONS[n]` names the file that takes a schema from
+version n to n + 1 (sql/migrations/NNNN_*.sql: never edited once released,
+their comments say why each was made); `schema_version` holds the version
+reached. `migrate()` runs the missing steps in one transaction under an
+advisory lock, so two processes opening a fresh database at once create it
+once; it runs on first use, or by hand (`nobroker db migrate --url URL`)
+for operators who create schemas themselves and open queues with a role
+that may not.
 
 What the tables hold (the backend's docstring says why):
 - jobs: one row per job, with `state` 0 pending, 1 leased, 2 dead, 3 done,
