@@ -61,7 +61,7 @@ from .rows import (
 )
 from .session import Session
 from .statements import Statements, backoff_params
-from .sweeping import EVERY, OVERDUE, Sweeper
+from .sweeping import EVERY, OVERDUE, Sweeper, retention
 from .url import Target
 from .wakeups import Wakeups
 
@@ -191,18 +191,9 @@ class PostgresBackend:
         self._sweeper.maybe(EVERY if not jobs else OVERDUE)
         return jobs
 
-    def _retention(self, result_text: str | None, result_ttl: float | None) -> tuple[float,
-                                                                                    float]:
-        """(seconds a keyed row is kept, seconds an unkeyed row is kept) after its ack."""
-        keyed = self.settings.key_retention
-        if result_text is None:
-            return keyed, 0.0
-        ttl = self.settings.result_ttl if result_ttl is None else result_ttl
-        return max(keyed, ttl), ttl
-
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
-        keyed, unkeyed = self._retention(result_text, result_ttl)
+        keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed)
         self._fenced("ack", self._sql.ack, params, job)
 
@@ -214,7 +205,7 @@ class PostgresBackend:
             if job.id in seen:
                 raise NotLeasedError(job.id, "it appears twice in one ack_many")
             seen.add(job.id)
-        keyed, unkeyed = self._retention(None, None)
+        keyed, unkeyed = retention(self.settings, None, None)
         params = self._params(ids=[j.id for j in jobs], toks=[j.token or 0 for j in jobs],
                               kr=keyed, ur=unkeyed)
 
@@ -235,7 +226,7 @@ class PostgresBackend:
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None:
-        keyed, unkeyed = self._retention(result_text, result_ttl)
+        keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
                               n=1, vt=visibility_timeout, **self._backoff)
 

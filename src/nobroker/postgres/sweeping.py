@@ -1,8 +1,8 @@
 """How finished rows leave the table: a handle's periodic sweeps, and compact().
 
-A finished row (acked, cancelled) stays until its `expires_at` (the key's
-retention, the result's ttl), invisible after it, and is deleted by a
-sweep: `sql/queries/sweep.sql`, a batch of at most 1,000 rows per
+A finished row (acked, cancelled) stays until its `expires_at` (`retention`:
+the key's retention, the result's ttl), invisible after it, and is deleted
+by a sweep: `sql/queries/sweep.sql`, a batch of at most 1,000 rows per
 statement, with the watches of waiters that gave up (sweep_watches.sql).
 A handle sweeps now and then from its own calls (`maybe`): when idle, at
 most every `EVERY` seconds; when busy, once the last sweep is `OVERDUE`
@@ -28,17 +28,30 @@ from typing import Any, Final
 
 import psycopg
 
+from ..backend import Settings
 from ..errors import NobrokerError
 from ..models import CompactionResult
 from .connection import Link, changed
 from .statements import Statements
 
-__all__ = ["Sweeper", "EVERY", "OVERDUE"]
+__all__ = ["Sweeper", "retention", "EVERY", "OVERDUE"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 EVERY: Final = 1.0  # seconds between a handle's sweeps while it is idle
 OVERDUE: Final = 10.0  # ... and while it is busy leasing
+
+
+def retention(settings: Settings, result_text: str | None,
+              result_ttl: float | None) -> tuple[float, float]:
+    """(seconds a keyed row is kept, seconds an unkeyed row is kept) after its ack:
+    a keyed row for its key's retention, a row acked with a result for the
+    result's ttl (at least), an unkeyed row without one not at all."""
+    keyed = settings.key_retention
+    if result_text is None:
+        return keyed, 0.0
+    ttl = settings.result_ttl if result_ttl is None else result_ttl
+    return max(keyed, ttl), ttl
 
 
 class Sweeper:
