@@ -30,7 +30,7 @@ SRC = REPO / "src"
 DEV = REPO / ".dev"
 VENV = DEV / "venv"
 REQUIREMENTS_DEV = REPO / "requirements-dev.txt"
-LINT_PATHS = ("src", "tests", "tools", "examples", "web", "make.py")
+LINT_PATHS = ("src", "tests", "tools", "examples", "docsite", "make.py")
 
 TaskFn = Callable[[list[str]], int]
 TASKS: dict[str, TaskFn] = {}
@@ -262,22 +262,22 @@ def pycache_dirs(root: Path) -> list[Path]:
 
 
 # --------------------------------------------------------------------------
-# the docs site and the playground (web/, issue 12): development tools only
+# the docs site and the playground (docsite/, issue 12): development tools only
 
 DOCS_VENV = DEV / "docs-venv"
 WEB_VENV = DEV / "web-venv"
-NPM_DIR = DEV / "npm"  # web/package.json's packages (Pyodide) are installed here
+NPM_DIR = DEV / "npm"  # docsite/package.json's packages (Pyodide) are installed here
 CHROMIUM = Path("/usr/bin/chromium")
 
 
 @task("docs")
 def docs(args: list[str]) -> int:
-    """Build the docs site and the playground, strictly, into .dev/site (web/mkdocs.yml)."""
+    """Build the docs site and the playground, strictly, into .dev/site (docsite/mkdocs.yml)."""
     python = ensure_venv(DOCS_VENV, REPO / "requirements-docs.txt")
     if python is None or ensure_npm_packages() != 0:
         return 1
-    return run([str(python), "-m", "mkdocs", "build", "--strict", "-f", "web/mkdocs.yml", *args],
-               NO_MKDOCS_2_WARNING="1")
+    return run([str(python), "-m", "mkdocs", "build", "--strict", "-f", "docsite/mkdocs.yml",
+                *args], NO_MKDOCS_2_WARNING="1")
 
 
 @task("test-playground")
@@ -293,8 +293,8 @@ def test_playground(args: list[str]) -> int:
 
 
 def ensure_npm_packages() -> int:
-    """Install web/package-lock.json's packages into .dev/npm (npm ci) when it changed."""
-    lock = REPO / "web" / "package-lock.json"
+    """Install docsite/package-lock.json's packages into .dev/npm (npm ci) when it changed."""
+    lock = REPO / "docsite" / "package-lock.json"
     wanted = hashlib.sha256(lock.read_bytes()).hexdigest()
     stamp = NPM_DIR / "package-lock.sha256"
     if stamp.exists() and stamp.read_text().strip() == wanted:
@@ -304,7 +304,7 @@ def ensure_npm_packages() -> int:
         return 1
     NPM_DIR.mkdir(parents=True, exist_ok=True)
     for name in ("package.json", "package-lock.json"):
-        shutil.copyfile(REPO / "web" / name, NPM_DIR / name)
+        shutil.copyfile(REPO / "docsite" / name, NPM_DIR / name)
     code = run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(NPM_DIR)])
     if code == 0:
         stamp.write_text(wanted + "\n")

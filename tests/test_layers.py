@@ -22,10 +22,10 @@ from pathlib import Path
 from support import SRC
 
 # The package's layers, top first. A module of one layer may import its own layer
-# and any layer after it. A subpackage (file/, postgres/, tasks/, web/) is one name.
+# and any layer after it. A subpackage (file/, postgres/, tasks/, dashboard/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "pool", "tasks",
-                                "web", "transfer"})),  # transfer: `nobroker migrate`
+                                "dashboard", "transfer"})),  # transfer: `nobroker migrate`
     ("facade", frozenset({"queue"})),
     ("backends", frozenset({"file", "postgres"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend"})),

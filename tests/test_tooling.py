@@ -117,21 +117,21 @@ class DependencyProofTest(TempDirTestCase):
         self.assertIn("rq               imported lazily in tools/bench_peers.py", result.stdout)
         self.assertIn("  support\n", result.stdout)
 
-    def test_browser_tools_are_allowed_lazily_in_tests_and_web_is_scanned(self) -> None:
+    def test_browser_tools_are_allowed_lazily_in_tests_and_docsite_is_scanned(self) -> None:
         write(self.tmp, "tests/test_page.py", """\
             def browse():
                 import playwright
                 import requests
                 return playwright, requests
             """)
-        write(self.tmp, "web/hooks.py", "import mkdocs\n")
-        write(self.tmp, "web/playground/driver.py", "import playground\n")
+        write(self.tmp, "docsite/hooks.py", "import mkdocs\n")
+        write(self.tmp, "docsite/playground/driver.py", "import playground\n")
         result = self.check(self.tmp)
         self.assertEqual(result.returncode, 1, result.stdout)
         self.assertIn("playwright       imported lazily in tests/test_page.py", result.stdout)
         self.assertIn("tests/test_page.py:3: 'requests' (inside a function)", result.stdout)
-        self.assertIn("web/hooks.py:1: 'mkdocs' (module level)", result.stdout)
-        self.assertNotIn("'playground'", result.stdout)  # web/'s own folders are first-party
+        self.assertIn("docsite/hooks.py:1: 'mkdocs' (module level)", result.stdout)
+        self.assertNotIn("'playground'", result.stdout)  # docsite/'s own folders are first-party
 
     def test_examples_may_not_import_third_party_even_lazily(self) -> None:
         write(self.tmp, "examples/demo.py", "def main():\n    import rich\n")

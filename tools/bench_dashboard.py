@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from nobroker import Queue
-from nobroker.web import Dashboard
+from nobroker.dashboard import Dashboard
 
 CHUNK = 20_000
 

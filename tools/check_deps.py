@@ -40,11 +40,11 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SCAN_DIRS = ("src", "tests", "tools", "examples", "web")
+SCAN_DIRS = ("src", "tests", "tools", "examples", "docsite")
 SCAN_FILES = ("make.py",)
 REQUIREMENTS_DEV = "requirements-dev.txt"
 REQUIREMENTS_BENCH = "requirements-bench.txt"
-# The docs site (web/, MkDocs) and the browser tests (Playwright): development only.
+# The docs site (docsite/, MkDocs) and the browser tests (Playwright): development only.
 REQUIREMENTS_WEB_TOOLS = {"requirements-docs.txt": "docs venv .dev/docs-venv",
                           "requirements-web.txt": "browser-test venv .dev/web-venv"}
 
@@ -219,7 +219,7 @@ def file_role(rel: str) -> str:
         return "backend-package"
     if any(fnmatch(rel, pattern) for pattern in OPTIONAL_BACKENDS):
         return "backend"
-    for prefix, role in (("src/", "library"), ("tools/", "tool"), ("web/", "tool"),
+    for prefix, role in (("src/", "library"), ("tools/", "tool"), ("docsite/", "tool"),
                          ("tests/", "tests")):
         if rel.startswith(prefix):
             return role

@@ -20,8 +20,8 @@ from typing import Any
 from pg_support import drop_schema, fresh_schema_url, needs_postgres, open_queue
 from support import child_env
 
-from nobroker.web import Dashboard
-from nobroker.web.server import TOKEN_HEADER
+from nobroker.dashboard import Dashboard
+from nobroker.dashboard.server import TOKEN_HEADER
 
 TOKEN = "pg-dashboard-token-0123456789"
 

@@ -7,7 +7,8 @@ Layers, in dependency order:
     records.py  a job's raw log records, where the backend can list them
     api.py      the JSON API: one function per endpoint, no HTTP in it
     metrics.py  /metrics in the Prometheus text format
-    server.py   routing, the token / CSRF / same-origin checks, event streams
+    handler.py  routing, the token / CSRF / same-origin checks, event streams
+    server.py   the Dashboard: starts, serves and stops the HTTP server
     watch.py    `nobroker stats --watch`, the terminal's small cousin
     static/     the page: index.html, app.css, app.js (package data)
 

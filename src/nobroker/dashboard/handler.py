@@ -1,11 +1,11 @@
-"""The dashboard's HTTP server: routing, the security checks, server-sent events.
+"""The dashboard's request handler: routing, the security checks, server-sent events.
 
-Theory of operation. One `ThreadingHTTPServer` (a thread per connection)
-serves three kinds of path: the single page (`/`, `/q/NAME`,
+It serves three kinds of path: the single page (`/`, `/q/NAME`,
 `/q/NAME/job/ID` all answer index.html; the page's own script renders the
 view), its static files (package data, read with importlib.resources so the
 .pyz serves them too), and the API (api.py) with `/metrics` and the event
-stream `/api/events`.
+stream `/api/events`. It sees the dashboard it serves only as a `Site`, so
+it imports nothing of server.py, which starts and stops it.
 
 The checks, in the order they run:
 
@@ -36,47 +36,38 @@ import hashlib
 import hmac
 import json
 import logging
-import secrets
-import socket
 import threading
-from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import NobrokerError
 from . import api, metrics
 from .hub import Hub, UnknownQueue
 
-__all__ = ["Dashboard", "TOKEN_ENV", "TOKEN_HEADER", "new_token"]
+__all__ = ["CSP", "MAX_BODY", "TOKEN_HEADER", "DashboardServer", "RequestHandler", "Site",
+           "page_files"]
 
-TOKEN_ENV = "NOBROKER_DASHBOARD_TOKEN"
 TOKEN_HEADER = "X-Nobroker-Token"
-MIN_TOKEN_LENGTH = 16
 MAX_BODY = 64 * 1024
 MAX_STREAMS = 32  # event streams at once; each holds a thread
 KEEPALIVE = 15.0  # seconds between comments on an idle event stream
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-_STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
-           "index.html": "text/html; charset=utf-8", "favicon.svg": "image/svg+xml"}
-_LOCAL_NAMES = ("127.0.0.1", "localhost", "[::1]")
-_WILDCARDS = ("0.0.0.0", "::", "")
+STATIC_TYPES = {"app.js": "text/javascript; charset=utf-8",
+                "app.css": "text/css; charset=utf-8",
+                "index.html": "text/html; charset=utf-8", "favicon.svg": "image/svg+xml"}
 
 log = logging.getLogger("nobroker.dashboard")
 
 
-def new_token() -> str:
-    return secrets.token_urlsafe(24)
-
-
-def _static_files() -> dict[str, bytes]:
+def page_files() -> dict[str, bytes]:
     """The page's files; index.html names each of the others with `?v=` and a hash of
     its bytes, so the browser may cache them for good (a new version is a new URL)."""
-    root = resources.files("nobroker.web").joinpath("static")
-    files = {name: root.joinpath(name).read_bytes() for name in _STATIC}
+    root = resources.files("nobroker.dashboard").joinpath("static")
+    files = {name: root.joinpath(name).read_bytes() for name in STATIC_TYPES}
     page = files["index.html"]
     for name, data in files.items():
         digest = hashlib.sha256(data).hexdigest()[:16]
@@ -85,71 +76,21 @@ def _static_files() -> dict[str, bytes]:
     return files
 
 
-class Dashboard:
-    """The dashboard for one directory or database URL (showing `queues`, and every
-    queue the backend can list): `start()` it, read `url`, `close()` it."""
+class Site(Protocol):
+    """What the handler reads of the dashboard it serves (server.py's `Dashboard`)."""
 
-    def __init__(self, directory: str, *, host: str = "127.0.0.1", port: int = 8321,
-                 readonly: bool = False, token: str | None = None,
-                 interval: float = 1.0, queues: Sequence[str] = ("default",)) -> None:
-        if token is not None and len(token) < MIN_TOKEN_LENGTH:
-            raise ValueError(f"the dashboard token must be at least {MIN_TOKEN_LENGTH} "
-                             f"characters")
-        self.token = token or new_token()
-        self.readonly = readonly
-        self.hub = Hub(directory, readonly=readonly, interval=interval, queues=queues)
-        self.static = _static_files()
-        self.streams = threading.BoundedSemaphore(MAX_STREAMS)
-        server = _Server6 if ":" in host else _Server  # an IPv6 address such as ::1
-        try:
-            self.httpd = server((host.strip("[]"), port), _Handler)
-        except BaseException:
-            self.hub.close()  # the URL's queue is open already
-            raise
-        self.httpd.dashboard = self
-        self.host = host
-        self.port = int(self.httpd.server_address[1])
-        bare = host.strip("[]")
-        names = () if host in _WILDCARDS else (f"[{bare}]" if ":" in bare else bare,)
-        self.allowed_hosts = {f"{n}:{self.port}" for n in (*_LOCAL_NAMES, *names)}
-        self.any_host = host in _WILDCARDS
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        shown = "127.0.0.1" if self.host in _WILDCARDS else self.host.strip("[]")
-        if ":" in shown:
-            shown = f"[{shown}]"
-        return f"http://{shown}:{self.port}/"
-
-    def start(self) -> None:
-        """Sample the queues, then serve in a background thread."""
-        self.hub.start()
-        self._thread = threading.Thread(target=self.httpd.serve_forever,
-                                        name="nobroker-dashboard", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self.httpd.shutdown()
-            self._thread.join(timeout=10)
-        self.hub.close()  # wakes every event stream, which then ends
-        self.httpd.server_close()
-
-    def __enter__(self) -> Dashboard:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    hub: Hub
+    token: str
+    readonly: bool
+    static: dict[str, bytes]  # page_files()
+    streams: threading.BoundedSemaphore  # one per open event stream, MAX_STREAMS in all
+    allowed_hosts: set[str]  # the Host header values that name this server
+    any_host: bool  # bound to a wildcard address: any Host names it
 
 
-class _Server(ThreadingHTTPServer):
+class DashboardServer(ThreadingHTTPServer):
     daemon_threads = True
-    dashboard: Dashboard
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+    site: Site
 
 
 class _Refused(Exception):
@@ -159,8 +100,8 @@ class _Refused(Exception):
         self.reason = reason
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+class RequestHandler(BaseHTTPRequestHandler):
+    server: DashboardServer
     protocol_version = "HTTP/1.1"
     # Headers and body are two writes: without TCP_NODELAY the body waits for the
     # client's delayed ACK of the headers on a kept-alive connection (40 ms a request).
@@ -171,8 +112,8 @@ class _Handler(BaseHTTPRequestHandler):
     error_message_format = "%(code)d %(message)s\n"
 
     @property
-    def dash(self) -> Dashboard:
-        return self.server.dashboard
+    def site(self) -> Site:
+        return self.server.site
 
     def version_string(self) -> str:
         return self.server_version
@@ -245,7 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _check_host(self) -> None:
         host = (self.headers.get("Host") or "").lower()
-        if not self.dash.any_host and host not in self.dash.allowed_hosts:
+        if not self.site.any_host and host not in self.site.allowed_hosts:
             raise _Refused(403, f"Host {host!r} is not this dashboard's address")
 
     def _parts(self) -> tuple[list[str], dict[str, list[str]]]:
@@ -263,18 +204,18 @@ class _Handler(BaseHTTPRequestHandler):
             parts, query = self._parts()
         except UnicodeDecodeError:
             raise _Refused(400, "the path is not valid UTF-8") from None
-        hub = self.dash.hub
+        hub = self.site.hub
         if parts in ([""], ["q", ""]) or (len(parts) == 2 and parts[0] == "q") or (
                 len(parts) == 4 and parts[0] == "q" and parts[2] == "job"):
-            self._send(200, self.dash.static["index.html"], _STATIC["index.html"])
+            self._send(200, self.site.static["index.html"], STATIC_TYPES["index.html"])
             return
-        if len(parts) == 2 and parts[0] == "static" and parts[1] in _STATIC:
+        if len(parts) == 2 and parts[0] == "static" and parts[1] in STATIC_TYPES:
             versioned = "v=" in urlsplit(self.path).query  # the URL changes with the bytes
-            self._send(200, self.dash.static[parts[1]], _STATIC[parts[1]],
+            self._send(200, self.site.static[parts[1]], STATIC_TYPES[parts[1]],
                        "public, max-age=31536000, immutable" if versioned else "no-cache")
             return
         if parts == ["favicon.ico"]:
-            self._send(200, self.dash.static["favicon.svg"], _STATIC["favicon.svg"])
+            self._send(200, self.site.static["favicon.svg"], STATIC_TYPES["favicon.svg"])
             return
         if parts == ["metrics"]:
             self._send(200, metrics.render(hub).encode(), metrics.CONTENT_TYPE)
@@ -295,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(404, f"no API endpoint at {urlsplit(self.path).path}")
 
     def _get_queue(self, name: str, rest: list[str], query: dict[str, list[str]]) -> None:
-        hub = self.dash.hub
+        hub = self.site.hub
         if not rest:
             self._json(200, api.get_queue(hub, name))
         elif rest == ["series"]:
@@ -312,7 +253,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(404, f"no API endpoint at {urlsplit(self.path).path}")
 
     def _post(self) -> None:
-        if self.dash.readonly:
+        if self.site.readonly:
             raise _Refused(403, "the dashboard is read-only (--read-only): no changes")
         self._check_origin()
         kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -322,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not given:
             raise _Refused(403, f"a change needs the dashboard's token in the "
                                 f"{TOKEN_HEADER} header")
-        if not hmac.compare_digest(given.encode(), self.dash.token.encode()):
+        if not hmac.compare_digest(given.encode(), self.site.token.encode()):
             raise _Refused(403, "the token is wrong")
         body = self._body()
         try:
@@ -331,7 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(400, "the path is not valid UTF-8") from None
         if len(parts) != 4 or parts[:2] != ["api", "queues"]:
             raise _Refused(404, f"no API endpoint at {urlsplit(self.path).path}")
-        self._json(200, api.post_action(self.dash.hub, parts[2], parts[3], body))
+        self._json(200, api.post_action(self.site.hub, parts[2], parts[3], body))
 
     def _check_origin(self) -> None:
         origin = self.headers.get("Origin")
@@ -365,10 +306,10 @@ class _Handler(BaseHTTPRequestHandler):
     # -- server-sent events -------------------------------------------------
 
     def _events(self, name: str | None) -> None:
-        hub = self.dash.hub
+        hub = self.site.hub
         if name:
             hub.queue(name)  # UnknownQueue -> 404 before the stream starts
-        if not self.dash.streams.acquire(blocking=False):
+        if not self.site.streams.acquire(blocking=False):
             raise _Refused(503, "too many event streams are open")
         try:
             self.close_connection = True
@@ -398,7 +339,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the page went away
         finally:
-            self.dash.streams.release()
+            self.site.streams.release()
 
 
 def to_json(value: Any) -> str:

@@ -2,7 +2,7 @@
 
 Each endpoint is one function of the Hub and the request's decoded arguments
 that returns a JSON-able value or raises `ApiError(status, reason)`. HTTP,
-tokens and origins are the server's business (server.py); this module never
+tokens and origins are the handler's business (handler.py); this module never
 sees a socket, so the endpoints can be read (and are documented, in
 docs/DASHBOARD.md) without the plumbing.
 
