@@ -24,7 +24,7 @@ from support import SRC
 # The package's layers, top first. A module of one layer may import its own layer
 # and any layer after it. A subpackage (file/, postgres/, tasks/, web/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
-    ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "pool", "tasks",
+    ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
                                 "web", "transfer"})),  # transfer: `nobroker migrate`
     ("facade", frozenset({"queue"})),
     ("backends", frozenset({"file", "postgres"})),
