@@ -284,25 +284,13 @@ class MemoryBackend:
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None) -> int:
-        def change(table: MemoryTable, now: float) -> int:
-            dead = table.dead(job_id)
-            for job in dead:
-                table.requeue(job, now)
-            return len(dead)
-
-        return self._write(change)
+        return self._write(lambda table, now: table.requeue_dead(job_id, now))
 
     def purge(self) -> int:
         return self._write(lambda table, now: table.purge())
 
     def delete_dead(self, job_id: str | None) -> int:
-        def change(table: MemoryTable, now: float) -> int:
-            dead = table.dead(job_id)
-            for job in dead:
-                table.delete(job)
-            return len(dead)
-
-        return self._write(change)
+        return self._write(lambda table, now: table.delete_dead(job_id))
 
     def get(self, job_id: str) -> Job:
         return self._read(lambda table, now: self._find(table, job_id, now))

@@ -131,12 +131,9 @@ class MemoryTable:
     def held(self, job_id: str, token: int | None) -> MemoryJob:
         """The job, if `token` is still its lease; else NotLeasedError."""
         job = self.jobs.get(job_id)
-        if job is None:
-            raise NotLeasedError(job_id, "it is no longer in the queue")
-        if job.state is not JobState.LEASED:
-            raise NotLeasedError(job_id, f"it is {job.state}")
-        if token is None or job.token != token:
-            raise NotLeasedError(job_id, f"lease {token} was superseded by lease {job.token}")
+        state, lease = (None, None) if job is None else (job.state, job.token)
+        NotLeasedError.unless_held(job_id, state, lease, token)
+        assert job is not None  # unless_held raised otherwise
         return job
 
     def extend(self, job: MemoryJob, until: float) -> None:
@@ -201,7 +198,7 @@ class MemoryTable:
 
     # -- operating ----------------------------------------------------------
 
-    def dead(self, job_id: str | None) -> list[MemoryJob]:
+    def _dead(self, job_id: str | None) -> list[MemoryJob]:
         """The dead job `job_id` (JobNotFoundError if it is not dead), or every one."""
         if job_id is None:
             return list(self.entries(JobState.DEAD))
@@ -210,15 +207,25 @@ class MemoryTable:
             raise JobNotFoundError(job_id, "dead job")
         return [job]
 
-    def requeue(self, job: MemoryJob, now: float) -> None:
-        """A dead job pending again, with a fresh attempt budget."""
-        job.attempts = 0
-        job.finished_at = None
-        self._make_pending(job, now)
+    def requeue_dead(self, job_id: str | None, now: float) -> int:
+        """One dead job (or all) pending again, with a fresh attempt budget; how many."""
+        dead = self._dead(job_id)
+        for job in dead:
+            job.attempts = 0
+            job.finished_at = None
+            self._make_pending(job, now)
+        return len(dead)
+
+    def delete_dead(self, job_id: str | None) -> int:
+        """One dead job (or all) gone; how many."""
+        dead = self._dead(job_id)
+        for job in dead:
+            self.delete(job)
+        return len(dead)
 
     def delete(self, job: MemoryJob) -> None:
-        """A dead job (delete_dead), or a kept one before its time (a cancelled job
-        whose key is enqueued again), gone."""
+        """A dead job, or a kept one before its time (a cancelled job whose key is
+        enqueued again), gone."""
         self._remove(job)
         self.finishes += 1
 
