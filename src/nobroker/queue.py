@@ -396,4 +396,3 @@ def _outcome(job: Job) -> Any:
     if job.state is not JobState.DONE:
         raise TaskFailed(job.id, str(job.state), job.last_error)
     return job.result
-
