@@ -8,7 +8,8 @@ Usage::
 
 The folders show what is tested: ``contract/`` (the public API, every
 backend), ``file/`` (the file engine), ``postgres/`` (the PostgreSQL backend,
-skipped without a server), ``worker/``, ``cli/``; the repository's
+skipped without a server), ``memory/`` (the in-memory backend), ``worker/``,
+``cli/``; the repository's
 own tooling sits at the top. Helpers (support.py, explorer.py, soak.py) are
 plain modules at the top, importable from every folder.
 

@@ -53,7 +53,8 @@ from .store import FileStore
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 
-CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True)
+CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
+                            exports=True)
 _MISSING: Any = object()
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
@@ -346,6 +347,11 @@ class FileBackend:
             return [self._view(entry) for entry in page]
 
         return self.store.read(query)
+
+    def export_jobs(self) -> list[tuple[Job, bool]]:
+        """JobExport (nobroker migrate): the live jobs, each with whether its id is a key."""
+        return self.store.read(lambda replay: [(self._view(entry), entry.keyed)
+                                               for entry in replay.entries()])
 
     def compact(self) -> CompactionResult:
         return self.store.compact()

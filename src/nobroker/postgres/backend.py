@@ -74,7 +74,7 @@ class PostgresBackend:
     """One queue in a PostgreSQL schema. Safe to share between threads."""
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
-                                local=False, listing=True)
+                                local=False, listing=True, imports=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:

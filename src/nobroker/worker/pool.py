@@ -40,9 +40,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Retry, SerializationError, Snooze
-from .models import Job, JobState
-from .tasks import call_as
+from ..errors import Retry, SerializationError, Snooze
+from ..models import Job, JobState
+from ..tasks import call_as
 
 __all__ = ["Outcome", "EventLoop", "ChildProcess", "run_in_thread", "timeout_text",
            "describe_error", "job_to_json"]
