@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import unittest
 
-from support import REPO, TempDirTestCase
+from harness.support import REPO, TempDirTestCase
 
 sys.path.insert(0, str(REPO / "tools"))
 import bench_scaling  # tools/ is not a package: on sys.path above

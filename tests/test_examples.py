@@ -17,7 +17,7 @@ import unittest
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from support import REPO, TempDirTestCase
+from harness.support import REPO, TempDirTestCase
 
 from nobroker import Job, JobState
 

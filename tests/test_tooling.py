@@ -17,7 +17,7 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from support import REPO, SRC, TempDirTestCase, slow
+from harness.support import REPO, SRC, TempDirTestCase, slow
 
 CHECK_DEPS = REPO / "tools" / "check_deps.py"
 BUILD_PYZ = REPO / "tools" / "build_pyz.py"

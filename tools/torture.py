@@ -66,7 +66,7 @@ def say(text: str) -> None:
 def run_explorer(budget: float, seed: int) -> Phase:
     phase = Phase("explorer")
     try:
-        import explorer
+        from harness import explorer
     except ImportError as exc:  # pragma: no cover - the explorer is another engineer's
         phase.skipped = f"tests/explorer.py not importable: {exc}"
         return phase
@@ -123,8 +123,9 @@ def run_explorer(budget: float, seed: int) -> Phase:
 
 def run_faults(budget: float, seed: int, scratch: str) -> Phase:
     phase = Phase("faults")
-    import support
     from file import test_faults
+
+    from harness import support
 
     deadline = time.monotonic() + budget
     errnos = (errno.EIO, errno.ENOSPC, errno.EDQUOT)
@@ -184,7 +185,7 @@ def run_fuzz(budget: float, seed: int) -> Phase:
 
 def run_soaks(budget: float, seed: int, scratch: str) -> Phase:
     phase = Phase("soak")
-    import soak
+    from harness import soak
 
     deadline = time.monotonic() + budget
     rng = random.Random(seed)

@@ -24,7 +24,7 @@ import unittest
 from pathlib import Path
 from typing import Any, ClassVar
 
-from support import REPO, SRC, TempDirTestCase
+from harness.support import REPO, SRC, TempDirTestCase
 
 from nobroker import Queue
 

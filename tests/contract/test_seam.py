@@ -13,7 +13,7 @@ import inspect
 import random
 import unittest
 
-from support import FakeClock, TempDirTestCase
+from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import BackoffPolicy, NobrokerError, Queue
 from nobroker.backend import Backend, Settings

@@ -29,9 +29,9 @@ import tempfile
 import time
 import unittest
 
-import explorer
-from explorer import SECTOR, Bounds, Driver, Event, crash_states, explore, record
-from support import REPO, TempDirTestCase, slow
+from harness import explorer
+from harness.explorer import SECTOR, Bounds, Driver, Event, crash_states, explore, record
+from harness.support import REPO, TempDirTestCase, slow
 
 CORPUS = str(REPO / "tests" / "crash_corpus")
 PROFILES = ("process", "ext4ish", "weak", "windows")

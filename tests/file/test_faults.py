@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
-from support import FakeClock, TempDirTestCase, file_queue, scratch_root, slow, store_of
+from harness.support import FakeClock, TempDirTestCase, file_queue, scratch_root, slow, store_of
 
 import nobroker
 from nobroker import (

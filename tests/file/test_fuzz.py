@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from support import FakeClock, TempDirTestCase, scratch_root, store_of
+from harness.support import FakeClock, TempDirTestCase, scratch_root, store_of
 
 from nobroker import BackoffPolicy, CorruptLogError, NobrokerError, Queue
 from nobroker.file.log.framing import (

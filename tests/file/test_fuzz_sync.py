@@ -54,7 +54,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from support import FakeClock, file_queue, store_of
+from harness.support import FakeClock, file_queue, store_of
 
 from file.test_fuzz import (
     CURRENT,

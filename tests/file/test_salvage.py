@@ -25,8 +25,8 @@ import textwrap
 import unittest
 from pathlib import Path
 
-from explorer import Bounds, RecordingFS, crash_states
-from support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
+from harness.explorer import Bounds, RecordingFS, crash_states
+from harness.support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
 
 from file.test_fuzz import (
     CURRENT,

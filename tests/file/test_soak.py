@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import unittest
 
-import soak
-from support import TempDirTestCase
+from harness import soak
+from harness.support import TempDirTestCase
 
 import nobroker
 

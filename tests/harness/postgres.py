@@ -20,8 +20,7 @@ import unittest
 import uuid
 from typing import Any
 
-import support  # noqa: F401  (puts src/ on sys.path)
-
+import harness.support  # noqa: F401  (puts src/ on sys.path)
 from nobroker import Queue
 
 URL_ENV = "NOBROKER_TEST_POSTGRES_URL"

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 __all__ = ["QUICK_ENV", "REPO", "SRC", "TempDirTestCase", "quick_run", "slow", "FakeClock",
            "file_queue", "store_of", "wait_until"]
 
-REPO: Path = Path(__file__).resolve().parent.parent
+REPO: Path = Path(__file__).resolve().parents[2]  # tests/harness/support.py
 SRC: Path = REPO / "src"
 
 if str(SRC) not in sys.path:

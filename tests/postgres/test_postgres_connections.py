@@ -18,8 +18,8 @@ import uuid
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from pg_support import drop_schema, fresh_schema_url, needs_postgres, open_queue
-from support import wait_until
+from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
+from harness.support import wait_until
 
 from nobroker import JobNotFoundError, JobState
 
