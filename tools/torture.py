@@ -3,16 +3,16 @@
 Four phases share the time budget (default 10 minutes), each the unbounded
 version of a bounded test in the normal suite:
 
-    explorer  tests/explorer.py: every named workload, ACE-style workloads of
+    explorer  tests/harness/explorer/: every named workload, ACE-style workloads of
               three calls, then random 50-call workloads, under every disk
               profile with the torture bounds (byte-exhaustive cuts, 64
               random subsets per crash point, compound crashes);
-    faults    tests/file/test_faults.py: the SQLite-style I/O-error loop (every
+    faults    tests/harness/faults/: the SQLite-style I/O-error loop (every
               mutating call x EIO/ENOSPC/EDQUOT x once/persist/short/drop)
               over random workloads;
-    fuzz      tests/file/test_fuzz.py: tens of thousands of damaged queues, and
-              tests/file/test_fuzz_sync.py: damaged NAME.sync files;
-    soak      tests/soak.py: producers, workers and a compactor under kill -9,
+    fuzz      tests/harness/fuzz/: tens of thousands of damaged queues, and
+              damaged NAME.sync files;
+    soak      tests/harness/soak/: producers, workers and a compactor under kill -9,
               audited like Jepsen's queue checker.
 
 It prints each phase's figures as it goes and ends with a summary table in
@@ -68,7 +68,7 @@ def run_explorer(budget: float, seed: int) -> Phase:
     try:
         from harness import explorer
     except ImportError as exc:  # pragma: no cover - the explorer is another engineer's
-        phase.skipped = f"tests/explorer.py not importable: {exc}"
+        phase.skipped = f"tests/harness/explorer not importable: {exc}"
         return phase
     deadline = time.monotonic() + budget
     bounds = explorer.Bounds.torture(seed)
@@ -123,9 +123,8 @@ def run_explorer(budget: float, seed: int) -> Phase:
 
 def run_faults(budget: float, seed: int, scratch: str) -> Phase:
     phase = Phase("faults")
-    from file import test_faults
-
     from harness import support
+    from harness.faults import run_fault_matrix
 
     deadline = time.monotonic() + budget
     errnos = (errno.EIO, errno.ENOSPC, errno.EDQUOT)
@@ -134,7 +133,7 @@ def run_faults(budget: float, seed: int, scratch: str) -> Phase:
     while time.monotonic() < deadline:
         directory = tempfile.mkdtemp(prefix="faults-", dir=support.scratch_root() or scratch)
         try:
-            n, inj, bad = test_faults.run_fault_matrix(directory, workload_seed, errnos=errnos)
+            n, inj, bad = run_fault_matrix(directory, workload_seed, errnos=errnos)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         runs += n
@@ -157,13 +156,13 @@ def run_faults(budget: float, seed: int, scratch: str) -> Phase:
 
 def run_fuzz(budget: float, seed: int) -> Phase:
     phase = Phase("fuzz")
-    from file import test_fuzz, test_fuzz_sync
+    from harness.fuzz import fuzz, fuzz_sync
 
     # A tenth of the budget to NAME.sync's own fuzzer (its cases are cheaper).
     sync_deadline = time.monotonic() + budget * 0.1
-    synced = test_fuzz_sync.fuzz_sync(10**9, seed=10_000 + seed, deadline=sync_deadline)
+    synced = fuzz_sync(10**9, seed=10_000 + seed, deadline=sync_deadline)
     deadline = time.monotonic() + budget * 0.9
-    report = test_fuzz.fuzz(10**9, seed=10_000 + seed, deadline=deadline)
+    report = fuzz(10**9, seed=10_000 + seed, deadline=deadline)
     phase.failures = list(report.failures) + list(synced.failures)
     outcomes = report.outcomes
     phase.rows = [
