@@ -1,4 +1,4 @@
-"""The crash-state explorer (tests/explorer.py) and, through it, nobroker's crash safety.
+"""The crash-state explorer (tests/harness/explorer/) and, through it, nobroker's crash safety.
 
 Three layers of tests:
 

@@ -27,7 +27,7 @@ from harness.postgres import (
 )
 from harness.support import TempDirTestCase, child_env, slow, spawn_python, wait_until
 
-TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: pg_support, support
+TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: harness.postgres, harness.support
 
 # A consumer: lease, ack, and write the acked id (after ack returned) to its file.
 # It starts when its stdin closes (`go`), so that consumers spawned one after the
