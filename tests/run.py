@@ -12,7 +12,7 @@ skipped without a server), ``worker/``, ``task_layer/`` (tasks, cron,
 results), ``cli/``, ``tooling/`` (check_deps, build_pyz, the benchmarks,
 make.py) and ``docs/`` (the examples). Every folder below tests/ is searched,
 so a new one needs no entry here. ``harness/`` holds no tests: it is the
-package every test module and tools/torture.py import (support, the
+package every test module and tools/torture/run.py import (support, the
 crash-state explorer, faults, fuzz, soak); tests/ is on ``sys.path`` for it.
 
 Theory of operation. The parent finds ``test_*.py`` modules, then runs each one

@@ -14,7 +14,7 @@ Three layers of tests:
 - the regression corpus (tests/crash_corpus): every state (or trace) that ever
   failed still recovers as expected.
 
-The bounded runs here fit the suite's budget; `@slow` ones and tools/torture.py
+The bounded runs here fit the suite's budget; `@slow` ones and tools/torture/run.py
 (`explorer.explore(..., bounds=Bounds.torture())`) go further. Each test prints
 the explorer's figures (states explored, unique, violations) to stdout.
 """

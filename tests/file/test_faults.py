@@ -22,7 +22,7 @@ each run disables the faults, reopens twice and checks the audit:
 byte written since the last successful fsync of that file, as a power cut
 after the kernel dropped the dirty pages would.
 
-`run_fault_matrix` (harness.faults) is shared with tools/torture.py, which runs it with more
+`run_fault_matrix` (harness.faults) is shared with tools/torture/run.py, which runs it with more
 workload seeds.
 """
 

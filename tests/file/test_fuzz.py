@@ -27,7 +27,7 @@ changed by a refused open, tracemalloc peak beyond MAX_RECORD on the
 sampled cases -- is a failure, reported with the case's id. Every case that
 ever failed is kept in REGRESSIONS and replayed on every run.
 
-The machinery lives in tests/harness/fuzz/; tools/torture.py calls `fuzz(count=...)`
+The machinery lives in tests/harness/fuzz/; tools/torture/run.py calls `fuzz(count=...)`
 with tens of thousands of cases.
 """
 

@@ -37,7 +37,7 @@ It found one: a log cut below a CRC-valid claim kept the claim, so the first
 call after the open published it and the next returned with no fdatasync
 (seed 1, cases 33 and 75 among 20 of 300); every open now lowers the slots
 to the log's end (file/syncing.py, bound_shared). The test's 300 cases of
-seed 1 include those. tools/torture.py runs `fuzz_sync(count=...)` with many
+seed 1 include those. tools/torture/run.py runs `fuzz_sync(count=...)` with many
 more cases.
 """
 

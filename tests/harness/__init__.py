@@ -1,7 +1,7 @@
 """The test harness: what test modules and tools/ share, none of it a test itself.
 
 Test modules and the tools import from here, never from each other (tests/
-is on ``sys.path`` when tests/run.py runs a module; tools/torture.py puts it
+is on ``sys.path`` when tests/run.py runs a module; tools/torture/run.py puts it
 there):
 
 - ``support``: paths (``REPO``, ``SRC``; importing it puts ``src/`` on
@@ -16,5 +16,5 @@ there):
 - ``soak``: real producers, workers and a compactor under kill -9, audited.
 
 The short, bounded runs live in tests/file/ (test_explorer, test_faults,
-test_fuzz, test_soak...); tools/torture.py runs the long ones.
+test_fuzz, test_soak...); tools/torture/run.py runs the long ones.
 """

@@ -1,6 +1,6 @@
 """What the PostgreSQL tests share: the server's URL, skipping without one, a fresh schema.
 
-The server comes from `python make.py test-postgres` (tools/pg_cluster.py),
+The server comes from `python make.py test-postgres` (tools/postgres/cluster.py),
 which sets NOBROKER_TEST_POSTGRES_URL; without it (or without psycopg) every
 PostgreSQL test is skipped, and `make.py test` says so in its summary.
 

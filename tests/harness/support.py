@@ -4,7 +4,8 @@ This module owns the few things every test file needs:
 
 - ``REPO`` and ``SRC``: where the checkout and its ``src/`` directory are.
   Importing this module puts ``SRC`` on ``sys.path``, so tests import the
-  library straight from the tree; nothing has to be installed.
+  library straight from the tree; nothing has to be installed (and ``REPO``
+  last, so the tests of the tools import them as ``tools.*``).
 - ``slow``: marks a test that the quick run (``NOBROKER_QUICK=1``, used by
   ``python make.py test-quick``) skips.
 - ``TempDirTestCase``: a ``unittest.TestCase`` that gives every test its own
@@ -34,6 +35,8 @@ SRC: Path = REPO / "src"
 
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))  # last: only for ``import tools.bench...`` in tests of the tools
 
 QUICK_ENV = "NOBROKER_QUICK"
 

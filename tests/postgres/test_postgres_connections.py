@@ -145,7 +145,7 @@ class SelectOnlyRoleTest(_Schema):
                                  b"WHERE rolname = current_user").fetchone()
         if not row[0]:
             self.skipTest("the test server's user may not create roles "
-                          "(tools/pg_cluster.py gives it CREATEROLE)")
+                          "(tools/postgres/cluster.py gives it CREATEROLE)")
         self.open().close()  # creates the schema as the owner
         role, password = "t_ro_" + uuid.uuid4().hex[:12], uuid.uuid4().hex
         s = f'"{self.schema}"'

@@ -1,4 +1,4 @@
-"""tools/bench_scaling.py: what the workers and mixed rows (and bench-peers' drain) count.
+"""tools/bench/scaling.py: what the workers and mixed rows (and bench-peers' drain) count.
 
 The rate is the steady state (start-up and tail left out), a job run twice
 counts as a duplicate, a job never run fails the round, and a real drain by
@@ -7,13 +7,11 @@ two Worker processes runs every job once.
 
 from __future__ import annotations
 
-import sys
 import unittest
 
-from harness.support import REPO, TempDirTestCase
+from harness.support import TempDirTestCase
 
-sys.path.insert(0, str(REPO / "tools"))
-import bench_scaling  # tools/ is not a package: on sys.path above
+import tools.bench.scaling as bench_scaling
 
 
 class SteadyRateTest(unittest.TestCase):

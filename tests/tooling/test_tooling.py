@@ -19,8 +19,8 @@ from unittest import mock
 
 from harness.support import REPO, SRC, TempDirTestCase, slow
 
-CHECK_DEPS = REPO / "tools" / "check_deps.py"
-BUILD_PYZ = REPO / "tools" / "build_pyz.py"
+CHECK_DEPS = REPO / "tools" / "build" / "check_deps.py"  # stdlib only: runs by path too
+BUILD_PYZ = REPO / "tools" / "build" / "pyz.py"
 RUNNER = REPO / "tests" / "run.py"
 MAKE = REPO / "make.py"
 
@@ -96,14 +96,14 @@ class DependencyProofTest(TempDirTestCase):
 
     def test_top_level_third_party_import_fails_even_in_allowed_places(self) -> None:
         write(self.tmp, "src/nobroker/postgres.py", "import psycopg\n")
-        write(self.tmp, "tools/bench_peers.py", "import huey\n")
+        write(self.tmp, "tools/bench/peers/run.py", "import huey\n")
         result = self.check(self.tmp)
         self.assertEqual(result.returncode, 1, result.stdout)
         self.assertIn("src/nobroker/postgres.py:1: 'psycopg' (module level)", result.stdout)
-        self.assertIn("tools/bench_peers.py:1: 'huey' (module level)", result.stdout)
+        self.assertIn("tools/bench/peers/run.py:1: 'huey' (module level)", result.stdout)
 
     def test_lazy_import_in_a_dev_tool_is_listed_under_development_tools(self) -> None:
-        write(self.tmp, "tools/bench_peers.py", """\
+        write(self.tmp, "tools/bench/peers/run.py", """\
             import importlib
             def peers():
                 import huey
@@ -113,8 +113,8 @@ class DependencyProofTest(TempDirTestCase):
         write(self.tmp, "tests/support.py", "")
         result = self.check(self.tmp)
         self.assertEqual(result.returncode, 0, result.stdout)
-        self.assertIn("huey             imported lazily in tools/bench_peers.py", result.stdout)
-        self.assertIn("rq               imported lazily in tools/bench_peers.py", result.stdout)
+        self.assertIn("huey             imported lazily in tools/bench/peers/run.py", result.stdout)
+        self.assertIn("rq               imported lazily in tools/bench/peers/run.py", result.stdout)
         self.assertIn("  support\n", result.stdout)
 
     def test_browser_tools_are_allowed_lazily_in_tests_and_web_is_scanned(self) -> None:
@@ -167,21 +167,20 @@ class MakeTest(TempDirTestCase):
         self.assertRegex(result.stdout, r"(?m)^ +4 +[\d,]+ +\d+\.\d\d ")  # 4 threads' row
 
     def test_the_benchmark_scripts_start(self) -> None:
-        # They are split into modules (tools/bench_*.py) that import each other by
-        # name: a broken import there would only show in a long benchmark run.
-        listed = run_python(REPO / "tools" / "bench.py", "--list", env=clean_env())
+        # They are split into modules (tools/bench/*.py) that import each other as
+        # tools.bench.*: a broken import there would only show in a long benchmark run.
+        listed = run_python("-m", "tools.bench.run", "--list", env=clean_env())
         self.assertEqual(listed.returncode, 0, listed.stderr)
         for name in ("enqueue", "workers", "compaction", "task_roundtrip"):
             self.assertRegex(listed.stdout, rf"(?m)^ *{name}\b")
-        for script in ("bench_peers.py", "bench_postgres.py"):
-            helped = run_python(REPO / "tools" / script, "--help", env=clean_env())
+        for module in ("tools.bench.peers.run", "tools.bench.postgres.run"):
+            helped = run_python("-m", module, "--help", env=clean_env())
             self.assertEqual(helped.returncode, 0, helped.stderr)
             self.assertIn("--only", helped.stdout)
-        # bench_postgres.py's modules, each on its own and without the peers installed
+        # tools/bench/postgres/'s modules, each on its own and without the peers installed
         # (they import procrastinate, PgQueuer and psycopg inside functions only).
-        for module in ("bench_postgres_measure", "bench_postgres_nobroker",
-                       "bench_postgres_procrastinate", "bench_postgres_pgqueuer"):
-            imported = run_python("-c", f"import {module}", cwd=REPO / "tools", env=clean_env())
+        for module in ("measure", "nobroker_system", "procrastinate_system", "pgqueuer_system"):
+            imported = run_python("-c", f"import tools.bench.postgres.{module}", env=clean_env())
             self.assertEqual(imported.returncode, 0, imported.stderr)
 
     def test_unknown_task_exits_2(self) -> None:

@@ -1,4 +1,4 @@
-"""tools/bench.py's rows on the big queue (cfg.big_n pending jobs, built once by
+"""tools/bench/run.py's rows on the big queue (cfg.big_n pending jobs, built once by
 Context.big_queue): cold open to the first job, memory per pending job, stats()
 at size, and compaction while another process enqueues.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_common import (
+from tools.bench.common import (
     child_error,
     fmt_time,
     framed_sizes,
@@ -27,7 +27,7 @@ from bench_common import (
     small_payloads,
     spawn,
 )
-from bench_context import ENQUEUE_TYPE, Context, Row, nobroker_api, require, verdict
+from tools.bench.context import ENQUEUE_TYPE, Context, Row, nobroker_api, require, verdict
 
 
 def _build_and_crash(directory: str, jobs: int) -> None:

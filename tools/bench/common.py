@@ -1,6 +1,6 @@
-"""Shared helpers for tools/bench.py and tools/bench_peers.py (standard library only).
+"""Shared helpers for tools/bench/run.py and tools/bench/peers/run.py (standard library only).
 
-tools/bench_postgres.py takes only the /proc reader (:func:`proc_stat_fields`).
+tools/bench/postgres/run.py takes only the /proc reader (:func:`proc_stat_fields`).
 
 What lives here, and why it is shared:
 
@@ -30,7 +30,6 @@ import os
 import platform
 import statistics
 import struct
-import sys
 import threading
 import time
 import traceback
@@ -38,20 +37,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # tools/bench/common.py
 SRC = REPO / "src"
 
 # The log framing as docs/FORMAT.md specifies it; kept here (not imported from
 # nobroker) so that the baseline reader is independent of the code it judges.
 FILE_HEADER_SIZE = 16
 RECORD_HEADER = struct.Struct("<IBI")
-
-
-def ensure_src_on_path() -> None:
-    """Make ``import nobroker`` work even when PYTHONPATH=src was not set."""
-    src = str(SRC)
-    if src not in sys.path:
-        sys.path.insert(0, src)
 
 
 # --------------------------------------------------------------------------
@@ -454,5 +446,5 @@ def gather_at_barrier(
 
 
 def noop(*args: Any, **kwargs: Any) -> None:
-    """A job function that does nothing (RQ imports it as bench_common.noop)."""
+    """A job function that does nothing (RQ imports it as tools.bench.common.noop)."""
     return None

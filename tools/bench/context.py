@@ -1,4 +1,4 @@
-"""What every row of tools/bench.py shares: the sizes (Config), the result row (Row),
+"""What every row of tools/bench/run.py shares: the sizes (Config), the result row (Row),
 the PASS/MISS verdict, the Missing feature check, and the run Context (scratch
 directories, payload numbers, nobroker's record size, the big queue built once).
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_common import fmt_bytes, fmt_ratio, framed_sizes, log_record_bytes, small_payloads
+from tools.bench.common import fmt_bytes, fmt_ratio, framed_sizes, log_record_bytes, small_payloads
 
 ENQUEUE_TYPE = 1  # records.RecordType.ENQUEUE, per docs/FORMAT.md
 

@@ -26,9 +26,6 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from nobroker import Queue
 from nobroker.web import Dashboard

@@ -1,6 +1,6 @@
 """How fast a result reaches a waiter in another process, and what waking costs an ack.
 
-    python3 tools/result_wake.py [--results 200] [--acks 5000]
+    python3 -m tools.bench.result_wake [--results 200] [--acks 5000]
 
 Two measurements of the "something finished" pipes (src/nobroker/file/finished.py):
 
@@ -23,12 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from nobroker import Queue
 from nobroker.file.disk import finished
+from tools.bench.common import SRC
 
 CHILD = """
 import sys, time
@@ -47,7 +45,7 @@ def _waiting(directory: str) -> bool:
 
 def latency(results: int) -> None:
     directory = tempfile.mkdtemp(prefix="nobroker-wake-")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
+    env = dict(os.environ, PYTHONPATH=str(SRC))
     child = subprocess.Popen([sys.executable, "-c", CHILD, directory], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, env=env)
     assert child.stdin is not None and child.stdout is not None

@@ -1,10 +1,10 @@
 """nobroker's benchmark: every operation next to its physical baseline, same run.
 
-    python tools/bench.py                 # default run (< 5 minutes)
-    python tools/bench.py --quick         # small sizes, 2 rounds (< 1 minute)
-    python tools/bench.py --big           # 1M-job log for cold open/memory/stats/compaction
-    python tools/bench.py --only enqueue,cold_open --json out.json
-    python tools/bench.py --markdown      # one Markdown table for the README
+    python -m tools.bench.run                 # default run (< 5 minutes)
+    python -m tools.bench.run --quick         # small sizes, 2 rounds (< 1 minute)
+    python -m tools.bench.run --big           # 1M-job log for cold open/memory/stats/compaction
+    python -m tools.bench.run --only enqueue,cold_open --json out.json
+    python -m tools.bench.run --markdown      # one Markdown table for the README
 
 Standard library only; run with ``src`` on PYTHONPATH (make.py does), or the
 script puts it there.
@@ -43,7 +43,7 @@ The baselines
 * pickup latency: two raw write+fsync calls, measured between the samples.
 * 4 processes: the same total number of jobs enqueued by one process.
 * workers: the same drain by one Worker process, in the same rounds (N
-  rotating 1, 2, 4); the runs are in tools/bench_scaling.py.
+  rotating 1, 2, 4); the runs are in tools/bench/scaling.py.
 * mixed (1 producer + 3 workers) has no physical floor: the saturated row
   shows the producer's own enqueue rate meanwhile (whether the workers kept
   up), the latency rows the rate the producer was paced at.
@@ -78,24 +78,25 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_bigqueue import wl_cold_open, wl_compaction, wl_memory, wl_stats
-from bench_common import (
+from tools.bench.bigqueue import wl_cold_open, wl_compaction, wl_memory, wl_stats
+from tools.bench.common import (
     REPO,
-    ensure_src_on_path,
     facts_line,
     fmt_ratio,
     machine_facts,
     render_markdown_table,
     render_text_table,
 )
-from bench_context import Config, Context, Missing, Row
-from bench_tasks import wl_periodic_idle, wl_process_pool, wl_task_delay, wl_task_roundtrip
-from bench_throughput import wl_enqueue, wl_enqueue_many, wl_lease_ack, wl_processes, wl_threads
-from bench_workers import wl_latency, wl_mixed, wl_workers
-
-ensure_src_on_path()
-
+from tools.bench.context import Config, Context, Missing, Row
+from tools.bench.tasks import wl_periodic_idle, wl_process_pool, wl_task_delay, wl_task_roundtrip
+from tools.bench.throughput import (
+    wl_enqueue,
+    wl_enqueue_many,
+    wl_lease_ack,
+    wl_processes,
+    wl_threads,
+)
+from tools.bench.workers import wl_latency, wl_mixed, wl_workers
 
 # The registry: --only names, in the order they run
 WORKLOADS = (
@@ -215,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="run-", dir=args.dir))
     facts = machine_facts(root)
-    command = "python tools/bench.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    words = argv or sys.argv[1:]
+    command = "python -m tools.bench.run " + " ".join(shlex.quote(a) for a in words)
     out = sys.stdout
     progress = sys.stderr if args.markdown else sys.stdout
 

@@ -8,8 +8,8 @@ finds its intact batches, replays them, writes a new generation and replays
 that). The ratio is the figure; the machine's speed drifts too much for the
 absolute times to mean much.
 
-    python3 tools/bench_salvage.py            # 100,000 jobs
-    python3 tools/bench_salvage.py --jobs 20000
+    python3 make.py bench-salvage             # 100,000 jobs
+    python3 make.py bench-salvage --jobs 20000
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import shutil
 import sys
 import tempfile
 import time
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from nobroker import Queue
 from nobroker.file.repair.salvage import salvage

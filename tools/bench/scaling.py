@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_common import child_error, gather_at_barrier, small_payload, small_payloads
+from tools.bench.common import child_error, gather_at_barrier, small_payload, small_payloads
 
 STAMP = struct.Struct("<dd")  # handler start (time.time()), the caller's number
 IDLE_TIMEOUT = 0.5  # seconds a Worker waits on an empty queue before it returns

@@ -1,4 +1,4 @@
-"""tools/bench.py's task-layer rows (issue 10): task.delay() vs q.enqueue, the
+"""tools/bench/run.py's task-layer rows (issue 10): task.delay() vs q.enqueue, the
 process pool vs the thread pool, an idle worker with 100 periodic tasks, and the
 delay -> worker -> get round trip.
 """
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_common import (
+from tools.bench.common import (
     child_error,
     fmt_per_op,
     fmt_time,
@@ -25,7 +25,7 @@ from bench_common import (
     reap,
     spawn,
 )
-from bench_context import Context, Row, nobroker_api, require, verdict, worker_class
+from tools.bench.context import Context, Row, nobroker_api, require, verdict, worker_class
 
 
 def _echo(*args: Any, **kwargs: Any) -> Any:

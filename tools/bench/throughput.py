@@ -1,4 +1,4 @@
-"""tools/bench.py's single-call throughput rows: durable enqueue, 4 threads, 4
+"""tools/bench/run.py's single-call throughput rows: durable enqueue, 4 threads, 4
 processes (and their raw-append floor), enqueue_many, and lease + ack.
 
 Each workload function takes the run Context and returns its Rows; what it
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_common import (
+from tools.bench.common import (
     child_error,
     fmt_per_op,
     fmt_time,
@@ -27,7 +27,7 @@ from bench_common import (
     run_threads,
     small_payloads,
 )
-from bench_context import Context, Row, nobroker_api, require, verdict
+from tools.bench.context import Context, Row, nobroker_api, require, verdict
 
 
 def wl_enqueue(ctx: Context) -> list[Row]:

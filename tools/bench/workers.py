@@ -1,4 +1,4 @@
-"""tools/bench.py's rows with Worker processes: 1, 2, 4 workers draining one queue,
+"""tools/bench/run.py's rows with Worker processes: 1, 2, 4 workers draining one queue,
 1 producer + 3 workers at once (both run by bench_scaling), and the
 enqueue-to-handler latency with the idle worker's CPU.
 """
@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import bench_scaling
-from bench_common import (
+import tools.bench.scaling as bench_scaling
+from tools.bench.common import (
     child_error,
     fmt_time,
     interleave,
@@ -23,7 +23,7 @@ from bench_common import (
     reap,
     spawn,
 )
-from bench_context import Context, Row, nobroker_api, verdict, worker_class
+from tools.bench.context import Context, Row, nobroker_api, verdict, worker_class
 
 
 def wl_workers(ctx: Context) -> list[Row]:

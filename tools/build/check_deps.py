@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # tools/build/check_deps.py
 SCAN_DIRS = ("src", "tests", "tools", "examples", "web")
 SCAN_FILES = ("make.py",)
 REQUIREMENTS_DEV = "requirements-dev.txt"
@@ -397,7 +397,7 @@ def report(result: Scan) -> tuple[str, bool]:
     # static scan sees, so the pins are listed from the file that installs them.
     for pin in result.bench_requirements:
         out += _row(pin, f"bench venv .dev/bench-venv, pinned in {REQUIREMENTS_BENCH}; "
-                         "imported by name in tools/bench_peers*.py")
+                         "imported by name in tools/bench/peers/")
     for name, pins in result.web_requirements.items():
         for pin in pins:
             out += _row(pin, f"{REQUIREMENTS_WEB_TOOLS[name]}, pinned in {name}")

@@ -24,7 +24,7 @@ import zipapp
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # tools/build/pyz.py
 DEFAULT_SOURCE = REPO / "src" / "nobroker"
 DEFAULT_OUTPUT = REPO / "dist" / "nobroker.pyz"
 INTERPRETER = "/usr/bin/env python3"

@@ -1,8 +1,8 @@
 """A throwaway PostgreSQL cluster for the PostgreSQL backend's tests and benchmark.
 
-    python tools/pg_cluster.py run -- COMMAND [ARGS...]
-    python tools/pg_cluster.py start DIR      (prints the URL; for poking by hand)
-    python tools/pg_cluster.py stop DIR
+    python -m tools.postgres.cluster run -- COMMAND [ARGS...]
+    python -m tools.postgres.cluster start DIR      (prints the URL; for poking by hand)
+    python -m tools.postgres.cluster stop DIR
 
 `run` installs PostgreSQL from Debian's packages when no `initdb` is found
 (`apt-get update` once, then `apt-get install -y postgresql`), creates a

@@ -1,6 +1,6 @@
 """Where one call's time goes: a per-layer profile of nobroker's hot calls.
 
-The benchmark (tools/bench.py) says how fast each call is next to its
+The benchmark (tools/bench/run.py) says how fast each call is next to its
 physical floor; this says why. For each operation it measures, in one
 process:
 
@@ -15,8 +15,8 @@ Profiling slows pure Python several times more than it slows system calls,
 so the per-layer figures are shares, not absolute costs; the unprofiled
 ``fsync=False`` time is the absolute one.
 
-    python tools/profile_calls.py            # every operation
-    python tools/profile_calls.py --only enqueue,read_forward --calls 20000
+    python -m tools.profile.calls            # every operation
+    python -m tools.profile.calls --only enqueue,read_forward --calls 20000
 """
 
 from __future__ import annotations
@@ -33,11 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import REPO, ensure_src_on_path, small_payloads
-
-ensure_src_on_path()
-import nobroker  # noqa: E402
+import nobroker
+from tools.bench.common import REPO, small_payloads
 
 Loop = Callable[[], None]
 

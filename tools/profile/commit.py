@@ -1,6 +1,6 @@
 """Where a durable call's time goes around its fdatasync: the floor, and threads.
 
-tools/profile_calls.py splits a call's CPU into layers; this looks at what
+tools/profile/calls.py splits a call's CPU into layers; this looks at what
 surrounds the flush, in two parts, each interleaved (A B C A B C, medians of
 the rounds) because the machine drifts:
 
@@ -20,8 +20,8 @@ the rounds) because the machine drifts:
   4 threads group-committing on one preallocated file with no other work
   (what one file allows; the benchmark compares with 4 files).
 
-    python tools/profile_commit.py
-    python tools/profile_commit.py --only threads --calls 4000 --rounds 7
+    python -m tools.profile.commit
+    python -m tools.profile.commit --only threads --calls 4000 --rounds 7
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import os
 import resource
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -40,14 +39,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import REPO, ensure_src_on_path, raw_fsync_loop, raw_fsync_threads, small_payloads
-
-ensure_src_on_path()
-import nobroker  # noqa: E402
-from nobroker.backend import Settings  # noqa: E402
-from nobroker.file.backend import FileBackend, FileOptions  # noqa: E402
-from nobroker.file.disk.fs import FileSystem  # noqa: E402
+import nobroker
+from nobroker.backend import Settings
+from nobroker.file.backend import FileBackend, FileOptions
+from nobroker.file.disk.fs import FileSystem
+from tools.bench.common import REPO, raw_fsync_loop, raw_fsync_threads, small_payloads
 
 RECORD = 183  # bytes of the raw loops' record: about one ack_and_lease batch
 Round = Callable[[], float]  # one measurement: seconds per call

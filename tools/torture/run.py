@@ -34,13 +34,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
-TESTS = REPO / "tests"
-for path in (str(REPO / "src"), str(TESTS)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
 
 PHASES = ("explorer", "faults", "fuzz", "soak")
 SHARES = {"explorer": 0.3, "faults": 0.15, "fuzz": 0.2, "soak": 0.35}

@@ -124,7 +124,7 @@ Theory of operation (research note reliability.md, sections 3, 4 and 9):
    the strategy, the operations the state dropped and the nobroker source
    lines that issued them (as ALICE does).
 
-Public API (tools/torture.py calls these with bigger bounds):
+Public API (tools/torture/run.py calls these with bigger bounds):
 
     explore(workload, profile="weak", bounds=None, *, name=None) -> Report
         workload: a name in WORKLOADS or a callable taking a Driver;

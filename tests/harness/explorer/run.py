@@ -85,7 +85,7 @@ def long_run(*, seed: int = 0, ace_length: int = 3, random_workloads: int = 8,
              random_length: int = 300, profiles: Sequence[str] = PROFILES,
              deadline: float | None = None,
              progress: Callable[[str], None] | None = print) -> Report:
-    """The long run (research gate G2), for tools/torture.py.
+    """The long run (research gate G2), for tools/torture/run.py.
 
     Every scenario of the library under Bounds.torture (byte-exhaustive
     process crashes, 64 random subsets per crash point, more compound and

@@ -1,7 +1,7 @@
 """Fault injection: FaultFS (fs) and the I/O-error loop over it (loop).
 
 Shared by tests/file/test_faults.py (the bounded loop and the fsync, write and
-lock tests) and tools/torture.py (`run_fault_matrix` with more seeds).
+lock tests) and tools/torture/run.py (`run_fault_matrix` with more seeds).
 """
 
 from __future__ import annotations

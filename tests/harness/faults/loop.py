@@ -1,6 +1,6 @@
 """The SQLite-style I/O-error loop: a workload run once per (call, errno, mode), then audited.
 
-tests/file/test_faults.py runs it bounded; tools/torture.py runs `run_fault_matrix`
+tests/file/test_faults.py runs it bounded; tools/torture/run.py runs `run_fault_matrix`
 with more workload seeds.
 """
 
@@ -197,7 +197,7 @@ def workload(d: _Driver, seed: int = 0) -> None:
     """About ten calls that touch every kind of record and one compaction.
 
     Seeds 0 and 1 are fixed scripts; seed 2 and up draw ten to twenty calls
-    from `random.Random(seed)` (tools/torture.py runs those).
+    from `random.Random(seed)` (tools/torture/run.py runs those).
     """
     if seed >= 2:
         random_workload(d, seed)

@@ -2,7 +2,7 @@
 
 A case is numbered (seed, index) and replays from those two numbers alone.
 tests/file/test_fuzz.py and tests/file/test_fuzz_sync.py run bounded numbers
-of cases and hold the theory; tools/torture.py runs tens of thousands.
+of cases and hold the theory; tools/torture/run.py runs tens of thousands.
 """
 
 from __future__ import annotations

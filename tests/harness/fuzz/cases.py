@@ -1,6 +1,6 @@
 """Running fuzz cases: open each damaged queue under a watchdog and judge the outcome.
 
-tests/file/test_fuzz.py runs a bounded number; tools/torture.py calls `fuzz(count=...)`.
+tests/file/test_fuzz.py runs a bounded number; tools/torture/run.py calls `fuzz(count=...)`.
 """
 
 from __future__ import annotations

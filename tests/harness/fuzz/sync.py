@@ -1,6 +1,6 @@
 """The NAME.sync fuzzer: write the slots a real last writer would leave, damage them, open.
 
-The theory is in tests/file/test_fuzz_sync.py; tools/torture.py runs `fuzz_sync(count=...)`.
+The theory is in tests/file/test_fuzz_sync.py; tools/torture/run.py runs `fuzz_sync(count=...)`.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ The audit (reliability.md §7, Jepsen's total-queue in nobroker's terms):
 
 The modules: roles (the children, run as a script), audit (SoakConfig,
 SoakReport and the audit) and this one (the chaos parent, run_soak).
-tests/file/test_soak.py runs a short soak; tools/torture.py runs long ones.
+tests/file/test_soak.py runs a short soak; tools/torture/run.py runs long ones.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""tools/bench_peers.py's drain: N = 1, 2, 4 consumer processes emptying one
+"""tools/bench/peers/run.py's drain: N = 1, 2, 4 consumer processes emptying one
 prefilled queue, for nobroker's Workers, Huey's process consumer and
 persist-queue processes, and the drain's table and checks.
 """
@@ -19,21 +19,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bench_scaling
-from bench_common import child_error, fmt_ratio, gather_at_barrier, median, small_payloads
-from bench_peers_systems import Skip, die_with_parent, peer_module, skip_text
-
-TOOLS = Path(__file__).resolve().parent
-
+import tools.bench.scaling as bench_scaling
+from tools.bench.common import (
+    REPO,
+    child_error,
+    fmt_ratio,
+    gather_at_barrier,
+    median,
+    small_payloads,
+)
+from tools.bench.peers.systems import Skip, die_with_parent, peer_module, skip_text
 
 HUEY_APP = """\
-# The Huey app of tools/bench_peers_drain.py; written to the scratch directory
-# so that huey_consumer can import it (PYTHONPATH holds it and tools/).
+# The Huey app of tools/bench/peers/drain.py; written to the scratch directory
+# so that huey_consumer can import it (PYTHONPATH holds it and the repository).
 import os
 
 from huey import SqliteHuey
 
-from bench_scaling import record
+from tools.bench.scaling import record
 
 huey = SqliteHuey("bench", filename=os.environ["BENCH_HUEY_DB"], fsync=True)
 STAMPS = os.environ["BENCH_STAMPS"]
@@ -84,7 +88,7 @@ class HueyDrain(DrainSystem):
         app = bench_scaling.fresh(work / "app")
         (app / "bench_huey_app.py").write_text(HUEY_APP, encoding="utf-8")
         env = dict(os.environ, BENCH_HUEY_DB=str(app / "huey.db"), BENCH_STAMPS=str(stamps))
-        env["PYTHONPATH"] = os.pathsep.join([str(app), str(TOOLS), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(app), str(REPO), env.get("PYTHONPATH", "")])
         subprocess.run([sys.executable, "-c", f"import bench_huey_app; "
                         f"bench_huey_app.prefill({jobs})"], env=env, check=True, cwd=app)
         log = app / "consumer.log"  # Huey logs its own lock timeouts; keep them out of the report

@@ -1,4 +1,4 @@
-"""tools/bench_peers.py's own side: nobroker as a System (Queue(fsync=True)), and the
+"""tools/bench/peers/run.py's own side: nobroker as a System (Queue(fsync=True)), and the
 Baseline System, the physical floor run as one more contender.
 """
 
@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import SRC, json_loads_log, log_files, raw_fsync_loop, small_payloads
-from bench_peers_systems import System, timed_first_job
+from tools.bench.common import REPO, SRC, json_loads_log, log_files, raw_fsync_loop, small_payloads
+from tools.bench.peers.systems import System, timed_first_job
 
 
 class NobrokerSystem(System):
@@ -68,7 +68,7 @@ class NobrokerSystem(System):
     def memory_per_job(self, d: Path, n: int) -> tuple[float, str]:
         code = (  # warm up on a one-job queue, then: open + first lease, RSS growth per job
             "import gc, sys, json, os, tempfile; sys.path[:0] = sys.argv[2:]\n"
-            "from bench_common import rss_bytes\n"
+            "from tools.bench.common import rss_bytes\n"
             "import nobroker\n"
             "w = nobroker.Queue(tempfile.mkdtemp(dir=os.path.dirname(sys.argv[1])))\n"
             "w.enqueue(1); w.ack(w.lease_one()); w.stats(); w.close()\n"
@@ -76,7 +76,7 @@ class NobrokerSystem(System):
             "gc.collect(); r1 = rss_bytes(); s = q.stats(); q.close()\n"
             "print(json.dumps([r1 - r0, s.pending + s.leased]))\n"
         )
-        out = subprocess.run([sys.executable, "-c", code, str(d), str(Path(__file__).parent),
+        out = subprocess.run([sys.executable, "-c", code, str(d), str(REPO),
                               str(SRC)], capture_output=True, text=True, check=True)
         delta, jobs = json.loads(out.stdout.strip().splitlines()[-1])
         return delta / max(1, jobs), "process RSS growth on open + first lease"

@@ -1,4 +1,4 @@
-"""tools/bench_peers.py's RQ peer: redis-server found or installed (apt-get), a
+"""tools/bench/peers/run.py's RQ peer: redis-server found or installed (apt-get), a
 private server per appendfsync mode that the script starts and stops, and RQ as
 a System.
 
@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import small_payloads
-from bench_peers_systems import Skip, System, die_with_parent, peer_module
+from tools.bench.common import small_payloads
+from tools.bench.peers.systems import Skip, System, die_with_parent, peer_module
 
 
 def ensure_redis_server() -> str | None:
@@ -130,12 +130,12 @@ class RQSystem(System):
         self.r.flushall()
 
     def enqueue(self, payload: dict[str, Any]) -> None:
-        from bench_common import noop
+        from tools.bench.common import noop
 
         self.q.enqueue(noop, payload)
 
     def enqueue_batch(self, payloads: list[dict[str, Any]]) -> None:
-        from bench_common import noop
+        from tools.bench.common import noop
 
         prepare = self.rq.Queue.prepare_data
         self.q.enqueue_many([prepare(noop, (p,)) for p in payloads])

@@ -1,11 +1,17 @@
-"""tools/bench_peers.py's report: each cell's text, the "nobroker vs it" ratio, the
+"""tools/bench/peers/run.py's report: each cell's text, the "nobroker vs it" ratio, the
 text and Markdown tables, and the issue's peer targets judged on the run.
 """
 
 from __future__ import annotations
 
-from bench_common import fmt_rate, fmt_ratio, fmt_time, render_markdown_table, render_text_table
-from bench_peers_runner import Cell, Workload
+from tools.bench.common import (
+    fmt_rate,
+    fmt_ratio,
+    fmt_time,
+    render_markdown_table,
+    render_text_table,
+)
+from tools.bench.peers.runner import Cell, Workload
 
 
 def cell_text(wl: Workload, c: Cell) -> str:

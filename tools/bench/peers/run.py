@@ -1,8 +1,8 @@
 """nobroker next to other job queues: the same workloads, one run, one machine.
 
-    python tools/bench_peers.py            # default sizes, 5 interleaved rounds
-    python tools/bench_peers.py --quick    # small sizes, 2 rounds
-    python tools/bench_peers.py --markdown # one combined Markdown table
+    python -m tools.bench.peers.run            # default sizes, 5 interleaved rounds
+    python -m tools.bench.peers.run --quick    # small sizes, 2 rounds
+    python -m tools.bench.peers.run --markdown # one combined Markdown table
 
 A development tool, not part of nobroker: the peers are third-party packages,
 imported only inside functions. On first use the script creates the ignored
@@ -52,7 +52,7 @@ What is measured for each system:
 * drain (``--only drain``): N = 1, 2, 4 consumer processes emptying one
   prefilled queue of no-op jobs, every system and N rotating within each
   round. nobroker: N spawned processes, each a ``Worker`` (concurrency 1)
-  (tools/bench_scaling.py, as ``make.py bench``'s workers row). Huey: its
+  (tools/bench/scaling.py, as ``make.py bench``'s workers row). Huey: its
   own consumer, ``huey_consumer -k process -w N -n`` on a ``SqliteHuey
   (fsync=True)`` (dequeue deletes the row: no ack). persist-queue: N spawned
   processes looping ``get(raw=True)`` + ``ack`` on one ``SQLiteAckQueue``.
@@ -95,25 +95,26 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (
+from tools.bench.common import (
     REPO,
     SRC,
-    ensure_src_on_path,
     facts_line,
     machine_facts,
     render_markdown_table,
     render_text_table,
 )
-from bench_peers_drain import DrainTable, drain_checks, drain_rows, drain_title, run_drains
-from bench_peers_nobroker import NobrokerSystem
-from bench_peers_redis import RedisServer, RQSystem, ensure_redis_server
-from bench_peers_report import report_markdown, report_text, target_checks
-from bench_peers_runner import Runner, Workload, sizes_for
-from bench_peers_sqlite import HueySystem, LiteQueueSystem, PersistQueueSystem, SqliteTableSystem
-from bench_peers_systems import Skip, System
-
-ensure_src_on_path()
+from tools.bench.peers.drain import DrainTable, drain_checks, drain_rows, drain_title, run_drains
+from tools.bench.peers.nobroker_system import NobrokerSystem
+from tools.bench.peers.redis_systems import RedisServer, RQSystem, ensure_redis_server
+from tools.bench.peers.report import report_markdown, report_text, target_checks
+from tools.bench.peers.runner import Runner, Workload, sizes_for
+from tools.bench.peers.sqlite_systems import (
+    HueySystem,
+    LiteQueueSystem,
+    PersistQueueSystem,
+    SqliteTableSystem,
+)
+from tools.bench.peers.systems import Skip, System
 
 VENV = REPO / ".dev" / "bench-venv"
 REQUIREMENTS = REPO / "requirements-bench.txt"
@@ -166,11 +167,12 @@ def bootstrap(argv: list[str]) -> None:
     if have != want:
         pip_install(python)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), str(REPO), env.get("PYTHONPATH", ""))
+                                         if p)
     env["NOBROKER_BENCH_VENV"] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(str(python), [str(python), str(Path(__file__).resolve()), *argv], env)
+    os.execve(str(python), [str(python), "-m", "tools.bench.peers.run", *argv], env)
 
 
 # --------------------------------------------------------------------------
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(cleanup)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     facts = machine_facts(root)
-    command = "python tools/bench_peers.py " + " ".join(shlex.quote(a) for a in argv)
+    command = "python -m tools.bench.peers.run " + " ".join(shlex.quote(a) for a in argv)
     log(f"nobroker bench-peers — {facts_line(facts)}")
     log(f"interpreter: {sys.executable}; scratch: {root}")
     log(f"rounds: {sizes.rounds} interleaved, medians; enqueue {sizes.enqueue_ops}/round, "

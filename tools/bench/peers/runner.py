@@ -1,4 +1,4 @@
-"""tools/bench_peers.py's workloads: the result cells, the sizes, and the Runner
+"""tools/bench/peers/run.py's workloads: the result cells, the sizes, and the Runner
 that runs every System interleaved, round by round, with the baseline first.
 """
 
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_common import framed_sizes, log_record_bytes, median, small_payloads
-from bench_peers_nobroker import Baseline, NobrokerSystem
-from bench_peers_redis import RQSystem
-from bench_peers_systems import NotApplicable, Skip, System, skip_text
+from tools.bench.common import framed_sizes, log_record_bytes, median, small_payloads
+from tools.bench.peers.nobroker_system import Baseline, NobrokerSystem
+from tools.bench.peers.redis_systems import RQSystem
+from tools.bench.peers.systems import NotApplicable, Skip, System, skip_text
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""tools/bench_peers.py's SQLite-backed peers as Systems: Huey's SqliteHuey storage,
+"""tools/bench/peers/run.py's SQLite-backed peers as Systems: Huey's SqliteHuey storage,
 persist-queue's SQLiteAckQueue, litequeue (as shipped and synchronous=FULL), and
 a plain sqlite3 table queue.
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_peers_systems import System, peer_module, sqlite_durability, timed_first_job
+from tools.bench.peers.systems import System, peer_module, sqlite_durability, timed_first_job
 
 
 class HueySystem(System):

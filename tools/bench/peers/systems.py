@@ -1,4 +1,4 @@
-"""The seam of tools/bench_peers.py: the System base class (one method per
+"""The seam of tools/bench/peers/run.py: the System base class (one method per
 operation a workload needs), Skip / NotApplicable and their text, the lazy import
 of a peer package, SQLite's durability read back from a connection, and
 die_with_parent for the servers and consumers the script starts.

@@ -1,4 +1,4 @@
-"""What tools/bench_postgres.py's contenders measure with: the drain in worker processes
+"""What tools/bench/postgres/run.py's contenders measure with: the drain in worker processes
 and the CPU it cost, and the timing helpers of the other rows.
 
 A drain (`drain_in_processes`) starts N worker processes, lets each connect, then
@@ -9,7 +9,7 @@ connecting are not counted); the server's is every process of the cluster, found
 through its postmaster.pid, before and after, once the workers' backends have been
 reaped (a backend read before it exits and missed after would be lost).
 
-The server URL is NOBROKER_TEST_POSTGRES_URL, which tools/pg_cluster.py sets.
+The server URL is NOBROKER_TEST_POSTGRES_URL, which tools/postgres/cluster.py sets.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_common import proc_stat_fields
+from tools.bench.common import proc_stat_fields
 
 URL = os.environ.get("NOBROKER_TEST_POSTGRES_URL", "")
 BATCH = 10_000

@@ -1,4 +1,4 @@
-"""tools/bench_postgres.py's own contender: nobroker's Queue and Worker on PostgreSQL.
+"""tools/bench/postgres/run.py's own contender: nobroker's Queue and Worker on PostgreSQL.
 
 Each row gets a fresh schema (`?schema=b_...`), so no row sees another's jobs. The
 A/B rounds (`--ab`) run another checkout's src/ in the worker processes: `Nobroker(src)`
@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from bench_postgres_measure import (
+from tools.bench.postgres.measure import (
     BATCH,
     URL,
     Drain,

@@ -1,9 +1,9 @@
-"""tools/bench_postgres.py's contender PgQueuer, through its asyncio API on a psycopg
+"""tools/bench/postgres/run.py's contender PgQueuer, through its asyncio API on a psycopg
 async connection (autocommit).
 
 Every row starts from an empty queue (`_pgqueuer_queries`, which installs the schema the
 first time). Its column is labelled "acks buffered": its QueueManager commits finished
-jobs from a buffer (see tools/bench_postgres.py's docstring). PgQueuer and psycopg are
+jobs from a buffer (see tools/bench/postgres/run.py's docstring). PgQueuer and psycopg are
 imported inside functions only: the harness starts (`--help`) without them.
 """
 
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_postgres_measure import (
+from tools.bench.postgres.measure import (
     BATCH,
     URL,
     Drain,

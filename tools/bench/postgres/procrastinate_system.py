@@ -1,4 +1,4 @@
-"""tools/bench_postgres.py's contender procrastinate, through its async API (its sync
+"""tools/bench/postgres/run.py's contender procrastinate, through its async API (its sync
 defer runs the same statements), on a psycopg connection pool of its own.
 
 Every row starts from an empty procrastinate_jobs (`_procrastinate_reset`, which applies
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_postgres_measure import (
+from tools.bench.postgres.measure import (
     BATCH,
     URL,
     Drain,

@@ -2,7 +2,7 @@
 
     python make.py bench-postgres [--jobs N] [--stats-jobs N] [--only NAME,...]
 
-make.py starts a throwaway server (tools/pg_cluster.py, which sets
+make.py starts a throwaway server (tools/postgres/cluster.py, which sets
 NOBROKER_TEST_POSTGRES_URL) and runs this in .dev/pg-bench-venv, where
 requirements-bench-postgres.txt pins the peers. Every contender runs every
 workload on the same server in the same run, through its public API:
@@ -49,12 +49,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_postgres_measure import BATCH, URL, Drain
-from bench_postgres_nobroker import Nobroker
-from bench_postgres_pgqueuer import PgQueuer
-from bench_postgres_procrastinate import Procrastinate
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from tools.bench.common import SRC
+from tools.bench.postgres.measure import BATCH, URL, Drain
+from tools.bench.postgres.nobroker_system import Nobroker
+from tools.bench.postgres.pgqueuer_system import PgQueuer
+from tools.bench.postgres.procrastinate_system import Procrastinate
 
 
 def _cpu_table(drains: dict[tuple[str, int], Drain]) -> list[str]:
@@ -87,7 +86,7 @@ def _ceiling(one: Drain, at: Drain | None = None) -> float:
 def _ab(old_src: str, rounds: int, n: int) -> int:
     """The lease + ack rows only, on another checkout's code (A) and this one's (B),
     interleaved: A1 B1 A4 B4, B1 A1 B4 A4, ... (the order flips every round)."""
-    here = str(Path(__file__).resolve().parent.parent / "src")
+    here = str(SRC)
     sides = {"A": Nobroker(str(Path(old_src).resolve())), "B": Nobroker(here)}
     drains: dict[tuple[str, int], list[Drain]] = {}
     for number in range(rounds):
