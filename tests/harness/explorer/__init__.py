@@ -183,14 +183,13 @@ from __future__ import annotations
 
 import harness.support  # noqa: F401  (puts src/ on sys.path)
 
-from .checks import crash_states
 from .corpus import check_fixture, iter_fixtures, load_fixture, save_fixture
 from .driver import Call, Driver, Trace, Workload, record
 from .generated import ace_workloads, random_workload
 from .recording import PROFILES, SECTOR, Event, RecordingFS, SimulatedCrash
 from .report import ProfileStats, Report, Violation
 from .run import explore, long_run, scratch_root
-from .strategies import Bounds
+from .strategies import Bounds, crash_states
 from .workloads import WORKLOADS, payload
 
 __all__ = [

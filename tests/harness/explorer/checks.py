@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -399,26 +398,3 @@ class _Explorer:
             self.report.violations.append(Violation(
                 "E8", self.trace.name, "rot", c, what, message, state.listing(),
                 (writer.describe(),) if writer else (), (), dict(state.files)))
-
-
-def crash_states(events: Sequence[Event], profile: str, bounds: Bounds | None = None,
-                 initial: dict[str, bytes] | None = None) -> list[dict[str, bytes]]:
-    """The crash states (name -> bytes) a profile allows right after `events`.
-
-    For unit tests of the disk models on hand-written traces; inode numbers in
-    the events must match `initial`'s sorted names (1, 2, ...) or their creates.
-    """
-    bounds = bounds or Bounds()
-    names = sorted(initial or {})
-    model = _Model(profile, {n: i + 1 for i, n in enumerate(names)},
-                   {i + 1: (initial or {})[n] for i, n in enumerate(names)})
-    model.new_file_garbage = bounds.new_file_garbage
-    for event in events:
-        model.apply(event)
-    units = model.units() if profile != "process" else []
-    out: dict[bytes, dict[str, bytes]] = {}
-    rng = random.Random(bounds.seed)
-    for choice in _choices(model, units, bounds, rng, profile == "weak"):
-        state = model.build(choice, units, bounds.seed)
-        out.setdefault(state.digest, dict(state.files))
-    return list(out.values())

@@ -1,4 +1,4 @@
-"""Strategies: which crash states to build at each crash point (bounded).
+"""Strategies: which crash states to build at each crash point (bounded); crash_states().
 
 Part of the crash-state explorer; the theory is in harness/explorer/__init__.py.
 """
@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from .disk_model import _Choice, _Model, _Unit
 from .frames import _scan_frames
+from .recording import Event
 
 
 @dataclass(frozen=True)
@@ -192,3 +193,26 @@ def _byte_cuts(data: bytes, exhaustive: bool) -> list[int]:
         cuts.update(range(pos, pos + 9))
         cuts.update((pos + 9 + length // 3, pos + 9 + 2 * length // 3, pos + 8 + length))
     return sorted(c for c in cuts if 0 <= c < len(data))
+
+
+def crash_states(events: Sequence[Event], profile: str, bounds: Bounds | None = None,
+                 initial: dict[str, bytes] | None = None) -> list[dict[str, bytes]]:
+    """The crash states (name -> bytes) a profile allows right after `events`.
+
+    For unit tests of the disk models on hand-written traces; inode numbers in
+    the events must match `initial`'s sorted names (1, 2, ...) or their creates.
+    """
+    bounds = bounds or Bounds()
+    names = sorted(initial or {})
+    model = _Model(profile, {n: i + 1 for i, n in enumerate(names)},
+                   {i + 1: (initial or {})[n] for i, n in enumerate(names)})
+    model.new_file_garbage = bounds.new_file_garbage
+    for event in events:
+        model.apply(event)
+    units = model.units() if profile != "process" else []
+    out: dict[bytes, dict[str, bytes]] = {}
+    rng = random.Random(bounds.seed)
+    for choice in _choices(model, units, bounds, rng, profile == "weak"):
+        state = model.build(choice, units, bounds.seed)
+        out.setdefault(state.digest, dict(state.files))
+    return list(out.values())
