@@ -1,8 +1,8 @@
 """The test harness: what test modules and tools/ share, none of it a test itself.
 
 Test modules and the tools import from here, never from each other (tests/
-is on ``sys.path`` when tests/run.py runs a module; tools/torture/run.py puts it
-there):
+is on ``sys.path`` when tests/run.py runs a module; tools/__init__.py puts it
+there for the tools):
 
 - ``support``: paths (``REPO``, ``SRC``; importing it puts ``src/`` on
   ``sys.path``), ``TempDirTestCase``, ``FakeClock``, ``slow``, child
