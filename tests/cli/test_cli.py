@@ -28,7 +28,7 @@ from harness.support import REPO, SRC, TempDirTestCase
 
 from nobroker import Queue
 
-BUILD_PYZ = REPO / "tools" / "build_pyz.py"
+BUILD_PYZ = REPO / "tools" / "build" / "pyz.py"
 
 
 def snapshot(root: Path) -> dict[str, str]:
