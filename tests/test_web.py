@@ -723,7 +723,7 @@ class CliTest(TempDirTestCase):
 
     def test_the_pyz_serves_the_page_from_inside_the_archive(self) -> None:
         pyz = self.tmp / "nobroker.pyz"
-        build = subprocess.run([sys.executable, str(REPO / "tools" / "build_pyz.py"),
+        build = subprocess.run([sys.executable, str(REPO / "tools" / "build" / "pyz.py"),
                                 "--output", str(pyz)], capture_output=True, text=True,
                                timeout=120)
         self.assertEqual(build.returncode, 0, build.stderr)

@@ -24,11 +24,11 @@ import unittest
 from pathlib import Path
 from typing import Any, ClassVar
 
-from support import REPO, SRC, TempDirTestCase
+from harness.support import REPO, SRC, TempDirTestCase
 
 from nobroker import Queue
 
-BUILD_PYZ = REPO / "tools" / "build_pyz.py"
+BUILD_PYZ = REPO / "tools" / "build" / "pyz.py"
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from support import FakeClock, TempDirTestCase
+from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import (
     BackoffPolicy,

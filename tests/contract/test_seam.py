@@ -18,7 +18,7 @@ import sys
 import tempfile
 import unittest
 
-from support import FakeClock, TempDirTestCase, child_env
+from harness.support import FakeClock, TempDirTestCase, child_env
 
 from nobroker import BackoffPolicy, NobrokerError, Queue
 from nobroker.backend import Backend, JobExport, JobImport, QueueListing, Settings

@@ -20,7 +20,7 @@ import time
 import unittest
 from pathlib import Path
 
-from support import SRC, TempDirTestCase, child_env, tree_digest
+from harness.support import SRC, TempDirTestCase, child_env, tree_digest
 
 from nobroker import Queue
 from nobroker.file.disk.fs import FileSystem

@@ -16,7 +16,7 @@ import unittest
 from typing import Any
 
 from contract.test_queue_contract import QueueContract
-from pg_support import (
+from harness.postgres import (
     HAVE_DRIVER,
     URL,
     drop_schema,
@@ -25,7 +25,7 @@ from pg_support import (
     needs_postgres,
     open_queue,
 )
-from support import FakeClock, wait_until
+from harness.support import FakeClock, wait_until
 
 from nobroker import JobNotFoundError, JobState, NotLeasedError, TaskLockedError
 from nobroker.errors import ConnectionLostError, NobrokerError

@@ -17,8 +17,8 @@ import unittest
 import urllib.parse
 from typing import Any
 
-from pg_support import drop_schema, fresh_schema_url, needs_postgres, open_queue
-from support import child_env
+from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
+from harness.support import child_env
 
 from nobroker.dashboard import Dashboard
 from nobroker.dashboard.server import TOKEN_HEADER

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
+from harness.support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
 
 from nobroker import (
     BackoffPolicy,

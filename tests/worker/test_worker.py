@@ -22,7 +22,7 @@ import unittest
 from collections.abc import Callable
 from typing import Any
 
-from support import SRC, FakeClock, TempDirTestCase, wait_until
+from harness.support import SRC, FakeClock, TempDirTestCase, wait_until
 
 from nobroker import BackoffPolicy, Job, JobNotFoundError, JobState, Queue
 from nobroker.worker import Worker, WorkerStats, describe_error
