@@ -370,6 +370,45 @@ def test_web(args: list[str]) -> int:
                NOBROKER_REQUIRE_BROWSER="1")
 
 
+# the Django integration (nobroker.django): Django 6 needs Python 3.12 or newer, so
+# its suite runs in .dev/django-venv, made with the first such interpreter found.
+DJANGO_VENV = DEV / "django-venv"
+DJANGO_TESTS = ("test_django",)
+
+
+def django_python() -> str | None:
+    """A Python 3.12+ for Django 6: $NOBROKER_DJANGO_PYTHON, this one, python3.13/3.12
+    on PATH, or pyenv's installs (newest first)."""
+    wanted = os.environ.get("NOBROKER_DJANGO_PYTHON")
+    if wanted:
+        return wanted
+    if sys.version_info >= (3, 12):
+        return sys.executable
+    candidates = [shutil.which(f"python3.{minor}") for minor in (14, 13, 12)]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates += sorted((str(p) for p in pyenv.glob("3.1[2-9]*/bin/python")), reverse=True)
+    for candidate in candidates:
+        if candidate and subprocess.run(
+                [candidate, "-c", "import sys; sys.exit(sys.version_info < (3, 12))"],
+                capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+@task("test-django")
+def test_django(args: list[str]) -> int:
+    """Run the Django integration's suite (Django 6, a Python 3.12+ found for it)."""
+    python = django_python()
+    if python is None:
+        print("!!! make.py test-django: no Python 3.12+ found for Django 6; set "
+              "NOBROKER_DJANGO_PYTHON=/path/to/python3.12 (suite NOT RUN)", file=sys.stderr)
+        return 1
+    venv_python = ensure_venv(DJANGO_VENV, REPO / "requirements-django.txt", base=python)
+    if venv_python is None:
+        return 1
+    return run([str(venv_python), "tests/run.py", "-j", "1", *(args or DJANGO_TESTS)])
+
+
 @task("help")
 def help_(args: list[str]) -> int:
     """List the tasks."""
@@ -390,12 +429,13 @@ def ensure_lint_venv() -> Path | None:
     return ensure_venv(VENV, REQUIREMENTS_DEV)
 
 
-def ensure_venv(venv: Path, requirements: Path) -> Path | None:
-    """Create `venv` if missing and install `requirements` into it when the file changed."""
+def ensure_venv(venv: Path, requirements: Path, base: str = sys.executable) -> Path | None:
+    """Create `venv` (with the interpreter `base`) if missing and install
+    `requirements` into it when the file changed."""
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     if not python.exists():
         print(f"creating the venv {venv.relative_to(REPO)}")
-        if run([sys.executable, "-m", "venv", str(venv)]) != 0:
+        if run([base, "-m", "venv", str(venv)]) != 0:
             return None
     wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
     stamp = venv / f"{requirements.stem}.sha256"

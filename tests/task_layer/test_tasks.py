@@ -155,6 +155,23 @@ class TaskApiTest(InProcessCase):
         with self.assertRaises(ValueError):
             Worker(self.q, print, pool="fork")
 
+    def test_a_registry_resolver_names_tasks_the_worker_was_not_given(self) -> None:
+        asked: list[str] = []
+
+        def resolve(name: str) -> Any:
+            asked.append(name)
+            return self.q.task(lambda x: x * 2, name=name) if name == "late.double" else None
+
+        registry_of(self.q).resolver = resolve
+        worker = Worker(self.q, max_jobs=2, handle_signals=False)  # no task registered yet
+        known = self.q.enqueue({"task": "late.double", "args": [21], "kwargs": {}})
+        unknown = self.q.enqueue({"task": "late.nothing", "args": [], "kwargs": {}},
+                                 max_attempts=1)
+        worker.run()
+        self.assertEqual(self.q.get(known.id).result, 42)
+        self.assertIn("unknown task 'late.nothing'", self.q.get(unknown.id).last_error or "")
+        self.assertEqual(sorted(asked), ["late.double", "late.nothing"])
+
     def test_the_process_pool_refuses_a_handler_it_cannot_import(self) -> None:
         with self.assertRaises(ValueError) as caught:
             Worker(self.q, lambda job: None, pool="process")

@@ -133,6 +133,24 @@ class DependencyProofTest(TempDirTestCase):
         self.assertIn("docsite/hooks.py:1: 'mkdocs' (module level)", result.stdout)
         self.assertNotIn("'playground'", result.stdout)  # docsite/'s own folders are first-party
 
+    def test_a_framework_integration_imports_its_framework_and_the_core_never_imports_it(
+            self) -> None:
+        write(self.tmp, "src/nobroker/__init__.py", "from .queue import Queue\n")
+        write(self.tmp, "src/nobroker/django/backend.py", "import django\nimport celery\n")
+        write(self.tmp, "examples/django_site/shop/tasks.py", "from django.tasks import task\n")
+        result = self.check(self.tmp)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn("django           imported in examples/django_site/shop/tasks.py, "
+                      "src/nobroker/django/backend.py", result.stdout)
+        self.assertIn("src/nobroker/django/backend.py:2: 'celery' (module level): only asgiref, "
+                      "django may be imported here", result.stdout)
+        write(self.tmp, "src/nobroker/django/backend.py", "import django\n")
+        write(self.tmp, "src/nobroker/queue.py", "def f():\n    from .django import backend\n")
+        result = self.check(self.tmp)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn("src/nobroker/queue.py:2: 'nobroker.django': the library must not import "
+                      "a framework integration", result.stdout)
+
     def test_examples_may_not_import_third_party_even_lazily(self) -> None:
         write(self.tmp, "examples/demo.py", "def main():\n    import rich\n")
         result = self.check(self.tmp)

@@ -18,6 +18,11 @@ The policy, checked here and nowhere else:
   is a violation); a single-file backend (``src/nobroker/postgres.py``) may
   import ``psycopg`` inside functions only. The extra that installs it is
   read from pyproject.toml and named in the report.
+- Framework integrations (``INTEGRATIONS``: ``src/nobroker/django/``) may
+  import their framework anywhere in their subpackage: only the framework's
+  own processes load them (Django's INSTALLED_APPS and TASKS settings), and
+  the rest of ``src/nobroker`` never imports them (checked). Their example
+  projects (``examples/django_site/``) may import the framework too.
 - Development tools under ``tools/`` (peer benchmarks) may import third-party
   packages inside functions only; tests may do the same with the optional
   extras. Examples and ``make.py`` use the standard library alone.
@@ -44,8 +49,10 @@ SCAN_DIRS = ("src", "tests", "tools", "examples", "docsite")
 SCAN_FILES = ("make.py",)
 REQUIREMENTS_DEV = "requirements-dev.txt"
 REQUIREMENTS_BENCH = "requirements-bench.txt"
-# The docs site (docsite/, MkDocs) and the browser tests (Playwright): development only.
-REQUIREMENTS_WEB_TOOLS = {"requirements-docs.txt": "docs venv .dev/docs-venv",
+# The Django suite, the docs site (docsite/, MkDocs) and the browser tests (Playwright):
+# development only.
+REQUIREMENTS_WEB_TOOLS = {"requirements-django.txt": "Django suite venv .dev/django-venv",
+                          "requirements-docs.txt": "docs venv .dev/docs-venv",
                           "requirements-web.txt": "browser-test venv .dev/web-venv"}
 
 OPTIONAL_EXTRAS = frozenset({"psycopg"})
@@ -54,6 +61,12 @@ BROWSER_TEST_TOOLS = frozenset({"playwright", "prometheus_client"})
 OPTIONAL_BACKENDS = ("src/nobroker/postgres.py", "src/nobroker/backends/postgres*.py")
 BACKEND_PACKAGE = "src/nobroker/postgres/"  # psycopg anywhere inside; imported lazily only
 BACKEND_MODULE = "nobroker.postgres"
+
+# Framework integrations: subpackage -> what it may import; the example projects
+# that run under that framework may import the same.
+INTEGRATIONS = {"src/nobroker/django/": frozenset({"django", "asgiref"})}
+INTEGRATION_EXAMPLES = {"examples/django_site/": frozenset({"django"})}
+FRAMEWORKS = frozenset().union(*INTEGRATIONS.values())  # tests may import them lazily
 
 TOP_LEVEL = "module level"
 IN_FUNCTION = "inside a function"
@@ -109,6 +122,7 @@ class _Collector(ast.NodeVisitor):
         self.package = package  # what a relative import refers to
         self.found: list[Import] = []
         self.backend_refs: list[Import] = []
+        self.integration_refs: list[Import] = []  # the core importing an integration
         self._scopes: list[str] = []
 
     def _where(self) -> str:
@@ -124,6 +138,24 @@ class _Collector(ast.NodeVisitor):
         if "postgres" in parts or (parts in ([], ["nobroker"]) and "postgres" in names):
             self.backend_refs.append(Import(self.path, getattr(node, "lineno", 0),
                                             BACKEND_MODULE, self._where()))
+
+
+    def _integration_ref(self, node: ast.AST, dotted: str, level: int,
+                         names: Sequence[str] = ()) -> None:
+        """Note the library importing a framework integration (nobroker.django, .django)."""
+        if not self.path.startswith("src/"):
+            return
+        parts = [p for p in dotted.split(".") if p]
+        if not level:
+            if parts[:1] != ["nobroker"]:
+                return
+            parts = parts[1:]
+        for package in INTEGRATIONS:
+            name = package.rstrip("/").rpartition("/")[2]
+            if not self.path.startswith(package) and (name in parts[:1]
+                                                      or (not parts and name in names)):
+                self.integration_refs.append(Import(self.path, getattr(node, "lineno", 0),
+                                                    f"nobroker.{name}", self._where()))
 
     def _add(self, node: ast.AST, dotted: str) -> None:
         module = self.package if dotted.startswith(".") else dotted.split(".")[0]
@@ -163,10 +195,12 @@ class _Collector(ast.NodeVisitor):
         for alias in node.names:
             self._add(node, alias.name)
             self._backend_ref(node, alias.name)
+            self._integration_ref(node, alias.name, 0)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         self._add(node, "." if node.level else (node.module or ""))
         self._backend_ref(node, node.module or "", [a.name for a in node.names])
+        self._integration_ref(node, node.module or "", node.level, [a.name for a in node.names])
 
     def visit_Call(self, node: ast.Call) -> None:
         target = _literal_import_target(node)
@@ -206,6 +240,11 @@ def first_party_names(root: Path) -> set[str]:
                 names.add(child.stem)
             elif child.is_dir() and not child.name.startswith((".", "__")):
                 names.add(child.name)
+    for example in INTEGRATION_EXAMPLES:  # an example project's own apps (``shop``)
+        base = root / example
+        if base.is_dir():
+            names.update(child.stem for child in base.iterdir()
+                         if child.suffix == ".py" or (child / "__init__.py").is_file())
     return names
 
 
@@ -217,6 +256,8 @@ def file_role(rel: str) -> str:
     """Which policy applies to a file: backend, library, tool, tests or other."""
     if rel.startswith(BACKEND_PACKAGE):
         return "backend-package"
+    if any(rel.startswith(p) for p in (*INTEGRATIONS, *INTEGRATION_EXAMPLES)):
+        return "integration"
     if any(fnmatch(rel, pattern) for pattern in OPTIONAL_BACKENDS):
         return "backend"
     for prefix, role in (("src/", "library"), ("tools/", "tool"), ("docsite/", "tool"),
@@ -229,6 +270,12 @@ def file_role(rel: str) -> str:
 def violation(imp: Import) -> str | None:
     """Why a third-party import breaks the policy, or None if it is allowed."""
     role = file_role(imp.path)
+    if role == "integration":
+        allowed = next(mods for prefix, mods in {**INTEGRATIONS, **INTEGRATION_EXAMPLES}.items()
+                       if imp.path.startswith(prefix))
+        if imp.module in allowed:
+            return None
+        return f"only {', '.join(sorted(allowed))} may be imported here"
     if role == "library":
         return "the core library must import only the standard library"
     if role == "backend-package":
@@ -238,7 +285,7 @@ def violation(imp: Import) -> str | None:
         return f"only the optional extras ({extras}) may be imported here"
     if not imp.lazy:
         return "imported at module level; import it inside the function that needs it"
-    if role == "tests" and imp.module in BROWSER_TEST_TOOLS:
+    if role == "tests" and imp.module in BROWSER_TEST_TOOLS | FRAMEWORKS:
         return None
     if role in ("backend", "tests") and imp.module not in OPTIONAL_EXTRAS:
         extras = ", ".join(sorted(OPTIONAL_EXTRAS))
@@ -270,6 +317,7 @@ class Scan:
     backend_refs: list[Import]
     extras: dict[str, list[str]]
     web_requirements: dict[str, list[str]] = field(default_factory=dict)
+    integration_refs: list[Import] = field(default_factory=list)
 
     def kind(self, imp: Import) -> str:
         if imp.module in sys.stdlib_module_names:
@@ -282,6 +330,7 @@ def scan(root: Path) -> Scan:
     files = scanned_files(root)
     imports: list[Import] = []
     backend_refs: list[Import] = []
+    integration_refs: list[Import] = []
     unparsable: list[str] = []
     for path in files:
         rel = path.relative_to(root).as_posix()
@@ -294,11 +343,13 @@ def scan(root: Path) -> Scan:
         collector.visit(tree)
         imports += collector.found
         backend_refs += collector.backend_refs
+        integration_refs += collector.integration_refs
     rels = [p.relative_to(root).as_posix() for p in files]
     return Scan(rels, sorted(imports), unparsable, first_party_names(root),
                 dev_requirements(root), dev_requirements(root, REQUIREMENTS_BENCH),
                 sorted(backend_refs), optional_dependencies(root),
-                {name: dev_requirements(root, name) for name in REQUIREMENTS_WEB_TOOLS})
+                {name: dev_requirements(root, name) for name in REQUIREMENTS_WEB_TOOLS},
+                sorted(integration_refs))
 
 
 def optional_dependencies(root: Path) -> dict[str, list[str]]:
@@ -348,6 +399,9 @@ def report(result: Scan) -> tuple[str, bool]:
     problems += [f"{ref.path}:{ref.line}: {ref.module!r} ({ref.where}): the optional backend "
                  "must be imported inside the function that needs it"
                  for ref in result.backend_refs if not ref.lazy]
+    problems += [f"{ref.path}:{ref.line}: {ref.module!r}: the library must not import a "
+                 "framework integration (only the framework loads it)"
+                 for ref in result.integration_refs]
     problems = sorted(set(problems)) + result.unparsable
     allowed = [imp for imp in third if violation(imp) is None]
 
@@ -390,6 +444,13 @@ def report(result: Scan) -> tuple[str, bool]:
     for name, reqs in result.extras.items():
         out += _row(f"[{name}]", "pip install \"nobroker[" + name + "]\" installs "
                     + ", ".join(reqs) + " (pyproject.toml optional-dependencies)")
+    out += ["", "framework integrations (loaded only by their framework; src/nobroker never "
+                "imports them):"]
+    integrated = _files_by_module(i for i in allowed if file_role(i.path) == "integration")
+    for module, paths in integrated.items():
+        out += _row(module, "imported in " + ", ".join(paths))
+    if not integrated:
+        out.append("  none")
     out += ["", "development tools (for working on nobroker, never needed to run it):"]
     for pin in result.dev_requirements:
         out += _row(pin, f"lint venv .dev/venv, pinned in {REQUIREMENTS_DEV}")
@@ -406,7 +467,8 @@ def report(result: Scan) -> tuple[str, bool]:
         out += _lazy_rows(tools)
     tests = [i for i in allowed if file_role(i.path) == "tests"]
     if tests:
-        out += ["", "test-only (optional extras and browser tools, imported lazily by tests):"]
+        out += ["", "test-only (optional extras, frameworks and browser tools, imported lazily "
+                    "by tests):"]
         out += _lazy_rows(tests)
 
     out.append("")

@@ -239,10 +239,16 @@ class Task(Generic[P, R]):
 
 
 class TaskRegistry:
-    """The tasks registered on one queue, by name."""
+    """The tasks registered on one queue, by name.
+
+    `resolver`, when set, is asked for a name the registry does not know (and
+    what it returns is registered): a framework integration (nobroker.django)
+    registers its tasks on first use instead of importing every module first.
+    """
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task[Any, Any]] = {}
+        self.resolver: Callable[[str], Task[Any, Any] | None] | None = None
 
     def add(self, task: Task[Any, Any]) -> None:
         known = self._tasks.get(task.name)
@@ -252,7 +258,12 @@ class TaskRegistry:
         self._tasks[task.name] = task
 
     def get(self, name: str) -> Task[Any, Any] | None:
-        return self._tasks.get(name)
+        task = self._tasks.get(name)
+        if task is None and self.resolver is not None:
+            task = self.resolver(name)
+            if task is not None:
+                self.add(task)
+        return task
 
     def periodic(self) -> list[Task[Any, Any]]:
         return [t for t in self._tasks.values() if t.schedule is not None]

@@ -62,7 +62,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self.tasks: TaskRegistry | None = None
         if handler is None:
             self.tasks = registry_of(queue, create=False)
-            if not len(self.tasks):
+            if not len(self.tasks) and self.tasks.resolver is None:
                 raise ValueError(f"no handler given and no tasks registered on {queue!r}: "
                                  f"pass a handler, or register tasks with @queue.task")
         self.pool = pool

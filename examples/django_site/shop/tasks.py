@@ -1,0 +1,33 @@
+"""The example's tasks: ordinary `django.tasks` tasks, run by `manage.py nobroker_work`."""
+
+from django.tasks import task
+
+from .models import Order
+
+
+@task
+def pay(order_id: int) -> str:
+    """Marks the order paid: a worker's database write, committed by the task."""
+    order = Order.objects.get(pk=order_id)  # DoesNotExist if enqueued before the commit
+    order.paid = True
+    order.save()
+    return f"paid {order.item}"
+
+
+@task(max_attempts=2)
+def flaky(order_id: int) -> str:
+    """Fails every attempt: two attempts, two errors, then FAILED."""
+    Order.objects.filter(pk=order_id).update(attempts=Order.objects.get(pk=order_id).attempts + 1)
+    raise ConnectionError(f"payment provider down for order {order_id}")
+
+
+@task(takes_context=True, queue_name="emails", priority=10)
+def receipt(context, order_id: int) -> dict:
+    """Runs on the emails queue; shows what the context carries."""
+    return {"order": order_id, "attempt": context.attempt, "id": context.task_result.id}
+
+
+@task
+async def total(numbers: list[int]) -> int:
+    """An async task function: the worker runs it on an event loop."""
+    return sum(numbers)

@@ -1,0 +1,238 @@
+"""nobroker.django end to end: the example site (examples/django_site), its tasks run
+by real `manage.py nobroker_work` processes on a queue directory.
+
+Needs Django 6 (Python 3.12+): `python make.py test-django` installs it into
+.dev/django-venv and runs this module; the plain suite skips it, loudly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from support import REPO, SRC
+
+SITE = REPO / "examples" / "django_site"
+HAVE_DJANGO = (sys.version_info >= (3, 12)
+               and importlib.util.find_spec("django") is not None
+               and importlib.util.find_spec("django.tasks") is not None)
+SKIP_REASON = ("Django suite skipped: Django 6 is not installed here "
+               "(run `python make.py test-django`)")
+_TMP: tempfile.TemporaryDirectory[str] | None = None
+
+
+def setUpModule() -> None:
+    global _TMP
+    if not HAVE_DJANGO:
+        return
+    _TMP = tempfile.TemporaryDirectory(prefix="nobroker-django-")
+    os.environ["NOBROKER_EXAMPLE_JOBS"] = str(Path(_TMP.name) / "jobs")
+    os.environ["NOBROKER_EXAMPLE_DB"] = str(Path(_TMP.name) / "db.sqlite3")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    sys.path.insert(0, str(SITE))
+    import django
+    from django.core.management import call_command
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def tearDownModule() -> None:
+    if _TMP is not None:
+        from django.tasks import task_backends
+        task_backends["default"].close()
+        _TMP.cleanup()
+
+
+def work(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `manage.py nobroker_work ARGS` to its end (use --max-jobs or --idle-timeout)."""
+    return subprocess.run([sys.executable, str(SITE / "manage.py"), "nobroker_work", *args],
+                          cwd=SITE, env=dict(os.environ, PYTHONPATH=str(SRC)),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@unittest.skipUnless(HAVE_DJANGO, SKIP_REASON)
+class DjangoBackendTest(unittest.TestCase):
+    def setUp(self) -> None:
+        from django.tasks import task_backends
+        self.backend = task_backends["default"]
+        for name in self.backend.queue_names:
+            self.backend.queue(name).purge()
+
+    def order(self, item: str = "book") -> Any:
+        from shop.models import Order
+        return Order.objects.create(item=item)
+
+    def test_a_view_enqueues_on_commit_and_a_worker_pays_the_order(self) -> None:
+        from django.tasks import TaskResultStatus
+        from django.test import Client
+        from shop.models import Order
+        from shop.tasks import pay
+
+        reply = Client().post("/orders/", data='{"item": "lamp"}',
+                              content_type="application/json").json()
+        waiting = pay.get_result(reply["task"])
+        self.assertEqual(waiting.status, TaskResultStatus.READY)
+        self.assertIsNotNone(waiting.enqueued_at)
+        self.assertEqual(waiting.args, [reply["order"]])
+
+        done = work("--queue", "default", "--max-jobs", "1")
+        self.assertEqual(done.returncode, 0, done.stderr)
+
+        result = pay.get_result(reply["task"])
+        self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+        self.assertEqual(result.return_value, "paid lamp")
+        self.assertEqual(result.args, [reply["order"]])
+        self.assertEqual(result.attempts, 1)
+        self.assertEqual(result.errors, [])
+        self.assertIsNotNone(result.started_at)
+        self.assertIsNotNone(result.finished_at)
+        assert result.started_at and result.finished_at and result.enqueued_at
+        self.assertLessEqual(result.enqueued_at, result.started_at)
+        self.assertLessEqual(result.started_at, result.finished_at)
+        self.assertTrue(Order.objects.get(pk=reply["order"]).paid)
+
+    def test_a_rolled_back_transaction_enqueues_nothing(self) -> None:
+        from django.db import transaction
+        from django.tasks.exceptions import TaskResultDoesNotExist
+        from shop.tasks import pay
+
+        class Rollback(Exception):
+            pass
+
+        before = self.backend.queue("default").stats().total
+        with self.assertRaises(Rollback), transaction.atomic():
+            result = pay.enqueue(self.order().id)
+            raise Rollback
+        with self.assertRaises(TaskResultDoesNotExist):
+            pay.get_result(result.id)
+        self.assertEqual(self.backend.queue("default").stats().total, before)
+
+    def test_inside_a_transaction_the_job_is_written_at_the_commit(self) -> None:
+        from django.db import transaction
+        from django.tasks.exceptions import TaskResultDoesNotExist
+        from django.tasks.signals import task_enqueued
+        from shop.tasks import pay
+
+        seen: list[str] = []
+
+        def record(sender: Any, task_result: Any, **kwargs: Any) -> None:
+            seen.append(task_result.id)
+
+        task_enqueued.connect(record)
+        self.addCleanup(task_enqueued.disconnect, record)
+        with transaction.atomic():
+            result = pay.enqueue(self.order().id)
+            with self.assertRaises(TaskResultDoesNotExist):
+                pay.get_result(result.id)
+            self.assertEqual(seen, [])
+        self.assertEqual(seen, [result.id])
+        self.assertEqual(pay.get_result(result.id).status, "READY")
+
+    def test_a_failing_task_is_retried_then_failed_with_one_error_per_attempt(self) -> None:
+        from shop.models import Order
+        from shop.tasks import flaky
+
+        order = self.order()
+        result = flaky.enqueue(order.id)
+        self.assertEqual(work("--queue", "default", "--max-jobs", "1").returncode, 0)
+        between = flaky.get_result(result.id)
+        self.assertEqual(between.status, "READY")  # an attempt is left
+        self.assertEqual(len(between.errors), 1)
+
+        self.assertEqual(work("--queue", "default", "--max-jobs", "1").returncode, 0)
+        failed = flaky.get_result(result.id)
+        self.assertEqual(failed.status, "FAILED")
+        self.assertEqual(failed.attempts, 2)
+        self.assertEqual([e.exception_class for e in failed.errors],
+                         [ConnectionError, ConnectionError])
+        self.assertIn(f"payment provider down for order {order.id}", failed.errors[1].traceback)
+        self.assertIn("Traceback (most recent call last)", failed.errors[0].traceback)
+        with self.assertRaises(ValueError):
+            failed.return_value  # noqa: B018  (Django raises for a failed task)
+        self.assertEqual(Order.objects.get(pk=order.id).attempts, 2)
+
+    def test_arguments_that_are_not_json_are_refused_before_anything_is_written(self) -> None:
+        from shop.tasks import pay
+
+        from nobroker.errors import SerializationError
+
+        before = self.backend.queue("default").stats().total
+        with self.assertRaises(TypeError):
+            pay.enqueue(object())
+        with self.assertRaises(SerializationError):
+            pay.enqueue(math.nan)
+        self.assertEqual(self.backend.queue("default").stats().total, before)
+
+    def test_context_priority_queues_and_async_tasks_on_one_worker(self) -> None:
+        from shop.tasks import receipt, total
+
+        mail = receipt.enqueue(7)
+        summed = total.enqueue([1, 2, 3])
+        job = self.backend.queue("emails").get(mail.id)
+        self.assertEqual(job.priority, 10)
+        self.assertTrue(mail.id.startswith("emails."))
+        done = work("--max-jobs", "1")  # both queues: one worker each
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(receipt.get_result(mail.id).return_value,
+                         {"order": 7, "attempt": 1, "id": mail.id})
+        self.assertEqual(total.get_result(summed.id).return_value, 6)
+
+    def test_run_after_delays_the_job(self) -> None:
+        from shop.tasks import pay
+
+        later = datetime.now(UTC) + timedelta(hours=1)
+        result = pay.using(run_after=later).enqueue(self.order().id)
+        job = self.backend.queue("default").get(result.id)
+        self.assertAlmostEqual(job.available_at, later.timestamp(), delta=5)
+        done = work("--queue", "default", "--idle-timeout", "0.5")
+        self.assertEqual(done.returncode, 0)
+        self.assertEqual(pay.get_result(result.id).status, "READY")
+
+    def test_a_job_naming_something_outside_the_installed_apps_is_not_run(self) -> None:
+        from nobroker.django.backend import load_task
+
+        self.assertIsNone(load_task("os.system", "default"))
+        self.assertIsNone(load_task("shop.models.Order", "default"))
+        self.assertIsNotNone(load_task("shop.tasks.pay", "default"))
+        queue = self.backend.queue("default")
+        job = queue.enqueue({"task": "os.system", "args": ["touch /tmp/x"], "kwargs": {}},
+                            max_attempts=1)
+        self.assertEqual(work("--queue", "default", "--max-jobs", "1").returncode, 0)
+        dead = queue.get(job.id)
+        self.assertEqual(dead.state, "dead")
+        self.assertIn("unknown task 'os.system'", dead.last_error or "")
+
+    def test_sigterm_stops_a_worker_over_several_queues_gracefully(self) -> None:
+        proc = subprocess.Popen([sys.executable, str(SITE / "manage.py"), "nobroker_work"],
+                                cwd=SITE, env=dict(os.environ, PYTHONPATH=str(SRC)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(proc.kill)
+        assert proc.stdout is not None
+        self.assertIn("serving default, emails", proc.stdout.readline())
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(timeout=30), 0)
+
+    def test_the_system_check_names_a_queue_nobroker_cannot_hold(self) -> None:
+        from django.core import checks
+        from django.tasks import task_backends
+        from django.test import override_settings
+
+        tasks = {"default": {"BACKEND": "nobroker.django.NobrokerBackend",
+                             "QUEUES": ["default", "two words"], "OPTIONS": {}}}
+        with override_settings(TASKS=tasks):
+            ids = [m.id for m in checks.run_checks() if m.id.startswith("nobroker.")]
+            self.assertEqual(sorted(ids), ["nobroker.E001", "nobroker.E002"])
+        task_backends["default"]  # settings restored: the real backend again
+
+
+if __name__ == "__main__":
+    unittest.main()
