@@ -28,7 +28,8 @@ PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
                                 "web", "transfer"})),  # transfer: `nobroker migrate`
     ("facade", frozenset({"queue"})),
     ("backends", frozenset({"file", "postgres"})),
-    ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend"})),
+    ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",
+                          "hooks"})),
 ]
 BACKENDS = frozenset({"file", "postgres"})  # never import each other
 # Upward imports allowed only inside a function, run when it is called: the facade's

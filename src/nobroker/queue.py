@@ -27,6 +27,7 @@ from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads
 from .errors import NobrokerError, SerializationError, TaskFailed, TaskLockedError
 from .file.backend import FileBackend, FileOptions
+from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
 __all__ = ["Queue", "POSTGRES_SCHEMES"]
@@ -46,6 +47,8 @@ class Queue:
     the server's clock) and a Random seeded from os.urandom. `auto_compact`
     and `allow_network_fs` apply to a directory only.
     """
+
+    hooks: Hooks | None = None  # what on() registered; None until the first
 
     def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
                  fsync: bool = True, visibility_timeout: float = 30.0, max_attempts: int = 5,
@@ -146,8 +149,11 @@ class Queue:
         text = self._encode(payload)
         priority, delay, attempts = self._options(priority, delay, max_attempts)
         key = validation.job_id(job_id) if job_id is not None else None
-        return self._backend.enqueue(text, payload, priority=priority, delay=delay,
-                                     max_attempts=attempts, job_id=key)
+        job = self._backend.enqueue(text, payload, priority=priority, delay=delay,
+                                    max_attempts=attempts, job_id=key)
+        if self.hooks is not None:
+            self.hooks.fire("enqueued", job)
+        return job
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0,
                      max_attempts: int | None = None) -> list[Job]:
@@ -160,8 +166,11 @@ class Queue:
             raise SerializationError(str(exc)) from None
         if not items:
             return []
-        return self._backend.enqueue_many(texts, items, priority=prio, delay=wait,
+        jobs = self._backend.enqueue_many(texts, items, priority=prio, delay=wait,
                                           max_attempts=attempts)
+        if self.hooks is not None:
+            self.hooks.fire_each("enqueued", jobs)
+        return jobs
 
     # -- consuming ----------------------------------------------------------
 
@@ -206,11 +215,15 @@ class Queue:
         SerializationError and writes nothing."""
         text, ttl = self._result(result, result_ttl)
         self._backend.ack(job, text, ttl)
+        if self.hooks is not None:
+            self.hooks.fire("succeeded", job)
 
     def ack_many(self, jobs: list[Job]) -> None:
         """Finish many jobs in one batch; if any lease is stale, nothing is written."""
         if jobs:
             self._backend.ack_many(jobs)
+            if self.hooks is not None:
+                self.hooks.fire_each("succeeded", jobs)
 
     def ack_and_lease(self, job: Job, *, result: Any = _MISSING,
                       result_ttl: float | None = None,
@@ -219,13 +232,19 @@ class Queue:
         same batch (one fsync)."""
         timeout = self._visibility(visibility_timeout)
         text, ttl = self._result(result, result_ttl)
-        return self._backend.ack_and_lease(job, timeout, text, ttl)
+        following = self._backend.ack_and_lease(job, timeout, text, ttl)
+        if self.hooks is not None:
+            self.hooks.fire("succeeded", job)
+        return following
 
     def nack(self, job: Job, *, error: str | None = None, delay: float | None = None) -> Job:
         """Give a job back: retried after `delay` (default: the backoff policy), or
         dead-lettered when it has used `max_attempts`. Returns the job's new state."""
         wait = None if delay is None else validation.number("delay", delay, minimum=0)
-        return self._backend.nack(job, validation.error_text(error), wait)
+        after = self._backend.nack(job, validation.error_text(error), wait)
+        if self.hooks is not None:
+            self.hooks.fire("dead" if after.state is JobState.DEAD else "retried", after)
+        return after
 
     def snooze(self, job: Job, delay: float, *, error: str | None = None) -> Job:
         """Give a leased job back untried: pending again after `delay` seconds, and
@@ -295,7 +314,12 @@ class Queue:
         later ack, nack or extend raises NotLeasedError and its result is
         never stored. Either way the job is kept as cancelled for `result_ttl`
         seconds, so that `get` and `result` can say so."""
-        return self._backend.cancel(validation.job_id(job_id))
+        key = validation.job_id(job_id)
+        cancelled = self._backend.cancel(key)
+        if cancelled and self.hooks is not None and self.hooks.wants("cancelled"):
+            with contextlib.suppress(NobrokerError):  # kept for result_ttl: 0 keeps nothing
+                self.hooks.fire("cancelled", self._backend.get(key))
+        return cancelled
 
     def pause(self) -> None:
         """Stop leasing, in every process: lease() returns nothing and wait() blocks
@@ -396,6 +420,16 @@ class Queue:
         return tasks.periodic(self, cron=cron, every=every, tz=tz, name=name,
                               max_attempts=max_attempts, priority=priority, timeout=timeout,
                               result_ttl=result_ttl, lock=lock)
+
+    def on(self, event: str, fn: Hook) -> Hook:
+        """Call `fn(job)` whenever `event` happens to a job through this Queue object
+        (or a Worker working it): "enqueued", "started", "succeeded", "retried",
+        "dead" or "cancelled"; see nobroker.hooks. A hook that raises is logged and
+        never fails the job. Returns `fn`."""
+        if self.hooks is None:
+            self.hooks = Hooks()
+        self.hooks.add(event, fn)
+        return fn
 
     # -- lifecycle ----------------------------------------------------------
 
