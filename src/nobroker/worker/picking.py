@@ -8,14 +8,15 @@ lock; the worker calls it under its condition.
 - Strict priority (no weights): the queues in the order given. A ready job
   of an earlier queue is always taken before one of a later queue.
 - Weights (`{"high": 3, "default": 2, "low": 1}`): a smooth weighted
-  round-robin (nginx's): each pick adds every taking part queue's weight to
-  its credit, the queue with the most credit is tried first, and the one
-  picked pays the sum of the weights back. Deterministic: while the same
-  queues have ready jobs, each queue's count over the first n picks stays
-  within one pick of n * weight / sum of weights. A queue found empty, or at
-  its cap, does not take part in the pick (it earns no credit while it has
-  nothing to give); when the set of queues taking part changes, every credit
-  starts from zero again, so that a queue's idle stretch earns it no burst.
+  round-robin (nginx's): each pick adds every queue's weight to its credit,
+  the queue with the most credit is tried first, and the one picked pays
+  the sum of the weights back. A pick that finds a queue empty restarts the
+  round-robin (every credit back to zero), so an empty queue earns no burst
+  for later. Deterministic: from a restart on, for as long as no queue is
+  found empty, each queue's count over the first n picks is within one pick
+  of n * weight / sum of weights. (A window that starts mid-way is within
+  two: the round-robin's credits are less than the sum of the weights.) A
+  queue at its cap earns no credit while it cannot be picked.
 - Caps (`{"emails": 4, "reports": 1}`): at most that many jobs of the queue
   in flight in this worker at once; a queue at its cap is not tried.
 """
@@ -40,7 +41,6 @@ class QueuePicker:
         self.weights = None if weights is None else self._per_queue("weights", weights)
         self.caps = self._per_queue("queue_concurrency", caps or {}, every=False)
         self._credit = [0] * len(self.names)
-        self._taking_part: frozenset[int] = frozenset()  # at the last weighted pick
 
     def _per_queue(self, what: str, given: Mapping[str, int], *,
                    every: bool = True) -> dict[int, int]:
@@ -73,12 +73,11 @@ class QueuePicker:
         (weights only: strict priority keeps no state)."""
         if self.weights is None:
             return
-        part = frozenset(i for i in self.order(busy) if i not in tried) | {index}
-        if part != self._taking_part:  # a queue ran dry, filled up or hit its cap
+        if tried:  # a queue ran dry: start afresh
             self._credit = [0] * len(self.names)
-            self._taking_part = part
+            return
         total = 0
-        for i in part:
+        for i in set(self.order(busy)) | {index}:  # the queues at their cap sit out
             self._credit[i] += self.weights[i]
             total += self.weights[i]
         self._credit[index] -= total
