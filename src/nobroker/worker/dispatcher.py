@@ -23,6 +23,7 @@ from ..pool import ChildProcess, EventLoop
 from ..queue import Queue
 from ..tasks import Scheduler, TaskRegistry, queue_clock, registry_of
 from .heartbeat import Heartbeats
+from .joblog import log_job
 from .leasing import TICK
 from .picking import QueuePicker
 from .shared import Flight, Handler, WorkerStats, log
@@ -253,9 +254,12 @@ class Worker(Slots, Heartbeats, SignalHandling):
             self._arrivals.notify_all()
         why = "exiting at once" if forced else \
             f"still running {self.shutdown_timeout:g}s after the stop request"
+        now = self._clock()
         for flight in left:
             log.warning("job %s (attempt %d): %s; abandoned, it will be delivered again when "
                         "its lease runs out", flight.job.id, flight.job.attempts, why)
+            log_job(self.queues[flight.queue_index], flight.job, flight.task, "lost",
+                    now - flight.began if flight.began else 0.0)
         if forced:
             self._close_runners(kill=True)
             return
@@ -308,23 +312,22 @@ class Worker(Slots, Heartbeats, SignalHandling):
 def _queues_of(given: Queue | Sequence[Queue | str],
                directory: str | None) -> tuple[list[Queue], list[Queue]]:
     """The worker's queues, and those of them it opened (from names in `directory`)."""
-    if isinstance(given, Queue):
-        return [given], []
-    if isinstance(given, str) or not isinstance(given, Sequence) or not given:
-        raise TypeError("a Worker works a Queue, or a non-empty list of Queues or of queue "
-                        "names (with directory=)")
+    if not isinstance(given, (list, tuple)):  # one Queue (or a stand-in for one)
+        if isinstance(given, str):
+            raise TypeError("a Worker works a Queue, or a list of Queues or of queue names "
+                            "(with directory=)")
+        return [given], []  # type: ignore[list-item]
+    if not given:
+        raise ValueError("a Worker needs at least one queue")
     if any(isinstance(item, str) for item in given) and directory is None:
         raise ValueError("queue names need directory= (a directory or a PostgreSQL URL)")
     queues: list[Queue] = []
     owned: list[Queue] = []
     try:
         for item in given:
-            if isinstance(item, Queue):
+            if not isinstance(item, str):
                 queues.append(item)
                 continue
-            if not isinstance(item, str):
-                raise TypeError(f"a Worker's queues are Queues or names, not "
-                                f"{type(item).__name__}")
             assert directory is not None
             opened = Queue(directory, item)
             owned.append(opened)

@@ -69,6 +69,8 @@ class Flight:
     abandoned: bool = False  # the worker stopped without it
     child: ChildProcess | None = None  # the child process running it (pool="process")
     queue_index: int = 0  # its queue's place in Worker.queues
+    began: float = 0.0  # the worker's clock() when its slot took it (the job log)
+    task: str | None = None  # what it runs: a task's name, or the handler's
 
 
 class Shared:

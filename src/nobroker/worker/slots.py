@@ -74,9 +74,9 @@ class Slots(Leasing):
         job = flight.job
         queue = self.queues[flight.queue_index]
         plan = self._plan(job, flight.queue_index)
-        with self._cond:
-            flight.child = child
         began = self._clock()
+        with self._cond:
+            flight.child, flight.began, flight.task = child, began, plan.name
         if queue.hooks is not None:
             queue.hooks.fire("started", job)
         try:
@@ -98,8 +98,7 @@ class Slots(Leasing):
                          and self._reserve(1) == 1)
         if gave_up:
             log.info("job %s finished after the worker stopped; not acked", job.id)
-            log_job(queue, job, plan.name, "lost", self._clock() - began)
-            return None
+            return None  # logged as lost when it was abandoned
         found: list[Flight] = []  # the next job, if the ack leased one
         counter = "lost" if flight.lost else self._settle(flight, outcome, plan, chain, found)
         log_job(queue, job, plan.name, counter, self._clock() - began)
