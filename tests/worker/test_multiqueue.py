@@ -113,6 +113,11 @@ class MultiQueueContract:
     assertLessEqual: Any
     assertGreaterEqual: Any
 
+    # The median enqueue-to-start time an idle worker over three queues stays under.
+    # On PostgreSQL the enqueue's own commit dominates (over 10 ms on a loaded
+    # machine): there the bound is the single-queue worker's, measured alongside.
+    PICKUP_BOUND: float | None = 0.020
+
     def location(self) -> str:
         raise NotImplementedError
 
@@ -204,22 +209,34 @@ class MultiQueueContract:
         self.assertEqual(most["reports"], 1)
         self.assertGreaterEqual(most["emails"], 3)  # the cap held reports, not emails
 
-    def test_an_idle_worker_over_three_queues_starts_a_job_within_20_ms(self) -> None:
-        queues = self.queues("high", "default", "low")
+    def pickup_latencies(self, queues: list[Queue], samples: int) -> list[float]:
+        """Seconds from the start of each enqueue (onto the queues in turn) to its
+        handler's start, the worker idle before each."""
         started: dict[Any, float] = {}
         worker = Worker(queues, lambda job: started.setdefault(job.payload, time.monotonic()),
                         handle_signals=False)
         stop = self.start(worker)
         latencies = []
-        for n in range(15):
+        for n in range(samples):
             time.sleep(0.1)  # the worker is idle, blocked in its wait
-            queue = queues[n % 3]
             sent = time.monotonic()
-            queue.enqueue(n)
+            queues[n % len(queues)].enqueue(n)
             wait_until(lambda n=n: n in started, what=f"job {n} started")  # type: ignore
             latencies.append(started[n] - sent)
         stop()
-        self.assertLess(statistics.median(latencies), 0.020, latencies)
+        return latencies
+
+    def test_an_idle_worker_over_three_queues_starts_a_job_as_soon_as_over_one(self) -> None:
+        one, three = self.queues("one"), self.queues("high", "default", "low")
+        single: list[float] = []
+        multi: list[float] = []
+        for _ in range(3):  # in turns, so that both see the same load on the machine
+            single += self.pickup_latencies(one, 6)
+            multi += self.pickup_latencies(three, 6)
+        report = f"single {sorted(single)}, three queues {sorted(multi)}"
+        self.assertLess(statistics.median(multi), statistics.median(single) + 0.005, report)
+        if self.PICKUP_BOUND is not None:
+            self.assertLess(statistics.median(multi), self.PICKUP_BOUND, report)
 
     def test_an_idle_worker_over_three_queues_uses_under_2_percent_of_a_core(self) -> None:
         worker = Worker(self.queues("high", "default", "low"), lambda job: None,
