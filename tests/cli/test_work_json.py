@@ -58,7 +58,7 @@ class WorkJsonLogTest(TempDirTestCase):
         proc = subprocess.Popen([sys.executable, "-m", "nobroker", "work", "handlers:handle",
                                  "--dir", str(self.dir), "--log-format", "json", *args],
                                 cwd=self.tmp, env=self.env, stdout=subprocess.DEVNULL,
-                                stderr=open(self.tmp / "err.txt", "wb"))  # noqa: SIM115
+                                stderr=open(self.tmp / "err.txt", "wb"))
         self.addCleanup(lambda: proc.poll() is not None or proc.kill())
         return proc
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from support import TempDirTestCase, wait_until
 
-from nobroker import BackoffPolicy, Job, Queue, Worker, WorkerStats
+from nobroker import BackoffPolicy, Job, Queue, QueueClosedError, Worker, WorkerStats
 from nobroker.worker.picking import QueuePicker
 
 WEIGHT_SETS = [(3, 2, 1), (1, 1, 1), (5, 1, 1), (1, 7, 4, 7, 1, 9), (10, 1), (2, 6, 2, 9, 6)]
@@ -259,7 +259,7 @@ class MultiQueueContract:
         self.run_worker(worker)
         self.assertEqual(seen, ["y", "x"])
         for queue in worker.queues:
-            with self.assertRaises(Exception):  # type: ignore[attr-defined]
+            with self.assertRaises(QueueClosedError):  # type: ignore[attr-defined]
                 queue.stats()
 
     def test_a_worker_over_several_queues_stops_promptly_while_idle(self) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from .. import validation
 from ..errors import NobrokerError
@@ -106,6 +107,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._flights: set[Flight] = set()
         self._leasing = [0] * len(self.queues)
         self._waits: QueueWaits | None = None
+        self._acks: ThreadPoolExecutor | None = None
         self._inbox: deque[Flight] = deque()
         self._reserved = 0  # leases taken (or being taken), for max_jobs
         self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "snoozed",
@@ -150,6 +152,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
                        f"nobroker-scheduler-{queue.name}")
         if len(self.queues) > 1:
             self._waits = QueueWaits(self.queues, self.poll_interval)
+        if len(self.queues) > 1 and self._picker.weights is not None:
+            self._acks = ThreadPoolExecutor(self.concurrency, "nobroker-ack")
         names = ", ".join(repr(q.name) for q in self.queues)
         log.info("worker started on queue%s %s in %s: concurrency %d, visibility timeout %gs",
                  "s" if len(self.queues) > 1 else "", names, self.queue.directory,
@@ -162,6 +166,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
             restore_signal_handlers(previous)
             if self._waits is not None:
                 self._waits.close()
+            if self._acks is not None:
+                self._acks.shutdown(wait=not self._forced)
             self._close_owned()
         stats = self.stats
         log.info("worker stopped (%s%s) after %.1fs: %d succeeded, %d retried, "

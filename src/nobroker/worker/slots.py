@@ -129,9 +129,12 @@ class Slots(Leasing):
             if text is None:
                 options = self._ack_options(plan, outcome.result)
                 try:
-                    if not (chain and self._lease_after(flight, lambda: queue.ack_and_lease(
-                            job, visibility_timeout=self.visibility_timeout, **options),
-                            found)):
+                    if chain:
+                        self._lease_after(flight, lambda: queue.ack(job, **options),
+                                          lambda: queue.ack_and_lease(
+                                              job, visibility_timeout=self.visibility_timeout,
+                                              **options), found)
+                    else:
                         queue.ack(job, **options)
                     return "succeeded"
                 except SerializationError as exc:  # the result is not JSON: the task failed

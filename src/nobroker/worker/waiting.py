@@ -86,7 +86,8 @@ class QueueWaits:
         woken = False
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._closing or self._round != seen)
+                while not self._closing and self._round == seen:
+                    self._cond.wait()
                 if self._closing:
                     return
                 seen, timeout = self._round, self._timeout
