@@ -106,6 +106,41 @@ class WorkJsonLogTest(TempDirTestCase):
         self.assertEqual(proc.wait(60), 0, (self.tmp / "err.txt").read_text())
         self.assertEqual([line["queue"] for line in self.job_lines()], ["high", "low"])
 
+    def test_a_tasks_module_works_the_queues_it_registered_tasks_on(self) -> None:
+        (self.tmp / "mytasks.py").write_text(textwrap.dedent('''
+            import os
+            from nobroker import Queue
+            high = Queue(os.environ["NB_DIR"], "high")
+            low = Queue(os.environ["NB_DIR"], "low")
+
+            @high.task
+            def urgent(n):
+                return n
+
+            @low.task
+            def later(n):
+                return n
+        '''))
+        (self.tmp / "producer.py").write_text("import mytasks\n"
+                                               "mytasks.later.delay(1)\n"
+                                               "mytasks.urgent.delay(2)\n")
+        subprocess.run([sys.executable, "producer.py"], cwd=self.tmp, env=self.env,
+                       check=True, timeout=60)
+        proc = subprocess.Popen([sys.executable, "-m", "nobroker", "work", "mytasks",
+                                 "--queues", "high,low", "--idle-timeout", "0.5",
+                                 "--log-format", "json"], cwd=self.tmp, env=self.env,
+                                stderr=open(self.tmp / "err.txt", "wb"))
+        self.assertEqual(proc.wait(60), 0, (self.tmp / "err.txt").read_text())
+        self.assertEqual([(line["queue"], line["task"], line["outcome"])
+                          for line in self.job_lines()],
+                         [("high", "mytasks.urgent", "succeeded"),
+                          ("low", "mytasks.later", "succeeded")])
+        refused = subprocess.run([sys.executable, "-m", "nobroker", "work", "mytasks",
+                                  "--queues", "high,other"], cwd=self.tmp, env=self.env,
+                                 capture_output=True, text=True, timeout=60)
+        self.assertEqual(refused.returncode, 2)
+        self.assertIn("registered no tasks on queue(s) 'other'", refused.stderr)
+
     def test_text_logs_have_no_line_per_successful_job(self) -> None:
         self.queue().enqueue({"kind": "ok"})
         proc = subprocess.run([sys.executable, "-m", "nobroker", "work", "handlers:handle",

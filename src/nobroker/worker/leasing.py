@@ -66,6 +66,10 @@ class Leasing(Shared):
 
     def _lease_into_slots(self, want: int) -> int:
         """Lease up to `want` jobs into the slots' inbox (one pick); how many."""
+        if self._one_queue:
+            jobs = self._lease_from(0, want)
+            with self._cond:
+                return len(self._admit(jobs, 0, into_inbox=True))
         count = want if self._picker.weights is None else 1
         return len(self._pick(count, into_inbox=True))
 
@@ -78,6 +82,11 @@ class Leasing(Shared):
         with plain leases, then its own with `ack_and_lease` (one write), then
         the rest. Raises what the ack raised."""
         own = flight.queue_index
+        if self._one_queue:  # what a single-queue worker always did: one write
+            following = ack_and_lease()
+            with self._cond:
+                found += self._admit([] if following is None else [following], own, False)
+            return
         with self._cond:
             first = self._picker.order(self._busy(own))[:1]
         if self._acks is None or first == [own]:
@@ -92,7 +101,12 @@ class Leasing(Shared):
             if not acked:
                 ack()
             return
-        pending = self._acks.submit(ack)
+        try:
+            pending = self._acks.submit(ack)
+        except RuntimeError:  # shut down under a slot the worker abandoned: ack here
+            ack()
+            found += self._pick(1, into_inbox=False, own=own)
+            return
         try:
             found += self._pick(1, into_inbox=False, own=own)
         finally:
@@ -128,6 +142,11 @@ class Leasing(Shared):
                 return flights
             tried.append(index)
         return []
+
+    @property
+    def _one_queue(self) -> bool:
+        """One queue and no cap: every lease is of that queue, as it always was."""
+        return len(self.queues) == 1 and not self._picker.caps
 
     def _busy(self, leaving: int | None) -> list[int]:
         """Per queue: jobs in flight or being leased, less the one of `leaving` whose
