@@ -200,11 +200,15 @@ class Leasing(Shared):
         timeout = self.poll_interval
         if callable(wait) and _WAKE_CHANNEL:
             timeout = max(timeout, _IDLE_SLICE)
-        if self.idle_timeout is not None:
-            with self._cond:
+        with self._cond:
+            if self.idle_timeout is not None:
                 timeout = min(timeout, max(self.idle_timeout - self._idle_for(), 0.001))
+            open_ = self._picker.order(self._busy(None))
+            if not open_:  # every queue at its cap: only a slot finishing makes room
+                self._cond.wait(timeout)
+                return
         if self._waits is not None:
-            self._woken = self._waits.wait(timeout)
+            self._woken = self._waits.wait(timeout, open_)
             return
         if callable(wait):
             # A paused queue's ready jobs end a wait at once, so a wake that

@@ -23,14 +23,16 @@ Rules, so that idling costs what a single-queue worker's does:
   paused: its waiter asks, and waits a poll interval first, rather than
   spinning (the single-queue dispatcher does the same);
 - a waiter never leases, and an error in a wait ends the round as a wake-up,
-  so that the dispatcher's next lease meets the error and handles it.
+  so that the dispatcher's next lease meets the error and handles it;
+- a round names the queues to wait on: a queue at its cap sits out (its
+  ready jobs would end every wait at once, and it cannot take one anyway).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ..errors import NobrokerError
 from ..queue import Queue
@@ -49,23 +51,25 @@ class QueueWaits:
         # Guarded by _cond:
         self._round = 0  # the dispatcher's current wait; waiters wait once per round
         self._timeout = 0.0
+        self._which: frozenset[int] = frozenset()  # the queues this round waits on
         self._waiting = 0  # waiters still in this round's wait
         self._rung = False  # a waiter was woken since the dispatcher last looked
         self._closing = False
-        self._threads = [threading.Thread(target=self._waiter, args=(queue,), daemon=True,
-                                          name=f"nobroker-wait-{queue.name}")
-                         for queue in self.queues]
+        self._threads = [threading.Thread(target=self._waiter, args=(index, queue),
+                                          daemon=True, name=f"nobroker-wait-{queue.name}")
+                         for index, queue in enumerate(self.queues)]
         for thread in self._threads:
             thread.start()
 
-    def wait(self, timeout: float) -> bool:
-        """Block until a queue may have a ready job (True) or every waiter's wait of
-        `timeout` seconds passed (False)."""
+    def wait(self, timeout: float, which: Collection[int]) -> bool:
+        """Block until one of the queues `which` (indexes) may have a ready job
+        (True) or every waiter's wait of `timeout` seconds passed (False)."""
         with self._cond:
             if not self._rung:
                 self._round += 1
                 self._timeout = timeout
-                self._waiting = len(self._threads)
+                self._which = frozenset(which)
+                self._waiting = len(self._which)
                 self._cond.notify_all()
                 # A waiter still in an earlier round's wait joins this one when that
                 # ends; the margin covers it, and thread scheduling.
@@ -81,12 +85,13 @@ class QueueWaits:
         for thread in self._threads:
             thread.join()
 
-    def _waiter(self, queue: Queue) -> None:
+    def _waiter(self, index: int, queue: Queue) -> None:
         seen = 0
         woken = False
         while True:
             with self._cond:
-                while not self._closing and self._round == seen:
+                while not self._closing and (self._round == seen or index not in self._which):
+                    seen = self._round  # a round this queue sits out
                     self._cond.wait()
                 if self._closing:
                     return
