@@ -232,6 +232,28 @@ class MultiQueueContract:
         stop()
         self.assertLess(used, 0.1, [q.name for q in queues])
 
+    def test_a_wake_up_leases_from_the_queue_woken_not_from_the_quiet_ones(self) -> None:
+        high, default, low = self.queues("high", "default", "low")
+        asked: list[str] = []
+        for queue in (high, default):
+            lease = queue.lease
+
+            def counting(*args: Any, queue: Queue = queue, lease: Any = lease,
+                         **kwargs: Any) -> list[Job]:
+                asked.append(queue.name)
+                return lease(*args, **kwargs)  # type: ignore[no-any-return]
+            queue.lease = counting  # type: ignore[method-assign]
+        seen: list[list[str]] = []
+        stop = self.start(Worker([high, default, low], lambda job: seen.append(list(asked)),
+                                 handle_signals=False))
+        for n in range(3):
+            time.sleep(0.3)  # idle: every waiter blocked on its queue
+            asked.clear()
+            low.enqueue(n)
+            wait_until(lambda n=n: len(seen) == n + 1, what="the job")  # type: ignore
+        stop()
+        self.assertEqual(seen, [[], [], []])  # high and default were not asked first
+
     def pickup_latencies(self, queues: list[Queue], samples: int) -> list[float]:
         """Seconds from the start of each enqueue (onto the queues in turn) to its
         handler's start, the worker idle before each."""

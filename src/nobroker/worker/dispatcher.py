@@ -126,6 +126,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._beating = True  # heartbeat thread: keep going
         self._fatal: NobrokerError | None = None
         self._woken = False  # the last wait said a job may be ready (dispatcher only)
+        self._quiet: frozenset[int] = frozenset()  # queues the last wake-up found quiet
 
     # -- public -------------------------------------------------------------
 

@@ -60,6 +60,7 @@ class Leasing(Shared):
     _leasing: list[int]  # per queue: leases being sent, counted against its cap (_cond)
     _acks: ThreadPoolExecutor | None  # over several queues: acks beside a lease elsewhere
     _woken: bool  # the last wait said a job may be ready (dispatcher only)
+    _quiet: frozenset[int]  # queues the last wake-up found quiet (dispatcher only)
     _sleep: Callable[[float], None] | None
 
     # -- leasing ------------------------------------------------------------
@@ -71,7 +72,8 @@ class Leasing(Shared):
             with self._cond:
                 return len(self._admit(jobs, 0, into_inbox=True))
         count = want if self._picker.weights is None else 1
-        return len(self._pick(count, into_inbox=True))
+        quiet, self._quiet = self._quiet, frozenset()  # for the pick after a wake-up only
+        return len(self._pick(count, into_inbox=True, quiet=quiet))
 
     def _lease_after(self, flight: Flight, ack: Callable[[], None],
                      ack_and_lease: Callable[[], Job | None], found: list[Flight]) -> None:
@@ -113,13 +115,17 @@ class Leasing(Shared):
             pending.result()
 
     def _pick(self, count: int, *, into_inbox: bool, own: int | None = None,
-              lease_own: Callable[[int], list[Job]] | None = None) -> list[Flight]:
+              lease_own: Callable[[int], list[Job]] | None = None,
+              quiet: frozenset[int] = frozenset()) -> list[Flight]:
         """Up to `count` jobs of the first queue, in the picker's order, that has any,
-        as flights; `own` is the queue of a job being acked, leased by `lease_own`."""
+        as flights; `own` is the queue of a job being acked, leased by `lease_own`;
+        `quiet` queues are known to have none (waiting.py) and not asked."""
         with self._cond:
             order = self._picker.order(self._busy(own))
-        tried: list[int] = []
+        tried: list[int] = [index for index in order if index in quiet]
         for index in order:
+            if index in quiet:
+                continue
             with self._cond:  # reserve against the cap, now that earlier tries are done
                 room = self._picker.room(index, self._busy(own)[index])
                 if room == 0:
@@ -208,7 +214,7 @@ class Leasing(Shared):
                 self._cond.wait(timeout)
                 return
         if self._waits is not None:
-            self._woken = self._waits.wait(timeout, open_)
+            self._woken, self._quiet = self._waits.wait(timeout, open_)
             return
         if callable(wait):
             # A paused queue's ready jobs end a wait at once, so a wake that

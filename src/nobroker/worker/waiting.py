@@ -25,7 +25,14 @@ Rules, so that idling costs what a single-queue worker's does:
 - a waiter never leases, and an error in a wait ends the round as a wake-up,
   so that the dispatcher's next lease meets the error and handles it;
 - a round names the queues to wait on: a queue at its cap sits out (its
-  ready jobs would end every wait at once, and it cannot take one anyway).
+  ready jobs would end every wait at once, and it cannot take one anyway);
+- a wake-up says which queues are *quiet*: their waiters are still blocked,
+  so no job was ready when their wait began (a wait returns at once for a
+  ready or due job) and no poke came since. The pick after the wake-up
+  skips them: over PostgreSQL an empty lease is a round trip, and strict
+  priority would otherwise ask every earlier queue before the one woken.
+  (A poke that lands while its waiter is waking, a fraction of a
+  millisecond, counts as after the pick: as if the enqueue came later.)
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ class QueueWaits:
         self._which: frozenset[int] = frozenset()  # the queues this round waits on
         self._waiting = 0  # waiters still in this round's wait
         self._rung = False  # a waiter was woken since the dispatcher last looked
+        self._watching: set[int] = set()  # queues whose waiter is blocked in its wait
         self._closing = False
         self._threads = [threading.Thread(target=self._waiter, args=(index, queue),
                                           daemon=True, name=f"nobroker-wait-{queue.name}")
@@ -61,9 +69,10 @@ class QueueWaits:
         for thread in self._threads:
             thread.start()
 
-    def wait(self, timeout: float, which: Collection[int]) -> bool:
+    def wait(self, timeout: float, which: Collection[int]) -> tuple[bool, frozenset[int]]:
         """Block until one of the queues `which` (indexes) may have a ready job
-        (True) or every waiter's wait of `timeout` seconds passed (False)."""
+        (True) or every waiter's wait of `timeout` seconds passed (False); with
+        the queues that are quiet (see the module doc)."""
         with self._cond:
             if not self._rung:
                 self._round += 1
@@ -75,7 +84,7 @@ class QueueWaits:
                 # ends; the margin covers it, and thread scheduling.
                 self._cond.wait_for(lambda: self._rung or self._waiting == 0, timeout * 2)
             rung, self._rung = self._rung, False
-            return rung
+            return rung, frozenset(self._watching)
 
     def close(self) -> None:
         """Stop the waiters; returns once each has left its queue's wait."""
@@ -98,8 +107,11 @@ class QueueWaits:
                 seen, timeout = self._round, self._timeout
             if woken and self._paused(queue):
                 self._pause()
+            with self._cond:
+                self._watching.add(index)
             woken = self._wait_on(queue, timeout)
             with self._cond:
+                self._watching.discard(index)
                 if woken:
                     self._rung = True
                 if seen == self._round:
