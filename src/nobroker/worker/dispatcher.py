@@ -127,6 +127,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._fatal: NobrokerError | None = None
         self._woken = False  # the last wait said a job may be ready (dispatcher only)
         self._quiet: frozenset[int] = frozenset()  # queues the last wake-up found quiet
+        self._drained = False  # a slot's pick just found every queue empty
 
     # -- public -------------------------------------------------------------
 

@@ -61,6 +61,7 @@ class Leasing(Shared):
     _acks: ThreadPoolExecutor | None  # over several queues: acks beside a lease elsewhere
     _woken: bool  # the last wait said a job may be ready (dispatcher only)
     _quiet: frozenset[int]  # queues the last wake-up found quiet (dispatcher only)
+    _drained: bool  # a slot's pick just found every queue empty (_cond)
     _sleep: Callable[[float], None] | None
 
     # -- leasing ------------------------------------------------------------
@@ -71,6 +72,10 @@ class Leasing(Shared):
             jobs = self._lease_from(0, want)
             with self._cond:
                 return len(self._admit(jobs, 0, into_inbox=True))
+        with self._cond:
+            drained, self._drained = self._drained, False
+        if drained:  # asked every queue just now: wait, which looks first, then blocks
+            return 0
         count = want if self._picker.weights is None else 1
         quiet, self._quiet = self._quiet, frozenset()  # for the pick after a wake-up only
         return len(self._pick(count, into_inbox=True, quiet=quiet))
@@ -102,6 +107,7 @@ class Leasing(Shared):
             found += self._pick(1, into_inbox=False, own=own, lease_own=lease_own)
             if not acked:
                 ack()
+            self._note_drained(found)
             return
         try:
             pending = self._acks.submit(ack)
@@ -113,6 +119,16 @@ class Leasing(Shared):
             found += self._pick(1, into_inbox=False, own=own)
         finally:
             pending.result()
+        self._note_drained(found)
+
+    def _note_drained(self, found: list[Flight]) -> None:
+        """After a slot's pick over several queues found nothing, the dispatcher's
+        next lease would ask every queue again (over PostgreSQL, a round trip
+        each): it goes straight to its wait instead, whose waiters look at their
+        queues before they block."""
+        if not found:
+            with self._cond:
+                self._drained = True
 
     def _pick(self, count: int, *, into_inbox: bool, own: int | None = None,
               lease_own: Callable[[int], list[Job]] | None = None,
