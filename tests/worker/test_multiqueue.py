@@ -117,6 +117,8 @@ class MultiQueueContract:
     # On PostgreSQL the enqueue's own commit dominates (over 10 ms on a loaded
     # machine): there the bound is the single-queue worker's, measured alongside.
     PICKUP_BOUND: float | None = 0.020
+    # ... and how many times the single-queue worker's median it may take (+ 5 ms).
+    PICKUP_FACTOR = 1.0
 
     def location(self) -> str:
         raise NotImplementedError
@@ -263,7 +265,9 @@ class MultiQueueContract:
         stop = self.start(worker)
         latencies = []
         for n in range(samples):
-            time.sleep(0.1)  # the worker is idle, blocked in its wait
+            # Idle, blocked in its wait: done with the last job's ack and with asking
+            # every queue for the next one (a round trip each on a loaded server).
+            time.sleep(0.3)
             sent = time.monotonic()
             queues[n % len(queues)].enqueue(n)
             wait_until(lambda n=n: n in started, what=f"job {n} started")  # type: ignore
@@ -279,7 +283,8 @@ class MultiQueueContract:
             single += self.pickup_latencies(one, 6)
             multi += self.pickup_latencies(three, 6)
         report = f"single {sorted(single)}, three queues {sorted(multi)}"
-        self.assertLess(statistics.median(multi), statistics.median(single) + 0.005, report)
+        self.assertLess(statistics.median(multi),
+                        statistics.median(single) * self.PICKUP_FACTOR + 0.005, report)
         if self.PICKUP_BOUND is not None:
             self.assertLess(statistics.median(multi), self.PICKUP_BOUND, report)
 
