@@ -183,6 +183,12 @@ def bench_wake(args: list[str]) -> int:
     return python_tool("tools/bench/result_wake.py", args)
 
 
+@task("bench-multiqueue")
+def bench_multiqueue(args: list[str]) -> int:
+    """A Worker over 3 queues vs over 1: drain rate ratio (tools/bench_multiqueue.py)."""
+    return python_script("tools/bench_multiqueue.py", args)
+
+
 @task("profile")
 def profile(args: list[str]) -> int:
     """Where a call's time goes, layer by layer (tools/profile/calls.py)."""
@@ -235,7 +241,7 @@ def lint(args: list[str]) -> int:
 PG_VENV = DEV / "pg-venv"
 PG_BENCH_VENV = DEV / "pg-bench-venv"
 PG_TESTS = ("test_postgres", "test_postgres_connections", "test_postgres_processes",
-            "test_postgres_tasks", "test_postgres_dashboard")
+            "test_postgres_tasks", "test_postgres_dashboard", "test_postgres_multiqueue")
 
 
 @task("test-postgres")

@@ -29,7 +29,8 @@ PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     # transfer: `nobroker migrate`; django: the Django app and backend, loaded by Django
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),
-    ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend"})),
+    ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",
+                          "hooks", "results"})),
 ]
 BACKENDS = frozenset({"file", "postgres", "memory"})  # never import each other
 # Upward imports allowed only inside a function, run when it is called: the facade's

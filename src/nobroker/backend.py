@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from .backoff import BackoffPolicy
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .validation import INT_LIMIT, integer, number
 
 __all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
            "JobImport", "JobExport", "Settings", "is_postgres_url", "is_memory_url"]
@@ -80,6 +81,23 @@ class Settings:
     readonly: bool = False
     clock: Callable[[], float] | None = None  # None: the backend's own (time.time)
     rng: random.Random | None = None  # None: the backend's own (seeded from os.urandom)
+
+    @classmethod
+    def checked(cls, *, visibility_timeout: float, max_attempts: int,
+                backoff: BackoffPolicy | None, lock_timeout: float, key_retention: float,
+                result_ttl: float, fsync: bool, readonly: bool,
+                clock: Callable[[], float] | None, rng: random.Random | None) -> Settings:
+        """Settings from a caller's arguments: each checked, ValueError or TypeError
+        naming the one that is wrong."""
+        return cls(
+            visibility_timeout=number("visibility_timeout", visibility_timeout, minimum=0.001),
+            max_attempts=integer("max_attempts", max_attempts, 1, INT_LIMIT),
+            lock_timeout=number("lock_timeout", lock_timeout, minimum=0),
+            key_retention=number("key_retention", key_retention, minimum=0),
+            result_ttl=number("result_ttl", result_ttl, minimum=0),
+            backoff=backoff if backoff is not None else BackoffPolicy(),
+            fsync=bool(fsync), readonly=bool(readonly), clock=clock,
+            rng=rng if rng is not None else random.Random())
 
     def filled(self) -> Settings:
         """These settings with a clock and an rng: the given ones, else time.time and

@@ -11,11 +11,9 @@ over a backend built by hand, for tests and tools.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import random
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -23,14 +21,15 @@ from . import validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads
-from .errors import TaskFailed, TaskLockedError
+from .errors import NobrokerError, TaskLockedError
+from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .opener import open_backend
+from .results import await_outcome, outcome
 
 __all__ = ["Queue", "POSTGRES_SCHEMES"]
 
 _MISSING: Any = object()  # ack() without a result (None is a result)
-_AWAIT_SLICE = 1.0  # aresult waits in a worker thread at most this long per call
 
 
 class Queue:
@@ -45,6 +44,8 @@ class Queue:
     and `allow_network_fs` apply to a directory only.
     """
 
+    hooks: Hooks | None = None  # what on() registered; None until the first
+
     def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
                  fsync: bool = True, visibility_timeout: float = 30.0, max_attempts: int = 5,
                  backoff: BackoffPolicy | None = None, lock_timeout: float = 10.0,
@@ -54,17 +55,10 @@ class Queue:
                  clock: Callable[[], float] | None = None,
                  rng: random.Random | None = None) -> None:
         name = validation.queue_name(name)
-        settings = Settings(
-            visibility_timeout=validation.number("visibility_timeout", visibility_timeout,
-                                                 minimum=0.001),
-            max_attempts=validation.integer("max_attempts", max_attempts, 1,
-                                            validation.INT_LIMIT),
-            lock_timeout=validation.number("lock_timeout", lock_timeout, minimum=0),
-            key_retention=validation.number("key_retention", key_retention, minimum=0),
-            result_ttl=validation.number("result_ttl", result_ttl, minimum=0),
-            backoff=backoff if backoff is not None else BackoffPolicy(),
-            fsync=bool(fsync), readonly=bool(readonly), clock=clock,
-            rng=rng if rng is not None else random.Random())
+        settings = Settings.checked(
+            visibility_timeout=visibility_timeout, max_attempts=max_attempts, backoff=backoff,
+            lock_timeout=lock_timeout, key_retention=key_retention, result_ttl=result_ttl,
+            fsync=fsync, readonly=readonly, clock=clock, rng=rng)
         if auto_compact is not None:
             validation.fraction("auto_compact", auto_compact)
         self._attach(open_backend(path, name, settings, auto_compact=auto_compact,
@@ -74,8 +68,7 @@ class Queue:
 
     @classmethod
     def from_backend(cls, backend: Backend) -> Queue:
-        """A Queue over an opened backend (for example a FileBackend built with
-        FileOptions by a test); its settings (and options) are the backend's."""
+        """A Queue over an opened backend (a FileBackend built by a test, say)."""
         queue = cls.__new__(cls)
         queue._attach(backend)
         queue.auto_compact = None  # no argument given: the backend's options decide
@@ -133,8 +126,11 @@ class Queue:
         text = encode_payload(payload)
         priority, delay, attempts = self._options(priority, delay, max_attempts)
         key = validation.job_id(job_id) if job_id is not None else None
-        return self._backend.enqueue(text, payload, priority=priority, delay=delay,
-                                     max_attempts=attempts, job_id=key)
+        job = self._backend.enqueue(text, payload, priority=priority, delay=delay,
+                                    max_attempts=attempts, job_id=key)
+        if self.hooks is not None:
+            self.hooks.fire("enqueued", job)
+        return job
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0,
                      max_attempts: int | None = None) -> list[Job]:
@@ -144,8 +140,11 @@ class Queue:
         texts = encode_payloads(items)
         if not items:
             return []
-        return self._backend.enqueue_many(texts, items, priority=prio, delay=wait,
+        jobs = self._backend.enqueue_many(texts, items, priority=prio, delay=wait,
                                           max_attempts=attempts)
+        if self.hooks is not None:
+            self.hooks.fire_each("enqueued", jobs)
+        return jobs
 
     # -- consuming ----------------------------------------------------------
 
@@ -184,11 +183,15 @@ class Queue:
         SerializationError and writes nothing."""
         text, ttl = self._result(result, result_ttl)
         self._backend.ack(job, text, ttl)
+        if self.hooks is not None:
+            self.hooks.fire("succeeded", job)
 
     def ack_many(self, jobs: list[Job]) -> None:
         """Finish many jobs in one batch; if any lease is stale, nothing is written."""
         if jobs:
             self._backend.ack_many(jobs)
+            if self.hooks is not None:
+                self.hooks.fire_each("succeeded", jobs)
 
     def ack_and_lease(self, job: Job, *, result: Any = _MISSING,
                       result_ttl: float | None = None,
@@ -197,13 +200,19 @@ class Queue:
         same batch (one fsync)."""
         timeout = self._visibility(visibility_timeout)
         text, ttl = self._result(result, result_ttl)
-        return self._backend.ack_and_lease(job, timeout, text, ttl)
+        following = self._backend.ack_and_lease(job, timeout, text, ttl)
+        if self.hooks is not None:
+            self.hooks.fire("succeeded", job)
+        return following
 
     def nack(self, job: Job, *, error: str | None = None, delay: float | None = None) -> Job:
         """Give a job back: retried after `delay` (default: the backoff policy), or
         dead-lettered when it has used `max_attempts`. Returns the job's new state."""
         wait = None if delay is None else validation.number("delay", delay, minimum=0)
-        return self._backend.nack(job, validation.error_text(error), wait)
+        after = self._backend.nack(job, validation.error_text(error), wait)
+        if self.hooks is not None:
+            self.hooks.fire("dead" if after.state is JobState.DEAD else "retried", after)
+        return after
 
     def snooze(self, job: Job, delay: float, *, error: str | None = None) -> Job:
         """Give a leased job back untried: pending again after `delay` seconds, and
@@ -217,46 +226,32 @@ class Queue:
         return self._backend.extend(job, validation.number("seconds", seconds, minimum=0.001))
 
     def wait(self, timeout: float) -> bool:
-        """Block until a job may be leasable, for at most `timeout` seconds.
-
-        Returns True when something may be ready (a job is ready now, a
-        delayed job or a lease deadline came due, or a producer woke us),
-        False on timeout. It never leases: call lease() after it. An idle
-        worker blocked here uses no CPU.
-        """
+        """Block until a job may be leasable, for at most `timeout` seconds: True when
+        something may be ready (a job is ready now, a delayed job or a lease deadline
+        came due, or a producer woke us), False on timeout. It never leases: call
+        lease() after it. An idle worker blocked here uses no CPU."""
         return self._backend.wait(validation.number("timeout", timeout, minimum=0))
 
     # -- results ------------------------------------------------------------
 
     def result(self, job_id: str, timeout: float | None = None) -> Any:
         """Wait until the job finishes and return its result (what `ack(result=)`
-        stored; None for a keyed job acked without one).
-
-        Raises TaskFailed if it ended dead or cancelled, TimeoutError if it has
-        not finished within `timeout` seconds (None: as long as it takes),
-        JobNotFoundError for an id the queue does not know: never enqueued,
-        acked without a result, or finished longer ago than `result_ttl`.
-        Woken by the ack, in any process: no polling (except on a read-only
-        PostgreSQL Queue, which writes nothing and so reads until it finished)."""
+        stored; None for a keyed job acked without one). Raises TaskFailed if it
+        ended dead or cancelled, TimeoutError if it has not finished within
+        `timeout` seconds (None: as long as it takes), JobNotFoundError for an id
+        the queue does not know: never enqueued, acked without a result, or
+        finished longer ago than `result_ttl`. Woken by the ack, in any process: no
+        polling (except on a read-only PostgreSQL Queue, which writes nothing)."""
         job = self.wait_finished(job_id, timeout)
         if job is None:
             raise TimeoutError(f"job {job_id!r} did not finish within {timeout:g}s")
-        return _outcome(job)
+        return outcome(job)
 
     async def aresult(self, job_id: str, timeout: float | None = None) -> Any:
         """`result` for asyncio code: waits in a worker thread, never on the loop."""
-        key = validation.job_id(job_id)
         limit = None if timeout is None else validation.number("timeout", timeout, minimum=0)
-        deadline = None if limit is None else time.monotonic() + limit
-        while True:
-            left = _AWAIT_SLICE if deadline is None else min(
-                _AWAIT_SLICE, max(0.0, deadline - time.monotonic()))
-            # In slices, so that a cancelled await leaves no thread waiting for long.
-            job = await asyncio.to_thread(self._backend.wait_finished, key, left)
-            if job is not None:
-                return _outcome(job)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job_id!r} did not finish within {limit:g}s")
+        return await await_outcome(self._backend.wait_finished, validation.job_id(job_id),
+                                   limit)
 
     def wait_finished(self, job_id: str, timeout: float | None = None) -> Job | None:
         """The job once it is done, dead or cancelled; None if `timeout` passed first.
@@ -268,12 +263,15 @@ class Queue:
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a pending or leased job; False if it is finished, dead or unknown.
-
-        A pending job is never leased. A leased one is revoked: its holder's
-        later ack, nack or extend raises NotLeasedError and its result is
-        never stored. Either way the job is kept as cancelled for `result_ttl`
-        seconds, so that `get` and `result` can say so."""
-        return self._backend.cancel(validation.job_id(job_id))
+        A pending job is never leased. A leased one is revoked: its holder's later
+        ack, nack or extend raises NotLeasedError and its result is never stored.
+        Either way it is kept as cancelled for `result_ttl` seconds."""
+        key = validation.job_id(job_id)
+        cancelled = self._backend.cancel(key)
+        if cancelled and self.hooks is not None and self.hooks.wants("cancelled"):
+            with contextlib.suppress(NobrokerError):  # kept for result_ttl: 0 keeps nothing
+                self.hooks.fire("cancelled", self._backend.get(key))
+        return cancelled
 
     def pause(self) -> None:
         """Stop leasing, in every process: lease() returns nothing and wait() blocks
@@ -374,6 +372,16 @@ class Queue:
                               max_attempts=max_attempts, priority=priority, timeout=timeout,
                               result_ttl=result_ttl, lock=lock)
 
+    def on(self, event: str, fn: Hook) -> Hook:
+        """Call `fn(job)` whenever `event` happens to a job through this Queue object
+        (or a Worker working it): "enqueued", "started", "succeeded", "retried",
+        "dead" or "cancelled"; see nobroker.hooks. A hook that raises is logged and
+        never fails the job. Returns `fn`."""
+        if self.hooks is None:
+            self.hooks = Hooks()
+        self.hooks.add(event, fn)
+        return fn
+
     # -- lifecycle ----------------------------------------------------------
 
     def close(self) -> None:
@@ -390,9 +398,3 @@ class Queue:
     def __repr__(self) -> str:
         return f"Queue({self.directory!r}, name={self.name!r})"
 
-
-def _outcome(job: Job) -> Any:
-    """A finished job's result, or TaskFailed if it did not end done."""
-    if job.state is not JobState.DONE:
-        raise TaskFailed(job.id, str(job.state), job.last_error)
-    return job.result

@@ -21,7 +21,8 @@ The package, by command group: `parser.py` (every command's arguments),
 result), `work.py` (work), `maintenance.py` (inspect, recover, compact),
 `database.py` (db migrate, migrate), `dashboard.py` (dashboard, stats
 --watch); below them `arguments.py` (argument types, UsageError),
-`location.py` (which queue, opened how) and `output.py` (printing).
+`location.py` (which queue, opened how), `output.py` (printing) and
+`logformat.py` (`work --log-format json`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import CorruptLogError, NobrokerError
+from ..worker.joblog import JOB_LOG
 from .arguments import UsageError
+from .logformat import JsonFormatter
 from .output import complain
 from .parser import Command, build_parser
 from .work import load_handler
@@ -64,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)
             logger.setLevel(_log_level(args))
+            if getattr(args, "log_format", "text") == "json":
+                handler.setFormatter(JsonFormatter())
+                JOB_LOG.addHandler(handler)  # a line per job, which text logs leave out
         func: Command = args.func
         return func(args)
     except UsageError as exc:
@@ -91,4 +97,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if handler is not None:
             logger.removeHandler(handler)
+            JOB_LOG.removeHandler(handler)
             logger.setLevel(saved_level)

@@ -71,3 +71,41 @@ def port_arg(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} must be 0-65535 (0: any free port)")
     return value
+
+
+def _named_numbers(text: str, separator: str, what: str) -> list[tuple[str, int | None]]:
+    """"a,b<sep>2" as [("a", None), ("b", 2)]: queue names, each with a number or not."""
+    pairs: list[tuple[str, int | None]] = []
+    for item in text.split(","):
+        name, given, number = item.strip().partition(separator)
+        try:
+            validation.queue_name(name)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name!r} in {text!r} is not a queue name") \
+                from None
+        value = None
+        if given:
+            try:
+                value = validation.integer(what, int(number), 1)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{what} {number!r} of queue {name!r} must be a whole number, at least 1") \
+                    from None
+        if any(name == seen for seen, _ in pairs):
+            raise argparse.ArgumentTypeError(f"queue {name!r} appears twice in {text!r}")
+        pairs.append((name, value))
+    return pairs
+
+
+def queues_arg(text: str) -> list[tuple[str, int | None]]:
+    """--queues high,default:4,low: names in priority order, each with a cap or not."""
+    return _named_numbers(text, ":", "cap")
+
+
+def weights_arg(text: str) -> dict[str, int]:
+    """--weights high=3,default=2,low=1: a weight for every queue."""
+    pairs = _named_numbers(text, "=", "weight")
+    missing = [name for name, weight in pairs if weight is None]
+    if missing:
+        raise argparse.ArgumentTypeError(f"give each queue a weight (NAME=N): {missing}")
+    return {name: weight for name, weight in pairs if weight is not None}

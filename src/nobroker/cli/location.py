@@ -49,7 +49,10 @@ def require_queue(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def open_queue(args: argparse.Namespace, *, readonly: bool = False, create: bool = False,
-               **options: Any) -> Queue:
+               name: str | None = None, **options: Any) -> Queue:
+    """The queue the arguments name (or queue `name` of their location)."""
+    if name is not None:
+        args = argparse.Namespace(**{**vars(args), "queue": name})
     if create:
         directory, name = queue_location(args), queue_name(args)
     else:

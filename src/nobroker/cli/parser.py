@@ -18,7 +18,9 @@ from .arguments import (
     port_arg,
     positive_int_arg,
     positive_seconds_arg,
+    queues_arg,
     seconds_arg,
+    weights_arg,
 )
 from .dashboard import cmd_dashboard
 from .database import cmd_db, cmd_migrate
@@ -114,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="lease length, renewed by heartbeats (default: 30)")
     sub.add_argument("--poll-interval", type=positive_seconds_arg, default=0.1, metavar="S",
                      help="how often an idle worker looks for work (default: 0.1)")
+    sub.add_argument("--queues", type=queues_arg, metavar="A,B:N,C",
+                     help="work several queues of --dir/--url, the first first (strict "
+                     "priority); NAME:N runs at most N jobs of NAME at once")
+    sub.add_argument("--weights", type=weights_arg, metavar="A=3,B=1",
+                     help="with --queues: share picks by weight instead of by priority")
+    sub.add_argument("--log-format", choices=("text", "json"), default="text",
+                     help="json: one JSON object a line on stderr, with one line per job "
+                     "(job_id, task, attempt, outcome, duration_ms)")
     sub.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     sub.add_argument("-v", "--verbose", action="store_true", help="log debug detail too")
 

@@ -1,5 +1,8 @@
 """The Worker: runs a handler over a queue's jobs until it is told to stop.
 
+One queue, or several (`Worker([high, default, low])`: by priority, or by
+weights, with per-queue caps; see leasing.py and picking.py).
+
 What it owns: the loop that leases jobs, calls `handler(job)` and settles
 each job -- returning acks it; raising nacks it with "Type: message" as its
 `last_error`, so the queue retries it after its backoff or dead-letters it
@@ -65,6 +68,10 @@ The package, a module per duty, each a part of the one `Worker` class:
                    loop, the drain and the stop order
     slots.py       the slot threads: what a job calls (its plan), running it
                    (pool.py), settling it: ack with its result, or nack
+    leasing.py     every lease, from one queue or several, and the idle wait
+    picking.py     which of several queues next: priority, weights, caps
+    waiting.py     an idle wait over several queues' wake-up channels
+    joblog.py      the `nobroker.jobs` logger: one record per job run
     heartbeat.py   the heartbeat thread: lease extension, fencing, killing a
                    child whose lease is gone
     signals.py     SIGINT/SIGTERM: flags only

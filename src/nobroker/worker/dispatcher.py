@@ -5,46 +5,52 @@ threads, leases jobs into free slots, idles in `_wait_for_work` when none is
 ready, and stops in order (see the package doc, worker/__init__.py): stop
 leasing, drain the in-flight jobs until `shutdown_timeout`, abandon what is
 left, stop the heartbeats last. The slots, heartbeats and signal handlers
-are the mixins it is built from (slots.py, heartbeat.py, signals.py).
+are the mixins it is built from (slots.py, heartbeat.py, signals.py), and
+where jobs come from, one queue or several, is leasing.py's.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from .. import validation
 from ..errors import NobrokerError
-from ..models import Job
 from ..queue import Queue
 from ..tasks import Scheduler, TaskRegistry, queue_clock, registry_of
 from .heartbeat import Heartbeats
+from .joblog import log_job
+from .leasing import TICK
+from .picking import QueuePicker
 from .pool import ChildProcess, EventLoop
-from .shared import PASSING, Flight, Handler, WorkerStats, log
+from .shared import Flight, Handler, WorkerStats, log
 from .signals import SignalHandling, restore_signal_handlers
 from .slots import Slots, spec_of
+from .waiting import QueueWaits
 
 # Kubernetes sends SIGKILL 30 s after SIGTERM by default (systemd: 90 s); finish first.
 DEFAULT_SHUTDOWN_TIMEOUT = 25.0
-# Longest the dispatcher blocks without looking at its flags. Python runs signal
-# handlers on the main thread only, and a signal the kernel hands to another thread
-# waits until the main thread next runs bytecode: this bounds that delay.
-_TICK = 0.1
-# How long one wait on a queue's wake-up channel may last: a producer's poke ends it
-# early, so this only bounds how late an idle worker sees a stop request.
-_IDLE_SLICE = 0.5
-_WAKE_CHANNEL = hasattr(os, "mkfifo")  # elsewhere Queue.wait is a plain sleep
 POOLS = ("thread", "process")
 
 
 class Worker(Slots, Heartbeats, SignalHandling):
-    """Calls `handler(job)` for each job of `queue` until stopped; see nobroker.worker's doc."""
+    """Calls `handler(job)` for each job of `queue` until stopped; see nobroker.worker's doc.
 
-    def __init__(self, queue: Queue, handler: Handler | None = None, *, concurrency: int = 1,
+    `queue` is one Queue, or a list of them (or of queue names in `directory`, a
+    directory or PostgreSQL URL: the worker opens those and closes them when
+    `run()` returns). Over several queues it leases by strict priority, in the
+    list's order, or by `weights` ({name: weight}, a smooth weighted round-robin);
+    `queue_concurrency` ({name: N}) caps a queue's jobs in flight. See leasing.py.
+    """
+
+    def __init__(self, queue: Queue | Sequence[Queue | str], handler: Handler | None = None,
+                 *, concurrency: int = 1, directory: str | None = None,
+                 weights: Mapping[str, int] | None = None,
+                 queue_concurrency: Mapping[str, int] | None = None,
                  poll_interval: float = 0.1, max_jobs: int | None = None,
                  idle_timeout: float | None = None, handle_signals: bool = True,
                  shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
@@ -53,18 +59,19 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  sleep: Callable[[float], None] | None = None) -> None:
         if handler is not None and not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
-        if getattr(queue, "readonly", False):
-            raise ValueError("a worker needs a writable queue, not one opened read-only")
         if pool not in POOLS:
             raise ValueError(f"pool must be 'thread' or 'process', not {pool!r}")
-        self.queue = queue
+        self.queues, self._owned = _queues_of(queue, directory)
+        try:
+            self._picker = QueuePicker([q.name for q in self.queues], weights,
+                                       queue_concurrency)
+            self._registries = [self._registry(q, handler) for q in self.queues]
+        except BaseException:
+            self._close_owned()
+            raise
+        self.queue = self.queues[0]
         self.handler = handler
-        self.tasks: TaskRegistry | None = None
-        if handler is None:
-            self.tasks = registry_of(queue, create=False)
-            if not len(self.tasks) and self.tasks.resolver is None:
-                raise ValueError(f"no handler given and no tasks registered on {queue!r}: "
-                                 f"pass a handler, or register tasks with @queue.task")
+        self.tasks: TaskRegistry | None = self._registries[0]
         self.pool = pool
         self.timeout = None if timeout is None else validation.seconds("timeout", timeout,
                                                                        positive=True)
@@ -80,7 +87,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
             "idle_timeout", idle_timeout)
         self.shutdown_timeout = validation.seconds("shutdown_timeout", shutdown_timeout)
         self.visibility_timeout = (
-            queue.visibility_timeout if visibility_timeout is None
+            min(q.visibility_timeout for q in self.queues) if visibility_timeout is None
             else validation.seconds("visibility_timeout", visibility_timeout, positive=True))
         # Every duration and deadline of the worker's own (heartbeats, idle and shutdown
         # timeouts, stats) is read from `clock`; `sleep`, if given, is how it idles
@@ -98,6 +105,9 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._cond = threading.Condition(lock)
         self._arrivals = threading.Condition(lock)
         self._flights: set[Flight] = set()
+        self._leasing = [0] * len(self.queues)
+        self._waits: QueueWaits | None = None
+        self._acks: ThreadPoolExecutor | None = None
         self._inbox: deque[Flight] = deque()
         self._reserved = 0  # leases taken (or being taken), for max_jobs
         self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "snoozed",
@@ -116,6 +126,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._beating = True  # heartbeat thread: keep going
         self._fatal: NobrokerError | None = None
         self._woken = False  # the last wait said a job may be ready (dispatcher only)
+        self._quiet: frozenset[int] = frozenset()  # queues the last wake-up found quiet
+        self._drained = False  # a slot's pick just found every queue empty
 
     # -- public -------------------------------------------------------------
 
@@ -134,19 +146,31 @@ class Worker(Slots, Heartbeats, SignalHandling):
                               for n in range(self.concurrency)]
         slots = [_spawn(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
                  for n in range(self.concurrency)]
-        periodic = self.tasks.periodic() if self.tasks is not None else []
-        if periodic:
-            scheduler = Scheduler(self.queue, periodic, queue_clock(self.queue))
-            _spawn(functools.partial(self._schedule, scheduler), "nobroker-scheduler")
-        log.info("worker started on queue %r in %s: concurrency %d, visibility timeout %gs",
-                 self.queue.name, self.queue.directory, self.concurrency,
-                 self.visibility_timeout)
+        for queue, registry in zip(self.queues, self._registries, strict=True):
+            periodic = registry.periodic() if registry is not None else []
+            if periodic:
+                scheduler = Scheduler(queue, periodic, queue_clock(queue))
+                _spawn(functools.partial(self._schedule, scheduler),
+                       f"nobroker-scheduler-{queue.name}")
+        if len(self.queues) > 1:
+            self._waits = QueueWaits(self.queues, self.poll_interval)
+        if len(self.queues) > 1 and self._picker.weights is not None:
+            self._acks = ThreadPoolExecutor(self.concurrency, "nobroker-ack")
+        names = ", ".join(repr(q.name) for q in self.queues)
+        log.info("worker started on queue%s %s in %s: concurrency %d, visibility timeout %gs",
+                 "s" if len(self.queues) > 1 else "", names, self.queue.directory,
+                 self.concurrency, self.visibility_timeout)
         try:
             self._dispatch()
             self._drain()
         finally:
             self._shut_down(heartbeat, slots)
             restore_signal_handlers(previous)
+            if self._waits is not None:
+                self._waits.close()
+            if self._acks is not None:
+                self._acks.shutdown(wait=not self._forced)
+            self._close_owned()
         stats = self.stats
         log.info("worker stopped (%s%s) after %.1fs: %d succeeded, %d retried, "
                  "%d dead-lettered, %d lost, %d abandoned", stats.stopped_by,
@@ -192,89 +216,19 @@ class Worker(Slots, Heartbeats, SignalHandling):
                     if free > 0 and not self._flights:  # max_jobs reached, all settled
                         self._request_stop("max_jobs", deadline=False)
                         return
-                    self._cond.wait(_TICK)  # a slot finishing, or a stop, wakes us
+                    self._cond.wait(TICK)  # a slot finishing, or a stop, wakes us
                     continue
-            jobs = self._lease(want)
+            leased = self._lease_into_slots(want)
             with self._cond:
-                self._reserved -= want - len(jobs)
-                if jobs:
+                self._reserved -= want - leased
+                if leased:
                     self._woken = False
-                    self._admit(jobs)
                     continue
                 if self.idle_timeout is not None and self._idle_for() >= self.idle_timeout:
                     self._request_stop("idle_timeout", deadline=False)
                     return
             self._wait_for_work()
 
-    def _wait_for_work(self) -> None:
-        """Idle until a job may be ready; the caller then tries to lease again.
-
-        With the queue's wake-up channel (`Queue.wait`), a producer's enqueue
-        ends the wait at once, so the wait can be long: up to `_IDLE_SLICE`,
-        which bounds how late an idle worker notices a stop request. Without
-        one (or where the channel is a plain sleep, as on Windows) this is
-        polling: wait `poll_interval`, waking early only for a stop request
-        or a slot that finished.
-        """
-        wait = getattr(self.queue, "wait", None)
-        timeout = self.poll_interval
-        if callable(wait) and _WAKE_CHANNEL:
-            timeout = max(timeout, _IDLE_SLICE)
-        if self.idle_timeout is not None:
-            with self._cond:
-                timeout = min(timeout, max(self.idle_timeout - self._idle_for(), 0.001))
-        if callable(wait):
-            # A paused queue's ready jobs end a wait at once, so a wake that
-            # leased nothing asks whether the queue is paused before waiting
-            # again; asking after every wake would put a round trip between
-            # an enqueue and its pickup.
-            if self._woken and self._paused():
-                self._pause_for(self.poll_interval)
-            self._woken = bool(wait(timeout))
-            return
-        if self._sleep is not None:
-            self._sleep(timeout)
-            return
-        deadline = self._clock() + timeout
-        with self._cond:
-            while self._stop_reason is None:
-                left = deadline - self._clock()
-                if left <= 0 or self._cond.wait(min(left, _TICK)):
-                    return  # time to look again, or a slot finished: capacity changed
-
-    def _paused(self) -> bool:
-        """Whether the queue is paused (asked only after a lease came back empty)."""
-        try:
-            return bool(getattr(self.queue.stats(), "paused", False))
-        except NobrokerError:
-            return False
-
-    def _pause_for(self, seconds: float) -> None:
-        with self._cond:
-            if seconds > 0 and self._stop_reason is None:
-                self._cond.wait(seconds)
-
-    def _lease(self, count: int) -> list[Job]:
-        try:
-            return self.queue.lease(count, visibility_timeout=self.visibility_timeout)
-        except PASSING as exc:
-            log.warning("could not lease: %s; trying again", exc)
-        except NobrokerError as exc:
-            self._fail(exc)
-        return []
-
-    def _admit(self, jobs: list[Job]) -> None:
-        """Hand freshly leased jobs to the slots (under _cond)."""
-        renew_at = self._clock() + self.heartbeat_interval
-        for job in jobs:
-            flight = Flight(job, renew_at)
-            self._flights.add(flight)
-            self._inbox.append(flight)
-        self._last_busy = self._clock()
-        self._arrivals.notify(len(jobs))
-
-    def _idle_for(self) -> float:
-        return 0.0 if self._flights else self._clock() - self._last_busy
     def _drain(self) -> None:
         """Wait for in-flight jobs to settle, until the shutdown deadline."""
         with self._cond:
@@ -283,7 +237,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
                 log.info("stopping (%s): waiting for %d in-flight job(s)%s",
                          self._stop_reason, len(self._flights), hint)
             while self._flights and not self._forced:
-                pause = _TICK
+                pause = TICK
                 if self._stop_at is not None:
                     left = self._stop_at + self.shutdown_timeout - self._clock()
                     if left <= 0:
@@ -308,9 +262,12 @@ class Worker(Slots, Heartbeats, SignalHandling):
             self._arrivals.notify_all()
         why = "exiting at once" if forced else \
             f"still running {self.shutdown_timeout:g}s after the stop request"
+        now = self._clock()
         for flight in left:
             log.warning("job %s (attempt %d): %s; abandoned, it will be delivered again when "
                         "its lease runs out", flight.job.id, flight.job.attempts, why)
+            log_job(self.queues[flight.queue_index], flight.job, flight.task, "lost",
+                    now - flight.began if flight.began else 0.0)
         if forced:
             self._close_runners(kill=True)
             return
@@ -336,11 +293,58 @@ class Worker(Slots, Heartbeats, SignalHandling):
         except Exception:  # a bug: say so, and keep working the queue without the schedule
             log.exception("the periodic-task scheduler failed; no more ticks are enqueued")
 
+    def _registry(self, queue: Queue, handler: Handler | None) -> TaskRegistry | None:
+        """The tasks the worker runs for `queue`'s jobs (None: the handler)."""
+        if getattr(queue, "readonly", False):
+            raise ValueError("a worker needs a writable queue, not one opened read-only")
+        if handler is not None:
+            return None
+        registry = registry_of(queue, create=False)
+        if not len(registry) and registry.resolver is None:
+            raise ValueError(f"no handler given and no tasks registered on {queue!r}: "
+                             f"pass a handler, or register tasks with @queue.task")
+        return registry
+
+    def _close_owned(self) -> None:
+        for queue in self._owned:
+            queue.close()
+
     def __repr__(self) -> str:
         what = ("its tasks" if self.handler is None
                 else getattr(self.handler, "__qualname__", self.handler))
-        return (f"Worker({self.queue!r}, {what}, concurrency={self.concurrency}, "
+        where = self.queue if len(self.queues) == 1 else self.queues
+        return (f"Worker({where!r}, {what}, concurrency={self.concurrency}, "
                 f"pool={self.pool!r})")
+
+
+def _queues_of(given: Queue | Sequence[Queue | str],
+               directory: str | None) -> tuple[list[Queue], list[Queue]]:
+    """The worker's queues, and those of them it opened (from names in `directory`)."""
+    if not isinstance(given, (list, tuple)):  # one Queue (or a stand-in for one)
+        if isinstance(given, str):
+            raise TypeError("a Worker works a Queue, or a list of Queues or of queue names "
+                            "(with directory=)")
+        return [given], []  # type: ignore[list-item]
+    if not given:
+        raise ValueError("a Worker needs at least one queue")
+    if any(isinstance(item, str) for item in given) and directory is None:
+        raise ValueError("queue names need directory= (a directory or a PostgreSQL URL)")
+    queues: list[Queue] = []
+    owned: list[Queue] = []
+    try:
+        for item in given:
+            if not isinstance(item, str):
+                queues.append(item)
+                continue
+            assert directory is not None
+            opened = Queue(directory, item)
+            owned.append(opened)
+            queues.append(opened)
+    except BaseException:
+        for queue in owned:
+            queue.close()
+        raise
+    return queues, owned
 
 
 def _spawn(target: Callable[[], None], name: str) -> threading.Thread:

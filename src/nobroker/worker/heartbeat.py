@@ -43,7 +43,7 @@ class Heartbeats(Shared):
         """Extend one lease; mark the flight lost if the lease is no longer ours."""
         job = flight.job
         try:
-            self.queue.extend(job, self.visibility_timeout)
+            self.queues[flight.queue_index].extend(job, self.visibility_timeout)
         except NotLeasedError as exc:
             with self._cond:
                 if flight.settling or flight not in self._flights:

@@ -68,14 +68,19 @@ class Flight:
     lost: bool = False  # a heartbeat found the lease gone: not ours any more
     abandoned: bool = False  # the worker stopped without it
     child: ChildProcess | None = None  # the child process running it (pool="process")
+    queue_index: int = 0  # its queue's place in Worker.queues
+    began: float = 0.0  # the worker's clock() when its slot took it (the job log)
+    task: str | None = None  # what it runs: a task's name, or the handler's
 
 
 class Shared:
     """The state of one Worker that more than one of its threads touches."""
 
-    queue: Queue
+    queue: Queue  # the first of `queues`
+    queues: list[Queue]
     handler: Handler | None
-    tasks: TaskRegistry | None
+    tasks: TaskRegistry | None  # the first queue's
+    _registries: list[TaskRegistry | None]  # per queue, when running tasks
     pool: str
     timeout: float | None
     concurrency: int

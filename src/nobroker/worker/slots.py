@@ -25,9 +25,12 @@ from typing import Any
 
 from ..errors import NobrokerError, NotLeasedError, SerializationError, TaskLockedError
 from ..models import Job, JobState
+from ..queue import Queue
 from ..tasks import call_as, parse_payload
+from .joblog import log_job
+from .leasing import Leasing
 from .pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
-from .shared import PASSING, Flight, Shared, log
+from .shared import PASSING, Flight, log
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +46,11 @@ class Plan:
     spec: str = ""  # module:qualname, for a child process
     refused: str | None = None  # the job cannot run here: this is its last_error
     lock: str | None = None  # the named lock each run holds (a task's lock=)
+    name: str | None = None  # the task's name, or the handler's (for the job log)
 
 
-class Slots(Shared):
-    """The slot threads' part of the Worker."""
+class Slots(Leasing):
+    """The slot threads' part of the Worker (a slot leases its next job: Leasing)."""
 
     def _slot_loop(self, number: int) -> None:
         child = self._children[number] if self._children else None
@@ -68,11 +72,15 @@ class Slots(Shared):
     def _work_on(self, flight: Flight, child: ChildProcess | None) -> Flight | None:
         """Run the handler on one job and settle it; returns the next job, if one was leased."""
         job = flight.job
-        plan = self._plan(job)
+        queue = self.queues[flight.queue_index]
+        plan = self._plan(job, flight.queue_index)
+        began = self._clock()
         with self._cond:
-            flight.child = child
+            flight.child, flight.began, flight.task = child, began, plan.name
+        if queue.hooks is not None:
+            queue.hooks.fire("started", job)
         try:
-            outcome = self._execute(job, plan, child)
+            outcome = self._execute(job, queue, plan, child)
         except Exception as exc:  # a bug of ours: fail the job, keep the slot alive
             log.exception("job %s: running it failed inside the worker", job.id)
             outcome = Outcome.failed(exc)
@@ -90,20 +98,16 @@ class Slots(Shared):
                          and self._reserve(1) == 1)
         if gave_up:
             log.info("job %s finished after the worker stopped; not acked", job.id)
-            return None
-        if flight.lost:
-            counter, following = "lost", None
-        else:
-            counter, following = self._settle(job, outcome, plan, chain)
+            return None  # logged as lost when it was abandoned
+        found: list[Flight] = []  # the next job, if the ack leased one
+        counter = "lost" if flight.lost else self._settle(flight, outcome, plan, chain, found)
+        log_job(queue, job, plan.name, counter, self._clock() - began)
         with self._cond:
-            if chain and following is None:
+            if chain and not found:
                 self._reserved -= 1
             self._counts[counter] += 1
             self._flights.discard(flight)
-            nxt = None
-            if following is not None:
-                nxt = Flight(following, self._clock() + self.heartbeat_interval)
-                self._flights.add(nxt)
+            nxt = found[0] if found else None
             self._last_busy = self._clock()
             # A slot that chained into its next job changed nothing the others wait
             # for (the dispatcher for a free slot, the drain for no flights; the
@@ -113,10 +117,12 @@ class Slots(Shared):
                 self._cond.notify_all()
         return nxt
 
-    def _settle(self, job: Job, outcome: Outcome, plan: Plan,
-                chain: bool) -> tuple[str, Job | None]:
-        """Ack (and maybe lease the next job), nack or snooze; returns the outcome's
-        counter."""
+    def _settle(self, flight: Flight, outcome: Outcome, plan: Plan, chain: bool,
+                found: list[Flight]) -> str:
+        """Ack (and, with `chain`, lease the next job into `found`), nack or snooze;
+        returns the outcome's counter."""
+        job = flight.job
+        queue = self.queues[flight.queue_index]
         text = outcome.error_text
         verb = "acked" if text is None else "nacked"
         try:
@@ -124,35 +130,38 @@ class Slots(Shared):
                 options = self._ack_options(plan, outcome.result)
                 try:
                     if chain:
-                        return "succeeded", self.queue.ack_and_lease(
-                            job, visibility_timeout=self.visibility_timeout, **options)
-                    self.queue.ack(job, **options)
-                    return "succeeded", None
+                        self._lease_after(flight, lambda: queue.ack(job, **options),
+                                          lambda: queue.ack_and_lease(
+                                              job, visibility_timeout=self.visibility_timeout,
+                                              **options), found)
+                    else:
+                        queue.ack(job, **options)
+                    return "succeeded"
                 except SerializationError as exc:  # the result is not JSON: the task failed
                     text = describe_error(exc)
                     verb = "nacked"
             if outcome.snooze_delay is not None:  # not an attempt (a held lock, Snooze)
                 verb = "snoozed"
-                self.queue.snooze(job, outcome.snooze_delay, error=text)
+                queue.snooze(job, outcome.snooze_delay, error=text)
                 log.debug("job %s snoozed for %.3gs, not counted as an attempt: %s", job.id,
                           outcome.snooze_delay, (text or "").replace("\n", "\\n"))
-                return "snoozed", None
+                return "snoozed"
             # The queue's time before the nack: the delay logged is the backoff, not
             # what is left of it.
-            nacked_at = getattr(self.queue, "clock", time.time)()
-            after = self.queue.nack(job, error=text, delay=outcome.retry_delay)
+            nacked_at = getattr(queue, "clock", time.time)()
+            after = queue.nack(job, error=text, delay=outcome.retry_delay)
         except NotLeasedError as exc:
             log.warning("job %s (attempt %d): lease lost before it could be %s (%s); "
                         "whoever holds it now will settle it", job.id, job.attempts, verb,
                         exc.reason)
-            return "lost", None
+            return "lost"
         except PASSING as exc:
             log.error("job %s (attempt %d) could not be %s: %s; it will be delivered again "
                       "when its lease runs out", job.id, job.attempts, verb, exc)
-            return "lost", None
+            return "lost"
         except NobrokerError as exc:
             self._fail(exc)
-            return "lost", None
+            return "lost"
         one_line = (text or "").replace("\n", "\\n")
         if after.state is JobState.DEAD:
             log.error("job %s failed on attempt %d of %d: %s; moved to the dead-letter queue",
@@ -165,7 +174,7 @@ class Slots(Shared):
             outcome_name = "retried"
         if log.isEnabledFor(logging.DEBUG) and outcome.error_text is not None:
             log.debug("job %s traceback:\n%s", job.id, outcome.traceback())
-        return outcome_name, None
+        return outcome_name
 
     def _ack_options(self, plan: Plan, result: Any) -> dict[str, Any]:
         """The result (and its retention) to ack a task's job with."""
@@ -178,22 +187,26 @@ class Slots(Shared):
 
     # -- running one call ---------------------------------------------------
 
-    def _plan(self, job: Job) -> Plan:
+    def _plan(self, job: Job, queue_index: int) -> Plan:
         """What this job calls: the handler, or the registered task its payload names."""
-        if self.tasks is None:
-            return Plan(self.handler, (job,), None, self.timeout, spec=self._handler_spec)
+        tasks = self._registries[queue_index]
+        if tasks is None:
+            return Plan(self.handler, (job,), None, self.timeout, spec=self._handler_spec,
+                        name=getattr(self.handler, "__qualname__", None))
         try:
             call = parse_payload(job.payload)
         except ValueError as exc:
             return Plan(None, refused=str(exc))
-        task = self.tasks.get(call.name)
+        task = tasks.get(call.name)
         if task is None:
-            return Plan(None, refused=f"unknown task {call.name!r}")
+            return Plan(None, refused=f"unknown task {call.name!r}", name=call.name)
         timeout = task.timeout if task.timeout is not None else self.timeout
         return Plan(task.fn, tuple(call.args), call.kwargs, timeout, keep=True,
-                    result_ttl=task.result_ttl, spec=task.spec, lock=task.lock)
+                    result_ttl=task.result_ttl, spec=task.spec, lock=task.lock,
+                    name=call.name)
 
-    def _execute(self, job: Job, plan: Plan, child: ChildProcess | None) -> Outcome:
+    def _execute(self, job: Job, queue: Queue, plan: Plan,
+                 child: ChildProcess | None) -> Outcome:
         """Run the plan's call where the pool says, under its time limit and its named
         lock (a run that finds the lock held fails with TaskLockedError)."""
         if plan.refused is not None or plan.target is None:
@@ -201,12 +214,12 @@ class Slots(Shared):
         if plan.lock is None:
             return self._call(job, plan, child, None)
         try:
-            release = self.queue.backend.try_lock(plan.lock)
+            release = queue.backend.try_lock(plan.lock)
         except NobrokerError as exc:  # could not ask (a broken connection)
             return Outcome.failed(exc)
         if release is None:  # not an attempt: look again after the backoff's first step
             return Outcome(error_text=describe_error(TaskLockedError(plan.lock)),
-                           snooze_delay=self.queue.backoff.delay(1))
+                           snooze_delay=queue.backoff.delay(1))
         return self._call(job, plan, child, release)
 
     def _call(self, job: Job, plan: Plan, child: ChildProcess | None,
@@ -216,7 +229,7 @@ class Slots(Shared):
         keeper = release  # who calls it: this thread, unless handed over
         try:
             if child is not None:  # a child over its limit is dead when call() returns
-                handler = self.tasks is None
+                handler = self.handler is not None
                 request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
                                            "job": job_to_json(job), "handler": handler,
                                            "args": [] if handler else plan.args,
@@ -245,8 +258,9 @@ class Slots(Shared):
 
     def _child_modules(self) -> tuple[str, ...]:
         """The modules a child process imports up front (pool="process")."""
-        if self.tasks is not None:
-            specs = [spec_of(task.fn, task.spec) for task in self.tasks]
+        if self.handler is None:
+            specs = [spec_of(task.fn, task.spec) for tasks in self._registries
+                     if tasks is not None for task in tasks]
         else:
             specs = [self._handler_spec]
         return tuple(dict.fromkeys(spec.partition(":")[0] for spec in specs))

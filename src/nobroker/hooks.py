@@ -1,0 +1,73 @@
+"""Hooks: functions called when something happens to a job (`Queue.on`).
+
+What it owns: one queue handle's registry of hooks, and calling them. A hook
+is `fn(job)`, called in line, in the process and the thread where the event
+happens, after the event is durable:
+
+    enqueued   Queue.enqueue / enqueue_many (the producer)
+    started    the worker, just before it calls the handler or task
+    succeeded  Queue.ack / ack_and_lease / ack_many (the worker that acked it)
+    retried    Queue.nack that left the job pending for another attempt
+    dead       Queue.nack that dead-lettered the job
+    cancelled  Queue.cancel (the process that cancelled it)
+
+Rules: a hook never fails the operation or the job. Each call sits in its own
+`try`: an exception is logged (with its traceback, on the `nobroker` logger)
+and the next hook runs. Hooks belong to one `Queue` object, not to the queue
+on disk: a worker runs the hooks registered on the Queue objects it works.
+Registering is rare and firing is frequent, so the registry is a dict of
+tuples replaced on each registration: firing reads it without a lock.
+
+Not covered: a job dead-lettered because its lease expired on its last
+attempt is moved by whichever process's lease reclaims it, inside the
+backend, which does not report it; `dead` fires for nacks only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from .models import Job
+
+__all__ = ["EVENTS", "Hook", "Hooks"]
+
+EVENTS: Final = ("enqueued", "started", "succeeded", "retried", "dead", "cancelled")
+
+Hook = Callable[[Job], object]
+
+log = logging.getLogger("nobroker")
+
+
+class Hooks:
+    """The hooks registered on one Queue, by event."""
+
+    def __init__(self) -> None:
+        self._by_event: dict[str, tuple[Hook, ...]] = {}
+
+    def add(self, event: str, fn: Hook) -> None:
+        """Call `fn(job)` on each `event` from now on (after the hooks added before)."""
+        if event not in EVENTS:
+            raise ValueError(f"unknown hook event {event!r}; one of {', '.join(EVENTS)}")
+        if not callable(fn):
+            raise TypeError(f"a hook must be callable, not {type(fn).__name__}")
+        self._by_event = {**self._by_event, event: (*self._by_event.get(event, ()), fn)}
+
+    def wants(self, event: str) -> bool:
+        """Whether any hook listens to `event` (to skip work done only for hooks)."""
+        return event in self._by_event
+
+    def fire(self, event: str, job: Job) -> None:
+        """Call every hook of `event` with `job`; a hook that raises is logged, skipped."""
+        for fn in self._by_event.get(event, ()):
+            try:
+                fn(job)
+            except Exception:  # a hook's bug must never fail the job: say so and go on
+                log.exception("%s hook %s failed on job %s", event,
+                              getattr(fn, "__qualname__", repr(fn)), job.id)
+
+    def fire_each(self, event: str, jobs: Iterable[Job]) -> None:
+        if event in self._by_event:
+            for job in jobs:
+                self.fire(event, job)

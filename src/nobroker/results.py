@@ -1,0 +1,44 @@
+"""A finished job's outcome, and waiting for it from asyncio code.
+
+`Queue.result` and `Queue.aresult` (and a task's `TaskResult`) return what a
+done job's ack stored, or raise `TaskFailed` for a job that ended dead or
+cancelled; `await_outcome` waits for that in a worker thread, in slices, so
+an awaiting coroutine never blocks its event loop and a cancelled await
+leaves no thread waiting for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import TaskFailed
+from .models import Job, JobState
+
+__all__ = ["outcome", "await_outcome"]
+
+AWAIT_SLICE = 1.0  # seconds one worker-thread wait lasts at most
+
+
+def outcome(job: Job) -> Any:
+    """A finished job's result, or TaskFailed if it did not end done."""
+    if job.state is not JobState.DONE:
+        raise TaskFailed(job.id, str(job.state), job.last_error)
+    return job.result
+
+
+async def await_outcome(wait_finished: Callable[[str, float | None], Job | None],
+                        job_id: str, limit: float | None) -> Any:
+    """The outcome of `job_id` once `wait_finished` (a backend's) sees it finished;
+    TimeoutError after `limit` seconds (None: as long as it takes)."""
+    deadline = None if limit is None else time.monotonic() + limit
+    while True:
+        left = AWAIT_SLICE if deadline is None else min(
+            AWAIT_SLICE, max(0.0, deadline - time.monotonic()))
+        job = await asyncio.to_thread(wait_finished, job_id, left)
+        if job is not None:
+            return outcome(job)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"job {job_id!r} did not finish within {limit:g}s")
