@@ -24,7 +24,7 @@ from support import SRC
 # The package's layers, top first. A module of one layer may import its own layer
 # and any layer after it. A subpackage (file/, postgres/, tasks/, dashboard/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
-    ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
+    ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks", "testing",
                                 "dashboard", "transfer"})),  # transfer: `nobroker migrate`
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),

@@ -42,7 +42,9 @@ class Queue:
     `clock` (seconds since the epoch) and `rng` decide every time and every
     random choice the queue records; by default `time.time` (on PostgreSQL,
     the server's clock) and a Random seeded from os.urandom. `auto_compact`
-    and `allow_network_fs` apply to a directory only.
+    and `allow_network_fs` apply to a directory only. `eager=True` (for tests)
+    runs each task call in the calling thread as it is enqueued: see
+    nobroker.testing.
     """
 
     def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
@@ -52,7 +54,7 @@ class Queue:
                  auto_compact: float | None = 0.5,
                  readonly: bool = False, allow_network_fs: bool = False,
                  clock: Callable[[], float] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, eager: bool = False) -> None:
         name = validation.queue_name(name)
         settings = Settings(
             visibility_timeout=validation.number("visibility_timeout", visibility_timeout,
@@ -71,6 +73,7 @@ class Queue:
                                   allow_network_fs=bool(allow_network_fs)))
         # The argument as given; a directory's backend acts on it.
         self.auto_compact: float | None = auto_compact
+        self.eager = bool(eager)
 
     @classmethod
     def from_backend(cls, backend: Backend) -> Queue:
@@ -79,6 +82,7 @@ class Queue:
         queue = cls.__new__(cls)
         queue._attach(backend)
         queue.auto_compact = None  # no argument given: the backend's options decide
+        queue.eager = False
         return queue
 
     def _attach(self, backend: Backend) -> None:

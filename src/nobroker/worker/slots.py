@@ -113,6 +113,30 @@ class Slots(Shared):
                 self._cond.notify_all()
         return nxt
 
+    def run_here(self, job: Job) -> str:
+        """Run one job leased from this worker's queue in the calling thread and settle
+        it, as a slot would, with no thread started (nobroker.testing's eager mode and
+        drain): returns how it ended, "succeeded", "retried", "dead_lettered",
+        "snoozed" or "lost". Raises the queue's error if the queue became unusable."""
+        plan = self._plan(job)
+        try:
+            outcome = self._execute(job, plan, None)
+        except Exception as exc:  # a bug of ours: fail the job, as _work_on does
+            log.exception("job %s: running it failed inside the worker", job.id)
+            outcome = Outcome.failed(exc)
+        counter, _ = self._settle(job, outcome, plan, False)
+        with self._cond:
+            self._counts["timed_out"] += outcome.timed_out
+            self._counts[counter] += 1
+            fatal = self._fatal
+        if fatal is not None:
+            raise fatal
+        return counter
+
+    def end_here(self) -> None:
+        """End what run_here started: the event loop of async tasks, if one ran."""
+        self._loop.close()
+
     def _settle(self, job: Job, outcome: Outcome, plan: Plan,
                 chain: bool) -> tuple[str, Job | None]:
         """Ack (and maybe lease the next job), nack or snooze; returns the outcome's
