@@ -147,7 +147,10 @@ def run_eagerly(queue: Queue, job: Job) -> None:
     worker = _worker(queue)
     try:
         for _ in range(MAX_RUNS):
-            current = queue.get(job.id)
+            try:
+                current = queue.get(job.id)
+            except JobNotFoundError:  # finished and forgotten at once (result_ttl=0)
+                return
             if current.state is not JobState.PENDING:
                 return
             leased = _lease_this(queue, worker, current.id)
