@@ -222,7 +222,7 @@ class Task(Generic[P, R]):
         except SerializationError as exc:
             raise SerializationError(f"task {self.name!r}: arguments are not JSON: "
                                      f"{exc}") from None
-        if getattr(self.queue, "eager", False):  # run it here and now, as a worker would
+        if self.queue.eager:  # run it here and now, as a worker would
             from ..testing import run_eagerly
             run_eagerly(self.queue, job)
         return TaskResult(self.queue, job.id)
