@@ -25,7 +25,7 @@ from support import SRC
 # and any layer after it. A subpackage (file/, postgres/, tasks/, dashboard/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
-                                "dashboard", "transfer", "django"})),
+                                "dashboard", "transfer", "django", "testing"})),
     # transfer: `nobroker migrate`; django: the Django app and backend, loaded by Django
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),

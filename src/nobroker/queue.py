@@ -41,7 +41,9 @@ class Queue:
     `clock` (seconds since the epoch) and `rng` decide every time and every
     random choice the queue records; by default `time.time` (on PostgreSQL,
     the server's clock) and a Random seeded from os.urandom. `auto_compact`
-    and `allow_network_fs` apply to a directory only.
+    and `allow_network_fs` apply to a directory only. `eager=True` (for tests)
+    runs each task call in the calling thread as it is enqueued: see
+    nobroker.testing.
     """
 
     hooks: Hooks | None = None  # what on() registered; None until the first
@@ -53,7 +55,7 @@ class Queue:
                  auto_compact: float | None = 0.5,
                  readonly: bool = False, allow_network_fs: bool = False,
                  clock: Callable[[], float] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, eager: bool = False) -> None:
         name = validation.queue_name(name)
         settings = Settings.checked(
             visibility_timeout=visibility_timeout, max_attempts=max_attempts, backoff=backoff,
@@ -65,6 +67,7 @@ class Queue:
                                   allow_network_fs=bool(allow_network_fs)))
         # The argument as given; a directory's backend acts on it.
         self.auto_compact: float | None = auto_compact
+        self.eager = bool(eager)
 
     @classmethod
     def from_backend(cls, backend: Backend) -> Queue:
@@ -72,6 +75,7 @@ class Queue:
         queue = cls.__new__(cls)
         queue._attach(backend)
         queue.auto_compact = None  # no argument given: the backend's options decide
+        queue.eager = False
         return queue
 
     def _attach(self, backend: Backend) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -59,6 +60,13 @@ class MemoryBackend:
 
     def __repr__(self) -> str:
         return f"MemoryBackend({self.location!r}, name={self.name!r})"
+
+    def set_clock(self, clock: Callable[[], float]) -> None:
+        """Read this handle's time from `clock` from now on: how nobroker.testing jumps
+        the time of a queue that runs on real time (the queue's time never goes back:
+        a clock behind the latest time recorded reads as that time)."""
+        self.settings = replace(self.settings, clock=clock)
+        self._clock = clock
 
     # -- the steps every call takes -----------------------------------------
 

@@ -195,7 +195,8 @@ class Task(Generic[P, R]):
         return self.fn(*args, **kwargs)
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
-        """Enqueue a call with these arguments; durable when this returns."""
+        """Enqueue a call with these arguments; durable when this returns. On an eager
+        queue (nobroker.testing) the call has run, and finished, when this returns."""
         return self.apply_async(args, kwargs)
 
     def apply_async(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
@@ -221,6 +222,9 @@ class Task(Generic[P, R]):
         except SerializationError as exc:
             raise SerializationError(f"task {self.name!r}: arguments are not JSON: "
                                      f"{exc}") from None
+        if self.queue.eager:  # run it here and now, as a worker would
+            from ..testing import run_eagerly
+            run_eagerly(self.queue, job)
         return TaskResult(self.queue, job.id)
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:

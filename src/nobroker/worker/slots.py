@@ -117,6 +117,37 @@ class Slots(Leasing):
                 self._cond.notify_all()
         return nxt
 
+    def run_here(self, job: Job) -> str:
+        """Run one job leased from this worker's first queue in the calling thread and
+        settle it, as a slot would, with no thread started (nobroker.testing's eager
+        mode and drain): returns how it ended, "succeeded", "retried",
+        "dead_lettered", "snoozed" or "lost". Raises the queue's error if the queue
+        became unusable."""
+        queue = self.queues[0]
+        flight = Flight(job, renew_at=self._clock(), settling=True)
+        plan = self._plan(job, 0)
+        began = self._clock()
+        if queue.hooks is not None:
+            queue.hooks.fire("started", job)
+        try:
+            outcome = self._execute(job, queue, plan, None)
+        except Exception as exc:  # a bug of ours: fail the job, as _work_on does
+            log.exception("job %s: running it failed inside the worker", job.id)
+            outcome = Outcome.failed(exc)
+        counter = self._settle(flight, outcome, plan, False, [])
+        log_job(queue, job, plan.name, counter, self._clock() - began)
+        with self._cond:
+            self._counts["timed_out"] += outcome.timed_out
+            self._counts[counter] += 1
+            fatal = self._fatal
+        if fatal is not None:
+            raise fatal
+        return counter
+
+    def end_here(self) -> None:
+        """End what run_here started: the event loop of async tasks, if one ran."""
+        self._loop.close()
+
     def _settle(self, flight: Flight, outcome: Outcome, plan: Plan, chain: bool,
                 found: list[Flight]) -> str:
         """Ack (and, with `chain`, lease the next job into `found`), nack or snooze;
