@@ -62,7 +62,7 @@ from nobroker.file.disk.fs import FileSystem
 from nobroker.file.log.logfile import LogFile
 from nobroker.file.log.recovery import decode_payload
 from nobroker.file.log.syncfile import DURABLE, SLOT, SharedSync
-from nobroker.file.store import FileStore
+from nobroker.file.handle import FileStore
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:

@@ -348,7 +348,7 @@ class CompactionTest(FileQueueTestCase):
         # must stay open for them until they are read.
         from nobroker.file.backend import FileBackend
         from nobroker.file.log.logfile import LogFile
-        from nobroker.file.store import FileStore
+        from nobroker.file.handle import FileStore
 
         q = self.open(auto_compact=None)
         q.enqueue_many([{"n": i, "pad": "x" * 300} for i in range(40)])

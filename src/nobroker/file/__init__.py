@@ -4,7 +4,7 @@ Tiers, top first; each imports only its own tier and the ones below it
 (tests/test_layers.py keeps that order):
 
 - ``backend`` -- FileBackend, the operations of nobroker.backend.Backend;
-- a live handle at this level -- ``store`` (an open queue: its lock, live log and
+- a live handle at this level -- ``handle`` (an open queue: its lock, live log and
   state), ``commit``, ``syncing``, ``opening``, ``following``, ``checkpointing``,
   ``compacting``, ``inspection``, ``options``, ``counters``;
 - ``repair/`` -- reading and rescuing a damaged log (salvage);

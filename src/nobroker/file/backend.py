@@ -49,7 +49,7 @@ from .state.commands import (
     plan_snooze,
 )
 from .state.state import Entry, QueueState
-from .store import FileStore
+from .handle import FileStore
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 

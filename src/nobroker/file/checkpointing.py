@@ -19,7 +19,7 @@ from .generations.rebuild import state_at
 from .log.logfile import LogFile
 
 if TYPE_CHECKING:
-    from .store import FileStore
+    from .handle import FileStore
 
 __all__ = ["save_checkpoint", "checkpoint_due", "auto_checkpoint"]
 

@@ -18,7 +18,7 @@ from .log.logfile import LogFile
 from .state.commands import Batch, plan_reclaim
 
 if TYPE_CHECKING:
-    from .store import FileStore, Plan
+    from .handle import FileStore, Plan
 
 __all__ = ["write", "plan_and_commit", "hold_for_sync"]
 

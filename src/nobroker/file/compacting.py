@@ -41,7 +41,7 @@ from .opening import cut_torn_tail
 from .state.commands import new_nonce
 
 if TYPE_CHECKING:
-    from .store import FileStore
+    from .handle import FileStore
 
 __all__ = ["compact", "compact_once", "compact_locked", "finish_compaction", "compaction_due",
            "auto_compact", "compaction_lock", "held_compaction_lock"]

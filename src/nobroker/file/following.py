@@ -21,7 +21,7 @@ from .log.logfile import LogFile
 from .opening import cut_torn_tail
 
 if TYPE_CHECKING:
-    from .store import FileStore
+    from .handle import FileStore
 
 __all__ = ["refresh", "follow_compaction"]
 

@@ -30,7 +30,7 @@ from .log.logfile import LogFile, ScanResult, log_filename, paused_gc
 from .state.state import QueueState
 
 if TYPE_CHECKING:
-    from .store import FileStore
+    from .handle import FileStore
 
 __all__ = ["queue_exists", "queue_files"]
 

@@ -22,7 +22,7 @@ from .log.logfile import LogFile
 from .log.syncfile import SharedSync, sync_filename
 
 if TYPE_CHECKING:
-    from .store import FileStore
+    from .handle import FileStore
 
 __all__ = ["FSYNC_FAILED", "open_shared", "bound_shared", "sync", "cut"]
 
