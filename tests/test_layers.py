@@ -41,7 +41,7 @@ DEFERRED = frozenset({("queue", "tasks")})
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("the backend", frozenset({"__init__", "backend"})),
     ("a live handle", frozenset({"handle", "opening", "following", "checkpointing",
-                                 "compacting", "inspection", "options", "syncing", "counters",
+                                 "compactor", "inspection", "options", "syncing", "counters",
                                  "commit"})),
     ("repair", frozenset({"repair"})),
     ("generations", frozenset({"generations"})),

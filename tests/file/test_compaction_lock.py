@@ -21,7 +21,7 @@ from typing import Any
 from support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import LockTimeoutError, Queue
-from nobroker.file import compacting
+from nobroker.file import compactor
 from nobroker.file.disk.fs import FileSystem
 
 # Every child opens the queue like this (FileOptions are no Queue arguments).
@@ -290,14 +290,14 @@ class CompactionLockDescriptorTest(TempDirTestCase):
         # (flock belongs to the open file description) would hold it with its parent.
         with Queue(str(self.tmp / "q"), auto_compact=None) as q:
             q.enqueue("before")
-            with compacting.compaction_lock(store_of(q), wait=False) as held:
+            with compactor.compaction_lock(store_of(q), wait=False) as held:
                 self.assertTrue(held)
                 pid = os.fork()
                 if pid == 0:  # pragma: no cover - the child reports by exit code
                     code = 3
                     try:
                         q.stats()  # the child's first call reopens its store
-                        with compacting.compaction_lock(store_of(q), wait=False) as mine:
+                        with compactor.compaction_lock(store_of(q), wait=False) as mine:
                             code = 1 if mine else 0
                     finally:
                         os._exit(code)

@@ -6,7 +6,7 @@ it, each in a module of its own (functions of the store, which the methods
 below call): opening and
 recovery, and reopening in a forked child (opening.py), reading forward and
 following a peer's compaction (following.py), when to checkpoint
-(checkpointing.py), running a compaction (compacting.py), a write call's
+(checkpointing.py), running a compaction (compactor.py), a write call's
 beats (commit.py). This module is the commit protocol. Every call follows
 the same beats, under the queue's lock:
   1. read forward whatever other handles appended (and notice a compaction);
@@ -50,7 +50,7 @@ from ..errors import (
     StorageError,
 )
 from ..models import CompactionResult, RecoveryReport
-from . import checkpointing, commit, compacting, following, opening, syncing
+from . import checkpointing, commit, compactor, following, opening, syncing
 from .counters import HandleCounters
 from .disk.finished import FinishSignal, FinishWaiter, finish_directory
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
@@ -131,7 +131,7 @@ class FileStore:
                     # An fsync of this queue failed in this process: the kernel may have
                     # marked pages clean that never reached the disk, yet we just read
                     # them back. Rewrite everything as fresh pages before trusting it.
-                    compacting.compact_locked(self)
+                    compactor.compact_locked(self)
                     syncing.FSYNC_FAILED.discard(self._rescue_key)
         except BaseException:
             release_shared_lock(self._lock)
@@ -193,17 +193,17 @@ class FileStore:
 
     def compact(self) -> CompactionResult:
         """Rewrite the live jobs into a new log generation and switch to it atomically
-        (compacting.py)."""
-        return compacting.compact(self)
+        (compactor.py)."""
+        return compactor.compact(self)
 
     def _compact(self) -> CompactionResult | None:
-        return compacting.compact_once(self)
+        return compactor.compact_once(self)
 
     def _compaction_due(self) -> bool:
-        return compacting.compaction_due(self)
+        return compactor.compaction_due(self)
 
     def _auto_compact(self) -> None:
-        compacting.auto_compact(self)
+        compactor.auto_compact(self)
 
     # -- the beats ----------------------------------------------------------
 

@@ -17,7 +17,7 @@ on meanwhile. In order (each fsync is what makes the next step safe):
        numbers carry on: the snapshot batch has the number of the last batch
        it summarises), replaying them into the new state; repeat while much
        was appended. g stays open, so a peer unlinking it changes nothing.
-  finish (under the lock; `compacting.finish_compaction`)
+  finish (under the lock; `compactor.finish_compaction`)
     4. if another process compacted meanwhile, throw the file away;
     4b. (`Prepared.confirm`) re-read what 3b copied from g and throw the file
        away unless it is still g's bytes, unchanged. The log is append-only
