@@ -40,7 +40,7 @@ DEFERRED = frozenset({("queue", "tasks")})
 # A tier is a folder of file/ (disk/, log/, ...), or modules at file/'s top level.
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("the backend", frozenset({"__init__", "backend"})),
-    ("a live handle", frozenset({"handle", "opening", "following", "checkpointing",
+    ("a live handle", frozenset({"handle", "opening", "following", "checkpointer",
                                  "compactor", "inspection", "options", "syncing", "counters",
                                  "commit"})),
     ("repair", frozenset({"repair"})),

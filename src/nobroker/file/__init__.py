@@ -5,7 +5,7 @@ Tiers, top first; each imports only its own tier and the ones below it
 
 - ``backend`` -- FileBackend, the operations of nobroker.backend.Backend;
 - a live handle at this level -- ``handle`` (an open queue: its lock, live log and
-  state), ``commit``, ``syncing``, ``opening``, ``following``, ``checkpointing``,
+  state), ``commit``, ``syncing``, ``opening``, ``following``, ``checkpointer``,
   ``compactor``, ``inspection``, ``options``, ``counters``;
 - ``repair/`` -- reading and rescuing a damaged log (salvage);
 - ``generations/`` -- checkpoints, compaction, rebuilding a log file's state;

@@ -6,7 +6,7 @@ it, each in a module of its own (functions of the store, which the methods
 below call): opening and
 recovery, and reopening in a forked child (opening.py), reading forward and
 following a peer's compaction (following.py), when to checkpoint
-(checkpointing.py), running a compaction (compactor.py), a write call's
+(checkpointer.py), running a compaction (compactor.py), a write call's
 beats (commit.py). This module is the commit protocol. Every call follows
 the same beats, under the queue's lock:
   1. read forward whatever other handles appended (and notice a compaction);
@@ -50,7 +50,7 @@ from ..errors import (
     StorageError,
 )
 from ..models import CompactionResult, RecoveryReport
-from . import checkpointing, commit, compactor, following, opening, syncing
+from . import checkpointer, commit, compactor, following, opening, syncing
 from .counters import HandleCounters
 from .disk.finished import FinishSignal, FinishWaiter, finish_directory
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
@@ -183,13 +183,13 @@ class FileStore:
         following.refresh(self)
 
     def _save_checkpoint(self) -> None:
-        checkpointing.save_checkpoint(self)
+        checkpointer.save_checkpoint(self)
 
     def _checkpoint_due(self) -> bool:
-        return checkpointing.checkpoint_due(self)
+        return checkpointer.checkpoint_due(self)
 
     def _auto_checkpoint(self) -> None:
-        checkpointing.auto_checkpoint(self)
+        checkpointer.auto_checkpoint(self)
 
     def compact(self) -> CompactionResult:
         """Rewrite the live jobs into a new log generation and switch to it atomically
