@@ -42,7 +42,7 @@ FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("the backend", frozenset({"__init__", "backend"})),
     ("a live handle", frozenset({"handle", "opening", "following", "checkpointer",
                                  "compactor", "inspection", "options", "syncing", "counters",
-                                 "commit"})),
+                                 "commit", "handleapi"})),
     ("repair", frozenset({"repair"})),
     ("generations", frozenset({"generations"})),
     ("the replay state", frozenset({"state"})),

@@ -29,7 +29,7 @@ The planted bugs:
   header under the final name, as it did before): under the weak model a crash
   leaves a 16-byte log of junk that every later open refuses (I6), though no
   call returned; the explorer missed it while `new_file_garbage` was off;
-- no generation re-check under the lock (FileStore._refresh reads forward in its
+- no generation re-check under the lock (following.refresh reads forward in its
   own generation only): a handle that missed a peer's compaction appends to
   the unlinked old generation and its returned ack is lost (I2/I3/I4);
 - NAME.sync's `durable` published before the fdatasync it speaks of
@@ -58,11 +58,12 @@ from explorer import Bounds, RecordingFS, explore
 import nobroker.file.generations.compaction as compaction
 import nobroker.file.log.framing as framing
 import nobroker.file.log.recovery
+from nobroker.file import following
 from nobroker.file.disk.fs import FileSystem
+from nobroker.file.handleapi import HandleAPI
 from nobroker.file.log.logfile import LogFile
 from nobroker.file.log.recovery import decode_payload
 from nobroker.file.log.syncfile import DURABLE, SLOT, SharedSync
-from nobroker.file.handle import FileStore
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:
@@ -203,7 +204,7 @@ class ReaderTest(TeethTestCase):
 
         with mock.patch.object(framing, "decode_record", skipping):
             report = self.explore("enqueue_many", ("ext4ish",), rot=False)
-        caught(report, {"P2", "I1"}, "store.py")
+        caught(report, {"P2", "I1"}, "handle.py")
         self.assertTrue(any(v.check == "P2" for v in report.violations),
                         "no torn enqueue_many was reported")
 
@@ -252,14 +253,15 @@ class FsyncErrorTest(TeethTestCase):
 class GenerationTest(TeethTestCase):
     def test_a_handle_that_misses_a_compaction_writes_into_the_unlinked_generation(self
                                                                                   ) -> None:
-        def no_generation_check(self: FileStore) -> None:
+        def no_generation_check(handle: HandleAPI) -> None:
             # The planted bug: read forward in our own generation without asking
             # whether a peer compacted into a new one.
-            self._live_log().scan(self._state.apply_batch, self._state.last_batch, full=False)
+            handle.live_log().scan(handle.state.apply_batch, handle.state.last_batch,
+                                   full=False)
 
-        with mock.patch.object(FileStore, "_refresh", no_generation_check):
+        with mock.patch.object(following, "refresh", no_generation_check):
             report = self.explore("two_handles", ("process",), rot=False)
-        violation = caught(report, {"I2", "I3", "I4"}, "FileStore._commit")
+        violation = caught(report, {"I2", "I3", "I4"}, "QueueHandle.commit")
         self.assertIn("h1.ack", violation.message)
 
 

@@ -17,12 +17,12 @@ on meanwhile. In order (each fsync is what makes the next step safe):
        numbers carry on: the snapshot batch has the number of the last batch
        it summarises), replaying them into the new state; repeat while much
        was appended. g stays open, so a peer unlinking it changes nothing.
-  finish (under the lock; `compactor.finish_compaction`)
+  finish (under the lock; `Compactor` in compactor.py)
     4. if another process compacted meanwhile, throw the file away;
     4b. (`Prepared.confirm`) re-read what 3b copied from g and throw the file
        away unless it is still g's bytes, unchanged. The log is append-only
        but for one case: a writer whose own state refuses its batch cuts it
-       again before it lets go of the lock (store._commit), and the next
+       again before it lets go of the lock (QueueHandle.commit), and the next
        writer may fill the same offsets with other bytes; 3b, unlocked, may
        have copied the batch in between. Kept, it would be a job nobody
        committed, or a batch replay refuses (a queue that no longer opens).
