@@ -25,7 +25,7 @@ The planted bugs:
 - a reader that stops searching for a later batch at the first sector of zeros
   (LogFile._later_batch_after, as it was before the "d" field): a zeroed sector of
   durable records is cut as a torn tail, with every acknowledged batch after it (E8);
-- generation 0 created in place (compaction.create_first_generation writing the
+- generation 0 created in place (current.create_first_generation writing the
   header under the final name, as it did before): under the weak model a crash
   leaves a 16-byte log of junk that every later open refuses (I6), though no
   call returned; the explorer missed it while `new_file_garbage` was off;
@@ -56,6 +56,7 @@ import support  # noqa: F401
 from explorer import Bounds, RecordingFS, explore
 
 import nobroker.file.generations.compaction as compaction
+import nobroker.file.generations.current as current
 import nobroker.file.log.framing as framing
 import nobroker.file.log.recovery
 from nobroker.file import following
@@ -121,7 +122,7 @@ class MissingFsyncTest(TeethTestCase):
             fs.replace(target + ".tmp", target)
             fs.fsync_dir(directory)
 
-        with mock.patch.object(compaction, "replace_durably", no_fsync_before_rename):
+        with mock.patch.object(current, "replace_durably", no_fsync_before_rename):
             clean = explore("compaction", ("ext4ish",), Bounds(compound=0, rot=False))
             report = self.explore("compaction", ("weak",), rot=False)
         self.assertTrue(clean.ok, "ext4's safe rename should hide this bug")
@@ -132,7 +133,7 @@ class MissingFsyncTest(TeethTestCase):
         def in_place(fs: FileSystem, directory: str, name: str) -> None:
             LogFile.create(fs, directory, name, 0).close()  # the planted bug
 
-        with mock.patch.object(compaction, "create_first_generation", in_place):
+        with mock.patch.object(current, "create_first_generation", in_place):
             hidden = explore("first_enqueue", ("weak",),
                              Bounds(compound=0, rot=False, new_file_garbage=False))
             report = self.explore("first_enqueue", ("weak",), rot=False)
@@ -152,7 +153,7 @@ class MissingFsyncTest(TeethTestCase):
                 fs.close(fd)
             fs.replace(target + ".tmp", target)  # the planted bug: no fs.fsync_dir after
 
-        with mock.patch.object(compaction, "replace_durably", no_fsync_after_rename):
+        with mock.patch.object(current, "replace_durably", no_fsync_after_rename):
             report = self.explore("compaction", ("weak",), rot=False)
         caught(report, {"I6", "I2", "I3"}, "remove_stale_files")
 

@@ -37,6 +37,7 @@ from ..models import CompactionResult
 from . import following
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
 from .generations import compaction
+from .generations.current import publish_generation, remove_stale_files
 from .handleapi import HandleAPI
 from .log import framing
 from .opening import cut_torn_tail
@@ -203,7 +204,7 @@ class Compactor:
             raise CompactionError(f"writing generation {new_log.generation} failed: {exc}")\
                 from None
         try:
-            compaction.publish_generation(handle.fs, handle.directory, handle.name,
+            publish_generation(handle.fs, handle.directory, handle.name,
                                           new_log.generation)
         except OSError as exc:
             new_log.close()
@@ -227,7 +228,7 @@ class Compactor:
         handle.switch_generation(new_log, state,
                                  prepared.checkpointed or framing.FILE_HEADER.size)
         try:
-            compaction.remove_stale_files(handle.fs, handle.directory, handle.name,
+            remove_stale_files(handle.fs, handle.directory, handle.name,
                                           new_log.generation)
         except OSError as exc:  # harmless: stale generations are never read
             log.warning("could not remove old generations: %s", exc)

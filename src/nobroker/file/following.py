@@ -17,6 +17,7 @@ from __future__ import annotations
 from ..errors import CorruptLogError
 from .disk.fs import FileSystem
 from .generations import checkpoint, compaction
+from .generations.current import read_current
 from .handleapi import HandleAPI
 from .log.logfile import LogFile
 from .opening import cut_torn_tail
@@ -60,7 +61,7 @@ def follow_compaction(handle: HandleAPI) -> bool:
     Returns False (the caller reloads) if anything does not line up.
     """
     old, state, fs = handle.live_log(), handle.state, handle.fs
-    generation = compaction.read_current(fs, handle.directory, handle.name)
+    generation = read_current(fs, handle.directory, handle.name)
     if generation != old.generation + 1:
         return False
     try:

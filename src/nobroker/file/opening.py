@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..errors import CorruptLogError, NobrokerError, UnsafeFilesystemError
 from ..models import RecoveryReport
 from .disk.fs import NETWORK_FILESYSTEMS, FileSystem, filesystem_type
-from .generations import compaction
+from .generations import current
 from .generations.rebuild import load_checkpoint
 from .log import framing
 from .log.logfile import LogFile, ScanResult, log_filename, paused_gc
@@ -38,7 +38,7 @@ def queue_files(name: str) -> tuple[str, ...]:
     """The file names whose presence means a queue `name` was created in a directory:
     the lock file comes first (opening creates it), then generation 0, then
     NAME.current once it has compacted."""
-    return (compaction.current_filename(name), log_filename(name, 0), f"{name}.lock")
+    return (current.current_filename(name), log_filename(name, 0), f"{name}.lock")
 
 
 def queue_exists(directory: str, name: str) -> bool:
@@ -83,14 +83,14 @@ def load(fs: FileSystem, directory: str, name: str, *, readonly: bool,
          checkpoints: bool) -> Loaded:
     """Open the current generation and rebuild its state; under the lock."""
     notes: list[str] = []
-    generation = compaction.read_current(fs, directory, name)
+    generation = current.read_current(fs, directory, name)
     if generation == 0:
-        generation = compaction.first_generation(fs, directory, name, readonly=readonly,
-                                                 notes=notes)
+        generation = current.first_generation(fs, directory, name, readonly=readonly,
+                                              notes=notes)
     try:
         new_log = LogFile.open(fs, directory, name, generation, readonly=readonly)
     except FileNotFoundError:
-        raise CorruptLogError(os.path.join(directory, compaction.current_filename(name)), 0,
+        raise CorruptLogError(os.path.join(directory, current.current_filename(name)), 0,
                               f"names generation {generation}, whose log file is missing")\
             from None
     try:
