@@ -6,9 +6,9 @@ make sure the directory exists and is not on a network file system whose
 locks do not work; find the current generation; rebuild the replay state
 from its checkpoint and records (rebuild.py); and cut a torn tail, saving
 the bytes aside and saying so in the RecoveryReport. These are functions of
-the files: the handle adopts what `load` returns (QueueHandle.reload). `queue_exists` is the
-one answer to "is there a queue of this name here?" (the CLI and read-only
-opens ask it).
+the files: the handle adopts what `load` returns (QueueHandle.reload).
+`queue_exists` is the one answer to "is there a queue of this name here?"
+(the CLI and read-only opens ask it).
 
 Under the queue's lock, except `queue_exists` and the directory checks.
 """
