@@ -1,13 +1,14 @@
 """What the modules that work for an open queue may use of its handle.
 
 QueueHandle (handle.py) owns an open queue: its lock, live log, replay
-state, poison flag and counters. Its collaborators, commit.py (a write
-call's beats), compactor.py and checkpointer.py, are typed by this Protocol
-rather than by the class, so that none of them imports handle.py (which
-imports them): the dependency runs one way. Everything here is read-only or
-a method; a collaborator changes the handle only by calling one
-(switch_generation, note_checkpoint, poison, commit, pin/unpin...), never by
-assigning to it.
+state, poison flag and counters. Its collaborators (commit.py: a write
+call's beats; syncing.py: its fsync; following.py: reading forward;
+compactor.py; checkpointer.py) are typed by this Protocol rather than by the
+class, so that none of them imports handle.py (which imports them): the
+dependency runs one way. Everything here is read-only or a method; a
+collaborator changes the handle only by calling one (commit, pin/unpin,
+poison, switch_generation, note_checkpoint, reload), never by assigning to
+it. The replay state changes through its own methods (apply_batch, relocate).
 """
 
 from __future__ import annotations
