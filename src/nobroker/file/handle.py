@@ -50,7 +50,7 @@ from .options import FileOptions
 from .state.commands import Batch
 from .state.state import QueueState
 
-__all__ = ["QueueHandle", "Plan"]
+__all__ = ["QueueHandle"]
 
 log = logging.getLogger("nobroker")
 T = TypeVar("T")
