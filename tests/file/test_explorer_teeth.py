@@ -55,7 +55,6 @@ import explorer
 import support  # noqa: F401
 from explorer import Bounds, RecordingFS, explore
 
-import nobroker.file.generations.compaction as compaction
 import nobroker.file.generations.current as current
 import nobroker.file.log.framing as framing
 import nobroker.file.log.recovery
