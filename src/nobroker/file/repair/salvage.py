@@ -173,7 +173,7 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
     replay.state.last_batch = max(replay.state.last_batch, 1)
     aside = tuple(_save_aside(fs, directory, path, data, region) for region in scan.damaged)
     new_generation = _write(fs, directory, name, generation, path, size, replay.state)
-    lock.set_stamp(new_generation)  # before the flip, as compaction does (see FileStore)
+    lock.set_stamp(new_generation)  # before the flip, as compaction does (see compactor.py)
     current.publish_generation(fs, directory, name, new_generation)
     return SalvageReport(mode, path, generation, new_generation, kept, replay.records,
                          len(replay.state.jobs), aside, _lost(scan, generation),
