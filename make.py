@@ -30,7 +30,7 @@ SRC = REPO / "src"
 DEV = REPO / ".dev"
 VENV = DEV / "venv"
 REQUIREMENTS_DEV = REPO / "requirements-dev.txt"
-LINT_PATHS = ("src", "tests", "tools", "examples", "web", "make.py")
+LINT_PATHS = ("src", "tests", "tools", "examples", "docsite", "make.py")
 
 TaskFn = Callable[[list[str]], int]
 TASKS: dict[str, TaskFn] = {}
@@ -94,6 +94,19 @@ def python_script(script: str, args: Sequence[str], **extra_env: str) -> int:
     return run([sys.executable, str(path), *args], **extra_env)
 
 
+def python_tool(script: str, args: Sequence[str], **extra_env: str) -> int:
+    """Run a tool (``tools/bench/run.py``) as a module (``python -m tools.bench.run``).
+
+    The tools are a package run from the repo root, so they import each other
+    as ``tools.bench.common`` with no ``sys.path`` edits (tools/__init__.py).
+    """
+    if not (REPO / script).exists():
+        print(f"make.py: {script} does not exist yet; nothing to run", file=sys.stderr)
+        return 2
+    module = script.removesuffix(".py").replace("/", ".")
+    return run([sys.executable, "-m", module, *args], **extra_env)
+
+
 # --------------------------------------------------------------------------
 # tasks
 
@@ -124,56 +137,74 @@ def video_demo(args: list[str]) -> int:
 
 @task("build")
 def build(args: list[str]) -> int:
-    """Build dist/nobroker.pyz, one runnable file (tools/build_pyz.py)."""
-    return python_script("tools/build_pyz.py", args)
+    """Build dist/nobroker.pyz, one runnable file (tools/build/pyz.py)."""
+    return python_tool("tools/build/pyz.py", args)
 
 
 @task("check-deps")
 def check_deps(args: list[str]) -> int:
-    """Prove no third-party import exists; fail if one does (tools/check_deps.py)."""
-    return python_script("tools/check_deps.py", args)
+    """Prove no third-party import exists; fail if one does (tools/build/check_deps.py)."""
+    return python_tool("tools/build/check_deps.py", args)
 
 
 @task("deps-proof")
 def deps_proof(args: list[str]) -> int:
     """Regenerate deps-proof.txt, the committed output of check-deps."""
-    return python_script("tools/check_deps.py", ["--write", "deps-proof.txt", *args])
+    return python_tool("tools/build/check_deps.py", ["--write", "deps-proof.txt", *args])
 
 
 @task("bench")
 def bench(args: list[str]) -> int:
-    """Measure throughput on this machine (tools/bench.py)."""
-    return python_script("tools/bench.py", args)
+    """Measure throughput on this machine (tools/bench/run.py)."""
+    return python_tool("tools/bench/run.py", args)
 
 
 @task("bench-md")
 def bench_md(args: list[str]) -> int:
-    """The benchmark, printed as a Markdown table (tools/bench.py --markdown)."""
-    return python_script("tools/bench.py", ["--markdown", *args])
+    """The benchmark, printed as a Markdown table (tools/bench/run.py --markdown)."""
+    return python_tool("tools/bench/run.py", ["--markdown", *args])
+
+
+@task("bench-salvage")
+def bench_salvage(args: list[str]) -> int:
+    """How long salvage takes next to a cold open (tools/bench/salvage.py; --jobs N)."""
+    return python_tool("tools/bench/salvage.py", args)
+
+
+@task("bench-dashboard")
+def bench_dashboard(args: list[str]) -> int:
+    """The dashboard's response times on a big queue (tools/bench/dashboard.py; --jobs N)."""
+    return python_tool("tools/bench/dashboard.py", args)
+
+
+@task("bench-wake")
+def bench_wake(args: list[str]) -> int:
+    """How fast a result wakes a waiter in another process (tools/bench/result_wake.py)."""
+    return python_tool("tools/bench/result_wake.py", args)
 
 
 @task("profile")
 def profile(args: list[str]) -> int:
-    """Where a call's time goes, layer by layer (tools/profile_calls.py)."""
-    return python_script("tools/profile_calls.py", args)
+    """Where a call's time goes, layer by layer (tools/profile/calls.py)."""
+    return python_tool("tools/profile/calls.py", args)
 
 
 @task("profile-commit")
 def profile_commit(args: list[str]) -> int:
-    """A durable call's floor, and 1 vs 4 threads' commit path (tools/profile_commit.py)."""
-    return python_script("tools/profile_commit.py", args)
+    """A durable call's floor, and 1 vs 4 threads' commit path (tools/profile/commit.py)."""
+    return python_tool("tools/profile/commit.py", args)
 
 
 @task("bench-peers")
 def bench_peers(args: list[str]) -> int:
-    """Compare against other job queues (tools/bench_peers.py)."""
-    return python_script("tools/bench_peers.py", args)
+    """Compare against other job queues (tools/bench/peers/run.py)."""
+    return python_tool("tools/bench/peers/run.py", args)
 
 
 @task("torture")
 def torture(args: list[str]) -> int:
-    """Long crash-and-recover stress run (tools/torture.py)."""
-    return python_script("tools/torture.py", args)
+    """Long crash-and-recover stress run (tools/torture/run.py)."""
+    return python_tool("tools/torture/run.py", args)
 
 
 @task("cli")
@@ -199,7 +230,7 @@ def lint(args: list[str]) -> int:
 
 # --------------------------------------------------------------------------
 # the PostgreSQL backend: its tests and benchmark need a server and psycopg.
-# tools/pg_cluster.py makes a throwaway server; the driver goes into .dev/pg-venv.
+# tools/postgres/cluster.py makes a throwaway server; the driver goes into .dev/pg-venv.
 
 PG_VENV = DEV / "pg-venv"
 PG_BENCH_VENV = DEV / "pg-bench-venv"
@@ -209,23 +240,23 @@ PG_TESTS = ("test_postgres", "test_postgres_connections", "test_postgres_process
 
 @task("test-postgres")
 def test_postgres(args: list[str]) -> int:
-    """Run the PostgreSQL backend's tests on a throwaway server (tools/pg_cluster.py)."""
+    """Run the PostgreSQL backend's tests on a throwaway server (tools/postgres/cluster.py)."""
     python = ensure_venv(PG_VENV, REPO / "requirements-postgres.txt")
     if python is None:
         return 1
     # One module at a time: the restart test takes the shared server down.
-    return run([sys.executable, str(REPO / "tools/pg_cluster.py"), "run", "--",
+    return run([sys.executable, "-m", "tools.postgres.cluster", "run", "--",
                 str(python), str(REPO / "tests/run.py"), "-j", "1", *(args or PG_TESTS)])
 
 
 @task("bench-postgres")
 def bench_postgres(args: list[str]) -> int:
-    """nobroker on PostgreSQL vs procrastinate and PgQueuer (tools/bench_postgres.py)."""
+    """nobroker on PostgreSQL vs procrastinate and PgQueuer (tools/bench/postgres/run.py)."""
     python = ensure_venv(PG_BENCH_VENV, REPO / "requirements-bench-postgres.txt")
     if python is None:
         return 1
-    return run([sys.executable, str(REPO / "tools/pg_cluster.py"), "run", "--",
-                str(python), str(REPO / "tools/bench_postgres.py"), *args])
+    return run([sys.executable, "-m", "tools.postgres.cluster", "run", "--",
+                str(python), "-m", "tools.bench.postgres.run", *args])
 
 
 @task("clean")
@@ -262,22 +293,22 @@ def pycache_dirs(root: Path) -> list[Path]:
 
 
 # --------------------------------------------------------------------------
-# the docs site and the playground (web/, issue 12): development tools only
+# the docs site and the playground (docsite/, issue 12): development tools only
 
 DOCS_VENV = DEV / "docs-venv"
 WEB_VENV = DEV / "web-venv"
-NPM_DIR = DEV / "npm"  # web/package.json's packages (Pyodide) are installed here
+NPM_DIR = DEV / "npm"  # docsite/package.json's packages (Pyodide) are installed here
 CHROMIUM = Path("/usr/bin/chromium")
 
 
 @task("docs")
 def docs(args: list[str]) -> int:
-    """Build the docs site and the playground, strictly, into .dev/site (web/mkdocs.yml)."""
+    """Build the docs site and the playground, strictly, into .dev/site (docsite/mkdocs.yml)."""
     python = ensure_venv(DOCS_VENV, REPO / "requirements-docs.txt")
     if python is None or ensure_npm_packages() != 0:
         return 1
-    return run([str(python), "-m", "mkdocs", "build", "--strict", "-f", "web/mkdocs.yml", *args],
-               NO_MKDOCS_2_WARNING="1")
+    return run([str(python), "-m", "mkdocs", "build", "--strict", "-f", "docsite/mkdocs.yml",
+                *args], NO_MKDOCS_2_WARNING="1")
 
 
 @task("test-playground")
@@ -293,8 +324,8 @@ def test_playground(args: list[str]) -> int:
 
 
 def ensure_npm_packages() -> int:
-    """Install web/package-lock.json's packages into .dev/npm (npm ci) when it changed."""
-    lock = REPO / "web" / "package-lock.json"
+    """Install docsite/package-lock.json's packages into .dev/npm (npm ci) when it changed."""
+    lock = REPO / "docsite" / "package-lock.json"
     wanted = hashlib.sha256(lock.read_bytes()).hexdigest()
     stamp = NPM_DIR / "package-lock.sha256"
     if stamp.exists() and stamp.read_text().strip() == wanted:
@@ -304,7 +335,7 @@ def ensure_npm_packages() -> int:
         return 1
     NPM_DIR.mkdir(parents=True, exist_ok=True)
     for name in ("package.json", "package-lock.json"):
-        shutil.copyfile(REPO / "web" / name, NPM_DIR / name)
+        shutil.copyfile(REPO / "docsite" / name, NPM_DIR / name)
     code = run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(NPM_DIR)])
     if code == 0:
         stamp.write_text(wanted + "\n")

@@ -8,9 +8,13 @@ Usage::
 
 The folders show what is tested: ``contract/`` (the public API, every
 backend), ``file/`` (the file engine), ``postgres/`` (the PostgreSQL backend,
-skipped without a server), ``worker/``, ``cli/``; the repository's
-own tooling sits at the top. Helpers (support.py, explorer.py, soak.py) are
-plain modules at the top, importable from every folder.
+skipped without a server), ``memory/`` (the in-memory backend), ``worker/``,
+``task_layer/`` (tasks, cron, results), ``cli/``, ``tooling/`` (check_deps,
+build_pyz, the benchmarks, make.py) and ``docs/`` (the examples). Every
+folder below tests/ is searched, so a new one needs no entry here.
+``harness/`` holds no tests: it is the package every test module and
+tools/torture/run.py import (support, the crash-state explorer, faults, fuzz,
+soak); tests/ is on ``sys.path`` for it.
 
 Theory of operation. The parent finds ``test_*.py`` modules, then runs each one
 in a child process (this same file with ``--child``) through a small thread

@@ -34,8 +34,8 @@ from typing import Any
 from support import REPO, SRC, TempDirTestCase, tree_digest
 
 from nobroker import Queue
+from nobroker.dashboard import Dashboard
 from nobroker.file.inspection import current_log_path, read_records
-from nobroker.web import Dashboard
 
 CHROMIUM = os.environ.get("NOBROKER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -2,7 +2,7 @@
 
 The allowed direction is written once, in PACKAGE_LAYERS and FILE_TIERS
 below: a module may import its own layer and the layers below it, never one
-above. The backends (file/, postgres/) never import each other; the replay
+above. The backends (file/, postgres/, memory/) never import each other; the replay
 state imports no os, time, random or threading, and nothing of the file
 engine outside itself. Imports only for type checking count too: a
 back-arrow in a type is still a back-arrow.
@@ -22,15 +22,15 @@ from pathlib import Path
 from support import SRC
 
 # The package's layers, top first. A module of one layer may import its own layer
-# and any layer after it. A subpackage (file/, postgres/, tasks/, web/) is one name.
+# and any layer after it. A subpackage (file/, postgres/, tasks/, dashboard/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
-    ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "pool", "tasks",
-                                "web", "transfer"})),  # transfer: `nobroker migrate`
-    ("facade", frozenset({"queue"})),
-    ("backends", frozenset({"file", "postgres"})),
+    ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
+                                "dashboard", "transfer"})),  # transfer: `nobroker migrate`
+    ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
+    ("backends", frozenset({"file", "postgres", "memory"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend"})),
 ]
-BACKENDS = frozenset({"file", "postgres"})  # never import each other
+BACKENDS = frozenset({"file", "postgres", "memory"})  # never import each other
 # Upward imports allowed only inside a function, run when it is called: the facade's
 # @q.task and @q.periodic hand the function to the task layer; importing queue.py
 # still imports nothing above it.
@@ -214,6 +214,12 @@ class PlantedBackArrowTest(unittest.TestCase):
                           "nobroker/file/log/records.py": "from ...postgres import backend\n"})
         self.assertEqual(violations(root), ["nobroker/file/log/records.py:1: backend file "
                                             "imports backend postgres"])
+
+    def test_the_memory_backend_importing_the_file_engine_is_reported(self) -> None:
+        root = self.tree({"nobroker/memory/__init__.py": "",
+                          "nobroker/memory/table.py": "from ..file import state\n"})
+        self.assertEqual(violations(root), ["nobroker/memory/table.py:1: backend memory "
+                                            "imports backend file"])
 
     def test_the_shared_layer_importing_the_facade_is_reported(self) -> None:
         root = self.tree({"nobroker/queue.py": "",

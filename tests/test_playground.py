@@ -1,4 +1,4 @@
-"""The playground (web/playground/) shows nobroker's real log, byte for byte.
+"""The playground (docsite/playground/) shows nobroker's real log, byte for byte.
 
 Two halves. `DriverTest` runs the playground's driver (playground.py, the
 module the page runs under Pyodide) on CPython: cheap, stdlib only, always
@@ -35,7 +35,7 @@ from nobroker import Queue
 from nobroker.file.inspection import read_records
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "web" / "playground"))
+sys.path.insert(0, str(REPO / "docsite" / "playground"))
 from playground import START_TIME, Playground  # noqa: E402
 
 SITE = Path(os.environ.get("NOBROKER_SITE_DIR", REPO / ".dev" / "site"))

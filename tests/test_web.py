@@ -26,13 +26,13 @@ from typing import Any, ClassVar
 from support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
 
 from nobroker import Queue
-from nobroker.web import Dashboard
-from nobroker.web.server import CSP, MAX_BODY, TOKEN_HEADER
+from nobroker.dashboard import Dashboard
+from nobroker.dashboard.handler import CSP, MAX_BODY, TOKEN_HEADER
 
 TOKEN = "test-token-0123456789abcdef"
 XSS = "<script>alert(1)</script>"
 QUOTED_ID = 'he said "hi" <b>\'x\''
-STATIC = SRC / "nobroker" / "web" / "static"
+STATIC = SRC / "nobroker" / "dashboard" / "static"
 
 
 
@@ -723,7 +723,7 @@ class CliTest(TempDirTestCase):
 
     def test_the_pyz_serves_the_page_from_inside_the_archive(self) -> None:
         pyz = self.tmp / "nobroker.pyz"
-        build = subprocess.run([sys.executable, str(REPO / "tools" / "build_pyz.py"),
+        build = subprocess.run([sys.executable, str(REPO / "tools" / "build" / "pyz.py"),
                                 "--output", str(pyz)], capture_output=True, text=True,
                                timeout=120)
         self.assertEqual(build.returncode, 0, build.stderr)

@@ -1,4 +1,5 @@
-"""nobroker: a durable, crash-safe job queue in a directory of files.
+"""nobroker: a durable, crash-safe job queue in a directory of files (or PostgreSQL,
+or memory:// for tests).
 
     from nobroker import Queue, Worker
 
@@ -13,7 +14,9 @@ docs/FORMAT.md for the on-disk format.
 from .backoff import BackoffPolicy
 from .errors import (
     CompactionError,
+    ConnectionLostError,
     CorruptLogError,
+    DatabaseError,
     JobNotFoundError,
     LockTimeoutError,
     NobrokerError,
@@ -37,7 +40,9 @@ __all__ = [
     "BackoffPolicy",
     "CompactionError",
     "CompactionResult",
+    "ConnectionLostError",
     "CorruptLogError",
+    "DatabaseError",
     "Job",
     "JobNotFoundError",
     "JobState",

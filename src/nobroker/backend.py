@@ -4,16 +4,20 @@
 encodes payloads as JSON text, and holds the clock and the random source.
 A backend stores jobs and makes each operation durable before it returns.
 The seam sits at the level of queue operations, not of bytes or rows: the
-file log (nobroker.file) and PostgreSQL (nobroker.postgres) share nothing
-below it, and neither imports the other.
+file log (nobroker.file), PostgreSQL (nobroker.postgres) and the in-memory
+queue (nobroker.memory) share nothing below it, and none imports another.
+opener.py opens the one a location names.
 
 Every argument a backend receives is already checked: numbers are in range,
 payloads and results are JSON text, ids are valid. A backend builds the
 `Job` views it returns (models.py) and raises only the errors of errors.py.
 
-`Capabilities` says what a backend can do beyond the common operations, so
-that the CLI, the Worker, the dashboard and the contract suite ask instead
-of assuming files.
+`Capabilities` says what a backend can do beyond the common operations, and
+how it differs where backends genuinely differ (huey's `destructive_reads`),
+so that the CLI, the Worker, the dashboard, `nobroker migrate` and the
+contract suite ask instead of assuming files. An operation only some
+backends have sits in a protocol of its own (QueueListing, JobImport,
+JobExport), named by the flag that says a backend has it.
 """
 
 from __future__ import annotations
@@ -27,17 +31,24 @@ from typing import Any, Protocol
 from .backoff import BackoffPolicy
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 
-__all__ = ["POSTGRES_SCHEMES", "Backend", "TaskBackend", "Capabilities", "QueueListing",
-           "Settings", "is_postgres_url"]
+__all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
+           "JobImport", "JobExport", "Settings", "is_postgres_url", "is_memory_url"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+# memory://NAME: a queue set in this process's memory (nobroker.memory).
+MEMORY_SCHEME = "memory://"
 
 
 def is_postgres_url(location: object) -> bool:
     """Whether `location` names a PostgreSQL queue set rather than a directory."""
     return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
+
+
+def is_memory_url(location: object) -> bool:
+    """Whether `location` names an in-memory queue set (memory://NAME)."""
+    return isinstance(location, str) and location.startswith(MEMORY_SCHEME)
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
@@ -48,6 +59,11 @@ class Capabilities:
     recovery: bool = False  # opening may repair a torn tail and report it (Queue.recovery)
     local: bool = False  # one machine only (a directory); False: several hosts may share it
     listing: bool = False  # queue_names() lists every queue of the set (see QueueListing)
+    imports: bool = False  # import_jobs() takes copied jobs as they were (see JobImport)
+    exports: bool = False  # export_jobs() hands jobs out with their keys (see JobExport)
+    # The queue lives in this process only: no other process sees it, nothing
+    # survives the process, and nothing is ever fsynced (memory://).
+    in_process: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +176,9 @@ class Backend(Protocol):
         ...
 
     def compact(self) -> CompactionResult:
-        """Where `capabilities.compaction`; the Queue never calls it otherwise."""
+        """What compaction means here, on every backend: the file log rewrites its live
+        jobs into a new generation (`capabilities.compaction`); the others drop the
+        finished jobs and keys whose retention is over, at once rather than in passing."""
         ...
 
     def try_lock(self, key: str) -> Callable[[], None] | None:
@@ -182,6 +200,21 @@ class QueueListing(Protocol):
         ...
 
 
-# The name the task layer's operations had while no backend implemented them; they
-# are part of Backend now.
-TaskBackend = Backend
+class JobImport(Protocol):
+    """What a backend with `capabilities.imports` also has (`nobroker migrate`)."""
+
+    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
+        """Insert jobs copied from another queue, keeping their ids, priorities,
+        attempts, errors and times; a dead job arrives dead, a leased one pending.
+        `keyed[i]` says whether `jobs[i].id` is a caller's idempotency key. Ids
+        already here are skipped: returns the states of the jobs inserted."""
+        ...
+
+
+class JobExport(Protocol):
+    """What a backend with `capabilities.exports` also has (`nobroker migrate`)."""
+
+    def export_jobs(self) -> list[tuple[Job, bool]]:
+        """Every pending, leased and dead job in enqueue order, each with whether its
+        id is a caller's idempotency key (as JobImport.import_jobs takes them)."""
+        ...

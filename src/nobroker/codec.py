@@ -4,8 +4,9 @@ Both storage engines keep JSON text, and another reader (a later version, a
 tool in another language) must be able to read it back. So this codec
 refuses what Python's json module would otherwise let through: NaN and
 Infinity, numbers that overflow a float, and nesting deep enough to blow the
-stack. `encode_payload` is the Queue's: it turns a caller's value into the
-text a backend stores, or names what is wrong with it.
+stack. `encode_payload` is the Queue's: it turns a caller's value (a
+payload, or a result) into the text a backend stores, or raises
+SerializationError naming what is wrong with it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final
+
+from .errors import SerializationError
 
 __all__ = ["dumps", "loads", "encode_payload", "encode_payloads", "MAX_DEPTH",
            "MAX_PAYLOAD_BYTES"]
@@ -104,25 +107,27 @@ def loads(data: bytes | str) -> Any:
     return value
 
 
-def encode_payload(payload: Any) -> str:
-    """JSON text of a user payload, or ValueError naming what is wrong with it."""
+def encode_payload(payload: Any, what: str = "payload") -> str:
+    """JSON text of a user payload (or of what `what` names: a result), or
+    SerializationError (a ValueError) naming what is wrong with it."""
     try:
         text = dumps(payload)
     except RecursionError:
-        raise ValueError("payload is nested too deeply (or contains itself)") from None
+        raise SerializationError(f"{what} is nested too deeply (or contains itself)"
+                                 ) from None
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"payload is not JSON: {exc}") from None
+        raise SerializationError(f"{what} is not JSON: {exc}") from None
     if len(text) > MAX_PAYLOAD_BYTES:
-        raise ValueError(f"payload is {len(text)} bytes of JSON; the limit is "
-                         f"{MAX_PAYLOAD_BYTES}")
+        raise SerializationError(f"{what} is {len(text)} bytes of JSON; the limit is "
+                                 f"{MAX_PAYLOAD_BYTES}")
     if _too_deep(text):
-        raise ValueError(f"payload nests more than {MAX_DEPTH} levels deep")
+        raise SerializationError(f"{what} nests more than {MAX_DEPTH} levels deep")
     return text
 
 
 def encode_payloads(payloads: Sequence[Any]) -> list[str]:
-    """encode_payload of each payload; a ValueError names the first bad one, by
-    its index, as "payload INDEX: what is wrong"."""
+    """encode_payload of each payload; a SerializationError names the first bad one,
+    by its index, as "payload INDEX: what is wrong"."""
     texts: list[str] = []
     if _c_encoder is not None:  # the usual case, enqueue_many's: one tight loop
         encode, join, append = _c_encoder, "".join, texts.append
@@ -139,8 +144,8 @@ def encode_payloads(payloads: Sequence[Any]) -> list[str]:
     for index, payload in enumerate(payloads):  # one at a time, to name the first bad one
         try:
             texts.append(encode_payload(payload))
-        except ValueError as exc:
-            raise ValueError(f"payload {index}: {exc}") from None
+        except SerializationError as exc:
+            raise SerializationError(f"payload {index}: {exc}") from None
     return texts
 
 

@@ -47,6 +47,19 @@ class NotLeasedError(NobrokerError):
         self.job_id = job_id
         self.reason = reason
 
+    @classmethod
+    def unless_held(cls, job_id: str, state: str | None, lease: int | None,
+                    token: int | None) -> None:
+        """Raise, saying why, unless `token` is the current lease of the job, which is
+        in `state` (None: no longer in the queue) under the lease `lease`; so that
+        every backend refuses a stale holder in the same words."""
+        if state is None:
+            raise cls(job_id, "it is no longer in the queue")
+        if state != "leased":
+            raise cls(job_id, f"it is {state}")
+        if token is None or lease != token:
+            raise cls(job_id, f"lease {token} was superseded by lease {lease}")
+
 
 class JobNotFoundError(NobrokerError):
     """No job with this id is in the queue (never enqueued, purged, or done and forgotten)."""

@@ -3,31 +3,29 @@
 It checks every argument (validation.py), encodes payloads as JSON text
 (codec.py), holds the clock and the random source it hands to its backend,
 and forwards each call to the backend as one queue operation (backend.py).
-Nothing here knows how jobs are stored: a directory opens the file log
-(nobroker.file), a postgresql:// URL the PostgreSQL backend (nobroker.postgres,
-imported only then). `Queue.from_backend` puts a Queue over a backend built
-by hand, for tests and tools.
+Nothing here knows how jobs are stored, nor imports a backend: opener.py
+opens the one the location names (a directory, a postgresql:// URL,
+memory://NAME), importing it only then. `Queue.from_backend` puts a Queue
+over a backend built by hand, for tests and tools.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
-from types import ModuleType
 from typing import Any
 
 from . import validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads
-from .errors import NobrokerError, SerializationError, TaskFailed, TaskLockedError
-from .file.backend import FileBackend, FileOptions
+from .errors import TaskFailed, TaskLockedError
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from .opener import open_backend
 
 __all__ = ["Queue", "POSTGRES_SCHEMES"]
 
@@ -36,8 +34,8 @@ _AWAIT_SLICE = 1.0  # aresult waits in a worker thread at most this long per cal
 
 
 class Queue:
-    """A durable job queue: `path` is a directory (the queue is its `NAME.*` files)
-    or a PostgreSQL URL (postgresql://...).
+    """A durable job queue: `path` is a directory (the queue is its `NAME.*` files),
+    a PostgreSQL URL (postgresql://...), or memory://SET (this process only).
 
     Safe to share between threads, and to open from many processes at once.
     Do not carry a Queue object across `fork()`; it reopens itself if you do.
@@ -69,22 +67,18 @@ class Queue:
             rng=rng if rng is not None else random.Random())
         if auto_compact is not None:
             validation.fraction("auto_compact", auto_compact)
-        location = os.fspath(path)
-        if location.startswith(POSTGRES_SCHEMES):
-            backend = _open_postgres(location, name, settings)
-        else:
-            backend = FileBackend(location, name, settings, FileOptions(
-                auto_compact=auto_compact, allow_network_fs=bool(allow_network_fs)))
-        self._attach(backend)
-        self.auto_compact = auto_compact
+        self._attach(open_backend(path, name, settings, auto_compact=auto_compact,
+                                  allow_network_fs=bool(allow_network_fs)))
+        # The argument as given; a directory's backend acts on it.
+        self.auto_compact: float | None = auto_compact
 
     @classmethod
     def from_backend(cls, backend: Backend) -> Queue:
         """A Queue over an opened backend (for example a FileBackend built with
-        FileOptions by a test); its settings are the backend's."""
+        FileOptions by a test); its settings (and options) are the backend's."""
         queue = cls.__new__(cls)
         queue._attach(backend)
-        queue.auto_compact = getattr(getattr(backend, "options", None), "auto_compact", None)
+        queue.auto_compact = None  # no argument given: the backend's options decide
         return queue
 
     def _attach(self, backend: Backend) -> None:
@@ -127,13 +121,6 @@ class Queue:
                 self.max_attempts if max_attempts is None
                 else validation.integer("max_attempts", max_attempts, 1, limit))
 
-    @staticmethod
-    def _encode(payload: Any) -> str:
-        try:
-            return encode_payload(payload)
-        except ValueError as exc:
-            raise SerializationError(str(exc)) from None
-
     def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
                 max_attempts: int | None = None, job_id: str | None = None) -> Job:
         """Add a job; durable when this returns.
@@ -143,7 +130,7 @@ class Queue:
         dead, or done less than `key_retention` seconds ago) writes nothing
         and returns the existing job.
         """
-        text = self._encode(payload)
+        text = encode_payload(payload)
         priority, delay, attempts = self._options(priority, delay, max_attempts)
         key = validation.job_id(job_id) if job_id is not None else None
         return self._backend.enqueue(text, payload, priority=priority, delay=delay,
@@ -154,10 +141,7 @@ class Queue:
         """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
         items = list(payloads)
         prio, wait, attempts = self._options(priority, delay, max_attempts)
-        try:
-            texts = encode_payloads(items)
-        except ValueError as exc:
-            raise SerializationError(str(exc)) from None
+        texts = encode_payloads(items)
         if not items:
             return []
         return self._backend.enqueue_many(texts, items, priority=prio, delay=wait,
@@ -188,13 +172,7 @@ class Queue:
                                                                  minimum=0)
         if result is _MISSING:
             return None, ttl
-        try:
-            return encode_payload(result), ttl
-        except ValueError as exc:  # the codec names a payload: this one is a result
-            message = str(exc)
-            if message.startswith("payload "):
-                message = "result " + message[len("payload "):]
-            raise SerializationError(message) from None
+        return encode_payload(result, "result"), ttl
 
     def ack(self, job: Job, *, result: Any = _MISSING, result_ttl: float | None = None) -> None:
         """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current.
@@ -362,15 +340,14 @@ class Queue:
         return self.list_jobs(JobState.DEAD, limit=limit)
 
     def compact(self) -> CompactionResult:
-        """Rewrite the live jobs into a new storage generation and switch to it atomically.
+        """Drop what storage no longer needs, on every backend; returns what it did.
 
-        For the file log, the new generation is written without holding the
-        queue's lock, so other handles and processes keep working; only the
-        switch at the end locks. A backend without compaction refuses.
+        The file log rewrites the live jobs into a new generation and switches
+        to it atomically, written without holding the queue's lock, so other
+        handles and processes keep working; only the switch at the end locks.
+        PostgreSQL and memory:// drop the finished jobs and keys whose
+        retention is over (generations stay 0).
         """
-        if not self.capabilities.compaction:
-            raise NobrokerError(f"queue {self.name!r} at {self.directory}: this backend "
-                                f"does not compact")
         return self._backend.compact()
 
     # -- tasks (the layer above: nobroker.tasks, imported only when used) ----
@@ -419,21 +396,3 @@ def _outcome(job: Job) -> Any:
     if job.state is not JobState.DONE:
         raise TaskFailed(job.id, str(job.state), job.last_error)
     return job.result
-
-
-def postgres_backend() -> ModuleType:
-    """`nobroker.postgres`, imported on first use; without its driver, an error
-    that names the pip extra."""
-    try:
-        return importlib.import_module("nobroker.postgres")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("nobroker.postgres", "psycopg"):
-            raise
-        raise NobrokerError('a postgresql:// queue needs the PostgreSQL backend: '
-                            'pip install "nobroker[postgres]"') from None
-
-
-def _open_postgres(url: str, name: str, settings: Settings) -> Backend:
-    """The PostgreSQL backend, imported only when a postgres URL is used."""
-    backend: Backend = postgres_backend().open_backend(url, name, settings)
-    return backend

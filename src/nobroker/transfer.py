@@ -9,24 +9,28 @@ Idempotent: a job whose id the target already holds is skipped, so a second
 run copies nothing twice; the counts say what happened. Run it with the
 workers of both queues stopped, or jobs may move while it reads.
 
-Directory -> PostgreSQL copies everything above. PostgreSQL -> directory
-goes through the public Queue API (a keyed enqueue per job), which cannot
-set attempts or errors or create a dead job: pending jobs are copied with a
-fresh attempt count, dead jobs are counted as not copied.
+How, the backends' capabilities decide (backend.py). A source that exports
+(`JobExport`: each job with whether its id is a caller's key) into a target
+that imports (`JobImport`) copies everything above: a directory into
+PostgreSQL, for one. Otherwise the copy goes through the ordinary enqueue (a
+keyed enqueue per job), which cannot set attempts or errors or create a dead
+job: pending jobs are copied with a fresh attempt count, dead jobs are
+counted as not copied.
 """
 
 from __future__ import annotations
 
-import re
-import time
 from dataclasses import dataclass
+from typing import cast
 
-from .backend import Settings, is_postgres_url
-from .models import JobState
+from .backend import Backend, JobExport, JobImport, Settings
+from .codec import encode_payload
+from .errors import JobNotFoundError
+from .models import Job, JobState
+from .opener import open_backend
 
 __all__ = ["TransferReport", "transfer"]
 
-_GENERATED = re.compile(r"0000[0-9a-f]{12}")  # the file engine's own ids: not user keys
 _BATCH = 1000
 
 
@@ -45,60 +49,54 @@ class TransferReport:
 
 
 def transfer(source: str, target: str, name: str) -> TransferReport:
-    if is_postgres_url(source) == is_postgres_url(target):
-        raise ValueError("migrate copies between a directory and a PostgreSQL URL "
-                         "(one of --from/--to must be each)")
-    if is_postgres_url(target):
-        return _to_postgres(source, target, name)
-    return _to_directory(source, target, name)
+    """Copy queue `name` from the location `source` to `target` (see the module doc)."""
+    reader = open_backend(source, name, Settings(readonly=True))
+    try:
+        keyed_jobs = (cast(JobExport, reader).export_jobs() if reader.capabilities.exports
+                      else None)
+        jobs = reader.list_jobs(None, None) if keyed_jobs is None else []
+    finally:
+        reader.close()
+    writer = open_backend(target, name, Settings())
+    try:
+        if keyed_jobs is not None and writer.capabilities.imports:
+            return _imported(cast(JobImport, writer), keyed_jobs)
+        if keyed_jobs is not None:
+            jobs = [job for job, _ in keyed_jobs]
+        return _enqueued(writer, jobs)
+    finally:
+        writer.close()
 
 
-def _to_postgres(directory: str, url: str, name: str) -> TransferReport:
-    from .queue import Queue, postgres_backend
-
-    open_backend = postgres_backend().open_backend
-
-    with Queue(directory, name, readonly=True) as source:
-        jobs = source.list_jobs()
-    backend = open_backend(url, name, Settings())
+def _imported(target: JobImport, keyed_jobs: list[tuple[Job, bool]]) -> TransferReport:
+    """Every job as it was, through the target's import_jobs."""
     copied: dict[str, int] = {}
-    try:
-        for start in range(0, len(jobs), _BATCH):
-            batch = jobs[start:start + _BATCH]
-            for state in backend.import_jobs(batch, [not _GENERATED.fullmatch(j.id)
-                                                     for j in batch]):
-                copied[str(state)] = copied.get(str(state), 0) + 1
-    finally:
-        backend.close()
-    return TransferReport(copied, len(jobs) - sum(copied.values()), {})
+    for start in range(0, len(keyed_jobs), _BATCH):
+        batch = keyed_jobs[start:start + _BATCH]
+        for state in target.import_jobs([job for job, _ in batch],
+                                        [keyed for _, keyed in batch]):
+            copied[str(state)] = copied.get(str(state), 0) + 1
+    return TransferReport(copied, len(keyed_jobs) - sum(copied.values()), {})
 
 
-def _to_directory(url: str, directory: str, name: str) -> TransferReport:
-    from .queue import Queue, postgres_backend
-
-    open_backend = postgres_backend().open_backend
-
-    backend = open_backend(url, name, Settings(readonly=True))
-    try:
-        jobs = backend.list_jobs(None, None)
-    finally:
-        backend.close()
+def _enqueued(target: Backend, jobs: list[Job]) -> TransferReport:
+    """The pending and leased jobs, each enqueued under its id; the dead counted."""
+    assert target.settings.clock is not None  # a backend keeps Settings.filled()
     copied: dict[str, int] = {}
     skipped = 0
     dead = 0
-    with Queue(directory, name) as target:
-        for job in jobs:
-            if job.state is JobState.DEAD:
-                dead += 1
-                continue
-            try:
-                target.get(job.id)
-                skipped += 1
-                continue
-            except Exception:
-                pass
-            target.enqueue(job.payload, job_id=job.id, priority=job.priority,
-                           max_attempts=job.max_attempts,
-                           delay=max(0.0, job.available_at - time.time()))
-            copied["pending"] = copied.get("pending", 0) + 1
+    for job in jobs:
+        if job.state is JobState.DEAD:
+            dead += 1
+            continue
+        try:
+            target.get(job.id)
+            skipped += 1
+            continue
+        except JobNotFoundError:
+            pass
+        target.enqueue(encode_payload(job.payload), job.payload, job_id=job.id,
+                       priority=job.priority, max_attempts=job.max_attempts,
+                       delay=max(0.0, job.available_at - target.settings.clock()))
+        copied["pending"] = copied.get("pending", 0) + 1
     return TransferReport(copied, skipped, {"dead": dead} if dead else {})

@@ -24,11 +24,11 @@ import unittest
 from pathlib import Path
 from typing import Any, ClassVar
 
-from support import REPO, SRC, TempDirTestCase
+from harness.support import REPO, SRC, TempDirTestCase
 
 from nobroker import Queue
 
-BUILD_PYZ = REPO / "tools" / "build_pyz.py"
+BUILD_PYZ = REPO / "tools" / "build" / "pyz.py"
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -110,6 +110,12 @@ class ModuleCliTest(CliCase):
         env = base_env()
         env["PYTHONPATH"] = str(SRC)
         return env
+
+    def test_a_memory_location_is_refused_in_one_line(self) -> None:
+        for words in (["stats"], ["enqueue", "{}"]):
+            self.fails(1, *words, "--dir", "memory://jobs", dir=False,
+                       mentions="a memory:// queue lives inside one process")
+        self.assertFalse((self.home / "memory:").exists(), "no directory was made for it")
 
     def test_postgres_commands_without_the_driver_name_the_extra(self) -> None:
         # A psycopg that cannot be imported, first on the path, whether or not the

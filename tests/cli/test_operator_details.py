@@ -16,7 +16,7 @@ import subprocess
 import sys
 import unittest
 
-from support import TempDirTestCase, child_env
+from harness.support import TempDirTestCase, child_env
 
 from nobroker import BackoffPolicy, Job, Queue, Worker
 from nobroker.cli import UsageError, load_handler

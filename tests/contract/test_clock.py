@@ -44,7 +44,7 @@ import random
 import unittest
 from dataclasses import dataclass, field
 
-from support import FakeClock, TempDirTestCase
+from harness.support import FakeClock, TempDirTestCase
 
 import nobroker
 from nobroker import BackoffPolicy, JobState, NotLeasedError

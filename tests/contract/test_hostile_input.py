@@ -34,7 +34,7 @@ import unittest
 from collections.abc import Callable
 from typing import Any
 
-from support import SRC, TempDirTestCase, slow
+from harness.support import SRC, TempDirTestCase, slow
 
 import nobroker
 from nobroker import NotLeasedError, SerializationError

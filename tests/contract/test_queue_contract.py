@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from support import FakeClock, TempDirTestCase
+from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import (
     BackoffPolicy,
@@ -84,11 +84,6 @@ class QueueContract:
                 t.assertTrue(fresh.recovery.clean, fresh.recovery.describe())
             t.assertEqual((fresh.stats(), fresh.list_jobs()), memory,
                           "reopening the queue does not give the state in memory")
-
-    def compact_if_able(self, queue: Queue) -> None:
-        """Compact where the backend compacts: the claims around it hold either way."""
-        if queue.capabilities.compaction:
-            queue.compact()
 
     def storage_marker(self, queue: Queue) -> object:
         """A value that changes whenever `queue` writes anything (None where the
@@ -517,7 +512,6 @@ class QueueContract:
                                                                                    ) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q, clock = self.clocked(key_retention=100)
-        self.needs(q, "compaction")
         q.enqueue("x", job_id="k")
         q.ack(q.lease()[0])
         done_at = clock.now
@@ -545,7 +539,6 @@ class QueueContract:
     def test_compaction_after_key_retention_forgets_the_key(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q, clock = self.clocked(key_retention=100)
-        self.needs(q, "compaction")
         q.enqueue("x", job_id="k")
         q.ack(q.lease()[0])
         clock.advance(101)
@@ -784,9 +777,8 @@ class QueueContract:
                  lambda: q.ack_and_lease(leased), lambda: q.nack(leased),
                  lambda: q.extend(leased, 5), lambda: q.get(leased.id), q.stats, q.list_jobs,
                  q.dlq, q.requeue_dead, q.purge, lambda: q.cancel(leased.id),
-                 q.pause, q.resume, q.delete_dead, lambda: q.result(leased.id, 0)]
-        if q.capabilities.compaction:
-            calls.append(q.compact)
+                 q.pause, q.resume, q.delete_dead, lambda: q.result(leased.id, 0),
+                 q.compact]
         for call in calls:
             with t.subTest(call=getattr(call, "__name__", call)):
                 t.assertRaises(QueueClosedError, call)
@@ -875,13 +867,13 @@ class QueueContract:
         q.ack(first, result="kept 100 s")
         q.ack(second, result="kept 500 s", result_ttl=500.0)
         clock.advance(99)
-        self.compact_if_able(q)
+        q.compact()  # every backend compacts (what that means is its own)
         t.assertEqual(q.result(a.id), "kept 100 s")
         clock.advance(2)
         q.enqueue("any write forgets what is due")
         t.assertRaises(JobNotFoundError, q.get, a.id)
         t.assertEqual(q.result(b.id), "kept 500 s")
-        self.compact_if_able(q)
+        q.compact()
         t.assertEqual(q.result(b.id), "kept 500 s")
         clock.advance(400)
         q.enqueue("again")
@@ -1008,7 +1000,7 @@ class QueueContract:
         t.assertEqual(q.lease(5), [])
         t.assertIsNone(q.lease_one())
         t.assertFalse(q.wait(0.05), "a paused queue has nothing ready")
-        self.compact_if_able(q)
+        q.compact()
         t.assertTrue(q.stats().paused, "pause survives compaction")
         q.resume()
         t.assertFalse(q.stats().paused)
@@ -1123,6 +1115,14 @@ class FileQueueContractTest(QueueContract, TempDirTestCase):
 
     def make_queue(self, **kwargs: Any) -> Queue:
         return Queue(self.tmp / "q", **kwargs)
+
+
+class MemoryQueueContractTest(QueueContract, unittest.TestCase):
+    """The contract on the in-memory queue: a set of its own per test (memory://ID).
+    "Reopening" opens another handle on the same queue, as a directory's would."""
+
+    def make_queue(self, **kwargs: Any) -> Queue:
+        return Queue(f"memory://{self.id()}", **kwargs)
 
 
 if __name__ == "__main__":

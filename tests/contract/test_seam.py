@@ -3,7 +3,9 @@
 What the facade promises whatever stores the jobs: a postgres URL never
 silently falls back to files, the Queue's clock and rng decide every time
 and random choice, and a hand-built backend (with its own options) can sit
-under a Queue. The file backend is the one at hand.
+under a Queue. open_backend (opener.py) imports only the backend a location
+names, and every backend has every operation of the protocol, and the
+protocol of every capability it claims.
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import random
+import subprocess
+import sys
+import tempfile
 import unittest
 
-from support import FakeClock, TempDirTestCase
+from harness.support import FakeClock, TempDirTestCase, child_env
 
 from nobroker import BackoffPolicy, NobrokerError, Queue
-from nobroker.backend import Backend, Settings
+from nobroker.backend import Backend, JobExport, JobImport, QueueListing, Settings
 from nobroker.file.backend import FileBackend, FileOptions
+from nobroker.memory import MemoryBackend
 
 
 class PostgresUrlTest(TempDirTestCase):
@@ -44,12 +50,63 @@ class FromBackendTest(TempDirTestCase):
         with Queue(self.tmp / "q", "jobs") as again:
             self.assertEqual(again.stats().pending, 1)
 
-    def test_the_file_backend_has_every_operation_of_the_protocol(self) -> None:
-        wanted = {name for name, member in inspect.getmembers(Backend)
-                  if inspect.isfunction(member) and not name.startswith("_")}
-        self.assertGreater(len(wanted), 10)
-        missing = {name for name in wanted if not callable(getattr(FileBackend, name, None))}
-        self.assertEqual(missing, set())
+
+def operations(protocol: type) -> set[str]:
+    return {name for name, member in inspect.getmembers(protocol)
+            if inspect.isfunction(member) and not name.startswith("_")}
+
+
+def backend_classes() -> list[type]:
+    classes: list[type] = [FileBackend, MemoryBackend]
+    if importlib.util.find_spec("psycopg") is not None:
+        from nobroker.postgres import PostgresBackend
+        classes.append(PostgresBackend)
+    return classes
+
+
+# The protocol of each capability that adds operations.
+CAPABILITY_PROTOCOLS: dict[str, type] = {"listing": QueueListing, "imports": JobImport,
+                                         "exports": JobExport}
+
+
+class ProtocolTest(unittest.TestCase):
+
+    def test_every_backend_has_every_operation_of_the_protocol(self) -> None:
+        self.assertGreater(len(operations(Backend)), 10)
+        for cls in backend_classes():
+            with self.subTest(backend=cls.__name__):
+                missing = {name for name in operations(Backend)
+                           if not callable(getattr(cls, name, None))}
+                self.assertEqual(missing, set())
+
+    def test_a_backend_has_the_operations_of_each_capability_it_claims(self) -> None:
+        for cls in backend_classes():
+            claimed = cls.capabilities if hasattr(cls, "capabilities") else None
+            if claimed is None:  # FileBackend sets it per instance: its module's
+                claimed = importlib.import_module(cls.__module__).CAPABILITIES
+            for flag, protocol in CAPABILITY_PROTOCOLS.items():
+                with self.subTest(backend=cls.__name__, capability=flag):
+                    has = all(callable(getattr(cls, name, None))
+                              for name in operations(protocol))
+                    if getattr(claimed, flag):
+                        self.assertTrue(has, f"claims {flag} without its operations")
+
+
+class LazyImportTest(unittest.TestCase):
+    def imported_after(self, location: str) -> set[str]:
+        """The backend packages a fresh interpreter has imported after opening `location`."""
+        code = ("import sys, nobroker\n"
+                f"nobroker.Queue({location!r}).close()\n"
+                "print(' '.join(sorted(m for m in ('nobroker.file', 'nobroker.postgres', "
+                "'nobroker.memory', 'psycopg') if m in sys.modules)))\n")
+        done = subprocess.run([sys.executable, "-c", code], env=child_env(), check=True,
+                              capture_output=True, text=True, timeout=60)
+        return set(done.stdout.split())
+
+    def test_open_backend_imports_only_the_backend_the_location_names(self) -> None:
+        self.assertEqual(self.imported_after("memory://lazy"), {"nobroker.memory"})
+        with tempfile.TemporaryDirectory() as directory:
+            self.assertEqual(self.imported_after(directory), {"nobroker.file"})
 
 
 class InjectedRandomnessTest(TempDirTestCase):

@@ -20,7 +20,7 @@ import unittest
 from collections.abc import Callable
 from pathlib import Path
 
-from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
+from harness.support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
 
 from nobroker import CorruptLogError, Job, NobrokerError, Queue
 from nobroker.file.inspection import read_records

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import unittest
 
-import support  # noqa: F401  (puts src/ on sys.path)
+import harness.support  # noqa: F401  (puts src/ on sys.path)
 
 from nobroker.codec import dumps
 from nobroker.file.state.commands import Batch

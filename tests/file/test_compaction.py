@@ -14,7 +14,7 @@ import json
 import threading
 from typing import Any
 
-from support import TempDirTestCase, file_queue, spawn_python, store_of
+from harness.support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import CorruptLogError, Queue
 from nobroker.file.disk.fs import FileSystem

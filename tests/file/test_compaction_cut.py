@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from support import FakeClock, TempDirTestCase, file_queue, store_of
+from harness.support import FakeClock, TempDirTestCase, file_queue, store_of
 
 from nobroker import Queue, QueueClosedError
 from nobroker.file.disk.fs import FileSystem

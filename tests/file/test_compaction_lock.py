@@ -18,7 +18,7 @@ import unittest
 from pathlib import Path
 from typing import Any
 
-from support import TempDirTestCase, file_queue, spawn_python, store_of
+from harness.support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import LockTimeoutError, Queue
 from nobroker.file.disk.fs import FileSystem

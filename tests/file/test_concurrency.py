@@ -18,7 +18,7 @@ import unittest
 from collections import Counter
 from collections.abc import Callable
 
-from support import TempDirTestCase, spawn_python, store_of
+from harness.support import TempDirTestCase, spawn_python, store_of
 
 from nobroker import BackoffPolicy, JobNotFoundError, LockTimeoutError, NotLeasedError, Queue
 

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from support import (
+from harness.support import (
     FakeClock,
     TempDirTestCase,
     file_queue,

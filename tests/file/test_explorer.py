@@ -1,4 +1,4 @@
-"""The crash-state explorer (tests/explorer.py) and, through it, nobroker's crash safety.
+"""The crash-state explorer (tests/harness/explorer/) and, through it, nobroker's crash safety.
 
 Three layers of tests:
 
@@ -14,7 +14,7 @@ Three layers of tests:
 - the regression corpus (tests/crash_corpus): every state (or trace) that ever
   failed still recovers as expected.
 
-The bounded runs here fit the suite's budget; `@slow` ones and tools/torture.py
+The bounded runs here fit the suite's budget; `@slow` ones and tools/torture/run.py
 (`explorer.explore(..., bounds=Bounds.torture())`) go further. Each test prints
 the explorer's figures (states explored, unique, violations) to stdout.
 """
@@ -29,9 +29,9 @@ import tempfile
 import time
 import unittest
 
-import explorer
-from explorer import SECTOR, Bounds, Driver, Event, crash_states, explore, record
-from support import REPO, TempDirTestCase, slow
+from harness import explorer
+from harness.explorer import SECTOR, Bounds, Driver, Event, crash_states, explore, record
+from harness.support import REPO, TempDirTestCase, slow
 
 CORPUS = str(REPO / "tests" / "crash_corpus")
 PROFILES = ("process", "ext4ish", "weak", "windows")

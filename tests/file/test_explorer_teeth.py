@@ -51,9 +51,9 @@ from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
-import explorer
-import support  # noqa: F401
-from explorer import Bounds, RecordingFS, explore
+import harness.support  # noqa: F401
+from harness import explorer
+from harness.explorer import Bounds, RecordingFS, explore
 
 import nobroker.file.generations.current as current
 import nobroker.file.log.framing as framing

@@ -17,7 +17,7 @@ import random
 import unittest
 from typing import Any
 
-import support  # noqa: F401  (puts src/ on sys.path)
+import harness.support  # noqa: F401  (puts src/ on sys.path)
 
 from file.test_state import RT, Log, lease, random_history
 from nobroker.file.log.records import Record

@@ -9,7 +9,7 @@ import unittest
 import zlib
 from collections.abc import Callable
 
-import support  # noqa: F401  (puts src/ on sys.path)
+import harness.support  # noqa: F401  (puts src/ on sys.path)
 
 from nobroker import codec
 from nobroker.file.log import framing, records

@@ -17,7 +17,7 @@ import time
 import tracemalloc
 import unittest
 
-from support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
+from harness.support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
 from nobroker import JobState, Queue
 from nobroker.file.disk.finished import finish_directory

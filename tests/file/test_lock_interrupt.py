@@ -26,7 +26,7 @@ import unittest
 from collections.abc import Callable
 from unittest import mock
 
-from support import TempDirTestCase, spawn_python, wait_until
+from harness.support import TempDirTestCase, spawn_python, wait_until
 
 from file.test_lock_wait import HOLDER, TAKER
 from nobroker.file.disk import lock as lock_module

@@ -16,7 +16,7 @@ import sys
 import threading
 import unittest
 
-from support import TempDirTestCase, spawn_python, wait_until
+from harness.support import TempDirTestCase, spawn_python, wait_until
 
 from nobroker import LockTimeoutError
 from nobroker.file.disk.fs import OS

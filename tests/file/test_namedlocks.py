@@ -13,7 +13,7 @@ import os
 import stat
 import unittest
 
-from support import TempDirTestCase
+from harness.support import TempDirTestCase
 
 from nobroker import Queue, StorageError, TaskLockedError
 from nobroker.file.disk.namedlocks import lock_path

@@ -13,7 +13,7 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
+from harness.support import FakeClock, TempDirTestCase, file_queue, store_of, tree_digest
 
 from nobroker import CorruptLogError, Job, JobState, NobrokerError, Queue
 from nobroker.file.disk.fs import FileSystem

@@ -20,7 +20,7 @@ import time
 import unittest
 from pathlib import Path
 
-from support import SRC, TempDirTestCase, child_env, tree_digest
+from harness.support import SRC, TempDirTestCase, child_env, tree_digest
 
 from nobroker import Queue
 from nobroker.file.disk.fs import FileSystem
@@ -34,6 +34,7 @@ AS_READER = textwrap.dedent(f"""
     import contextlib, io, os, sys
     sys.path.insert(0, {str(SRC)!r})
     from nobroker.cli import main
+    import nobroker.file.backend  # noqa: F401  (the Queue imports its backend lazily)
     with contextlib.redirect_stdout(io.StringIO()):
         main(["stats", "--help"])
     import locale, encodings.idna  # noqa: F401

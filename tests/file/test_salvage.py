@@ -25,8 +25,8 @@ import textwrap
 import unittest
 from pathlib import Path
 
-from explorer import Bounds, RecordingFS, crash_states
-from support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
+from harness.explorer import Bounds, RecordingFS, crash_states
+from harness.support import FakeClock, TempDirTestCase, child_env, store_of, tree_digest
 
 from file.test_fuzz import (
     CURRENT,
@@ -329,7 +329,7 @@ class SalvageBehaviourTest(TempDirTestCase):
 
     def test_a_salvage_cut_short_by_a_power_cut_leaves_the_old_or_the_new_state(
             self) -> None:
-        # The explorer's disk models (tests/explorer.py): every file operation of one
+        # The explorer's disk models (tests/harness/explorer/): every file operation of one
         # salvage recorded, and after each the states a crash may leave on the disk.
         directory, path = self.build()
         self.damage(path, 20)

@@ -30,7 +30,7 @@ import unittest
 from typing import Any
 from unittest import mock
 
-from support import TempDirTestCase, file_queue, spawn_python, store_of
+from harness.support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from file.test_crash import Child
 from nobroker import Queue, StorageError

@@ -1,6 +1,6 @@
 """A short kill -9 soak in the normal suite, and proof that its audit has teeth.
 
-tests/soak.py holds the machinery and its theory; tools/torture.py runs the
+tests/harness/soak/ holds the machinery and its theory; tools/torture/run.py runs the
 long soaks. Here: about ten seconds of two producers, two workers and a
 compactor on one queue with a process `kill -9`ed every second or so, then
 the Jepsen-style audit (lost, double-acked, resurrected, unexpected, lease
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import unittest
 
-import soak
-from support import TempDirTestCase
+from harness import soak
+from harness.support import TempDirTestCase
 
 import nobroker
 

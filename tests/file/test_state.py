@@ -15,8 +15,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-import support  # noqa: F401  (puts src/ on sys.path)
-from support import REPO
+import harness.support  # noqa: F401  (puts src/ on sys.path)
+from harness.support import REPO
 
 from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType, dumps, loads

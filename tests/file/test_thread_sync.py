@@ -24,7 +24,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
+from harness.support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
 from file.test_shared_sync import AUDITED_FS, audit_problems, start_together
 from nobroker import Queue

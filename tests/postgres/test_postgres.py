@@ -9,13 +9,15 @@ its jobs and counters must equal what the test's handle sees.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import unittest
 from typing import Any
 
 from contract.test_queue_contract import QueueContract
-from pg_support import (
+from harness.postgres import (
+    HAVE_DRIVER,
     URL,
     drop_schema,
     fresh_schema_url,
@@ -23,7 +25,7 @@ from pg_support import (
     needs_postgres,
     open_queue,
 )
-from support import FakeClock, wait_until
+from harness.support import FakeClock, wait_until
 
 from nobroker import JobNotFoundError, JobState, NotLeasedError, TaskLockedError
 from nobroker.errors import ConnectionLostError, NobrokerError
@@ -98,7 +100,7 @@ class PostgresQueueContractTest(QueueContract, _Schema):
         except NobrokerError:
             return  # the test closed it: nothing to compare
         self.assertEqual(_counted(queue), _truth(queue),
-                         "the counters differ from the rows (statements._counted)")
+                         "the counters differ from the rows (sql/parts/counted.sql)")
         floor = queue.backend.session.floor  # the handle's latest injected time
         with open_queue(self.url, "q",
                         clock=FakeClock(floor if floor > 0 else time.time())) as fresh:
@@ -228,7 +230,7 @@ class PostgresBackendTest(_Schema):
         clock = FakeClock(1000.0)
         q = self.open(clock=clock, visibility_timeout=10)
         pid = q.backend._link.run("test", lambda conn: conn.info.backend_pid)
-        q.backend._last_sweep = math.inf  # no sweep after a lease: the lease stays last
+        q.backend._sweeper._last = math.inf  # no sweep after a lease: the lease stays last
         other = self.open()
 
         def last_lease() -> str:
@@ -251,15 +253,64 @@ class PostgresBackendTest(_Schema):
         self.assertEqual(sorted(j.payload for j in lease()), ["first", "later"])
         self.assertIn("expired AS", last_lease())
 
-    def test_every_statement_is_short_enough_for_psycopg_to_cache(self) -> None:
-        from nobroker.postgres.statements import MAX_STATEMENT
+    def test_compact_deletes_expired_finished_rows_and_says_what_is_left(self) -> None:
+        """Compaction on PostgreSQL (sweeping.py): every finished row past its
+        retention deleted; no generations, no bytes."""
+        clock = FakeClock(1_000_000.0)
+        q = self.open(clock=clock, key_retention=60)
+        q.enqueue("keyed", job_id="key")
+        q.enqueue_many(["a", "b"])
+        q.enqueue("live")
+        for job in q.lease(3):  # the keyed one, a and b: acked, a and b expire at once
+            q.ack(job)
+        jobs = f'"{q.backend.target.schema}".jobs'
+        self.assertEqual(_rows_of(q, jobs), 4, "the acked rows were swept before compact()")
+        result = q.backend.compact()
+        self.assertEqual((result.old_generation, result.new_generation, result.bytes_before,
+                          result.bytes_after, result.live_jobs, result.remembered_keys),
+                         (0, 0, 0, 0, 1, 1))
+        self.assertGreaterEqual(result.seconds, 0.0)
+        self.assertEqual(_rows_of(q, jobs), 2, "the expired rows are still there")
+        self.assertEqual(q.enqueue("again", job_id="key").state, JobState.DONE,
+                         "a key still retained was forgotten")
+        clock.advance(61)
+        self.assertEqual(q.backend.compact().remembered_keys, 0)
+        self.assertEqual(_rows_of(q, jobs), 1)
+        self.assertEqual(q.backend.compact().live_jobs, 1, "a second compaction changed rows")
+        self.assertEqual(_counted(q), _truth(q))
 
-        sql = self.open().backend._sql
-        lengths = {name: len(text) for name, text in vars(sql).items()
-                   if isinstance(text, bytes)}
-        self.assertGreater(len(lengths), 20)
-        self.assertEqual({name: n for name, n in lengths.items() if n > MAX_STATEMENT}, {},
-                         "psycopg would convert these anew on every call")
+    def test_an_expired_lease_waits_the_backoff_the_policy_gives(self) -> None:
+        """The reclaim computes BackoffPolicy.delay in SQL, the policy's numbers
+        bound (statements.backoff_params): the same delays, the cap included."""
+        from dataclasses import replace
+
+        from nobroker import BackoffPolicy
+
+        for policy in (BackoffPolicy(base=2, factor=3, max_delay=50, jitter=0),
+                       BackoffPolicy(base=1, factor=10, max_delay=1e300, jitter=0.5)):
+            clock = FakeClock(1_000_000.0)
+            q = self.open(f"q{policy.factor:g}", clock=clock, backoff=policy,
+                          visibility_timeout=1)  # a queue each: the other's job is waiting
+            job = q.enqueue("x", max_attempts=10)
+            for attempts in range(1, 6):
+                (leased,) = q.lease()
+                self.assertEqual(leased.attempts, attempts)
+                clock.advance(2)  # the lease expired
+                self.assertEqual(q.lease(), [], "a reclaimed job was leased at once")
+                waited = q.get(job.id).available_at - clock()
+                full = replace(policy, jitter=0).delay(attempts)  # before the jitter
+                self.assertLessEqual(waited, full * (1 + 1e-12), f"attempt {attempts}")
+                self.assertGreaterEqual(waited, full * (1 - policy.jitter) * (1 - 1e-12))
+                clock.advance(waited)
+
+    def test_compact_on_a_read_only_handle_refuses_and_deletes_nothing(self) -> None:
+        q = self.open(key_retention=0)
+        q.enqueue("x")
+        q.ack(q.lease()[0])  # an unkeyed job without a result: expired at once
+        reader = self.open(readonly=True)
+        with self.assertRaisesRegex(NobrokerError, "read-only"):
+            reader.backend.compact()
+        self.assertEqual(_rows_of(q, f'"{q.backend.target.schema}".jobs'), 1)
 
     def test_an_ack_that_waited_for_a_new_watch_notifies_it(self) -> None:
         """A waiter watches a leased job under a share lock on its row (wakeups._watch);
@@ -325,7 +376,7 @@ class PostgresBackendTest(_Schema):
         q.enqueue_many(["x"] * 300)
         self.assertEqual(len(q.lease(200)), 200)
         backend = q.backend
-        params = backend._params(n=1, vt=30.0)
+        params = backend._params(n=1, vt=30.0, **_backoff_of(backend))
         plans: list[Any] = []
 
         def explain(conn: Any) -> None:
@@ -358,7 +409,8 @@ class PostgresBackendTest(_Schema):
         def explain(conn: Any) -> None:
             with conn.transaction():
                 plans.append(conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " +
-                                          backend._sql.lease, backend._params(n=1, vt=30.0)
+                                          backend._sql.lease,
+                                          backend._params(n=1, vt=30.0, **_backoff_of(backend))
                                           ).fetchone()[0])
                 raise psycopg.Rollback
 
@@ -392,10 +444,13 @@ class PostgresBackendTest(_Schema):
         self.assertEqual(_counted(q), _truth(q))
 
     def test_a_backlog_of_due_jobs_is_made_ready_a_batch_per_lease(self) -> None:
-        from nobroker.postgres.statements import _DUE_BATCH
+        from nobroker.postgres.statements import Statements
 
         clock = FakeClock(1_000_000.0)
         q = self.open(clock=clock)
+        _DUE_BATCH = 100  # the LIMIT of `due` in sql/parts/candidates.sql
+        self.assertIn(b"ORDER BY j.available_at LIMIT 100 ",
+                      Statements.load(q.backend.target.schema).lease)
         jobs = [q.enqueue(i, priority=i % 7, delay=10 + i) for i in range(_DUE_BATCH + 50)]
         clock.advance(10 + len(jobs))  # every one due
         first = q.lease()[0]
@@ -439,10 +494,8 @@ class PostgresBackendTest(_Schema):
         target = parse(self.url)
         name = target.schema
         s = schema.quoted(name)
-        v1 = [*schema.migrate_sql(name, 0)[:2],  # the schema and its schema_version table
-              schema.MIGRATIONS[0].replace("{s}", s).replace("{literal}", f"'{name}'")]
         with psycopg.connect(target.conninfo, autocommit=True) as conn:
-            for step in v1:
+            for step in schema.migrate_sql(name, 0, 1):
                 conn.execute(step.encode())
             conn.execute(f"INSERT INTO {s}.schema_version VALUES (1)".encode())
             conn.execute(f"""INSERT INTO {s}.jobs (queue, id, seq, state, priority,
@@ -801,6 +854,112 @@ class PostgresMigrateTest(_Schema):
         there = transfer(self.url, back, "q")
         self.assertEqual((there.copied, there.not_copied), ({"pending": 3}, {"dead": 1}))
         self.assertEqual(transfer(self.url, back, "q").skipped, 3)
+
+
+# A released migration ran on databases as written: a change is a new file.
+RELEASED_MIGRATIONS = {
+    "0001_tables": "d39c43d9ad3d6bc43d71d1292512b388df123ae292a205d9fea18856d0f91989",
+    "0002_waiting_state": "61b2d19d73cde847279ca7cc26acb54542ab613cdd623827e2ec8117b51d1918",
+    "0003_counting_in_statements":
+        "d322762572b7c3bdb20b8d8a8582c4ef6a50ca50f276e257ca6d8aa851f8af7b",
+}
+
+
+@unittest.skipUnless(HAVE_DRIVER, "PostgreSQL SQL-file tests skipped: psycopg is not "
+                     "installed (nobroker.postgres imports it; run `python make.py test-postgres`)")
+class PostgresSqlFilesTest(unittest.TestCase):
+    """The SQL in sql/ (queries, parts, migrations): loaded, substituted, shipped.
+    No server needed."""
+
+    def test_every_query_is_short_enough_for_psycopg_to_cache(self) -> None:
+        from nobroker.postgres import sql
+        from nobroker.postgres.statements import Statements
+
+        # A schema name of 20 characters at most (the default is 8, the tests' 14); a
+        # longer one makes ack_and_lease longer than psycopg caches: slower, not wrong.
+        longest = "s" * 20
+        lengths = {name: len(sql.query(name, longest)) for name in sql.query_names()}
+        self.assertGreater(len(lengths), 30)
+        self.assertEqual({name: n for name, n in lengths.items() if n > sql.MAX_STATEMENT}, {},
+                         "psycopg would convert these anew on every call")
+        Statements.load(longest)  # every statement the backend names has its file
+
+    def test_only_the_known_placeholders_are_substituted(self) -> None:
+        from nobroker.postgres import sql
+
+        text = "SELECT {job_columns} -- {not_a_placeholder}\n  FROM {schema}.jobs AS j\n" \
+               "WHERE j.id ~ '^[0-9a-f]{12}$'"
+        rendered = sql.render(text, "my_set")
+        self.assertTrue(rendered.startswith(b"SELECT j.id, j.seq,"), rendered)
+        self.assertTrue(rendered.endswith(
+            b"""FROM "my_set".jobs AS j WHERE j.id ~ '^[0-9a-f]{12}$'"""), rendered)
+        self.assertNotIn(b"--", rendered)
+        for planted in ("SELECT {schemas}", "SELECT 1 FROM {schema}.x WHERE {nope}",
+                        "SELECT {job_column}"):
+            with self.subTest(planted=planted), self.assertRaisesRegex(ValueError,
+                                                                       "unknown placeholder"):
+                sql.render(planted, "my_set", "planted")
+
+    def test_a_schema_name_that_could_leave_its_quotes_is_refused(self) -> None:
+        from nobroker.postgres import sql
+
+        self.assertEqual(sql.quoted("queue_set_2"), '"queue_set_2"')
+        for bad in ('a"b', "A", "", "a;b", "a b", "s" * 64, "x'y"):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                sql.query("get", bad)
+
+    def test_a_released_migration_is_never_edited(self) -> None:
+        import hashlib
+        from importlib import resources
+
+        from nobroker.postgres import schema
+
+        folder = resources.files("nobroker.postgres.sql").joinpath("migrations")
+        found = {name: hashlib.sha256(folder.joinpath(f"{name}.sql").read_bytes()).hexdigest()
+                 for name in schema.MIGRATIONS}
+        for name, digest in RELEASED_MIGRATIONS.items():
+            self.assertEqual(found.get(name), digest, f"migrations/{name}.sql was edited")
+        self.assertEqual(schema.LATEST, len(schema.MIGRATIONS))
+        self.assertIn('nb_channel(kind text', schema.migrate_sql("a_set", 0, 1)[1])
+
+    def test_the_pyz_reads_every_query_and_migration_from_inside_the_archive(self) -> None:
+        import subprocess
+        import sys
+        import tempfile
+        from pathlib import Path
+
+        from nobroker.postgres import schema, sql
+
+        repo = Path(__file__).resolve().parents[2]
+        with tempfile.TemporaryDirectory() as tmp:
+            pyz = Path(tmp) / "nobroker.pyz"
+            built = subprocess.run([sys.executable, str(repo / "tools" / "build_pyz.py"),
+                                    "--output", str(pyz)], capture_output=True, text=True,
+                                   timeout=120, check=False)
+            self.assertEqual(built.returncode, 0, built.stderr)
+            script = (
+                "import sys\n"
+                f"sys.path.insert(0, {str(pyz)!r})\n"
+                "from nobroker.postgres import schema, sql\n"
+                f"assert sql.__file__.startswith({str(pyz)!r}), sql.__file__\n"
+                "queries = {n: sql.query(n, 's') for n in sql.query_names()}\n"
+                "steps = schema.migrate_sql('s', 0)\n"
+                "print(len(queries), len(steps), sum(map(len, queries.values())))\n")
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            ran = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                 text=True, timeout=120, check=False, cwd=tmp, env=env)
+        self.assertEqual(ran.returncode, 0, ran.stderr)
+        here = {n: sql.query(n, "s") for n in sql.query_names()}
+        self.assertEqual(ran.stdout.split(),
+                         [str(len(here)), str(len(schema.migrate_sql("s", 0))),
+                          str(sum(map(len, here.values())))])
+
+
+def _backoff_of(backend: Any) -> dict[str, Any]:
+    """The backoff values a leasing statement binds (it reclaims expired leases)."""
+    from nobroker.postgres.statements import backoff_params
+
+    return backoff_params(backend.settings.backoff)
 
 
 def _no_backoff() -> Any:

@@ -18,8 +18,8 @@ import uuid
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from pg_support import drop_schema, fresh_schema_url, needs_postgres, open_queue
-from support import wait_until
+from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
+from harness.support import wait_until
 
 from nobroker import JobNotFoundError, JobState
 
@@ -145,7 +145,7 @@ class SelectOnlyRoleTest(_Schema):
                                  b"WHERE rolname = current_user").fetchone()
         if not row[0]:
             self.skipTest("the test server's user may not create roles "
-                          "(tools/pg_cluster.py gives it CREATEROLE)")
+                          "(tools/postgres/cluster.py gives it CREATEROLE)")
         self.open().close()  # creates the schema as the owner
         role, password = "t_ro_" + uuid.uuid4().hex[:12], uuid.uuid4().hex
         s = f'"{self.schema}"'

@@ -17,11 +17,11 @@ import unittest
 import urllib.parse
 from typing import Any
 
-from pg_support import drop_schema, fresh_schema_url, needs_postgres, open_queue
-from support import child_env
+from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
+from harness.support import child_env
 
-from nobroker.web import Dashboard
-from nobroker.web.server import TOKEN_HEADER
+from nobroker.dashboard import Dashboard
+from nobroker.dashboard.server import TOKEN_HEADER
 
 TOKEN = "pg-dashboard-token-0123456789"
 

@@ -17,7 +17,7 @@ import unittest
 from pathlib import Path
 from typing import Any
 
-from pg_support import (
+from harness.postgres import (
     PG_CTL_ENV,
     drop_schema,
     fresh_schema_url,
@@ -25,9 +25,9 @@ from pg_support import (
     open_queue,
     restart_server,
 )
-from support import TempDirTestCase, child_env, slow, spawn_python, wait_until
+from harness.support import TempDirTestCase, child_env, slow, spawn_python, wait_until
 
-TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: pg_support, support
+TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: harness.postgres, harness.support
 
 # A consumer: lease, ack, and write the acked id (after ack returned) to its file.
 # It starts when its stdin closes (`go`), so that consumers spawned one after the
@@ -35,7 +35,7 @@ TESTS = str(Path(__file__).resolve().parent.parent)  # tests/: pg_support, suppo
 CONSUMER = """
 import json, sys, time
 sys.path[:0] = [sys.argv[1]]
-from pg_support import open_queue
+from harness.postgres import open_queue
 from nobroker import NotLeasedError
 url, out, vt, hold = sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
 q = open_queue(url, "work", visibility_timeout=vt)
@@ -62,7 +62,7 @@ WORKER = """
 import json, logging, sys
 sys.path[:0] = [sys.argv[1]]
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-from pg_support import open_queue
+from harness.postgres import open_queue
 from nobroker import Worker
 url, out = sys.argv[2], sys.argv[3]
 q = open_queue(url, "work", visibility_timeout=2.0)
@@ -151,7 +151,7 @@ class PostgresProcessesTest(TempDirTestCase):
         holder = spawn_python("""
 import sys
 sys.path[:0] = [sys.argv[1]]
-from pg_support import open_queue
+from harness.postgres import open_queue
 from nobroker import NotLeasedError
 q = open_queue(sys.argv[2], "work", visibility_timeout=0.3)
 job = q.lease_one()
@@ -244,7 +244,7 @@ class PostgresCliTest(TempDirTestCase):
         return done.stdout
 
     def test_two_cli_worker_processes_run_every_job_of_a_url_queue_once(self) -> None:
-        from pg_support import URL
+        from harness.postgres import URL
 
         from nobroker.postgres.url import parse
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import unittest
 
-from pg_support import drop_schema, fresh_schema_url, needs_postgres
-from support import WorkerProcessCase
+from harness.postgres import drop_schema, fresh_schema_url, needs_postgres
+from harness.support import WorkerProcessCase
 from task_layer.test_task_processes import TaskProcessContract
 
 

@@ -11,7 +11,7 @@ import unittest
 import zoneinfo
 from datetime import UTC, datetime, timedelta
 
-import support  # noqa: F401  (puts src/ on sys.path)
+import harness.support  # noqa: F401  (puts src/ on sys.path)
 
 from nobroker.tasks import Cron, Schedule, tick_job_id
 

@@ -22,7 +22,7 @@ import unittest
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from support import WorkerProcessCase, wait_until
+from harness.support import WorkerProcessCase, wait_until
 
 from nobroker import BackoffPolicy, JobState, Queue, TaskFailed, TaskLockedError
 from nobroker.tasks import TaskResult

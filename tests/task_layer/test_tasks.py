@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
+from harness.support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
 
 from nobroker import (
     BackoffPolicy,
@@ -44,11 +44,17 @@ FAST_RETRY = BackoffPolicy(base=0.05, factor=1.0, jitter=0.0)
 
 # -- the API, in process ----------------------------------------------------
 
-class TaskApiTest(TempDirTestCase):
+class InProcessCase(TempDirTestCase):
+    def location(self, name: str) -> str:
+        """Where the test's queue `name` lives (MemoryTaskTests: in memory)."""
+        return str(self.tmp / name)
+
+
+class TaskApiTest(InProcessCase):
     def setUp(self) -> None:
         super().setUp()
         self.clock = FakeClock()
-        self.q = Queue(self.tmp / "q", clock=self.clock)
+        self.q = Queue(self.location("q"), clock=self.clock)
         self.addCleanup(self.q.close)
 
     def test_delay_enqueues_the_documented_payload_and_returns_a_result_handle(self) -> None:
@@ -133,7 +139,7 @@ class TaskApiTest(TempDirTestCase):
             def two() -> None:
                 pass
 
-        other = Queue(self.tmp / "other")
+        other = Queue(self.location("other"))
         self.addCleanup(other.close)
 
         @other.task(name="same")  # another queue has its own registry
@@ -165,11 +171,11 @@ class TaskApiTest(TempDirTestCase):
 
 # -- the scheduler, in process with a fake clock ----------------------------
 
-class SchedulerTest(TempDirTestCase):
+class SchedulerTest(InProcessCase):
     def setUp(self) -> None:
         super().setUp()
         self.clock = FakeClock(start=1_800_000_030.0)  # 30 s past a whole minute
-        self.q = Queue(self.tmp / "q", clock=self.clock)
+        self.q = Queue(self.location("q"), clock=self.clock)
         self.addCleanup(self.q.close)
 
         @self.q.periodic(every=60, name="beat")
@@ -189,7 +195,7 @@ class SchedulerTest(TempDirTestCase):
         self.assertEqual(self.ids(), [tick_job_id("beat", 1_800_000_000.0)])
 
     def test_a_tick_older_than_the_key_retention_is_not_caught_up(self) -> None:
-        q = Queue(self.tmp / "short", clock=self.clock, key_retention=20.0)
+        q = Queue(self.location("short"), clock=self.clock, key_retention=20.0)
         self.addCleanup(q.close)
         q.periodic(every=60, name="beat")(lambda: None)
         Scheduler(q, registry_of(q).periodic(), self.clock).start()
@@ -209,7 +215,7 @@ class SchedulerTest(TempDirTestCase):
                                             for n in (0, 60, 360)))
 
     def test_two_schedulers_on_one_queue_enqueue_each_tick_once(self) -> None:
-        other = Queue(self.tmp / "q", clock=self.clock)
+        other = Queue(self.location("q"), clock=self.clock)
         self.addCleanup(other.close)
         a, b = self.scheduler(), Scheduler(other, registry_of(self.q).periodic(), self.clock)
         a.start()
@@ -223,18 +229,18 @@ class SchedulerTest(TempDirTestCase):
 
 
 @unittest.skipUnless(zoneinfo.available_timezones(), "no time zone database on this system")
-class ZonedSchedulerTest(TempDirTestCase):
+class ZonedSchedulerTest(InProcessCase):
     """Cron in Europe/Paris through the night the clocks go back (25 October 2026,
     03:00 CEST -> 02:00 CET at 01:00 UTC), two schedulers on one queue file."""
 
     def test_two_schedulers_through_the_fall_back_night_enqueue_each_tick_once(self) -> None:
         start = datetime(2026, 10, 24, 23, 0, tzinfo=UTC).timestamp()
         clock = FakeClock(start=start)
-        q = Queue(self.tmp / "q", clock=clock)
+        q = Queue(self.location("q"), clock=clock)
         self.addCleanup(q.close)
         q.periodic(cron="30 2 * * *", tz="Europe/Paris", name="daily")(lambda: None)
         q.periodic(cron="0 * * * *", tz="Europe/Paris", name="hourly")(lambda: None)
-        other = Queue(self.tmp / "q", clock=clock)
+        other = Queue(self.location("q"), clock=clock)
         self.addCleanup(other.close)
         tasks = registry_of(q).periodic()
         schedulers = [Scheduler(q, tasks, clock), Scheduler(other, tasks, clock)]
@@ -254,7 +260,7 @@ class ZonedSchedulerTest(TempDirTestCase):
             "periodic:hourly:2026-10-25T03:00:00Z"])
 
     def test_a_bad_zone_is_refused_when_the_task_is_declared(self) -> None:
-        q = Queue(self.tmp / "q")
+        q = Queue(self.location("q"))
         self.addCleanup(q.close)
         with self.assertRaises(ValueError) as caught:
             q.periodic(cron="0 9 * * *", tz="Mars/Olympus_Mons")
@@ -265,10 +271,10 @@ class ZonedSchedulerTest(TempDirTestCase):
 
 # -- the Worker running tasks, in process -----------------------------------
 
-class WorkerTaskTest(TempDirTestCase):
+class WorkerTaskTest(InProcessCase):
     def setUp(self) -> None:
         super().setUp()
-        self.q = Queue(self.tmp / "q", backoff=FAST_RETRY)
+        self.q = Queue(self.location("q"), backoff=FAST_RETRY)
         self.addCleanup(self.q.close)
 
     def run_worker(self, worker: Worker) -> Callable[[], Any]:
@@ -754,6 +760,29 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+class MemoryTaskTests:
+    """Mixed first into the in-process tests: the same tests on memory:// queues."""
+
+    def location(self, name: str) -> str:
+        return f"memory://{self.id()}/{name}"  # type: ignore[attr-defined]
+
+
+class MemoryTaskApiTest(MemoryTaskTests, TaskApiTest):
+    pass
+
+
+class MemorySchedulerTest(MemoryTaskTests, SchedulerTest):
+    pass
+
+
+class MemoryZonedSchedulerTest(MemoryTaskTests, ZonedSchedulerTest):
+    pass
+
+
+class MemoryWorkerTaskTest(MemoryTaskTests, WorkerTaskTest):
+    pass
 
 
 if __name__ == "__main__":

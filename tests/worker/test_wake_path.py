@@ -13,7 +13,7 @@ import threading
 import unittest
 from typing import Any
 
-from support import TempDirTestCase, wait_until
+from harness.support import TempDirTestCase, wait_until
 
 from nobroker import Job, Queue
 from nobroker.worker import Worker

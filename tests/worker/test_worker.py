@@ -22,7 +22,7 @@ import unittest
 from collections.abc import Callable
 from typing import Any
 
-from support import SRC, FakeClock, TempDirTestCase, wait_until
+from harness.support import SRC, FakeClock, TempDirTestCase, wait_until
 
 from nobroker import BackoffPolicy, Job, JobNotFoundError, JobState, Queue
 from nobroker.worker import Worker, WorkerStats, describe_error
@@ -32,9 +32,13 @@ NO_BACKOFF = BackoffPolicy(base=0.0, jitter=0.0)
 
 
 class WorkerTestCase(TempDirTestCase):
+    def location(self) -> str:
+        """Where the test's queue lives (MemoryWorkerTests: in memory)."""
+        return str(self.tmp / "q")
+
     def queue(self, **options: Any) -> Queue:
         options.setdefault("backoff", FAST_RETRY)
-        q = Queue(self.tmp / "q", **options)
+        q = Queue(self.location(), **options)
         self.addCleanup(q.close)
         return q
 
@@ -152,7 +156,7 @@ class SettlingTest(WorkerTestCase):
                 calls.append("ack_and_lease")
                 return super().ack_and_lease(job, **kw)
 
-        q = CountingQueue(self.tmp / "q")
+        q = CountingQueue(self.location())
         self.addCleanup(q.close)
         q.enqueue_many([{}] * 5)
         Worker(q, lambda job: None, max_jobs=5, handle_signals=False).run()
@@ -169,7 +173,7 @@ class SettlingTest(WorkerTestCase):
                 waits.append(timeout)
                 return super().wait(timeout)
 
-        q = WakingQueue(self.tmp / "q")
+        q = WakingQueue(self.location())
         self.addCleanup(q.close)
         stats = Worker(q, lambda job: None, poll_interval=0.05, idle_timeout=0.3,
                        handle_signals=False).run()
@@ -180,7 +184,10 @@ class SettlingTest(WorkerTestCase):
     @unittest.skipUnless(hasattr(os, "mkfifo"), "the wake-up channel needs a named pipe")
     def test_an_enqueue_wakes_an_idle_worker_at_once(self) -> None:
         q = self.queue()
-        producer = Queue(self.tmp / "q")
+        if q.capabilities.in_process:
+            self.skipTest("in_process: no named pipe to wait for (tests/memory shows the "
+                          "in-memory queue's wake-up)")
+        producer = Queue(self.location())
         self.addCleanup(producer.close)
         handled = threading.Event()
         worker = Worker(q, lambda job: handled.set(), poll_interval=5.0, max_jobs=1,
@@ -202,7 +209,7 @@ class HeartbeatTest(WorkerTestCase):
         # 0.6 s: a 0.3 s timeout lapsed under fsync load (an extend stalled 0.2 s).
         q = self.queue(visibility_timeout=0.9)
         job = q.enqueue({"slow": True})
-        rival = Queue(self.tmp / "q")  # another handle: would get the job if the lease lapsed
+        rival = Queue(self.location())  # another handle: would get the job if the lease lapsed
         self.addCleanup(rival.close)
         delivered: list[int] = []
         stolen: list[Job] = []
@@ -228,7 +235,7 @@ class HeartbeatTest(WorkerTestCase):
         # last looked while the only flight was settling (and so not to be renewed).
         q = self.queue(visibility_timeout=0.9)  # a heartbeat every 0.3 s (0.45 lapsed under load)
         q.enqueue_many([{"n": n} for n in range(3)])
-        observer = Queue(self.tmp / "q", readonly=True)
+        observer = Queue(self.location(), readonly=True)
         self.addCleanup(observer.close)
         delivered: list[int] = []
         lapsed: list[str] = []
@@ -283,7 +290,7 @@ class HeartbeatTest(WorkerTestCase):
         q = self.queue(visibility_timeout=0.3)
         job = q.enqueue({})
         # A rival whose clock runs 10 s ahead sees the lease as expired and takes the job.
-        rival = Queue(self.tmp / "q", backoff=NO_BACKOFF, clock=lambda: time.time() + 10)
+        rival = Queue(self.location(), backoff=NO_BACKOFF, clock=lambda: time.time() + 10)
         self.addCleanup(rival.close)
         started, release = threading.Event(), threading.Event()
 
@@ -424,7 +431,7 @@ class StoppingTest(WorkerTestCase):
         # (async handlers were refused here until the Worker ran them: see test_tasks.py)
         self.queue()
         with self.assertRaises(ValueError):
-            Worker(Queue(self.tmp / "q", readonly=True), print)
+            Worker(Queue(self.location(), readonly=True), print)
 
 
 class NoWakeChannel:
@@ -469,6 +476,37 @@ class ReclaimTest(WorkerTestCase):
         wait_until(lambda: time.time() > (first.lease_expires_at or 0) + 0.01,
                    what="the lease to expire")
         self.assertIsNotNone(q.lease_one())
+
+
+class MemoryWorkerTests:
+    """Mixed first into the in-process tests above: the same tests on a memory:// queue."""
+
+    def location(self) -> str:
+        return f"memory://{self.id()}"  # type: ignore[attr-defined]
+
+
+class MemorySettlingTest(MemoryWorkerTests, SettlingTest):
+    pass
+
+
+class MemoryHeartbeatTest(MemoryWorkerTests, HeartbeatTest):
+    pass
+
+
+class MemoryConcurrencyTest(MemoryWorkerTests, ConcurrencyTest):
+    pass
+
+
+class MemoryStoppingTest(MemoryWorkerTests, StoppingTest):
+    pass
+
+
+class MemoryInjectedTimeTest(MemoryWorkerTests, InjectedTimeTest):
+    pass
+
+
+class MemoryReclaimTest(MemoryWorkerTests, ReclaimTest):
+    pass
 
 
 # -- real processes, real signals --------------------------------------------

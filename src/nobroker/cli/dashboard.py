@@ -1,5 +1,5 @@
 """`nobroker dashboard` and `stats --watch`: the command line's doors into
-nobroker.web, imported only when one of them runs.
+nobroker.dashboard, imported only when one of them runs.
 
 The dashboard serves until SIGINT or SIGTERM, which only set a flag; the
 server is closed and the previous signal handlers put back on the way out.
@@ -20,7 +20,7 @@ from .location import DIR_ENV, open_queue, queue_location, queue_name
 
 
 def watch_stats(args: argparse.Namespace) -> int:
-    from ..web.watch import watch
+    from ..dashboard.watch import watch
 
     if args.json:
         raise UsageError("--watch draws for a terminal; it cannot be combined with --json")
@@ -30,8 +30,8 @@ def watch_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from ..web import TOKEN_ENV, Dashboard
-    from ..web.server import MIN_TOKEN_LENGTH
+    from ..dashboard import TOKEN_ENV, Dashboard
+    from ..dashboard.server import MIN_TOKEN_LENGTH
 
     directory = queue_location(args)
     if not is_postgres_url(directory) and not os.path.isdir(directory):

@@ -12,7 +12,7 @@ import argparse
 import os
 from typing import Any
 
-from ..backend import is_postgres_url
+from ..backend import is_memory_url, is_postgres_url
 from ..errors import NobrokerError
 from ..file.opening import queue_exists
 from ..queue import Queue
@@ -26,6 +26,9 @@ def queue_location(args: argparse.Namespace) -> str:
     """The queue's directory, or its PostgreSQL URL (--url, --dir, $NOBROKER_URL)."""
     chosen = (getattr(args, "url", None) or getattr(args, "dir", None)
               or os.environ.get(URL_ENV) or os.environ.get(DIR_ENV) or DEFAULT_DIR)
+    if is_memory_url(chosen):
+        raise NobrokerError(f"{chosen}: a memory:// queue lives inside one process; "
+                            f"no command can reach it")
     return chosen if is_postgres_url(chosen) else os.path.abspath(chosen)
 
 

@@ -53,7 +53,8 @@ from .state.state import Entry, QueueState
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 
-CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True)
+CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
+                            exports=True)
 _MISSING: Any = object()
 # Record type holding a kept finished job's outcome -> its field for the finishing time.
 _OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: "t", RecordType.CANCEL: "t",
@@ -350,6 +351,11 @@ class FileBackend:
             return [self._view(entry) for entry in page]
 
         return self.handle.read(query)
+
+    def export_jobs(self) -> list[tuple[Job, bool]]:
+        """JobExport (nobroker migrate): the live jobs, each with whether its id is a key."""
+        return self.handle.read(lambda replay: [(self._view(entry), entry.keyed)
+                                               for entry in replay.entries()])
 
     def compact(self) -> CompactionResult:
         return self.handle.compact()

@@ -6,10 +6,13 @@ imports this subpackage, and with it psycopg 3 (`pip install
 backend (nobroker.file) and this one share only the seam (nobroker.backend)
 and never import each other.
 
-Layers, in dependency order: url (parsing, redaction; stdlib only), schema
-(tables, functions, migrations), connection (psycopg connections, error
-translation, reconnects), session (connection setup, the acting time),
-statements (the SQL, rows to Jobs), wakeups (LISTEN/NOTIFY waits), backend
+Layers, in dependency order: url (parsing, redaction; stdlib only), sql/ (the
+SQL: queries, their shared parts and the numbered migrations as .sql files,
+and their loader; stdlib only), schema (the tables' story, the migration
+steps), rows (state codes, rows to Jobs and back), statements (each query
+loaded for a schema), connection (psycopg connections, error translation,
+reconnects), session (connection setup, the acting time), wakeups
+(LISTEN/NOTIFY waits), sweeping (expired rows deleted; compact()), backend
 (the operations); recount (`nobroker db recount`).
 """
 

@@ -17,26 +17,25 @@ corrupt). The rules are the file backend's, point by point:
   nobody reclaimed the job;
 - a finished row (acked, cancelled) stays until `expires_at`: the key
   retention for a keyed job, the result's ttl for a job acked with a result,
-  at once otherwise; rows past it are invisible and swept in batches;
+  at once otherwise; rows past it are invisible and swept in batches
+  (sweeping.py, which also says what compact() means here);
 - purge removes pending jobs only; requeue_dead resets attempts;
 - stats() sums the per-slot counter rows that every writing statement
-  keeps as it writes (statements.py).
+  keeps as it writes (sql/parts/counted.sql).
 
 Whose clock: the server's, unless the Queue was given one (session.py).
 Wake-ups: `wait` and `wait_finished` block on LISTEN connections of their
 own (wakeups.py), except a read-only handle's wait_finished, which reads
 until the job finished (a watch would be a write); a lease runs on the
 idle-wait one when no wait holds it, and on the operation connection
-otherwise. The SQL is in statements.py, the tables in schema.py.
+otherwise. The SQL is in sql/ (queries/, loaded by statements.py), the tables
+in schema.py.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any
 
 import psycopg
 
@@ -49,11 +48,20 @@ from ..errors import (
     NotLeasedError,
 )
 from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
-from . import schema
-from .connection import Link, LinkBusy
+from .connection import Link, LinkBusy, changed
 from .namedlocks import LockConnections
+from .rows import (
+    STATES,
+    codes_listed,
+    import_params,
+    job_enqueued,
+    job_from_row,
+    not_leased,
+    stats_from_row,
+)
 from .session import Session
-from .statements import CODES_OF, STATE_CODES, STATES, Statements, job_from_row
+from .statements import Statements, backoff_params
+from .sweeping import EVERY, OVERDUE, Sweeper, retention
 from .url import Target
 from .wakeups import Wakeups
 
@@ -61,17 +69,12 @@ __all__ = ["PostgresBackend"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-_SWEEP_EVERY: Final = 1.0  # seconds between a handle's sweeps of expired finished rows
-# A lease that found jobs sweeps only when the last sweep is this old: a sweep
-# is a statement and a commit of its own, kept off the enqueue-to-pickup path.
-_SWEEP_OVERDUE: Final = 10.0
-
 
 class PostgresBackend:
     """One queue in a PostgreSQL schema. Safe to share between threads."""
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
-                                local=False, listing=True)
+                                local=False, listing=True, imports=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
@@ -83,11 +86,13 @@ class PostgresBackend:
         self.settings = settings = settings.filled()
         assert settings.rng is not None  # filled() gave it one
         self._rng = settings.rng
-        self._last_sweep = -math.inf
-        self._sql = Statements(schema.quoted(target.schema), settings.backoff)
+        self._sql = Statements.load(target.schema)
+        self._backoff = backoff_params(settings.backoff)  # bound by the leasing statements
         self.session = Session(target, name, settings, clock, self._sql.ensure_queue)
         self._params = self.session.params
         self._link = Link(target, setup=self.session.setup, lock_timeout=settings.lock_timeout)
+        self._sweeper = Sweeper(self._link, self._sql, self._params,
+                                readonly=settings.readonly)
         self._wakeups = Wakeups(self.session, self._sql)
         self._locks = LockConnections(target, name, settings.lock_timeout)
         try:
@@ -102,13 +107,8 @@ class PostgresBackend:
     # -- helpers ------------------------------------------------------------
 
     def _not_leased(self, conn: Conn, job: Job) -> NotLeasedError:
-        row = conn.execute(self._sql.lease_of, self._params(id=job.id)).fetchone()
-        if row is None:
-            return NotLeasedError(job.id, "it is no longer in the queue")
-        code, token = row
-        if code != 1:
-            return NotLeasedError(job.id, f"it is {STATES[code]}")
-        return NotLeasedError(job.id, f"lease {job.token} was superseded by lease {token}")
+        return not_leased(job, conn.execute(self._sql.lease_of,
+                                            self._params(id=job.id)).fetchone())
 
     def _fenced(self, operation: str, sql: bytes, params: dict[str, Any], job: Job) -> Any:
         """Run a statement that changes `job` only under its lease (the token in
@@ -159,10 +159,8 @@ class PostgresBackend:
                     if len(rows) == len(payload_texts):
                         break
                     raise _Retry  # rolls the transaction back
-            rows.sort(key=lambda r: r[1])
-            return [Job(id=row[0], payload=p, priority=priority, attempts=0,
-                        max_attempts=max_attempts, state=JobState.PENDING,
-                        available_at=row[4], enqueued_at=row[5], last_error=None)
+            rows.sort(key=lambda r: r[1])  # by seq: the order of the payloads
+            return [job_enqueued(row, p, max_attempts)
                     for row, p in zip(rows, payloads, strict=True)]
 
         while True:
@@ -174,7 +172,7 @@ class PostgresBackend:
     # -- consuming ----------------------------------------------------------
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
-        params = self._params(n=count, vt=visibility_timeout)
+        params = self._params(n=count, vt=visibility_timeout, **self._backoff)
 
         def run(conn: Conn) -> list[Job]:
             rows = conn.execute(self._sql.lease_ready, params).fetchall()
@@ -190,21 +188,12 @@ class PostgresBackend:
         except LinkBusy:
             jobs = self._link.run("lease", run)
         # Sweep when idle (nothing to lease), or when a busy handle is overdue.
-        self._maybe_sweep(_SWEEP_EVERY if not jobs else _SWEEP_OVERDUE)
+        self._sweeper.maybe(EVERY if not jobs else OVERDUE)
         return jobs
-
-    def _retention(self, result_text: str | None, result_ttl: float | None) -> tuple[float,
-                                                                                    float]:
-        """(seconds a keyed row is kept, seconds an unkeyed row is kept) after its ack."""
-        keyed = self.settings.key_retention
-        if result_text is None:
-            return keyed, 0.0
-        ttl = self.settings.result_ttl if result_ttl is None else result_ttl
-        return max(keyed, ttl), ttl
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
-        keyed, unkeyed = self._retention(result_text, result_ttl)
+        keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed)
         self._fenced("ack", self._sql.ack, params, job)
 
@@ -216,7 +205,7 @@ class PostgresBackend:
             if job.id in seen:
                 raise NotLeasedError(job.id, "it appears twice in one ack_many")
             seen.add(job.id)
-        keyed, unkeyed = self._retention(None, None)
+        keyed, unkeyed = retention(self.settings, None, None)
         params = self._params(ids=[j.id for j in jobs], toks=[j.token or 0 for j in jobs],
                               kr=keyed, ur=unkeyed)
 
@@ -237,9 +226,9 @@ class PostgresBackend:
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None:
-        keyed, unkeyed = self._retention(result_text, result_ttl)
+        keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
-                              n=1, vt=visibility_timeout)
+                              n=1, vt=visibility_timeout, **self._backoff)
 
         def run(conn: Conn) -> Job | None:
             rows = conn.execute(self._sql.ack_and_lease, params).fetchall()
@@ -266,7 +255,7 @@ class PostgresBackend:
 
     def wait(self, timeout: float) -> bool:
         try:
-            self._maybe_sweep(_SWEEP_EVERY)  # before blocking: time nobody waits on
+            self._sweeper.maybe(EVERY)  # before blocking: time nobody waits on
         except (ConnectionLostError, LockTimeoutError):
             pass  # housekeeping: the wait below deals with a server that is away
         return self._wakeups.wait(timeout)
@@ -301,11 +290,11 @@ class PostgresBackend:
         return self._link.run("requeue_dead", run)
 
     def purge(self) -> int:
-        params = self._params(n=0, vt=1.0)
+        params = self._params(n=0, vt=1.0, **self._backoff)
 
         def run(conn: Conn) -> int:
             conn.execute(self._sql.lease, params)  # count 0: reclaims expired leases only
-            return _count(conn, self._sql.purge, params)
+            return changed(conn, self._sql.purge, params)
 
         return self._link.run("purge", run)
 
@@ -313,7 +302,7 @@ class PostgresBackend:
         params = self._params(id=job_id)
 
         def run(conn: Conn) -> int:
-            count = _count(conn, self._sql.delete_dead, params)
+            count = changed(conn, self._sql.delete_dead, params)
             if job_id is not None and not count:
                 raise JobNotFoundError(job_id, "dead job")
             return count
@@ -337,18 +326,13 @@ class PostgresBackend:
         def run(conn: Conn) -> QueueStats:
             row = conn.execute(self._sql.stats, params).fetchone()
             assert row is not None
-            pending, leased, dead, done = (int(v) for v in row[:4])
-            return QueueStats(pending=pending, leased=leased, dead=dead, done=done,
-                              total=pending + leased + dead, generation=0, log_bytes=0,
-                              paused=bool(row[4]), kept=int(row[5]))
+            return stats_from_row(row)
 
         return self._link.run("stats", run)
 
     def list_jobs(self, state: JobState | None, limit: int | None,
                   offset: int = 0) -> list[Job]:
-        live = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
-        codes = [c for st in (live if state is None else (state,)) for c in CODES_OF[st]]
-        params = self._params(codes=codes, n=limit, off=offset)
+        params = self._params(codes=codes_listed(state), n=limit, off=offset)
 
         def run(conn: Conn) -> list[Job]:
             return [job_from_row(row) for row in conn.execute(self._sql.list_jobs, params)]
@@ -364,35 +348,9 @@ class PostgresBackend:
         return self._link.run("queue_names", run)
 
     def compact(self) -> CompactionResult:
-        """PostgreSQL compacts itself (autovacuum); this sweeps expired finished rows."""
-        started = time.perf_counter()
-        params = self._params()
-
-        def run(conn: Conn) -> tuple[int, int]:
-            while _count(conn, self._sql.sweep, params):
-                pass
-            conn.execute(self._sql.sweep_watches, params)  # left by waiters that timed out
-            row = conn.execute(self._sql.live, params).fetchone()
-            assert row is not None
-            return int(row[0]), int(row[1])
-
-        live, keys = self._link.run("compact", run)
-        return CompactionResult(old_generation=0, new_generation=0, bytes_before=0,
-                                bytes_after=0, live_jobs=live, remembered_keys=keys,
-                                seconds=time.perf_counter() - started)
-
-    def _maybe_sweep(self, every: float) -> None:
-        now = time.monotonic()
-        if now - self._last_sweep < every or self.settings.readonly:
-            return
-        self._last_sweep = now
-        params = self._params()
-
-        def run(conn: Conn) -> None:
-            conn.execute(self._sql.sweep, params)
-            conn.execute(self._sql.sweep_watches, params)  # waiters that timed out
-
-        self._link.run("sweep", run)
+        """Compaction on PostgreSQL: every expired finished row deleted (sweeping.py);
+        the storage is autovacuum's, so the result has no generations or bytes."""
+        return self._sweeper.compact()
 
     # -- transfer (nobroker migrate) -----------------------------------------
 
@@ -402,16 +360,7 @@ class PostgresBackend:
         the states of the jobs inserted."""
         if not jobs:
             return []
-        rows = [(j.id, STATE_CODES[JobState.DEAD if j.state is JobState.DEAD
-                                   else JobState.PENDING], j.priority, j.available_at,
-                 j.enqueued_at, j.max_attempts, j.attempts, k, j.last_error,
-                 json.dumps(j.payload, ensure_ascii=False, allow_nan=False))
-                for j, k in zip(jobs, keyed, strict=True)]
-        params = self._params(ids=[r[0] for r in rows], states=[r[1] for r in rows],
-                              prs=[r[2] for r in rows], ats=[r[3] for r in rows],
-                              ts=[r[4] for r in rows], mas=[r[5] for r in rows],
-                              atts=[r[6] for r in rows], ks=[r[7] for r in rows],
-                              errs=[r[8] for r in rows], ps=[r[9] for r in rows])
+        params = self._params(**import_params(jobs, keyed))
 
         def run(conn: Conn) -> list[JobState]:
             with conn.transaction():
@@ -442,13 +391,6 @@ class _Rollback(Exception):
     def __init__(self, job: Job) -> None:
         super().__init__(job.id)
         self.job = job
-
-
-def _count(conn: Conn, sql: bytes, params: dict[str, Any]) -> int:
-    """The rows a statement ending in `SELECT count(*)` changed."""
-    row = conn.execute(sql, params).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _raise(error: Exception) -> None:

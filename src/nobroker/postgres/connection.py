@@ -20,16 +20,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
 
 from ..errors import ConnectionLostError, DatabaseError, LockTimeoutError, QueueClosedError
-from . import schema
+from . import schema, sql
 from .url import Target
 
-__all__ = ["Link", "LinkBusy", "connect", "migrate", "error_text", "SLOTS"]
+__all__ = ["Link", "LinkBusy", "connect", "migrate", "changed", "error_text", "SLOTS"]
 
 T = TypeVar("T")
 # Counter rows per queue; each writing connection holds one while it lives, and a
@@ -65,17 +65,24 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], target: Target) -> tup
         if current < schema.LATEST:
             for statement in schema.migrate_sql(name, current):
                 conn.execute(statement.encode())
+            conn.execute(sql.query("version_record", name), {"version": schema.LATEST})
     return current, schema.LATEST
 
 
 def _version(conn: psycopg.Connection[tuple[object, ...]], name: str) -> int:
-    row = conn.execute("SELECT to_regclass(%s)", (f"{schema.quoted(name)}.schema_version",)
-                       ).fetchone()
+    row = conn.execute(sql.query("version_table", name)).fetchone()
     if row is None or row[0] is None:
         return 0
-    found = conn.execute(f"SELECT max(version) FROM {schema.quoted(name)}.schema_version"
-                         ).fetchone()
+    found = conn.execute(sql.query("version_read", name)).fetchone()
     return int(found[0]) if found and found[0] is not None else 0  # type: ignore[call-overload]
+
+
+def changed(conn: psycopg.Connection[tuple[Any, ...]], statement: bytes,
+            params: dict[str, Any]) -> int:
+    """The rows a statement ending in `SELECT count(*)` changed."""
+    row = conn.execute(statement, params).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def error_text(target: Target, exc: BaseException) -> str:

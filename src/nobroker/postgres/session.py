@@ -33,7 +33,7 @@ import psycopg
 
 from ..backend import Settings
 from ..errors import JobNotFoundError
-from . import schema
+from . import sql
 from .connection import SLOTS, migrate
 from .url import Target
 
@@ -87,8 +87,7 @@ class Session:
         return int(row[0]) if row else SLOTS + conn.info.backend_pid % SLOTS
 
     def _check_version(self, conn: Conn) -> None:
-        row = conn.execute("SELECT to_regclass(%s)",
-                           (f"{schema.quoted(self.target.schema)}.schema_version",)).fetchone()
+        row = conn.execute(sql.query("version_table", self.target.schema)).fetchone()
         if row is None or row[0] is None:
             raise JobNotFoundError(self.target.schema, "queue set (schema)")
 

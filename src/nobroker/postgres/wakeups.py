@@ -1,7 +1,7 @@
 """Waiting without polling: idle workers and result waiters, woken by NOTIFY.
 
 Each kind of waiter has a connection of its own that LISTENs on one of the
-queue's two channels (every statement that changes jobs sends them: statements.py):
+queue's two channels (every statement that changes jobs sends them: sql/parts/counted.sql):
 
 - `wait` (an idle worker): the ready channel. It drains what arrived, reads
   the earliest due time (a delayed job, a lease deadline) from the indexes,
@@ -46,8 +46,9 @@ from ..errors import ConnectionLostError, JobNotFoundError, QueueClosedError
 from ..models import Job
 from . import schema
 from .connection import Link
+from .rows import job_from_row
 from .session import Session, listener
-from .statements import Statements, job_from_row
+from .statements import Statements
 
 __all__ = ["Wakeups"]
 

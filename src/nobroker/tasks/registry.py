@@ -11,9 +11,10 @@ The payload of a task job is plain JSON that any program may write:
 
 Rules: arguments are checked for JSON when the job is enqueued, so a bad one
 raises `SerializationError` from `.delay()` and never reaches a worker; the
-registry lives beside its Queue (a weak mapping), never in the Queue, so
-queue.py knows nothing of tasks; nothing here reads a clock except through
-the queue's (for `eta=`).
+registry lives beside its Queue (a weak mapping), never in the Queue: queue.py
+only hands `@q.task` and `@q.periodic` over to this package, importing it
+inside those methods, so importing queue.py imports no task code; nothing
+here reads a clock except through the queue's (for `eta=`).
 """
 
 from __future__ import annotations

@@ -73,8 +73,8 @@ The package, a module per duty, each a part of the one `Worker` class:
 
 from __future__ import annotations
 
-from ..pool import describe_error
 from .dispatcher import DEFAULT_SHUTDOWN_TIMEOUT, POOLS, Worker
+from .pool import describe_error
 from .shared import Handler, WorkerStats
 
 __all__ = ["Worker", "WorkerStats", "Handler", "DEFAULT_SHUTDOWN_TIMEOUT", "POOLS",

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from .. import validation
 from ..errors import NobrokerError
 from ..models import Job
-from ..pool import ChildProcess, EventLoop
 from ..queue import Queue
 from ..tasks import Scheduler, TaskRegistry, queue_clock, registry_of
 from .heartbeat import Heartbeats
+from .pool import ChildProcess, EventLoop
 from .shared import PASSING, Flight, Handler, WorkerStats, log
 from .signals import SignalHandling, restore_signal_handlers
 from .slots import Slots, spec_of

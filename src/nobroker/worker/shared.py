@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from ..errors import ConnectionLostError, LockTimeoutError, NobrokerError
 from ..models import Job
-from ..pool import ChildProcess, EventLoop
 from ..queue import Queue
 from ..tasks import TaskRegistry
+from .pool import ChildProcess, EventLoop
 
 # Worth waiting out, not stopping for: another process's lock, a database server away
 # for a moment (a PostgreSQL queue reconnects on its next call, with a backoff).

@@ -25,8 +25,8 @@ from typing import Any
 
 from ..errors import NobrokerError, NotLeasedError, SerializationError, TaskLockedError
 from ..models import Job, JobState
-from ..pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
 from ..tasks import call_as, parse_payload
+from .pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
 from .shared import PASSING, Flight, Shared, log
 
 

@@ -19,7 +19,7 @@ timestamps are coarse: two changes within one tick show one mtime).
 Cost for writers when nobody waits: one system call per finishing batch (an
 access() of `NAME.done/`, which does not exist until someone first waits;
 after that a stat, whose mtime says nothing changed): 2 to 5 us on the loaded
-2-core machine it was measured on (tools/result_wake.py), against 45 to 65 us
+2-core machine it was measured on (tools/bench/result_wake.py), against 45 to 65 us
 for an unsynced ack_and_lease there and milliseconds for a durable one.
 
 Like the wake pipe, nothing here is durable state: a pipe whose owner died

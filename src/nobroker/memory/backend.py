@@ -1,0 +1,389 @@
+"""MemoryBackend: the queue operations of the Backend protocol, over a MemoryTable.
+
+Each write is one step under the shared queue's lock: take the queue's time
+(the handle's clock, never behind the latest time a write recorded), do what
+every write does first (expire the leases past their deadline, except the
+caller's own, and forget the finished jobs and keys whose retention is
+over), make the operation's moves on the table (table.py), and wake the
+waiters the moves concern. Reads take the lock and build `Job` views; they
+change nothing. Retry delays come from the shared BackoffPolicy and the
+settings' rng, so a seeded rng and a fake clock make a run repeatable.
+
+Nothing is durable and nothing is fsynced: `Capabilities.in_process`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
+from typing import Any, TypeVar
+
+from ..backend import Capabilities, Settings
+from ..codec import encode_payload, loads
+from ..errors import JobNotFoundError, NobrokerError, NotLeasedError, QueueClosedError
+from ..models import (
+    CompactionResult,
+    Job,
+    JobState,
+    QueueStats,
+    RecoveryReport,
+    new_pending_jobs,
+)
+from .sets import SharedQueue, attach, detach, queue_names
+from .table import FINISHED, MemoryJob, MemoryTable
+
+__all__ = ["MemoryBackend", "CAPABILITIES"]
+
+CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process=True)
+T = TypeVar("T")
+_ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+
+
+class MemoryBackend:
+    """The queue `name` of the in-memory set `location` (memory://NAME). Safe to
+    share between threads; handles of one process share the queue (sets.py)."""
+
+    capabilities = CAPABILITIES
+    recovery: RecoveryReport | None = None
+
+    def __init__(self, location: str, name: str, settings: Settings) -> None:
+        self.name = name
+        self.location = location
+        self.settings = settings = settings.filled()
+        assert settings.clock is not None and settings.rng is not None  # filled()
+        self._clock, self._rng = settings.clock, settings.rng
+        self._shared: SharedQueue = attach(location, name)
+        self._closed = False
+        self._my_locks: set[str] = set()  # named locks this handle holds
+
+    def __repr__(self) -> str:
+        return f"MemoryBackend({self.location!r}, name={self.name!r})"
+
+    # -- the steps every call takes -----------------------------------------
+
+    def _open(self) -> MemoryTable:
+        """The table, under the lock; QueueClosedError once this handle is closed."""
+        if self._closed:
+            raise QueueClosedError(f"queue {self.name!r} in {self.location} is closed")
+        return self._shared.table
+
+    def _write(self, change: Callable[[MemoryTable, float], T],
+               spare: Iterable[str] = ()) -> T:
+        """One write: the queue's time, the expiries and forgetting every write does
+        first (but for `spare`, the caller's own leases), then `change`."""
+        if self.settings.readonly:
+            raise NobrokerError("queue was opened read-only")
+        shared = self._shared
+        with shared.lock:
+            table = self._open()
+            wakes, finishes = table.wakes, table.finishes
+            now = shared.advance(self._clock())
+            try:
+                table.sweep(now, self.settings.key_retention)
+                spared = frozenset(spare)
+                for job in table.expired(now):
+                    if job.id not in spared:
+                        table.retry(job, self._retry_at(job, now),
+                                    f"lease expired (attempt {job.attempts})")
+                return change(table, now)
+            finally:  # the expiries stand even if `change` refused
+                shared.notify(table.wakes - wakes, table.finishes - finishes)
+
+    def _read(self, question: Callable[[MemoryTable, float], T]) -> T:
+        with self._shared.lock:
+            table = self._open()
+            return question(table, self._shared.peek(self._clock()))
+
+    def _retry_at(self, job: MemoryJob, now: float, delay: float | None = None) -> float:
+        """When a failed attempt runs again: now if it was the last (it dies now),
+        else after `delay` or the backoff policy's, jittered by the settings' rng."""
+        if job.attempts >= job.max_attempts:
+            return now
+        return now + (delay if delay is not None
+                      else self.settings.backoff.delay(job.attempts, self._rng))
+
+    # -- views --------------------------------------------------------------
+
+    @staticmethod
+    def _view(job: MemoryJob) -> Job:
+        state = job.state
+        if state in FINISHED:
+            return Job(id=job.id, payload=None, priority=job.priority, attempts=job.attempts,
+                       max_attempts=job.max_attempts, state=state,
+                       available_at=job.finished_at or 0.0, enqueued_at=job.enqueued_at,
+                       last_error=job.last_error, finished_at=job.finished_at,
+                       result=None if job.result_text is None else loads(job.result_text))
+        leased = state is JobState.LEASED
+        return Job(id=job.id, payload=loads(job.payload_text or "null"),
+                   priority=job.priority, attempts=job.attempts,
+                   max_attempts=job.max_attempts, state=state,
+                   available_at=job.available_at, enqueued_at=job.enqueued_at,
+                   last_error=job.last_error, token=job.token if leased else None,
+                   lease_expires_at=job.lease_until if leased else None,
+                   finished_at=job.available_at if state is JobState.DEAD else None)
+
+    @staticmethod
+    def _done_view(job_id: str, done_at: float) -> Job:
+        """A finished keyed job acked without a result: only its id and time are known."""
+        return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
+                   state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
+                   last_error=None, finished_at=done_at)
+
+    def _find(self, table: MemoryTable, job_id: str, now: float) -> Job:
+        job = table.jobs.get(job_id)
+        if job is not None:
+            return self._view(job)
+        done_at = table.done_keys.get(job_id)
+        if done_at is not None and done_at + self.settings.key_retention > now:
+            return self._done_view(job_id, done_at)
+        raise JobNotFoundError(job_id)
+
+    # -- producing ----------------------------------------------------------
+
+    def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
+                max_attempts: int, job_id: str | None) -> Job:
+        def change(table: MemoryTable, now: float) -> Job:
+            if job_id is not None:
+                existing = table.jobs.get(job_id)
+                if existing is not None and existing.state is JobState.CANCELLED:
+                    table.delete(existing)  # a cancelled job does not hold its key
+                elif existing is not None or job_id in table.done_keys:
+                    return self._find(table, job_id, now)
+            new_id = job_id if job_id is not None else table.new_id()
+            table.add(new_id, job_id is not None, payload_text, priority, now + delay, now,
+                      max_attempts)
+            return Job(new_id, payload, priority, 0, max_attempts, JobState.PENDING,
+                       now + delay, now, None)
+
+        return self._write(change)
+
+    def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
+                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+        def change(table: MemoryTable, now: float) -> list[Job]:
+            ids = []
+            for text in payload_texts:
+                ids.append(table.new_id())
+                table.add(ids[-1], False, text, priority, now + delay, now, max_attempts)
+            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now)
+
+        return self._write(change)
+
+    # -- consuming ----------------------------------------------------------
+
+    def lease(self, count: int, visibility_timeout: float) -> list[Job]:
+        return self._write(lambda table, now: [
+            self._view(job) for job in table.lease(now, count, now + visibility_timeout)])
+
+    def _ack(self, table: MemoryTable, now: float, job: Job, result_text: str | None,
+             result_ttl: float | None) -> None:
+        held = table.held(job.id, job.token)
+        ttl = self.settings.result_ttl if result_ttl is None else result_ttl
+        keep = max(ttl, self.settings.key_retention) if held.keyed else ttl
+        table.ack(held, now, result_text, keep)
+
+    def ack(self, job: Job, result_text: str | None = None,
+            result_ttl: float | None = None) -> None:
+        self._write(lambda table, now: self._ack(table, now, job, result_text, result_ttl),
+                    spare=(job.id,))
+
+    def ack_many(self, jobs: Sequence[Job]) -> None:
+        def change(table: MemoryTable, now: float) -> None:
+            seen: set[str] = set()
+            for job in jobs:  # every lease checked before anything changes
+                if job.id in seen:
+                    raise NotLeasedError(job.id, "it appears twice in one ack_many")
+                seen.add(job.id)
+                table.held(job.id, job.token)
+            for job in jobs:
+                self._ack(table, now, job, None, None)
+
+        self._write(change, spare=[job.id for job in jobs])
+
+    def ack_and_lease(self, job: Job, visibility_timeout: float,
+                      result_text: str | None = None,
+                      result_ttl: float | None = None) -> Job | None:
+        def change(table: MemoryTable, now: float) -> Job | None:
+            self._ack(table, now, job, result_text, result_ttl)
+            leased = table.lease(now, 1, now + visibility_timeout)
+            return self._view(leased[0]) if leased else None
+
+        return self._write(change, spare=(job.id,))
+
+    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+        def change(table: MemoryTable, now: float) -> Job:
+            held = table.held(job.id, job.token)
+            table.retry(held, self._retry_at(held, now, delay), error)
+            return self._view(held)
+
+        return self._write(change, spare=(job.id,))
+
+    def snooze(self, job: Job, delay: float, error: str | None) -> Job:
+        def change(table: MemoryTable, now: float) -> Job:
+            held = table.held(job.id, job.token)
+            table.snooze(held, now + delay, error)
+            return self._view(held)
+
+        return self._write(change, spare=(job.id,))
+
+    def extend(self, job: Job, seconds: float) -> Job:
+        def change(table: MemoryTable, now: float) -> Job:
+            held = table.held(job.id, job.token)
+            table.extend(held, now + seconds)
+            return self._view(held)
+
+        return self._write(change, spare=(job.id,))
+
+    def wait(self, timeout: float) -> bool:
+        shared = self._shared
+        deadline = time.monotonic() + timeout
+        with shared.lock:
+            while True:
+                table = self._open()
+                paused = table.paused
+                due = None if paused else table.next_wakeup()
+                now = shared.peek(self._clock())
+                if due is not None and due <= now:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                woken = shared.leasable.wait(left if due is None else min(left, due - now))
+                if not (paused and woken):
+                    return woken or (due is not None and due <= shared.peek(self._clock()))
+                # Paused: an enqueue makes nothing leasable yet; wait on for the resume.
+
+    def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
+        shared = self._shared
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with shared.lock:
+            while True:
+                job = self._find(self._open(), job_id, shared.peek(self._clock()))
+                if job.state in _ENDED:
+                    return job
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                shared.finished.wait(left)
+
+    # -- job control --------------------------------------------------------
+
+    def cancel(self, job_id: str) -> bool:
+        def change(table: MemoryTable, now: float) -> bool:
+            job = table.jobs.get(job_id)
+            if job is None or job.state not in (JobState.PENDING, JobState.LEASED):
+                return False
+            table.finish(job, JobState.CANCELLED, now, self.settings.result_ttl)
+            return True
+
+        return self._write(change)
+
+    def set_paused(self, paused: bool) -> None:
+        self._write(lambda table, now: table.set_paused(paused))
+
+    # -- operating ----------------------------------------------------------
+
+    def requeue_dead(self, job_id: str | None) -> int:
+        return self._write(lambda table, now: table.requeue_dead(job_id, now))
+
+    def purge(self) -> int:
+        return self._write(lambda table, now: table.purge())
+
+    def delete_dead(self, job_id: str | None) -> int:
+        return self._write(lambda table, now: table.delete_dead(job_id))
+
+    def get(self, job_id: str) -> Job:
+        return self._read(lambda table, now: self._find(table, job_id, now))
+
+    def stats(self) -> QueueStats:
+        def question(table: MemoryTable, now: float) -> QueueStats:
+            counts = table.counts
+            live = counts[JobState.PENDING] + counts[JobState.LEASED] + counts[JobState.DEAD]
+            return QueueStats(
+                pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
+                dead=counts[JobState.DEAD], done=table.done, total=live, generation=0,
+                log_bytes=0, paused=table.paused,
+                kept=counts[JobState.DONE] + counts[JobState.CANCELLED],
+                enqueued=table.enqueued, retried=table.retried,
+                dead_lettered=table.dead_lettered)
+
+        return self._read(question)
+
+    def list_jobs(self, state: JobState | None, limit: int | None,
+                  offset: int = 0) -> list[Job]:
+        def question(table: MemoryTable, now: float) -> list[Job]:
+            stop = None if limit is None else offset + limit
+            return [self._view(job) for job in islice(table.entries(state), offset, stop)]
+
+        return self._read(question)
+
+    def queue_names(self) -> list[str]:
+        """QueueListing: the queues of this set that a handle has open."""
+        self._read(lambda table, now: None)  # QueueClosedError on a closed handle
+        return queue_names(self.location)
+
+    def compact(self) -> CompactionResult:
+        """Nothing to rewrite: the sweep every write does first (finished jobs and keys
+        past their retention), and what is left."""
+        started = time.perf_counter()
+        live, keys = self._write(lambda table, now: (sum(1 for _ in table.entries()),
+                                                     len(table.done_keys)))
+        return CompactionResult(old_generation=0, new_generation=0, bytes_before=0,
+                                bytes_after=0, live_jobs=live, remembered_keys=keys,
+                                seconds=time.perf_counter() - started)
+
+    # -- moving queues (nobroker migrate) -----------------------------------
+
+    def export_jobs(self) -> list[tuple[Job, bool]]:
+        return self._read(lambda table, now: [(self._view(job), job.keyed)
+                                              for job in table.entries()])
+
+    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
+        texts = [encode_payload(job.payload) for job in jobs]
+
+        def change(table: MemoryTable, now: float) -> list[JobState]:
+            states: list[JobState] = []
+            for job, text, is_key in zip(jobs, texts, keyed, strict=True):
+                if job.id in table.jobs or job.id in table.done_keys:
+                    continue
+                dead = job.state is JobState.DEAD
+                table.add_copy(job.id, is_key, text, job.priority, job.available_at,
+                               job.enqueued_at, job.max_attempts, job.attempts,
+                               job.last_error, dead)
+                states.append(JobState.DEAD if dead else JobState.PENDING)
+            return states
+
+        return self._write(change)
+
+    # -- named locks and lifecycle ------------------------------------------
+
+    def try_lock(self, key: str) -> Callable[[], None] | None:
+        if self.settings.readonly:
+            raise NobrokerError("queue was opened read-only")
+        shared = self._shared
+        with shared.lock:
+            self._open()
+            if key in shared.named_locks:
+                return None
+            shared.named_locks.add(key)
+            self._my_locks.add(key)
+
+        def release() -> None:
+            with shared.lock:
+                if key in self._my_locks:
+                    self._my_locks.discard(key)
+                    shared.named_locks.discard(key)
+
+        return release
+
+    def close(self) -> None:
+        shared = self._shared
+        with shared.lock:
+            if self._closed:
+                return
+            self._closed = True
+            shared.named_locks.difference_update(self._my_locks)  # they die with it
+            self._my_locks.clear()
+            shared.leasable.notify_all()  # this handle's waiters see it closed
+            shared.finished.notify_all()
+        detach(self.location, shared, self.name)

@@ -1,0 +1,319 @@
+"""The in-memory queue's jobs: one dict, a few lazy heaps, and the moves between states.
+
+What it owns: every job a queue holds (pending, leased, dead, and finished
+ones kept with their outcome), the ids of finished keyed jobs still
+remembered, the fencing tokens, the paused flag and the counters. Each
+method is one move of the queue's state machine (the file engine's
+TRANSITIONS, as moves on objects instead of records); the methods that
+check something (a lease, a dead job) raise before they change anything.
+
+Rules: pure. No clock, no lock, no randomness: `now`, deadlines and retry
+times come in as arguments (memory/backend.py decides them), so a fake
+clock drives everything. The heaps are lazy: an entry is valid only while
+its job still carries the entry's `stamp`, which every move bumps.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import JobNotFoundError, NotLeasedError
+from ..models import JobState
+
+__all__ = ["MemoryJob", "MemoryTable", "FINISHED"]
+
+FINISHED = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome for a while
+_LIVE = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
+
+
+@dataclass(slots=True)
+class MemoryJob:
+    """One job as the table holds it; changed only by MemoryTable's moves."""
+
+    id: str
+    seq: int  # enqueue order: FIFO within a priority, and list order
+    keyed: bool  # the id is a caller's idempotency key
+    payload_text: str | None  # JSON; None once finished (kept jobs keep no payload)
+    priority: int
+    available_at: float  # pending: leasable from; dead: when it died
+    enqueued_at: float
+    max_attempts: int
+    attempts: int = 0
+    state: JobState = JobState.PENDING
+    last_error: str | None = None
+    token: int = 0  # the current (or last) lease's fencing token
+    lease_until: float = 0.0
+    result_text: str | None = None  # JSON, for a job acked with a result
+    finished_at: float | None = None
+    keep_until: float = 0.0  # a kept finished job is forgotten from then on
+    stamp: int = 0  # bumped by every move: heap entries with an older one are stale
+
+
+class MemoryTable:
+    """The jobs of one in-memory queue (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, MemoryJob] = {}  # live and kept jobs, in enqueue order
+        self.done_keys: dict[str, float] = {}  # finished keyed job -> when it finished
+        self.paused = False
+        self.counts = dict.fromkeys(JobState, 0)
+        self.done = self.enqueued = self.retried = self.dead_lettered = 0
+        # Ever-growing counts of the moves that wake someone: idle workers (a job
+        # may be leasable) and result waiters (a job finished or vanished).
+        self.wakes = self.finishes = 0
+        self._next_token = 1
+        self._next_seq = 1
+        self._waiting: list[tuple[float, int, int, str]] = []  # (at, seq, stamp, id)
+        self._ready: list[tuple[float, int, int, str]] = []  # (-priority, seq, stamp, id)
+        self._deadlines: list[tuple[float, int, int, str]] = []  # (until, seq, stamp, id)
+        self._kept: list[tuple[float, int, int, str]] = []  # (keep_until, seq, stamp, id)
+        self._key_times: list[tuple[float, str]] = []  # (done_at, id)
+
+    # -- adding -------------------------------------------------------------
+
+    def new_id(self) -> str:
+        """The next sequence number's id (16 hex digits), skipping any id in use."""
+        while True:
+            job_id = f"{self._next_seq:016x}"
+            self._next_seq += 1
+            if job_id not in self.jobs and job_id not in self.done_keys:
+                return job_id
+
+    def add(self, job_id: str, keyed: bool, payload_text: str, priority: int,
+            available_at: float, enqueued_at: float, max_attempts: int) -> MemoryJob:
+        """A new pending job (its id is free: the caller checked)."""
+        self.done_keys.pop(job_id, None)
+        job = MemoryJob(job_id, self._next_seq, keyed, payload_text, priority, available_at,
+                        enqueued_at, max_attempts)
+        self._next_seq += 1
+        self.jobs[job_id] = job
+        self.counts[JobState.PENDING] += 1
+        self.enqueued += 1
+        self._enter_pending(job)
+        return job
+
+    def add_copy(self, job_id: str, keyed: bool, payload_text: str, priority: int,
+                 available_at: float, enqueued_at: float, max_attempts: int,
+                 attempts: int, last_error: str | None, dead: bool) -> None:
+        """A job copied from another queue (import_jobs): pending, or dead as it was."""
+        job = self.add(job_id, keyed, payload_text, priority, available_at, enqueued_at,
+                       max_attempts)
+        job.attempts, job.last_error = attempts, last_error
+        if dead:
+            job.finished_at = available_at
+            self._move(job, JobState.DEAD)
+        if len(job_id) == 16 and all(c in "0123456789abcdef" for c in job_id):
+            self._next_seq = max(self._next_seq, int(job_id, 16) + 1)  # ours: never again
+
+    # -- leases -------------------------------------------------------------
+
+    def lease(self, now: float, count: int, until: float) -> list[MemoryJob]:
+        """Up to `count` ready jobs, highest priority first and FIFO within one,
+        each leased until `until` under a new fencing token; none while paused."""
+        if self.paused:
+            return []
+        self._promote(now)
+        leased: list[MemoryJob] = []
+        while self._ready and len(leased) < count:
+            _, _, stamp, job_id = heapq.heappop(self._ready)
+            job = self.jobs.get(job_id)
+            if job is None or job.stamp != stamp:
+                continue
+            job.attempts += 1
+            job.token, self._next_token = self._next_token, self._next_token + 1
+            self._move(job, JobState.LEASED)
+            self._hold(job, until)
+            leased.append(job)
+        return leased
+
+    def held(self, job_id: str, token: int | None) -> MemoryJob:
+        """The job, if `token` is still its lease; else NotLeasedError."""
+        job = self.jobs.get(job_id)
+        state, lease = (None, None) if job is None else (job.state, job.token)
+        NotLeasedError.unless_held(job_id, state, lease, token)
+        assert job is not None  # unless_held raised otherwise
+        return job
+
+    def extend(self, job: MemoryJob, until: float) -> None:
+        job.stamp += 1
+        self._hold(job, until)
+
+    def expired(self, now: float) -> list[MemoryJob]:
+        """Leased jobs whose deadline is at or before `now` (nothing changes)."""
+        found: list[MemoryJob] = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            item = heapq.heappop(heap)
+            job = self.jobs.get(item[3])
+            if job is not None and job.stamp == item[2]:
+                found.append(job)
+        for job in found:  # still leased until a move says otherwise
+            heapq.heappush(heap, (job.lease_until, job.seq, job.stamp, job.id))
+        return found
+
+    # -- settling -----------------------------------------------------------
+
+    def ack(self, job: MemoryJob, now: float, result_text: str | None, keep: float) -> None:
+        """Finished: kept with its result for `keep` seconds, or forgotten (a keyed
+        one's id remembered)."""
+        self.done += 1
+        if result_text is not None:
+            job.result_text = result_text
+            self.finish(job, JobState.DONE, now, keep)
+            return
+        self._remove(job)
+        if job.keyed:
+            self.done_keys[job.id] = now
+            heapq.heappush(self._key_times, (now, job.id))
+
+    def retry(self, job: MemoryJob, at: float, error: str | None) -> None:
+        """A failed attempt (nack, expired lease): dead on its last attempt, with `at`
+        the time it died, else pending again from `at`."""
+        job.last_error = error
+        if job.attempts >= job.max_attempts:
+            job.available_at = job.finished_at = at
+            self._move(job, JobState.DEAD)
+            self.dead_lettered += 1
+            self.finishes += 1
+        else:
+            self.retried += 1
+            self._make_pending(job, at)
+
+    def snooze(self, job: MemoryJob, at: float, error: str | None) -> None:
+        """Pending again from `at`, with the attempts it had before this lease."""
+        job.last_error = error
+        job.attempts = max(0, job.attempts - 1)
+        self._make_pending(job, at)
+
+    def finish(self, job: MemoryJob, state: JobState, now: float, keep: float) -> None:
+        """Done or cancelled: kept, without its payload, until now + `keep`."""
+        job.payload_text = None
+        job.finished_at = now
+        job.keep_until = now + keep
+        self._move(job, state)
+        heapq.heappush(self._kept, (job.keep_until, job.seq, job.stamp, job.id))
+        self.finishes += 1
+
+    # -- operating ----------------------------------------------------------
+
+    def _dead(self, job_id: str | None) -> list[MemoryJob]:
+        """The dead job `job_id` (JobNotFoundError if it is not dead), or every one."""
+        if job_id is None:
+            return list(self.entries(JobState.DEAD))
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.DEAD:
+            raise JobNotFoundError(job_id, "dead job")
+        return [job]
+
+    def requeue_dead(self, job_id: str | None, now: float) -> int:
+        """One dead job (or all) pending again, with a fresh attempt budget; how many."""
+        dead = self._dead(job_id)
+        for job in dead:
+            job.attempts = 0
+            job.finished_at = None
+            self._make_pending(job, now)
+        return len(dead)
+
+    def delete_dead(self, job_id: str | None) -> int:
+        """One dead job (or all) gone; how many."""
+        dead = self._dead(job_id)
+        for job in dead:
+            self.delete(job)
+        return len(dead)
+
+    def delete(self, job: MemoryJob) -> None:
+        """A dead job, or a kept one before its time (a cancelled job whose key is
+        enqueued again), gone."""
+        self._remove(job)
+        self.finishes += 1
+
+    def purge(self) -> int:
+        """Remove every pending job; how many."""
+        pending = list(self.entries(JobState.PENDING))
+        for job in pending:
+            self._remove(job)
+        self.finishes += len(pending)
+        return len(pending)
+
+    def set_paused(self, paused: bool) -> None:
+        if paused != self.paused:
+            self.paused = paused
+            self.wakes += not paused
+
+    def sweep(self, now: float, key_retention: float) -> int:
+        """Forget the kept jobs whose retention is over at `now`, and the keys
+        remembered for `key_retention` seconds; how many of both."""
+        forgotten = 0
+        kept = self._kept
+        while kept and kept[0][0] <= now:
+            _, _, stamp, job_id = heapq.heappop(kept)
+            job = self.jobs.get(job_id)
+            if job is not None and job.stamp == stamp:
+                self._remove(job)
+                forgotten += 1
+        keys = self._key_times
+        while keys and keys[0][0] <= now - key_retention:
+            done_at, job_id = heapq.heappop(keys)
+            if self.done_keys.get(job_id) == done_at:
+                del self.done_keys[job_id]
+                forgotten += 1
+        return forgotten
+
+    # -- questions ----------------------------------------------------------
+
+    def entries(self, state: JobState | None = None) -> Iterator[MemoryJob]:
+        """Jobs in enqueue order: of `state`, or the live ones (not the kept)."""
+        wanted = _LIVE if state is None else (state,)
+        return (job for job in self.jobs.values() if job.state in wanted)
+
+    def next_wakeup(self) -> float | None:
+        """Earliest moment a job may become leasable: -inf if one is ready now, the
+        first delayed job's time or lease deadline otherwise; None if neither."""
+        for heap in (self._ready, self._waiting, self._deadlines):
+            while heap and self._stale(heap[0][3], heap[0][2]):
+                heapq.heappop(heap)
+        if self._ready:
+            return float("-inf")
+        times = [heap[0][0] for heap in (self._waiting, self._deadlines) if heap]
+        return min(times) if times else None
+
+    # -- the moves' common steps --------------------------------------------
+
+    def _stale(self, job_id: str, stamp: int) -> bool:
+        job = self.jobs.get(job_id)
+        return job is None or job.stamp != stamp
+
+    def _move(self, job: MemoryJob, state: JobState) -> None:
+        self.counts[job.state] -= 1
+        self.counts[state] += 1
+        job.state = state
+        job.stamp += 1
+
+    def _make_pending(self, job: MemoryJob, at: float) -> None:
+        job.available_at = at
+        self._move(job, JobState.PENDING)
+        self._enter_pending(job)
+
+    def _enter_pending(self, job: MemoryJob) -> None:
+        heapq.heappush(self._waiting, (job.available_at, job.seq, job.stamp, job.id))
+        self.wakes += 1
+
+    def _promote(self, now: float) -> None:
+        """Pending jobs whose time has come move to the ready heap."""
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= now:
+            _, seq, stamp, job_id = heapq.heappop(waiting)
+            job = self.jobs.get(job_id)
+            if job is not None and job.stamp == stamp:
+                heapq.heappush(self._ready, (-job.priority, seq, stamp, job_id))
+
+    def _hold(self, job: MemoryJob, until: float) -> None:
+        job.lease_until = until
+        heapq.heappush(self._deadlines, (until, job.seq, job.stamp, job.id))
+
+    def _remove(self, job: MemoryJob) -> None:
+        del self.jobs[job.id]
+        self.counts[job.state] -= 1
+        job.stamp += 1

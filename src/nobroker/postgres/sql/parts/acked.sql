@@ -1,0 +1,12 @@
+-- The leased job (id, token) acked: done, with its result if any, kept until
+-- expires_at (kr: a keyed job's retention, ur: an unkeyed one's). Needs `t`.
+acked AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 3, finished_at = t.now, available_at = t.now, token = NULL,
+        lease_until = NULL,
+        expires_at = t.now + CASE WHEN j.keyed THEN %(kr)s::float8 ELSE %(ur)s::float8 END,
+        result = %(r)s::text
+    FROM t
+    WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1
+      AND j.token = %(tok)s
+    RETURNING j.id, j.result IS NOT NULL AS kept)

@@ -1,0 +1,19 @@
+-- Leased jobs acked without results: the ids of those whose lease was current
+-- (the caller rolls back unless all were).
+WITH acked AS (
+    UPDATE {schema}.jobs AS j SET
+        state = 3, finished_at = t.now, available_at = t.now, token = NULL,
+        lease_until = NULL,
+        expires_at = t.now + CASE WHEN j.keyed THEN %(kr)s::float8 ELSE %(ur)s::float8 END
+    FROM unnest(%(ids)s::text[], %(toks)s::bigint[]) AS a(id, tok),
+         (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
+    WHERE j.queue = %(q)s AND j.id = a.id AND j.state = 1 AND j.token = a.tok
+    RETURNING j.id),
+finishing AS (SELECT acked.id FROM acked),
+tally AS MATERIALIZED (
+    SELECT c0.p, c0.d, c0.f, c0.k,
+           (SELECT {schema}.nb_finished(%(q)s, array_agg(f.id)) FROM finishing AS f
+            HAVING count(*) > 0) AS told
+    FROM (SELECT -count(*) AS p, 0 AS d, count(*) AS f, 0 AS k FROM acked) AS c0),
+{counted}
+SELECT id FROM acked

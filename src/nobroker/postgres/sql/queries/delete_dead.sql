@@ -1,0 +1,13 @@
+-- Dead jobs (one, or all when id is NULL) deleted.
+WITH gone AS (
+    DELETE FROM {schema}.jobs
+    WHERE queue = %(q)s AND state = 2 AND (%(id)s::text IS NULL OR id = %(id)s)
+    RETURNING id),
+finishing AS (SELECT gone.id FROM gone),
+tally AS MATERIALIZED (
+    SELECT c0.p, c0.d, c0.f, c0.k,
+           (SELECT {schema}.nb_finished(%(q)s, array_agg(f.id)) FROM finishing AS f
+            HAVING count(*) > 0) AS told
+    FROM (SELECT 0 AS p, -count(*) AS d, 0 AS f, 0 AS k FROM gone) AS c0),
+{counted}
+SELECT count(*) FROM gone

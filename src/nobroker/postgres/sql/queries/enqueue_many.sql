@@ -1,0 +1,20 @@
+-- A batch of jobs with generated ids, in the order given (ORDINALITY).
+WITH added AS (
+    INSERT INTO {schema}.jobs AS j (queue, id, seq, state, priority, available_at,
+                                    enqueued_at, max_attempts, keyed, payload)
+    SELECT %(q)s, lpad(to_hex(n.seq), 16, '0'), n.seq,
+           CASE WHEN %(delay)s::float8 > 0 THEN -1 ELSE 0 END, %(pr)s,
+           t.now + %(delay)s, t.now, %(ma)s, false, n.p
+    FROM (SELECT nextval('{schema}.job_seq') AS seq, u.p
+          FROM unnest(%(ps)s::text[]) WITH ORDINALITY AS u(p, o)
+          ORDER BY u.o) AS n,
+         (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
+    ON CONFLICT (queue, id) DO NOTHING
+    RETURNING j.id, j.seq, j.state, j.priority, j.available_at, j.enqueued_at),
+tally AS MATERIALIZED (
+    SELECT c0.p, c0.d, c0.f, c0.k,
+           CASE WHEN c0.w0 > 0 THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text
+           END AS woke
+    FROM (SELECT count(*) AS p, 0 AS d, 0 AS f, 0 AS k, count(*) AS w0 FROM added) AS c0),
+{counted}
+SELECT * FROM added

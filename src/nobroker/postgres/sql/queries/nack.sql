@@ -1,0 +1,27 @@
+-- A leased job failed: dead if that was its last attempt, else pending again
+-- after `delay` (waiting) or at once (ready).
+WITH nacked AS (
+    UPDATE {schema}.jobs AS j SET
+        state = CASE WHEN j.attempts >= j.max_attempts THEN 2
+                     WHEN %(delay)s::float8 > 0 THEN -1 ELSE 0 END,
+        available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
+                       ELSE t.now + %(delay)s::float8 END,
+        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN t.now END,
+        last_error = %(err)s::text, token = NULL, lease_until = NULL
+    FROM (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
+    WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
+    RETURNING {job_columns}),
+finishing AS (SELECT nacked.id FROM nacked WHERE nacked.state = 2),
+tally AS MATERIALIZED (
+    SELECT c0.p, c0.d, c0.f, c0.k,
+           CASE WHEN c0.w0 > 0 OR c0.w1 > 0
+                THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text END AS woke,
+           (SELECT {schema}.nb_finished(%(q)s, array_agg(f.id)) FROM finishing AS f
+            HAVING count(*) > 0) AS told
+    FROM (SELECT -count(*) FILTER (WHERE nacked.state = 2) AS p,
+                 count(*) FILTER (WHERE nacked.state = 2) AS d, 0 AS f, 0 AS k,
+                 count(*) FILTER (WHERE nacked.state = -1) AS w0,
+                 count(*) FILTER (WHERE nacked.state = 0) AS w1
+          FROM nacked) AS c0),
+{counted}
+SELECT * FROM nacked

@@ -1,0 +1,16 @@
+-- Dead jobs (one, or all when id is NULL) ready again, attempts reset.
+WITH requeued AS (
+    UPDATE {schema}.jobs AS j SET state = 0, attempts = 0, available_at = t.now,
+        finished_at = NULL
+    FROM (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
+    WHERE j.queue = %(q)s AND j.state = 2
+      AND (%(id)s::text IS NULL OR j.id = %(id)s)
+    RETURNING j.id),
+tally AS MATERIALIZED (
+    SELECT c0.p, c0.d, c0.f, c0.k,
+           CASE WHEN c0.w0 > 0 THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text
+           END AS woke
+    FROM (SELECT count(*) AS p, -count(*) AS d, 0 AS f, 0 AS k, count(*) AS w0
+          FROM requeued) AS c0),
+{counted}
+SELECT id FROM requeued

@@ -1,0 +1,1 @@
+DELETE FROM {schema}.watches WHERE queue = %(q)s AND id = %(id)s

@@ -1,0 +1,1 @@
+"""The in-memory backend (memory://): sharing, lifetime, waits, migrate."""

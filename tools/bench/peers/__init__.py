@@ -1,0 +1,1 @@
+"""nobroker against other job queues: Huey, RQ, persist-queue, litequeue, SQLite (bench-peers)."""

@@ -1,0 +1,1 @@
+"""nobroker on PostgreSQL against procrastinate and PgQueuer (make.py bench-postgres)."""

@@ -1,0 +1,1 @@
+"""Building and proving: the zipapp (make.py build), the zero-dependency proof (check-deps)."""

@@ -1,0 +1,1 @@
+"""A throwaway PostgreSQL server for make.py test-postgres and bench-postgres."""
