@@ -42,9 +42,9 @@ DEFERRED = frozenset({("queue", "tasks")})
 # A tier is a folder of file/ (disk/, log/, ...), or modules at file/'s top level.
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
     ("the backend", frozenset({"__init__", "backend"})),
-    ("a live handle", frozenset({"store", "opening", "following", "checkpointing",
-                                 "compacting", "inspection", "options", "syncing", "counters",
-                                 "commit"})),
+    ("a live handle", frozenset({"handle", "opening", "following", "checkpointer",
+                                 "compactor", "inspection", "options", "syncing", "counters",
+                                 "commit", "handleapi"})),
     ("repair", frozenset({"repair"})),
     ("generations", frozenset({"generations"})),
     ("the replay state", frozenset({"state"})),

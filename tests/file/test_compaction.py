@@ -103,7 +103,7 @@ for line in sys.stdin:
 q.stats()
 jobs = {j.id: j.payload for j in q.list_jobs()}
 print(json.dumps({"generation": q.generation, "jobs": len(jobs),
-                  "fingerprint": repr(q.backend.store.state.fingerprint())}), flush=True)
+                  "fingerprint": repr(q.backend.handle.state.fingerprint())}), flush=True)
 """
         with Queue(directory, fsync=False, auto_compact=None) as q:
             self.fill(q, 5000)
@@ -176,8 +176,8 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
         directory = str(self.tmp / "q")
         with Queue(directory, fsync=False, auto_compact=None) as q:
             self.fill(q, 500)
-            log_path = store_of(q)._live_log().path
-            end = store_of(q)._live_log().end
+            log_path = store_of(q).live_log().path
+            end = store_of(q).live_log().end
 
             def die_mid_write() -> None:
                 # A batch whose first record says more follow, and then nothing.
@@ -221,7 +221,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
 
             compaction.write_generation = write_after_the_winner  # type: ignore[assignment]
             try:
-                self.assertIsNone(store_of(q)._compact())
+                self.assertIsNone(store_of(q).compactor.compact_once())
             finally:
                 compaction.write_generation = real  # type: ignore[assignment]
             self.assertEqual(other.q_done.new_generation, 1)  # type: ignore[attr-defined]
@@ -238,7 +238,7 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
         with Queue(directory, fsync=False, auto_compact=None) as q, \
                 Queue(directory, fsync=False, auto_compact=None) as other:
             self.fill(q, 500)
-            original = store_of(q)._compact
+            original = store_of(q).compactor.compact_once
 
             def racing() -> object:
                 # Let `other` compact between our preparation and our switch.
@@ -257,9 +257,9 @@ print(json.dumps({"generation": q.generation, "jobs": len(jobs),
                 finally:
                     compaction.prepare_generation = real  # type: ignore[assignment]
 
-            store_of(q)._compact = racing  # type: ignore[method-assign]
-            self.assertIsNone(store_of(q)._compact())
-            store_of(q)._compact = original  # type: ignore[method-assign]
+            store_of(q).compactor.compact_once = racing  # type: ignore[method-assign]
+            self.assertIsNone(store_of(q).compactor.compact_once())
+            store_of(q).compactor.compact_once = original  # type: ignore[method-assign]
             leftovers = [n for n in (self.tmp / "q").iterdir() if ".tmp-" in n.name]
             self.assertEqual(leftovers, [])
             self.assertEqual(q.generation, 1)

@@ -3,7 +3,7 @@
 The catch-up copies, without the queue's lock, the complete batches others
 appended to the old generation after the snapshot. A batch can be complete
 on disk and then cut again by its writer, still under the lock: the undo in
-store._commit after the writer's own state refused the batch. The next
+QueueHandle.commit after the writer's own state refused the batch. The next
 writer may then fill the same offsets with other bytes. The claim: the
 switch checks, under the lock, that what was copied is still the old log's
 bytes, so the new generation never holds a batch the old log no longer has.

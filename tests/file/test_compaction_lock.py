@@ -21,7 +21,6 @@ from typing import Any
 from harness.support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from nobroker import LockTimeoutError, Queue
-from nobroker.file import compacting
 from nobroker.file.disk.fs import FileSystem
 
 # Every child opens the queue like this (FileOptions are no Queue arguments).
@@ -37,7 +36,7 @@ def open_queue(**options):
                                           FileOptions(**options)))
 
 def counters(q):
-    c = q.backend.store.counters
+    c = q.backend.handle.counters
     return {name: getattr(c, name) for name in c.__slots__}
 """
 
@@ -179,7 +178,7 @@ def write(*args, **kwargs):
     return real(*args, **kwargs)
 compaction.write_generation = write
 q = open_queue(fsync=False, auto_compact=None)
-result = q.backend.store._compact()
+result = q.backend.handle.compactor.compact_once()
 print(json.dumps({"result": None if result is None else result.new_generation,
                   **counters(q)}), flush=True)
 """
@@ -223,9 +222,9 @@ print(json.dumps({"result": None if result is None else result.new_generation,
             a.enqueue_many([{"n": i, "pad": "x" * 200} for i in range(50)])
             a.ack_many(a.lease(50))
             b.stats()
-            self.assertTrue(store_of(b)._compaction_due())
+            self.assertTrue(store_of(b).compactor.due())
             self.assertEqual(a.compact().new_generation, 1)
-            store_of(b)._auto_compact()
+            store_of(b).compactor.auto()
             self.assertEqual(store_of(b).counters.compactions_started, 0)
             self.assertEqual(b.generation, 1)
 
@@ -272,7 +271,7 @@ class CompactionLockDescriptorTest(TempDirTestCase):
                     q.enqueue({"n": i})
                 self.assertEqual(store.counters.compactions_skipped, 20)
                 self.assertEqual(fs.opens, 1)
-                self.assertEqual(store._compaction_lock.tries, 20)
+                self.assertEqual(store.compactor.lock.tries, 20)
                 child.kill()
                 child.wait()
                 # With the holder gone, the same descriptor takes the lock: it compacts.
@@ -290,14 +289,14 @@ class CompactionLockDescriptorTest(TempDirTestCase):
         # (flock belongs to the open file description) would hold it with its parent.
         with Queue(str(self.tmp / "q"), auto_compact=None) as q:
             q.enqueue("before")
-            with compacting.compaction_lock(store_of(q), wait=False) as held:
+            with store_of(q).compactor.compaction_lock(wait=False) as held:
                 self.assertTrue(held)
                 pid = os.fork()
                 if pid == 0:  # pragma: no cover - the child reports by exit code
                     code = 3
                     try:
                         q.stats()  # the child's first call reopens its store
-                        with compacting.compaction_lock(store_of(q), wait=False) as mine:
+                        with store_of(q).compactor.compaction_lock(wait=False) as mine:
                             code = 1 if mine else 0
                     finally:
                         os._exit(code)

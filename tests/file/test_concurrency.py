@@ -249,7 +249,7 @@ class ThreadsAndForksTest(ProcessTestCase):
         directory = str(self.tmp / "q")
         with Queue(directory, lock_timeout=0.2) as q:
             q.enqueue("first")
-            lock = store_of(q)._lock
+            lock = store_of(q).lock
             lock.acquire(5)
             lock._waiting += 1  # a thread waits ...
             lock.release()  # ... so the holder hands the file lock over
@@ -268,7 +268,7 @@ class ThreadsAndForksTest(ProcessTestCase):
         # child using its parent's descriptor would "hold" the lock alongside it.
         with Queue(str(self.tmp / "q"), lock_timeout=0.3) as q:
             q.enqueue("before")
-            store_of(q)._lock.acquire(5)
+            store_of(q).lock.acquire(5)
             try:
                 pid = os.fork()
                 if pid == 0:  # pragma: no cover - the child reports by exit code
@@ -282,7 +282,7 @@ class ThreadsAndForksTest(ProcessTestCase):
                         os._exit(code)
                 _, status = os.waitpid(pid, 0)
             finally:
-                store_of(q)._lock.release()
+                store_of(q).lock.release()
             self.assertEqual(os.waitstatus_to_exitcode(status), 0,
                              "the child wrote while its parent held the lock")
             self.assertEqual(q.stats().pending, 1)

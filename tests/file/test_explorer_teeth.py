@@ -25,11 +25,11 @@ The planted bugs:
 - a reader that stops searching for a later batch at the first sector of zeros
   (LogFile._later_batch_after, as it was before the "d" field): a zeroed sector of
   durable records is cut as a torn tail, with every acknowledged batch after it (E8);
-- generation 0 created in place (compaction.create_first_generation writing the
+- generation 0 created in place (current.create_first_generation writing the
   header under the final name, as it did before): under the weak model a crash
   leaves a 16-byte log of junk that every later open refuses (I6), though no
   call returned; the explorer missed it while `new_file_garbage` was off;
-- no generation re-check under the lock (FileStore._refresh reads forward in its
+- no generation re-check under the lock (following.refresh reads forward in its
   own generation only): a handle that missed a peer's compaction appends to
   the unlinked old generation and its returned ack is lost (I2/I3/I4);
 - NAME.sync's `durable` published before the fdatasync it speaks of
@@ -55,14 +55,15 @@ import harness.support  # noqa: F401
 from harness import explorer
 from harness.explorer import Bounds, RecordingFS, explore
 
-import nobroker.file.generations.compaction as compaction
+import nobroker.file.generations.current as current
 import nobroker.file.log.framing as framing
 import nobroker.file.log.recovery
+from nobroker.file import following
 from nobroker.file.disk.fs import FileSystem
+from nobroker.file.handleapi import HandleAPI
 from nobroker.file.log.logfile import LogFile
 from nobroker.file.log.recovery import decode_payload
 from nobroker.file.log.syncfile import DURABLE, SLOT, SharedSync
-from nobroker.file.store import FileStore
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:
@@ -120,7 +121,7 @@ class MissingFsyncTest(TeethTestCase):
             fs.replace(target + ".tmp", target)
             fs.fsync_dir(directory)
 
-        with mock.patch.object(compaction, "replace_durably", no_fsync_before_rename):
+        with mock.patch.object(current, "replace_durably", no_fsync_before_rename):
             clean = explore("compaction", ("ext4ish",), Bounds(compound=0, rot=False))
             report = self.explore("compaction", ("weak",), rot=False)
         self.assertTrue(clean.ok, "ext4's safe rename should hide this bug")
@@ -131,7 +132,7 @@ class MissingFsyncTest(TeethTestCase):
         def in_place(fs: FileSystem, directory: str, name: str) -> None:
             LogFile.create(fs, directory, name, 0).close()  # the planted bug
 
-        with mock.patch.object(compaction, "create_first_generation", in_place):
+        with mock.patch.object(current, "create_first_generation", in_place):
             hidden = explore("first_enqueue", ("weak",),
                              Bounds(compound=0, rot=False, new_file_garbage=False))
             report = self.explore("first_enqueue", ("weak",), rot=False)
@@ -151,7 +152,7 @@ class MissingFsyncTest(TeethTestCase):
                 fs.close(fd)
             fs.replace(target + ".tmp", target)  # the planted bug: no fs.fsync_dir after
 
-        with mock.patch.object(compaction, "replace_durably", no_fsync_after_rename):
+        with mock.patch.object(current, "replace_durably", no_fsync_after_rename):
             report = self.explore("compaction", ("weak",), rot=False)
         caught(report, {"I6", "I2", "I3"}, "remove_stale_files")
 
@@ -203,7 +204,7 @@ class ReaderTest(TeethTestCase):
 
         with mock.patch.object(framing, "decode_record", skipping):
             report = self.explore("enqueue_many", ("ext4ish",), rot=False)
-        caught(report, {"P2", "I1"}, "store.py")
+        caught(report, {"P2", "I1"}, "handle.py")
         self.assertTrue(any(v.check == "P2" for v in report.violations),
                         "no torn enqueue_many was reported")
 
@@ -252,14 +253,15 @@ class FsyncErrorTest(TeethTestCase):
 class GenerationTest(TeethTestCase):
     def test_a_handle_that_misses_a_compaction_writes_into_the_unlinked_generation(self
                                                                                   ) -> None:
-        def no_generation_check(self: FileStore) -> None:
+        def no_generation_check(handle: HandleAPI) -> None:
             # The planted bug: read forward in our own generation without asking
             # whether a peer compacted into a new one.
-            self._live_log().scan(self._state.apply_batch, self._state.last_batch, full=False)
+            handle.live_log().scan(handle.state.apply_batch, handle.state.last_batch,
+                                   full=False)
 
-        with mock.patch.object(FileStore, "_refresh", no_generation_check):
+        with mock.patch.object(following, "refresh", no_generation_check):
             report = self.explore("two_handles", ("process",), rot=False)
-        violation = caught(report, {"I2", "I3", "I4"}, "FileStore._commit")
+        violation = caught(report, {"I2", "I3", "I4"}, "QueueHandle.commit")
         self.assertIn("h1.ack", violation.message)
 
 

@@ -263,7 +263,7 @@ class FailedCallTest(TempDirTestCase):
             with self.assertRaisesRegex(RuntimeError, "view"):
                 q.nack(job, error="boom")
         self.assertEqual(fs.trace.count(self.LOG), syncs + 1, "the committed nack not synced")
-        self.assertEqual(store_of(q)._log.inflight, 0)
+        self.assertEqual(store_of(q).log.inflight, 0)
         self.assertEqual(q.stats().pending, 1)  # the handle works on
         q.close()
         with nobroker.Queue(self.tmp / "q") as again:
@@ -281,7 +281,7 @@ class FailedCallTest(TempDirTestCase):
         with self.assertRaises(NotLeasedError):
             q.ack(dataclasses.replace(first, token=(first.token or 0) + 1000))
         self.assertEqual(fs.trace.count(self.LOG), syncs + 1, "the committed expiry not synced")
-        self.assertEqual(store_of(q)._log.inflight, 0)
+        self.assertEqual(store_of(q).log.inflight, 0)
         q.close()
 
     def test_a_lease_whose_fsync_fails_releases_its_generation(self) -> None:
@@ -299,7 +299,7 @@ class FailedCallTest(TempDirTestCase):
                         q.lease(1)
                     else:
                         q.ack_and_lease(leased)
-                self.assertEqual(store_of(q)._log.inflight, 0, "the lease's pin leaked")
+                self.assertEqual(store_of(q).log.inflight, 0, "the lease's pin leaked")
                 q.close()
                 shutil.rmtree(self.tmp / "q")
 
@@ -337,7 +337,7 @@ class WriteFailureTest(TempDirTestCase):
         fs.arm(fs.mutating + 1, errno.ENOSPC, "short")
         with self.assertRaises(StorageError):
             q.enqueue("x" * 500)
-        size_after = os.path.getsize(store_of(q)._live_log().path)
+        size_after = os.path.getsize(store_of(q).live_log().path)
         self.assertEqual(q.stats().log_bytes, size_after, "the half record was not cut away")
         q.close()
         with nobroker.Queue(self.tmp / "q") as again:

@@ -211,7 +211,7 @@ class KeptJobsOnDiskTest(TempDirTestCase):
                     self.assertIs(got.state, JobState.CANCELLED)
                 else:
                     self.assertEqual(got.result, {"n": n, "pad": "p" * n})
-            self.assertEqual(follows._log.generation, 1)
+            self.assertEqual(follows.log.generation, 1)
 
     def test_a_kept_result_costs_no_python_object(self) -> None:
         with file_queue(self.tmp / "q", fsync=False) as q:

@@ -346,39 +346,42 @@ class CompactionTest(FileQueueTestCase):
         # Leased jobs' payloads are read after the lock is released (FileBackend.
         # _leased_views); a compaction in between retires their generation, which
         # must stay open for them until they are read.
+        from nobroker.file import backend as file_backend
         from nobroker.file.backend import FileBackend
         from nobroker.file.log.logfile import LogFile
-        from nobroker.file.store import FileStore
 
         q = self.open(auto_compact=None)
         q.enqueue_many([{"n": i, "pad": "x" * 300} for i in range(40)])
         for job in q.lease(30):
             q.ack(job)
-        views_of, close, payload = FileBackend._leased_views, LogFile.close, FileStore.payload
+        views_of, close = FileBackend._leased_views, LogFile.close
+        payload = file_backend.read_payload
         compactions: list[int] = []
         closed: set[int] = set()
+        kept: list[LogFile] = []  # alive, so that no later log takes a closed one's id
         read_closed: list[str] = []
 
         def compact_first(backend: FileBackend, entries: list[object]) -> object:
             views = views_of(backend, entries)  # type: ignore[arg-type]
 
             def later(source: LogFile) -> object:
-                compactions.append(backend.store.compact().new_generation)
+                compactions.append(backend.handle.compact().new_generation)
                 return views(source)
             return later
 
         def closing(log: LogFile) -> None:
             closed.add(id(log))
+            kept.append(log)
             close(log)
 
-        def reading(store: FileStore, entry: object, source: LogFile | None = None) -> object:
-            if source is not None and id(source) in closed:
+        def reading(source: LogFile, entry: object) -> object:
+            if id(source) in closed:
                 read_closed.append(source.path)
-            return payload(store, entry, source)  # type: ignore[arg-type]
+            return payload(source, entry)  # type: ignore[arg-type]
 
         with mock.patch.object(FileBackend, "_leased_views", compact_first), \
                 mock.patch.object(LogFile, "close", closing), \
-                mock.patch.object(FileStore, "payload", reading):
+                mock.patch.object(file_backend, "read_payload", reading):
             leased = q.lease(3)
             following = q.ack_and_lease(leased[0])
         self.assertEqual(compactions, [1, 2])

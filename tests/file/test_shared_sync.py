@@ -288,7 +288,7 @@ class KilledHolderTest(TempDirTestCase):
                 os.close(fd)
             # Its batch is in the log (the page cache survived), but no claim covers it.
             store = store_of(q)
-            self.assertLess(store.shared._read(store._log)[1], store._log.end)
+            self.assertLess(store.shared._read(store.log)[1], store.log.end)
             before = fs.fdatasyncs
             q.enqueue({"after": "the kill"})
             # Nothing claimed the dead syncer's batch durable: this call synced itself.
@@ -327,7 +327,7 @@ class SyncFileTest(TempDirTestCase):
         q = self.open()
         q.enqueue({"a": 1})
         store = store_of(q)
-        shared, log = store.shared, store._log
+        shared, log = store.shared, store.log
         self.assertEqual(shared._read(log), (log.end, log.end))
         self.assertEqual(log.durable, log.end)
 
@@ -339,15 +339,15 @@ class SyncFileTest(TempDirTestCase):
         store_a, store_b = store_of(a), store_of(b)
         # a writes without syncing; b's sync then covers a's batch too.
         before_a, before_b = fs_a.fdatasyncs, fs_b.fdatasyncs
-        real = store_a._log.sync_to
+        real = store_a.log.sync_to
         pending: list[int] = []
-        with mock.patch.object(store_a._log, "sync_to",
-                                        lambda offset, shared=None: pending.append(offset)):
+        with mock.patch.object(store_a.log, "sync_to",
+                               lambda offset, shared=None: pending.append(offset)):
             a.enqueue({"a": 3})
         b.enqueue({"b": 4})
         real(pending[0], store_a.shared)
         self.assertEqual((fs_a.fdatasyncs - before_a, fs_b.fdatasyncs - before_b), (0, 1))
-        self.assertGreaterEqual(store_a._log.durable, pending[0])
+        self.assertGreaterEqual(store_a.log.durable, pending[0])
         # Nobody synced what a writes next: it fdatasyncs itself.
         a.enqueue({"a": 5})
         self.assertEqual(fs_a.fdatasyncs - before_a, 1)
@@ -357,7 +357,7 @@ class SyncFileTest(TempDirTestCase):
         q = self.open()
         q.enqueue({"a": 1})
         store = store_of(q)
-        shared, log = store.shared, store._log
+        shared, log = store.shared, store.log
         path = self.tmp / "q" / sync_filename("default")
         good = self.slots()
         for where in range(0, 2 * SLOT, 7):  # a flipped byte anywhere in either slot
@@ -370,7 +370,7 @@ class SyncFileTest(TempDirTestCase):
                 self.assertIsNone(found[slot], f"byte {where} flipped was trusted")
             self.assertIsNotNone(found[1 - slot])
         path.write_bytes(good)
-        other = SharedSync(store._fs, shared.fd, b"another boot!!!!")
+        other = SharedSync(store.fs, shared.fd, b"another boot!!!!")
         self.assertEqual(other._read(log), (None, None))  # written before a reboot
         log.sync_identity = (log.generation + 1, *log.sync_identity[1:])
         self.assertEqual(shared._read(log), (None, None))  # another generation's
@@ -382,11 +382,11 @@ class SyncFileTest(TempDirTestCase):
         q = self.open()
         q.enqueue({"a": 1})
         store = store_of(q)
-        log = store._log
+        log = store.log
         start = log.end
         q.enqueue({"b": 2})
         self.assertEqual(store.shared._read(log), (log.end, log.end))
-        with store._locked():
+        with store.locked():
             store.shared.lower(log, start)
         self.assertEqual(store.shared._read(log), (start, start))
 
@@ -395,7 +395,7 @@ class SyncFileTest(TempDirTestCase):
         q = self.open(fs=fs)
         q.enqueue({"a": 1})
         store = store_of(q)
-        log, shared = store._log, store.shared
+        log, shared = store.log, store.shared
         start = log.end
         # As a thread of ours could have claimed (the batch a failed apply then cuts):
         fs.write_all(shared.fd, shared._encode(DURABLE, log, start + 500), DURABLE * SLOT)

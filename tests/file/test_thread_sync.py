@@ -84,7 +84,7 @@ sys.stdin.readline()  # both processes start at once
 go.set()
 for thread in threads:
     thread.join()
-counters = q.backend.store.counters
+counters = q.backend.handle.counters
 sys.stdout.write(f"done {counters.durable_calls} {counters.fdatasyncs}\n"); sys.stdout.flush()
 q.close()
 """
@@ -198,7 +198,7 @@ class WakeBookkeepingTest(TempDirTestCase):
 
     def test_an_fdatasync_wakes_the_covered_waiters_and_one_to_run_the_next(self) -> None:
         with file_queue(self.tmp / "q") as q:
-            log = store_of(q)._log
+            log = store_of(q).log
             a, b, c, d = self.waiters(log, 10, 20, 30, 40)
             log._durable = 20
             woken = log._wake_after_sync()
@@ -208,7 +208,7 @@ class WakeBookkeepingTest(TempDirTestCase):
     def test_a_waiter_woken_to_run_the_next_fdatasync_that_leaves_passes_it_on(
             self) -> None:
         with file_queue(self.tmp / "q") as q:
-            log = store_of(q)._log
+            log = store_of(q).log
             log._durable = 0
             leader, = self.waiters(log, 30)
             log._sync_waiters.clear()  # a syncer woke it (its turn to run the next) ...

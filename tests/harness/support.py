@@ -159,13 +159,13 @@ def file_queue(path: os.PathLike[str] | str, name: str = "default", **kwargs: ob
 
 
 def store_of(queue: Any) -> Any:
-    """The FileStore under a file-backed Queue (its replay state, lock, log)."""
+    """The QueueHandle under a file-backed Queue (its replay state, lock, log)."""
     from nobroker.file.backend import FileBackend
 
     backend = queue.backend
     if not isinstance(backend, FileBackend):
         raise TypeError(f"{queue!r} is not a file-backed queue")
-    return backend.store
+    return backend.handle
 
 
 # --------------------------------------------------------------------------

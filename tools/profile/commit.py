@@ -212,8 +212,8 @@ class ThreadsRun:
         self.queue = nobroker.Queue.from_backend(FileBackend(
             str(root / f"threads{threads}"), "default", Settings(),
             FileOptions(fs=self.fs, auto_compact=None)))
-        self.store = self.queue.backend.store  # type: ignore[attr-defined]
-        lock = self.store._lock
+        self.handle = self.queue.backend.handle  # type: ignore[attr-defined]
+        lock = self.handle.lock
         acquire = lock.acquire
         self.lock_wait = 0.0
         waited = threading.Lock()
@@ -230,7 +230,7 @@ class ThreadsRun:
     def run(self, n: int) -> float:
         each = n // self.threads
         calls = each * self.threads
-        counters = self.store.counters
+        counters = self.handle.counters
         before = (counters.durable_calls, counters.fdatasyncs)
         self.fs.syncs.clear()
         self.lock_wait = 0.0

@@ -4,9 +4,10 @@ Tiers, top first; each imports only its own tier and the ones below it
 (tests/test_layers.py keeps that order):
 
 - ``backend`` -- FileBackend, the operations of nobroker.backend.Backend;
-- a live handle at this level -- ``store`` (an open queue: its lock, live log and
-  state), ``commit``, ``syncing``, ``opening``, ``following``, ``checkpointing``,
-  ``compacting``, ``inspection``, ``options``, ``counters``;
+- a live handle at this level -- ``handle`` (QueueHandle, an open queue: its lock,
+  live log and state, changed only by its methods), the modules that work for it
+  through ``handleapi`` (``commit``, ``syncing``, ``following``, ``checkpointer``,
+  ``compactor``), ``opening``, ``inspection``, ``options``, ``counters``;
 - ``repair/`` -- reading and rescuing a damaged log (salvage);
 - ``generations/`` -- checkpoints, compaction, rebuilding a log file's state;
 - ``state/`` -- the pure replay state: decoded records in, queue state out, and

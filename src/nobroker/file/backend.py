@@ -1,12 +1,12 @@
 """FileBackend: the queue operations of the Backend protocol, over the file log.
 
-Each operation is one `store.write(plan)` or `store.read(query)` (store.py
+Each operation is one `handle.write(plan)` or `handle.read(query)` (handle.py
 owns the files, the lock and the commit protocol): a plan decides the
 records an operation writes against the replay state (commands.py), and
 returns what builds the operation's result once they are committed. This
 module also turns the state's entries into the `Job` views the protocol
 returns. Arguments arrive checked and payloads as JSON text (see
-nobroker/backend.py); every time comes from the store's never-backwards
+nobroker/backend.py); every time comes from the handle's never-backwards
 clock and every random choice from the settings' rng.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backend import Capabilities, Settings
-from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ..errors import CorruptLogError, JobNotFoundError, NobrokerError, NotLeasedError
 from ..models import (
     CompactionResult,
     Job,
@@ -29,8 +29,9 @@ from ..models import (
     new_pending_jobs,
 )
 from .disk.namedlocks import try_named_lock
+from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
-from .log.records import RecordType
+from .log.records import RecordType, loads
 from .options import FileOptions
 from .state.commands import (
     Batch,
@@ -49,13 +50,15 @@ from .state.commands import (
     plan_snooze,
 )
 from .state.state import Entry, QueueState
-from .store import FileStore
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
                             exports=True)
 _MISSING: Any = object()
+# Record type holding a kept finished job's outcome -> its field for the finishing time.
+_OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: "t", RecordType.CANCEL: "t",
+                                  RecordType.FINISHED: "fin"}
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
 
@@ -74,8 +77,8 @@ class FileBackend:
         self.settings = settings = settings.filled()
         self.options = options if options is not None else FileOptions()
         self.capabilities = CAPABILITIES
-        self.store = FileStore(self.location, name, settings, self.options)
-        self.recovery: RecoveryReport | None = self.store.recovery
+        self.handle = QueueHandle(self.location, name, settings, self.options)
+        self.recovery: RecoveryReport | None = self.handle.recovery
         self._backoff = settings.backoff
         assert settings.rng is not None  # filled() gave it one
         self._rng = settings.rng
@@ -90,7 +93,7 @@ class FileBackend:
         if state is JobState.DONE or state is JobState.CANCELLED:
             # Kept with its outcome: no payload; the result and the finishing time are
             # read from the record that holds them.
-            finished_at, result = self.store.outcome(entry)
+            finished_at, result = read_outcome(self.handle.live_log(), entry)
             return Job(id=entry.id, payload=None, priority=entry.priority,
                        attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
                        available_at=finished_at, enqueued_at=entry.enqueued_at,
@@ -98,7 +101,8 @@ class FileBackend:
         leased = state is JobState.LEASED
         return Job(
             id=entry.id,
-            payload=self.store.payload(entry, source) if payload is _MISSING else payload,
+            payload=(read_payload(self.handle.live_log() if source is None else source, entry)
+                     if payload is _MISSING else payload),
             priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
             state=state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
             last_error=entry.last_error, token=entry.token if leased else None,
@@ -107,9 +111,9 @@ class FileBackend:
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
         """Under the lock: what builds the views of jobs just leased, once the lock is
-        released (store.write_then_read). Reading and decoding their payloads is most
+        released (QueueHandle.write_then_read). Reading and decoding their payloads is most
         of a view's cost, and the lock bounds the whole queue's throughput; the
-        entries are snapshots, read from the generation the store keeps open."""
+        entries are snapshots, read from the generation the handle keeps open."""
         return lambda source: [self._view(entry, source=source) for entry in entries]
 
     @staticmethod
@@ -142,7 +146,7 @@ class FileBackend:
             return lambda: self._new_view(new_id, payload, priority, max_attempts,
                                           now + delay, now)
 
-        return self.store.write(plan)
+        return self.handle.write(plan)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
                      priority: int, delay: float, max_attempts: int) -> list[Job]:
@@ -155,7 +159,7 @@ class FileBackend:
         # Thousands of records, Applied tuples and Jobs, none in a cycle: the collector
         # would only scan them again and again as they pile up (paused_gc).
         with paused_gc():
-            return self.store.write(plan)
+            return self.handle.write(plan)
 
     # -- consuming ----------------------------------------------------------
 
@@ -166,7 +170,7 @@ class FileBackend:
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r["id"]] for r in leased])
 
-        return self.store.write_then_read(plan)
+        return self.handle.write_then_read(plan)
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
@@ -177,7 +181,7 @@ class FileBackend:
                      self._key_retention)
             return lambda: None
 
-        self.store.write(plan, spare=job.id)
+        self.handle.write(plan, spare=job.id)
 
     def ack_many(self, jobs: Sequence[Job]) -> None:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
@@ -192,7 +196,7 @@ class FileBackend:
             batch.finishes += len(jobs)
             return lambda: None
 
-        self.store.write(plan, spare=frozenset(job.id for job in jobs))
+        self.handle.write(plan, spare=frozenset(job.id for job in jobs))
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -208,7 +212,7 @@ class FileBackend:
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r["id"]] for r in leased])
 
-        views = self.store.write_then_read(plan, spare=job.id)
+        views = self.handle.write_then_read(plan, spare=job.id)
         return views[0] if views else None
 
     def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
@@ -217,14 +221,14 @@ class FileBackend:
                       self._rng)
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
-        return self.store.write(plan, spare=job.id)
+        return self.handle.write(plan, spare=job.id)
 
     def snooze(self, job: Job, delay: float, error: str | None) -> Job:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             plan_snooze(state, batch, now, job.id, job.token, error, delay)
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
-        return self.store.write(plan, spare=job.id)
+        return self.handle.write(plan, spare=job.id)
 
     def extend(self, job: Job, seconds: float) -> Job:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
@@ -232,23 +236,23 @@ class FileBackend:
                         until=now + seconds)
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
-        return self.store.write(plan, spare=job.id)
+        return self.handle.write(plan, spare=job.id)
 
     def wait(self, timeout: float) -> bool:
-        store = self.store
+        handle = self.handle
         deadline = time.monotonic() + timeout
         while True:
-            store.prepare_wait()  # before looking, so a poke from now on is kept for us
-            paused, due, now = store.read(
+            handle.prepare_wait()  # before looking, so a poke from now on is kept for us
+            paused, due, now = handle.read(
                 lambda state: (state.paused, None if state.paused else state.next_wakeup(),
-                               store.peek_now()))
+                               handle.peek_now()))
             if due is not None and due <= now:
                 return True
             left = deadline - time.monotonic()
             limit = left if due is None else min(left, due - now)
-            woken = store.wait(limit)
+            woken = handle.wait(limit)
             if not (paused and woken):
-                return woken or (due is not None and due <= store.peek_now())
+                return woken or (due is not None and due <= handle.peek_now())
             # Paused: a producer's poke makes nothing leasable yet; wait on for RESUME.
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
@@ -260,7 +264,7 @@ class FileBackend:
                 if job.state in _FINISHED:
                     return job
                 if waiter is None:  # look again once writers can poke us (finished.py)
-                    waiter = self.store.finish_waiter()
+                    waiter = self.handle.finish_waiter()
                     continue
                 left = _LONG_WAIT if deadline is None else deadline - time.monotonic()
                 if left <= 0:
@@ -277,14 +281,14 @@ class FileBackend:
             cancelled = plan_cancel(state, batch, now, job_id, self._result_ttl)
             return lambda: cancelled
 
-        return self.store.write(plan)
+        return self.handle.write(plan)
 
     def set_paused(self, paused: bool) -> None:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
             plan_pause(state, batch, now, paused)
             return lambda: None
 
-        self.store.write(plan)
+        self.handle.write(plan)
 
     # -- operating ----------------------------------------------------------
 
@@ -293,49 +297,49 @@ class FileBackend:
             count = plan_requeue(state, batch, now, job_id)
             return lambda: count
 
-        return self.store.write(plan)
+        return self.handle.write(plan)
 
     def purge(self) -> int:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
             count = plan_purge(state, batch, now)
             return lambda: count
 
-        return self.store.write(plan)
+        return self.handle.write(plan)
 
     def delete_dead(self, job_id: str | None) -> int:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
             count = plan_delete_dead(state, batch, now, job_id)
             return lambda: count
 
-        return self.store.write(plan)
+        return self.handle.write(plan)
 
     def get(self, job_id: str) -> Job:
-        store = self.store
+        handle = self.handle
 
         def query(state: QueueState) -> Job:
             entry = state.jobs.get(job_id)
             if entry is not None:
                 return self._view(entry)
             done_at = state.done_keys.get(job_id)
-            if done_at is not None and done_at + self._key_retention > store.peek_now():
+            if done_at is not None and done_at + self._key_retention > handle.peek_now():
                 return self._done_view(job_id, done_at)
             raise JobNotFoundError(job_id)
 
-        return store.read(query)
+        return handle.read(query)
 
     def stats(self) -> QueueStats:
         """Counts kept as records are applied: O(1) whatever the queue's size."""
-        store = self.store
+        handle = self.handle
 
         def query(s: QueueState) -> QueueStats:
             return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
                               total=s.pending + s.leased + s.dead,
-                              generation=store.generation, log_bytes=store.log_bytes,
+                              generation=handle.generation, log_bytes=handle.log_bytes,
                               paused=s.paused, kept=s.kept,
                               enqueued=s.enqueued, retried=s.retried,
                               dead_lettered=s.dead_lettered, live_bytes=s.live_bytes)
 
-        return store.read(query)
+        return handle.read(query)
 
     def list_jobs(self, state: JobState | None, limit: int | None,
                   offset: int = 0) -> list[Job]:
@@ -346,20 +350,39 @@ class FileBackend:
                 page = itertools.islice(page, limit)
             return [self._view(entry) for entry in page]
 
-        return self.store.read(query)
+        return self.handle.read(query)
 
     def export_jobs(self) -> list[tuple[Job, bool]]:
         """JobExport (nobroker migrate): the live jobs, each with whether its id is a key."""
-        return self.store.read(lambda replay: [(self._view(entry), entry.keyed)
+        return self.handle.read(lambda replay: [(self._view(entry), entry.keyed)
                                                for entry in replay.entries()])
 
     def compact(self) -> CompactionResult:
-        return self.store.compact()
+        return self.handle.compact()
 
     def try_lock(self, key: str) -> Callable[[], None] | None:
-        if self.store.readonly:
+        if self.handle.readonly:
             raise NobrokerError("queue was opened read-only")
         return try_named_lock(self.options.fs, self.location, self.name, key)
 
     def close(self) -> None:
-        self.store.close()
+        self.handle.close()
+
+
+def read_payload(source: LogFile, entry: Entry) -> Any:
+    """The payload of a job in the state, decoded, from its generation: the live log
+    under the lock, or the one pinned when `entry` was taken (write_then_read)."""
+    try:
+        return loads(source.read_payload(entry.loc))
+    except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug
+        raise CorruptLogError(source.path, entry.loc, "payload is not JSON") from None
+
+
+def read_outcome(current: LogFile, entry: Entry) -> tuple[float, Any]:
+    """A kept finished job's (finished_at, result), read from the record that holds
+    them (an ACK, CANCEL or FINISHED record); under the lock."""
+    found = current.record_at(entry.loc)
+    if found is None or found[0] not in _OUTCOME_FIELD or found[1].get("id") != entry.id:
+        raise CorruptLogError(current.path, entry.loc, "finished job's record unreadable")
+    record = found[1]
+    return float(record[_OUTCOME_FIELD[found[0]]]), record.get("r")

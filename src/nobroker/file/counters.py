@@ -4,7 +4,7 @@ Nothing here decides anything; the counts only make visible what would
 otherwise show only as time (a compaction repeated in every process, a peer
 that replayed a whole generation instead of following it, threads that did
 not share their fsyncs). Plain integers, bumped by the thread that did the
-work (the fsync counts under the store's _sync_lock, so threads lose none);
+work (the fsync counts under the handle's lock for pins, so threads lose none);
 a reader may see them a moment late.
 """
 

@@ -1,53 +1,55 @@
 """Reading forward: what other handles wrote, and the compactions they made.
 
-Every locked call first catches up with the log. Usually that is a scan of
-the batches appended since; when a peer has compacted (the lock file's stamp
-names a newer generation), the handle follows it without replaying: its
-state, read to the end of the old generation, already holds exactly the
-jobs the new one does, so only where their payloads live must change, and
-the new generation's checkpoint says where. If anything does not line up,
-the caller reloads from the files (opening.py), which is always right.
+Every locked call first catches up with the log (beat 1 of handle.py's
+protocol). Usually that is a scan of the batches appended since; when a peer
+has compacted (the lock file's stamp names a newer generation), the handle
+follows it without replaying: its state, read to the end of the old
+generation, already holds exactly the jobs the new one does, so only where
+their payloads live must change, and the new generation's checkpoint says
+where. If anything does not line up, the handle reloads from the files
+(opening.py), which is always right.
 
 Under the queue's lock.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..errors import CorruptLogError
+from .disk.fs import FileSystem
 from .generations import checkpoint, compaction
+from .generations.current import read_current
+from .handleapi import HandleAPI
 from .log.logfile import LogFile
 from .opening import cut_torn_tail
-
-if TYPE_CHECKING:
-    from .store import FileStore
 
 __all__ = ["refresh", "follow_compaction"]
 
 
-def refresh(store: FileStore) -> None:
+def refresh(handle: HandleAPI) -> None:
     """Catch up with what other handles wrote since we last looked."""
-    if store._lock.stamp != store._live_log().generation:
+    current = handle.live_log()
+    if handle.lock.stamp != current.generation:
         # Someone compacted: move to the new generation, cheaply if we can.
-        if follow_compaction(store):
-            store.counters.follows += 1
+        if follow_compaction(handle):
+            refresh(handle)  # and read what was written to the new generation since
+            handle.counters.follows += 1
         else:
-            store.counters.reloads += 1
-            store._load()
+            handle.counters.reloads += 1
+            handle.reload()
         return
-    current = store._live_log()
+    state = handle.state
     try:
-        result = current.scan(store._state.apply_batch, store._state.last_batch, full=False)
+        result = current.scan(state.apply_batch, state.last_batch, full=False)
     except CorruptLogError as exc:
-        store._poison(str(exc))
+        handle.poison(str(exc))
         raise
-    if result.torn_offset is not None and not store.readonly:
+    if result.torn_offset is not None and not handle.readonly:
         cut_torn_tail(current, result)
 
 
-def follow_compaction(store: FileStore) -> bool:
-    """Switch to the generation another handle compacted into, keeping our state.
+def follow_compaction(handle: HandleAPI) -> bool:
+    """Switch `handle` to the generation another handle compacted into, keeping its
+    state (refresh then reads forward in the new generation).
 
     Our state, once we have read the old generation to its end (nobody
     writes it after the switch), holds exactly the jobs the new generation
@@ -58,37 +60,34 @@ def follow_compaction(store: FileStore) -> bool:
     simple updates instead of decoding a checkpoint or replaying a log.
     Returns False (the caller reloads) if anything does not line up.
     """
-    old = store._live_log()
-    generation = compaction.read_current(store._fs, store.directory, store.name)
+    old, state, fs = handle.live_log(), handle.state, handle.fs
+    generation = read_current(fs, handle.directory, handle.name)
     if generation != old.generation + 1:
         return False
     try:
-        old.scan(store._state.apply_batch, store._state.last_batch, full=False)
-        new_log = LogFile.open(store._fs, store.directory, store.name, generation,
-                               readonly=store.readonly)
+        old.scan(state.apply_batch, state.last_batch, full=False)
+        new_log = LogFile.open(fs, handle.directory, handle.name, generation,
+                               readonly=handle.readonly)
     except (OSError, CorruptLogError):
         return False
-    moved = _relocation(store, new_log) if store.options.checkpoints else None
+    moved = _relocation(fs, new_log) if handle.options.checkpoints else None
     if (moved is None or moved.source_generation != old.generation
             or not moved.source_offset <= old.end):
         new_log.close()
         return False
     shift = moved.end - moved.source_offset
-    if not store._state.relocate(moved.source_offset, shift, moved.seqs, moved.names,
-                                moved.locs, moved.sizes):
+    if not state.relocate(moved.source_offset, shift, moved.seqs, moved.names,
+                          moved.locs, moved.sizes):
         new_log.close()
         return False  # not the jobs we know: reload instead
     new_log.end = moved.end + old.end - moved.source_offset
     new_log.crc = new_log.prefix_crc(new_log.end, moved.end, moved.crc)  # the copied tail
-    store._state.snapshot_seen = True  # what a replay of the new generation says
-    store._log = new_log
-    store._checkpointed = moved.end
-    store._retire(old)
-    store._refresh()  # and read what was written to the new generation since
+    state.snapshot_seen = True  # what a replay of the new generation says
+    handle.switch_generation(new_log, state, moved.end)
     return True
 
 
-def _relocation(store: FileStore, new_log: LogFile) -> checkpoint.Relocation | None:
+def _relocation(fs: FileSystem, new_log: LogFile) -> checkpoint.Relocation | None:
     """The job locations of the compaction that switched to `new_log`: from the
     checkpoint it published under a name of its own, which no later checkpoint
     replaces; or, from a compaction by an older version that had no such name,
@@ -98,7 +97,7 @@ def _relocation(store: FileStore, new_log: LogFile) -> checkpoint.Relocation | N
             data = new_log.read_checkpoint(path)
             if data is not None:
                 return checkpoint.relocation(
-                    data, new_log.generation, store._fs.fstat(new_log.fd).st_size,
+                    data, new_log.generation, fs.fstat(new_log.fd).st_size,
                     lambda offset: compaction.snapshot_nonce(new_log, offset))
         except (checkpoint.CheckpointError, OSError):
             pass

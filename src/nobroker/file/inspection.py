@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import CorruptLogError, NobrokerError
 from .disk.fs import OS
-from .generations.compaction import read_current
+from .generations.current import read_current
 from .log import framing
 from .log.logfile import log_filename
 from .log.records import RecordType, loads

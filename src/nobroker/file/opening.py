@@ -1,13 +1,14 @@
 """Opening a queue's files: where a queue may live, loading and recovering it.
 
-The store's first job, and the one it repeats when its state can no longer
+A handle's first job, and the one it repeats when its state can no longer
 be trusted (a peer compacted in a way it cannot follow, a forked child):
 make sure the directory exists and is not on a network file system whose
 locks do not work; find the current generation; rebuild the replay state
 from its checkpoint and records (rebuild.py); and cut a torn tail, saving
-the bytes aside and saying so in the RecoveryReport. `queue_exists` is the
-one answer to "is there a queue of this name here?" (the CLI and read-only
-opens ask it).
+the bytes aside and saying so in the RecoveryReport. These are functions of
+the files: the handle adopts what `load` returns (QueueHandle.reload).
+`queue_exists` is the one answer to "is there a queue of this name here?"
+(the CLI and read-only opens ask it).
 
 Under the queue's lock, except `queue_exists` and the directory checks.
 """
@@ -16,23 +17,19 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from ..errors import CorruptLogError, NobrokerError, UnsafeFilesystemError
 from ..models import RecoveryReport
-from . import syncing
-from .disk.fs import NETWORK_FILESYSTEMS, filesystem_type
-from .disk.lock import shared_lock
-from .generations import compaction
+from .disk.fs import NETWORK_FILESYSTEMS, FileSystem, filesystem_type
+from .generations import current
 from .generations.rebuild import load_checkpoint
 from .log import framing
 from .log.logfile import LogFile, ScanResult, log_filename, paused_gc
 from .state.state import QueueState
 
-if TYPE_CHECKING:
-    from .store import FileStore
-
-__all__ = ["queue_exists", "queue_files"]
+__all__ = ["Loaded", "queue_exists", "queue_files", "prepare_directory", "load",
+           "cut_torn_tail"]
 
 log = logging.getLogger("nobroker")
 
@@ -41,7 +38,7 @@ def queue_files(name: str) -> tuple[str, ...]:
     """The file names whose presence means a queue `name` was created in a directory:
     the lock file comes first (opening creates it), then generation 0, then
     NAME.current once it has compacted."""
-    return (compaction.current_filename(name), log_filename(name, 0), f"{name}.lock")
+    return (current.current_filename(name), log_filename(name, 0), f"{name}.lock")
 
 
 def queue_exists(directory: str, name: str) -> bool:
@@ -49,45 +46,56 @@ def queue_exists(directory: str, name: str) -> bool:
     return any(os.path.lexists(os.path.join(directory, entry)) for entry in queue_files(name))
 
 
-def prepare_directory(store: FileStore, allow_network_fs: bool) -> bool:
+def prepare_directory(fs: FileSystem, directory: str, *, readonly: bool,
+                      allow_network_fs: bool) -> bool:
     """Create the directory if needed; True if it is on a network file system
     (allowed only with `allow_network_fs`)."""
-    if not os.path.isdir(store.directory):
-        if store.readonly:
-            raise NobrokerError(f"no queue directory at {store.directory}")
-        parent = os.path.dirname(store.directory)
+    if not os.path.isdir(directory):
+        if readonly:
+            raise NobrokerError(f"no queue directory at {directory}")
+        parent = os.path.dirname(directory)
         os.makedirs(parent, mode=0o700, exist_ok=True)
         try:
-            store._fs.mkdir(store.directory, 0o700)  # payloads are often private
-            store._fs.fsync_dir(parent)
+            fs.mkdir(directory, 0o700)  # payloads are often private
+            fs.fsync_dir(parent)
         except FileExistsError:
             pass
-    kind = filesystem_type(store.directory)
+    kind = filesystem_type(directory)
     if kind in NETWORK_FILESYSTEMS and not allow_network_fs:
         raise UnsafeFilesystemError(
-            f"{store.directory} is on a network file system ({kind}); kernel file locks "
+            f"{directory} is on a network file system ({kind}); kernel file locks "
             f"do not protect a queue there. Pass allow_network_fs=True to use it anyway, "
             f"with one process only.")
     return kind in NETWORK_FILESYSTEMS
 
 
-def load(store: FileStore) -> RecoveryReport:
-    """(Re)build the state from the current generation; under the lock."""
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The current generation, opened and replayed, for a handle to adopt."""
+
+    log: LogFile
+    state: QueueState
+    checkpointed: int  # the log offset its checkpoint covers (the header's end: none)
+    report: RecoveryReport
+
+
+def load(fs: FileSystem, directory: str, name: str, *, readonly: bool,
+         checkpoints: bool) -> Loaded:
+    """Open the current generation and rebuild its state; under the lock."""
     notes: list[str] = []
-    generation = compaction.read_current(store._fs, store.directory, store.name)
+    generation = current.read_current(fs, directory, name)
     if generation == 0:
-        generation = compaction.first_generation(
-            store._fs, store.directory, store.name, readonly=store.readonly, notes=notes)
+        generation = current.first_generation(fs, directory, name, readonly=readonly,
+                                              notes=notes)
     try:
-        new_log = LogFile.open(store._fs, store.directory, store.name, generation,
-                               readonly=store.readonly)
+        new_log = LogFile.open(fs, directory, name, generation, readonly=readonly)
     except FileNotFoundError:
-        raise CorruptLogError(store._current_path, 0,
+        raise CorruptLogError(os.path.join(directory, current.current_filename(name)), 0,
                               f"names generation {generation}, whose log file is missing")\
             from None
     try:
         with paused_gc():
-            loaded = load_checkpoint(new_log) if store.options.checkpoints else None
+            loaded = load_checkpoint(new_log) if checkpoints else None
             from_checkpoint = None if loaded is None else new_log.end
             state = QueueState() if loaded is None else loaded
             result = new_log.scan(state.apply_batch, state.last_batch, full=True)
@@ -95,23 +103,17 @@ def load(store: FileStore) -> RecoveryReport:
             raise CorruptLogError(new_log.path, new_log.end,
                                   "generation does not start with a complete snapshot")
         side = None
-        if result.torn_offset is not None and not store.readonly:
+        if result.torn_offset is not None and not readonly:
             side = cut_torn_tail(new_log, result)
     except BaseException:
         new_log.close()
         raise
-    old = store._log
-    store._log, store._state = new_log, state
-    if store._lock.stamp != generation and not store.readonly:
-        store._lock.set_stamp(generation)  # heal a stamp left by a crashed compaction
-    store._checkpointed = from_checkpoint or framing.FILE_HEADER.size
-    if old is not None:
-        store._retire(old)
-    return RecoveryReport(
+    report = RecoveryReport(
         generation=generation, records=result.records, torn_offset=result.torn_offset,
         torn_bytes=result.torn_bytes, torn_reason=result.torn_reason,
         repaired=side is not None, side_file=side, notes=tuple(notes),
         checkpoint_offset=from_checkpoint)
+    return Loaded(new_log, state, from_checkpoint or framing.FILE_HEADER.size, report)
 
 
 def cut_torn_tail(target: LogFile, result: ScanResult) -> str:
@@ -123,16 +125,3 @@ def cut_torn_tail(target: LogFile, result: ScanResult) -> str:
                 target.path, result.torn_bytes, result.torn_offset, result.torn_reason,
                 side)
     return side
-
-
-def reopen_in_child(store: FileStore) -> None:
-    """In a forked child: nothing inherited is ours (the parent's lock, its file
-    offsets): take the lock afresh and reload from the files."""
-    store._pid = os.getpid()
-    store._lock = shared_lock(store._fs, store._lock_path, readonly=store.readonly)
-    store._compaction_lock = None  # the parent's; ours is opened when first needed
-    syncing.open_shared(store)  # the parent's descriptor shares its flock with the parent
-    store._log = None
-    with store._locked(refresh=False):
-        store._load()
-        syncing.bound_shared(store)

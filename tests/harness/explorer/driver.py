@@ -209,8 +209,8 @@ class Driver:
     def _observe(self, call: Call, queue: Queue) -> None:
         """Cross-check: the handle's memory must be the replay of what it read and wrote."""
         store = store_of(queue)
-        state, log = store._state, store._log
-        if log is None or call.outcome != "returned" or store._poisoned:
+        state, log = store.state, store.log
+        if log is None or call.outcome != "returned" or store.poisoned:
             return
         position = (state.last_batch, log.generation)
         known = self.history.get(position)
@@ -224,11 +224,7 @@ class Driver:
                 with contextlib.suppress(Exception):
                     if handle in self.dead:
                         store = store_of(queue)
-                        store._closed = True  # a dead process saves no checkpoint
-                        store._wake.close()
-                        store._retire(store._log)  # type: ignore[arg-type]
-                        from nobroker.file.disk.lock import release_shared_lock
-                        release_shared_lock(store._lock)
+                        store.close(checkpoint=False)  # a dead process saves no checkpoint
                     else:
                         queue.close()
 

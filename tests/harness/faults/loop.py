@@ -100,7 +100,7 @@ class _Driver:
         except (StorageError, CompactionError) as exc:
             kind = getattr(exc, "operation", "compaction")
             self.out.calls.append((name, f"raised {type(exc).__name__} ({kind})"))
-            if store_of(self.q)._poisoned is not None:
+            if store_of(self.q).poisoned is not None:
                 self.poisoned_by = name
                 return "indeterminate", exc
             if isinstance(exc, StorageError) and exc.operation == "write":

@@ -10,7 +10,7 @@ treats two descriptors of one process as rivals: two handles in one process
 would otherwise deadlock on each other.
 
 POSIX uses `fcntl.flock`; Windows uses `msvcrt.locking` on the first byte,
-polled with LK_NBLCK so that `lock_timeout` is honoured.
+polled with LK_NBLCK so that `lock_timeout` is honoured (the calls: flock.py).
 
 Waiting for another process (POSIX): a non-blocking try first; if the lock
 is busy, a daemon thread of this SharedLock (the acquirer) makes the
@@ -45,62 +45,13 @@ import threading
 import time
 
 from ...errors import LockTimeoutError
+from .flock import block_lock, holder_pid, try_lock_fd, unlock_fd
 from .fs import FileSystem
 
-__all__ = ["SharedLock", "shared_lock", "try_lock_fd", "unlock_fd"]
+__all__ = ["SharedLock", "shared_lock", "release_shared_lock"]
 
 # Why a descriptor for writing is refused although the file could be read.
 _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
-
-if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-    import msvcrt
-
-    def try_lock_fd(fd: int) -> bool:
-        os.lseek(fd, 0, os.SEEK_SET)
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-
-    def unlock_fd(fd: int) -> None:
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-
-    _block_lock = None  # LK_LOCK gives up after 10 s: Windows keeps polling
-
-else:
-    import fcntl
-
-    def try_lock_fd(fd: int) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-
-    def unlock_fd(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def _lock_blocking(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-
-    _block_lock = _lock_blocking
-
-
-def holder_pid(path: str) -> int | None:
-    """The pid holding a lock on `path`, where the OS tells (Linux /proc/locks)."""
-    try:
-        inode = os.stat(path).st_ino
-        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
-            for line in locks:
-                fields = line.split()
-                if len(fields) >= 6 and fields[5].rsplit(":", 1)[-1] == str(inode):
-                    return int(fields[4])
-    except (OSError, ValueError):
-        return None
-    return None
-
 
 MAX_HANDOVERS = 8  # file-lock handovers between our threads before others get a turn
 
@@ -150,6 +101,11 @@ class SharedLock:
         self._closing = False
         self.tries = 0  # non-blocking attempts at the file lock (for tests)
         self.blocking_waits = 0  # waits handed to the acquirer (for tests)
+
+    @property
+    def fs(self) -> FileSystem:
+        """The file system its descriptor was opened through."""
+        return self._fs
 
     def acquire(self, timeout: float) -> None:
         # Uncontended (the usual case) costs no clock read; the deadline is
@@ -242,7 +198,7 @@ class SharedLock:
             deadline = started + timeout
             if time.monotonic() >= deadline:  # lock_timeout=0 starts no acquirer
                 raise LockTimeoutError(self.path, timeout, holder_pid(self.path))
-            if _block_lock is None:  # Windows: poll
+            if block_lock is None:  # Windows: poll
                 time.sleep(pause)
                 pause = min(pause * 2, 0.005)
                 continue
@@ -292,10 +248,10 @@ class SharedLock:
                 if self._closing:
                     return
                 fd = self._fd
-                assert fd is not None and _block_lock is not None
+                assert fd is not None and block_lock is not None
                 self._in_flock = True
             try:
-                _block_lock(fd)
+                block_lock(fd)
                 locked = True
             except OSError:  # EINTR is retried by Python; anything else (ENOLCK): the
                 locked = False  # waiter times out and reports the holder; no retry loop
@@ -414,7 +370,7 @@ def shared_lock(fs: FileSystem, path: str, *, readonly: bool = False) -> SharedL
     key = os.path.realpath(path)
     with _registry_lock:
         lock = _registry.get(key)
-        if lock is None or lock._fs is not fs or (lock.degraded and not readonly):
+        if lock is None or lock.fs is not fs or (lock.degraded and not readonly):
             lock = SharedLock(fs, path, readonly=readonly)
             if key not in _registry:
                 _registry[key] = lock

@@ -22,8 +22,8 @@ import os
 from collections.abc import Callable
 
 from ...errors import StorageError
+from .flock import try_lock_fd, unlock_fd
 from .fs import FileSystem
-from .lock import try_lock_fd, unlock_fd
 
 __all__ = ["try_named_lock", "lock_path"]
 

@@ -17,12 +17,12 @@ on meanwhile. In order (each fsync is what makes the next step safe):
        numbers carry on: the snapshot batch has the number of the last batch
        it summarises), replaying them into the new state; repeat while much
        was appended. g stays open, so a peer unlinking it changes nothing.
-  finish (under the lock; `compacting.finish_compaction`)
+  finish (under the lock; `Compactor` in compactor.py)
     4. if another process compacted meanwhile, throw the file away;
     4b. (`Prepared.confirm`) re-read what 3b copied from g and throw the file
        away unless it is still g's bytes, unchanged. The log is append-only
        but for one case: a writer whose own state refuses its batch cuts it
-       again before it lets go of the lock (store._commit), and the next
+       again before it lets go of the lock (QueueHandle.commit), and the next
        writer may fill the same offsets with other bytes; 3b, unlocked, may
        have copied the batch in between. Kept, it would be a job nobody
        committed, or a batch replay refuses (a queue that no longer opens).
@@ -49,21 +49,18 @@ A crash before step 7 leaves g current (leftovers are removed by the next
 compaction); a crash after it leaves g+1 current and maybe stale files, which
 are never read because NAME.current does not name them.
 
-Opening starts here too: `read_current` says which generation NAME.current
-names, and `first_generation` what to open when there is no NAME.current (a
-new queue, a torn creation, or a torn flip at step 7).
+Steps 7 and 8, and what opening reads of them (which generation NAME.current
+names, what to open without one), are current.py's.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import zlib
 from dataclasses import dataclass, field
 
-from ...errors import CorruptLogError, NobrokerError
-from ..disk.fs import FileSystem, replace_durably
-from ..log import framing
+from ...errors import CorruptLogError
+from ..disk.fs import FileSystem
 from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from ..log.records import Applied, Record, RecordType
 from ..state.commands import Batch
@@ -71,111 +68,9 @@ from ..state.state import Entry, JobState, QueueState
 from . import checkpoint
 from .rebuild import state_at
 
-__all__ = ["Prepared", "prepare_generation", "write_generation", "publish_generation",
-           "remove_stale_files", "current_filename", "parse_current", "read_current",
-           "first_generation", "create_first_generation", "snapshot_nonce"]
+__all__ = ["Prepared", "prepare_generation", "write_generation", "snapshot_nonce"]
 
 _WRITE_BUFFER = 1 << 20
-
-
-def current_filename(name: str) -> str:
-    return f"{name}.current"
-
-
-def parse_current(data: bytes) -> int | None:
-    """The generation a NAME.current file names, or None if it is malformed."""
-    match = re.fullmatch(rb"(\d{1,9})\n?", data)
-    return int(match.group(1)) if match else None
-
-
-def read_current(fs: FileSystem, directory: str, name: str) -> int:
-    """The generation NAME.current names; 0 when it does not exist yet."""
-    path = os.path.join(directory, current_filename(name))
-    try:
-        fd = fs.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return 0
-    except OSError as exc:
-        raise CorruptLogError(path, 0, f"cannot open: {exc.strerror}") from None
-    try:
-        data = fs.pread(fd, 64, 0)
-    except OSError as exc:  # a directory opens on Linux, then refuses to be read
-        raise CorruptLogError(path, 0, f"cannot read: {exc.strerror}") from None
-    finally:
-        fs.close(fd)
-    generation = parse_current(data)
-    if generation is None:
-        raise CorruptLogError(path, 0, f"does not name a generation: {data[:20]!r}")
-    return generation
-
-
-def first_generation(fs: FileSystem, directory: str, name: str, *, readonly: bool,
-                     notes: list[str]) -> int:
-    """The generation to open when NAME.current is absent: 0, created if need be."""
-    path = os.path.join(directory, log_filename(name, 0))
-    current = os.path.join(directory, current_filename(name))
-    try:
-        size = fs.stat(path).st_size
-    except FileNotFoundError:
-        size = None
-    if size is not None and size > 16:
-        return 0
-    if size is None:
-        others = sorted(entry for entry in fs.listdir(directory)
-                        if entry.startswith(name + ".") and entry.endswith(".log"))
-        numbers = [int(e[len(name) + 1:-4]) for e in others
-                   if e[len(name) + 1:-4].isdigit()]
-        if len(numbers) >= 2:
-            # A flip from generation g to g+1 whose rename was torn: the old entry of
-            # NAME.current is gone, the new one never landed (a rename is not atomic
-            # on every file system). g+1 was complete and durable before the flip
-            # began, and g is unlinked only after the flip is, so both exist: use g+1.
-            notes.append(f"{os.path.basename(current)} was missing; "
-                         f"opened the newest generation, {max(numbers)}")
-            return max(numbers)
-        if others:
-            raise CorruptLogError(current, 0, f"missing, yet generations exist: {others}")
-    else:
-        fd = fs.open(path, os.O_RDONLY)
-        try:
-            head = fs.pread(fd, size, 0)
-        finally:
-            fs.close(fd)
-        if size == 16 and head != bytes(16):
-            return 0  # a whole header (LogFile.open judges it); 16 zero bytes fall through:
-            # the header write's new size reached the disk, its bytes did not
-        if head not in (framing.encode_file_header(0)[:size], bytes(size)):
-            # Not what a crash during creation leaves: someone else's file. Keep it.
-            raise CorruptLogError(path, 0, f"{size}-byte file is not a nobroker log")
-    if readonly:
-        raise NobrokerError(f"no queue named {name!r} in {directory}")
-    if size is not None:
-        # A crash while the queue was being created: the header never became durable,
-        # so no call on this queue ever returned. Start it again.
-        notes.append(f"re-created {os.path.basename(path)}: its {size}-byte header was torn")
-        fs.unlink(path)
-    create_first_generation(fs, directory, name)
-    return 0
-
-
-def create_first_generation(fs: FileSystem, directory: str, name: str) -> None:
-    """Create generation 0 so that its name appears only once its header is durable.
-
-    Written under a temporary name, fsynced, then renamed and the directory
-    fsynced (LogFile.create and LogFile.rename), as every later generation is.
-    Created in place, a crash could leave NAME.000000.log at its final name
-    with the header's size but not its bytes, and a file system that exposes
-    a grown file's unwritten blocks as junk (ALICE's weak model) would then
-    show a 16-byte file that is no log: the next open would refuse it forever,
-    though no call had returned. A leftover temporary file is ignored, and
-    removed by a later compaction (remove_stale_files).
-    """
-    temp = f"{log_filename(name, 0)}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    created = LogFile.create(fs, directory, name, 0, filename=temp)
-    try:
-        created.rename()
-    finally:
-        created.close()
 
 
 @dataclass(slots=True)
@@ -413,29 +308,3 @@ def _finished_fields(old: LogFile, entry: Entry, rtype: int, record: Record) -> 
     if entry.keyed:
         fields["k"] = True
     return fields
-
-
-def publish_generation(fs: FileSystem, directory: str, name: str, generation: int) -> None:
-    """The commit point: NAME.current names `generation`, durably."""
-    replace_durably(fs, directory, current_filename(name), b"%d\n" % generation)
-
-
-def remove_stale_files(fs: FileSystem, directory: str, name: str, current: int) -> list[str]:
-    """Delete other generations and every temp file of this queue, the current
-    generation's too; returns what was removed. Called under the lock at a switch:
-    a temp file of the current generation is then a dead compactor's, or a racing
-    one's that lost (its switch will see ours and throw its work away)."""
-    pattern = re.compile(
-        re.escape(name) + r"\.(\d{6,})\.(log|ckpt|switch\.ckpt|(?:ckpt|log)\.tmp-[0-9a-f-]+)$")
-    removed = []
-    for entry in fs.listdir(directory):
-        match = pattern.fullmatch(entry)
-        stale_temp = entry == current_filename(name) + ".tmp"
-        if (match and (int(match.group(1)) != current or ".tmp-" in match.group(2))) \
-                or stale_temp:
-            fs.unlink(os.path.join(directory, entry))
-            removed.append(entry)
-    if removed:
-        fs.fsync_dir(directory)
-    return removed
-

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from ...errors import LockTimeoutError, NobrokerError
 from ..disk.fs import FileSystem
 from ..disk.lock import SharedLock, release_shared_lock, shared_lock
-from ..generations import compaction
+from ..generations import compaction, current
 from ..log.logfile import LogFile, log_filename, paused_gc
 from ..state.commands import new_nonce
 from ..state.state import QueueState, ReplayError
@@ -122,7 +122,7 @@ def salvage(directory: str, name: str = "default", *, point_in_time: bool = Fals
     """
     fs = FileSystem() if fs is None else fs
     lock_path = os.path.join(directory, f"{name}.lock")
-    generation = compaction.read_current(fs, directory, name)
+    generation = current.read_current(fs, directory, name)
     path = os.path.join(directory, log_filename(name, generation))
     if not os.path.exists(path):
         raise NobrokerError(f"no queue named {name!r} in {directory} ({path} is missing)")
@@ -134,7 +134,7 @@ def salvage(directory: str, name: str = "default", *, point_in_time: bool = Fals
             raise NobrokerError(f"another process holds the queue's lock ({exc}); stop it "
                                 f"before salvaging") from None
         try:
-            if compaction.read_current(fs, directory, name) != generation:
+            if current.read_current(fs, directory, name) != generation:
                 raise NobrokerError("the queue changed generation meanwhile; run it again")
             return _salvage_locked(fs, directory, name, generation, path, lock,
                                    point_in_time)
@@ -173,8 +173,8 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
     replay.state.last_batch = max(replay.state.last_batch, 1)
     aside = tuple(_save_aside(fs, directory, path, data, region) for region in scan.damaged)
     new_generation = _write(fs, directory, name, generation, path, size, replay.state)
-    lock.set_stamp(new_generation)  # before the flip, as compaction does (see FileStore)
-    compaction.publish_generation(fs, directory, name, new_generation)
+    lock.set_stamp(new_generation)  # before the flip, as compaction does (see compactor.py)
+    current.publish_generation(fs, directory, name, new_generation)
     return SalvageReport(mode, path, generation, new_generation, kept, replay.records,
                          len(replay.state.jobs), aside, _lost(scan, generation),
                          replay.unknown_jobs, tuple(replay.skipped), _spans(scan))
