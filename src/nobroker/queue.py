@@ -41,12 +41,12 @@ class Queue:
     `clock` (seconds since the epoch) and `rng` decide every time and every
     random choice the queue records; by default `time.time` (on PostgreSQL,
     the server's clock) and a Random seeded from os.urandom. `auto_compact`
-    and `allow_network_fs` apply to a directory only. `eager=True` (for tests)
-    runs each task call in the calling thread as it is enqueued: see
-    nobroker.testing.
+    and `allow_network_fs` apply to a directory only; `eager`: see nobroker.testing.
     """
 
     hooks: Hooks | None = None  # what on() registered; None until the first
+    auto_compact: float | None = None  # the argument as given; a directory's backend acts on it
+    eager: bool = False  # run task calls as they are enqueued (nobroker.testing)
 
     def __init__(self, path: str | os.PathLike[str], name: str = "default", *,
                  fsync: bool = True, visibility_timeout: float = 30.0, max_attempts: int = 5,
@@ -65,17 +65,14 @@ class Queue:
             validation.fraction("auto_compact", auto_compact)
         self._attach(open_backend(path, name, settings, auto_compact=auto_compact,
                                   allow_network_fs=bool(allow_network_fs)))
-        # The argument as given; a directory's backend acts on it.
-        self.auto_compact: float | None = auto_compact
+        self.auto_compact = auto_compact
         self.eager = bool(eager)
 
     @classmethod
     def from_backend(cls, backend: Backend) -> Queue:
         """A Queue over an opened backend (a FileBackend built by a test, say)."""
         queue = cls.__new__(cls)
-        queue._attach(backend)
-        queue.auto_compact = None  # no argument given: the backend's options decide
-        queue.eager = False
+        cls._attach(queue, backend)  # no auto_compact argument: the backend's options decide
         return queue
 
     def _attach(self, backend: Backend) -> None:
@@ -289,10 +286,9 @@ class Queue:
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         """Hold the named lock `key` for the `with` block, or raise TaskLockedError at
-        once if another run holds it (a thread of this process, or any other
-        process on the queue). It is let go when the block ends, and dies with
-        its holder (the process; on PostgreSQL, its connection), so a killed
-        worker leaves no stale lock. A task's `lock=` takes one around each run."""
+        once if another run (thread or process) holds it. It is let go when the block
+        ends and dies with its holder (the process; on PostgreSQL, its connection), so
+        a killed worker leaves no stale lock. A task's `lock=` takes one per run."""
         release = self._backend.try_lock(validation.lock_key(key))
         if release is None:
             raise TaskLockedError(key)
