@@ -30,7 +30,8 @@ from .registry import (
     registered_queues,
     registry_of,
 )
-from .schedule import Schedule, Scheduler, tick_job_id
+from .schedule import Schedule, tick_job_id
+from .scheduler import Scheduler
 
 if TYPE_CHECKING:
     from ..queue import Queue

@@ -36,7 +36,7 @@ is acked as the job's result; a payload naming a task this worker does not
 know is nacked with "unknown task 'NAME'" like any failure (retried after
 its backoff, so a newer worker of a rolling deploy may still take it, and
 dead-lettered after `max_attempts`). Periodic tasks get a *scheduler*
-thread that enqueues their ticks (tasks/schedule.py).
+thread that enqueues their ticks (tasks/scheduler.py).
 
 Time limits (`timeout=` on a task or the Worker): a call over its limit is
 nacked with "TimeoutError: exceeded N s". In a child process it is killed;
