@@ -12,7 +12,7 @@ sequence number `seq`, rising in log order; a generated id *is* its seq
 a dict. Fields most jobs never use (lease, error) are sparse dicts by seq.
 The table also keeps the indexes that answer "which job is due" (a FIFO
 lane per priority, lazy heaps for the rest, and the lease deadlines): they
-are schedule.py's, a mixin of the table.
+are due.py's, a mixin of the table.
 
 A finished job whose outcome is kept (acked with a result, or cancelled)
 stays in its slot with the code DONE or CANCELLED until its retention ends:
@@ -56,7 +56,7 @@ from .columns import (
 from .listing import Listing
 from .relocation import NAMED, Relocation
 from .retention import KeptJobs
-from .schedule import LANED, DueJobs
+from .due import LANED, DueJobs
 from .tablecolumns import FREE_TO_ZERO, TableColumns
 
 __all__ = ["JobTable"]
@@ -102,7 +102,7 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         # right after its commit, and would otherwise parse every id back.
         self.recent: dict[str, int] = {}
         self.errors: dict[int, str] = {}  # seq -> last_error
-        self._init_due()  # the indexes of due jobs (schedule.py)
+        self._init_due()  # the indexes of due jobs (due.py)
         self._init_kept()  # the kept finished jobs by end of retention (retention.py)
 
     # -- finding jobs -------------------------------------------------------

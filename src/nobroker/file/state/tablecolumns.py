@@ -62,7 +62,7 @@ class TableColumns(SlotColumns):
         raise NotImplementedError
 
     def _schedule_all(self) -> None:
-        raise NotImplementedError  # schedule.py's
+        raise NotImplementedError  # due.py's
 
     def _restore_kept(self, seqs: Iterable[int]) -> None:
         raise NotImplementedError  # retention.py's
