@@ -22,7 +22,7 @@ from array import array
 from itertools import compress, islice
 from typing import Final
 
-from .columns import PENDING, Entry
+from .vocabulary import PENDING, Entry
 
 __all__ = ["DueJobs", "LANED"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ..log.records import Record
-from .columns import ReplayError
+from .vocabulary import ReplayError
 
 __all__ = ["INT64", "field", "opt_str", "max_attempts_field", "check_totals"]
 

@@ -40,7 +40,7 @@ from collections.abc import Container
 from itertools import compress
 from typing import Any, Final
 
-from .columns import (
+from .vocabulary import (
     CODE_STATES,
     FREE,
     KEYED,

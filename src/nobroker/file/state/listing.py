@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from .columns import (
+from .vocabulary import (
     CODE_STATES,
     CODES,
     DEAD,

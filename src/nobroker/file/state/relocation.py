@@ -17,7 +17,7 @@ from array import array
 from bisect import bisect_left
 from typing import Final
 
-from .columns import FREE, Entry, seq_id
+from .vocabulary import FREE, Entry, seq_id
 
 __all__ = ["Relocation", "NAMED"]
 

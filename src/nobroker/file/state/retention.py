@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Iterable
 from typing import Final
 
-from .columns import FINISHED_CODES
+from .vocabulary import FINISHED_CODES
 
 __all__ = ["KeptJobs", "KEPT_LANES"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence, Sized
 from typing import Final
 
 from ..log.records import Record
-from .columns import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState, ReplayError
+from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState, ReplayError
 from .fields import check_totals, field, max_attempts_field, opt_str
 from .jobtable import JobTable
 

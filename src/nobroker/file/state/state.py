@@ -29,7 +29,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
 from ..log.records import Applied, Record, RecordType
-from .columns import (
+from .vocabulary import (
     CANCELLED,
     DEAD,
     DONE,

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from itertools import compress, islice
 from typing import Any, Final, Self
 
-from .columns import (
+from .vocabulary import (
     FINISHED_CODES,
     FREE,
     KEYED,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from ..log.records import Applied, Record, RecordType
-from .columns import (
+from .vocabulary import (
     CANCELLED,
     CODE_STATES,
     CODES,
