@@ -23,7 +23,7 @@ stays on disk; retention.py (another mixin) indexes these jobs by the end of
 their retention, with no Python object per job.
 
 Reading the table out, in enqueue order, is two mixins' work: a checkpoint's
-columns and back (tablecolumns.py), and pages of entries (listing.py).
+columns and back (checkpointcolumns.py), and pages of entries (listing.py).
 
 It keeps no counters: the state counts jobs by state, and bytes, as it
 applies the rules. The state reads the columns directly, on its hot paths,
@@ -57,7 +57,7 @@ from .listing import Listing
 from .relocation import NAMED, Relocation
 from .retention import KeptJobs
 from .due import LANED, DueJobs
-from .tablecolumns import FREE_TO_ZERO, TableColumns
+from .checkpointcolumns import FREE_TO_ZERO, TableColumns
 
 __all__ = ["JobTable"]
 

@@ -133,7 +133,7 @@ class Columns:
 
 class SlotColumns:
     """The job table's per-slot columns (one array item per slot), declared for the
-    mixins that read them all (tablecolumns.py, listing.py); JobTable defines them."""
+    mixins that read them all (checkpointcolumns.py, listing.py); JobTable defines them."""
 
     seqs: array[int]
     code: bytearray
