@@ -14,7 +14,7 @@ from typing import Final
 
 from ..log.records import Record
 from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState, ReplayError
-from .fields import check_totals, field, max_attempts_field, opt_str
+from .fieldchecks import check_totals, field, max_attempts_field, opt_str
 from .jobtable import JobTable
 
 __all__ = ["SnapshotRecords"]

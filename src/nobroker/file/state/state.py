@@ -11,7 +11,7 @@ How the jobs are stored (columns, ids, the indexes of due jobs) is the job
 table's business (jobtable.py); this module applies the rules to it and keeps
 the counters. What each job record does is in transitions.py, what a
 snapshot's records do in snapshots.py (both mixins of QueueState), and the
-checks of a record's fields in fields.py.
+checks of a record's fields in fieldchecks.py.
 
 Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
@@ -43,7 +43,7 @@ from .vocabulary import (
     id_seq,
     seq_id,
 )
-from .fields import check_totals, field
+from .fieldchecks import check_totals, field
 from .jobtable import JobTable
 from .snapshots import SnapshotRecords
 from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, JobTransitions

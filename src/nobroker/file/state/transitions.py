@@ -32,7 +32,7 @@ from .vocabulary import (
     JobState,
     ReplayError,
 )
-from .fields import INT64, field, max_attempts_field, opt_str
+from .fieldchecks import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable
 
 __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "JobTransitions"]
