@@ -57,10 +57,10 @@ from explorer import Bounds, RecordingFS, explore
 
 import nobroker.file.generations.compaction as compaction
 import nobroker.file.log.framing as framing
-import nobroker.file.log.recovery
+import nobroker.file.log.tail
 from nobroker.file.disk.fs import FileSystem
 from nobroker.file.log.logfile import LogFile
-from nobroker.file.log.recovery import decode_payload
+from nobroker.file.log.tail import decode_payload
 from nobroker.file.log.syncfile import DURABLE, SLOT, SharedSync
 from nobroker.file.store import FileStore
 
@@ -213,7 +213,7 @@ class ReaderTest(TeethTestCase):
                            last_batch: int) -> int | None:
             data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
             # The planted bug: nothing past the first never-written sector is looked at.
-            data = data[:nobroker.file.log.recovery.unwritten_sector(data, bad_at)]
+            data = data[:nobroker.file.log.tail.unwritten_sector(data, bad_at)]
             hit = data.find(framing.RESYNC_MARKER, 1)
             while hit != -1:
                 start = hit - framing.RECORD_HEADER.size

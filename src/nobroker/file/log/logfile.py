@@ -7,7 +7,7 @@ an fdatasync after a write into allocated space flushes data only).
 Reading stops at the end of the last complete batch. What follows must be
 all zeros (a clean end); otherwise it is a torn tail (reported, and cut by
 the opener after saving it) or corruption (CorruptLogError, nothing touched):
-recovery.py holds the rules that tell the two apart. Writing (append, group
+tail.py holds the rules that tell the two apart. Writing (append, group
 commit, cut) is the LogWriter mixin's (logwriter.py).
 
 This module knows frames and batches, not what records mean (state.py).
@@ -28,7 +28,7 @@ from ..disk.fs import FileSystem
 from . import framing
 from .logwriter import PREALLOCATE, LogWriter
 from .records import Applied, Record
-from .recovery import decode_payload, later_batch
+from .tail import decode_payload, later_batch
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
 
@@ -265,7 +265,7 @@ class LogFile(LogWriter):
 
     def _later_batch_after(self, bad_at: int, tail_end: int, last_batch: int) -> int | None:
         """A batch number > last_batch + 1, intact after `bad_at`, that proves the
-        damaged bytes were once durable; None if nothing does (recovery.later_batch
+        damaged bytes were once durable; None if nothing does (tail.later_batch
         over the bytes up to `tail_end`)."""
         return later_batch(self.fs.pread(self.fd, tail_end - bad_at, bad_at), bad_at,
                            last_batch)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from ..log import framing
 from ..log.records import RecordType
-from ..log.recovery import decode_payload
+from ..log.tail import decode_payload
 from ..state.state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
 
 # The state each job record requires before it (from the one table the strict
