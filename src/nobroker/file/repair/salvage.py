@@ -6,7 +6,7 @@ would lose acknowledged work silently. Salvage is the operator's explicit
 choice to go on anyway, keeping everything that can be kept and saying
 exactly what could not:
 
-- `salvage(..., point_in_time=False)`: keep every intact batch (tolerant.py
+- `salvage(..., point_in_time=False)`: keep every intact batch (damagedlog.py
   finds them), replay them tolerantly (records about jobs whose ENQUEUE was
   lost are skipped and counted), and set each damaged region aside;
 - `point_in_time=True`: keep the batches before the first damage only and set
@@ -43,7 +43,7 @@ from ..generations import compaction
 from ..log.logfile import LogFile, log_filename, paused_gc
 from ..state.commands import new_nonce
 from ..state.state import QueueState, ReplayError
-from .tolerant import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
+from .damagedlog import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
 
 __all__ = ["SalvageReport", "SetAside", "salvage"]
 
