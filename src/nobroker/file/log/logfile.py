@@ -27,7 +27,7 @@ from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from . import framing
 from .logwriter import PREALLOCATE, LogWriter
-from .records import Applied, Record
+from .records import Applied, Record, ReplayError
 from .tail import decode_payload, later_batch
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
@@ -220,11 +220,8 @@ class LogFile(LogWriter):
             if not type_byte & framing.MORE:
                 try:
                     on_batch(batch)
-                except CorruptLogError:
-                    raise
-                except ValueError as exc:  # state.ReplayError
-                    offset = getattr(exc, "offset", batch_start)
-                    raise CorruptLogError(self.path, offset, str(exc)) from None
+                except ReplayError as exc:  # the state refused a record
+                    raise CorruptLogError(self.path, exc.offset, exc.reason) from None
                 count += len(batch)
                 head = batch[0][1]
                 last_batch = head["b"]

@@ -19,6 +19,7 @@ from .framing import MAX_RECORD
 
 __all__ = [
     "RecordType",
+    "ReplayError",
     "Record",
     "Applied",
     "dumps",
@@ -35,6 +36,16 @@ Record = dict[str, Any]
 # The strict JSON codec is shared with every backend (codec.py); a payload of
 # MAX_PAYLOAD_BYTES must fit one record with the fields a snapshot JOB record adds.
 assert MAX_PAYLOAD_BYTES + (64 << 10) <= MAX_RECORD
+
+
+class ReplayError(ValueError):
+    """A record that no correct writer produces (internal: the log reader
+    turns it into CorruptLogError at `offset`)."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(reason)
+        self.offset = offset
+        self.reason = reason
 
 
 class Applied(NamedTuple):

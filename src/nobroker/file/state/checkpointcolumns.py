@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from itertools import compress, islice
 from typing import Any, Final, Self
 
+from ..log.records import ReplayError
 from .vocabulary import (
     FINISHED_CODES,
     FREE,
@@ -25,7 +26,6 @@ from .vocabulary import (
     SEQ_MAX,
     Columns,
     Entry,
-    ReplayError,
     SlotColumns,
     id_seq,
 )

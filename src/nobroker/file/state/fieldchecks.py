@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ..log.records import Record
-from .vocabulary import ReplayError
+from ..log.records import Record, ReplayError
 
 __all__ = ["INT64", "field", "opt_str", "max_attempts_field", "check_totals"]
 

@@ -40,6 +40,7 @@ from collections.abc import Container
 from itertools import compress
 from typing import Any, Final
 
+from ..log.records import ReplayError
 from .vocabulary import (
     CODE_STATES,
     FREE,
@@ -49,7 +50,6 @@ from .vocabulary import (
     SEQ_LIMIT,
     SEQ_MAX,
     Entry,
-    ReplayError,
     id_seq,
     seq_id,
 )

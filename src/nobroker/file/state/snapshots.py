@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence, Sized
 from typing import Final
 
-from ..log.records import Record
-from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState, ReplayError
+from ..log.records import Record, ReplayError
+from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState
 from .fieldchecks import check_totals, field, max_attempts_field, opt_str
 from .jobtable import JobTable
 

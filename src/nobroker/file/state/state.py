@@ -28,7 +28,7 @@ import heapq
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
-from ..log.records import Applied, Record, RecordType
+from ..log.records import Applied, Record, RecordType, ReplayError
 from .vocabulary import (
     CANCELLED,
     DEAD,
@@ -39,7 +39,6 @@ from .vocabulary import (
     Columns,
     Entry,
     JobState,
-    ReplayError,
     id_seq,
     seq_id,
 )

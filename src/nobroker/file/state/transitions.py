@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from ..log.records import Applied, Record, RecordType
+from ..log.records import Applied, Record, RecordType, ReplayError
 from .vocabulary import (
     CANCELLED,
     CODE_STATES,
@@ -30,7 +30,6 @@ from .vocabulary import (
     KEYED,
     PENDING,
     JobState,
-    ReplayError,
 )
 from .fieldchecks import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable

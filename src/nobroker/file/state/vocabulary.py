@@ -2,7 +2,7 @@
 
 Shared by the job table (jobtable.py), the replay state (state.py) and
 checkpoints (checkpoint.py): what one job looks like when the state hands
-it out, the error a record no writer produces raises, how a generated job id
+it out, how a generated job id
 is its sequence number, and the live jobs as one array per field, which is
 what a checkpoint saves. Pure: no os, time, random or threads.
 """
@@ -16,18 +16,10 @@ from typing import Final
 
 from ...models import JobState
 
-__all__ = ["JobState", "Entry", "ReplayError", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
+__all__ = ["JobState", "Entry", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
            "SEQ_MAX", "PENDING", "LEASED", "DEAD", "DONE", "CANCELLED", "FREE", "FINISHED_CODES",
            "KEYED", "CODES", "CODE_STATES", "SlotColumns"]
 
-
-class ReplayError(ValueError):
-    """A record that no correct writer produces (internal; see CorruptLogError)."""
-
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(reason)
-        self.offset = offset
-        self.reason = reason
 
 
 @dataclass(slots=True, eq=True)
