@@ -60,8 +60,8 @@ import nobroker.file.log.framing as framing
 import nobroker.file.log.tail
 from nobroker.file.disk.fs import FileSystem
 from nobroker.file.log.logfile import LogFile
-from nobroker.file.log.tail import decode_payload
 from nobroker.file.log.syncfile import DURABLE, SLOT, SharedSync
+from nobroker.file.log.tail import decode_payload
 from nobroker.file.store import FileStore
 
 

@@ -20,8 +20,7 @@ from typing import Any
 import support  # noqa: F401  (puts src/ on sys.path)
 
 from file.test_state import RT, Log, lease, random_history
-from nobroker.file.log.records import Record
-from nobroker.file.log.records import ReplayError
+from nobroker.file.log.records import Record, ReplayError
 from nobroker.file.state.fieldchecks import field
 from nobroker.file.state.state import Applied, JobState, QueueState
 from nobroker.file.state.transitions import ALLOWED, FENCED, JOB_RECORDS

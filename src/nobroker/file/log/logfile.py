@@ -27,7 +27,16 @@ from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from . import framing
 from .logwriter import PREALLOCATE, LogWriter
-from .records import Applied, Record, ReplayError
+from .records import (
+    BATCH,
+    DURABLE,
+    PAYLOAD_KEY_TEXT,
+    RESULT,
+    RESULT_KEY_TEXT,
+    Applied,
+    Record,
+    ReplayError,
+)
 from .tail import decode_payload, later_batch
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
@@ -35,6 +44,8 @@ __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
 READ_CHUNK: Final = 4 << 20
 
 _ZERO_HEADER: Final = bytes(framing.RECORD_HEADER.size)
+_PAYLOAD_KEY: Final = PAYLOAD_KEY_TEXT.encode()
+_RESULT_KEY: Final = RESULT_KEY_TEXT.encode()
 
 
 @contextmanager
@@ -224,8 +235,8 @@ class LogFile(LogWriter):
                     raise CorruptLogError(self.path, exc.offset, exc.reason) from None
                 count += len(batch)
                 head = batch[0][1]
-                last_batch = head["b"]
-                known = head.get("d")
+                last_batch = head[BATCH]
+                known = head.get(DURABLE)
                 if type(known) is int and self._durable < known <= batch_start:
                     self._learn_durable(known)  # a peer's fsync covered this much
                 self.end = pos
@@ -301,10 +312,10 @@ class LogFile(LogWriter):
                 need = max(chunk, framing.RECORD_HEADER.size + min(length, framing.MAX_RECORD))
                 buf, buf_start, rel = self.fs.pread(self.fd, need, loc), loc, 0
             outcome, _, payload, _ = framing.decode_record(buf, rel)
-            key = payload.find(b',"p":') if outcome == framing.RECORD else -1
+            key = payload.find(_PAYLOAD_KEY) if outcome == framing.RECORD else -1
             if key < 0 or not payload.endswith(b"}"):
                 raise CorruptLogError(self.path, loc, "payload record unreadable")
-            yield payload[key + 5:-1].decode("utf-8")
+            yield payload[key + len(_PAYLOAD_KEY):-1].decode("utf-8")
 
     def outcome_records(self, locs: list[int]) -> Iterator[tuple[int, Record, str | None]]:
         """(type, record, result JSON text or None) of the records at `locs`, which hold
@@ -315,14 +326,14 @@ class LogFile(LogWriter):
                 raise CorruptLogError(self.path, loc, "finished job's record unreadable")
             rtype, record = found
             text = None
-            if "r" in record:
+            if RESULT in record:
                 head = self.fs.pread(self.fd, framing.RECORD_HEADER.size, loc)
                 length = int.from_bytes(head[:4], "little")
                 payload = self.fs.pread(self.fd, length, loc + framing.RECORD_HEADER.size)
-                key = payload.find(b',"r":')
+                key = payload.find(_RESULT_KEY)
                 if key < 0 or not payload.endswith(b"}"):
                     raise CorruptLogError(self.path, loc, "result record unreadable")
-                text = payload[key + 5:-1].decode("utf-8")
+                text = payload[key + len(_PAYLOAD_KEY):-1].decode("utf-8")
             yield rtype, record, text
 
     # -- the checkpoint sidecar (a cache; see checkpoint.py) -------------------

@@ -17,6 +17,7 @@ from itertools import compress, islice
 from typing import Any, Final, Self
 
 from ..log.records import ReplayError
+from .relocation import NAMED
 from .vocabulary import (
     FINISHED_CODES,
     FREE,
@@ -29,7 +30,6 @@ from .vocabulary import (
     SlotColumns,
     id_seq,
 )
-from .relocation import NAMED
 
 __all__ = ["TableColumns", "FREE_TO_ZERO"]
 

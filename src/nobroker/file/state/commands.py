@@ -20,7 +20,30 @@ from typing import Any, Final
 from ...backoff import BackoffPolicy, Rng
 from ...errors import JobNotFoundError, NotLeasedError
 from ..log import framing
-from ..log.records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
+from ..log.records import (
+    AT,
+    BATCH,
+    DURABLE,
+    ERROR,
+    ID,
+    IS_KEY,
+    KEEP,
+    MAX_ATTEMPTS,
+    PAYLOAD,
+    PAYLOAD_KEY_TEXT,
+    PRIORITY,
+    RESULT,
+    RESULT_KEY_TEXT,
+    TIME,
+    TOKEN,
+    UNTIL,
+    Record,
+    RecordType,
+    ack_text,
+    dumps,
+    enqueue_text,
+    lease_text,
+)
 from .state import Applied, Entry, JobIndex, JobState, QueueState
 
 __all__ = ["Batch", "new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
@@ -81,7 +104,7 @@ class Batch:
 
     def last_id(self) -> str:
         """The job id of the record added last."""
-        return str(self._items[-1][2]["id"])
+        return str(self._items[-1][2][ID])
 
     def add(self, rtype: RecordType, fields: Record) -> Record:
         if rtype in _WAKING:
@@ -93,8 +116,8 @@ class Batch:
     def _head(self) -> Record:
         """The fields every record starts with: the batch number, and "d" on the first."""
         if self.durable and not self._items:
-            return {"b": self.number, "d": self.durable}
-        return {"b": self.number}
+            return {BATCH: self.number, DURABLE: self.durable}
+        return {BATCH: self.number}
 
     def add_payload(self, rtype: RecordType, fields: Record, payload_text: str) -> Record:
         """A record carrying a job payload that is already JSON text (not encoded twice)."""
@@ -102,8 +125,8 @@ class Batch:
             self.wakes += 1
         record = {**self._head(), **fields}
         head = dumps(record)
-        record["p"] = None  # replay checks the payload is there; memory never keeps it
-        self._items.append((rtype, f'{head[:-1]},"p":{payload_text}}}', record))
+        record[PAYLOAD] = None  # replay checks the payload is there; memory never keeps it
+        self._items.append((rtype, f'{head[:-1]}{PAYLOAD_KEY_TEXT}{payload_text}}}', record))
         return record
 
     def add_result(self, rtype: RecordType, fields: Record, result_text: str) -> Record:
@@ -111,8 +134,8 @@ class Batch:
         back by key, like payloads); replay sees "r" as None and memory never keeps it."""
         record = {**self._head(), **fields}
         head = dumps(record)
-        record["r"] = None
-        self._items.append((rtype, f'{head[:-1]},"r":{result_text}}}', record))
+        record[RESULT] = None
+        self._items.append((rtype, f'{head[:-1]}{RESULT_KEY_TEXT}{result_text}}}', record))
         return record
 
     def add_enqueue(self, job_id: str, priority: int, at: float, t: float,
@@ -121,10 +144,10 @@ class Batch:
         self.wakes += 1
         durable = 0 if self._items else self.durable
         record = self._head()
-        record.update(id=job_id, pr=priority, at=at, t=t, ma=max_attempts)
+        record.update({ID: job_id, PRIORITY: priority, AT: at, TIME: t, MAX_ATTEMPTS: max_attempts})
         if keyed:
-            record["k"] = True
-        record["p"] = None
+            record[IS_KEY] = True
+        record[PAYLOAD] = None
         self._items.append((RecordType.ENQUEUE, enqueue_text(
             self.number, job_id, priority, at, t, max_attempts, keyed, payload_text,
             durable), record))
@@ -132,17 +155,17 @@ class Batch:
     def add_ack(self, job_id: str, token: int, t: float) -> None:
         """An ACK record without a result (add()'s text, without a dumps call)."""
         number, durable = self.number, 0 if self._items else self.durable
-        record: Record = {"b": number, "d": durable, "id": job_id, "tok": token, "t": t} \
-            if durable else {"b": number, "id": job_id, "tok": token, "t": t}
+        record: Record = {BATCH: number, DURABLE: durable, ID: job_id, TOKEN: token, TIME: t} \
+            if durable else {BATCH: number, ID: job_id, TOKEN: token, TIME: t}
         self._items.append((RecordType.ACK, ack_text(number, job_id, token, t, durable),
                             record))
 
     def add_lease(self, job_id: str, token: int, until: float, t: float) -> Record:
         """A LEASE record (add()'s text, without a dumps call); returns the record."""
         number, durable = self.number, 0 if self._items else self.durable
-        record: Record = {"b": number, "d": durable, "id": job_id, "tok": token,
-                          "until": until, "t": t} if durable else \
-            {"b": number, "id": job_id, "tok": token, "until": until, "t": t}
+        record: Record = {BATCH: number, DURABLE: durable, ID: job_id, TOKEN: token,
+                          UNTIL: until, TIME: t} if durable else \
+            {BATCH: number, ID: job_id, TOKEN: token, UNTIL: until, TIME: t}
         self._items.append((RecordType.LEASE,
                             lease_text(number, job_id, token, until, t, durable), record))
         return record
@@ -154,10 +177,10 @@ class Batch:
         items = self._items
         number = self.number
         shared = enqueue_text(number, "", priority, at, t, max_attempts, False, "")
-        cut = shared.index(',"pr":')
+        cut = shared.index(f',"{PRIORITY}":')
         head, tail = shared[:cut - 2], shared[cut:-1]  # the text around `"id":""` and "p"
-        base: Record = {"b": number, "id": "", "pr": priority, "at": at, "t": t,
-                        "ma": max_attempts, "p": None}
+        base: Record = {BATCH: number, ID: "", PRIORITY: priority, AT: at, TIME: t,
+                        MAX_ATTEMPTS: max_attempts, PAYLOAD: None}
         rtype = RecordType.ENQUEUE
         start = 0
         if self.durable and not items:  # the first record of the batch carries "d"
@@ -168,7 +191,7 @@ class Batch:
         for job_id, text in zip(ids[start:], payload_texts[start:], strict=True):
             # new_job_id's ids are hex digits: nothing in them needs JSON escaping.
             record = copy()
-            record["id"] = job_id
+            record[ID] = job_id
             append((rtype, f'{head}"{job_id}"{tail}{text}}}', record))
 
     def encode(self, start: int) -> tuple[bytes, list[Applied]]:
@@ -199,10 +222,10 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
     """
     if key_retention is not None:
         for job_id in state.forgettable(now - key_retention):
-            batch.add(RecordType.FORGET, {"id": job_id})
+            batch.add(RecordType.FORGET, {ID: job_id})
     if state.kept:
         for job_id in state.retention_over(now):
-            batch.add(RecordType.FORGET, {"id": job_id})
+            batch.add(RecordType.FORGET, {ID: job_id})
     spared = spare if isinstance(spare, frozenset) else frozenset((spare,) if spare else ())
     for entry in state.expired(now):
         if entry.id in spared:
@@ -212,7 +235,7 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
             at = now
         else:
             at = now + backoff.delay(entry.attempts, rng)
-        batch.add(RecordType.EXPIRE, {"id": entry.id, "tok": entry.token, "at": at})
+        batch.add(RecordType.EXPIRE, {ID: entry.id, TOKEN: entry.token, AT: at})
 
 
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
@@ -228,7 +251,7 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
     if job_id is not None:
         existing = state.jobs.get(job_id)
         if existing is not None and existing.state is JobState.CANCELLED:
-            batch.add(RecordType.FORGET, {"id": job_id})
+            batch.add(RecordType.FORGET, {ID: job_id})
         elif existing is not None:
             return existing
         done_at = state.done_keys.get(job_id)
@@ -280,7 +303,7 @@ def plan_settle(state: QueueState, batch: Batch, now: float, rtype: RecordType,
                 job_id: str, token: int | None, **fields: Any) -> Entry:
     """ACK, NACK or EXTEND for a job the caller holds."""
     entry = check_lease(state, job_id, token)
-    batch.add(rtype, {"id": job_id, "tok": token, **fields})
+    batch.add(rtype, {ID: job_id, TOKEN: token, **fields})
     return entry
 
 
@@ -296,7 +319,7 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
         return entry
     keep = max(result_ttl, key_retention) if entry.keyed else result_ttl
-    batch.add_result(RecordType.ACK, {"id": job_id, "tok": token, "t": now, "keep": keep},
+    batch.add_result(RecordType.ACK, {ID: job_id, TOKEN: token, TIME: now, KEEP: keep},
                      result_text)
     return entry
 
@@ -312,7 +335,7 @@ def plan_nack(state: QueueState, batch: Batch, now: float, job_id: str, token: i
         at = now
     else:
         at = now + (delay if delay is not None else backoff.delay(entry.attempts, rng))
-    batch.add(RecordType.NACK, {"id": job_id, "tok": token, "at": at, "err": error})
+    batch.add(RecordType.NACK, {ID: job_id, TOKEN: token, AT: at, ERROR: error})
     return entry
 
 
@@ -321,8 +344,8 @@ def plan_snooze(state: QueueState, batch: Batch, now: float, job_id: str, token:
     """SNOOZE for a job the caller holds: pending again after `delay`, this lease not
     counted as an attempt (so never dead-lettered by it)."""
     entry = check_lease(state, job_id, token)
-    batch.add(RecordType.SNOOZE, {"id": job_id, "tok": token, "at": now + delay,
-                                  "err": error})
+    batch.add(RecordType.SNOOZE, {ID: job_id, TOKEN: token, AT: now + delay,
+                                  ERROR: error})
     return entry
 
 
@@ -334,7 +357,7 @@ def plan_cancel(state: QueueState, batch: Batch, now: float, job_id: str,
     if entry is None or entry.state not in (JobState.PENDING, JobState.LEASED):
         return False
     batch.finishes += 1
-    batch.add(RecordType.CANCEL, {"id": job_id, "t": now, "keep": keep})
+    batch.add(RecordType.CANCEL, {ID: job_id, TIME: now, KEEP: keep})
     return True
 
 
@@ -349,7 +372,7 @@ def plan_delete_dead(state: QueueState, batch: Batch, now: float,
     else:
         targets = [entry.id for entry in state.entries(JobState.DEAD)]
     for target in targets:
-        batch.add(RecordType.DELETE, {"id": target})
+        batch.add(RecordType.DELETE, {ID: target})
     batch.finishes += len(targets)
     return len(targets)
 
@@ -359,7 +382,7 @@ def plan_pause(state: QueueState, batch: Batch, now: float, paused: bool) -> boo
     A resume pokes idle workers (up to one per pending job)."""
     if state.paused == paused:
         return False
-    batch.add(RecordType.PAUSE if paused else RecordType.RESUME, {"t": now})
+    batch.add(RecordType.PAUSE if paused else RecordType.RESUME, {TIME: now})
     if not paused:
         batch.wakes += max(1, state.pending)
     return True
@@ -375,7 +398,7 @@ def plan_requeue(state: QueueState, batch: Batch, now: float, job_id: str | None
     else:
         targets = list(state.entries(JobState.DEAD))
     for entry in targets:
-        batch.add(RecordType.REQUEUE, {"id": entry.id, "at": now})
+        batch.add(RecordType.REQUEUE, {ID: entry.id, AT: now})
     return len(targets)
 
 
@@ -383,9 +406,9 @@ def plan_purge(state: QueueState, batch: Batch, now: float) -> int:
     # Leases reclaimed earlier in this batch are pending by the time PURGE applies.
     reclaimed = sum(1 for rtype, record in batch.records()
                     if rtype == RecordType.EXPIRE
-                    and state.jobs[record["id"]].attempts < state.jobs[record["id"]].max_attempts)
+                    and state.jobs[record[ID]].attempts < state.jobs[record[ID]].max_attempts)
     count = state.pending + reclaimed
     if count:
-        batch.add(RecordType.PURGE, {"t": now})
+        batch.add(RecordType.PURGE, {TIME: now})
         batch.finishes += 1  # a waiter for a purged job learns it is gone
     return count

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ..log.records import Record, ReplayError
+from ..log.records import (
+    MAX_ATTEMPTS,
+    Record,
+    ReplayError,
+)
 
 __all__ = ["INT64", "field", "opt_str", "max_attempts_field", "check_totals"]
 
@@ -37,7 +41,7 @@ def opt_str(rec: Record, key: str, offset: int) -> str | None:
 
 
 def max_attempts_field(rec: Record, offset: int) -> int:
-    value = field(rec, "ma", int, offset)
+    value = field(rec, MAX_ATTEMPTS, int, offset)
     if value < 1:
         raise ReplayError(offset, f"max_attempts {value} < 1")
     return int(value)

@@ -41,6 +41,11 @@ from itertools import compress
 from typing import Any, Final
 
 from ..log.records import ReplayError
+from .checkpointcolumns import FREE_TO_ZERO, TableColumns
+from .due import LANED, DueJobs
+from .listing import Listing
+from .relocation import NAMED, Relocation
+from .retention import KeptJobs
 from .vocabulary import (
     CODE_STATES,
     FREE,
@@ -53,11 +58,6 @@ from .vocabulary import (
     id_seq,
     seq_id,
 )
-from .listing import Listing
-from .relocation import NAMED, Relocation
-from .retention import KeptJobs
-from .due import LANED, DueJobs
-from .checkpointcolumns import FREE_TO_ZERO, TableColumns
 
 __all__ = ["JobTable"]
 

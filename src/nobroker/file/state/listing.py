@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
+from .relocation import NAMED
 from .vocabulary import (
     CODE_STATES,
     CODES,
@@ -25,7 +26,6 @@ from .vocabulary import (
     JobState,
     SlotColumns,
 )
-from .relocation import NAMED
 
 __all__ = ["Listing"]
 

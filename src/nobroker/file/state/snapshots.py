@@ -12,16 +12,37 @@ from __future__ import annotations
 from collections.abc import Sequence, Sized
 from typing import Final
 
-from ..log.records import Record, ReplayError
-from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState
+from ..log.records import (
+    ACKED,
+    AT,
+    ATTEMPTS,
+    ERROR,
+    FINISHED_AT,
+    IS_KEY,
+    JOBS,
+    KEEP,
+    KEPT,
+    NEXT_SEQ,
+    PAUSED,
+    PAYLOAD,
+    PRIORITY,
+    STATE,
+    TIME,
+    TOKEN,
+    TOTALS,
+    UNTIL,
+    Record,
+    ReplayError,
+)
 from .fieldchecks import check_totals, field, max_attempts_field, opt_str
 from .jobtable import JobTable
+from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState
 
 __all__ = ["SnapshotRecords"]
 
 _SNAPSHOT_STATES: Final = {"pending": JobState.PENDING, "leased": JobState.LEASED,
                            "dead": JobState.DEAD}
-_FINISHED_STATES: Final = {"done": DONE, "cancelled": CANCELLED}
+_FINISHED_STATES: Final = {ACKED: DONE, "cancelled": CANCELLED}
 
 
 class SnapshotRecords:
@@ -52,26 +73,26 @@ class SnapshotRecords:
         table = self._table
         if table.find(job_id) >= 0:
             raise ReplayError(offset, f"job {job_id!r} twice in a snapshot")
-        if "p" not in rec:
+        if PAYLOAD not in rec:
             raise ReplayError(offset, f"snapshot of {job_id!r} has no payload")
         # Fields at their default value are left out of a snapshot record.
-        code = rec.get("s", "pending")
+        code = rec.get(STATE, "pending")
         state = _SNAPSHOT_STATES.get(code) if type(code) is str else None
         if state is None:
             raise ReplayError(offset, f"bad snapshot state {rec.get('s')!r}")
-        attempts = field(rec, "a", int, offset) if "a" in rec else 0
-        token = field(rec, "tok", int, offset) if "tok" in rec else 0
+        attempts = field(rec, ATTEMPTS, int, offset) if ATTEMPTS in rec else 0
+        token = field(rec, TOKEN, int, offset) if TOKEN in rec else 0
         if attempts < 0 or token < 0 or (state is JobState.LEASED) != (token > 0):
             raise ReplayError(offset, "inconsistent attempts/token in snapshot job")
-        keyed = rec.get("k", False)
+        keyed = rec.get(IS_KEY, False)
         if type(keyed) is not bool:
             raise ReplayError(offset, "field 'k' must be a boolean")
-        priority = field(rec, "pr", int, offset)
-        at = field(rec, "at", float, offset)
-        enqueued_at = field(rec, "t", float, offset)
+        priority = field(rec, PRIORITY, int, offset)
+        at = field(rec, AT, float, offset)
+        enqueued_at = field(rec, TIME, float, offset)
         max_attempts = max_attempts_field(rec, offset)
-        until = field(rec, "until", float, offset) if "until" in rec else 0.0
-        error = opt_str(rec, "err", offset)
+        until = field(rec, UNTIL, float, offset) if UNTIL in rec else 0.0
+        error = opt_str(rec, ERROR, offset)
         job_code = CODES[state]
         slot = table.add(job_id, keyed, job_code, priority, at, enqueued_at,
                          max_attempts, attempts, offset, size)
@@ -92,20 +113,20 @@ class SnapshotRecords:
         table = self._table
         if table.find(job_id) >= 0:
             raise ReplayError(offset, f"job {job_id!r} twice in a snapshot")
-        label = rec.get("s")
+        label = rec.get(STATE)
         code = _FINISHED_STATES.get(label) if type(label) is str else None
         if code is None:
             raise ReplayError(offset, f"bad finished state {rec.get('s')!r}")
-        attempts = field(rec, "a", int, offset) if "a" in rec else 0
-        keyed = rec.get("k", False)
+        attempts = field(rec, ATTEMPTS, int, offset) if ATTEMPTS in rec else 0
+        keyed = rec.get(IS_KEY, False)
         if attempts < 0 or type(keyed) is not bool:
             raise ReplayError(offset, "bad attempts or 'k' in a finished job")
-        finished_at, keep = field(rec, "fin", float, offset), field(rec, "keep", float, offset)
+        finished_at, keep = field(rec, FINISHED_AT, float, offset), field(rec, KEEP, float, offset)
         if keep < 0:
             raise ReplayError(offset, f"negative retention {keep!r}")
-        error = opt_str(rec, "err", offset)
-        slot = table.add(job_id, keyed, code, field(rec, "pr", int, offset), 0.0,
-                         field(rec, "t", float, offset), max_attempts_field(rec, offset),
+        error = opt_str(rec, ERROR, offset)
+        slot = table.add(job_id, keyed, code, field(rec, PRIORITY, int, offset), 0.0,
+                         field(rec, TIME, float, offset), max_attempts_field(rec, offset),
                          attempts, offset, size)
         table.finish(slot, job_id, code, keep, finished_at + keep, offset, size)
         if error is not None:
@@ -114,24 +135,24 @@ class SnapshotRecords:
         self.live_bytes += size
 
     def _apply_snapshot_end(self, rec: Record, offset: int) -> None:
-        jobs = field(rec, "jobs", int, offset)
+        jobs = field(rec, JOBS, int, offset)
         if jobs != len(self.jobs):
             raise ReplayError(offset, f"snapshot announces {jobs} jobs, holds {len(self.jobs)}")
-        kept = field(rec, "kept", int, offset) if "kept" in rec else 0
+        kept = field(rec, KEPT, int, offset) if KEPT in rec else 0
         if kept != self.kept:
             raise ReplayError(offset, f"snapshot announces {kept} finished jobs, "
                                       f"holds {self.kept}")
-        paused = rec.get("paused", False)
+        paused = rec.get(PAUSED, False)
         if type(paused) is not bool:
             raise ReplayError(offset, "field 'paused' must be a boolean")
         self.paused = paused
-        if "seq" in rec:  # absent in snapshots written before ids were sequence numbers
-            next_seq = field(rec, "seq", int, offset)
+        if NEXT_SEQ in rec:  # absent in snapshots written before ids were sequence numbers
+            next_seq = field(rec, NEXT_SEQ, int, offset)
             if not 0 <= next_seq <= SEQ_MAX:
                 raise ReplayError(offset, f"bad next sequence number {next_seq}")
             self._table.set_next_seq(max(self.next_seq, next_seq))
-        self.next_token = max(self.next_token, field(rec, "tok", int, offset))
-        self.done = field(rec, "done", int, offset)
-        if "tot" in rec:  # absent in snapshots written before the totals were counted
-            self.set_totals(check_totals(rec["tot"], offset))
+        self.next_token = max(self.next_token, field(rec, TOKEN, int, offset))
+        self.done = field(rec, ACKED, int, offset)
+        if TOTALS in rec:  # absent in snapshots written before the totals were counted
+            self.set_totals(check_totals(rec[TOTALS], offset))
         self.snapshot_seen = True

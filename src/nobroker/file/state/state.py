@@ -28,7 +28,21 @@ import heapq
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
-from ..log.records import Applied, Record, RecordType, ReplayError
+from ..log.records import (
+    ACKED,
+    BATCH,
+    ID,
+    TIME,
+    TOKEN,
+    Applied,
+    Record,
+    RecordType,
+    ReplayError,
+)
+from .fieldchecks import check_totals, field
+from .jobtable import JobTable
+from .snapshots import SnapshotRecords
+from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, JobTransitions
 from .vocabulary import (
     CANCELLED,
     DEAD,
@@ -42,10 +56,6 @@ from .vocabulary import (
     id_seq,
     seq_id,
 )
-from .fieldchecks import check_totals, field
-from .jobtable import JobTable
-from .snapshots import SnapshotRecords
-from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, JobTransitions
 
 __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",
            "TRANSITIONS", "Applied", "replay", "check_totals", "seq_id", "id_seq", "SEQ_LIMIT"]
@@ -189,7 +199,7 @@ class QueueState(JobTransitions, SnapshotRecords):
 
     def apply_batch(self, batch: Sequence[Applied]) -> None:
         first_offset = batch[0][2]
-        number = batch[0][1].get("b")
+        number = batch[0][1].get(BATCH)
         if type(number) is not int or number < 1:
             raise ReplayError(first_offset, f"bad batch number {number!r}")
         if self.last_batch and number != self.last_batch + 1:
@@ -201,14 +211,14 @@ class QueueState(JobTransitions, SnapshotRecords):
         if batch[0][0] == RecordType.ENQUEUE and len(batch) > 1:  # enqueue_many's
             run = self._apply_enqueue_run(batch, number)
             if run:
-                stamp = batch[0][1]["t"]
+                stamp = batch[0][1][TIME]
                 latest = stamp if stamp > latest else latest
                 batch = batch[run:]
         for rtype, rec, offset, size in batch:
-            if rec.get("b") != number:
+            if rec.get(BATCH) != number:
                 raise ReplayError(offset, f"record of batch {rec.get('b')!r} inside batch {number}")
             self._apply(rtype, rec, offset, size)
-            stamp = rec.get("t", rec.get("done"))
+            stamp = rec.get(TIME, rec.get(ACKED))
             if type(stamp) is float and stamp > latest:
                 latest = stamp
         self.latest_time = latest
@@ -221,9 +231,9 @@ class QueueState(JobTransitions, SnapshotRecords):
         if allowed is None:
             self._apply_other(rtype, rec, offset, size)
             return
-        job_id = rec.get("id")
+        job_id = rec.get(ID)
         if type(job_id) is not str:
-            job_id = field(rec, "id", str, offset)
+            job_id = field(rec, ID, str, offset)
         table = self._table
         held = table.held.get(job_id)
         slot = table.find(job_id) if held is None else table.slot(held)
@@ -232,10 +242,10 @@ class QueueState(JobTransitions, SnapshotRecords):
         if table.code[slot] not in allowed:
             self._expect_state(slot, job_id, allowed, offset)
         if rtype in FENCED:
-            token = rec.get("tok")
+            token = rec.get(TOKEN)
             current = table.leases[table.seqs[slot]][0]
             if type(token) is not int:
-                token = field(rec, "tok", int, offset)
+                token = field(rec, TOKEN, int, offset)
             if current != token:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")
@@ -253,10 +263,10 @@ class QueueState(JobTransitions, SnapshotRecords):
             self._apply_snapshot_end(rec, offset)
             return
         if rtype == RecordType.PAUSE or rtype == RecordType.RESUME:
-            field(rec, "t", float, offset)
+            field(rec, TIME, float, offset)
             self.paused = rtype == RecordType.PAUSE
             return
-        job_id = field(rec, "id", str, offset)
+        job_id = field(rec, ID, str, offset)
         if rtype == RecordType.ENQUEUE:
             self._apply_enqueue(job_id, rec, offset, size)
         elif rtype == RecordType.JOB:
@@ -264,7 +274,7 @@ class QueueState(JobTransitions, SnapshotRecords):
         elif rtype == RecordType.KEY:
             if job_id in self.done_keys:
                 raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
-            self._remember(job_id, field(rec, "done", float, offset))
+            self._remember(job_id, field(rec, ACKED, float, offset))
         elif rtype == RecordType.FORGET:
             self._apply_forget(job_id, offset)
         elif rtype == RecordType.FINISHED:

@@ -19,7 +19,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from ..log.records import Applied, Record, RecordType, ReplayError
+from ..log.records import (
+    AT,
+    BATCH,
+    ERROR,
+    ID,
+    IS_KEY,
+    KEEP,
+    MAX_ATTEMPTS,
+    PAYLOAD,
+    PRIORITY,
+    RESULT,
+    TIME,
+    TOKEN,
+    UNTIL,
+    Applied,
+    Record,
+    RecordType,
+    ReplayError,
+)
+from .fieldchecks import INT64, field, max_attempts_field, opt_str
+from .jobtable import JobTable
 from .vocabulary import (
     CANCELLED,
     CODE_STATES,
@@ -31,8 +51,6 @@ from .vocabulary import (
     PENDING,
     JobState,
 )
-from .fieldchecks import INT64, field, max_attempts_field, opt_str
-from .jobtable import JobTable
 
 __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "JobTransitions"]
 
@@ -96,12 +114,12 @@ class JobTransitions:
                      size: int) -> None:
         # Every lease, a peer's too, passes here: check both fields in one expression,
         # and only when one is off, walk the checks that name it.
-        token, until = rec.get("tok"), rec.get("until")
+        token, until = rec.get(TOKEN), rec.get(UNTIL)
         if not (type(token) is int and 1 <= token < INT64 and type(until) is float):
-            token = field(rec, "tok", int, offset)
+            token = field(rec, TOKEN, int, offset)
             if token < 1:
                 raise ReplayError(offset, f"bad fencing token {token}")
-            until = field(rec, "until", float, offset)
+            until = field(rec, UNTIL, float, offset)
         if token >= self.next_token:
             self.next_token = token + 1
         self.pending -= 1  # _set_state(slot, LEASED), unrolled: every lease passes here
@@ -111,12 +129,12 @@ class JobTransitions:
     def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int,
                    size: int) -> None:
         table = self._table
-        done_at = rec.get("t")
+        done_at = rec.get(TIME)
         if type(done_at) is not float:
-            done_at = field(rec, "t", float, offset)
+            done_at = field(rec, TIME, float, offset)
         self.leased -= 1
         self.done += 1
-        if "r" in rec:  # acked with a result: kept, result and all, for "keep" seconds
+        if RESULT in rec:  # acked with a result: kept, result and all, for "keep" seconds
             self._finish(slot, job_id, DONE, done_at, rec, offset, size)
             return
         keyed = table.flags[slot] & KEYED
@@ -128,7 +146,7 @@ class JobTransitions:
                 offset: int, size: int) -> None:
         """Job `slot` (counted out of its old state already) is kept as finished for
         the record's "keep" seconds; the record at `offset` holds its outcome."""
-        keep = field(rec, "keep", float, offset)
+        keep = field(rec, KEEP, float, offset)
         if keep < 0:
             raise ReplayError(offset, f"negative retention {keep!r}")
         self.live_bytes += size - self._table.finish(slot, job_id, code, keep,
@@ -138,7 +156,7 @@ class JobTransitions:
     def _apply_cancel(self, slot: int, job_id: str, rec: Record, offset: int,
                       size: int) -> None:
         self._count(self._table.code[slot], -1)
-        self._finish(slot, job_id, CANCELLED, field(rec, "t", float, offset), rec, offset,
+        self._finish(slot, job_id, CANCELLED, field(rec, TIME, float, offset), rec, offset,
                      size)
 
     def _apply_delete(self, slot: int, job_id: str, rec: Record, offset: int,
@@ -160,14 +178,14 @@ class JobTransitions:
 
     def _apply_extend(self, slot: int, job_id: str, rec: Record, offset: int,
                       size: int) -> None:
-        self._table.hold(slot, job_id, field(rec, "tok", int, offset),
-                         field(rec, "until", float, offset))
+        self._table.hold(slot, job_id, field(rec, TOKEN, int, offset),
+                         field(rec, UNTIL, float, offset))
 
     def _apply_retry(self, slot: int, job_id: str, rec: Record, offset: int,
                      error: str | None) -> None:
         """NACK and EXPIRE: dead on the last attempt, else pending again from `at`."""
         table = self._table
-        at = field(rec, "at", float, offset)
+        at = field(rec, AT, float, offset)
         seq = table.seqs[slot]
         table.set_error(seq, error)
         table.unhold(seq, job_id)
@@ -182,7 +200,7 @@ class JobTransitions:
 
     def _apply_nack(self, slot: int, job_id: str, rec: Record, offset: int,
                     size: int) -> None:
-        self._apply_retry(slot, job_id, rec, offset, opt_str(rec, "err", offset))
+        self._apply_retry(slot, job_id, rec, offset, opt_str(rec, ERROR, offset))
 
     def _apply_expire(self, slot: int, job_id: str, rec: Record, offset: int,
                       size: int) -> None:
@@ -193,9 +211,9 @@ class JobTransitions:
                       size: int) -> None:
         """Pending again from `at`, with the attempts it had before its lease."""
         table = self._table
-        at = field(rec, "at", float, offset)
+        at = field(rec, AT, float, offset)
         seq = table.seqs[slot]
-        table.set_error(seq, opt_str(rec, "err", offset))
+        table.set_error(seq, opt_str(rec, ERROR, offset))
         table.unhold(seq, job_id)
         table.attempts[slot] = max(0, table.attempts[slot] - 1)
         self._count(table.make_pending(slot, at), -1)
@@ -203,7 +221,7 @@ class JobTransitions:
 
     def _apply_requeue(self, slot: int, job_id: str, rec: Record, offset: int,
                        size: int) -> None:
-        at = field(rec, "at", float, offset)
+        at = field(rec, AT, float, offset)
         self._count(self._table.make_pending(slot, at, reset_attempts=True), -1)
         self.pending += 1
 
@@ -212,11 +230,11 @@ class JobTransitions:
         # when something is off, walk the checks one by one to name it. A writer's
         # generated id is the next seq's, which no live job can hold.
         table = self._table
-        pr, at, t, ma, keyed = rec.get("pr"), rec.get("at"), rec.get("t"), rec.get("ma"), \
-            rec.get("k", False)
+        pr, at, t = rec.get(PRIORITY), rec.get(AT), rec.get(TIME)
+        ma, keyed = rec.get(MAX_ATTEMPTS), rec.get(IS_KEY, False)
         if (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
                 and 1 <= ma < INT64 and type(at) is float and type(t) is float
-                and type(keyed) is bool and "p" in rec
+                and type(keyed) is bool and PAYLOAD in rec
                 and ((job_id == table.expect and job_id not in table.ids)
                      or table.find(job_id) < 0)):
             self.done_keys.pop(job_id, None)
@@ -227,14 +245,14 @@ class JobTransitions:
             return
         if table.find(job_id) >= 0:
             raise ReplayError(offset, f"job {job_id!r} enqueued twice")
-        if "p" not in rec:
+        if PAYLOAD not in rec:
             raise ReplayError(offset, f"enqueue of {job_id!r} has no payload")
         self.done_keys.pop(job_id, None)
-        keyed = rec.get("k", False)
+        keyed = rec.get(IS_KEY, False)
         if type(keyed) is not bool:
             raise ReplayError(offset, "field 'k' must be a boolean")
-        table.add(job_id, keyed, PENDING, field(rec, "pr", int, offset),
-                  field(rec, "at", float, offset), field(rec, "t", float, offset),
+        table.add(job_id, keyed, PENDING, field(rec, PRIORITY, int, offset),
+                  field(rec, AT, float, offset), field(rec, TIME, float, offset),
                   max_attempts_field(rec, offset), 0, offset, size)
         self.pending += 1
         self.enqueued += 1
@@ -246,7 +264,7 @@ class JobTransitions:
         applied in one step: how many (0: none, and the records go one by one).
         Each record is checked as _apply_enqueue's fast path checks it."""
         first = batch[0][1]
-        pr, at, t, ma = first.get("pr"), first.get("at"), first.get("t"), first.get("ma")
+        pr, at, t, ma = first.get(PRIORITY), first.get(AT), first.get(TIME), first.get(MAX_ATTEMPTS)
         if not (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
                 and 1 <= ma < INT64 and type(at) is float and type(t) is float):
             return 0
@@ -256,14 +274,14 @@ class JobTransitions:
         locs: list[int] = []
         sizes: list[int] = []
         for rtype, rec, offset, size in batch:
-            if (rtype != enqueue or rec.get("b") != number or "k" in rec or "p" not in rec
-                    or rec.get("id") != f"{seq:016x}" or rec.get("pr") != pr
-                    or type(rec.get("pr")) is not int or rec.get("ma") != ma
-                    or type(rec.get("ma")) is not int or rec.get("at") != at
-                    or type(rec.get("at")) is not float or rec.get("t") != t
-                    or type(rec.get("t")) is not float):
+            if (rtype != enqueue or rec.get(BATCH) != number or IS_KEY in rec or PAYLOAD not in rec
+                    or rec.get(ID) != f"{seq:016x}" or rec.get(PRIORITY) != pr
+                    or type(rec.get(PRIORITY)) is not int or rec.get(MAX_ATTEMPTS) != ma
+                    or type(rec.get(MAX_ATTEMPTS)) is not int or rec.get(AT) != at
+                    or type(rec.get(AT)) is not float or rec.get(TIME) != t
+                    or type(rec.get(TIME)) is not float):
                 break
-            if named and rec["id"] in named:
+            if named and rec[ID] in named:
                 break
             locs.append(offset)
             sizes.append(size)
