@@ -35,7 +35,7 @@ from nobroker import Queue
 from nobroker.backend import Settings
 from nobroker.file.backend import FileBackend, FileOptions
 from nobroker.file.disk.fs import FileSystem
-from nobroker.file.log import logwriter
+from nobroker.file.log import groupcommit as logwriter
 
 directory, audit_path, calls, broken = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 audit = os.open(audit_path, os.O_WRONLY | os.O_APPEND)

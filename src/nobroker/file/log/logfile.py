@@ -26,7 +26,7 @@ from typing import Final
 from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from . import framing
-from .logwriter import PREALLOCATE, LogWriter
+from .groupcommit import PREALLOCATE, LogWriter
 from .records import (
     BATCH,
     DURABLE,
