@@ -283,7 +283,7 @@ class SharedSyncTest(TeethTestCase):
 
         with mock.patch.object(SharedSync, "flush", publish_first):
             report = self.explore("shared_fsync_peer_dies", ("process", "ext4ish"), rot=False)
-        violation = caught(report, {"I2", "I3"}, "LogWriter.append")
+        violation = caught(report, {"I2", "I3"}, "LogFile.append")
         self.assertIn("publish_first", str(violation))
 
     def test_a_claim_that_always_skips_the_fdatasync_loses_a_returned_call(self) -> None:
@@ -293,7 +293,7 @@ class SharedSyncTest(TeethTestCase):
 
         with mock.patch.object(SharedSync, "flush", always_covered):
             report = self.explore("shared_fsync", ("ext4ish",), rot=False)
-        caught(report, {"I2", "I3"}, "LogWriter.append")
+        caught(report, {"I2", "I3"}, "LogFile.append")
 
 
 if __name__ == "__main__":

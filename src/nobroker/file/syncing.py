@@ -2,7 +2,7 @@
 
 A store's job beside the commit protocol (store.py), as functions of the
 store. The fsync runs outside the queue lock, so that threads share one
-(logwriter.sync_to) and, through NAME.sync, processes do (syncfile.py). A
+(log/groupcommit.py) and, through NAME.sync, processes do (syncfile.py). A
 failed fsync poisons the handle: the kernel may have dropped the pages, so
 the next open in this process rewrites the queue (FSYNC_FAILED). A failed
 write is cut back to the batch boundary, and NAME.sync is lowered with it,
