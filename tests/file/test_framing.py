@@ -271,7 +271,7 @@ class EnqueueTextTest(unittest.TestCase):
 
     def test_ack_and_lease_texts_equal_the_generic_encoding_of_the_same_fields(self) -> None:
         # And Batch.add_ack/add_lease add what Batch.add would, "d" on a first record.
-        from nobroker.file.state.commands import Batch
+        from nobroker.file.state.batch import Batch
         rng = random.Random(5)
         ids = ["0123456789abcdef", 'quote " and \\ backslash', "caf\u00e9 \u2603"]
         times = [0.0, 1.5, 1e16, 1732900000.123456, 2.0 ** -30, 123456789012.0]

@@ -32,8 +32,8 @@ from .disk.namedlocks import try_named_lock
 from .log.logfile import LogFile, paused_gc
 from .log.records import RecordType
 from .options import FileOptions
+from .state.batch import Batch
 from .state.commands import (
-    Batch,
     check_lease,
     plan_ack,
     plan_cancel,

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, TypeVar
 from ..errors import NobrokerError
 from . import syncing
 from .log.logfile import LogFile
-from .state.commands import Batch, plan_reclaim
+from .state.batch import Batch
+from .state.commands import plan_reclaim
 
 if TYPE_CHECKING:
     from .store import FileStore, Plan

@@ -61,7 +61,7 @@ from .log.records import RecordType, loads
 from .log.syncfile import SharedSync
 from .opening import queue_exists
 from .options import FileOptions
-from .state.commands import Batch
+from .state.batch import Batch
 from .state.state import Entry, QueueState
 
 __all__ = ["FileStore", "Plan"]

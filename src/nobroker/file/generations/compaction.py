@@ -66,7 +66,7 @@ from ..disk.fs import FileSystem, replace_durably
 from ..log import framing
 from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from ..log.records import Applied, Record, RecordType
-from ..state.commands import Batch
+from ..state.batch import Batch
 from ..state.state import Entry, JobState, QueueState
 from . import checkpoint
 from .rebuild import state_at

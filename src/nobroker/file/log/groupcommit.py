@@ -142,7 +142,7 @@ class GroupCommit:
 
     def learn_durable(self, offset: int) -> None:
         """Another handle's "d" says an fsync covering `offset` returned: the batches
-        this handle writes next carry that proof too (see commands.Batch)."""
+        this handle writes next carry that proof too (see state/batch.py)."""
         with self._sync_mutex:
             self._durable = max(self._durable, offset)
 

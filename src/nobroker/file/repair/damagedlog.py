@@ -15,7 +15,7 @@ log when an intact later batch follows. Salvage instead walks the whole file:
   be the tail of batch N+1 whose head was destroyed, and is not taken for a
   whole batch (it is set aside with the damage). A run numbered higher may
   still be such a tail when its first record carries no "d" (writers add "d"
-  to a batch's first record once an fsync has returned, see commands.Batch);
+  to a batch's first record once an fsync has returned, see state/batch.py);
   then nothing in the bytes can tell, and it is kept as a batch.
 - `TolerantReplay` applies the kept batches to a QueueState, skipping (and
   counting) each record that the strict rules refuse: those about a job whose
