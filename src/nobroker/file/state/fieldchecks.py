@@ -1,8 +1,9 @@
 """The shape of a record's fields: each check a ReplayError when a field is off.
 
-Replay (state.py and its mixins) and the checkpoint reader take every number,
-string and flag of a record through these, so that a log or a checkpoint that
-no writer could have written is refused with its offset, never half applied.
+Replay (state.py, transitions.py, snapshots.py) and the checkpoint reader
+take every number, string and flag of a record through these, so that a log
+or a checkpoint that no writer could have written is refused with its offset,
+never half applied. The field names are log/records.py's.
 Pure: no os, time, random or threads.
 """
 

@@ -3,7 +3,7 @@
 A peer that compacts writes the same live jobs into a new generation, so a
 handle that has read the old one to its end holds exactly those jobs; only
 the offset and size of each job's record changed. The new generation's
-checkpoint lists them (in enqueue order); these methods move the table's
+checkpoint lists them (in enqueue order); these functions move the table's
 `record_offset` and `size` columns across, with array slices in the usual
 shape (the removed jobs are the oldest) and a walk otherwise, and change
 nothing if the snapshot does not hold the jobs the table knows.

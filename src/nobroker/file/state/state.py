@@ -8,10 +8,11 @@ have expired) takes `now` as an argument and only *reads*; the state changes
 only through `apply_batch`.
 
 How the jobs are stored (columns, ids, the indexes of due jobs) is the job
-table's business (jobtable.py); this module applies the rules to it and keeps
-the counters. What each job record does is in transitions.py, what a
-snapshot's records do in snapshots.py (both mixins of QueueState), and the
-checks of a record's fields in fieldchecks.py.
+table's business (jobtable.py); the state owns one (`table`), applies the
+rules to it and keeps the counters. What each job record does is in
+transitions.py and what a snapshot's records do in snapshots.py (functions of
+the state, called here by record type); the checks of a record's fields are
+in fieldchecks.py, and the jobs by id (`jobs`) in jobindex.py.
 
 Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
