@@ -1,4 +1,4 @@
-"""Group commit between threads (logwriter.sync_to), audited with real threads and processes.
+"""Group commit between threads (log/groupcommit.py), audited with real threads and processes.
 
 The audit of test_shared_sync.py, per thread: two processes, four threads
 each (three enqueue, one runs an ack_and_lease loop), write through a
