@@ -53,7 +53,7 @@ FILE_TIERS: list[tuple[str, frozenset[str]]] = [
 ]
 # The replay state is pure: it imports only itself (and the shared layer), and so do
 # the parts of the log tier it reads records with.
-PURE = frozenset({"state", "log.records", "log.framing", "log.recovery"})
+PURE = frozenset({"state", "log.records", "log.framing", "log.tail"})
 IMPURE_STDLIB = frozenset({"os", "time", "random", "threading"})
 
 

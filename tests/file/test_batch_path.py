@@ -8,7 +8,7 @@ import unittest
 import harness.support  # noqa: F401  (puts src/ on sys.path)
 
 from nobroker.codec import dumps
-from nobroker.file.state.commands import Batch
+from nobroker.file.state.batch import Batch
 from nobroker.models import Job, JobState, new_pending_jobs
 
 IDS = [f"{n:016x}" for n in range(40, 47)]

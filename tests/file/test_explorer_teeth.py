@@ -57,13 +57,13 @@ from harness.explorer import Bounds, RecordingFS, explore
 
 import nobroker.file.generations.current as current
 import nobroker.file.log.framing as framing
-import nobroker.file.log.recovery
+import nobroker.file.log.tail
 from nobroker.file import following
 from nobroker.file.disk.fs import FileSystem
 from nobroker.file.handleapi import HandleAPI
 from nobroker.file.log.logfile import LogFile
-from nobroker.file.log.recovery import decode_payload
 from nobroker.file.log.syncfile import DURABLE, SLOT, SharedSync
+from nobroker.file.log.tail import decode_payload
 
 
 def caught(report: explorer.Report, checks: set[str], source: str) -> explorer.Violation:
@@ -214,7 +214,7 @@ class ReaderTest(TeethTestCase):
                            last_batch: int) -> int | None:
             data = self.fs.pread(self.fd, tail_end - bad_at, bad_at)
             # The planted bug: nothing past the first never-written sector is looked at.
-            data = data[:nobroker.file.log.recovery.unwritten_sector(data, bad_at)]
+            data = data[:nobroker.file.log.tail.unwritten_sector(data, bad_at)]
             hit = data.find(framing.RESYNC_MARKER, 1)
             while hit != -1:
                 start = hit - framing.RECORD_HEADER.size
@@ -285,7 +285,7 @@ class SharedSyncTest(TeethTestCase):
 
         with mock.patch.object(SharedSync, "flush", publish_first):
             report = self.explore("shared_fsync_peer_dies", ("process", "ext4ish"), rot=False)
-        violation = caught(report, {"I2", "I3"}, "LogWriter.append")
+        violation = caught(report, {"I2", "I3"}, "LogFile.append")
         self.assertIn("publish_first", str(violation))
 
     def test_a_claim_that_always_skips_the_fdatasync_loses_a_returned_call(self) -> None:
@@ -295,7 +295,7 @@ class SharedSyncTest(TeethTestCase):
 
         with mock.patch.object(SharedSync, "flush", always_covered):
             report = self.explore("shared_fsync", ("ext4ish",), rot=False)
-        caught(report, {"I2", "I3"}, "LogWriter.append")
+        caught(report, {"I2", "I3"}, "LogFile.append")
 
 
 if __name__ == "__main__":

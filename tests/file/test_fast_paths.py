@@ -20,16 +20,44 @@ from typing import Any
 import harness.support  # noqa: F401  (puts src/ on sys.path)
 
 from file.test_state import RT, Log, lease, random_history
-from nobroker.file.log.records import Record
-from nobroker.file.state.columns import ReplayError
-from nobroker.file.state.fields import field
+from nobroker.file.log.records import Record, ReplayError
+from nobroker.file.state.fieldchecks import field
 from nobroker.file.state.state import Applied, JobState, QueueState
-from nobroker.file.state.transitions import ALLOWED, FENCED, JOB_RECORDS
+from nobroker.file.state.transitions import (
+    ALLOWED,
+    FENCED,
+    JOB_RECORDS,
+    ReplayState,
+    apply_ack,
+    expect_state,
+)
 
 # Values a writer never puts where a token, a time or an id belongs, and a few it does.
 ODD_VALUES: tuple[Any, ...] = (True, False, None, 0, -1, 1, 7, 2**63, -2**63 - 1, 1.5,
                                0.0, 3.0, "x", "0000000000000001", [], {})
 _MISSING = object()
+
+
+def general_lease(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                  size: int) -> None:
+    token = field(rec, "tok", int, offset)
+    if token < 1:
+        raise ReplayError(offset, f"bad fencing token {token}")
+    until = field(rec, "until", float, offset)
+    state.next_token = max(state.next_token, token + 1)
+    state.pending -= 1
+    state.leased += 1
+    state.table.lease(slot, job_id, token, until)
+
+
+def general_ack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                size: int) -> None:
+    field(rec, "t", float, offset)  # the general check, then the same effect
+    apply_ack(state, slot, job_id, rec, offset, size)
+
+
+# The record functions with a fast path of their own, replaced by the general checks.
+GENERAL_RECORDS = {RT.LEASE: general_lease, RT.ACK: general_ack}
 
 
 class GeneralState(QueueState):
@@ -41,35 +69,17 @@ class GeneralState(QueueState):
             self._apply_other(rtype, rec, offset, size)
             return
         job_id = field(rec, "id", str, offset)
-        table = self._table
+        table = self.table
         slot = table.find(job_id)
         if slot < 0:
             raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
         if table.code[slot] not in allowed:
-            self._expect_state(slot, job_id, allowed, offset)
+            expect_state(table, slot, job_id, allowed, offset)
         if rtype in FENCED:
             token = field(rec, "tok", int, offset)
             if table.leases[table.seqs[slot]][0] != token:
                 raise ReplayError(offset, "token mismatch")
-        # By name, so that the overrides below are the ones called (JOB_RECORDS holds
-        # the fast ones).
-        getattr(self, JOB_RECORDS[rtype].__name__)(slot, job_id, rec, offset, size)
-
-    def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int,
-                     size: int) -> None:
-        token = field(rec, "tok", int, offset)
-        if token < 1:
-            raise ReplayError(offset, f"bad fencing token {token}")
-        until = field(rec, "until", float, offset)
-        self.next_token = max(self.next_token, token + 1)
-        self.pending -= 1
-        self.leased += 1
-        self._table.lease(slot, job_id, token, until)
-
-    def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int,
-                   size: int) -> None:
-        field(rec, "t", float, offset)  # the general check, then the same effect
-        super()._apply_ack(slot, job_id, rec, offset, size)
+        GENERAL_RECORDS.get(rtype, JOB_RECORDS[rtype])(self, slot, job_id, rec, offset, size)
 
 
 def outcome(state: QueueState, batches: list[list[Applied]]) -> tuple[object, ...]:

@@ -271,7 +271,7 @@ class EnqueueTextTest(unittest.TestCase):
 
     def test_ack_and_lease_texts_equal_the_generic_encoding_of_the_same_fields(self) -> None:
         # And Batch.add_ack/add_lease add what Batch.add would, "d" on a first record.
-        from nobroker.file.state.commands import Batch
+        from nobroker.file.state.batch import Batch
         rng = random.Random(5)
         ids = ["0123456789abcdef", 'quote " and \\ backslash', "caf\u00e9 \u2603"]
         times = [0.0, 1.5, 1e16, 1732900000.123456, 2.0 ** -30, 123456789012.0]
@@ -329,3 +329,26 @@ class LoadsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RecordFieldsTest(unittest.TestCase):
+    """The record keys are named once (log/records.py); docs/FORMAT.md specifies them."""
+
+    @staticmethod
+    def documented_keys(text: str) -> set[str]:
+        """The keys FORMAT.md's record table names (backticked words in its rows)."""
+        import re
+        rows = [line for line in text.splitlines() if re.match(r"\| \d+ \| [A-Z]+ \|", line)]
+        return {key for row in rows for key in re.findall(r"`([a-z]+)`", row)}
+
+    def test_the_named_record_keys_are_the_ones_format_md_documents(self) -> None:
+        from support import REPO
+        documented = self.documented_keys((REPO / "docs" / "FORMAT.md").read_text("utf-8"))
+        documented |= {records.BATCH, records.DURABLE}  # every record's, above the table
+        self.assertEqual(len(set(records.FIELDS)), len(records.FIELDS), "a key named twice")
+        self.assertEqual(sorted(records.FIELDS), sorted(documented))
+
+    def test_an_undocumented_key_is_caught(self) -> None:
+        table = "| 1 | ENQUEUE | `id` str, `pr` int | new job |\n| 2 | LEASE | `tok` | x |"
+        self.assertEqual(self.documented_keys(table), {"id", "pr", "tok"})
+        self.assertNotIn("zz", self.documented_keys(table))

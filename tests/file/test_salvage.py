@@ -41,8 +41,8 @@ from nobroker import CorruptLogError, NobrokerError, Queue
 from nobroker.file.inspection import read_records
 from nobroker.file.log import framing
 from nobroker.file.log.records import Applied, RecordType
+from nobroker.file.repair.damagedlog import Restart, TolerantReplay, find_batches, read_batch
 from nobroker.file.repair.salvage import SalvageReport, salvage
-from nobroker.file.repair.tolerant import Restart, TolerantReplay, find_batches, read_batch
 
 
 def batches_of(data: bytes) -> list[tuple[int, bytes]]:

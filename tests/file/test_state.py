@@ -14,12 +14,14 @@ import zlib
 from array import array
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import harness.support  # noqa: F401  (puts src/ on sys.path)
 from harness.support import REPO
 
 from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType, dumps, loads
+from nobroker.file.state import state as state_module
 from nobroker.file.state.state import (
     TRANSITIONS,
     Applied,
@@ -858,7 +860,7 @@ class GeneratedIdTest(unittest.TestCase):
         self.assertEqual(ids, [seq_id(0), seq_id(1), seq_id(2)], "unique before applying")
         s.apply_batch(log.batch(*(enq(str(i)) for i in ids)))
         self.assertEqual(s.next_seq, 3)
-        self.assertEqual(s._table.ids, {}, "generated ids need no dict entry")
+        self.assertEqual(s.table.ids, {}, "generated ids need no dict entry")
         self.assertEqual([e.id for e in s.entries()], ids)
         self.assertEqual(s.jobs[ids[1]].seq, 1)
         self.assertEqual(s.jobs.reserve(), seq_id(3))
@@ -898,7 +900,7 @@ class GeneratedIdTest(unittest.TestCase):
         self.assertEqual(s.next_seq, 0x100, "a generated id ahead of the count moves it")
         self.assertEqual([e.id for e in s.entries()],
                          ["9f3a5c0e12ab44d1", seq_id(7), seq_id(2), "00000000000000ff"])
-        self.assertEqual(sorted(s._table.ids), ["0000000000000002", "9f3a5c0e12ab44d1"])
+        self.assertEqual(sorted(s.table.ids), ["0000000000000002", "9f3a5c0e12ab44d1"])
         for job_id in ("9f3a5c0e12ab44d1", seq_id(2), seq_id(7), "00000000000000ff"):
             self.assertEqual(s.jobs[job_id].id, job_id)
         self.assertNotIn(seq_id(1), s.jobs)
@@ -937,10 +939,12 @@ class EnqueueRunTest(unittest.TestCase):
         log = Log()
         built = [log.batch(*records) for records in batches]
         bulk, single = QueueState(), QueueState()
-        single._apply_enqueue_run = lambda batch, number: 0  # type: ignore[method-assign]
         for batch in built:
-            for state in (bulk, single):
-                state.apply_batch(copy.deepcopy(batch))
+            bulk.apply_batch(copy.deepcopy(batch))
+        # The same batches with the one-step path turned down: record by record.
+        with mock.patch.object(state_module, "apply_enqueue_run", lambda state, batch, number: 0):
+            for batch in built:
+                single.apply_batch(copy.deepcopy(batch))
         return bulk, single
 
     def assert_same(self, bulk: QueueState, single: QueueState) -> None:
@@ -966,7 +970,7 @@ class EnqueueRunTest(unittest.TestCase):
                                  self.run_of(53, 40, pr=-1, at=0.5, t=2.0))
         self.assert_same(bulk, single)
         self.assertEqual(bulk.pending, 93)
-        self.assertEqual(bulk._table.ids, {}, "generated ids need no dict entry")
+        self.assertEqual(bulk.table.ids, {}, "generated ids need no dict entry")
 
     def test_records_that_do_not_fit_the_run_end_it_and_replay_one_by_one(self) -> None:
         cases = {
@@ -1028,7 +1032,7 @@ class ColumnsTest(unittest.TestCase):
                 s.apply_batch(log.batch(lease(job_id, number + 1)))
                 s.apply_batch(log.batch(ack(job_id, number + 1)))
             kept = [i for i in ids if i not in set(gone)]
-            self.assertLess(len(s._table.seqs), 1500, "holes were packed out")
+            self.assertLess(len(s.table.seqs), 1500, "holes were packed out")
             self.assertEqual(len(s.jobs), len(kept))
             self.assertEqual([e.id for e in s.entries()], kept)
             self.assertNotIn(ids[5], s.jobs)
@@ -1038,7 +1042,7 @@ class ColumnsTest(unittest.TestCase):
 
     def test_many_priorities_do_not_make_many_lanes(self) -> None:
         s = replay([Log().batch(*(enq(seq_id(i), pr=i) for i in range(100)))])
-        self.assertLessEqual(len(s._table._lanes), 16)
+        self.assertLessEqual(len(s.table.due.lanes), 16)
         self.assertEqual([e.id for e in s.ready(0.0, 5)], brute_ready(s, 0.0, 5))
 
     def test_entries_are_snapshots(self) -> None:

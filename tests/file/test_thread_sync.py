@@ -1,4 +1,4 @@
-"""Group commit between threads (logwriter.sync_to), audited with real threads and processes.
+"""Group commit between threads (log/groupcommit.py), audited with real threads and processes.
 
 The audit of test_shared_sync.py, per thread: two processes, four threads
 each (three enqueue, one runs an ack_and_lease loop), write through a
@@ -28,6 +28,7 @@ from harness.support import TempDirTestCase, file_queue, spawn_python, store_of,
 
 from file.test_shared_sync import AUDITED_FS, audit_problems, start_together
 from nobroker import Queue
+from nobroker.file.log.groupcommit import GroupCommit
 
 THREADS = r"""
 import os, sys, threading, time
@@ -35,7 +36,7 @@ from nobroker import Queue
 from nobroker.backend import Settings
 from nobroker.file.backend import FileBackend, FileOptions
 from nobroker.file.disk.fs import FileSystem
-from nobroker.file.log import logwriter
+from nobroker.file.log.groupcommit import GroupCommit
 
 directory, audit_path, calls, broken = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 audit = os.open(audit_path, os.O_WRONLY | os.O_APPEND)
@@ -48,15 +49,15 @@ if broken == "1":
     # The bug the audit must catch: a thread that finds an fdatasync in flight
     # waits for it and returns, though that one may have begun before its write.
     # (sync_to's bookkeeping done right, its check of what the wait covered skipped.)
-    correct = logwriter.LogWriter.sync_to
-    def sync_to(self, offset, shared=None):
+    correct = GroupCommit.sync_to
+    def sync_to(self, log, offset, shared=None):
         with self._sync_mutex:
             busy = self._syncing
         if not busy:
-            return correct(self, offset, shared)
-        correct(self, self._durable + 1, shared)  # wait for the fdatasync in flight only
+            return correct(self, log, offset, shared)
+        correct(self, log, self._durable + 1, shared)  # wait for the fdatasync in flight only
         return False
-    logwriter.LogWriter.sync_to = sync_to
+    GroupCommit.sync_to = sync_to
 
 q = Queue.from_backend(FileBackend(directory, "default", Settings(visibility_timeout=3600),
                                    FileOptions(fs=Audited(), auto_compact=None)))
@@ -187,37 +188,35 @@ class WakeBookkeepingTest(TempDirTestCase):
     """sync_to's waiter list, white-box: who is woken when an fdatasync ends, and a
     waiter that leaves early (a signal's exception) passing its turn on."""
 
-    def waiters(self, log: object, *offsets: int) -> list[threading.Lock]:
+    def waiters(self, log: GroupCommit, *offsets: int) -> list[threading.Lock]:
         locks = []
         for offset in offsets:
             lock = threading.Lock()
             lock.acquire()
-            log._sync_waiters.append((offset, lock))  # type: ignore[attr-defined]
+            log._sync_waiters.append((offset, lock))
             locks.append(lock)
         return locks
 
     def test_an_fdatasync_wakes_the_covered_waiters_and_one_to_run_the_next(self) -> None:
-        with file_queue(self.tmp / "q") as q:
-            log = store_of(q).log
-            a, b, c, d = self.waiters(log, 10, 20, 30, 40)
-            log._durable = 20
-            woken = log._wake_after_sync()
-            self.assertEqual(woken, [a, b, c])  # 10 and 20 covered; 30 runs the next
-            self.assertEqual(log._sync_waiters, [(40, d)])  # covered by that next one
+        log = GroupCommit()
+        a, b, c, d = self.waiters(log, 10, 20, 30, 40)
+        log._durable = 20
+        woken = log._wake_after_sync()
+        self.assertEqual(woken, [a, b, c])  # 10 and 20 covered; 30 runs the next
+        self.assertEqual(log._sync_waiters, [(40, d)])  # covered by that next one
 
     def test_a_waiter_woken_to_run_the_next_fdatasync_that_leaves_passes_it_on(
             self) -> None:
-        with file_queue(self.tmp / "q") as q:
-            log = store_of(q).log
-            log._durable = 0
-            leader, = self.waiters(log, 30)
-            log._sync_waiters.clear()  # a syncer woke it (its turn to run the next) ...
-            next_one, = self.waiters(log, 40)
-            log._abandon_wait(30, leader)  # ... and it leaves instead
-            self.assertFalse(next_one.locked(), "nobody was given the turn")
-            self.assertEqual(log._sync_waiters, [])
-            # One still in the list just leaves it, waking nobody.
-            first, second = self.waiters(log, 50, 60)
-            log._abandon_wait(50, first)
-            self.assertEqual(log._sync_waiters, [(60, second)])
-            self.assertTrue(second.locked())
+        log = GroupCommit()
+        log._durable = 0
+        leader, = self.waiters(log, 30)
+        log._sync_waiters.clear()  # a syncer woke it (its turn to run the next) ...
+        next_one, = self.waiters(log, 40)
+        log._abandon_wait(30, leader)  # ... and it leaves instead
+        self.assertFalse(next_one.locked(), "nobody was given the turn")
+        self.assertEqual(log._sync_waiters, [])
+        # One still in the list just leaves it, waking nobody.
+        first, second = self.waiters(log, 50, 60)
+        log._abandon_wait(50, first)
+        self.assertEqual(log._sync_waiters, [(60, second)])
+        self.assertTrue(second.locked())

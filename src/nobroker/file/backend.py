@@ -33,8 +33,8 @@ from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
 from .log.records import RecordType, loads
 from .options import FileOptions
+from .state.batch import Batch
 from .state.commands import (
-    Batch,
     check_lease,
     plan_ack,
     plan_cancel,

@@ -19,7 +19,8 @@ from .checkpointer import Checkpointer
 from .compactor import Compactor
 from .handleapi import HandleAPI
 from .log.logfile import LogFile
-from .state.commands import Batch, plan_reclaim
+from .state.batch import Batch
+from .state.commands import plan_reclaim
 from .state.state import QueueState
 
 __all__ = ["Plan", "write", "plan_and_commit"]

@@ -47,7 +47,7 @@ from .disk.wake import WakeChannel
 from .log.logfile import LogFile
 from .log.syncfile import SharedSync
 from .options import FileOptions
-from .state.commands import Batch
+from .state.batch import Batch
 from .state.state import QueueState
 
 __all__ = ["QueueHandle"]

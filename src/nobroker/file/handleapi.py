@@ -25,7 +25,7 @@ from .disk.lock import SharedLock
 from .log.logfile import LogFile
 from .log.syncfile import SharedSync
 from .options import FileOptions
-from .state.commands import Batch
+from .state.batch import Batch
 from .state.state import QueueState
 
 __all__ = ["HandleAPI"]

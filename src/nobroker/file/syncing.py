@@ -2,7 +2,7 @@
 
 A write call's fsync (commit.py calls `hold_for_sync`, then `sync`) runs
 outside the queue lock, so that
-threads share one (logwriter.sync_to) and, through NAME.sync, processes may
+threads share one (log/groupcommit.py) and, through NAME.sync, processes may
 (syncfile.py; FileOptions.share_fsyncs, off by default). A failed fsync
 poisons the handle: the kernel may have dropped the pages, so the next open
 in this process rewrites the queue (FSYNC_FAILED). A failed write is cut

@@ -63,7 +63,7 @@ from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from ..log.records import Applied, Record, RecordType
-from ..state.commands import Batch
+from ..state.batch import Batch
 from ..state.state import Entry, JobState, QueueState
 from . import checkpoint
 from .rebuild import state_at

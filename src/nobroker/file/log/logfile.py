@@ -1,16 +1,16 @@
 """One generation of the write-ahead log: `NAME.NNNNNN.log`.
 
 Owns the file descriptor, the logical end (the byte after the last complete
-batch) and the physical size (the file is preallocated with zeros, so that
-an fdatasync after a write into allocated space flushes data only).
+batch), the physical size (zeros are preallocated, durably, ahead of the
+records, so that an fdatasync after a write flushes data only) and the
+GroupCommit that makes writes durable (groupcommit.py).
 
 Reading stops at the end of the last complete batch. What follows must be
 all zeros (a clean end); otherwise it is a torn tail (reported, and cut by
 the opener after saving it) or corruption (CorruptLogError, nothing touched):
-recovery.py holds the rules that tell the two apart. Writing (append, group
-commit, cut) is the LogWriter mixin's (logwriter.py).
-
-This module knows frames and batches, not what records mean (state.py).
+tail.py holds the rules that tell the two apart; a torn tail is saved to a
+side file before it is cut. This module knows frames and batches, not what
+records mean (state/), and reads records back by offset with readback.py.
 """
 
 from __future__ import annotations
@@ -26,13 +26,29 @@ from typing import Final
 from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from . import framing
-from .logwriter import PREALLOCATE, LogWriter
-from .records import Applied, Record
-from .recovery import decode_payload, later_batch
+from .groupcommit import GroupCommit
+from .readback import (
+    READ_CHUNK,
+    last_nonzero,
+    outcome_records,
+    payload_texts,
+    prefix_crc,
+    record_at,
+)
+from .records import (
+    BATCH,
+    DURABLE,
+    Applied,
+    Record,
+    ReplayError,
+)
+from .syncfile import SharedSync
+from .tail import decode_payload, later_batch
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
 
-READ_CHUNK: Final = 4 << 20
+PREALLOCATE: Final = 1 << 20  # grow the file by up to this many zero bytes at a time
+MIN_PREALLOCATE: Final = 64 << 10
 
 _ZERO_HEADER: Final = bytes(framing.RECORD_HEADER.size)
 
@@ -70,7 +86,7 @@ class ScanResult:
     torn_reason: str = ""
 
 
-class LogFile(LogWriter):
+class LogFile:
     """An open generation of the log."""
 
     def __init__(self, fs: FileSystem, directory: str, name: str, generation: int,
@@ -89,7 +105,9 @@ class LogFile(LogWriter):
         self.size = size
         self.inflight = 0  # fsyncs running outside the lock; close waits for them
         self.retired = False
-        self._init_sync()
+        self.commits = GroupCommit()  # how far it is durable; the threads waiting for more
+        # (generation, st_dev, st_ino): what NAME.sync's slots name (SharedSync fills it in).
+        self.sync_identity: tuple[int, int, int] | None = None
 
     # -- opening ------------------------------------------------------------
 
@@ -142,6 +160,59 @@ class LogFile(LogWriter):
             fs.close(fd)
             raise
         return cls(fs, directory, name, generation, fd, size)
+
+    # -- writing --------------------------------------------------------------
+
+    def append(self, data: bytes) -> None:
+        """Write `data` at the logical end (not durable until `sync`)."""
+        start = self.end
+        need = start + len(data)
+        if need > self.size:
+            # Double a small file, then grow in fixed steps: tiny queues stay tiny.
+            grow = max(need - self.size, min(PREALLOCATE, max(MIN_PREALLOCATE, self.size)))
+            self.fs.write_all(self.fd, bytes(grow), self.size)
+            # The new space must be durable zeros before records land in it: a crash
+            # could otherwise show the grown size with garbage where un-synced records
+            # should be, and garbage (unlike zeros) before an intact later batch reads
+            # as corruption. One extra fsync per growth step.
+            self.fs.fdatasync(self.fd)
+            self.size += grow
+        self.fs.write_all(self.fd, data, start)
+        self.crc = zlib.crc32(data, self.crc)
+        self.end = need
+
+    @property
+    def durable(self) -> int:  # bytes before it are known to be on disk
+        return self.commits.durable
+
+    def sync(self) -> None:
+        """Make everything written so far durable."""
+        self.commits.sync_to(self, self.end)
+
+    def sync_to(self, offset: int, shared: SharedSync | None = None) -> bool:
+        """Return once the bytes before `offset` are on disk; True if this thread
+        issued the fdatasync that did it (GroupCommit.sync_to)."""
+        return self.commits.sync_to(self, offset, shared)
+
+    def cut(self, end: int) -> None:
+        """Drop everything from `end` on (torn tail, failed write) and make it durable."""
+        self.fs.ftruncate(self.fd, end)
+        self.fs.fsync(self.fd)
+        self.size = end
+        self.end = min(self.end, end)
+        self.commits.lower(end)
+
+    def save_torn(self, offset: int, length: int) -> str:
+        """Copy a torn tail to a side file before it is cut; returns the side file's path."""
+        side = f"{self.path}.torn-{offset}"
+        data = self.fs.pread(self.fd, length, offset)
+        fd = self.fs.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            self.fs.write_all(fd, data, 0)
+            self.fs.fsync(fd)
+        finally:
+            self.fs.close(fd)
+        return side
 
     # -- reading ------------------------------------------------------------
 
@@ -220,17 +291,14 @@ class LogFile(LogWriter):
             if not type_byte & framing.MORE:
                 try:
                     on_batch(batch)
-                except CorruptLogError:
-                    raise
-                except ValueError as exc:  # state.ReplayError
-                    offset = getattr(exc, "offset", batch_start)
-                    raise CorruptLogError(self.path, offset, str(exc)) from None
+                except ReplayError as exc:  # the state refused a record
+                    raise CorruptLogError(self.path, exc.offset, exc.reason) from None
                 count += len(batch)
                 head = batch[0][1]
-                last_batch = head["b"]
-                known = head.get("d")
-                if type(known) is int and self._durable < known <= batch_start:
-                    self._learn_durable(known)  # a peer's fsync covered this much
+                last_batch = head[BATCH]
+                known = head.get(DURABLE)
+                if type(known) is int and self.commits.durable < known <= batch_start:
+                    self.commits.learn_durable(known)  # a peer's fsync covered this much
                 self.end = pos
                 self.crc = crc
                 batch = []
@@ -239,7 +307,7 @@ class LogFile(LogWriter):
         stop = batch_start  # the first byte that is not part of a complete batch
         if not (full or reason) or not locked:
             return result
-        tail_end = self._last_nonzero(stop)
+        tail_end = last_nonzero(self.fs, self.fd, stop, self.size)  # past it: zeros
         if tail_end > stop:
             bad_at = pos if reason else stop
             later = self._later_batch_after(bad_at, tail_end, last_batch)
@@ -251,82 +319,32 @@ class LogFile(LogWriter):
             result.torn_reason = reason or "garbage after the last batch"
         return result
 
-    def _last_nonzero(self, start: int) -> int:
-        """The offset after the last non-zero byte at or after `start` (or `start`)."""
-        end = self.size
-        while end > start:
-            chunk_start = max(start, end - READ_CHUNK)
-            chunk = self.fs.pread(self.fd, end - chunk_start, chunk_start)
-            stripped = chunk.rstrip(b"\0")
-            if stripped:
-                return chunk_start + len(stripped)
-            end = chunk_start
-        return start
-
     def _later_batch_after(self, bad_at: int, tail_end: int, last_batch: int) -> int | None:
         """A batch number > last_batch + 1, intact after `bad_at`, that proves the
-        damaged bytes were once durable; None if nothing does (recovery.later_batch
+        damaged bytes were once durable; None if nothing does (tail.later_batch
         over the bytes up to `tail_end`)."""
         return later_batch(self.fs.pread(self.fd, tail_end - bad_at, bad_at), bad_at,
                            last_batch)
 
     def record_at(self, offset: int) -> tuple[int, Record] | None:
         """The (type, record) at `offset`, if an intact record starts there."""
-        head = self.fs.pread(self.fd, 4096, offset)
-        length = int.from_bytes(head[:4], "little") if len(head) >= 4 else 0
-        if framing.RECORD_HEADER.size + length > len(head):
-            head = self.fs.pread(self.fd, framing.RECORD_HEADER.size
-                                 + min(length, framing.MAX_RECORD), offset)
-        outcome, type_byte, payload, _ = framing.decode_record(head, 0)
-        record = decode_payload(payload) if outcome == framing.RECORD else None
-        return None if record is None else (type_byte & framing.TYPE_MASK, record)
+        return record_at(self.fs, self.fd, offset)
 
     def read_payload(self, offset: int) -> str:
         """The payload JSON text of the record at `offset` (one lookup, one small read)."""
-        return next(self.payload_texts([offset], chunk=4096))
+        return next(payload_texts(self.fs, self.fd, self.path, [offset], chunk=4096))
 
-    def payload_texts(self, locs: list[int], chunk: int = READ_CHUNK) -> Iterator[str]:
-        """The payload JSON text of the records at `locs`, CRC-checked, without parsing.
-
-        Reads ahead in large chunks, so increasing offsets (the usual order)
-        cost one read per chunk rather than two per record. A record's payload
-        key is always its last: `..., "p": PAYLOAD}`; the first `,"p":` in the
-        text is that key, because a quote inside a JSON string is escaped.
-        """
-        buf = b""
-        buf_start = 0
-        for loc in locs:
-            rel = loc - buf_start
-            if rel < 0 or rel + framing.RECORD_HEADER.size > len(buf):
-                buf, buf_start, rel = self.fs.pread(self.fd, chunk, loc), loc, 0
-            length = int.from_bytes(buf[rel:rel + 4], "little")
-            if rel + framing.RECORD_HEADER.size + length > len(buf):
-                need = max(chunk, framing.RECORD_HEADER.size + min(length, framing.MAX_RECORD))
-                buf, buf_start, rel = self.fs.pread(self.fd, need, loc), loc, 0
-            outcome, _, payload, _ = framing.decode_record(buf, rel)
-            key = payload.find(b',"p":') if outcome == framing.RECORD else -1
-            if key < 0 or not payload.endswith(b"}"):
-                raise CorruptLogError(self.path, loc, "payload record unreadable")
-            yield payload[key + 5:-1].decode("utf-8")
+    def payload_texts(self, locs: list[int]) -> Iterator[str]:  # readback.payload_texts
+        return payload_texts(self.fs, self.fd, self.path, locs)
 
     def outcome_records(self, locs: list[int]) -> Iterator[tuple[int, Record, str | None]]:
-        """(type, record, result JSON text or None) of the records at `locs`, which hold
-        finished jobs' outcomes (a result is always a record's last key, "r")."""
-        for loc in locs:
-            found = self.record_at(loc)
-            if found is None:
-                raise CorruptLogError(self.path, loc, "finished job's record unreadable")
-            rtype, record = found
-            text = None
-            if "r" in record:
-                head = self.fs.pread(self.fd, framing.RECORD_HEADER.size, loc)
-                length = int.from_bytes(head[:4], "little")
-                payload = self.fs.pread(self.fd, length, loc + framing.RECORD_HEADER.size)
-                key = payload.find(b',"r":')
-                if key < 0 or not payload.endswith(b"}"):
-                    raise CorruptLogError(self.path, loc, "result record unreadable")
-                text = payload[key + 5:-1].decode("utf-8")
-            yield rtype, record, text
+        """(type, record, result JSON text or None) of finished jobs' records at `locs`."""
+        return outcome_records(self.fs, self.fd, self.path, locs)
+
+    def prefix_crc(self, end: int, start: int = 0, crc: int = 0) -> int:
+        """CRC-32 of the file's first `end` bytes, read from disk; or, given the CRC
+        of the first `start` bytes, of the first `end` reading only the rest."""
+        return prefix_crc(self.fs, self.fd, end, start, crc)
 
     # -- the checkpoint sidecar (a cache; see checkpoint.py) -------------------
 
@@ -340,18 +358,6 @@ class LogFile(LogWriter):
         only that switch writes this name, so a later checkpoint (NAME.GGGGGG.ckpt)
         never replaces what peers that have not moved yet need to follow it."""
         return os.path.join(self.directory, f"{self.name}.{self.generation:06d}.switch.ckpt")
-
-    def prefix_crc(self, end: int, start: int = 0, crc: int = 0) -> int:
-        """CRC-32 of the file's first `end` bytes, read from disk; or, given the CRC
-        of the first `start` bytes, of the first `end` reading only the rest."""
-        pos = start
-        while pos < end:
-            chunk = self.fs.pread(self.fd, min(READ_CHUNK, end - pos), pos)
-            if not chunk:
-                break
-            crc = zlib.crc32(chunk, crc)
-            pos += len(chunk)
-        return crc
 
     def holds(self, start: int, end: int, crc_before: int, crc_after: int) -> bool:
         """Whether bytes `start` to `end` are still those that, chained from

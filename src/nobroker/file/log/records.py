@@ -18,23 +18,29 @@ from ...codec import MAX_DEPTH, MAX_PAYLOAD_BYTES, dumps, encode_payload, loads
 from .framing import MAX_RECORD
 
 __all__ = [
-    "RecordType",
-    "Record",
-    "Applied",
-    "dumps",
-    "enqueue_text",
-    "ack_text",
-    "lease_text",
-    "loads",
-    "encode_payload",
-    "MAX_DEPTH",
-    "MAX_PAYLOAD_BYTES",
+    "RecordType", "ReplayError", "Record", "Applied", "dumps", "enqueue_text", "ack_text",
+    "lease_text", "loads", "encode_payload", "MAX_DEPTH", "MAX_PAYLOAD_BYTES", "FIELDS",
+    "PAYLOAD_KEY_TEXT", "RESULT_KEY_TEXT",
+    # the record keys
+    "BATCH", "DURABLE", "ID", "PRIORITY", "AT", "TIME", "MAX_ATTEMPTS", "IS_KEY", "PAYLOAD",
+    "TOKEN", "UNTIL", "RESULT", "KEEP", "ERROR", "STATE", "ATTEMPTS", "FINISHED_AT", "ACKED",
+    "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE",
 ]
 
 Record = dict[str, Any]
 # The strict JSON codec is shared with every backend (codec.py); a payload of
 # MAX_PAYLOAD_BYTES must fit one record with the fields a snapshot JOB record adds.
 assert MAX_PAYLOAD_BYTES + (64 << 10) <= MAX_RECORD
+
+
+class ReplayError(ValueError):
+    """A record that no correct writer produces (internal: the log reader
+    turns it into CorruptLogError at `offset`)."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(reason)
+        self.offset = offset
+        self.reason = reason
 
 
 class Applied(NamedTuple):
@@ -65,6 +71,43 @@ class RecordType(IntEnum):
     RESUME = 16  # leasing goes on
     FINISHED = 17  # snapshot: a finished job kept with its outcome (done or cancelled)
     SNOOZE = 18  # the holder gave the job back untried: pending again, attempt not counted
+
+
+# The keys of a record's JSON object, each named once here; docs/FORMAT.md says which
+# record types carry which (a test keeps the two in step). Short, because every
+# record repeats them. The fast text builders below spell out the same keys.
+BATCH: Final = "b"  # every record's first key: the batch number of the call that wrote it
+DURABLE: Final = "d"  # a batch's first record: bytes before it were on disk when written
+ID: Final = "id"  # the job's id
+PRIORITY: Final = "pr"
+AT: Final = "at"  # available from (a dead job's: when it died)
+TIME: Final = "t"  # when the record's call ran (ENQUEUE: enqueued at)
+MAX_ATTEMPTS: Final = "ma"
+IS_KEY: Final = "k"  # true: the id is a caller's idempotency key
+PAYLOAD: Final = "p"  # the job's payload, always a record's last key
+TOKEN: Final = "tok"  # a lease's fencing token (SNAPSHOT: the next token)
+UNTIL: Final = "until"  # a lease's deadline
+RESULT: Final = "r"  # a finished job's result, always a record's last key
+KEEP: Final = "keep"  # seconds a finished job is kept with its outcome
+ERROR: Final = "err"  # the job's last error
+STATE: Final = "s"  # a snapshot job's state
+ATTEMPTS: Final = "a"  # a snapshot job's attempts
+FINISHED_AT: Final = "fin"  # when a snapshot's finished job finished
+ACKED: Final = "done"  # KEY: when its job was acked; SNAPSHOT: acks so far
+JOBS: Final = "jobs"  # SNAPSHOT: how many JOB records it holds
+KEPT: Final = "kept"  # SNAPSHOT: how many FINISHED records it holds
+PAUSED: Final = "paused"  # SNAPSHOT: the queue's pause flag
+NEXT_SEQ: Final = "seq"  # SNAPSHOT: the next sequence number
+TOTALS: Final = "tot"  # SNAPSHOT: jobs enqueued, retried, dead-lettered so far
+NONCE: Final = "n"  # SNAPSHOT: a random name for it; replay ignores it
+# The text a record's last key (payload or result) starts with: readers of a payload
+# or result find it by this, without parsing the record (a quote inside a JSON string
+# is escaped, so the first occurrence is the key).
+PAYLOAD_KEY_TEXT: Final = f',"{PAYLOAD}":'
+RESULT_KEY_TEXT: Final = f',"{RESULT}":'
+FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, PAYLOAD, TOKEN,
+                 UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
+                 PAUSED, NEXT_SEQ, TOTALS, NONCE)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

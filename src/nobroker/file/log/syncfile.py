@@ -31,14 +31,11 @@ import os
 import struct
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from ..disk.fs import FileSystem
 
-if TYPE_CHECKING:
-    from .logwriter import LogWriter
-
-__all__ = ["SharedSync", "sync_filename", "SLOT", "WRITTEN", "DURABLE"]
+__all__ = ["SharedSync", "SyncedLog", "sync_filename", "SLOT", "WRITTEN", "DURABLE"]
 
 MAGIC: Final = b"NBSY"
 VERSION: Final = 1
@@ -49,6 +46,17 @@ _BODY: Final = struct.Struct("<4sHH16sQQQQ")
 _CRC: Final = struct.Struct("<I")
 SLOT: Final = 64  # each slot at its own 64-byte offset; the rest is zero padding
 _PAD: Final = bytes(SLOT - _BODY.size - _CRC.size)
+
+
+class SyncedLog(Protocol):
+    """What this module (and group commit) needs of a log file (logfile.LogFile)."""
+
+    fs: FileSystem
+    fd: int
+    generation: int
+    end: int  # the logical end: after the last batch written
+    # (generation, st_dev, st_ino): what NAME.sync's slots name (SharedSync fills it in).
+    sync_identity: tuple[int, int, int] | None
 
 
 def sync_filename(name: str) -> str:
@@ -79,17 +87,17 @@ class SharedSync:
     def close(self) -> None:
         self.fs.close(self.fd)
 
-    def _identity(self, log: LogWriter) -> tuple[int, int, int]:
+    def _identity(self, log: SyncedLog) -> tuple[int, int, int]:
         if log.sync_identity is None:
             st = self.fs.fstat(log.fd)
             log.sync_identity = (log.generation, st.st_dev, st.st_ino)
         return log.sync_identity
 
-    def _encode(self, which: int, log: LogWriter, offset: int) -> bytes:
+    def _encode(self, which: int, log: SyncedLog, offset: int) -> bytes:
         body = _BODY.pack(MAGIC, VERSION, which, self.boot, *self._identity(log), offset)
         return body + _CRC.pack(zlib.crc32(body)) + _PAD
 
-    def _read(self, log: LogWriter) -> tuple[int | None, int | None]:
+    def _read(self, log: SyncedLog) -> tuple[int | None, int | None]:
         """(written, durable) for this log in this boot; None for a slot that is not."""
         data = self.fs.pread(self.fd, 2 * SLOT, 0)
         identity = self._identity(log)
@@ -107,7 +115,7 @@ class SharedSync:
             found.append(value)
         return found[0], found[1]
 
-    def wrote(self, log: LogWriter) -> None:
+    def wrote(self, log: SyncedLog) -> None:
         """Publish the log's end after a commit; under the queue lock, after the
         write returned, so a peer's fdatasync that reads it before starting covers it."""
         try:
@@ -115,7 +123,7 @@ class SharedSync:
         except OSError:
             pass  # nobody learns of this batch: we fdatasync it ourselves
 
-    def flush(self, log: LogWriter, need: int, own: int,
+    def flush(self, log: SyncedLog, need: int, own: int,
               fdatasync: Callable[[], None]) -> int:
         """Make the log's bytes before `need` durable; returns an offset now proven
         durable. `own` is what this process had written before calling (covered by
@@ -147,7 +155,7 @@ class SharedSync:
         finally:
             self.fs.unlock(self.fd)
 
-    def lower(self, log: LogWriter, end: int) -> None:
+    def lower(self, log: SyncedLog, end: int) -> None:
         """After a cut to `end`, or an open that found the log ending there (under the
         queue lock): no slot may claim bytes beyond it, which will be replaced or are
         gone. Takes the flock, so no syncer is mid-claim."""

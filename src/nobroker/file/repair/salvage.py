@@ -6,7 +6,7 @@ would lose acknowledged work silently. Salvage is the operator's explicit
 choice to go on anyway, keeping everything that can be kept and saying
 exactly what could not:
 
-- `salvage(..., point_in_time=False)`: keep every intact batch (tolerant.py
+- `salvage(..., point_in_time=False)`: keep every intact batch (damagedlog.py
   finds them), replay them tolerantly (records about jobs whose ENQUEUE was
   lost are skipped and counted), and set each damaged region aside;
 - `point_in_time=True`: keep the batches before the first damage only and set
@@ -41,9 +41,12 @@ from ..disk.fs import FileSystem
 from ..disk.lock import SharedLock, release_shared_lock, shared_lock
 from ..generations import compaction, current
 from ..log.logfile import LogFile, log_filename, paused_gc
+from ..log.records import (
+    BATCH,
+)
 from ..state.commands import new_nonce
 from ..state.state import QueueState, ReplayError
-from .tolerant import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
+from .damagedlog import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
 
 __all__ = ["SalvageReport", "SetAside", "salvage"]
 
@@ -163,7 +166,7 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
             kept = _replay(scan, replay, point_in_time)
     # Batch numbers that jump with no damaged byte between (a splice of two logs)
     # are refused by the strict replay as well: that log needs rewriting too.
-    jumps = any(later[0].record["b"] != earlier[0].record["b"] + 1
+    jumps = any(later[0].record[BATCH] != earlier[0].record[BATCH] + 1
                 for earlier, later in itertools.pairwise(scan.batches))
     if not scan.damaged and not replay.skipped and not jumps:
         return SalvageReport(mode, path, generation, None, len(scan.batches),
@@ -253,7 +256,7 @@ def _lost(scan: Scan, generation: int) -> tuple[tuple[int, int], ...]:
     """Ranges of batch numbers that no kept batch carries, between kept ones (and
     before the first, in generation 0, whose batches are numbered from 1)."""
     lost = []
-    numbers = [batch[0].record["b"] for batch in scan.batches]
+    numbers = [batch[0].record[BATCH] for batch in scan.batches]
     if generation == 0:
         numbers.insert(0, 0)
     for before, after in itertools.pairwise(numbers):

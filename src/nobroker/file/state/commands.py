@@ -13,24 +13,31 @@ the caller passes (the queue's, from Settings), never from the random module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from itertools import accumulate
+from collections.abc import Sequence
 from typing import Any, Final
 
 from ...backoff import BackoffPolicy, Rng
 from ...errors import JobNotFoundError, NotLeasedError
-from ..log import framing
-from ..log.records import Record, RecordType, ack_text, dumps, enqueue_text, lease_text
-from .state import Applied, Entry, JobIndex, JobState, QueueState
+from ..log.records import (
+    AT,
+    ERROR,
+    ID,
+    KEEP,
+    TIME,
+    TOKEN,
+    Record,
+    RecordType,
+)
+from .batch import Batch
+from .jobindex import JobIndex
+from .state import Entry, JobState, QueueState
 
-__all__ = ["Batch", "new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
+__all__ = ["new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
            "plan_enqueue_many", "plan_lease", "check_lease", "plan_settle", "plan_ack",
            "plan_nack", "plan_snooze", "plan_requeue", "plan_purge", "plan_cancel",
            "plan_delete_dead", "plan_pause", "LEASE_EXPIRED"]
 
 LEASE_EXPIRED: Final = "lease expired"
-_WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.NACK, RecordType.EXPIRE,
-                            RecordType.REQUEUE, RecordType.SNOOZE})
 
 
 def new_job_id(taken: JobIndex, rng: Rng) -> str:
@@ -57,135 +64,6 @@ def new_nonce(rng: Rng) -> str:
     return f"{rng.getrandbits(64):016x}"
 
 
-class Batch:
-    """The records of one API call, framed so that they commit or vanish together."""
-
-    def __init__(self, number: int, durable: int = 0) -> None:
-        self.number = number
-        # The first record carries "d": how far the log was known to be on disk when
-        # the batch was planned (an fsync that covered it had returned). Damage before
-        # that offset was durable, so reading refuses it rather than cutting it as a
-        # torn tail, however many zeros lie between (docs/FORMAT.md, "Recovery").
-        self.durable = durable
-        # (type, JSON text, what replay will see: the record without its payload text)
-        self._items: list[tuple[int, str, Record]] = []
-        self.wakes = 0  # records that may make a job leasable: idle workers are poked
-        self.finishes = 0  # records that finish a job: result waiters are poked
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def records(self) -> Iterator[tuple[int, Record]]:
-        """(type, record) of every record added so far."""
-        return ((rtype, record) for rtype, _, record in self._items)
-
-    def last_id(self) -> str:
-        """The job id of the record added last."""
-        return str(self._items[-1][2]["id"])
-
-    def add(self, rtype: RecordType, fields: Record) -> Record:
-        if rtype in _WAKING:
-            self.wakes += 1
-        record = {**self._head(), **fields}
-        self._items.append((rtype, dumps(record), record))
-        return record
-
-    def _head(self) -> Record:
-        """The fields every record starts with: the batch number, and "d" on the first."""
-        if self.durable and not self._items:
-            return {"b": self.number, "d": self.durable}
-        return {"b": self.number}
-
-    def add_payload(self, rtype: RecordType, fields: Record, payload_text: str) -> Record:
-        """A record carrying a job payload that is already JSON text (not encoded twice)."""
-        if rtype in _WAKING:
-            self.wakes += 1
-        record = {**self._head(), **fields}
-        head = dumps(record)
-        record["p"] = None  # replay checks the payload is there; memory never keeps it
-        self._items.append((rtype, f'{head[:-1]},"p":{payload_text}}}', record))
-        return record
-
-    def add_result(self, rtype: RecordType, fields: Record, result_text: str) -> Record:
-        """A record carrying a job's result as JSON text, under "r", its last key (read
-        back by key, like payloads); replay sees "r" as None and memory never keeps it."""
-        record = {**self._head(), **fields}
-        head = dumps(record)
-        record["r"] = None
-        self._items.append((rtype, f'{head[:-1]},"r":{result_text}}}', record))
-        return record
-
-    def add_enqueue(self, job_id: str, priority: int, at: float, t: float,
-                    max_attempts: int, keyed: bool, payload_text: str) -> None:
-        """An ENQUEUE record (the common case of add_payload, without a dumps call)."""
-        self.wakes += 1
-        durable = 0 if self._items else self.durable
-        record = self._head()
-        record.update(id=job_id, pr=priority, at=at, t=t, ma=max_attempts)
-        if keyed:
-            record["k"] = True
-        record["p"] = None
-        self._items.append((RecordType.ENQUEUE, enqueue_text(
-            self.number, job_id, priority, at, t, max_attempts, keyed, payload_text,
-            durable), record))
-
-    def add_ack(self, job_id: str, token: int, t: float) -> None:
-        """An ACK record without a result (add()'s text, without a dumps call)."""
-        number, durable = self.number, 0 if self._items else self.durable
-        record: Record = {"b": number, "d": durable, "id": job_id, "tok": token, "t": t} \
-            if durable else {"b": number, "id": job_id, "tok": token, "t": t}
-        self._items.append((RecordType.ACK, ack_text(number, job_id, token, t, durable),
-                            record))
-
-    def add_lease(self, job_id: str, token: int, until: float, t: float) -> Record:
-        """A LEASE record (add()'s text, without a dumps call); returns the record."""
-        number, durable = self.number, 0 if self._items else self.durable
-        record: Record = {"b": number, "d": durable, "id": job_id, "tok": token,
-                          "until": until, "t": t} if durable else \
-            {"b": number, "id": job_id, "tok": token, "until": until, "t": t}
-        self._items.append((RecordType.LEASE,
-                            lease_text(number, job_id, token, until, t, durable), record))
-        return record
-
-    def add_enqueues(self, ids: Sequence[str], priority: int, at: float, t: float,
-                     max_attempts: int, payload_texts: Sequence[str]) -> None:
-        """ENQUEUE records of new unkeyed jobs alike but for id and payload (what
-        add_enqueue writes, each): the fields they share are formatted once."""
-        items = self._items
-        number = self.number
-        shared = enqueue_text(number, "", priority, at, t, max_attempts, False, "")
-        cut = shared.index(',"pr":')
-        head, tail = shared[:cut - 2], shared[cut:-1]  # the text around `"id":""` and "p"
-        base: Record = {"b": number, "id": "", "pr": priority, "at": at, "t": t,
-                        "ma": max_attempts, "p": None}
-        rtype = RecordType.ENQUEUE
-        start = 0
-        if self.durable and not items:  # the first record of the batch carries "d"
-            self.add_enqueue(ids[0], priority, at, t, max_attempts, False, payload_texts[0])
-            start = 1
-        self.wakes += len(ids) - start
-        append, copy = items.append, base.copy
-        for job_id, text in zip(ids[start:], payload_texts[start:], strict=True):
-            # new_job_id's ids are hex digits: nothing in them needs JSON escaping.
-            record = copy()
-            record["id"] = job_id
-            append((rtype, f'{head}"{job_id}"{tail}{text}}}', record))
-
-    def encode(self, start: int) -> tuple[bytes, list[Applied]]:
-        """The framed bytes to write at offset `start`, and what replay will apply."""
-        items = self._items
-        if len(items) == 1:  # most calls: skip the loop's bookkeeping
-            rtype, text, record = items[0]
-            frame = framing.encode_record(rtype, text.encode("utf-8"))
-            return frame, [Applied(rtype, record, start, len(frame))]
-        data, sizes = framing.encode_batch([(rtype, text.encode("utf-8"))
-                                            for rtype, text, _ in items])
-        rtypes, _, records = zip(*items, strict=True)
-        # map() over the columns: about a third of the time of a loop that unpacks them.
-        return data, list(map(Applied, rtypes, records, accumulate(sizes, initial=start),
-                              sizes))
-
-
 def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPolicy,
                  rng: Rng, spare: str | frozenset[str] | None = None,
                  key_retention: float | None = None) -> None:
@@ -199,10 +77,10 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
     """
     if key_retention is not None:
         for job_id in state.forgettable(now - key_retention):
-            batch.add(RecordType.FORGET, {"id": job_id})
+            batch.add(RecordType.FORGET, {ID: job_id})
     if state.kept:
         for job_id in state.retention_over(now):
-            batch.add(RecordType.FORGET, {"id": job_id})
+            batch.add(RecordType.FORGET, {ID: job_id})
     spared = spare if isinstance(spare, frozenset) else frozenset((spare,) if spare else ())
     for entry in state.expired(now):
         if entry.id in spared:
@@ -212,7 +90,7 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
             at = now
         else:
             at = now + backoff.delay(entry.attempts, rng)
-        batch.add(RecordType.EXPIRE, {"id": entry.id, "tok": entry.token, "at": at})
+        batch.add(RecordType.EXPIRE, {ID: entry.id, TOKEN: entry.token, AT: at})
 
 
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
@@ -228,7 +106,7 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
     if job_id is not None:
         existing = state.jobs.get(job_id)
         if existing is not None and existing.state is JobState.CANCELLED:
-            batch.add(RecordType.FORGET, {"id": job_id})
+            batch.add(RecordType.FORGET, {ID: job_id})
         elif existing is not None:
             return existing
         done_at = state.done_keys.get(job_id)
@@ -280,7 +158,7 @@ def plan_settle(state: QueueState, batch: Batch, now: float, rtype: RecordType,
                 job_id: str, token: int | None, **fields: Any) -> Entry:
     """ACK, NACK or EXTEND for a job the caller holds."""
     entry = check_lease(state, job_id, token)
-    batch.add(rtype, {"id": job_id, "tok": token, **fields})
+    batch.add(rtype, {ID: job_id, TOKEN: token, **fields})
     return entry
 
 
@@ -296,7 +174,7 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
         return entry
     keep = max(result_ttl, key_retention) if entry.keyed else result_ttl
-    batch.add_result(RecordType.ACK, {"id": job_id, "tok": token, "t": now, "keep": keep},
+    batch.add_result(RecordType.ACK, {ID: job_id, TOKEN: token, TIME: now, KEEP: keep},
                      result_text)
     return entry
 
@@ -312,7 +190,7 @@ def plan_nack(state: QueueState, batch: Batch, now: float, job_id: str, token: i
         at = now
     else:
         at = now + (delay if delay is not None else backoff.delay(entry.attempts, rng))
-    batch.add(RecordType.NACK, {"id": job_id, "tok": token, "at": at, "err": error})
+    batch.add(RecordType.NACK, {ID: job_id, TOKEN: token, AT: at, ERROR: error})
     return entry
 
 
@@ -321,8 +199,8 @@ def plan_snooze(state: QueueState, batch: Batch, now: float, job_id: str, token:
     """SNOOZE for a job the caller holds: pending again after `delay`, this lease not
     counted as an attempt (so never dead-lettered by it)."""
     entry = check_lease(state, job_id, token)
-    batch.add(RecordType.SNOOZE, {"id": job_id, "tok": token, "at": now + delay,
-                                  "err": error})
+    batch.add(RecordType.SNOOZE, {ID: job_id, TOKEN: token, AT: now + delay,
+                                  ERROR: error})
     return entry
 
 
@@ -334,7 +212,7 @@ def plan_cancel(state: QueueState, batch: Batch, now: float, job_id: str,
     if entry is None or entry.state not in (JobState.PENDING, JobState.LEASED):
         return False
     batch.finishes += 1
-    batch.add(RecordType.CANCEL, {"id": job_id, "t": now, "keep": keep})
+    batch.add(RecordType.CANCEL, {ID: job_id, TIME: now, KEEP: keep})
     return True
 
 
@@ -349,7 +227,7 @@ def plan_delete_dead(state: QueueState, batch: Batch, now: float,
     else:
         targets = [entry.id for entry in state.entries(JobState.DEAD)]
     for target in targets:
-        batch.add(RecordType.DELETE, {"id": target})
+        batch.add(RecordType.DELETE, {ID: target})
     batch.finishes += len(targets)
     return len(targets)
 
@@ -359,7 +237,7 @@ def plan_pause(state: QueueState, batch: Batch, now: float, paused: bool) -> boo
     A resume pokes idle workers (up to one per pending job)."""
     if state.paused == paused:
         return False
-    batch.add(RecordType.PAUSE if paused else RecordType.RESUME, {"t": now})
+    batch.add(RecordType.PAUSE if paused else RecordType.RESUME, {TIME: now})
     if not paused:
         batch.wakes += max(1, state.pending)
     return True
@@ -375,7 +253,7 @@ def plan_requeue(state: QueueState, batch: Batch, now: float, job_id: str | None
     else:
         targets = list(state.entries(JobState.DEAD))
     for entry in targets:
-        batch.add(RecordType.REQUEUE, {"id": entry.id, "at": now})
+        batch.add(RecordType.REQUEUE, {ID: entry.id, AT: now})
     return len(targets)
 
 
@@ -383,9 +261,9 @@ def plan_purge(state: QueueState, batch: Batch, now: float) -> int:
     # Leases reclaimed earlier in this batch are pending by the time PURGE applies.
     reclaimed = sum(1 for rtype, record in batch.records()
                     if rtype == RecordType.EXPIRE
-                    and state.jobs[record["id"]].attempts < state.jobs[record["id"]].max_attempts)
+                    and state.jobs[record[ID]].attempts < state.jobs[record[ID]].max_attempts)
     count = state.pending + reclaimed
     if count:
-        batch.add(RecordType.PURGE, {"t": now})
+        batch.add(RecordType.PURGE, {TIME: now})
         batch.finishes += 1  # a waiter for a purged job learns it is gone
     return count

@@ -1,63 +1,58 @@
 """The job table: how the replay state stores its jobs, compactly.
 
 QueueState (state.py) decides what records mean; this module only keeps the
-jobs they describe and finds them again. Like state.py it is pure: it must
-never import os, time, random or threads, and anything about the present
-time takes `now` as an argument.
+jobs they describe and finds them again. Pure, like state.py: no os, time,
+random or threads.
 
 Jobs live in columns (arrays, one slot per job in enqueue order) rather than
 one object each: a pending job costs about 70 bytes. Every job has a
 sequence number `seq`, rising in log order; a generated id *is* its seq
 (seq_id), so only other ids (idempotency keys, ids of older versions) need
 a dict. Fields most jobs never use (lease, error) are sparse dicts by seq.
-The table also keeps the indexes that answer "which job is due" (a FIFO
-lane per priority, lazy heaps for the rest, and the lease deadlines): they
-are schedule.py's, a mixin of the table.
+The table owns the index that answers "which job is due" (a FIFO lane per
+priority, lazy heaps for the rest, and the lease deadlines: `due`, see
+due.py) and keeps it as it changes jobs.
 
 A finished job whose outcome is kept (acked with a result, or cancelled)
 stays in its slot with the code DONE or CANCELLED until its retention ends:
 for it, `available_at` holds the moment its retention ends, and
 `record_offset`/`size` locate the record that holds its result and the time
 it finished (an ACK, a CANCEL or a snapshot's FINISHED record). The result
-stays on disk; retention.py (another mixin) indexes these jobs by the end of
-their retention, with no Python object per job.
+stays on disk; the table's `retention` index (retention.py) holds these jobs
+by the end of their retention, with no Python object per job.
 
-Reading the table out, in enqueue order, is two mixins' work: a checkpoint's
-columns and back (tablecolumns.py), and pages of entries (listing.py).
-
-It keeps no counters: the state counts jobs by state, and bytes, as it
-applies the rules. The state reads the columns directly, on its hot paths,
-but changes them only through the methods below (add, add_run, lease, hold,
-unhold, make_pending, set_code, set_error, remove, ...).
+Functions over the table read it out (a checkpoint's columns and back:
+checkpointcolumns.py; pages of entries: listing.py) and move its payload
+locations after a peer's compaction (relocation.py). It keeps no counters
+(the state's). The state reads the columns directly, on its hot paths, but
+changes them only through the methods below (add, lease, remove, ...).
 """
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from bisect import bisect_left
 from collections.abc import Container
 from itertools import compress
 from typing import Any, Final
 
-from .columns import (
+from ..log.records import ReplayError
+from .due import LANED, DueJobs
+from .retention import KeptJobs
+from .vocabulary import (
     CODE_STATES,
     FREE,
+    FREE_TO_ZERO,
     KEYED,
     LEASED,
+    NAMED,
     PENDING,
     SEQ_LIMIT,
     SEQ_MAX,
     Entry,
-    ReplayError,
     id_seq,
     seq_id,
 )
-from .listing import Listing
-from .relocation import NAMED, Relocation
-from .retention import KeptJobs
-from .schedule import LANED, DueJobs
-from .tablecolumns import FREE_TO_ZERO, TableColumns
 
 __all__ = ["JobTable"]
 
@@ -68,9 +63,8 @@ _COLUMN_NAMES: Final = ("seqs", "priority", "available_at", "enqueued_at", "max_
                         "attempts", "record_offset", "size")
 
 
-class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
-    """The live jobs (and kept finished ones) in columns, found by id or seq, and
-    scheduled by due time."""
+class JobTable:
+    """The live jobs (and kept finished ones) in columns, found by id or seq."""
 
     def __init__(self) -> None:
         self.next_seq = 0  # the next job's seq; carried by snapshots and checkpoints
@@ -88,22 +82,20 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         self.record_offset = array("q")  # offset of the record holding the payload
         self.size = array("I")  # bytes of that record, for the live-bytes estimate
         self.holes = 0
-        self._layout = 0  # bumped when slots move, so a running entries() can tell
+        self.layout = 0  # bumped when slots move, so a running listing can tell
         self.ids: dict[str, int] = {}  # id -> seq, for ids that are not seq_id(seq)
         self.names: dict[int, str] = {}  # seq -> such an id
         self.leases: dict[int, tuple[int, float]] = {}  # seq -> (token, lease_until)
-        # Leased jobs by id -> seq: each call that settles one looks it up, twice.
-        self.held: dict[str, int] = {}
-        # Their entries, built on first look (held_entry) and dropped when the lease
-        # changes, so entries stay snapshots. Built lazily because most leases a
-        # handle applies are its peers', read forward and never looked at here.
+        self.held: dict[str, int] = {}  # leased jobs' id -> seq: every settle looks it up
+        # Their entries, built on first look (held_entry: most leases applied are peers',
+        # never looked at here) and dropped when the lease changes: snapshots.
         self._held_views: dict[str, Entry] = {}
         # The slots of the jobs the latest batch added: the writer views each of them
         # right after its commit, and would otherwise parse every id back.
         self.recent: dict[str, int] = {}
         self.errors: dict[int, str] = {}  # seq -> last_error
-        self._init_due()  # the indexes of due jobs (schedule.py)
-        self._init_kept()  # the kept finished jobs by end of retention (retention.py)
+        self.due = DueJobs()  # the indexes of due jobs (due.py)
+        self.retention = KeptJobs()  # the kept finished jobs by end of retention
 
     # -- finding jobs -------------------------------------------------------
 
@@ -219,10 +211,10 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         self.expect = f"{following:016x}" if following < SEQ_LIMIT else None
         slot = len(self.seqs)
         if code == PENDING:
-            if self._enter_lane(seq, priority, at):
+            if self.due.enter_lane(seq, priority, at):
                 flags |= LANED
             else:
-                self._push(seq, at)
+                self.due.push(seq, at)
         if recent and len(self.recent) < _RECENT_MAX:
             self.recent[job_id] = slot
         self.seqs.append(seq)
@@ -248,7 +240,7 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         if end > SEQ_LIMIT:
             return False
         seqs = range(seq, end)
-        if not self._enter_lane_run(seqs, priority, at):
+        if not self.due.enter_lane_run(seqs, priority, at):
             return False
         # Not cached in `recent`: enqueue_many views its jobs without a lookup, and
         # formatting their ids again would cost more than all the columns together.
@@ -273,12 +265,13 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         self.code[slot] = LEASED
         self.attempts[slot] += 1
         flags = self.flags[slot]
+        due = self.due
         if flags & LANED:
             self.flags[slot] = flags ^ LANED
         else:
-            self._versions.pop(seq, None)
+            due.drop(seq)
         self.leases[seq] = (token, until)
-        heapq.heappush(self._deadlines, (until, token, seq))
+        due.add_deadline(until, token, seq)
         self.held[job_id] = seq
         self._held_views.pop(job_id, None)
 
@@ -286,7 +279,7 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         """Record leased job `slot`'s (new) lease; its code is LEASED already."""
         seq = self.seqs[slot]
         self.leases[seq] = (token, until)
-        heapq.heappush(self._deadlines, (until, token, seq))
+        self.due.add_deadline(until, token, seq)
         self.held[job_id] = seq
         self._held_views.pop(job_id, None)
 
@@ -305,7 +298,7 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
             del self.held[job_id]
             self._held_views.pop(job_id, None)
         elif code == PENDING:
-            self._versions.pop(seq, None)
+            self.due.drop(seq)
         self.code[slot] = FREE
         self.holes += 1
         if self.flags[slot] & NAMED:
@@ -322,9 +315,7 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
             size += self.remove(slot)
             removed += 1
             slot = self.code.find(PENDING, slot + 1)
-        self._lanes.clear()  # nothing pending is left to find in them
-        self._delayed.clear()
-        self._ready.clear()
+        self.due.clear_pending()
         return removed, size
 
     def finish(self, slot: int, job_id: str, code: int, keep: float, kept_until: float,
@@ -337,12 +328,12 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
             self.unhold(seq, job_id)
         elif old == PENDING:  # its lane and heap entries are stale from now on
             self.flags[slot] &= ~LANED & 0xFF
-            self._versions.pop(seq, None)
+            self.due.drop(seq)
         self.code[slot] = code
         self.available_at[slot] = kept_until
         freed = self.size[slot]
         self.record_offset[slot], self.size[slot] = loc, size
-        self._keep(seq, keep, kept_until)
+        self.retention.keep(seq, keep, kept_until)
         return freed
 
     def set_available(self, slot: int, at: float) -> None:
@@ -380,14 +371,14 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
         seq = self.seqs[slot]
         if old == PENDING:  # its lane and heap entries are stale from now on
             self.flags[slot] &= ~LANED & 0xFF
-            self._versions.pop(seq, None)
+            self.due.drop(seq)
         if code == PENDING:  # back from a lease or the DLQ: out of enqueue order
-            self._push(seq, self.available_at[slot])
+            self.due.push(seq, self.available_at[slot])
         return old
 
     def pack(self) -> None:
         """Drop the holes removed jobs left (lanes and heaps hold seqs, not slots)."""
-        holes, self.holes, self._layout = self.holes, 0, self._layout + 1
+        holes, self.holes, self.layout = self.holes, 0, self.layout + 1
         self.recent.clear()
         lead = len(self.code) - len(self.code.lstrip(bytes([FREE])))
         if lead == holes:  # FIFO consumption: the holes are a prefix, cut it
@@ -401,3 +392,9 @@ class JobTable(DueJobs, Relocation, KeptJobs, TableColumns, Listing):
             setattr(self, name, array(column.typecode, compress(column, live)))
         self.code = bytearray(compress(self.code, live))
         self.flags = bytearray(compress(self.flags, live))
+
+    def move_records(self, record_offset: array[int], size: array[int]) -> None:
+        """Every job's record moved (a peer's compaction, relocation.py): these are the
+        new `record_offset` and `size` columns."""
+        self.record_offset, self.size = record_offset, size
+        self._held_views.clear()  # their record offsets moved: build them again

@@ -2,9 +2,9 @@
 
 A job acked with a result, or cancelled, stays in its slot of the job table
 (codes DONE and CANCELLED) until its retention ends; its `available_at`
-column holds that moment. This mixin of the JobTable answers "which kept
-jobs are due to be forgotten", so that every write can record a FORGET for
-each (commands.plan_reclaim), without a Python object per kept job.
+column holds that moment. The table owns one KeptJobs, which answers "which
+kept jobs are due to be forgotten", so that every write can record a FORGET
+for each (commands.plan_reclaim), without a Python object per kept job.
 
 Jobs finish in log order and times in the log never go back, so the jobs of
 one retention length come due in the order they finished: a lane per length
@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Iterable
 from typing import Final
 
-from .columns import FINISHED_CODES
+from .vocabulary import FINISHED_CODES, JobColumns
 
 __all__ = ["KeptJobs", "KEPT_LANES"]
 
@@ -40,18 +40,11 @@ class _KeptLane:
 class KeptJobs:
     """The kept-jobs index of a JobTable (see the module doc)."""
 
-    # The table's columns these methods read (JobTable defines them).
-    code: bytearray
-    available_at: array[float]
-
-    def slot(self, seq: int) -> int:
-        raise NotImplementedError  # the table's
-
-    def _init_kept(self) -> None:
+    def __init__(self) -> None:
         self._kept: dict[float | None, _KeptLane] = {}  # retention length -> its lane
         self._kept_unsorted: set[float | None] = set()
 
-    def _restore_kept(self, seqs: Iterable[int]) -> None:
+    def restore(self, seqs: Iterable[int]) -> None:
         """Index the kept jobs a checkpoint restored (in any order: sorted when read)."""
         lane = _KeptLane()
         lane.seqs.extend(seqs)
@@ -59,7 +52,7 @@ class KeptJobs:
             self._kept[None] = lane
             self._kept_unsorted.add(None)
 
-    def _keep(self, seq: int, keep: float, kept_until: float) -> None:
+    def keep(self, seq: int, keep: float, kept_until: float) -> None:
         """Job `seq` was just kept `keep` seconds, until `kept_until`."""
         lanes = self._kept
         key: float | None = keep if keep in lanes or len(lanes) < KEPT_LANES else None
@@ -72,14 +65,15 @@ class KeptJobs:
             lane.last_at = kept_until
         lane.seqs.append(seq)
 
-    def kept_until_before(self, before: float) -> list[int]:
-        """Slots of kept jobs whose retention ends at or before `before`, in that order
-        (equal ends by seq). Drops consumed items at the heads of the lanes for good."""
-        code, at, slot_of = self.code, self.available_at, self.slot
+    def kept_until_before(self, table: JobColumns, before: float) -> list[int]:
+        """Slots of the table's kept jobs whose retention ends at or before `before`, in
+        that order (equal ends by seq). Drops consumed items at the heads of the lanes
+        for good."""
+        code, at, slot_of = table.code, table.available_at, table.slot
         found: list[tuple[float, int, int]] = []
         for key, lane in list(self._kept.items()):
             if key in self._kept_unsorted:
-                self._sort_kept(lane)
+                self._sort_kept(table, lane)
                 self._kept_unsorted.discard(key)
             seqs, index, due = lane.seqs, lane.head, False
             while index < len(seqs):
@@ -102,9 +96,9 @@ class KeptJobs:
         found.sort()
         return [slot for _, _, slot in found]
 
-    def _sort_kept(self, lane: _KeptLane) -> None:
+    def _sort_kept(self, table: JobColumns, lane: _KeptLane) -> None:
         """Put a lane in retention order, dropping the jobs forgotten since."""
-        code, at, slot_of = self.code, self.available_at, self.slot
+        code, at, slot_of = table.code, table.available_at, table.slot
         live = [(at[slot], seq) for seq in lane.seqs[lane.head:]
                 if (slot := slot_of(seq)) >= 0 and code[slot] in FINISHED_CODES]
         live.sort()

@@ -8,10 +8,11 @@ have expired) takes `now` as an argument and only *reads*; the state changes
 only through `apply_batch`.
 
 How the jobs are stored (columns, ids, the indexes of due jobs) is the job
-table's business (jobtable.py); this module applies the rules to it and keeps
-the counters. What each job record does is in transitions.py, what a
-snapshot's records do in snapshots.py (both mixins of QueueState), and the
-checks of a record's fields in fields.py.
+table's business (jobtable.py); the state owns one (`table`), applies the
+rules to it and keeps the counters. What each job record does is in
+transitions.py and what a snapshot's records do in snapshots.py (functions of
+the state, called here by record type); the checks of a record's fields are
+in fieldchecks.py, and the jobs by id (`jobs`) in jobindex.py.
 
 Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
@@ -28,8 +29,35 @@ import heapq
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
-from ..log.records import Applied, Record, RecordType
-from .columns import (
+from ..log.records import (
+    ACKED,
+    BATCH,
+    ID,
+    TIME,
+    TOKEN,
+    Applied,
+    Record,
+    RecordType,
+    ReplayError,
+)
+from .checkpointcolumns import table_columns, table_from_columns
+from .fieldchecks import check_totals, field
+from .jobindex import JobIndex
+from .jobtable import JobTable
+from .listing import entries
+from .relocation import relocate
+from .snapshots import apply_snapshot_end, apply_snapshot_finished, apply_snapshot_job
+from .transitions import (
+    ALLOWED,
+    FENCED,
+    JOB_RECORDS,
+    TRANSITIONS,
+    apply_enqueue,
+    apply_enqueue_run,
+    apply_forget,
+    expect_state,
+)
+from .vocabulary import (
     CANCELLED,
     DEAD,
     DONE,
@@ -39,85 +67,27 @@ from .columns import (
     Columns,
     Entry,
     JobState,
-    ReplayError,
     id_seq,
     seq_id,
 )
-from .fields import check_totals, field
-from .jobtable import JobTable
-from .snapshots import SnapshotRecords
-from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, JobTransitions
 
 __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",
            "TRANSITIONS", "Applied", "replay", "check_totals", "seq_id", "id_seq", "SEQ_LIMIT"]
 
 
-class JobIndex:
-    """The live jobs by id: a read-only mapping whose Entry values are built on demand.
-    Lookups go straight to the job table; the count and reserve() are the state's."""
-
-    __slots__ = ("_state", "_table")
-
-    def __init__(self, state: QueueState, table: JobTable) -> None:
-        self._state = state
-        self._table = table
-
-    def get(self, job_id: str) -> Entry | None:
-        held = self._table.held_entry(job_id)
-        if held is not None:
-            return held
-        slot = self._table.find(job_id)
-        return None if slot < 0 else self._table.entry(slot, job_id)
-
-    def __getitem__(self, job_id: str) -> Entry:
-        held = self._table.held_entry(job_id)
-        if held is not None:
-            return held
-        slot = self._table.find(job_id)
-        if slot < 0:
-            raise KeyError(job_id)
-        return self._table.entry(slot, job_id)
-
-    def __contains__(self, job_id: object) -> bool:
-        return isinstance(job_id, str) and self._table.find(job_id) >= 0
-
-    def __len__(self) -> int:  # the live jobs; lookups find kept finished ones too
-        state = self._state
-        return state.pending + state.leased + state.dead
-
-    def __iter__(self) -> Iterator[str]:
-        return (entry.id for entry in self._table.entries())
-
-    def keys(self) -> Iterator[str]:
-        return iter(self)
-
-    def values(self) -> Iterator[Entry]:
-        return self._table.entries()
-
-    def items(self) -> Iterator[tuple[str, Entry]]:
-        return ((entry.id, entry) for entry in self._table.entries())
-
-    def reserve(self) -> str | None:
-        """A generated id for a job about to be enqueued (None once they run out): one
-        that neither a live job nor a remembered key holds."""
-        return self._table.reserve(self._state.done_keys)
-
-    def reserve_many(self, count: int) -> list[str]:
-        """reserve() up to `count` times, in one step when it can be."""
-        return self._table.reserve_many(count, self._state.done_keys)
-
-
-class QueueState(JobTransitions, SnapshotRecords):
+class QueueState:
     """Everything the log says, indexed for the writer's questions.
 
     The jobs themselves live in a JobTable (see jobtable.py); the state owns it,
     decides every change to it by the rules above, and counts what it holds.
     """
 
-    def __init__(self, table: JobTable | None = None) -> None:
-        self._table = JobTable() if table is None else table
-        self.jobs: JobIndex = JobIndex(self, self._table)
-        self.done_keys: dict[str, float] = {}  # finished keyed job id -> when acked
+    def __init__(self, table: JobTable | None = None,
+                 done_keys: dict[str, float] | None = None) -> None:
+        self.table = JobTable() if table is None else table
+        # Finished keyed job id -> when acked.
+        self.done_keys: dict[str, float] = {} if done_keys is None else dict(done_keys)
+        self.jobs = JobIndex(self.table, self.done_keys, self.live)
         self.pending = 0
         self.leased = 0
         self.dead = 0
@@ -133,7 +103,13 @@ class QueueState(JobTransitions, SnapshotRecords):
         self.snapshot_seen = False
         self.latest_time = 0.0  # latest time any record carries: writers never record earlier
         self.live_bytes = 0
-        self._key_times: list[tuple[float, str]] = []  # (done_at, id) of remembered keys
+        # (done_at, id) of remembered keys, a heap (stale items skipped: forgettable).
+        self._key_times = [(done_at, job_id) for job_id, done_at in self.done_keys.items()]
+        heapq.heapify(self._key_times)
+
+    def live(self) -> int:
+        """How many jobs are live (pending, leased or dead)."""
+        return self.pending + self.leased + self.dead
 
     @property
     def totals(self) -> tuple[int, int, int]:
@@ -147,7 +123,7 @@ class QueueState(JobTransitions, SnapshotRecords):
     @property
     def next_seq(self) -> int:
         """The next job's seq; carried by snapshots and checkpoints."""
-        return self._table.next_seq
+        return self.table.next_seq
 
     @classmethod
     def restore(cls, entries: Sequence[Entry], done_keys: dict[str, float], *,
@@ -166,7 +142,7 @@ class QueueState(JobTransitions, SnapshotRecords):
                      last_batch: int, next_token: int, done: int, snapshot_seen: bool,
                      next_seq: int, paused: bool = False) -> QueueState:
         """The state a checkpoint's columns describe; ReplayError if they cannot be."""
-        state = cls(JobTable.from_columns(columns, next_seq))
+        state = cls(table_from_columns(columns, next_seq), done_keys)
         states = columns.states
         state.pending, state.leased, state.dead, done_kept, cancelled = (
             states.count(code) for code in (PENDING, LEASED, DEAD, DONE, CANCELLED))
@@ -175,41 +151,38 @@ class QueueState(JobTransitions, SnapshotRecords):
             raise ReplayError(0, f"bad paused flag {paused!r}")
         state.paused = paused
         state.live_bytes = sum(columns.size)
-        state.done_keys = dict(done_keys)
-        state._key_times = [(done_at, job_id) for job_id, done_at in done_keys.items()]
-        heapq.heapify(state._key_times)
         state.last_batch, state.next_token, state.done = last_batch, next_token, done
         state.snapshot_seen = snapshot_seen
         return state
 
     def columns(self) -> Columns:
         """The jobs (live and kept finished ones) as columns in enqueue order."""
-        return self._table.columns()
+        return table_columns(self.table)
 
     # -- applying records ---------------------------------------------------
 
     def apply_batch(self, batch: Sequence[Applied]) -> None:
         first_offset = batch[0][2]
-        number = batch[0][1].get("b")
+        number = batch[0][1].get(BATCH)
         if type(number) is not int or number < 1:
             raise ReplayError(first_offset, f"bad batch number {number!r}")
         if self.last_batch and number != self.last_batch + 1:
             raise ReplayError(first_offset,
                               f"batch {number} follows batch {self.last_batch}")
         latest = self.latest_time
-        table = self._table
+        table = self.table
         table.start_batch()
         if batch[0][0] == RecordType.ENQUEUE and len(batch) > 1:  # enqueue_many's
-            run = self._apply_enqueue_run(batch, number)
+            run = apply_enqueue_run(self, batch, number)
             if run:
-                stamp = batch[0][1]["t"]
+                stamp = batch[0][1][TIME]
                 latest = stamp if stamp > latest else latest
                 batch = batch[run:]
         for rtype, rec, offset, size in batch:
-            if rec.get("b") != number:
+            if rec.get(BATCH) != number:
                 raise ReplayError(offset, f"record of batch {rec.get('b')!r} inside batch {number}")
             self._apply(rtype, rec, offset, size)
-            stamp = rec.get("t", rec.get("done"))
+            stamp = rec.get(TIME, rec.get(ACKED))
             if type(stamp) is float and stamp > latest:
                 latest = stamp
         self.latest_time = latest
@@ -222,21 +195,21 @@ class QueueState(JobTransitions, SnapshotRecords):
         if allowed is None:
             self._apply_other(rtype, rec, offset, size)
             return
-        job_id = rec.get("id")
+        job_id = rec.get(ID)
         if type(job_id) is not str:
-            job_id = field(rec, "id", str, offset)
-        table = self._table
+            job_id = field(rec, ID, str, offset)
+        table = self.table
         held = table.held.get(job_id)
         slot = table.find(job_id) if held is None else table.slot(held)
         if slot < 0:
             raise ReplayError(offset, f"record type {rtype} for unknown job {job_id!r}")
         if table.code[slot] not in allowed:
-            self._expect_state(slot, job_id, allowed, offset)
+            expect_state(table, slot, job_id, allowed, offset)
         if rtype in FENCED:
-            token = rec.get("tok")
+            token = rec.get(TOKEN)
             current = table.leases[table.seqs[slot]][0]
             if type(token) is not int:
-                token = field(rec, "tok", int, offset)
+                token = field(rec, TOKEN, int, offset)
             if current != token:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")
@@ -246,36 +219,37 @@ class QueueState(JobTransitions, SnapshotRecords):
         """The records that name no job the table holds: a new job, PURGE, PAUSE and
         RESUME, the keys, and a snapshot's records."""
         if rtype == RecordType.PURGE:
-            removed, freed = self._table.remove_pending()
+            removed, freed = self.table.remove_pending()
             self.pending -= removed
             self.live_bytes -= freed
             return
         if rtype == RecordType.SNAPSHOT:
-            self._apply_snapshot_end(rec, offset)
+            apply_snapshot_end(self, rec, offset)
             return
         if rtype == RecordType.PAUSE or rtype == RecordType.RESUME:
-            field(rec, "t", float, offset)
+            field(rec, TIME, float, offset)
             self.paused = rtype == RecordType.PAUSE
             return
-        job_id = field(rec, "id", str, offset)
+        job_id = field(rec, ID, str, offset)
         if rtype == RecordType.ENQUEUE:
-            self._apply_enqueue(job_id, rec, offset, size)
+            apply_enqueue(self, job_id, rec, offset, size)
         elif rtype == RecordType.JOB:
-            self._apply_snapshot_job(job_id, rec, offset, size)
+            apply_snapshot_job(self, job_id, rec, offset, size)
         elif rtype == RecordType.KEY:
             if job_id in self.done_keys:
                 raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
-            self._remember(job_id, field(rec, "done", float, offset))
+            self.remember(job_id, field(rec, ACKED, float, offset))
         elif rtype == RecordType.FORGET:
-            self._apply_forget(job_id, offset)
+            apply_forget(self, job_id, offset)
         elif rtype == RecordType.FINISHED:
-            self._apply_snapshot_finished(job_id, rec, offset, size)
+            apply_snapshot_finished(self, job_id, rec, offset, size)
         else:
             raise ReplayError(offset, f"unknown record type {rtype}")
 
-    # -- bookkeeping --------------------------------------------------------
+    # -- bookkeeping (the record functions' too) --------------------------
 
-    def _count(self, code: int, delta: int) -> None:
+    def count(self, code: int, delta: int) -> None:
+        """`delta` more jobs in state `code`."""
         if code == PENDING:
             self.pending += delta
         elif code == LEASED:
@@ -285,11 +259,13 @@ class QueueState(JobTransitions, SnapshotRecords):
         else:
             self.kept += delta
 
-    def _set_state(self, slot: int, code: int) -> None:
-        self._count(self._table.set_code(slot, code), -1)
-        self._count(code, 1)
+    def set_state(self, slot: int, code: int) -> None:
+        """Job `slot` moves to state `code`, counted."""
+        self.count(self.table.set_code(slot, code), -1)
+        self.count(code, 1)
 
-    def _remember(self, job_id: str, done_at: float) -> None:
+    def remember(self, job_id: str, done_at: float) -> None:
+        """Keyed job `job_id`, finished at `done_at`: its key is kept for a while."""
         self.done_keys[job_id] = done_at
         heapq.heappush(self._key_times, (done_at, job_id))
 
@@ -301,7 +277,7 @@ class QueueState(JobTransitions, SnapshotRecords):
         are ours whose record lies before `source_offset`; records after it were
         copied unchanged, `shift` bytes further. False (nothing changed) if the
         snapshot does not hold the jobs we know."""
-        live_bytes = self._table.relocate(source_offset, shift, seqs, names, locs, sizes)
+        live_bytes = relocate(self.table, source_offset, shift, seqs, names, locs, sizes)
         if live_bytes is None:
             return False
         self.live_bytes = live_bytes
@@ -311,7 +287,8 @@ class QueueState(JobTransitions, SnapshotRecords):
 
     def ready(self, now: float, count: int) -> list[Entry]:
         """Up to `count` leasable jobs: highest priority first, FIFO within a priority."""
-        return self._table.ready(now, count)
+        table = self.table
+        return table.due.ready(table, now, count)
 
     def forgettable(self, before: float) -> list[str]:
         """Remembered keys whose job finished at or before `before`, oldest first."""
@@ -329,13 +306,15 @@ class QueueState(JobTransitions, SnapshotRecords):
 
     def expired(self, now: float) -> list[Entry]:
         """Leased jobs whose deadline is at or before `now`."""
-        return self._table.expired(now)
+        table = self.table
+        return table.due.expired(table, now)
 
     def next_wakeup(self) -> float | None:
         """Earliest moment a job may become leasable: -inf or a past time if one is
         ready now, the first delayed job's time or lease deadline otherwise, None if
         neither exists."""
-        return self._table.next_wakeup()
+        table = self.table
+        return table.due.next_wakeup(table)
 
     def entries(self, state: JobState | None = None, skip: int = 0, *,
                 finished: bool = False) -> Iterator[Entry]:
@@ -343,12 +322,12 @@ class QueueState(JobTransitions, SnapshotRecords):
         without a state, the live jobs (and with `finished`, the kept finished ones
         too). Do not apply records while iterating: a pack would move the slots
         (RuntimeError)."""
-        return self._table.entries(state, skip, finished=finished)
+        return entries(self.table, state, skip, finished=finished)
 
     def retention_over(self, before: float) -> list[str]:
         """Kept finished jobs whose retention ends at or before `before`, in that order."""
-        table = self._table
-        return [table.id(slot) for slot in table.kept_until_before(before)]
+        table = self.table
+        return [table.id(slot) for slot in table.retention.kept_until_before(table, before)]
 
     def fingerprint(self) -> tuple[object, ...]:
         """Everything that defines the state; equal logs give equal fingerprints.

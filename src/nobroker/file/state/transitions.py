@@ -3,24 +3,46 @@
 TRANSITIONS says, for every record type that names a job, the states it may
 find the job in and leave it in; replay (state.py's `_apply`) looks the
 allowed states up in ALLOWED, checks a holder's fencing token (FENCED), and
-calls the record's method from JOB_RECORDS; ENQUEUE and FORGET, which may
+calls the record's function from JOB_RECORDS; ENQUEUE and FORGET, which may
 find no job, come through `_apply_other`. A batch that starts with a run of
 ENQUEUE records as enqueue_many writes them (the next generated ids, all
-other fields alike) has that run applied in one step (`_apply_enqueue_run`),
-each record checked as it would be one by one, to the same state. docs/FORMAT.md shows the same
-table, and tests/file/test_state.py keeps the two equal.
+other fields alike) has that run applied in one step (`apply_enqueue_run`),
+each record checked as it would be one by one, to the same state.
+docs/FORMAT.md shows the same table, and tests/file/test_state.py keeps the
+two equal.
 
-A mixin of QueueState (state.py): the methods change the job table and the
-state's counters, nothing else. Pure: no os, time, random or threads.
+Functions of the replay state (QueueState, state.py; typed here by what they
+use of it, ReplayState): they change its job table and its counters, nothing
+else. Pure: no os, time, random or threads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, Protocol
 
-from ..log.records import Applied, Record, RecordType
-from .columns import (
+from ..log.records import (
+    AT,
+    BATCH,
+    ERROR,
+    ID,
+    IS_KEY,
+    KEEP,
+    MAX_ATTEMPTS,
+    PAYLOAD,
+    PRIORITY,
+    RESULT,
+    TIME,
+    TOKEN,
+    UNTIL,
+    Applied,
+    Record,
+    RecordType,
+    ReplayError,
+)
+from .fieldchecks import INT64, field, max_attempts_field, opt_str
+from .jobtable import JobTable
+from .vocabulary import (
     CANCELLED,
     CODE_STATES,
     CODES,
@@ -30,12 +52,10 @@ from .columns import (
     KEYED,
     PENDING,
     JobState,
-    ReplayError,
 )
-from .fields import INT64, field, max_attempts_field, opt_str
-from .jobtable import JobTable
 
-__all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "JobTransitions"]
+__all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "apply_enqueue",
+           "apply_enqueue_run", "apply_forget", "expect_state"]
 
 
 # (record type, the job's state before) -> the states it may be in after (None: the
@@ -64,12 +84,12 @@ FENCED: Final = frozenset({RecordType.ACK, RecordType.NACK, RecordType.EXTEND,
                             RecordType.EXPIRE, RecordType.SNOOZE})
 
 
-class JobTransitions:
-    """The job records' effects on a QueueState (see the module doc)."""
+class ReplayState(Protocol):
+    """What the record functions read and change of the replay state: its job table
+    and its counters (QueueState in state.py is the one implementation)."""
 
-    # The state's table and counters these methods change (QueueState defines them).
-    _table: JobTable
-    done_keys: dict[str, float]
+    table: JobTable
+    done_keys: dict[str, float]  # finished keyed job id -> when acked
     pending: int
     leased: int
     dead: int
@@ -80,226 +100,240 @@ class JobTransitions:
     dead_lettered: int
     next_token: int
     live_bytes: int
+    paused: bool  # PAUSE applied and no RESUME since (or a snapshot's flag)
+    snapshot_seen: bool
 
-    def _count(self, code: int, delta: int) -> None:
-        raise NotImplementedError  # the state's
+    def count(self, code: int, delta: int) -> None: ...
 
-    def _set_state(self, slot: int, code: int) -> None:
-        raise NotImplementedError
+    def set_state(self, slot: int, code: int) -> None: ...
 
-    def _remember(self, job_id: str, done_at: float) -> None:
-        raise NotImplementedError
-
-    # The job records, each in the state TRANSITIONS requires (and, for a leased
-    # job, under its current token): _apply has checked both.
-
-    def _apply_lease(self, slot: int, job_id: str, rec: Record, offset: int,
-                     size: int) -> None:
-        # Every lease, a peer's too, passes here: check both fields in one expression,
-        # and only when one is off, walk the checks that name it.
-        token, until = rec.get("tok"), rec.get("until")
-        if not (type(token) is int and 1 <= token < INT64 and type(until) is float):
-            token = field(rec, "tok", int, offset)
-            if token < 1:
-                raise ReplayError(offset, f"bad fencing token {token}")
-            until = field(rec, "until", float, offset)
-        if token >= self.next_token:
-            self.next_token = token + 1
-        self.pending -= 1  # _set_state(slot, LEASED), unrolled: every lease passes here
-        self.leased += 1
-        self._table.lease(slot, job_id, token, until)
-
-    def _apply_ack(self, slot: int, job_id: str, rec: Record, offset: int,
-                   size: int) -> None:
-        table = self._table
-        done_at = rec.get("t")
-        if type(done_at) is not float:
-            done_at = field(rec, "t", float, offset)
-        self.leased -= 1
-        self.done += 1
-        if "r" in rec:  # acked with a result: kept, result and all, for "keep" seconds
-            self._finish(slot, job_id, DONE, done_at, rec, offset, size)
-            return
-        keyed = table.flags[slot] & KEYED
-        self.live_bytes -= table.remove(slot, job_id)
-        if keyed:
-            self._remember(job_id, done_at)
-
-    def _finish(self, slot: int, job_id: str, code: int, finished_at: float, rec: Record,
-                offset: int, size: int) -> None:
-        """Job `slot` (counted out of its old state already) is kept as finished for
-        the record's "keep" seconds; the record at `offset` holds its outcome."""
-        keep = field(rec, "keep", float, offset)
-        if keep < 0:
-            raise ReplayError(offset, f"negative retention {keep!r}")
-        self.live_bytes += size - self._table.finish(slot, job_id, code, keep,
-                                                     finished_at + keep, offset, size)
-        self.kept += 1
-
-    def _apply_cancel(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        self._count(self._table.code[slot], -1)
-        self._finish(slot, job_id, CANCELLED, field(rec, "t", float, offset), rec, offset,
-                     size)
-
-    def _apply_delete(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        self.dead -= 1
-        self.live_bytes -= self._table.remove(slot, job_id)
-
-    def _apply_forget(self, job_id: str, offset: int) -> None:
-        """FORGET: a kept finished job's retention, or a remembered key's, ran out."""
-        table = self._table
-        slot = table.find(job_id)
-        if slot >= 0:
-            if table.code[slot] not in FINISHED_CODES:
-                self._expect_state(slot, job_id, FINISHED_CODES, offset)
-            self.kept -= 1
-            self.live_bytes -= table.remove(slot, job_id)
-        elif self.done_keys.pop(job_id, None) is None:
-            raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
-
-    def _apply_extend(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        self._table.hold(slot, job_id, field(rec, "tok", int, offset),
-                         field(rec, "until", float, offset))
-
-    def _apply_retry(self, slot: int, job_id: str, rec: Record, offset: int,
-                     error: str | None) -> None:
-        """NACK and EXPIRE: dead on the last attempt, else pending again from `at`."""
-        table = self._table
-        at = field(rec, "at", float, offset)
-        seq = table.seqs[slot]
-        table.set_error(seq, error)
-        table.unhold(seq, job_id)
-        if table.attempts[slot] >= table.max_attempts[slot]:
-            table.set_available(slot, at)  # a dead job's `at`: when it died (FORMAT.md)
-            self._set_state(slot, DEAD)
-            self.dead_lettered += 1
-        else:
-            self._count(table.make_pending(slot, at), -1)
-            self.pending += 1
-            self.retried += 1
-
-    def _apply_nack(self, slot: int, job_id: str, rec: Record, offset: int,
-                    size: int) -> None:
-        self._apply_retry(slot, job_id, rec, offset, opt_str(rec, "err", offset))
-
-    def _apply_expire(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        error = f"lease expired (attempt {self._table.attempts[slot]})"
-        self._apply_retry(slot, job_id, rec, offset, error)
-
-    def _apply_snooze(self, slot: int, job_id: str, rec: Record, offset: int,
-                      size: int) -> None:
-        """Pending again from `at`, with the attempts it had before its lease."""
-        table = self._table
-        at = field(rec, "at", float, offset)
-        seq = table.seqs[slot]
-        table.set_error(seq, opt_str(rec, "err", offset))
-        table.unhold(seq, job_id)
-        table.attempts[slot] = max(0, table.attempts[slot] - 1)
-        self._count(table.make_pending(slot, at), -1)
-        self.pending += 1
-
-    def _apply_requeue(self, slot: int, job_id: str, rec: Record, offset: int,
-                       size: int) -> None:
-        at = field(rec, "at", float, offset)
-        self._count(self._table.make_pending(slot, at, reset_attempts=True), -1)
-        self.pending += 1
-
-    def _apply_enqueue(self, job_id: str, rec: Record, offset: int, size: int) -> None:
-        # The hot path of replay: check every field in one expression, and only
-        # when something is off, walk the checks one by one to name it. A writer's
-        # generated id is the next seq's, which no live job can hold.
-        table = self._table
-        pr, at, t, ma, keyed = rec.get("pr"), rec.get("at"), rec.get("t"), rec.get("ma"), \
-            rec.get("k", False)
-        if (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
-                and 1 <= ma < INT64 and type(at) is float and type(t) is float
-                and type(keyed) is bool and "p" in rec
-                and ((job_id == table.expect and job_id not in table.ids)
-                     or table.find(job_id) < 0)):
-            self.done_keys.pop(job_id, None)
-            table.add(job_id, keyed, PENDING, pr, at, t, ma, 0, offset, size, recent=True)
-            self.pending += 1
-            self.enqueued += 1
-            self.live_bytes += size
-            return
-        if table.find(job_id) >= 0:
-            raise ReplayError(offset, f"job {job_id!r} enqueued twice")
-        if "p" not in rec:
-            raise ReplayError(offset, f"enqueue of {job_id!r} has no payload")
-        self.done_keys.pop(job_id, None)
-        keyed = rec.get("k", False)
-        if type(keyed) is not bool:
-            raise ReplayError(offset, "field 'k' must be a boolean")
-        table.add(job_id, keyed, PENDING, field(rec, "pr", int, offset),
-                  field(rec, "at", float, offset), field(rec, "t", float, offset),
-                  max_attempts_field(rec, offset), 0, offset, size)
-        self.pending += 1
-        self.enqueued += 1
-        self.live_bytes += size
-
-    def _apply_enqueue_run(self, batch: Sequence[Applied], number: int) -> int:
-        """The leading ENQUEUE records of `batch` that enqueue_many writes (unkeyed,
-        the next generated ids in order, every other field equal to the first's),
-        applied in one step: how many (0: none, and the records go one by one).
-        Each record is checked as _apply_enqueue's fast path checks it."""
-        first = batch[0][1]
-        pr, at, t, ma = first.get("pr"), first.get("at"), first.get("t"), first.get("ma")
-        if not (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
-                and 1 <= ma < INT64 and type(at) is float and type(t) is float):
-            return 0
-        table = self._table
-        seq, named = table.next_seq, table.ids
-        enqueue = RecordType.ENQUEUE
-        locs: list[int] = []
-        sizes: list[int] = []
-        for rtype, rec, offset, size in batch:
-            if (rtype != enqueue or rec.get("b") != number or "k" in rec or "p" not in rec
-                    or rec.get("id") != f"{seq:016x}" or rec.get("pr") != pr
-                    or type(rec.get("pr")) is not int or rec.get("ma") != ma
-                    or type(rec.get("ma")) is not int or rec.get("at") != at
-                    or type(rec.get("at")) is not float or rec.get("t") != t
-                    or type(rec.get("t")) is not float):
-                break
-            if named and rec["id"] in named:
-                break
-            locs.append(offset)
-            sizes.append(size)
-            seq += 1
-        count = len(locs)
-        if count < 2 or not table.add_run(count, pr, at, t, ma, locs, sizes):
-            return 0
-        if self.done_keys:
-            for run_seq in range(seq - count, seq):
-                self.done_keys.pop(f"{run_seq:016x}", None)
-        self.pending += count
-        self.enqueued += count
-        self.live_bytes += sum(sizes)
-        return count
-
-    def _expect_state(self, slot: int, job_id: str, codes: tuple[int, ...],
-                      offset: int) -> None:
-        actual = self._table.code[slot]
-        if actual not in codes:
-            expected = " or ".join(str(CODE_STATES[code]) for code in codes)
-            raise ReplayError(offset, f"job {job_id!r} is {CODE_STATES[actual]}, "
-                                      f"expected {expected}")
+    def remember(self, job_id: str, done_at: float) -> None: ...
 
 
-# Record type -> the JobTransitions method that applies it to a job in an allowed state.
-JOB_RECORDS: Final[dict[int, Callable[[JobTransitions, int, str, Record, int, int], None]]] = {
-    RecordType.LEASE: JobTransitions._apply_lease,
-    RecordType.ACK: JobTransitions._apply_ack,
-    RecordType.NACK: JobTransitions._apply_nack,
-    RecordType.EXTEND: JobTransitions._apply_extend,
-    RecordType.EXPIRE: JobTransitions._apply_expire,
-    RecordType.SNOOZE: JobTransitions._apply_snooze,
-    RecordType.REQUEUE: JobTransitions._apply_requeue,
-    RecordType.CANCEL: JobTransitions._apply_cancel,
-    RecordType.DELETE: JobTransitions._apply_delete,
+# The job records, each in the state TRANSITIONS requires (and, for a leased
+# job, under its current token): _apply has checked both.
+
+def apply_lease(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                size: int) -> None:
+    # Every lease, a peer's too, passes here: check both fields in one expression,
+    # and only when one is off, walk the checks that name it.
+    token, until = rec.get(TOKEN), rec.get(UNTIL)
+    if not (type(token) is int and 1 <= token < INT64 and type(until) is float):
+        token = field(rec, TOKEN, int, offset)
+        if token < 1:
+            raise ReplayError(offset, f"bad fencing token {token}")
+        until = field(rec, UNTIL, float, offset)
+    if token >= state.next_token:
+        state.next_token = token + 1
+    state.pending -= 1  # set_state(slot, LEASED), unrolled: every lease passes here
+    state.leased += 1
+    state.table.lease(slot, job_id, token, until)
+
+
+def apply_ack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+              size: int) -> None:
+    table = state.table
+    done_at = rec.get(TIME)
+    if type(done_at) is not float:
+        done_at = field(rec, TIME, float, offset)
+    state.leased -= 1
+    state.done += 1
+    if RESULT in rec:  # acked with a result: kept, result and all, for "keep" seconds
+        _finish(state, slot, job_id, DONE, done_at, rec, offset, size)
+        return
+    keyed = table.flags[slot] & KEYED
+    state.live_bytes -= table.remove(slot, job_id)
+    if keyed:
+        state.remember(job_id, done_at)
+
+
+def _finish(state: ReplayState, slot: int, job_id: str, code: int, finished_at: float,
+            rec: Record, offset: int, size: int) -> None:
+    """Job `slot` (counted out of its old state already) is kept as finished for
+    the record's "keep" seconds; the record at `offset` holds its outcome."""
+    keep = field(rec, KEEP, float, offset)
+    if keep < 0:
+        raise ReplayError(offset, f"negative retention {keep!r}")
+    state.live_bytes += size - state.table.finish(slot, job_id, code, keep,
+                                                 finished_at + keep, offset, size)
+    state.kept += 1
+
+
+def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                 size: int) -> None:
+    state.count(state.table.code[slot], -1)
+    _finish(state, slot, job_id, CANCELLED, field(rec, TIME, float, offset), rec, offset,
+                 size)
+
+
+def apply_delete(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                 size: int) -> None:
+    state.dead -= 1
+    state.live_bytes -= state.table.remove(slot, job_id)
+
+
+def apply_forget(state: ReplayState, job_id: str, offset: int) -> None:
+    """FORGET: a kept finished job's retention, or a remembered key's, ran out."""
+    table = state.table
+    slot = table.find(job_id)
+    if slot >= 0:
+        if table.code[slot] not in FINISHED_CODES:
+            expect_state(table, slot, job_id, FINISHED_CODES, offset)
+        state.kept -= 1
+        state.live_bytes -= table.remove(slot, job_id)
+    elif state.done_keys.pop(job_id, None) is None:
+        raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
+
+
+def apply_extend(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                 size: int) -> None:
+    state.table.hold(slot, job_id, field(rec, TOKEN, int, offset),
+                     field(rec, UNTIL, float, offset))
+
+
+def _retry(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                error: str | None) -> None:
+    """NACK and EXPIRE: dead on the last attempt, else pending again from `at`."""
+    table = state.table
+    at = field(rec, AT, float, offset)
+    seq = table.seqs[slot]
+    table.set_error(seq, error)
+    table.unhold(seq, job_id)
+    if table.attempts[slot] >= table.max_attempts[slot]:
+        table.set_available(slot, at)  # a dead job's `at`: when it died (FORMAT.md)
+        state.set_state(slot, DEAD)
+        state.dead_lettered += 1
+    else:
+        state.count(table.make_pending(slot, at), -1)
+        state.pending += 1
+        state.retried += 1
+
+
+def apply_nack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+               size: int) -> None:
+    _retry(state, slot, job_id, rec, offset, opt_str(rec, ERROR, offset))
+
+
+def apply_expire(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                 size: int) -> None:
+    error = f"lease expired (attempt {state.table.attempts[slot]})"
+    _retry(state, slot, job_id, rec, offset, error)
+
+
+def apply_snooze(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                 size: int) -> None:
+    """Pending again from `at`, with the attempts it had before its lease."""
+    table = state.table
+    at = field(rec, AT, float, offset)
+    seq = table.seqs[slot]
+    table.set_error(seq, opt_str(rec, ERROR, offset))
+    table.unhold(seq, job_id)
+    table.attempts[slot] = max(0, table.attempts[slot] - 1)
+    state.count(table.make_pending(slot, at), -1)
+    state.pending += 1
+
+
+def apply_requeue(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                  size: int) -> None:
+    at = field(rec, AT, float, offset)
+    state.count(state.table.make_pending(slot, at, reset_attempts=True), -1)
+    state.pending += 1
+
+
+def apply_enqueue(state: ReplayState, job_id: str, rec: Record, offset: int, size: int) -> None:
+    # The hot path of replay: check every field in one expression, and only
+    # when something is off, walk the checks one by one to name it. A writer's
+    # generated id is the next seq's, which no live job can hold.
+    table = state.table
+    pr, at, t = rec.get(PRIORITY), rec.get(AT), rec.get(TIME)
+    ma, keyed = rec.get(MAX_ATTEMPTS), rec.get(IS_KEY, False)
+    if (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
+            and 1 <= ma < INT64 and type(at) is float and type(t) is float
+            and type(keyed) is bool and PAYLOAD in rec
+            and ((job_id == table.expect and job_id not in table.ids)
+                 or table.find(job_id) < 0)):
+        state.done_keys.pop(job_id, None)
+        table.add(job_id, keyed, PENDING, pr, at, t, ma, 0, offset, size, recent=True)
+        state.pending += 1
+        state.enqueued += 1
+        state.live_bytes += size
+        return
+    if table.find(job_id) >= 0:
+        raise ReplayError(offset, f"job {job_id!r} enqueued twice")
+    if PAYLOAD not in rec:
+        raise ReplayError(offset, f"enqueue of {job_id!r} has no payload")
+    state.done_keys.pop(job_id, None)
+    keyed = rec.get(IS_KEY, False)
+    if type(keyed) is not bool:
+        raise ReplayError(offset, "field 'k' must be a boolean")
+    table.add(job_id, keyed, PENDING, field(rec, PRIORITY, int, offset),
+              field(rec, AT, float, offset), field(rec, TIME, float, offset),
+              max_attempts_field(rec, offset), 0, offset, size)
+    state.pending += 1
+    state.enqueued += 1
+    state.live_bytes += size
+
+
+def apply_enqueue_run(state: ReplayState, batch: Sequence[Applied], number: int) -> int:
+    """The leading ENQUEUE records of `batch` that enqueue_many writes (unkeyed,
+    the next generated ids in order, every other field equal to the first's),
+    applied in one step: how many (0: none, and the records go one by one).
+    Each record is checked as apply_enqueue's fast path checks it."""
+    first = batch[0][1]
+    pr, at, t, ma = first.get(PRIORITY), first.get(AT), first.get(TIME), first.get(MAX_ATTEMPTS)
+    if not (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
+            and 1 <= ma < INT64 and type(at) is float and type(t) is float):
+        return 0
+    table = state.table
+    seq, named = table.next_seq, table.ids
+    enqueue = RecordType.ENQUEUE
+    locs: list[int] = []
+    sizes: list[int] = []
+    for rtype, rec, offset, size in batch:
+        if (rtype != enqueue or rec.get(BATCH) != number or IS_KEY in rec or PAYLOAD not in rec
+                or rec.get(ID) != f"{seq:016x}" or rec.get(PRIORITY) != pr
+                or type(rec.get(PRIORITY)) is not int or rec.get(MAX_ATTEMPTS) != ma
+                or type(rec.get(MAX_ATTEMPTS)) is not int or rec.get(AT) != at
+                or type(rec.get(AT)) is not float or rec.get(TIME) != t
+                or type(rec.get(TIME)) is not float):
+            break
+        if named and rec[ID] in named:
+            break
+        locs.append(offset)
+        sizes.append(size)
+        seq += 1
+    count = len(locs)
+    if count < 2 or not table.add_run(count, pr, at, t, ma, locs, sizes):
+        return 0
+    if state.done_keys:
+        for run_seq in range(seq - count, seq):
+            state.done_keys.pop(f"{run_seq:016x}", None)
+    state.pending += count
+    state.enqueued += count
+    state.live_bytes += sum(sizes)
+    return count
+
+
+def expect_state(table: JobTable, slot: int, job_id: str, codes: tuple[int, ...],
+                 offset: int) -> None:
+    actual = table.code[slot]
+    if actual not in codes:
+        expected = " or ".join(str(CODE_STATES[code]) for code in codes)
+        raise ReplayError(offset, f"job {job_id!r} is {CODE_STATES[actual]}, "
+                                  f"expected {expected}")
+
+
+# Record type -> the function that applies it to a job in an allowed state.
+JOB_RECORDS: Final[dict[int, Callable[[ReplayState, int, str, Record, int, int], None]]] = {
+    RecordType.LEASE: apply_lease,
+    RecordType.ACK: apply_ack,
+    RecordType.NACK: apply_nack,
+    RecordType.EXTEND: apply_extend,
+    RecordType.EXPIRE: apply_expire,
+    RecordType.SNOOZE: apply_snooze,
+    RecordType.REQUEUE: apply_requeue,
+    RecordType.CANCEL: apply_cancel,
+    RecordType.DELETE: apply_delete,
 }
 # The states each of them may find its job in, read off TRANSITIONS.
 ALLOWED: Final[dict[int, tuple[int, ...]]] = {

@@ -1,8 +1,9 @@
 """The shape of a record's fields: each check a ReplayError when a field is off.
 
-Replay (state.py and its mixins) and the checkpoint reader take every number,
-string and flag of a record through these, so that a log or a checkpoint that
-no writer could have written is refused with its offset, never half applied.
+Replay (state.py, transitions.py, snapshots.py) and the checkpoint reader
+take every number, string and flag of a record through these, so that a log
+or a checkpoint that no writer could have written is refused with its offset,
+never half applied. The field names are log/records.py's.
 Pure: no os, time, random or threads.
 """
 
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ..log.records import Record
-from .columns import ReplayError
+from ..log.records import (
+    MAX_ATTEMPTS,
+    Record,
+    ReplayError,
+)
 
 __all__ = ["INT64", "field", "opt_str", "max_attempts_field", "check_totals"]
 
@@ -38,7 +42,7 @@ def opt_str(rec: Record, key: str, offset: int) -> str | None:
 
 
 def max_attempts_field(rec: Record, offset: int) -> int:
-    value = field(rec, "ma", int, offset)
+    value = field(rec, MAX_ATTEMPTS, int, offset)
     if value < 1:
         raise ReplayError(offset, f"max_attempts {value} < 1")
     return int(value)

@@ -15,7 +15,7 @@ log when an intact later batch follows. Salvage instead walks the whole file:
   be the tail of batch N+1 whose head was destroyed, and is not taken for a
   whole batch (it is set aside with the damage). A run numbered higher may
   still be such a tail when its first record carries no "d" (writers add "d"
-  to a batch's first record once an fsync has returned, see commands.Batch);
+  to a batch's first record once an fsync has returned, see state/batch.py);
   then nothing in the bytes can tell, and it is kept as a batch.
 - `TolerantReplay` applies the kept batches to a QueueState, skipping (and
   counting) each record that the strict rules refuse: those about a job whose
@@ -30,8 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..log import framing
-from ..log.records import RecordType
-from ..log.recovery import decode_payload
+from ..log.records import (
+    BATCH,
+    DURABLE,
+    ID,
+    TOKEN,
+    RecordType,
+)
+from ..log.tail import decode_payload
 from ..state.state import TRANSITIONS, Applied, JobState, QueueState, ReplayError
 
 # The state each job record requires before it (from the one table the strict
@@ -80,10 +86,10 @@ def read_batch(data: bytes, pos: int) -> tuple[list[Applied] | None, int, str]:
         if record is None:
             return None, start, "record is not a JSON object"
         if number is None:
-            number = record.get("b")
+            number = record.get(BATCH)
             if type(number) is not int or number < 1:
                 return None, start, f"bad batch number {number!r}"
-        elif record.get("b") != number:
+        elif record.get(BATCH) != number:
             return None, start, f"record of batch {record.get('b')!r} inside batch {number}"
         batch.append(Applied(type_byte & framing.TYPE_MASK, record, pos, nxt - pos))
         pos = nxt
@@ -99,7 +105,7 @@ def _ids_in(data: bytes, start: int, stop: int) -> tuple[str, ...]:
     while hit != -1:
         outcome, _, payload, nxt = framing.decode_record(data, hit - framing.RECORD_HEADER.size)
         record = decode_payload(payload) if outcome == framing.RECORD and nxt <= stop else None
-        job_id = None if record is None else record.get("id")
+        job_id = None if record is None else record.get(ID)
         if isinstance(job_id, str):
             ids[job_id] = None
         hit = data.find(marker, hit + 1, stop)
@@ -117,11 +123,11 @@ def _resume(data: bytes, after: int, end: int, last: int
         # batch, record after record): only a plausible start is read as a batch.
         outcome, _, payload, _ = framing.decode_record(data, start)
         head = decode_payload(payload) if outcome == framing.RECORD else None
-        number = None if head is None else head.get("b")
+        number = None if head is None else head.get(BATCH)
         # b == last + 1 right after damage is the tail of that batch (see above),
         # unless its first record carries "d", which only a batch's first does.
         if head is not None and type(number) is int and (
-                number > last + 1 or (number > last and "d" in head)):
+                number > last + 1 or (number > last and DURABLE in head)):
             batch, stop, _ = read_batch(data, start)
             if batch is not None:
                 return start, batch, stop
@@ -152,7 +158,7 @@ def find_batches(data: bytes, generation: int, *, stop_at_damage: bool = False) 
     while pos < end:
         batch, stop, reason = read_batch(data, pos)
         if batch is not None:
-            number = batch[0].record["b"]
+            number = batch[0].record[BATCH]
             if number > last:
                 scan.batches.append(batch)
                 last, pos = number, stop
@@ -165,7 +171,7 @@ def find_batches(data: bytes, generation: int, *, stop_at_damage: bool = False) 
             break
         _, batch, pos = found
         scan.batches.append(batch)
-        last = batch[0].record["b"]
+        last = batch[0].record[BATCH]
     return scan
 
 
@@ -202,7 +208,7 @@ class TolerantReplay:
 
     def apply_batch(self, batch: Sequence[Applied]) -> None:
         state = self.state
-        number = batch[0].record["b"]
+        number = batch[0].record[BATCH]
         if not self.careful and self._plausible(batch):
             # The usual case: every record fits the state as it is, so the batch is
             # applied whole, as the strict replay would. A record that still fails
@@ -216,14 +222,14 @@ class TolerantReplay:
             self.records += len(batch)
             return
         for applied in batch:
-            number = applied.record["b"]
+            number = applied.record[BATCH]
             saved = state.last_batch
             state.last_batch = number - 1 if number > 1 else 0
             try:
                 state.apply_batch([applied])
             except ReplayError as exc:
                 state.last_batch = max(saved, number)
-                job_id = applied.record.get("id")
+                job_id = applied.record.get(ID)
                 self.skipped.append(Skipped(applied.offset,
                                             job_id if isinstance(job_id, str) else None,
                                             exc.reason))
@@ -236,12 +242,12 @@ class TolerantReplay:
         path, record by record (also when its records depend on each other)."""
         jobs, keys = self.state.jobs, self.state.done_keys
         for rtype, record, _, _ in batch:
-            job_id = record.get("id")
+            job_id = record.get(ID)
             required = _REQUIRED.get(rtype)
             if required is not None:
                 entry = jobs.get(job_id) if isinstance(job_id, str) else None
                 if entry is None or entry.state is not required or (
-                        required is JobState.LEASED and record.get("tok") != entry.token):
+                        required is JobState.LEASED and record.get(TOKEN) != entry.token):
                     return False
             elif rtype in (RecordType.ENQUEUE, RecordType.JOB):
                 if not isinstance(job_id, str) or job_id in jobs:

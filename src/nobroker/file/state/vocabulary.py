@@ -1,10 +1,11 @@
 """The replay state's vocabulary: a job as an Entry, slot codes, ids, and Columns.
 
-Shared by the job table (jobtable.py), the replay state (state.py) and
-checkpoints (checkpoint.py): what one job looks like when the state hands
-it out, the error a record no writer produces raises, how a generated job id
-is its sequence number, and the live jobs as one array per field, which is
-what a checkpoint saves. Pure: no os, time, random or threads.
+Shared by the job table (jobtable.py) and its indexes, the replay state
+(state.py) and checkpoints (checkpoint.py): what one job looks like when the
+state hands it out, the slot codes and flags, how a generated job id is its
+sequence number, the live jobs as one array per field (what a checkpoint
+saves), and the table's columns as its indexes read them (JobColumns).
+Pure: no os, time, random or threads.
 """
 
 from __future__ import annotations
@@ -12,22 +13,13 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from ...models import JobState
 
-__all__ = ["JobState", "Entry", "ReplayError", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
+__all__ = ["JobState", "Entry", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
            "SEQ_MAX", "PENDING", "LEASED", "DEAD", "DONE", "CANCELLED", "FREE", "FINISHED_CODES",
-           "KEYED", "CODES", "CODE_STATES", "SlotColumns"]
-
-
-class ReplayError(ValueError):
-    """A record that no correct writer produces (internal; see CorruptLogError)."""
-
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(reason)
-        self.offset = offset
-        self.reason = reason
+           "KEYED", "NAMED", "FREE_TO_ZERO", "CODES", "CODE_STATES", "JobColumns"]
 
 
 @dataclass(slots=True, eq=True)
@@ -66,6 +58,11 @@ CODES: Final = {JobState.PENDING: PENDING, JobState.LEASED: LEASED, JobState.DEA
                 JobState.DONE: DONE, JobState.CANCELLED: CANCELLED}
 FINISHED_CODES: Final = (DONE, CANCELLED)
 KEYED: Final = 1  # the id is a caller's idempotency key
+NAMED: Final = 2  # the id is not seq_id(seq); it lives in the table's ids/names dicts
+# (4 is LANED, the due index's: see due.py)
+FREE_TO_ZERO: Final = bytes([1] * FREE + [0] + [1] * (255 - FREE))  # a hole -> 0, else 1
+
+
 def seq_id(seq: int) -> str:
     """The generated job id of sequence number `seq` (< SEQ_LIMIT)."""
     return f"{seq:016x}"
@@ -131,17 +128,17 @@ class Columns:
         return columns, counter
 
 
-class SlotColumns:
-    """The job table's per-slot columns (one array item per slot), declared for the
-    mixins that read them all (tablecolumns.py, listing.py); JobTable defines them."""
+class JobColumns(Protocol):
+    """The job table's per-slot columns (one array item per slot) and lookups, as the
+    table's indexes (due.py, retention.py) read them; JobTable (jobtable.py) has them."""
 
     seqs: array[int]
     code: bytearray
     flags: bytearray
     priority: array[int]
     available_at: array[float]
-    enqueued_at: array[float]
-    max_attempts: array[int]
-    attempts: array[int]
-    record_offset: array[int]
-    size: array[int]
+    leases: dict[int, tuple[int, float]]  # seq -> (token, lease_until)
+
+    def slot(self, seq: int) -> int: ...
+
+    def entry(self, slot: int, job_id: str | None = None) -> Entry: ...

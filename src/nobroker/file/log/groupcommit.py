@@ -1,45 +1,27 @@
-"""Writing one generation of the log: append, group commit, cut.
+"""Group commit between threads: one fdatasync serves every thread whose records
+were written before it started.
 
-A mixin of LogFile (logfile.py). The file is preallocated with zeros ahead
-of the records (durably, before records land in the new space), so that an
-fdatasync after a write flushes data only. One fdatasync serves every thread
-whose records were written before it started (group commit); a failed one
-fails every later call. Given the queue's SharedSync (syncfile.py), the one
-thread that syncs asks it first whether another process's fdatasync already
-covered us, and publishes its own for them. A torn tail is saved to a side file before it is cut.
+The log file (logfile.py) owns one GroupCommit and asks it to make its bytes
+durable up to an offset. A failed fdatasync fails every later call. Given the
+queue's SharedSync (syncfile.py), the one thread that syncs asks it first
+whether another process's fdatasync already covered us, and publishes its own
+for them.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-import zlib
-from typing import TYPE_CHECKING, Final
 
-from ..disk.fs import FileSystem
+from .syncfile import SharedSync, SyncedLog
 
-if TYPE_CHECKING:
-    from .syncfile import SharedSync
-
-__all__ = ["LogWriter", "PREALLOCATE", "MIN_PREALLOCATE"]
-
-PREALLOCATE: Final = 1 << 20  # grow the file by up to this many zero bytes at a time
-MIN_PREALLOCATE: Final = 64 << 10
+__all__ = ["GroupCommit"]
 
 
-class LogWriter:
-    """The writing half of a LogFile (see the module doc)."""
+class GroupCommit:
+    """How far one log file is durable, and the threads waiting for more (see the
+    module doc)."""
 
-    # The log file's fields these methods read and advance (LogFile defines them).
-    fs: FileSystem
-    fd: int
-    path: str
-    generation: int
-    end: int
-    crc: int
-    size: int
-
-    def _init_sync(self) -> None:
+    def __init__(self) -> None:
         # Group commit between threads: one fdatasync serves everyone whose records
         # were written before it started. A waiter sleeps on a lock of its own, so
         # that the syncer wakes exactly the waiters its fdatasync covered and one
@@ -53,8 +35,6 @@ class LogWriter:
         self._syncing = False
         self._issued = False  # the shared path's fdatasync ran (see sync_to)
         self._sync_failed: OSError | None = None
-        # (generation, st_dev, st_ino): what NAME.sync's slots name (SharedSync fills it).
-        self.sync_identity: tuple[int, int, int] | None = None
 
     @property
     def durable(self) -> int:
@@ -62,30 +42,8 @@ class LogWriter:
         process that covered them has returned (0 until one has)."""
         return self._durable
 
-    def append(self, data: bytes) -> None:
-        """Write `data` at the logical end (not durable until `sync`)."""
-        start = self.end
-        need = start + len(data)
-        if need > self.size:
-            # Double a small file, then grow in fixed steps: tiny queues stay tiny.
-            grow = max(need - self.size, min(PREALLOCATE, max(MIN_PREALLOCATE, self.size)))
-            self.fs.write_all(self.fd, bytes(grow), self.size)
-            # The new space must be durable zeros before records land in it: a crash
-            # could otherwise show the grown size with garbage where un-synced records
-            # should be, and garbage (unlike zeros) before an intact later batch reads
-            # as corruption. One extra fsync per growth step.
-            self.fs.fdatasync(self.fd)
-            self.size += grow
-        self.fs.write_all(self.fd, data, start)
-        self.crc = zlib.crc32(data, self.crc)
-        self.end = need
-
-    def sync(self) -> None:
-        """Make everything written so far durable."""
-        self.sync_to(self.end)
-
-    def sync_to(self, offset: int, shared: SharedSync | None = None) -> bool:
-        """Return once the bytes before `offset` are on disk; True if this thread
+    def sync_to(self, log: SyncedLog, offset: int, shared: SharedSync | None = None) -> bool:
+        """Return once `log`'s bytes before `offset` are on disk; True if this thread
         issued an fdatasync for it (False: another thread's, or process's, covered it).
 
         A thread that finds an fsync already running waits for it and, if
@@ -107,7 +65,7 @@ class LogWriter:
                     break
                 if not self._syncing:
                     self._syncing = True
-                    target = self.end  # written before we start, so covered by this fsync
+                    target = log.end  # written before we start, so covered by this fsync
                     wake = None
                     break
                 woken = threading.Lock()
@@ -127,10 +85,15 @@ class LogWriter:
         issued = True
         try:
             if shared is None:
-                self.fs.fdatasync(self.fd)
+                log.fs.fdatasync(log.fd)
             else:  # what it returns was proven durable: ours, or a peer's fdatasync
                 self._issued = False  # only the one syncing thread touches it
-                target = shared.flush(self, offset, target, self._fdatasync)
+
+                def fdatasync() -> None:
+                    self._issued = True
+                    log.fs.fdatasync(log.fd)
+
+                target = shared.flush(log, offset, target, fdatasync)
                 issued = self._issued
         except BaseException as exc:
             with mutex:
@@ -177,33 +140,13 @@ class LogWriter:
         for waiter in wake:
             waiter.release()
 
-    def _fdatasync(self) -> None:
-        self._issued = True
-        self.fs.fdatasync(self.fd)
-
-    def _learn_durable(self, offset: int) -> None:
+    def learn_durable(self, offset: int) -> None:
         """Another handle's "d" says an fsync covering `offset` returned: the batches
-        this handle writes next carry that proof too (see commands.Batch)."""
+        this handle writes next carry that proof too (see state/batch.py)."""
         with self._sync_mutex:
             self._durable = max(self._durable, offset)
 
-    def cut(self, end: int) -> None:
-        """Drop everything from `end` on (torn tail, failed write) and make it durable."""
-        self.fs.ftruncate(self.fd, end)
-        self.fs.fsync(self.fd)
-        self.size = end
-        self.end = min(self.end, end)
+    def lower(self, end: int) -> None:
+        """The log was cut to `end`: nothing beyond it is durable any more."""
         with self._sync_mutex:
             self._durable = min(self._durable, end)
-
-    def save_torn(self, offset: int, length: int) -> str:
-        """Copy a torn tail to a side file before it is cut; returns the side file's path."""
-        side = f"{self.path}.torn-{offset}"
-        data = self.fs.pread(self.fd, length, offset)
-        fd = self.fs.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            self.fs.write_all(fd, data, 0)
-            self.fs.fsync(fd)
-        finally:
-            self.fs.close(fd)
-        return side

@@ -8,11 +8,12 @@ and the due ones are a prefix); the others, and jobs back from a lease or
 the dead-letter queue, sit in lazy heaps whose entries are valid only while
 their stamp is the job's current one. Lease deadlines sit in a heap too.
 
-A mixin of JobTable (jobtable.py): the table's add, lease and removal
-methods keep these indexes as they change jobs (`_enter_lane`, `_push`);
-the questions (`ready`, `expired`, `next_wakeup`) never change what the
-table holds, only the records that follow do. Pure: no os, time, random or
-threads.
+The job table (jobtable.py) owns one DueJobs and keeps it as it changes
+jobs (`enter_lane`, `push`, `drop`, `add_deadline`); the questions (`ready`,
+`expired`, `next_wakeup`) take the table, whose columns they read, and never
+change what it holds: only the records that follow do. The index holds seqs,
+never slots, so packing the table does not touch it. Pure: no os, time,
+random or threads.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from array import array
 from itertools import compress, islice
 from typing import Final
 
-from .columns import PENDING, Entry
+from .vocabulary import PENDING, Entry, JobColumns
 
 __all__ = ["DueJobs", "LANED"]
 
@@ -48,16 +49,8 @@ class _Lane:
 class DueJobs:
     """The due-job indexes of a JobTable (see the module doc)."""
 
-    # The table's columns these methods read (JobTable defines them).
-    seqs: array[int]
-    code: bytearray
-    flags: bytearray
-    priority: array[int]
-    available_at: array[float]
-    leases: dict[int, tuple[int, float]]
-
-    def _init_due(self) -> None:
-        self._lanes: dict[int, _Lane] = {}  # priority -> lane
+    def __init__(self) -> None:
+        self.lanes: dict[int, _Lane] = {}  # priority -> lane
         # Pending jobs outside the lanes sit in lazy heaps: an entry is valid only
         # while its stamp is the job's current one (stamps are never reused).
         self._stamp = 0
@@ -66,47 +59,47 @@ class DueJobs:
         self._ready: list[tuple[int, int, int]] = []  # (-priority, seq, stamp)
         self._deadlines: list[tuple[float, int, int]] = []  # (lease_until, token, seq)
 
-    def slot(self, seq: int) -> int:
-        raise NotImplementedError
-
-    def entry(self, slot: int, job_id: str | None = None) -> Entry:
-        raise NotImplementedError
-
-    def _schedule_all(self) -> None:
-        """Queue every pending job of freshly restored columns, as add() would have."""
-        count = len(self.seqs)
-        pr, at = self.priority, self.available_at
-        if (count and self.code.count(PENDING) == count and pr.count(pr[0]) == count
+    def schedule_all(self, table: JobColumns) -> None:
+        """Queue every pending job of freshly restored columns, as add() would have
+        (setting their LANED flags in the table)."""
+        seqs, flags = table.seqs, table.flags
+        count = len(seqs)
+        pr, at = table.priority, table.available_at
+        if (count and table.code.count(PENDING) == count and pr.count(pr[0]) == count
                 and all(map(float.__le__, at, islice(at, 1, None)))):
             # The usual queue: one priority, due in enqueue order. One lane, no loop.
-            lane = self._lanes[pr[0]] = _Lane()
-            lane.seqs = array("q", self.seqs)
+            lane = self.lanes[pr[0]] = _Lane()
+            lane.seqs = array("q", seqs)
             lane.last_at = at[-1]
-            self.flags = bytearray(self.flags.translate(_WITHLANED))
+            flags[:] = flags.translate(_WITHLANED)
             return
-        seqs = self.seqs
-        for slot in compress(range(count), self.code.translate(_PENDING_MASK)):
+        for slot in compress(range(count), table.code.translate(_PENDING_MASK)):
             when = at[slot]
-            if self._enter_lane(seqs[slot], pr[slot], when):
-                self.flags[slot] |= LANED
+            if self.enter_lane(seqs[slot], pr[slot], when):
+                flags[slot] |= LANED
             else:
                 self._stamp += 1
                 self._versions[seqs[slot]] = self._stamp
                 self._delayed.append((when, seqs[slot], self._stamp))
         heapq.heapify(self._delayed)
 
-    def _enter_lane(self, seq: int, priority: int, at: float) -> bool:
+    def restore_deadlines(self, deadlines: list[tuple[float, int, int]]) -> None:
+        """The (lease_until, token, seq) of every leased job of restored columns."""
+        heapq.heapify(deadlines)
+        self._deadlines = deadlines
+
+    def enter_lane(self, seq: int, priority: int, at: float) -> bool:
         """Append pending job `seq` to its priority's lane if that keeps the lane in
         due order (and a lane is free for a new priority); False: it belongs in the
-        heaps. The one place a job joins a lane (_enter_lane_run: many at once)."""
+        heaps. The one place a job joins a lane (enter_lane_run: many at once)."""
         lane = self._lane_taking(priority, at)
         if lane is None:
             return False
         lane.seqs.append(seq)
         return True
 
-    def _enter_lane_run(self, seqs: range, priority: int, at: float) -> bool:
-        """_enter_lane of every job in `seqs`, all of `priority` and due at `at`: all
+    def enter_lane_run(self, seqs: range, priority: int, at: float) -> bool:
+        """enter_lane of every job in `seqs`, all of `priority` and due at `at`: all
         of them join the lane (True), or none does."""
         lane = self._lane_taking(priority, at)
         if lane is None:
@@ -118,38 +111,55 @@ class DueJobs:
         """`priority`'s lane, created if a lane is free, with its due time moved to
         `at`, if jobs due then keep it in due order (the caller appends them); else
         None (such jobs belong in the heaps)."""
-        lane = self._lanes.get(priority)
+        lane = self.lanes.get(priority)
         if lane is None:
-            if len(self._lanes) >= _MAX_LANES:
+            if len(self.lanes) >= _MAX_LANES:
                 return None
-            lane = self._lanes[priority] = _Lane()
+            lane = self.lanes[priority] = _Lane()
         if at < lane.last_at:
             return None
         lane.last_at = at
         return lane
 
-    def _push(self, seq: int, at: float) -> None:
+    def push(self, seq: int, at: float) -> None:
         """Put pending job `seq` in the delayed heap, superseding its older entries."""
         self._stamp += 1
         self._versions[seq] = self._stamp
         heapq.heappush(self._delayed, (at, seq, self._stamp))
 
-    def ready(self, now: float, count: int) -> list[Entry]:
-        """Up to `count` leasable jobs: highest priority first, FIFO within a priority."""
+    def drop(self, seq: int) -> None:
+        """Job `seq` is no longer pending (nor in a lane: the table clears LANED): its
+        heap entries are stale from now on."""
+        self._versions.pop(seq, None)
+
+    def add_deadline(self, until: float, token: int, seq: int) -> None:
+        """Job `seq` holds lease `token` until `until` (a later lease supersedes it)."""
+        heapq.heappush(self._deadlines, (until, token, seq))
+
+    def clear_pending(self) -> None:
+        """Every pending job is gone (PURGE): nothing is left to find in the lanes
+        and heaps of pending jobs."""
+        self.lanes.clear()
+        self._delayed.clear()
+        self._ready.clear()
+
+    def ready(self, table: JobColumns, now: float, count: int) -> list[Entry]:
+        """Up to `count` of the table's leasable jobs: highest priority first, FIFO
+        within a priority."""
         delayed, ready, versions = self._delayed, self._ready, self._versions
         moved = 0
         while delayed and delayed[0][0] <= now:
             if moved == 256:  # many came due at once: one linear pass
-                self._promote_all(now)
+                self._promote_all(table, now)
                 break
             _, seq, stamp = heapq.heappop(delayed)
             if versions.get(seq) == stamp:
-                heapq.heappush(ready, (-self.priority[self.slot(seq)], seq, stamp))
+                heapq.heappush(ready, (-table.priority[table.slot(seq)], seq, stamp))
             moved += 1
-        if not ready and len(self._lanes) == 1:  # the usual queue: one lane, nothing else
-            priority, lane = next(iter(self._lanes.items()))
-            return [self.entry(slot)
-                    for _, _, slot in self._lane_due(priority, lane, now, count)]
+        if not ready and len(self.lanes) == 1:  # the usual queue: one lane, nothing else
+            priority, lane = next(iter(self.lanes.items()))
+            return [table.entry(slot)
+                    for _, _, slot in self._lane_due(table, priority, lane, now, count)]
         chosen: list[tuple[int, int, int]] = []
         while ready and len(chosen) < count:
             item = heapq.heappop(ready)
@@ -157,17 +167,17 @@ class DueJobs:
                 chosen.append(item)
         for item in chosen:  # selection must not change the state; LEASE records will
             heapq.heappush(ready, item)
-        found = [(item[0], item[1], self.slot(item[1])) for item in chosen]
-        for priority, lane in list(self._lanes.items()):
-            found += self._lane_due(priority, lane, now, count)
+        found = [(item[0], item[1], table.slot(item[1])) for item in chosen]
+        for priority, lane in list(self.lanes.items()):
+            found += self._lane_due(table, priority, lane, now, count)
         found.sort()
-        return [self.entry(slot) for _, _, slot in found[:count]]
+        return [table.entry(slot) for _, _, slot in found[:count]]
 
-    def _lane_due(self, priority: int, lane: _Lane, now: float, count: int
-                  ) -> list[tuple[int, int, int]]:
+    def _lane_due(self, table: JobColumns, priority: int, lane: _Lane, now: float,
+                  count: int) -> list[tuple[int, int, int]]:
         """The first `count` jobs of a lane that are due at `now`, as (-priority, seq,
         slot); drops stale items at the head for good."""
-        seqs, flags, at, slot_of = lane.seqs, self.flags, self.available_at, self.slot
+        seqs, flags, at, slot_of = lane.seqs, table.flags, table.available_at, table.slot
         due: list[tuple[int, int, int]] = []
         index = lane.head
         while index < len(seqs) and len(due) < count:
@@ -183,13 +193,13 @@ class DueJobs:
             due.append((-priority, seq, slot))
             index += 1
         if lane.head == len(seqs):  # all consumed: a later job may start it afresh
-            del self._lanes[priority]
+            del self.lanes[priority]
         elif lane.head > 4096 and lane.head * 2 > len(seqs):
             del seqs[:lane.head]
             lane.head = 0
         return due
 
-    def _promote_all(self, now: float) -> None:
+    def _promote_all(self, table: JobColumns, now: float) -> None:
         """Move every due delayed entry to the ready heap in O(n), not O(k log n)."""
         versions = self._versions
         later: list[tuple[float, int, int]] = []
@@ -197,33 +207,30 @@ class DueJobs:
             if item[0] > now:
                 later.append(item)
             elif versions.get(item[1]) == item[2]:
-                self._ready.append((-self.priority[self.slot(item[1])], item[1], item[2]))
+                self._ready.append((-table.priority[table.slot(item[1])], item[1], item[2]))
         heapq.heapify(later)
         heapq.heapify(self._ready)
         self._delayed = later
 
-    def _lease_current(self, item: tuple[float, int, int]) -> bool:
-        return self.leases.get(item[2]) == (item[1], item[0])
-
-    def expired(self, now: float) -> list[Entry]:
-        """Leased jobs whose deadline is at or before `now`."""
-        deadlines = self._deadlines
+    def expired(self, table: JobColumns, now: float) -> list[Entry]:
+        """The table's leased jobs whose deadline is at or before `now`."""
+        deadlines, leases = self._deadlines, table.leases
         found: list[tuple[float, int, int]] = []
         seen: set[int] = set()
         while deadlines and deadlines[0][0] <= now:
             item = heapq.heappop(deadlines)
             # An EXTEND to the deadline the lease already had pushes a second,
             # identical heap entry; answering the job twice would plan two EXPIREs.
-            if self._lease_current(item) and item[2] not in seen:
+            if leases.get(item[2]) == (item[1], item[0]) and item[2] not in seen:
                 found.append(item)
                 seen.add(item[2])
         for item in found:
             heapq.heappush(deadlines, item)
-        return [self.entry(self.slot(item[2])) for item in found]
+        return [table.entry(table.slot(item[2])) for item in found]
 
-    def next_wakeup(self) -> float | None:
+    def next_wakeup(self, table: JobColumns) -> float | None:
         """Earliest moment a job may become leasable (see QueueState.next_wakeup)."""
-        versions = self._versions
+        versions, leases = self._versions, table.leases
         ready, delayed, deadlines = self._ready, self._delayed, self._deadlines
         while ready and versions.get(ready[0][1]) != ready[0][2]:
             heapq.heappop(ready)
@@ -231,11 +238,11 @@ class DueJobs:
             return float("-inf")
         while delayed and versions.get(delayed[0][1]) != delayed[0][2]:
             heapq.heappop(delayed)
-        while deadlines and not self._lease_current(deadlines[0]):
+        while deadlines and leases.get(deadlines[0][2]) != (deadlines[0][1], deadlines[0][0]):
             heapq.heappop(deadlines)
         times = [heap[0][0] for heap in (delayed, deadlines) if heap]
-        for priority, lane in list(self._lanes.items()):
-            first = self._lane_due(priority, lane, float("inf"), 1)
+        for priority, lane in list(self.lanes.items()):
+            first = self._lane_due(table, priority, lane, float("inf"), 1)
             if first:
-                times.append(self.available_at[first[0][2]])
+                times.append(table.available_at[first[0][2]])
         return min(times) if times else None

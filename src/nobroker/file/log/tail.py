@@ -17,7 +17,12 @@ time, random or threads.
 from __future__ import annotations
 
 from . import framing
-from .records import Record, loads
+from .records import (
+    BATCH,
+    DURABLE,
+    Record,
+    loads,
+)
 
 __all__ = ["decode_payload", "unwritten_sector", "later_batch"]
 
@@ -77,7 +82,7 @@ def later_batch(data: bytes, bad_at: int, last_batch: int) -> int | None:
             outcome, _, payload, nxt = framing.decode_record(data, start)
             record = decode_payload(payload) if outcome == framing.RECORD else None
             if record is not None:
-                number, known = record.get("b"), record.get("d")
+                number, known = record.get(BATCH), record.get(DURABLE)
                 if type(number) is int and number > last_batch + 1 and (
                         nxt <= gap or (type(known) is int and known > bad_at)):
                     return number
