@@ -36,7 +36,8 @@ BACKENDS = frozenset({"file", "postgres", "memory"})  # never import each other
 # Upward imports allowed only inside a function, run when it is called: the facade's
 # @q.task and @q.periodic hand the function to the task layer; importing queue.py
 # still imports nothing above it.
-DEFERRED = frozenset({("queue", "tasks")})
+# A task call on an eager Queue (nobroker.testing) runs the job with the Worker's code.
+DEFERRED = frozenset({("queue", "tasks"), ("tasks", "testing")})
 
 # Inside the file engine, top first: each tier imports its own and the tiers after it.
 # A tier is a folder of file/ (disk/, log/, ...), or modules at file/'s top level.
@@ -170,9 +171,94 @@ def violations(root: Path) -> list[str]:
     return problems
 
 
+def cycles(root: Path) -> list[str]:
+    """Every import cycle among the modules under `root`/nobroker, one line each.
+    Imports for type checking count; an import inside a function counts unless it
+    is one of the DEFERRED hand-overs, the only late bindings the package allows."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((root / "nobroker").rglob("*.py")):
+        here = module_name(root, path)
+        late = deferred_lines(path)
+        top = _where(here if path.name != "__init__.py" else here + ".__init__")[0]
+        graph.setdefault(here, set()).update(
+            target for line, target in imports(root, path)
+            if target.startswith("nobroker.") and target != here
+            and not ((top, _where(target)[0]) in DEFERRED and line in late))
+    # Tarjan's strongly connected components, iteratively.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[str] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        members.append(member)
+                        if member == node:
+                            break
+                    if len(members) > 1:
+                        found.append("import cycle: " + " <-> ".join(sorted(members)))
+    return sorted(found)
+
+
+# Underscore names that are public API of the standard library.
+PUBLIC_UNDERSCORED = frozenset({"_exit", "_getframe", "_replace", "_asdict", "_fields",
+                                "_make"})
+
+
+def reach_ins(root: Path) -> list[str]:
+    """Every use under `root`/nobroker of another object's underscore attribute:
+    only `self`, `cls` and `super()` may name a private attribute."""
+    found: list[str] = []
+    for path in sorted((root / "nobroker").rglob("*.py")):
+        rel = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if (not isinstance(node, ast.Attribute) or not node.attr.startswith("_")
+                    or node.attr.startswith("__") or node.attr in PUBLIC_UNDERSCORED):
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if (isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name)
+                    and owner.func.id == "super"):
+                continue
+            found.append(f"{rel}:{node.lineno}: reaches into {ast.unparse(node)}")
+    return found
+
+
 class LayerOrderTest(unittest.TestCase):
     def test_the_source_tree_keeps_the_layer_order(self) -> None:
         self.assertEqual(violations(SRC), [])
+
+    def test_the_source_tree_has_no_import_cycle(self) -> None:
+        self.assertEqual(cycles(SRC), [])
+
+    def test_no_module_reaches_into_another_objects_private_attributes(self) -> None:
+        self.assertEqual(reach_ins(SRC), [])
 
     def test_every_module_is_placed_in_a_layer(self) -> None:
         modules = {p.stem if p.parent.name == "nobroker" else p.parent.name
@@ -237,6 +323,33 @@ class PlantedBackArrowTest(unittest.TestCase):
                           "nobroker/queue.py": "from . import tasks\n"})
         self.assertEqual(violations(root), ["nobroker/queue.py:1: facade (queue) imports "
                                             "entry points (nobroker.tasks)"])
+
+    def test_an_import_cycle_is_reported(self) -> None:
+        root = self.tree({"nobroker/file/log/__init__.py": "",
+                          "nobroker/file/log/logwriter.py": "from . import syncfile\n",
+                          "nobroker/file/log/syncfile.py": "if 0:\n    from .logwriter import W\n",
+                          "nobroker/file/log/framing.py": "from . import logwriter\n"})
+        self.assertEqual(cycles(root), ["import cycle: nobroker.file.log.logwriter <-> "
+                                        "nobroker.file.log.syncfile"])
+        root = self.tree({"nobroker/tasks/__init__.py": "from .. import queue\n",
+                          "nobroker/queue.py": "def task():\n    from . import tasks\n"})
+        self.assertEqual(cycles(root), [])  # the facade's declared hand-over
+        root = self.tree({"nobroker/tasks/__init__.py": "from .. import queue\n",
+                          "nobroker/queue.py": "from . import tasks\n"})
+        self.assertEqual(cycles(root), ["import cycle: nobroker.queue <-> nobroker.tasks"])
+
+    def test_reaching_into_another_objects_private_attribute_is_reported(self) -> None:
+        root = self.tree({"nobroker/file/commit.py": """\
+            def commit(store):
+                store._log.append(1)
+            class Handle:
+                def go(self, other):
+                    self._log = super()._log
+                    os._exit(other._state)
+            """})
+        self.assertEqual(reach_ins(root), [
+            "nobroker/file/commit.py:2: reaches into store._log",
+            "nobroker/file/commit.py:6: reaches into other._state"])
 
     def test_an_allowed_import_is_not_reported(self) -> None:
         root = self.tree({"nobroker/errors.py": "", "nobroker/file/log/framing.py": "",
