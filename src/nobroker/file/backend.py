@@ -31,7 +31,7 @@ from ..models import (
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
-from .log.records import RecordType, loads
+from .log.records import FINISHED_AT, ID, RESULT, TIME, TOKEN, RecordType, loads
 from .options import FileOptions
 from .state.batch import Batch
 from .state.commands import (
@@ -57,8 +57,8 @@ CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, loc
                             exports=True)
 _MISSING: Any = object()
 # Record type holding a kept finished job's outcome -> its field for the finishing time.
-_OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: "t", RecordType.CANCEL: "t",
-                                  RecordType.FINISHED: "fin"}
+_OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: TIME, RecordType.CANCEL: TIME,
+                                  RecordType.FINISHED: FINISHED_AT}
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
 
@@ -168,7 +168,7 @@ class FileBackend:
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
             leased = plan_lease(state, batch, now, count, visibility_timeout)
             jobs = state.jobs
-            return lambda: self._leased_views([jobs[r["id"]] for r in leased])
+            return lambda: self._leased_views([jobs[r[ID]] for r in leased])
 
         return self.handle.write_then_read(plan)
 
@@ -192,7 +192,7 @@ class FileBackend:
                 seen.add(job.id)
                 check_lease(state, job.id, job.token)
             for job in jobs:
-                batch.add(RecordType.ACK, {"id": job.id, "tok": job.token, "t": now})
+                batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
             batch.finishes += len(jobs)
             return lambda: None
 
@@ -210,7 +210,7 @@ class FileBackend:
             # The acked job is still leased while we plan, so ready() cannot offer it.
             leased = plan_lease(state, batch, now, 1, visibility_timeout)
             jobs = state.jobs
-            return lambda: self._leased_views([jobs[r["id"]] for r in leased])
+            return lambda: self._leased_views([jobs[r[ID]] for r in leased])
 
         views = self.handle.write_then_read(plan, spare=job.id)
         return views[0] if views else None
@@ -382,7 +382,7 @@ def read_outcome(current: LogFile, entry: Entry) -> tuple[float, Any]:
     """A kept finished job's (finished_at, result), read from the record that holds
     them (an ACK, CANCEL or FINISHED record); under the lock."""
     found = current.record_at(entry.loc)
-    if found is None or found[0] not in _OUTCOME_FIELD or found[1].get("id") != entry.id:
+    if found is None or found[0] not in _OUTCOME_FIELD or found[1].get(ID) != entry.id:
         raise CorruptLogError(current.path, entry.loc, "finished job's record unreadable")
     record = found[1]
-    return float(record[_OUTCOME_FIELD[found[0]]]), record.get("r")
+    return float(record[_OUTCOME_FIELD[found[0]]]), record.get(RESULT)

@@ -62,7 +62,31 @@ from dataclasses import dataclass, field
 from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
-from ..log.records import Applied, Record, RecordType
+from ..log.records import (
+    ACKED,
+    AT,
+    ATTEMPTS,
+    ERROR,
+    FINISHED_AT,
+    ID,
+    IS_KEY,
+    JOBS,
+    KEEP,
+    KEPT,
+    MAX_ATTEMPTS,
+    NEXT_SEQ,
+    NONCE,
+    PAUSED,
+    PRIORITY,
+    STATE,
+    TIME,
+    TOKEN,
+    TOTALS,
+    UNTIL,
+    Applied,
+    Record,
+    RecordType,
+)
 from ..state.batch import Batch
 from ..state.state import Entry, JobState, QueueState
 from . import checkpoint
@@ -223,13 +247,13 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                 batch.add_payload(RecordType.JOB, _snapshot_fields(entry), next(texts))
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
-            batch.add(RecordType.KEY, {"id": job_id, "done": done_at})
-        end: Record = {"tok": state.next_token, "done": state.done, "jobs": len(state.jobs),
-                       "seq": state.next_seq, "tot": list(state.totals), "n": nonce}
+            batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at})
+        end: Record = {TOKEN: state.next_token, ACKED: state.done, JOBS: len(state.jobs),
+                       NEXT_SEQ: state.next_seq, TOTALS: list(state.totals), NONCE: nonce}
         if state.kept:
-            end["kept"] = state.kept
+            end[KEPT] = state.kept
         if state.paused:
-            end["paused"] = True
+            end[PAUSED] = True
         batch.add(RecordType.SNAPSHOT, end)
         data, applied = batch.encode(log.end)
         for start in range(0, len(data), _WRITE_BUFFER):
@@ -263,25 +287,25 @@ def snapshot_nonce(log: LogFile, offset: int) -> str | None:
     found = log.record_at(offset)
     if found is None or found[0] != RecordType.SNAPSHOT:
         return None
-    nonce = found[1].get("n")
+    nonce = found[1].get(NONCE)
     return nonce if isinstance(nonce, str) else None
 
 
 def _snapshot_fields(entry: Entry) -> Record:
     """A JOB record's fields; those at their default value are left out."""
-    fields: Record = {"id": entry.id, "pr": entry.priority, "at": entry.available_at,
-                      "t": entry.enqueued_at, "ma": entry.max_attempts}
+    fields: Record = {ID: entry.id, PRIORITY: entry.priority, AT: entry.available_at,
+                      TIME: entry.enqueued_at, MAX_ATTEMPTS: entry.max_attempts}
     if entry.attempts:
-        fields["a"] = entry.attempts
+        fields[ATTEMPTS] = entry.attempts
     if entry.state is not JobState.PENDING:
-        fields["s"] = str(entry.state)
+        fields[STATE] = str(entry.state)
     if entry.state is JobState.LEASED:
-        fields["tok"] = entry.token
-        fields["until"] = entry.lease_until
+        fields[TOKEN] = entry.token
+        fields[UNTIL] = entry.lease_until
     if entry.last_error is not None:
-        fields["err"] = entry.last_error
+        fields[ERROR] = entry.last_error
     if entry.keyed:
-        fields["k"] = True
+        fields[IS_KEY] = True
     return fields
 
 
@@ -293,18 +317,18 @@ def _finished_fields(old: LogFile, entry: Entry, rtype: int, record: Record) -> 
     finishing time and retention are copied from the record that holds the outcome
     today (an ACK, a CANCEL or a FINISHED record), so replay computes the same end
     of retention, to the bit."""
-    finished_at = record.get("fin" if rtype == RecordType.FINISHED else "t")
-    keep = record.get("keep")
+    finished_at = record.get(FINISHED_AT if rtype == RecordType.FINISHED else TIME)
+    keep = record.get(KEEP)
     if type(finished_at) is not float or type(keep) not in (int, float) \
-            or record.get("id") != entry.id:
+            or record.get(ID) != entry.id:
         raise CorruptLogError(old.path, entry.loc, "finished job's record unreadable")
-    fields: Record = {"id": entry.id, "pr": entry.priority, "t": entry.enqueued_at,
-                      "ma": entry.max_attempts, "s": str(entry.state), "fin": finished_at,
-                      "keep": keep}
+    fields: Record = {ID: entry.id, PRIORITY: entry.priority, TIME: entry.enqueued_at,
+                      MAX_ATTEMPTS: entry.max_attempts, STATE: str(entry.state),
+                      FINISHED_AT: finished_at, KEEP: keep}
     if entry.attempts:
-        fields["a"] = entry.attempts
+        fields[ATTEMPTS] = entry.attempts
     if entry.last_error is not None:
-        fields["err"] = entry.last_error
+        fields[ERROR] = entry.last_error
     if entry.keyed:
-        fields["k"] = True
+        fields[IS_KEY] = True
     return fields
