@@ -21,6 +21,7 @@ from . import validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads
+from .dependencies import enqueue_after
 from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
@@ -107,28 +108,22 @@ class Queue:
 
     # -- producing ----------------------------------------------------------
 
-    def _options(self, priority: int, delay: float,
-                 max_attempts: int | None) -> tuple[int, float, int]:
-        limit = validation.INT_LIMIT
-        return (validation.integer("priority", priority, -limit, limit),
-                validation.number("delay", delay, minimum=0),
-                self.max_attempts if max_attempts is None
-                else validation.integer("max_attempts", max_attempts, 1, limit))
-
     def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
-                max_attempts: int | None = None, job_id: str | None = None) -> Job:
+                max_attempts: int | None = None, job_id: str | None = None,
+                depends_on: Any = None, allow_failure: bool = False) -> Job:
         """Add a job; durable when this returns.
 
         A higher `priority` is leased first; `delay` seconds hide it until
         then. With `job_id`, a second enqueue of a known id (pending, leased,
         dead, or done less than `key_retention` seconds ago) writes nothing
-        and returns the existing job.
+        and returns the existing job. `depends_on`: see docs/TASKS.md.
         """
         text = encode_payload(payload)
-        priority, delay, attempts = self._options(priority, delay, max_attempts)
+        priority, delay, attempts = validation.enqueue_options(
+            priority, delay, max_attempts, self.max_attempts)
         key = validation.job_id(job_id) if job_id is not None else None
-        job = self._backend.enqueue(text, payload, priority=priority, delay=delay,
-                                    max_attempts=attempts, job_id=key)
+        job = enqueue_after(self._backend, text, payload, depends_on, allow_failure,
+                            priority=priority, delay=delay, max_attempts=attempts, job_id=key)
         if self.hooks is not None:
             self.hooks.fire("enqueued", job)
         return job
@@ -137,7 +132,8 @@ class Queue:
                      max_attempts: int | None = None) -> list[Job]:
         """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
         items = list(payloads)
-        prio, wait, attempts = self._options(priority, delay, max_attempts)
+        prio, wait, attempts = validation.enqueue_options(
+            priority, delay, max_attempts, self.max_attempts)
         texts = encode_payloads(items)
         if not items:
             return []

@@ -19,7 +19,7 @@ import re
 from typing import Any, Final
 
 __all__ = ["number", "seconds", "integer", "fraction", "job_id", "queue_name",
-           "error_text", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH"]
+           "error_text", "enqueue_options", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH"]
 
 INT_LIMIT: Final = 2**53  # larger integers do not survive a round trip through most JSON readers
 MAX_ID_LENGTH: Final = 256
@@ -105,3 +105,12 @@ def queue_name(value: object) -> str:
 def error_text(error: Any) -> str | None:
     """A nack's error as stored: text, cut to MAX_ERROR_LENGTH characters."""
     return None if error is None else str(error)[:MAX_ERROR_LENGTH]
+
+
+def enqueue_options(priority: int, delay: float, max_attempts: int | None,
+                    default_attempts: int) -> tuple[int, float, int]:
+    """An enqueue's checked priority, delay and max attempts (None: the queue's)."""
+    return (integer("priority", priority, -INT_LIMIT, INT_LIMIT),
+            number("delay", delay, minimum=0),
+            default_attempts if max_attempts is None
+            else integer("max_attempts", max_attempts, 1, INT_LIMIT))

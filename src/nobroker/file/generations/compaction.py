@@ -83,6 +83,8 @@ from ..log.records import (
     TOKEN,
     TOTALS,
     UNTIL,
+    WAIT,
+    ALLOW_FAILURE,
     Applied,
     Record,
     RecordType,
@@ -244,7 +246,13 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                 else:
                     batch.add_result(RecordType.FINISHED, fields, result)
             else:
-                batch.add_payload(RecordType.JOB, _snapshot_fields(entry), next(texts))
+                fields = _snapshot_fields(entry)
+                wait = state.waits.by_job.get(entry.id)
+                if wait is not None:  # a waiting job: what it still waits for
+                    fields[WAIT] = list(wait.unmet)
+                    if wait.allow_failure:
+                        fields[ALLOW_FAILURE] = True
+                batch.add_payload(RecordType.JOB, fields, next(texts))
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at})

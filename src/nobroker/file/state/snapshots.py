@@ -14,6 +14,8 @@ from typing import Final
 
 from ..log.records import (
     ACKED,
+    ALLOW_FAILURE,
+    WAIT,
     AT,
     ATTEMPTS,
     ERROR,
@@ -41,7 +43,7 @@ from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState
 __all__ = ["apply_snapshot_job", "apply_snapshot_finished", "apply_snapshot_end"]
 
 _SNAPSHOT_STATES: Final = {"pending": JobState.PENDING, "leased": JobState.LEASED,
-                           "dead": JobState.DEAD}
+                           "dead": JobState.DEAD, "waiting": JobState.WAITING}
 _FINISHED_STATES: Final = {"done": DONE, "cancelled": CANCELLED}
 
 
@@ -82,6 +84,14 @@ def apply_snapshot_job(state: ReplayState, job_id: str, rec: Record, offset: int
         table.set_error(table.seqs[slot], error)
     if job_state is JobState.LEASED:
         table.hold(slot, job_id, token, until)
+    if (job_state is JobState.WAITING) != (WAIT in rec):
+        raise ReplayError(offset, f"a snapshot job {code} with prerequisites {rec.get(WAIT)!r}")
+    if WAIT in rec:  # what it still waits for, as an ENQUEUE's "w" and "af"
+        unmet, allow = rec[WAIT], rec.get(ALLOW_FAILURE, False)
+        if (type(unmet) is not list or not unmet or not all(type(p) is str for p in unmet)
+                or len(set(unmet)) != len(unmet) or type(allow) is not bool):
+            raise ReplayError(offset, f"bad prerequisites {unmet!r}")
+        state.waits.add(job_id, unmet, allow)
     state.next_token = max(state.next_token, token + 1)
 
 
@@ -115,7 +125,7 @@ def apply_snapshot_finished(state: ReplayState, job_id: str, rec: Record, offset
 
 def apply_snapshot_end(state: ReplayState, rec: Record, offset: int) -> None:
     jobs = field(rec, JOBS, int, offset)
-    live = state.pending + state.leased + state.dead
+    live = state.pending + state.leased + state.dead + state.waiting
     if jobs != live:
         raise ReplayError(offset, f"snapshot announces {jobs} jobs, holds {live}")
     kept = field(rec, KEPT, int, offset) if KEPT in rec else 0
