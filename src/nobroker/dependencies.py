@@ -20,7 +20,14 @@ if TYPE_CHECKING:
     from .backend import Backend, Dependencies
     from .models import Job
 
-__all__ = ["Dependency", "prerequisite_ids", "enqueue_after"]
+__all__ = ["Dependency", "prerequisite_ids", "enqueue_after", "failure_error"]
+
+
+def failure_error(prerequisite: str, state: str) -> str:
+    """A dependent's last_error when a failed prerequisite cancels it (every backend
+    words it so): names the prerequisite and what became of it."""
+    what = "was dead-lettered" if state == "dead" else f"was {state}"
+    return f"prerequisite {prerequisite} {what}"
 
 
 @dataclass(frozen=True, slots=True)

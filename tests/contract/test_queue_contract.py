@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from contract.dependency_contract import DependencyContract
 from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import (
@@ -57,7 +58,7 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract:
+class QueueContract(DependencyContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------

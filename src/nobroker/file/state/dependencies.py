@@ -14,21 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...dependencies import failure_error
 from ...errors import JobNotFoundError
 from ..log.records import ALLOW_FAILURE, AT, ERROR, ID, IS_KEY, KEEP, MAX_ATTEMPTS, PRIORITY
 from ..log.records import TIME, WAIT, RecordType
 from .batch import Batch
 from .state import JobState, QueueState
 
-__all__ = ["prerequisites", "plan_waiting_enqueue", "plan_dependents", "failure_error"]
+__all__ = ["prerequisites", "plan_waiting_enqueue", "plan_dependents"]
 
 _FAILED = (JobState.DEAD, JobState.CANCELLED)
-
-
-def failure_error(prerequisite: str, state: JobState | str) -> str:
-    """A cancelled dependent's last_error: names the prerequisite and what became of it."""
-    what = "was dead-lettered" if state == JobState.DEAD else f"was {state}"
-    return f"prerequisite {prerequisite} {what}"
 
 
 def prerequisites(state: QueueState, depends_on: Sequence[str]
