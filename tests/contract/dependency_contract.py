@@ -112,7 +112,7 @@ class DependencyContract:
 
     def test_retries_of_a_prerequisite_are_its_own_affair(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
-        q, clock = self.deps()
+        q, _ = self.deps()
         a = q.enqueue("a", max_attempts=3)
         c = q.enqueue("c", depends_on=a)
         leased = q.lease_one()

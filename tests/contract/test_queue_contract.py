@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from contract.dependency_contract import DependencyContract
 from harness.support import FakeClock, TempDirTestCase
 
+from contract.dependency_contract import DependencyContract
 from nobroker import (
     BackoffPolicy,
     Job,

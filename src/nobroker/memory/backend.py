@@ -21,7 +21,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from ..backend import Capabilities, Settings
-from ..codec import encode_payload, loads
+from ..codec import encode_payload
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError, QueueClosedError
 from ..models import (
     CompactionResult,

@@ -64,6 +64,7 @@ from ..disk.fs import FileSystem
 from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from ..log.records import (
     ACKED,
+    ALLOW_FAILURE,
     AT,
     ATTEMPTS,
     ERROR,
@@ -84,7 +85,6 @@ from ..log.records import (
     TOTALS,
     UNTIL,
     WAIT,
-    ALLOW_FAILURE,
     Applied,
     Record,
     RecordType,

@@ -16,8 +16,19 @@ from collections.abc import Sequence
 
 from ...dependencies import failure_error
 from ...errors import JobNotFoundError
-from ..log.records import ALLOW_FAILURE, AT, ERROR, ID, IS_KEY, KEEP, MAX_ATTEMPTS, PRIORITY
-from ..log.records import TIME, WAIT, RecordType
+from ..log.records import (
+    ALLOW_FAILURE,
+    AT,
+    ERROR,
+    ID,
+    IS_KEY,
+    KEEP,
+    MAX_ATTEMPTS,
+    PRIORITY,
+    TIME,
+    WAIT,
+    RecordType,
+)
 from .batch import Batch
 from .state import JobState, QueueState
 

@@ -18,12 +18,12 @@ from .vocabulary import (
     CODE_STATES,
     CODES,
     DEAD,
-    WAITING,
     FREE,
     KEYED,
     LEASED,
     NAMED,
     PENDING,
+    WAITING,
     Entry,
     JobState,
 )

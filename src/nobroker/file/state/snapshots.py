@@ -15,7 +15,6 @@ from typing import Final
 from ..log.records import (
     ACKED,
     ALLOW_FAILURE,
-    WAIT,
     AT,
     ATTEMPTS,
     ERROR,
@@ -33,6 +32,7 @@ from ..log.records import (
     TOKEN,
     TOTALS,
     UNTIL,
+    WAIT,
     Record,
     ReplayError,
 )

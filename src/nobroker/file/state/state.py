@@ -46,7 +46,6 @@ from .jobindex import JobIndex
 from .jobtable import JobTable
 from .listing import entries
 from .relocation import relocate
-from .waits import Waits
 from .snapshots import apply_snapshot_end, apply_snapshot_finished, apply_snapshot_job
 from .transitions import (
     ALLOWED,
@@ -64,14 +63,15 @@ from .vocabulary import (
     DONE,
     LEASED,
     PENDING,
-    WAITING,
     SEQ_LIMIT,
+    WAITING,
     Columns,
     Entry,
     JobState,
     id_seq,
     seq_id,
 )
+from .waits import Waits
 
 __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",
            "TRANSITIONS", "Applied", "replay", "check_totals", "seq_id", "id_seq", "SEQ_LIMIT"]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from ..log.records import (
+    ALLOW_FAILURE,
     AT,
     BATCH,
     ERROR,
@@ -36,7 +37,6 @@ from ..log.records import (
     TOKEN,
     UNTIL,
     WAIT,
-    ALLOW_FAILURE,
     Applied,
     Record,
     RecordType,
@@ -44,7 +44,6 @@ from ..log.records import (
 )
 from .fieldchecks import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable
-from .waits import Waits
 from .vocabulary import (
     CANCELLED,
     CODE_STATES,
@@ -57,6 +56,7 @@ from .vocabulary import (
     WAITING,
     JobState,
 )
+from .waits import Waits
 
 __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "apply_enqueue",
            "apply_enqueue_run", "apply_forget", "expect_state"]

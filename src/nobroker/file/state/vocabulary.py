@@ -18,7 +18,8 @@ from typing import Final, Protocol
 from ...models import JobState
 
 __all__ = ["JobState", "Entry", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
-           "SEQ_MAX", "PENDING", "LEASED", "DEAD", "WAITING", "DONE", "CANCELLED", "FREE", "FINISHED_CODES",
+           "SEQ_MAX", "PENDING", "LEASED", "DEAD", "WAITING", "DONE", "CANCELLED", "FREE",
+           "FINISHED_CODES",
            "KEYED", "NAMED", "FREE_TO_ZERO", "CODES", "CODE_STATES", "JobColumns"]
 
 
