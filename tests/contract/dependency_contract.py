@@ -58,6 +58,7 @@ class DependencyContract:
         stats = q.stats()
         t.assertEqual((stats.pending, stats.waiting, stats.total), (2, 1, 3))
         t.assertEqual([j.id for j in q.list_jobs(JobState.WAITING)], [c.id])
+        q.compact()  # a waiting job and what it waits for survive it
         self.finish(q, a)
         t.assertEqual(q.get(c.id).waiting_for, (b.id,))
         t.assertIsNone(q.lease_one() if q.stats().pending == 0 else None)
@@ -171,3 +172,12 @@ class DependencyContract:
         t.assertEqual(q.purge(), 1)
         t.assertEqual((q.get(b.id).state, q.get(c.id).state),
                       (JobState.CANCELLED, JobState.PENDING))
+
+    def test_ack_many_releases_a_dependent_of_both_in_its_one_write(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, _ = self.deps()
+        a, b = q.enqueue("a"), q.enqueue("b")
+        c = q.enqueue("c", depends_on=[a, b])
+        q.compact()
+        q.ack_many(q.lease(2))
+        t.assertEqual(q.get(c.id).state, JobState.PENDING)

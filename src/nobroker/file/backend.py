@@ -49,6 +49,7 @@ from .state.commands import (
     plan_settle,
     plan_snooze,
 )
+from .state.dependencies import plan_dependents
 from .state.state import Entry, QueueState
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
@@ -199,6 +200,7 @@ class FileBackend:
                 check_lease(state, job.id, job.token)
             for job in jobs:
                 batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
+                plan_dependents(state, batch, now, job.id, JobState.DONE)
             batch.finishes += len(jobs)
             return lambda: None
 

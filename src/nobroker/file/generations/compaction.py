@@ -286,6 +286,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                                   paused=state.paused)
     snapshot.latest_time = state.latest_time
     snapshot.set_totals(state.totals)
+    snapshot.waits.restore(state.waits.items())  # as the JOB records' "w" say
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 
