@@ -226,7 +226,7 @@ class QueueState:
             removed, freed = self.table.remove_pending()
             self.pending -= removed
             self.live_bytes -= freed
-            if self.waits:  # purged prerequisites: their dependents were settled before
+            if self.waits:  # purged prerequisites (the writer settles their dependents next)
                 for gone in [p for p in self.waits.dependents if self.table.find(p) < 0]:
                     self.waits.finished(gone)
             return
