@@ -72,6 +72,15 @@ def apply_snapshot_job(state: ReplayState, job_id: str, rec: Record, offset: int
     max_attempts = max_attempts_field(rec, offset)
     until = field(rec, UNTIL, float, offset) if UNTIL in rec else 0.0
     error = opt_str(rec, ERROR, offset)
+    # What a waiting job still waits for, as an ENQUEUE's "w" and "af"; checked
+    # before anything changes (a tolerant replay goes on after a refused record).
+    if (job_state is JobState.WAITING) != (WAIT in rec):
+        raise ReplayError(offset, f"a snapshot job {code} with prerequisites {rec.get(WAIT)!r}")
+    unmet, allow = rec.get(WAIT), rec.get(ALLOW_FAILURE, False)
+    if unmet is not None and (type(unmet) is not list or not unmet
+                              or not all(type(p) is str for p in unmet)
+                              or len(set(unmet)) != len(unmet) or type(allow) is not bool):
+        raise ReplayError(offset, f"bad prerequisites {unmet!r}")
     job_code = CODES[job_state]
     slot = table.add(job_id, keyed, job_code, priority, at, enqueued_at,
                      max_attempts, attempts, offset, size)
@@ -84,13 +93,7 @@ def apply_snapshot_job(state: ReplayState, job_id: str, rec: Record, offset: int
         table.set_error(table.seqs[slot], error)
     if job_state is JobState.LEASED:
         table.hold(slot, job_id, token, until)
-    if (job_state is JobState.WAITING) != (WAIT in rec):
-        raise ReplayError(offset, f"a snapshot job {code} with prerequisites {rec.get(WAIT)!r}")
-    if WAIT in rec:  # what it still waits for, as an ENQUEUE's "w" and "af"
-        unmet, allow = rec[WAIT], rec.get(ALLOW_FAILURE, False)
-        if (type(unmet) is not list or not unmet or not all(type(p) is str for p in unmet)
-                or len(set(unmet)) != len(unmet) or type(allow) is not bool):
-            raise ReplayError(offset, f"bad prerequisites {unmet!r}")
+    if unmet:
         state.waits.add(job_id, unmet, allow)
     state.next_token = max(state.next_token, token + 1)
 

@@ -144,10 +144,10 @@ def apply_ack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: i
     done_at = rec.get(TIME)
     if type(done_at) is not float:
         done_at = field(rec, TIME, float, offset)
+    if state.waits:  # its dependents strike it off (the writer released any it freed)
+        state.waits.finished(job_id)
     state.leased -= 1
     state.done += 1
-    if state.waits:
-        state.waits.finished(job_id)
     if RESULT in rec:  # acked with a result: kept, result and all, for "keep" seconds
         _finish(state, slot, job_id, DONE, done_at, rec, offset, size)
         return
@@ -175,6 +175,9 @@ def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset
     that failed); a waiting job leaves the waits, and its own dependents lose it."""
     table = state.table
     code = table.code[slot]
+    cancelled_at = field(rec, TIME, float, offset)  # the fields checked before any change
+    if field(rec, KEEP, float, offset) < 0:
+        raise ReplayError(offset, f"negative retention {rec[KEEP]!r}")
     if ERROR in rec:
         table.set_error(table.seqs[slot], opt_str(rec, ERROR, offset))
     if state.waits:
@@ -182,8 +185,7 @@ def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset
             state.waits.remove(job_id)
         state.waits.finished(job_id)
     state.count(code, -1)
-    _finish(state, slot, job_id, CANCELLED, field(rec, TIME, float, offset), rec, offset,
-                 size)
+    _finish(state, slot, job_id, CANCELLED, cancelled_at, rec, offset, size)
 
 
 def apply_delete(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
@@ -259,10 +261,11 @@ def apply_release(state: ReplayState, slot: int, job_id: str, rec: Record, offse
                   size: int) -> None:
     """Pending from its own `at` (its delay= still holds); only once every prerequisite
     it waited for has finished (the writer checked which way)."""
-    wait = state.waits.remove(job_id)
+    wait = state.waits.by_job.get(job_id)
     if wait is None or wait.unmet:
         left = "?" if wait is None else ", ".join(wait.unmet)
         raise ReplayError(offset, f"release of {job_id!r}, which still waits for {left}")
+    state.waits.remove(job_id)
     table = state.table
     state.count(table.make_pending(slot, table.available_at[slot]), -1)
     state.pending += 1
