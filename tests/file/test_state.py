@@ -838,6 +838,17 @@ class KeptJobsTest(unittest.TestCase):
         with self.assertRaises(checkpoint.CheckpointError):
             checkpoint.decode(bytes(data), 0, 1 << 20, lambda _: 7)
 
+    def test_a_checkpoint_keeps_waiting_jobs_and_one_before_them_is_not_used(self) -> None:
+        s = replay([Log().batch(enq("b"), enq_waiting("d", ["b"], af=True))])
+        restored, _, _ = checkpoint.decode(checkpoint.encode(s, 0, 1 << 20, 7), 0, 1 << 20,
+                                           lambda _: 7)
+        self.assertEqual(restored, s)
+        self.assertEqual(restored.waits.items(), [("d", ["b"], True)])
+        data = bytearray(checkpoint.encode(s, 0, 1 << 20, 7))
+        data[:8] = b"NBCKPT03"  # its codes 3 and 4 were done and cancelled: never trusted
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.decode(bytes(data), 0, 1 << 20, lambda _: 7)
+
 
 class ForgetTest(unittest.TestCase):
     def test_forgettable_lists_keys_finished_at_or_before_a_time_oldest_first(self) -> None:
