@@ -185,8 +185,8 @@ def bench_wake(args: list[str]) -> int:
 
 @task("bench-multiqueue")
 def bench_multiqueue(args: list[str]) -> int:
-    """A Worker over 3 queues vs over 1: drain rate ratio (tools/bench_multiqueue.py)."""
-    return python_script("tools/bench_multiqueue.py", args)
+    """A Worker over 3 queues vs over 1: drain rate ratio (tools/bench/multiqueue.py)."""
+    return python_tool("tools/bench/multiqueue.py", args)
 
 
 @task("profile")
@@ -319,7 +319,7 @@ def docs(args: list[str]) -> int:
 
 @task("test-playground")
 def test_playground(args: list[str]) -> int:
-    """Build the site, then test the playground in headless Chromium (tests/test_playground.py)."""
+    """Build the site, then test the playground in headless Chromium (tests/docs/test_playground.py)."""
     if docs([]) != 0:
         return 1
     python = ensure_venv(WEB_VENV, REPO / "requirements-web.txt")
@@ -368,7 +368,7 @@ WEB_TESTS = ("test_dashboard_browser",)
 
 @task("test-web")
 def test_web(args: list[str]) -> int:
-    """Test the dashboard in headless Chromium (tests/test_dashboard_browser.py)."""
+    """Test the dashboard in headless Chromium (tests/dashboard/test_dashboard_browser.py)."""
     python = ensure_venv(WEB_VENV, REPO / "requirements-web.txt")
     if python is None or ensure_chromium() != 0:
         return 1

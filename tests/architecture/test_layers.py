@@ -19,7 +19,7 @@ import textwrap
 import unittest
 from pathlib import Path
 
-from support import SRC
+from harness.support import SRC
 
 # The package's layers, top first. A module of one layer may import its own layer
 # and any layer after it. A subpackage (file/, postgres/, tasks/, dashboard/) is one name.
