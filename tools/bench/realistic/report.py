@@ -58,9 +58,20 @@ class Results:
 
 
 def _cell(results: Results, system: str, config: Config, text: str | None) -> str:
+    """The figure, or why there is none, cut short (notes() has the whole reason)."""
     if text is not None:
         return text
-    return results.skipped.get((system, config), "—")
+    why = results.skipped.get((system, config), "—")
+    return why if len(why) <= 20 else why[:18] + " *"
+
+
+def notes(results: Results) -> list[str]:
+    """Each long reason a cell is empty, once: "system (configs): reason"."""
+    where: dict[tuple[str, str], list[str]] = {}
+    for (system, config), why in results.skipped.items():
+        if len(why) > 20:
+            where.setdefault((system, why), []).append(config.label)
+    return [f"{system} ({', '.join(labels)}): {why}" for (system, why), labels in where.items()]
 
 
 def rows(results: Results, systems: list[str]) -> tuple[list[str], list[list[str]]]:

@@ -51,7 +51,7 @@ from tools.bench.realistic.dramatiq_system import DramatiqRealistic
 from tools.bench.realistic.drain import drain
 from tools.bench.realistic.huey_system import HueyRealistic
 from tools.bench.realistic.nobroker_system import NobrokerRealistic
-from tools.bench.realistic.report import CONFIGS, Config, Results, rows
+from tools.bench.realistic.report import CONFIGS, Config, Results, notes, rows
 from tools.bench.realistic.rq_system import RQRealistic
 from tools.bench.realistic.systems import RealisticSystem
 
@@ -64,8 +64,8 @@ KINDS = ("io", "cpu", "noop")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench-realistic", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="200 jobs, 1 round (under 2 minutes)")
-    p.add_argument("--jobs", type=int, help="jobs per drain (default 2,000; --quick 200)")
+    p.add_argument("--quick", action="store_true", help="100 jobs, 1 round (under 2 minutes)")
+    p.add_argument("--jobs", type=int, help="jobs per drain (default 2,000; --quick 100)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 3; --quick 1)")
     p.add_argument("--only", help="comma-separated systems and/or workloads: "
                                   f"{','.join(SYSTEMS)} and {','.join(KINDS)}")
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_venv and not in_bench_venv():
         bootstrap(argv, "tools.bench.realistic.run")  # re-executes in the venv if it can
     keys, configs = choose(args.only)
-    jobs = args.jobs or (200 if args.quick else 2_000)
+    jobs = args.jobs or (100 if args.quick else 2_000)
     rounds = args.rounds or (1 if args.quick else 3)
     log = Log(sys.stderr if args.markdown else sys.stdout)
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(render_markdown_table(headers, table) if args.markdown
           else render_text_table(headers, table))
+    for line in notes(results):
+        print(f"* {line}")
     print()
     print("What each system guarantees (a returned enqueue / a job taken by a worker "
           "that crashes):")
