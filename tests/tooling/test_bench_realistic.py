@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import unittest
-from pathlib import Path
 
 from harness.support import REPO, SRC, TempDirTestCase, slow
 
@@ -26,7 +25,7 @@ from tools.bench.realistic.run import choose
 MODULES = ("run", "drain", "jobs", "report", "systems", "nobroker_system", "huey_system",
            "dramatiq_system", "celery_system", "rq_system")
 PEERS = ("huey", "dramatiq", "celery", "kombu", "rq", "redis")
-BLOCK_PEERS = "import sys; sys.modules.update(dict.fromkeys(%r)); " % (PEERS,)
+BLOCK_PEERS = f"import sys; sys.modules.update(dict.fromkeys({PEERS!r})); "
 
 
 def run_python(*args: str, env_extra: dict[str, str] | None = None,

@@ -22,8 +22,14 @@ from pathlib import Path
 
 from tools.bench.common import proc_stat_fields
 from tools.bench.peers.systems import die_with_parent
-from tools.bench.realistic.jobs import KIND_ENV, RECORDS_ENV, Outcome, outcome, read_records, \
-    record_count
+from tools.bench.realistic.jobs import (
+    KIND_ENV,
+    RECORDS_ENV,
+    Outcome,
+    outcome,
+    read_records,
+    record_count,
+)
 from tools.bench.realistic.systems import RealisticSystem
 from tools.bench.scaling import fresh
 

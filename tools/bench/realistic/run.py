@@ -39,22 +39,29 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-from tools.bench.common import REPO, facts_line, machine_facts, render_markdown_table, \
-    render_text_table
+from tools.bench.common import (
+    REPO,
+    facts_line,
+    machine_facts,
+    render_markdown_table,
+    render_text_table,
+)
 from tools.bench.peers.redis_systems import RedisServer, ensure_redis_server
 from tools.bench.peers.run import bootstrap, in_bench_venv
 from tools.bench.peers.systems import Skip, skip_text
 from tools.bench.realistic.celery_system import CeleryRealistic
-from tools.bench.realistic.dramatiq_system import DramatiqRealistic
 from tools.bench.realistic.drain import drain
+from tools.bench.realistic.dramatiq_system import DramatiqRealistic
 from tools.bench.realistic.huey_system import HueyRealistic
 from tools.bench.realistic.nobroker_system import NobrokerRealistic
 from tools.bench.realistic.report import CONFIGS, Config, Results, notes, rows
 from tools.bench.realistic.rq_system import RQRealistic
 from tools.bench.realistic.systems import RealisticSystem
 
+Log = Callable[[str], None]
 SYSTEMS: dict[str, type[RealisticSystem]] = {
     "nobroker": NobrokerRealistic, "huey": HueyRealistic, "dramatiq": DramatiqRealistic,
     "celery": CeleryRealistic, "rq": RQRealistic,
@@ -89,7 +96,7 @@ def choose(only: str | None) -> tuple[list[str], list[Config]]:
     return systems, [c for c in CONFIGS if c.kind in kinds]
 
 
-def start_redis(root: Path, fsync: str, log: "Log") -> RedisServer | None:
+def start_redis(root: Path, fsync: str, log: Log) -> RedisServer | None:
     binary = ensure_redis_server()
     if binary is None:
         log("!!! no redis-server (apt-get install redis-server failed): Redis peers skipped")
@@ -103,14 +110,6 @@ def start_redis(root: Path, fsync: str, log: "Log") -> RedisServer | None:
     log(f"redis-server: {binary} on 127.0.0.1:{server.port}, appendonly yes, "
         f"appendfsync {fsync}")
     return server
-
-
-class Log:
-    def __init__(self, stream: object) -> None:
-        self.stream = stream
-
-    def __call__(self, msg: str) -> None:
-        print(msg, file=self.stream, flush=True)  # type: ignore[call-overload]
 
 
 def build(keys: list[str], redis: RedisServer | None,
@@ -167,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     keys, configs = choose(args.only)
     jobs = args.jobs or (100 if args.quick else 2_000)
     rounds = args.rounds or (1 if args.quick else 3)
-    log = Log(sys.stderr if args.markdown else sys.stdout)
+    stream = sys.stderr if args.markdown else sys.stdout
+
+    def log(msg: str) -> None:
+        print(msg, file=stream, flush=True)
+
     args.dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="realistic-", dir=args.dir))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
