@@ -8,11 +8,9 @@ from pathlib import Path
 from tools.bench.realistic.systems import RealisticSystem
 
 APP = """\
-import time
-
 from celery import Celery
 
-from tools.bench.realistic.jobs import run_job
+from tools.bench.realistic.jobs import run_job, timed_calls
 
 app = Celery("bench", broker="@REDIS_URL@")
 app.conf.update(broker_connection_retry_on_startup=True, task_ignore_result=True,
@@ -25,10 +23,7 @@ def job(i):
 
 
 def enqueue(n):
-    t = time.perf_counter()
-    for i in range(n):
-        job.delay(i)
-    return time.perf_counter() - t
+    return timed_calls(job.delay, n)
 """
 
 

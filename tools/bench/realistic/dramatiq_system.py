@@ -9,12 +9,10 @@ from pathlib import Path
 from tools.bench.realistic.systems import RealisticSystem
 
 APP = """\
-import time
-
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
-from tools.bench.realistic.jobs import run_job
+from tools.bench.realistic.jobs import run_job, timed_calls
 
 dramatiq.set_broker(RedisBroker(url="@REDIS_URL@"))
 
@@ -25,10 +23,7 @@ def job(i):
 
 
 def enqueue(n):
-    t = time.perf_counter()
-    for i in range(n):
-        job.send(i)
-    return time.perf_counter() - t
+    return timed_calls(job.send, n)
 """
 
 

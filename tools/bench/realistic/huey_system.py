@@ -8,11 +8,11 @@ from pathlib import Path
 from tools.bench.realistic.systems import RealisticSystem
 
 APP = """\
-import os, time
+import os
 
 from huey import SqliteHuey
 
-from tools.bench.realistic.jobs import run_job
+from tools.bench.realistic.jobs import run_job, timed_calls
 
 os.makedirs("@DIR@", exist_ok=True)
 huey = SqliteHuey("bench", filename=os.path.join("@DIR@", "huey.db"), fsync=True)
@@ -24,10 +24,7 @@ def job(i):
 
 
 def enqueue(n):
-    t = time.perf_counter()
-    for i in range(n):
-        job(i)
-    return time.perf_counter() - t
+    return timed_calls(job, n)
 """
 
 

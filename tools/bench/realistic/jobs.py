@@ -17,6 +17,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,14 @@ def run_job(job_id: int) -> None:
     elif kind == "cpu":
         burn(CPU_SECONDS)
     os.write(_records_fd(), RECORD.pack(start, float(job_id), time.thread_time() - cpu0))
+
+
+def timed_calls(call: Callable[[int], object], count: int) -> float:
+    """Seconds for call(0) .. call(count - 1): every app's enqueue loop, timed alike."""
+    t = time.perf_counter()
+    for i in range(count):
+        call(i)
+    return time.perf_counter() - t
 
 
 def record_count(records_dir: Path) -> int:

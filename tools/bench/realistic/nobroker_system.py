@@ -9,11 +9,11 @@ from pathlib import Path
 from tools.bench.realistic.systems import RealisticSystem
 
 APP = """\
-import os, time
+import os
 
 import nobroker
 
-from tools.bench.realistic.jobs import run_job
+from tools.bench.realistic.jobs import run_job, timed_calls
 
 STORE = "@DIR@"
 
@@ -25,10 +25,7 @@ def handler(job):
 def enqueue(n):
     os.makedirs(STORE, exist_ok=True)
     with nobroker.Queue(STORE, fsync=True) as q:
-        t = time.perf_counter()
-        for i in range(n):
-            q.enqueue({"i": i})
-        return time.perf_counter() - t
+        return timed_calls(lambda i: q.enqueue({"i": i}), n)
 """
 
 

@@ -9,12 +9,10 @@ from pathlib import Path
 from tools.bench.realistic.systems import RealisticSystem
 
 APP = """\
-import time
-
 from redis import Redis
 from rq import Queue
 
-from tools.bench.realistic.jobs import run_job
+from tools.bench.realistic.jobs import run_job, timed_calls
 
 
 def job(i):
@@ -23,10 +21,7 @@ def job(i):
 
 def enqueue(n):
     q = Queue("bench", connection=Redis.from_url("@REDIS_URL@"))
-    t = time.perf_counter()
-    for i in range(n):
-        q.enqueue(job, i)
-    return time.perf_counter() - t
+    return timed_calls(lambda i: q.enqueue(job, i), n)
 """
 
 
