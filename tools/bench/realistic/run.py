@@ -67,6 +67,8 @@ SYSTEMS: dict[str, type[RealisticSystem]] = {
     "celery": CeleryRealistic, "rq": RQRealistic,
 }
 KINDS = ("io", "cpu", "noop")
+REDIS_FSYNC = {"always": "always: fsync per write, before the reply",
+               "everysec": "everysec: up to 1 s of acknowledged writes lost on power loss"}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     print("What each system guarantees (a returned enqueue / a job taken by a worker "
           "that crashes):")
     for s in systems:
-        fsync = f" Redis appendfsync {args.redis_fsync}." if s.uses_redis else ""
+        fsync = f" Redis appendfsync {REDIS_FSYNC[args.redis_fsync]}." if s.uses_redis else ""
         print(f"- {s.name}: {s.durability}.{fsync}")
     print(f"W-io share: steady-state jobs/s over processes x threads / 5 ms. Queue CPU: "
           f"worker trees{' + redis-server' if redis else ''} from /proc, less the jobs' own "
