@@ -207,6 +207,12 @@ def bench_peers(args: list[str]) -> int:
     return python_tool("tools/bench/peers/run.py", args)
 
 
+@task("bench-realistic")
+def bench_realistic(args: list[str]) -> int:
+    """nobroker and its peers draining real-shaped jobs (tools/bench/realistic/run.py)."""
+    return python_tool("tools/bench/realistic/run.py", args)
+
+
 @task("torture")
 def torture(args: list[str]) -> int:
     """Long crash-and-recover stress run (tools/torture/run.py)."""

@@ -458,7 +458,8 @@ def report(result: Scan) -> tuple[str, bool]:
     # static scan sees, so the pins are listed from the file that installs them.
     for pin in result.bench_requirements:
         out += _row(pin, f"bench venv .dev/bench-venv, pinned in {REQUIREMENTS_BENCH}; "
-                         "imported by name in tools/bench/peers/")
+                         "imported by name in tools/bench/peers/ and by the generated "
+                         "apps of tools/bench/realistic/")
     for name, pins in result.web_requirements.items():
         for pin in pins:
             out += _row(pin, f"{REQUIREMENTS_WEB_TOOLS[name]}, pinned in {name}")
