@@ -85,7 +85,13 @@ class ResultStore:
         except JobNotFoundError:
             return None
         holder = job.result if job.state is JobState.DONE else job.payload
-        return holder.get("value") if isinstance(holder, dict) else None
+        if not isinstance(holder, dict):
+            return None
+        ttl = holder.get("ttl")
+        if job.finished_at is not None and isinstance(ttl, (int, float)) and \
+                job.finished_at + ttl <= self.queue.clock():
+            return None  # expired: the queue drops it at its next write
+        return holder.get("value")
 
     def latest(self, key: str) -> Any:
         """The value in the last used slot of `key`, or None."""
