@@ -25,7 +25,8 @@ from support import SRC
 # and any layer after it. A subpackage (file/, postgres/, tasks/, web/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "pool", "tasks",
-                                "web", "transfer"})),  # transfer: `nobroker migrate`
+                                "web", "transfer",  # transfer: `nobroker migrate`
+                                "celery"})),  # loaded by kombu and Celery, never by the core
     ("facade", frozenset({"queue"})),
     ("backends", frozenset({"file", "postgres"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend"})),

@@ -18,6 +18,12 @@ The policy, checked here and nowhere else:
   is a violation); a single-file backend (``src/nobroker/postgres.py``) may
   import ``psycopg`` inside functions only. The extra that installs it is
   read from pyproject.toml and named in the report.
+- The Celery integration ``src/nobroker/celery/`` (a kombu transport and a Celery
+  result backend) may import ``kombu`` and ``celery`` anywhere in it, because
+  nothing else in ``src/nobroker`` imports it at all, not even inside a function
+  (checked); kombu and Celery load it by name, through the ``.pth`` hook and the
+  ``celery.result_backends`` entry point. Its pins are development-only
+  (requirements-celery.txt: the venv of ``make.py test-celery``).
 - Development tools under ``tools/`` (peer benchmarks) may import third-party
   packages inside functions only; tests may do the same with the optional
   extras. Examples and ``make.py`` use the standard library alone.
@@ -54,6 +60,13 @@ BROWSER_TEST_TOOLS = frozenset({"playwright", "prometheus_client"})
 OPTIONAL_BACKENDS = ("src/nobroker/postgres.py", "src/nobroker/backends/postgres*.py")
 BACKEND_PACKAGE = "src/nobroker/postgres/"  # psycopg anywhere inside; imported lazily only
 BACKEND_MODULE = "nobroker.postgres"
+# The Celery integration: kombu and Celery anywhere inside; never imported by the core.
+INTEGRATION_PACKAGE = "src/nobroker/celery/"
+INTEGRATION_MODULE = "nobroker.celery"
+INTEGRATION_IMPORTS = frozenset({"kombu", "celery"})
+REQUIREMENTS_CELERY = "requirements-celery.txt"
+# tests may import Celery lazily; the Celery app the workers load imports it at its top
+CELERY_APP = "tests/with_celery/celery_app.py"
 
 TOP_LEVEL = "module level"
 IN_FUNCTION = "inside a function"
@@ -109,6 +122,7 @@ class _Collector(ast.NodeVisitor):
         self.package = package  # what a relative import refers to
         self.found: list[Import] = []
         self.backend_refs: list[Import] = []
+        self.integration_refs: list[Import] = []
         self._scopes: list[str] = []
 
     def _where(self) -> str:
@@ -124,6 +138,18 @@ class _Collector(ast.NodeVisitor):
         if "postgres" in parts or (parts in ([], ["nobroker"]) and "postgres" in names):
             self.backend_refs.append(Import(self.path, getattr(node, "lineno", 0),
                                             BACKEND_MODULE, self._where()))
+
+    def _integration_ref(self, node: ast.AST, dotted: str, level: int,
+                         names: Sequence[str] = ()) -> None:
+        """Note an import of nobroker.celery from elsewhere in src/nobroker."""
+        if not self.path.startswith("src/nobroker/") or self.path.startswith(INTEGRATION_PACKAGE):
+            return
+        parts = [p for p in dotted.split(".") if p]
+        ours = level > 0 or parts[:1] == ["nobroker"]
+        inner = parts[1:] if parts[:1] == ["nobroker"] else parts
+        if ours and (inner[:1] == ["celery"] or (not inner and "celery" in names)):
+            self.integration_refs.append(Import(self.path, getattr(node, "lineno", 0),
+                                                INTEGRATION_MODULE, self._where()))
 
     def _add(self, node: ast.AST, dotted: str) -> None:
         module = self.package if dotted.startswith(".") else dotted.split(".")[0]
@@ -163,10 +189,13 @@ class _Collector(ast.NodeVisitor):
         for alias in node.names:
             self._add(node, alias.name)
             self._backend_ref(node, alias.name)
+            self._integration_ref(node, alias.name, 0)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         self._add(node, "." if node.level else (node.module or ""))
         self._backend_ref(node, node.module or "", [a.name for a in node.names])
+        self._integration_ref(node, node.module or "", node.level,
+                              [a.name for a in node.names])
 
     def visit_Call(self, node: ast.Call) -> None:
         target = _literal_import_target(node)
@@ -201,6 +230,8 @@ def first_party_names(root: Path) -> set[str]:
             continue
         if top != "src":
             names.add(top)  # e.g. ``from tests import support``
+        if top == "tests":  # a test folder's own helpers (with_celery/celery_app.py)
+            names.update(p.stem for p in base.rglob("*.py") if "__pycache__" not in p.parts)
         for child in base.iterdir():
             if child.suffix == ".py":
                 names.add(child.stem)
@@ -217,6 +248,8 @@ def file_role(rel: str) -> str:
     """Which policy applies to a file: backend, library, tool, tests or other."""
     if rel.startswith(BACKEND_PACKAGE):
         return "backend-package"
+    if rel.startswith(INTEGRATION_PACKAGE):
+        return "integration-package"
     if any(fnmatch(rel, pattern) for pattern in OPTIONAL_BACKENDS):
         return "backend"
     for prefix, role in (("src/", "library"), ("tools/", "tool"), ("web/", "tool"),
@@ -231,6 +264,12 @@ def violation(imp: Import) -> str | None:
     role = file_role(imp.path)
     if role == "library":
         return "the core library must import only the standard library"
+    if role == "integration-package":
+        if imp.module in INTEGRATION_IMPORTS:
+            return None
+        return f"only {', '.join(sorted(INTEGRATION_IMPORTS))} may be imported here"
+    if imp.path == CELERY_APP and imp.module in INTEGRATION_IMPORTS:
+        return None  # a Celery application, loaded only by `celery worker` in the tests
     if role == "backend-package":
         if imp.module in OPTIONAL_EXTRAS:
             return None
@@ -238,7 +277,7 @@ def violation(imp: Import) -> str | None:
         return f"only the optional extras ({extras}) may be imported here"
     if not imp.lazy:
         return "imported at module level; import it inside the function that needs it"
-    if role == "tests" and imp.module in BROWSER_TEST_TOOLS:
+    if role == "tests" and imp.module in BROWSER_TEST_TOOLS | INTEGRATION_IMPORTS:
         return None
     if role in ("backend", "tests") and imp.module not in OPTIONAL_EXTRAS:
         extras = ", ".join(sorted(OPTIONAL_EXTRAS))
@@ -268,8 +307,10 @@ class Scan:
     dev_requirements: list[str]
     bench_requirements: list[str]
     backend_refs: list[Import]
+    integration_refs: list[Import]
     extras: dict[str, list[str]]
     web_requirements: dict[str, list[str]] = field(default_factory=dict)
+    celery_requirements: list[str] = field(default_factory=list)
 
     def kind(self, imp: Import) -> str:
         if imp.module in sys.stdlib_module_names:
@@ -282,6 +323,7 @@ def scan(root: Path) -> Scan:
     files = scanned_files(root)
     imports: list[Import] = []
     backend_refs: list[Import] = []
+    integration_refs: list[Import] = []
     unparsable: list[str] = []
     for path in files:
         rel = path.relative_to(root).as_posix()
@@ -294,11 +336,13 @@ def scan(root: Path) -> Scan:
         collector.visit(tree)
         imports += collector.found
         backend_refs += collector.backend_refs
+        integration_refs += collector.integration_refs
     rels = [p.relative_to(root).as_posix() for p in files]
     return Scan(rels, sorted(imports), unparsable, first_party_names(root),
                 dev_requirements(root), dev_requirements(root, REQUIREMENTS_BENCH),
-                sorted(backend_refs), optional_dependencies(root),
-                {name: dev_requirements(root, name) for name in REQUIREMENTS_WEB_TOOLS})
+                sorted(backend_refs), sorted(integration_refs), optional_dependencies(root),
+                {name: dev_requirements(root, name) for name in REQUIREMENTS_WEB_TOOLS},
+                dev_requirements(root, REQUIREMENTS_CELERY))
 
 
 def optional_dependencies(root: Path) -> dict[str, list[str]]:
@@ -348,6 +392,8 @@ def report(result: Scan) -> tuple[str, bool]:
     problems += [f"{ref.path}:{ref.line}: {ref.module!r} ({ref.where}): the optional backend "
                  "must be imported inside the function that needs it"
                  for ref in result.backend_refs if not ref.lazy]
+    problems += [f"{ref.path}:{ref.line}: {ref.module!r} ({ref.where}): the core must not "
+                 "import the Celery integration at all" for ref in result.integration_refs]
     problems = sorted(set(problems)) + result.unparsable
     allowed = [imp for imp in third if violation(imp) is None]
 
@@ -390,6 +436,17 @@ def report(result: Scan) -> tuple[str, bool]:
     for name, reqs in result.extras.items():
         out += _row(f"[{name}]", "pip install \"nobroker[" + name + "]\" installs "
                     + ", ".join(reqs) + " (pyproject.toml optional-dependencies)")
+    out += ["", "integrations (adapters to other frameworks, bring-your-own; the core never "
+            "imports them):"]
+    integration = _files_by_module(i for i in allowed
+                                   if file_role(i.path) == "integration-package")
+    for module, paths in integration.items():
+        out += _row(module, "imported in " + ", ".join(paths) + f" only: the subpackage "
+                    f"{INTEGRATION_MODULE}, which nothing else in src/nobroker imports; "
+                    "kombu finds it through the .pth hook (src/_nobroker_celery.py), Celery "
+                    "through the celery.result_backends entry point")
+    if not integration:
+        out.append("  none")
     out += ["", "development tools (for working on nobroker, never needed to run it):"]
     for pin in result.dev_requirements:
         out += _row(pin, f"lint venv .dev/venv, pinned in {REQUIREMENTS_DEV}")
@@ -398,16 +455,23 @@ def report(result: Scan) -> tuple[str, bool]:
     for pin in result.bench_requirements:
         out += _row(pin, f"bench venv .dev/bench-venv, pinned in {REQUIREMENTS_BENCH}; "
                          "imported by name in tools/bench_peers*.py")
+    for pin in result.celery_requirements:
+        out += _row(pin, f"Celery test venv .dev/celery-venv, pinned in {REQUIREMENTS_CELERY}")
     for name, pins in result.web_requirements.items():
         for pin in pins:
             out += _row(pin, f"{REQUIREMENTS_WEB_TOOLS[name]}, pinned in {name}")
     tools = [i for i in allowed if file_role(i.path) == "tool"]
     if tools or not result.dev_requirements:
         out += _lazy_rows(tools)
-    tests = [i for i in allowed if file_role(i.path) == "tests"]
-    if tests:
-        out += ["", "test-only (optional extras and browser tools, imported lazily by tests):"]
+    tests = [i for i in allowed if file_role(i.path) == "tests" and i.path != CELERY_APP]
+    app = sorted({i.module for i in allowed if i.path == CELERY_APP})
+    if tests or app:
+        out += ["", "test-only (optional extras, browser tools and Celery, imported lazily by "
+                "tests):"]
         out += _lazy_rows(tests)
+        for module in app:
+            out += _row(module, f"imported at module level in {CELERY_APP} only: the Celery "
+                        "application the tests' `celery worker` processes load")
 
     out.append("")
     if problems:
