@@ -71,12 +71,13 @@ def message_from(payload: dict[str, Any], delivery_tag: str, redelivered: bool) 
     properties = dict(payload.get("properties") or {})
     properties["delivery_tag"] = delivery_tag
     properties["body_encoding"] = None  # the body is plain text: no base64 round trip
-    properties.setdefault("delivery_info", {})
+    # Celery reads `redelivered` from delivery_info (Reject(requeue=True) tasks do)
+    properties["delivery_info"] = {**(properties.get("delivery_info") or {}),
+                                   "redelivered": redelivered}
     return {"body": json.dumps(payload.get("body")),
             "content-type": payload.get("content-type", JSON),
             "content-encoding": payload.get("content-encoding", "utf-8"),
-            "headers": payload.get("headers") or {}, "properties": properties,
-            "redelivered": redelivered}
+            "headers": payload.get("headers") or {}, "properties": properties}
 
 
 def priority_of(message: dict[str, Any]) -> int:

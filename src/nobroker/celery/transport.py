@@ -46,7 +46,8 @@ log = logging.getLogger("nobroker.celery")
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 _IDLE_SLICE = 1.0  # an idle drain_events re-checks its consumers this often
-_FULL_PAUSE = 0.05  # prefetch full: nothing to lease until Celery acks something
+_FULL_PAUSE = 0.05
+REQUEUED = "given back unacked by a Celery consumer (reject with requeue, or channel closed)"  # prefetch full: nothing to lease until Celery acks something
 
 
 class QoS(virtual.QoS):
@@ -143,7 +144,10 @@ class Channel(virtual.Channel):
             nobroker_queue.ack(job)  # no_ack: at most once, as AMQP's
         else:
             transport.leases.hold(tag, nobroker_queue, job)
-        message = message_from(job.payload, tag, redelivered=job.attempts > 1)
+        # A lease that expired counts an attempt; a job given back untried says so in
+        # its last_error (see settle): either way this is a redelivery.
+        message = message_from(job.payload, tag,
+                               redelivered=job.attempts > 1 or job.last_error is not None)
         message["properties"]["delivery_info"].update(routing_key=queue)
         return message
 
@@ -169,7 +173,7 @@ class Channel(virtual.Channel):
         queue, job = held
         try:
             if requeue:
-                queue.snooze(job, 0.0)
+                queue.snooze(job, 0.0, error=REQUEUED)
             else:
                 queue.ack(job)
         except NotLeasedError:
@@ -245,7 +249,7 @@ class Transport(virtual.Transport):
         super().close_connection(connection)  # channels give back their unacked messages
         for queue, job in self.leases.release_all():
             try:
-                queue.snooze(job, 0.0)
+                queue.snooze(job, 0.0, error=REQUEUED)
             except NotLeasedError:
                 pass
         self.leases.close()
