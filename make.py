@@ -249,6 +249,16 @@ def test_celery(args: list[str]) -> int:
     return run([str(python), "tests/run.py", "-j", "1", *(args or CELERY_TESTS)])
 
 
+@task("test-celery-suite")
+def test_celery_suite(args: list[str]) -> int:
+    """Run Celery's own integration tests (tasks, canvas) on nobroker (tools/celery_suite.py)."""
+    python = ensure_celery_venv()
+    if python is None or ensure_venv(CELERY_VENV, REPO / "requirements-celery-suite.txt") is None:
+        return 1
+    return run([sys.executable, str(REPO / "tools/celery_suite.py"), "--python", str(python),
+                *args])
+
+
 def ensure_celery_venv() -> Path | None:
     """The Celery venv, with nobroker installed in it when its install inputs changed."""
     python = ensure_venv(CELERY_VENV, REPO / "requirements-celery.txt")
