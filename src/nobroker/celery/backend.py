@@ -32,6 +32,7 @@ delete a finished job before it expires.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -79,7 +80,6 @@ class NobrokerBackend(KeyValueStoreBackend):
     @property
     def store(self) -> ResultStore:
         """The results queue, opened on first use (and again in a forked child)."""
-        import os
         if self._store is None or self._pid != os.getpid():
             ttl = self._ttl()
             self._store = ResultStore(Queue(self.directory, RESULTS_QUEUE,

@@ -24,7 +24,6 @@ default 30: how long a killed worker's messages stay invisible).
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Callable
 from queue import Empty
@@ -46,8 +45,9 @@ log = logging.getLogger("nobroker.celery")
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 _IDLE_SLICE = 1.0  # an idle drain_events re-checks its consumers this often
-_FULL_PAUSE = 0.05
-REQUEUED = "given back unacked by a Celery consumer (reject with requeue, or channel closed)"  # prefetch full: nothing to lease until Celery acks something
+_FULL_PAUSE = 0.05  # prefetch full: nothing to lease until Celery acks something
+# the last_error of a job given back untried: its next delivery says `redelivered`
+REQUEUED = "given back unacked by a Celery consumer (reject with requeue, channel closed)"
 
 
 class QoS(virtual.QoS):
@@ -230,7 +230,7 @@ class Transport(virtual.Transport):
                 pass
             left = _IDLE_SLICE if deadline is None else deadline - time.monotonic()
             if left <= 0:
-                raise socket.timeout()
+                raise TimeoutError()  # socket.timeout, which kombu's callers expect
             step = min(left, _IDLE_SLICE)
             queues: list[Queue] = []
             full = False
