@@ -83,3 +83,10 @@ def record(key: str, seconds: float) -> str:
     time.sleep(seconds)
     _trace("done", key)
     return key
+
+
+@app.task
+def collect(keys: list[str]) -> int:
+    """A chord callback that leaves one trace per run."""
+    _trace("callback", "chord")
+    return len(keys)

@@ -1,7 +1,8 @@
 """What late acks promise on nobroker: a worker killed with kill -9 mid-task loses no
 message (another worker runs it once the visibility timeout has passed), and two
 workers never both complete one message, even when tasks outlast the visibility
-timeout (the lease is extended while the task runs)."""
+timeout (the lease is extended while the task runs); a chord's callback runs once
+although its members finish in four processes at once."""
 
 from __future__ import annotations
 
@@ -55,3 +56,16 @@ class TwoWorkersTest(CeleryTestCase):
         self.assertEqual(self.traces("done"), sorted(keys))
         both = self.worker_log("one") + self.worker_log("two")
         self.assertNotIn("lease ran out", both)
+
+    def test_a_chord_callback_runs_once_across_worker_processes(self) -> None:
+        from celery import chord
+
+        mod = self.app()
+        self.start_worker("one", "-P", "prefork", "-c", "2")
+        self.start_worker("two", "-P", "prefork", "-c", "2")
+        members = [mod.record.s(f"m{i}", 0.01 * (i % 3)) for i in range(16)]
+        result = chord(members)(mod.collect.s())
+        self.assertEqual(result.get(timeout=TIMEOUT), 16)
+        time.sleep(1.0)  # a second callback would be on its way by now
+        self.assertEqual(self.traces("callback"), ["chord"])
+        self.assertEqual(len(self.traces("done")), 16)
