@@ -101,6 +101,19 @@ class CeleryWithoutWorkerTest(CeleryTestCase):
         self.addCleanup(q.close)
         self.assertEqual(q.stats().total, 0)
 
+    def test_a_higher_priority_is_leased_first_and_an_eta_is_a_delay(self) -> None:
+        mod = self.app()
+        low = mod.add.apply_async((1, 1), priority=1)
+        high = mod.add.apply_async((2, 2), priority=9)
+        later = mod.add.apply_async((3, 3), countdown=60)
+        q = Queue(self.directory, "a")
+        self.addCleanup(q.close)
+        order = [job.payload["headers"]["id"] for job in q.lease(3)]
+        self.assertEqual(order, [high.id, low.id])  # the countdown one is not due yet
+        pending = q.get(q.list_jobs("pending")[0].id)
+        self.assertEqual(pending.payload["headers"]["id"], later.id)
+        self.assertGreater(pending.available_at, time.time() + 50)
+
     def test_a_pickle_result_serializer_is_refused(self) -> None:
         from celery import Celery
         from celery.exceptions import ImproperlyConfigured
