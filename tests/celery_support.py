@@ -24,6 +24,13 @@ def needs_celery(cls: type) -> type:
     return unittest.skipUnless(HAVE_CELERY, SKIP_REASON)(cls)
 
 
+def _restore(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 class CeleryTestCase(TempDirTestCase):
     """Each test gets its own queue directory and trace folder, and the app reads them."""
 
@@ -38,9 +45,10 @@ class CeleryTestCase(TempDirTestCase):
                         NOBROKER_CELERY_TRACE=str(self.trace),
                         NOBROKER_CELERY_VT=str(self.visibility_timeout),
                         PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]))
-        os.environ.update({k: self.env[k] for k in ("NOBROKER_CELERY_DIR",
-                                                    "NOBROKER_CELERY_TRACE",
-                                                    "NOBROKER_CELERY_VT")})
+        # celery_app reads them when a test imports it in this process, too
+        for name in ("NOBROKER_CELERY_DIR", "NOBROKER_CELERY_TRACE", "NOBROKER_CELERY_VT"):
+            self.addCleanup(_restore, name, os.environ.get(name))
+            os.environ[name] = self.env[name]
         self.workers: list[subprocess.Popen[bytes]] = []
         self.addCleanup(self.stop_workers)
 
