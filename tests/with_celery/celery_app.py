@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, group
 
 DIRECTORY = os.environ.get("NOBROKER_CELERY_DIR", "/tmp/nobroker-celery-app")
 TRACE = Path(os.environ.get("NOBROKER_CELERY_TRACE", DIRECTORY + "-trace"))
@@ -90,3 +90,9 @@ def collect(keys: list[str]) -> int:
     """A chord callback that leaves one trace per run."""
     _trace("callback", "chord")
     return len(keys)
+
+
+@app.task(bind=True)
+def spread(self: Any, numbers: list[int], extra: int) -> None:
+    """Replaces itself with a group (Task.replace keeps this task's id)."""
+    raise self.replace(group(add.s(n, extra) for n in numbers))

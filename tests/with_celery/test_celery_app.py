@@ -62,6 +62,13 @@ class CeleryAppTest(CeleryTestCase):
         result = chord(mod.add.s(i, 1) for i in range(5))(mod.tsum.s())
         self.assertEqual(result.get(timeout=TIMEOUT), 15)
 
+    def test_a_chord_whose_callback_replaces_itself_with_a_group(self) -> None:
+        from celery import chord
+
+        mod = self.mod
+        result = chord([mod.add.s(2, 5), mod.add.s(1, 1)])(mod.spread.s(9))
+        self.assertEqual(result.get(timeout=TIMEOUT), [16, 11])
+
     def test_a_chord_whose_member_fails_fails_its_callback(self) -> None:
         from celery import chord
 

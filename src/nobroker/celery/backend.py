@@ -18,7 +18,7 @@ Chords: the header's GroupResult is saved by `apply_chord`; each member, after
 its own result is stored, checks whether every header result is ready, and the
 member that sees them all ready publishes the callback with the
 `x-nobroker-dedup` header, so that its message is enqueued under the job id
-"chord-callback:BODY_TASK_ID": a second publish (two members finishing at
+"chord-callback:BODY_TASK_ID:NESTING:RETRIES": a second publish (two members finishing at
 once, or a member run again after a crash) writes nothing. What is atomic:
 each result write, and the callback's enqueue (one keyed job). What is not:
 the check and the publish are two steps, made safe by the keyed enqueue rather

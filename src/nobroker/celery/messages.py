@@ -23,9 +23,11 @@ __all__ = ["MessageRefusedError", "JOB_ID_HEADER", "JSON", "payload_for", "messa
 JSON: Final = "application/json"
 _PICKLE: Final = frozenset({"application/x-python-serialize", "application/python-pickle"})
 # A message carrying this header (a scope, such as "chord-callback") is enqueued
-# under the job id "SCOPE:TASK_ID", so that publishing it again (a chord callback
-# sent again by a redelivered member) writes nothing: nobroker keeps a known id
-# for its key_retention. Each task of a group body keeps its own id.
+# under the job id "SCOPE:TASK_ID:NESTING:RETRIES", so that publishing it again (a
+# chord callback sent again by a redelivered member) writes nothing: nobroker keeps
+# a known id for its key_retention. Each task of a group body keeps its own id; a
+# retry (RETRIES + 1) or a replacement (Task.replace keeps the task id, NESTING + 1)
+# is a new message, not a copy.
 JOB_ID_HEADER: Final = "x-nobroker-dedup"
 
 
@@ -102,10 +104,11 @@ def delay_of(message: dict[str, Any], now: float | None = None) -> float:
 
 
 def job_id_of(message: dict[str, Any]) -> str | None:
-    """The job id a message is enqueued under: "SCOPE:TASK_ID" when it carries
-    JOB_ID_HEADER and a task id, else None (a fresh id)."""
+    """The job id a message is enqueued under: "SCOPE:TASK_ID:NESTING:RETRIES" when
+    it carries JOB_ID_HEADER and a task id, else None (a fresh id)."""
     headers = message.get("headers") or {}
     scope, task_id = headers.get(JOB_ID_HEADER), headers.get("id")
     if isinstance(scope, str) and scope and isinstance(task_id, str) and task_id:
-        return f"{scope}:{task_id}"
+        nesting = headers.get("replaced_task_nesting") or 0
+        return f"{scope}:{task_id}:{nesting}:{headers.get('retries') or 0}"
     return None
