@@ -203,7 +203,7 @@ class NobrokerBackend(KeyValueStoreBackend):
             except StopIteration:
                 reason = repr(exc)
             log.exception("Chord %r raised: %r", gid, reason)
-            return self.chord_error_from_stack(callback, ChordError(reason))
+            return self.chord_error_from_stack(callback, _chord_error(reason, exc))
         try:
             headers = dict(callback.options.get("headers") or {})
             headers[JOB_ID_HEADER] = CHORD_SCOPE
@@ -211,8 +211,17 @@ class NobrokerBackend(KeyValueStoreBackend):
         except Exception as exc:
             log.exception("Chord %r raised: %r", gid, exc)
             return self.chord_error_from_stack(callback,
-                                               ChordError(f"Callback error: {exc!r}"))
+                                               _chord_error(f"Callback error: {exc!r}", exc))
         return None
 
     def as_uri(self, include_password: bool = False) -> str:
         return str(self.url or "")
+
+
+def _chord_error(message: str, cause: BaseException) -> Exception:
+    """A ChordError whose __cause__ is the member's exception, as Celery's own backends
+    raise it: a group body's tasks are failed with that cause, not the wrapper."""
+    error: Exception = ChordError(message)
+    if isinstance(cause, Exception):
+        error.__cause__ = cause
+    return error
