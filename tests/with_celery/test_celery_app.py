@@ -140,6 +140,14 @@ class CeleryWithoutWorkerTest(CeleryTestCase):
         fresh = Celery("reader", backend=f"nobroker://{self.directory}", result_expires=1)
         self.assertEqual(fresh.AsyncResult("t-1").state, "PENDING")
 
+    def test_incr_counts_atomically_across_backends(self) -> None:
+        from celery import Celery
+
+        backends: list[Any] = [Celery(f"c{i}", backend=f"nobroker://{self.directory}").backend
+                               for i in range(2)]
+        counts = [backends[i % 2].incr("counter") for i in range(5)]
+        self.assertEqual(counts, [1, 2, 3, 4, 5])
+
     def test_states_before_the_result_and_the_first_final_state_wins(self) -> None:
         from celery import Celery
 

@@ -116,7 +116,9 @@ class NobrokerBackend(KeyValueStoreBackend):
         """Not possible through the Queue API: the value stays until it expires."""
 
     def incr(self, key: str) -> int:
-        return self.store.append(key, None, self._ttl())
+        """Atomic: each call claims the next write-once slot (not used by this backend's
+        chords, which check the header's results instead; kept for Celery's API)."""
+        return self.store.append(key, 1, self._ttl())
 
     def expire(self, key: str, value: Any) -> None:
         """Each value's time to live is set when it is written."""

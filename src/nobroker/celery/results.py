@@ -49,7 +49,10 @@ class ResultStore:
         return stored
 
     def append(self, key: str, value: Any, ttl: float) -> int:
-        """Store `value` in the next free slot of `key`; returns the slots now used."""
+        """Store `value` (not None: an empty slot reads as None) in the next free slot of
+        `key`; returns the slots now used."""
+        if value is None:
+            raise ValueError("a slot's value cannot be None")
         index = self._used_slots(key)
         while not self._write(f"{key}{_SLOT}{index}", value, ttl):
             index += 1  # another writer took this slot first
