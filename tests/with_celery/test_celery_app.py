@@ -51,6 +51,17 @@ class CeleryAppTest(CeleryTestCase):
         self.assertEqual(result.state, "FAILURE")
         self.assertIn("ValueError", result.traceback or "")
 
+    def test_a_job_that_is_not_a_celery_message_is_nacked_not_run(self) -> None:
+        q = self.queue("a")
+        stray = q.enqueue({"hello": "world"}, max_attempts=1)
+        self.assertEqual(self.mod.add.delay(1, 2).get(timeout=TIMEOUT), 3)
+        deadline = time.monotonic() + TIMEOUT
+        while q.get(stray.id).state != "dead" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dead = q.get(stray.id)
+        self.assertEqual(dead.state, "dead")
+        self.assertIn("not a Celery message", dead.last_error or "")
+
     def test_chain_group_and_chord(self) -> None:
         from celery import chain, chord, group
 

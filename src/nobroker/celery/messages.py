@@ -18,7 +18,7 @@ from typing import Any, Final
 from ..errors import NobrokerError
 
 __all__ = ["MessageRefusedError", "JOB_ID_HEADER", "JSON", "payload_for", "message_from",
-           "priority_of", "delay_of", "job_id_of"]
+           "is_celery_payload", "priority_of", "delay_of", "job_id_of"]
 
 JSON: Final = "application/json"
 _PICKLE: Final = frozenset({"application/x-python-serialize", "application/python-pickle"})
@@ -80,6 +80,12 @@ def message_from(payload: dict[str, Any], delivery_tag: str, redelivered: bool) 
             "content-type": payload.get("content-type", JSON),
             "content-encoding": payload.get("content-encoding", "utf-8"),
             "headers": payload.get("headers") or {}, "properties": properties}
+
+
+def is_celery_payload(payload: Any) -> bool:
+    """Whether a job's payload is a message `payload_for` stored."""
+    return isinstance(payload, dict) and "body" in payload and \
+        isinstance(payload.get("headers"), dict) and isinstance(payload.get("properties"), dict)
 
 
 def priority_of(message: dict[str, Any]) -> int:

@@ -36,7 +36,7 @@ from ..errors import NotLeasedError
 from ..queue import Queue
 from .leases import LeaseKeeper
 from .locations import directory_from_url, queue_name_for
-from .messages import delay_of, job_id_of, message_from, payload_for, priority_of
+from .messages import delay_of, is_celery_payload, job_id_of, message_from, payload_for, priority_of
 from .waiting import AnyQueueWaiter
 
 __all__ = ["Transport", "Channel", "QoS"]
@@ -138,6 +138,12 @@ class Channel(virtual.Channel):
         nobroker_queue = transport.queue(queue)
         job = nobroker_queue.lease_one(visibility_timeout=transport.visibility_timeout)
         if job is None:
+            raise Empty()
+        if not is_celery_payload(job.payload):
+            # Enqueued by something else (a `nobroker enqueue` into a Celery queue):
+            # refused, so that it reaches the dead-letter queue after max_attempts.
+            nobroker_queue.nack(job, error=f"not a Celery message (queue {queue!r})")
+            log.error("job %s in %s is not a Celery message: nacked", job.id, nobroker_queue)
             raise Empty()
         tag = f"{job.id}:{job.token}"
         if queue in self._no_ack_queues:
