@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable,
                         help="the interpreter with Celery and pytest (the Celery venv's)")
     parser.add_argument("--all", action="store_true", help="every file of t/integration")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per test")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds per test (a 1000-task chord takes about 40)")
     parser.add_argument("--cap", type=float, default=900.0, help="seconds for the whole run")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)

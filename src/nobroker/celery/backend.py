@@ -192,7 +192,10 @@ class NobrokerBackend(KeyValueStoreBackend):
         if deps is None:
             return self.chord_error_from_stack(
                 callback, ChordError(f"GroupResult {gid} no longer exists"))
-        if not deps.ready():
+        # Last member first: members finish roughly in order, so a member that is not
+        # the last usually stops at the first result it reads (deps.ready() reads from
+        # the front: O(N) reads per member, O(N²) per chord).
+        if not all(result.ready() for result in reversed(deps.results)):
             return None  # a later member will see them all ready
         join = deps.join_native if deps.supports_native_join else deps.join
         try:
