@@ -376,7 +376,7 @@ def docs(args: list[str]) -> int:
 
 @task("test-playground")
 def test_playground(args: list[str]) -> int:
-    """Build the site, then test the playground in headless Chromium (tests/docs/test_playground.py)."""
+    """Build the site, then test the playground in headless Chromium (tests/docs/)."""
     if docs([]) != 0:
         return 1
     python = ensure_venv(WEB_VENV, REPO / "requirements-web.txt")
