@@ -129,6 +129,7 @@ class Queue:
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0,
                      max_attempts: int | None = None) -> list[Job]:
         """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
+        transactions.refuse_in_block(self, "enqueue_many")
         items = list(payloads)
         prio, wait, attempts = validation.job_options(
             priority, delay, max_attempts, self.max_attempts)

@@ -32,8 +32,8 @@ from .backend import Backend, Transactions
 from .errors import NobrokerError
 from .models import Job
 
-__all__ = ["TransactionJob", "active", "enqueuer", "raw_connection", "transaction",
-           "transactional", "with_connection"]
+__all__ = ["TransactionJob", "active", "enqueuer", "raw_connection", "refuse_in_block",
+           "transaction", "transactional", "with_connection"]
 
 # The (queue, connection) pairs of the `q.transaction()` blocks this context is in.
 _ACTIVE: contextvars.ContextVar[tuple[tuple[object, Any], ...]] = contextvars.ContextVar(
@@ -95,6 +95,14 @@ def enqueuer(queue: object, backend: Backend, connection: Any) -> Callable[..., 
         connection = raw_connection(connection)
     writer = transactional(backend, "enqueue(connection=...)")
     return lambda *args, **options: writer.enqueue_in(connection, *args, **options)
+
+
+def refuse_in_block(queue: object, operation: str) -> None:
+    """NobrokerError for an operation that cannot join the `queue.transaction()` block it
+    is in, rather than writing on its own connection, outside the caller's transaction."""
+    if active(queue) is not None:
+        raise NobrokerError(f"{operation} cannot write in the caller's transaction: "
+                            f"call enqueue() for each job inside Queue.transaction()")
 
 
 @contextlib.contextmanager

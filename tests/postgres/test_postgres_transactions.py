@@ -155,6 +155,8 @@ class EnqueueInTransactionTest(TransactionTestCase):
         with self.queue.transaction(self.conn):
             kept = send.delay("b")
             self.queue.enqueue("plain")
+            with self.assertRaisesRegex(NobrokerError, "enqueue_many cannot write in"):
+                self.queue.enqueue_many([1, 2])  # not silently outside the transaction
         outside = send.delay("c")  # after the block: the queue's own connection, at once
         self.assertEqual(self.queue.stats().total, 1)
         self.conn.commit()
