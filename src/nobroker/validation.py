@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any, Final
 
-__all__ = ["number", "seconds", "integer", "fraction", "job_id", "queue_name",
+__all__ = ["number", "seconds", "integer", "job_options", "fraction", "job_id", "queue_name",
            "error_text", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH"]
 
 INT_LIMIT: Final = 2**53  # larger integers do not survive a round trip through most JSON readers
@@ -65,6 +65,15 @@ def integer(name: str, value: object, minimum: int, maximum: int | None = None) 
         bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
         raise ValueError(f"{name} must be {bound}, not {value}")
     return value
+
+
+def job_options(priority: object, delay: object, max_attempts: object,
+                default_attempts: int) -> tuple[int, float, int]:
+    """An enqueue's priority, delay and max_attempts (None: `default_attempts`), checked."""
+    return (integer("priority", priority, -INT_LIMIT, INT_LIMIT),
+            number("delay", delay, minimum=0),
+            default_attempts if max_attempts is None
+            else integer("max_attempts", max_attempts, 1, INT_LIMIT))
 
 
 def fraction(name: str, value: object) -> float:
