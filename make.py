@@ -11,7 +11,8 @@ file); every command is printed before it runs; library code always runs with
 is development tooling, each into an ignored folder under ``.dev/``: the lint
 toolchain (``.dev/venv``), and for the docs site and its browser test MkDocs
 (``.dev/docs-venv``), Pyodide from npm (``.dev/npm``) and Playwright
-(``.dev/web-venv``).
+(``.dev/web-venv``), and Celery with nobroker installed beside it for the Celery
+transport's tests (``.dev/celery-venv``).
 """
 
 from __future__ import annotations
@@ -185,8 +186,8 @@ def bench_wake(args: list[str]) -> int:
 
 @task("bench-multiqueue")
 def bench_multiqueue(args: list[str]) -> int:
-    """A Worker over 3 queues vs over 1: drain rate ratio (tools/bench_multiqueue.py)."""
-    return python_script("tools/bench_multiqueue.py", args)
+    """A Worker over 3 queues vs over 1: drain rate ratio (tools/bench/multiqueue.py)."""
+    return python_tool("tools/bench/multiqueue.py", args)
 
 
 @task("profile")
@@ -205,6 +206,12 @@ def profile_commit(args: list[str]) -> int:
 def bench_peers(args: list[str]) -> int:
     """Compare against other job queues (tools/bench/peers/run.py)."""
     return python_tool("tools/bench/peers/run.py", args)
+
+
+@task("bench-realistic")
+def bench_realistic(args: list[str]) -> int:
+    """nobroker and its peers draining real-shaped jobs (tools/bench/realistic/run.py)."""
+    return python_tool("tools/bench/realistic/run.py", args)
 
 
 @task("torture")
@@ -241,7 +248,8 @@ def lint(args: list[str]) -> int:
 PG_VENV = DEV / "pg-venv"
 PG_BENCH_VENV = DEV / "pg-bench-venv"
 PG_TESTS = ("test_postgres", "test_postgres_connections", "test_postgres_processes",
-            "test_postgres_tasks", "test_postgres_dashboard", "test_postgres_multiqueue")
+            "test_postgres_tasks", "test_postgres_dashboard", "test_postgres_multiqueue",
+            "test_postgres_transactions")
 
 
 @task("test-postgres")
@@ -265,6 +273,56 @@ def bench_postgres(args: list[str]) -> int:
                 str(python), "-m", "tools.bench.postgres.run", *args])
 
 
+# --------------------------------------------------------------------------
+# Celery on nobroker (nobroker.celery, issue 26): Celery goes into .dev/celery-venv,
+# with nobroker installed there as a user installs it (its .pth hook and entry point).
+
+CELERY_VENV = DEV / "celery-venv"
+CELERY_TESTS = ("test_celery_hook", "test_celery_app", "test_celery_crash")
+# what installing nobroker puts in site-packages besides the code run from src/
+CELERY_INSTALL_INPUTS = ("pyproject.toml", "setup.py", "src/nobroker-celery.pth",
+                         "src/_nobroker_celery.py")
+
+
+@task("test-celery")
+def test_celery(args: list[str]) -> int:
+    """Run Celery on nobroker: real `celery worker` processes (tests/with_celery)."""
+    python = ensure_celery_venv()
+    if python is None:
+        return 1
+    return run([str(python), "tests/run.py", "-j", "1", *(args or CELERY_TESTS)])
+
+
+@task("test-celery-suite")
+def test_celery_suite(args: list[str]) -> int:
+    """Run Celery's own integration tests (tasks, canvas) on nobroker (tools/celery_suite.py)."""
+    python = ensure_celery_venv()
+    if python is None or ensure_venv(CELERY_VENV, REPO / "requirements-celery-suite.txt") is None:
+        return 1
+    return run([sys.executable, str(REPO / "tools/celery_suite.py"), "--python", str(python),
+                *args])
+
+
+def ensure_celery_venv() -> Path | None:
+    """The Celery venv, with nobroker installed in it when its install inputs changed."""
+    python = ensure_venv(CELERY_VENV, REPO / "requirements-celery.txt")
+    if python is None:
+        return None
+    digest = hashlib.sha256()
+    for name in CELERY_INSTALL_INPUTS:
+        digest.update((REPO / name).read_bytes())
+    stamp = CELERY_VENV / "nobroker-install.sha256"
+    if stamp.exists() and stamp.read_text().strip() == digest.hexdigest():
+        return python
+    code = run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+                "--no-deps", "--force-reinstall", str(REPO)])
+    if code != 0:
+        print("make.py: installing nobroker into the Celery venv failed", file=sys.stderr)
+        return None
+    stamp.write_text(digest.hexdigest() + "\n")
+    return python
+
+
 @task("clean")
 def clean(args: list[str]) -> int:
     """Remove caches, build output, the built site and benchmark scratch (--all: the venvs too)."""
@@ -274,7 +332,7 @@ def clean(args: list[str]) -> int:
     doomed += SRC.glob("*.egg-info")
     doomed += pycache_dirs(REPO)
     if "--all" in args:
-        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR]
+        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV]
     for path in sorted(set(doomed)):
         if path.is_dir():
             print(f"removing {path.relative_to(REPO)}/")
@@ -319,7 +377,7 @@ def docs(args: list[str]) -> int:
 
 @task("test-playground")
 def test_playground(args: list[str]) -> int:
-    """Build the site, then test the playground in headless Chromium (tests/test_playground.py)."""
+    """Build the site, then test the playground in headless Chromium (tests/docs/)."""
     if docs([]) != 0:
         return 1
     python = ensure_venv(WEB_VENV, REPO / "requirements-web.txt")
@@ -368,7 +426,7 @@ WEB_TESTS = ("test_dashboard_browser",)
 
 @task("test-web")
 def test_web(args: list[str]) -> int:
-    """Test the dashboard in headless Chromium (tests/test_dashboard_browser.py)."""
+    """Test the dashboard in headless Chromium (tests/dashboard/test_dashboard_browser.py)."""
     python = ensure_venv(WEB_VENV, REPO / "requirements-web.txt")
     if python is None or ensure_chromium() != 0:
         return 1

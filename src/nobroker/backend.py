@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -33,8 +34,8 @@ from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .validation import INT_LIMIT, integer, number
 
 __all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
-           "JobImport", "JobExport", "Dependencies", "Settings", "is_postgres_url",
-           "is_memory_url"]
+           "JobImport", "JobExport", "Transactions", "Dependencies", "Settings",
+           "is_postgres_url", "is_memory_url"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
@@ -69,6 +70,9 @@ class Capabilities:
     # The queue lives in this process only: no other process sees it, nothing
     # survives the process, and nothing is ever fsynced (memory://).
     in_process: bool = False
+    # Jobs can be written in a caller's database transaction, and a task's writes
+    # committed with its ack (see Transactions): PostgreSQL.
+    transactions: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,4 +253,27 @@ class JobExport(Protocol):
     def export_jobs(self) -> list[tuple[Job, bool]]:
         """Every pending, leased and dead job in enqueue order, each with whether its
         id is a caller's idempotency key (as JobImport.import_jobs takes them)."""
+        ...
+
+
+class Transactions(Protocol):
+    """What a backend with `capabilities.transactions` also has: jobs written in
+    the caller's transaction, and acks written in a task's (nobroker.transactions)."""
+
+    def enqueue_in(self, connection: Any, payload_text: str, payload: Any, *,
+                   priority: int, delay: float, max_attempts: int,
+                   job_id: str | None) -> Job:
+        """`enqueue`, run on the caller's `connection` and inside its transaction:
+        committed (and its wake-up sent) by the caller's commit, or never."""
+        ...
+
+    def atomic(self) -> AbstractContextManager[Any]:
+        """A connection of this backend's in an open transaction: committed when the
+        block ends, rolled back if it raises."""
+        ...
+
+    def ack_in(self, connection: Any, job: Job, result_text: str | None,
+               result_ttl: float | None) -> None:
+        """`ack`, inside the transaction `atomic()` opened; NotLeasedError if the
+        lease is no longer current (the caller then rolls the transaction back)."""
         ...

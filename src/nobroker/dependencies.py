@@ -9,18 +9,18 @@ rules a backend follows are in docs/TASKS.md, "Dependencies".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from . import validation
+from . import transactions, validation
 from .errors import NobrokerError
 
 if TYPE_CHECKING:
     from .backend import Backend, Dependencies
     from .models import Job
 
-__all__ = ["Dependency", "prerequisite_ids", "enqueue_after", "failure_error"]
+__all__ = ["Dependency", "prerequisite_ids", "enqueuer", "failure_error"]
 
 
 def failure_error(prerequisite: str, state: str) -> str:
@@ -63,22 +63,30 @@ def prerequisite_ids(depends_on: Any) -> tuple[list[str], bool]:
     return list(dict.fromkeys(ids)), allow
 
 
-def enqueue_after(backend: Backend, payload_text: str, payload: Any, depends_on: Any,
-                  allow_failure: bool, *, priority: int, delay: float, max_attempts: int,
-                  job_id: str | None) -> Job:
-    """Backend.enqueue, with prerequisites unless `depends_on` is None; NobrokerError
-    where the backend has no such thing."""
+def enqueuer(queue: object, backend: Backend, connection: Any, depends_on: Any,
+             allow_failure: bool) -> Callable[..., Job]:
+    """What writes one job for Queue.enqueue: transactions.enqueuer's writer without
+    `depends_on`, else the backend's enqueue with prerequisites. NobrokerError where the
+    backend has none, or inside the caller's transaction (the release is written with
+    the prerequisite's ack, which that transaction does not hold)."""
     if depends_on is None:
-        return backend.enqueue(payload_text, payload, priority=priority, delay=delay,
-                               max_attempts=max_attempts, job_id=job_id)
+        return transactions.enqueuer(queue, backend, connection)
     if not backend.capabilities.dependencies:
         raise NobrokerError(f"depends_on= is not supported by the {type(backend).__name__} "
                             "backend (it lacks the 'dependencies' capability)")
+    if connection is not None or transactions.active(queue) is not None:
+        raise NobrokerError("depends_on= cannot be written in the caller's transaction")
     ids, allow = prerequisite_ids(depends_on)
     if not isinstance(allow_failure, bool):
         raise TypeError("allow_failure must be a bool")
-    if job_id is not None and job_id in ids:
-        raise ValueError(f"job {job_id!r} cannot depend on itself")
-    return cast("Dependencies", backend).enqueue(
-        payload_text, payload, priority=priority, delay=delay, max_attempts=max_attempts,
-        job_id=job_id, depends_on=ids, allow_failure=allow_failure or allow)
+
+    def write(payload_text: str, payload: Any, *, priority: int, delay: float,
+              max_attempts: int, job_id: str | None) -> Job:
+        if job_id is not None and job_id in ids:
+            raise ValueError(f"job {job_id!r} cannot depend on itself")
+        return cast("Dependencies", backend).enqueue(
+            payload_text, payload, priority=priority, delay=delay,
+            max_attempts=max_attempts, job_id=job_id, depends_on=ids,
+            allow_failure=allow_failure or allow)
+
+    return write

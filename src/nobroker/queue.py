@@ -1,12 +1,11 @@
 """The Queue: the public face of one queue, over whichever backend stores it.
 
-It checks every argument (validation.py), encodes payloads as JSON text
-(codec.py), holds the clock and the random source it hands to its backend,
-and forwards each call to the backend as one queue operation (backend.py).
-Nothing here knows how jobs are stored, nor imports a backend: opener.py
-opens the one the location names (a directory, a postgresql:// URL,
-memory://NAME), importing it only then. `Queue.from_backend` puts a Queue
-over a backend built by hand, for tests and tools.
+It checks every argument (validation.py), encodes payloads as JSON text (codec.py),
+holds the clock and the random source it hands to its backend, and forwards each call
+to the backend as one queue operation (backend.py). Nothing here knows how jobs are
+stored, nor imports a backend: opener.py opens the one the location names (a
+directory, a postgresql:// URL, memory://NAME), importing it only then.
+`Queue.from_backend` puts a Queue over a backend built by hand, for tests and tools.
 """
 
 from __future__ import annotations
@@ -17,11 +16,10 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from . import validation
+from . import dependencies, transactions, validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads
-from .dependencies import enqueue_after
 from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
@@ -37,12 +35,12 @@ class Queue:
     """A durable job queue: `path` is a directory (the queue is its `NAME.*` files),
     a PostgreSQL URL (postgresql://...), or memory://SET (this process only).
 
-    Safe to share between threads, and to open from many processes at once.
-    Do not carry a Queue object across `fork()`; it reopens itself if you do.
-    `clock` (seconds since the epoch) and `rng` decide every time and every
-    random choice the queue records; by default `time.time` (on PostgreSQL,
-    the server's clock) and a Random seeded from os.urandom. `auto_compact`
-    and `allow_network_fs` apply to a directory only; `eager`: see nobroker.testing.
+    Safe to share between threads, and to open from many processes at once. Do not
+    carry a Queue object across `fork()`; it reopens itself if you do. `clock`
+    (seconds since the epoch) and `rng` decide every time and every random choice the
+    queue records; by default `time.time` (on PostgreSQL, the server's clock) and a
+    Random seeded from os.urandom. `auto_compact` and `allow_network_fs` apply to a
+    directory only; `eager`: see nobroker.testing.
     """
 
     hooks: Hooks | None = None  # what on() registered; None until the first
@@ -109,21 +107,21 @@ class Queue:
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
-                max_attempts: int | None = None, job_id: str | None = None,
+                max_attempts: int | None = None, job_id: str | None = None, connection: Any = None,
                 depends_on: Any = None, allow_failure: bool = False) -> Job:
-        """Add a job; durable when this returns.
-
-        A higher `priority` is leased first; `delay` seconds hide it until
-        then. With `job_id`, a second enqueue of a known id (pending, leased,
-        dead, or done less than `key_retention` seconds ago) writes nothing
-        and returns the existing job. `depends_on`: see docs/TASKS.md.
-        """
+        """Add a job; durable when this returns. A higher `priority` is leased first;
+        `delay` seconds hide it until then. With `job_id`, a second enqueue of a known id
+        (pending, leased, dead, or done less than `key_retention` seconds ago) writes
+        nothing and returns the existing job. With `connection` (PostgreSQL: psycopg's or
+        Django's), the job is written in that connection's open transaction and exists
+        once the caller commits it (nobroker.transactions). `depends_on`: docs/TASKS.md."""
         text = encode_payload(payload)
-        priority, delay, attempts = validation.enqueue_options(
+        priority, delay, attempts = validation.job_options(
             priority, delay, max_attempts, self.max_attempts)
         key = validation.job_id(job_id) if job_id is not None else None
-        job = enqueue_after(self._backend, text, payload, depends_on, allow_failure,
-                            priority=priority, delay=delay, max_attempts=attempts, job_id=key)
+        write = dependencies.enqueuer(self, self._backend, connection, depends_on, allow_failure)
+        job = write(text, payload, priority=priority, delay=delay, max_attempts=attempts,
+                    job_id=key)
         if self.hooks is not None:
             self.hooks.fire("enqueued", job)
         return job
@@ -131,8 +129,9 @@ class Queue:
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0,
                      max_attempts: int | None = None) -> list[Job]:
         """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
+        transactions.refuse_in_block(self, "enqueue_many")
         items = list(payloads)
-        prio, wait, attempts = validation.enqueue_options(
+        prio, wait, attempts = validation.job_options(
             priority, delay, max_attempts, self.max_attempts)
         texts = encode_payloads(items)
         if not items:
@@ -212,9 +211,9 @@ class Queue:
         return after
 
     def snooze(self, job: Job, delay: float, *, error: str | None = None) -> Job:
-        """Give a leased job back untried: pending again after `delay` seconds, and
-        this lease not counted as an attempt, so snoozing never dead-letters it
-        (as Oban's and River's snooze). NotLeasedError if the lease is not current."""
+        """Give a leased job back untried: pending again after `delay` seconds, this
+        lease not counted as an attempt, so snoozing never dead-letters it (as Oban's
+        and River's snooze). NotLeasedError if the lease is not current."""
         wait = validation.number("delay", delay, minimum=0)
         return self._backend.snooze(job, wait, validation.error_text(error))
 
@@ -233,12 +232,12 @@ class Queue:
 
     def result(self, job_id: str, timeout: float | None = None) -> Any:
         """Wait until the job finishes and return its result (what `ack(result=)`
-        stored; None for a keyed job acked without one). Raises TaskFailed if it
-        ended dead or cancelled, TimeoutError if it has not finished within
-        `timeout` seconds (None: as long as it takes), JobNotFoundError for an id
-        the queue does not know: never enqueued, acked without a result, or
-        finished longer ago than `result_ttl`. Woken by the ack, in any process: no
-        polling (except on a read-only PostgreSQL Queue, which writes nothing)."""
+        stored; None for a keyed job acked without one). Raises TaskFailed if it ended
+        dead or cancelled, TimeoutError if it has not finished within `timeout` seconds
+        (None: as long as it takes), JobNotFoundError for an id the queue does not know:
+        never enqueued, acked without a result, or finished longer ago than
+        `result_ttl`. Woken by the ack, in any process: no polling (except on a
+        read-only PostgreSQL Queue, which writes nothing)."""
         job = self.wait_finished(job_id, timeout)
         if job is None:
             raise TimeoutError(f"job {job_id!r} did not finish within {timeout:g}s")
@@ -293,6 +292,11 @@ class Queue:
         finally:
             release()
 
+    def transaction(self, connection: Any) -> contextlib.AbstractContextManager[Any]:
+        """`with q.transaction(conn):` every enqueue of this queue in it (`.delay()` too) is
+        written in `conn`'s transaction, for the caller to commit (nobroker.transactions)."""
+        return transactions.transaction(self, self._backend, connection)
+
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None = None) -> int:
@@ -336,11 +340,9 @@ class Queue:
     def compact(self) -> CompactionResult:
         """Drop what storage no longer needs, on every backend; returns what it did.
 
-        The file log rewrites the live jobs into a new generation and switches
-        to it atomically, written without holding the queue's lock, so other
-        handles and processes keep working; only the switch at the end locks.
-        PostgreSQL and memory:// drop the finished jobs and keys whose
-        retention is over (generations stay 0).
+        The file log rewrites the live jobs into a new generation and switches to it
+        atomically, without holding the queue's lock but for the switch. PostgreSQL and
+        memory:// drop the finished jobs and keys whose retention is over (generation 0).
         """
         return self._backend.compact()
 
@@ -348,13 +350,15 @@ class Queue:
 
     def task(self, fn: Any = None, *, name: str | None = None, max_attempts: int | None = None,
              priority: int = 0, timeout: float | None = None,
-             result_ttl: float | None = None, lock: bool | str = False) -> Any:
+             result_ttl: float | None = None, lock: bool | str = False,
+             atomic: bool = False) -> Any:
         """Decorator: register a function as a task of this queue (`@q.task` or
-        `@q.task(...)`); see nobroker.tasks. `lock=True` (or a key) runs one call
-        at a time across every worker: see `lock`."""
+        `@q.task(...)`); see nobroker.tasks. `lock=True` (or a key) runs one call at a
+        time across every worker: see `lock`. `atomic=True` (PostgreSQL): the call runs
+        in a transaction that its ack commits (nobroker.transactions)."""
         from . import tasks
         return tasks.task(self, fn, name=name, max_attempts=max_attempts, priority=priority,
-                          timeout=timeout, result_ttl=result_ttl, lock=lock)
+                          timeout=timeout, result_ttl=result_ttl, lock=lock, atomic=atomic)
 
     def periodic(self, *, cron: str | None = None, every: Any = None, tz: str | None = None,
                  name: str | None = None, max_attempts: int | None = None, priority: int = 0,

@@ -18,8 +18,8 @@ import math
 import re
 from typing import Any, Final
 
-__all__ = ["number", "seconds", "integer", "fraction", "job_id", "queue_name",
-           "error_text", "enqueue_options", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH"]
+__all__ = ["number", "seconds", "integer", "job_options", "fraction", "job_id", "queue_name",
+           "error_text", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH"]
 
 INT_LIMIT: Final = 2**53  # larger integers do not survive a round trip through most JSON readers
 MAX_ID_LENGTH: Final = 256
@@ -67,6 +67,15 @@ def integer(name: str, value: object, minimum: int, maximum: int | None = None) 
     return value
 
 
+def job_options(priority: object, delay: object, max_attempts: object,
+                default_attempts: int) -> tuple[int, float, int]:
+    """An enqueue's priority, delay and max_attempts (None: `default_attempts`), checked."""
+    return (integer("priority", priority, -INT_LIMIT, INT_LIMIT),
+            number("delay", delay, minimum=0),
+            default_attempts if max_attempts is None
+            else integer("max_attempts", max_attempts, 1, INT_LIMIT))
+
+
 def fraction(name: str, value: object) -> float:
     """A number strictly between 0 and 1."""
     checked = number(name, value, minimum=0)
@@ -105,12 +114,3 @@ def queue_name(value: object) -> str:
 def error_text(error: Any) -> str | None:
     """A nack's error as stored: text, cut to MAX_ERROR_LENGTH characters."""
     return None if error is None else str(error)[:MAX_ERROR_LENGTH]
-
-
-def enqueue_options(priority: int, delay: float, max_attempts: int | None,
-                    default_attempts: int) -> tuple[int, float, int]:
-    """An enqueue's checked priority, delay and max attempts (None: the queue's)."""
-    return (integer("priority", priority, -INT_LIMIT, INT_LIMIT),
-            number("delay", delay, minimum=0),
-            default_attempts if max_attempts is None
-            else integer("max_attempts", max_attempts, 1, INT_LIMIT))

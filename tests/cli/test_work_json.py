@@ -18,7 +18,7 @@ import time
 import unittest
 from typing import Any
 
-from support import SRC, TempDirTestCase, wait_until
+from harness.support import SRC, TempDirTestCase, wait_until
 
 from nobroker import Queue
 

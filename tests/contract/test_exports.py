@@ -15,7 +15,7 @@ import types
 import unittest
 from collections.abc import Iterable
 
-from support import REPO
+from harness.support import REPO
 
 import nobroker
 from nobroker import errors, models

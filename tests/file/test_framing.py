@@ -342,7 +342,7 @@ class RecordFieldsTest(unittest.TestCase):
         return {key for row in rows for key in re.findall(r"`([a-z]+)`", row)}
 
     def test_the_named_record_keys_are_the_ones_format_md_documents(self) -> None:
-        from support import REPO
+        from harness.support import REPO
         documented = self.documented_keys((REPO / "docs" / "FORMAT.md").read_text("utf-8"))
         documented |= {records.BATCH, records.DURABLE}  # every record's, above the table
         self.assertEqual(len(set(records.FIELDS)), len(records.FIELDS), "a key named twice")

@@ -7,7 +7,7 @@ byte; another process inside a call makes salvage refuse; and a salvage
 killed (kill -9) at any file operation leaves either the old state or the
 salvaged one, and running it again finishes the job.
 
-The damaged logs are the fuzzer's (tests/test_fuzz.py: its corpus and its
+The damaged logs are the fuzzer's (tests/harness/fuzz/: its corpus and its
 mutations), plus in-place damage of our own for which the surviving batches
 are known exactly.
 """

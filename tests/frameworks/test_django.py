@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from support import REPO, SRC
+from harness.support import REPO, SRC
 
 SITE = REPO / "examples" / "django_site"
 HAVE_DJANGO = (sys.version_info >= (3, 12)

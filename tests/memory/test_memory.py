@@ -13,7 +13,7 @@ import time
 import unittest
 from typing import cast
 
-from support import FakeClock, TempDirTestCase
+from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import JobNotFoundError, JobState, NobrokerError, Queue, TaskLockedError, Worker
 from nobroker.backend import QueueListing

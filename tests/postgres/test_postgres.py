@@ -933,8 +933,8 @@ class PostgresSqlFilesTest(unittest.TestCase):
         repo = Path(__file__).resolve().parents[2]
         with tempfile.TemporaryDirectory() as tmp:
             pyz = Path(tmp) / "nobroker.pyz"
-            built = subprocess.run([sys.executable, str(repo / "tools" / "build_pyz.py"),
-                                    "--output", str(pyz)], capture_output=True, text=True,
+            built = subprocess.run([sys.executable, "-m", "tools.build.pyz", "--output",
+                                    str(pyz)], cwd=repo, capture_output=True, text=True,
                                    timeout=120, check=False)
             self.assertEqual(built.returncode, 0, built.stderr)
             script = (

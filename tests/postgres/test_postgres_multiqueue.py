@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import unittest
 
-from pg_support import drop_schema, fresh_schema_url, needs_postgres
-from support import TempDirTestCase
+from harness.postgres import drop_schema, fresh_schema_url, needs_postgres
+from harness.support import TempDirTestCase
 from worker.test_multiqueue import MultiQueueContract
 
 

@@ -16,7 +16,7 @@ import time
 import unittest
 from typing import Any
 
-from support import SRC, TempDirTestCase
+from harness.support import SRC, TempDirTestCase
 
 from nobroker import BackoffPolicy, JobState, Queue, Retry, Snooze, TaskFailed
 from nobroker.testing import FakeClock, drain, eager, enqueued

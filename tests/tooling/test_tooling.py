@@ -102,6 +102,27 @@ class DependencyProofTest(TempDirTestCase):
         self.assertIn("src/nobroker/postgres.py:1: 'psycopg' (module level)", result.stdout)
         self.assertIn("tools/bench/peers/run.py:1: 'huey' (module level)", result.stdout)
 
+    def test_the_celery_integration_may_import_kombu_but_the_core_may_not_import_it(
+            self) -> None:
+        write(self.tmp, "src/nobroker/celery/transport.py",
+              "from kombu.transport import virtual\nimport requests\n")
+        write(self.tmp, "src/nobroker/celery/backend.py", "import celery\n")
+        write(self.tmp, "src/nobroker/queue.py", """\
+            def later():
+                from .celery import transport
+                from nobroker import celery
+                return transport, celery
+            """)
+        result = self.check(self.tmp)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn("kombu            imported in src/nobroker/celery/transport.py\n",
+                      result.stdout)
+        self.assertIn("src/nobroker/celery/transport.py:2: 'requests'", result.stdout)
+        self.assertNotIn("backend.py:1: 'celery'", result.stdout)
+        self.assertIn("src/nobroker/queue.py:2: 'nobroker.celery': the library must not import "
+                      "a framework integration", result.stdout)
+        self.assertIn("src/nobroker/queue.py:3: 'nobroker.celery'", result.stdout)
+
     def test_lazy_import_in_a_dev_tool_is_listed_under_development_tools(self) -> None:
         write(self.tmp, "tools/bench/peers/run.py", """\
             import importlib

@@ -11,7 +11,7 @@ import threading
 import unittest
 from typing import Any
 
-from support import TempDirTestCase
+from harness.support import TempDirTestCase
 
 from nobroker import BackoffPolicy, Job, JobState, Queue, Worker
 from nobroker.hooks import EVENTS

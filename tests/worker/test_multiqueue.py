@@ -15,7 +15,7 @@ import unittest
 from collections.abc import Callable
 from typing import Any
 
-from support import TempDirTestCase, wait_until
+from harness.support import TempDirTestCase, wait_until
 
 from nobroker import BackoffPolicy, Job, Queue, QueueClosedError, Worker, WorkerStats
 from nobroker.worker.picking import QueuePicker

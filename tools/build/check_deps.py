@@ -49,9 +49,10 @@ SCAN_DIRS = ("src", "tests", "tools", "examples", "docsite")
 SCAN_FILES = ("make.py",)
 REQUIREMENTS_DEV = "requirements-dev.txt"
 REQUIREMENTS_BENCH = "requirements-bench.txt"
-# The Django suite, the docs site (docsite/, MkDocs) and the browser tests (Playwright):
+# The Celery and Django suites, the docs site (docsite/, MkDocs) and the browser tests:
 # development only.
-REQUIREMENTS_WEB_TOOLS = {"requirements-django.txt": "Django suite venv .dev/django-venv",
+REQUIREMENTS_WEB_TOOLS = {"requirements-celery.txt": "Celery test venv .dev/celery-venv",
+                          "requirements-django.txt": "Django suite venv .dev/django-venv",
                           "requirements-docs.txt": "docs venv .dev/docs-venv",
                           "requirements-web.txt": "browser-test venv .dev/web-venv"}
 
@@ -64,9 +65,14 @@ BACKEND_MODULE = "nobroker.postgres"
 
 # Framework integrations: subpackage -> what it may import; the example projects
 # that run under that framework may import the same.
-INTEGRATIONS = {"src/nobroker/django/": frozenset({"django", "asgiref"})}
+INTEGRATIONS = {"src/nobroker/django/": frozenset({"django", "asgiref"}),
+                # kombu finds it through the .pth hook (src/_nobroker_celery.py), Celery
+                # through the celery.result_backends entry point
+                "src/nobroker/celery/": frozenset({"kombu", "celery"})}
 INTEGRATION_EXAMPLES = {"examples/django_site/": frozenset({"django"})}
 FRAMEWORKS = frozenset().union(*INTEGRATIONS.values())  # tests may import them lazily
+# The Celery application the tests' `celery worker` processes load imports Celery at its top.
+CELERY_APP = "tests/with_celery/celery_app.py"
 
 TOP_LEVEL = "module level"
 IN_FUNCTION = "inside a function"
@@ -235,6 +241,8 @@ def first_party_names(root: Path) -> set[str]:
             continue
         if top != "src":
             names.add(top)  # e.g. ``from tests import support``
+        if top == "tests":  # a test folder's own helpers (with_celery/celery_app.py)
+            names.update(p.stem for p in base.rglob("*.py") if "__pycache__" not in p.parts)
         for child in base.iterdir():
             if child.suffix == ".py":
                 names.add(child.stem)
@@ -278,6 +286,8 @@ def violation(imp: Import) -> str | None:
         return f"only {', '.join(sorted(allowed))} may be imported here"
     if role == "library":
         return "the core library must import only the standard library"
+    if imp.path == CELERY_APP and imp.module in FRAMEWORKS:
+        return None  # a Celery application, loaded only by `celery worker` in the tests
     if role == "backend-package":
         if imp.module in OPTIONAL_EXTRAS:
             return None
@@ -458,7 +468,8 @@ def report(result: Scan) -> tuple[str, bool]:
     # static scan sees, so the pins are listed from the file that installs them.
     for pin in result.bench_requirements:
         out += _row(pin, f"bench venv .dev/bench-venv, pinned in {REQUIREMENTS_BENCH}; "
-                         "imported by name in tools/bench/peers/")
+                         "imported by name in tools/bench/peers/ and by the generated "
+                         "apps of tools/bench/realistic/")
     for name, pins in result.web_requirements.items():
         for pin in pins:
             out += _row(pin, f"{REQUIREMENTS_WEB_TOOLS[name]}, pinned in {name}")

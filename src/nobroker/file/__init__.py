@@ -1,7 +1,7 @@
 """The file engine: one queue is one directory holding an append-only log.
 
 Tiers, top first; each imports only its own tier and the ones below it
-(tests/test_layers.py keeps that order):
+(tests/architecture/test_layers.py keeps that order):
 
 - ``backend`` -- FileBackend, the operations of nobroker.backend.Backend;
 - a live handle at this level -- ``handle`` (QueueHandle, an open queue: its lock,

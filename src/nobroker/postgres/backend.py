@@ -1,40 +1,40 @@
 """The PostgreSQL backend: one queue's jobs as rows, every call one short transaction.
 
-Theory of operation. Each call is one SQL statement where it can be (so one
-round trip and one commit), a short transaction where it cannot. A call that
-returned has committed; with `fsync=False` the session commits with
-`synchronous_commit = off` (a server crash may lose the last moments, never
-corrupt). The rules are the file backend's, point by point:
+Theory of operation. Each call is one SQL statement where it can be (so one round
+trip and one commit), a short transaction where it cannot. A call that returned has
+committed; with `fsync=False` the session commits with `synchronous_commit = off` (a
+server crash may lose the last moments, never corrupt). The rules are the file
+backend's, point by point:
 
-- leasing takes ready rows with `FOR UPDATE SKIP LOCKED`, highest priority
-  first and FIFO (by `seq`) within a priority; each lease gets a fencing
-  token from a sequence, and ack/nack/extend match on (id, token), so a
-  stale holder changes nothing and gets NotLeasedError;
-- an expired lease is an attempt: the lease statement first reclaims expired
-  leases (back to pending after the backoff, or dead with "lease expired
-  (attempt N)"); the rows it reclaims become leasable from the next call,
-  as in the file backend, and an ack arriving late still succeeds while
-  nobody reclaimed the job;
-- a finished row (acked, cancelled) stays until `expires_at`: the key
-  retention for a keyed job, the result's ttl for a job acked with a result,
-  at once otherwise; rows past it are invisible and swept in batches
-  (sweeping.py, which also says what compact() means here);
+- leasing takes ready rows with `FOR UPDATE SKIP LOCKED`, highest priority first and
+  FIFO (by `seq`) within a priority; each lease gets a fencing token from a sequence,
+  and ack/nack/extend match on (id, token), so a stale holder changes nothing and gets
+  NotLeasedError;
+- an expired lease is an attempt: the lease statement first reclaims expired leases
+  (back to pending after the backoff, or dead with "lease expired (attempt N)"); the
+  rows it reclaims become leasable from the next call, as in the file backend, and an
+  ack arriving late still succeeds while nobody reclaimed the job;
+- a finished row (acked, cancelled) stays until `expires_at`: the key retention for a
+  keyed job, the result's ttl for a job acked with a result, at once otherwise; rows
+  past it are invisible and swept in batches (sweeping.py, which also says what
+  compact() means here);
 - purge removes pending jobs only; requeue_dead resets attempts;
-- stats() sums the per-slot counter rows that every writing statement
-  keeps as it writes (sql/parts/counted.sql).
+- stats() sums the per-slot counter rows that every writing statement keeps as it
+  writes (sql/parts/counted.sql).
 
-Whose clock: the server's, unless the Queue was given one (session.py).
-Wake-ups: `wait` and `wait_finished` block on LISTEN connections of their
-own (wakeups.py), except a read-only handle's wait_finished, which reads
-until the job finished (a watch would be a write); a lease runs on the
-idle-wait one when no wait holds it, and on the operation connection
-otherwise. The SQL is in sql/ (queries/, loaded by statements.py), the tables
-in schema.py.
+Whose clock: the server's, unless the Queue was given one (session.py). Wake-ups:
+`wait` and `wait_finished` block on LISTEN connections of their own (wakeups.py),
+except a read-only handle's wait_finished, which reads until the job finished (a
+watch would be a write); a lease runs on the idle-wait one when no wait holds it,
+and on the operation connection otherwise. The SQL is in sql/ (queries/, loaded by
+statements.py), the tables in schema.py. Writes in a transaction not the call's own
+(the caller's, an atomic task's): transactional.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -62,6 +62,7 @@ from .rows import (
 from .session import Session
 from .statements import Statements, backoff_params
 from .sweeping import EVERY, OVERDUE, Sweeper, retention
+from .transactional import Transactional, enqueue_rows
 from .url import Target
 from .wakeups import Wakeups
 
@@ -74,15 +75,14 @@ class PostgresBackend:
     """One queue in a PostgreSQL schema. Safe to share between threads."""
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
-                                local=False, listing=True, imports=True)
+                                local=False, listing=True, imports=True, transactions=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
         self.target = target
         self.name = name
         self.location = target.shown
-        # No clock given (None): the server's now() decides every time (session.py).
-        clock = settings.clock
+        clock = settings.clock  # None: the server's now() decides every time (session.py)
         self.settings = settings = settings.filled()
         assert settings.rng is not None  # filled() gave it one
         self._rng = settings.rng
@@ -95,6 +95,7 @@ class PostgresBackend:
                                 readonly=settings.readonly)
         self._wakeups = Wakeups(self.session, self._sql)
         self._locks = LockConnections(target, name, settings.lock_timeout)
+        self._transactional = Transactional(target, self._sql, self.session, settings)
         try:
             self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
         except BaseException:
@@ -103,8 +104,6 @@ class PostgresBackend:
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self.location!r}, name={self.name!r})"
-
-    # -- helpers ------------------------------------------------------------
 
     def _not_leased(self, conn: Conn, job: Job) -> NotLeasedError:
         return not_leased(job, conn.execute(self._sql.lease_of,
@@ -130,18 +129,10 @@ class PostgresBackend:
                               p=payload_text)
 
         def run(conn: Conn) -> Job:
-            if job_id is None:
-                while True:  # a generated id may clash with a user's key: take the next
-                    row = conn.execute(self._sql.enqueue, params).fetchone()
-                    if row is not None:
-                        return job_from_row(row)
+            if job_id is None:  # one statement: no transaction needed
+                return enqueue_rows(conn, self._sql, params, None)
             with conn.transaction():
-                conn.execute(self._sql.forget_key, params)
-                row = conn.execute(self._sql.enqueue, params).fetchone()
-                if row is None:
-                    row = conn.execute(self._sql.get, params).fetchone()
-                    assert row is not None, "a key that conflicts is visible"
-                return job_from_row(row)
+                return enqueue_rows(conn, self._sql, params, job_id)
 
         return self._link.run("enqueue", run)
 
@@ -168,6 +159,20 @@ class PostgresBackend:
                 return self._link.run("enqueue_many", run)
             except _Retry:
                 continue
+
+    # -- in a transaction not ours (transactional.py) -------------------------
+
+    def enqueue_in(self, connection: Any, payload_text: str, payload: Any, *, priority: int,
+                   delay: float, max_attempts: int, job_id: str | None) -> Job:
+        return self._transactional.enqueue_in(connection, self._params(
+            id=job_id, pr=priority, delay=delay, ma=max_attempts, p=payload_text), job_id)
+
+    def atomic(self) -> AbstractContextManager[Conn]:
+        return self._transactional.atomic()
+
+    def ack_in(self, connection: Conn, job: Job, result_text: str | None,
+               result_ttl: float | None) -> None:
+        self._transactional.ack_in(connection, job, result_text, result_ttl)
 
     # -- consuming ----------------------------------------------------------
 
@@ -340,24 +345,20 @@ class PostgresBackend:
         return self._link.run("list_jobs", run)
 
     def queue_names(self) -> list[str]:
-        """Every queue of this schema: the rows of its `queues` table (one per queue
-        opened for writing), so no scan of the jobs."""
+        """Every queue of this schema: its `queues` table's rows, no scan of the jobs."""
         def run(conn: Conn) -> list[str]:
             return [str(row[0]) for row in conn.execute(self._sql.queue_names).fetchall()]
 
         return self._link.run("queue_names", run)
 
     def compact(self) -> CompactionResult:
-        """Compaction on PostgreSQL: every expired finished row deleted (sweeping.py);
-        the storage is autovacuum's, so the result has no generations or bytes."""
+        """Every expired finished row deleted (sweeping.py); no generations or bytes."""
         return self._sweeper.compact()
 
     # -- transfer (nobroker migrate) -----------------------------------------
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
-        """Insert jobs copied from another backend, keeping their ids, attempts and
-        errors; a leased job arrives pending. Ids already here are skipped: returns
-        the states of the jobs inserted."""
+        """Insert copied jobs as they were (backend.JobImport); ids known are skipped."""
         if not jobs:
             return []
         params = self._params(**import_params(jobs, keyed))
@@ -380,6 +381,7 @@ class PostgresBackend:
     def close(self) -> None:
         self._wakeups.close()
         self._locks.close()
+        self._transactional.close()
         self._link.close()
 
 

@@ -47,11 +47,12 @@ R = TypeVar("R")
 def task(queue: Queue, fn: Callable[P, R] | None = None, *, name: str | None = None,
          max_attempts: int | None = None, priority: int = 0, timeout: float | None = None,
          result_ttl: float | None = None, lock: bool | str = False,
-         schedule: Schedule | None = None) -> Any:
+         schedule: Schedule | None = None, atomic: bool = False) -> Any:
     """Register `fn` on `queue` (what `Queue.task` does); usable with or without ()."""
     def register(func: Callable[P, R]) -> Task[P, R]:
         made = Task(queue, func, name=name, max_attempts=max_attempts, priority=priority,
-                    timeout=timeout, result_ttl=result_ttl, lock=lock, schedule=schedule)
+                    timeout=timeout, result_ttl=result_ttl, lock=lock, schedule=schedule,
+                    atomic=atomic)
         registry_of(queue).add(made)
         return made
 

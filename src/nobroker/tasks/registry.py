@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from .. import validation
 from ..errors import JobNotFoundError, SerializationError
 from ..models import Job, JobState
+from ..transactions import transactional
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -168,7 +169,8 @@ class Task(Generic[P, R]):
     def __init__(self, queue: Queue, fn: Callable[P, R], *, name: str | None = None,
                  max_attempts: int | None = None, priority: int = 0,
                  timeout: float | None = None, result_ttl: float | None = None,
-                 lock: bool | str = False, schedule: Schedule | None = None) -> None:
+                 lock: bool | str = False, schedule: Schedule | None = None,
+                 atomic: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"a task must be a function, not {type(fn).__name__}")
         self.fn = fn
@@ -183,6 +185,7 @@ class Task(Generic[P, R]):
         self.lock = _lock_key(lock, self.name)
         self.schedule = schedule
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.atomic = _atomic(queue, atomic, self.is_async)
         functools.update_wrapper(self, fn)
 
     @property
@@ -325,6 +328,17 @@ def _optional_seconds(name: str, value: object, *, zero: bool = False) -> float 
         raise ValueError(f"{name} must be a finite number {'>=' if zero else '>'} 0, "
                          f"not {value}")
     return float(value)
+
+
+def _atomic(queue: Queue, atomic: object, is_async: bool) -> bool:
+    """A task's `atomic=`: refused where the ack cannot join the task's transaction."""
+    if not atomic:
+        return False
+    transactional(queue.backend, "atomic=True")
+    if is_async:
+        raise ValueError("atomic=True takes a plain function: its transaction is one "
+                         "connection's, used by the worker thread that runs it")
+    return True
 
 
 def _lock_key(lock: object, name: str) -> str | None:

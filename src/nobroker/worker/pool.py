@@ -72,6 +72,7 @@ class Outcome:
     crashed: bool = False  # a child process died under the call
     retry_delay: float | None = None  # the call raised Retry(delay=...): nack with it
     snooze_delay: float | None = None  # not an attempt (Snooze, a held lock): snooze
+    settled: str | None = None  # already settled by the run (an atomic task): its counter
 
     @classmethod
     def failed(cls, exc: BaseException) -> Outcome:

@@ -27,6 +27,7 @@ from ..errors import NobrokerError, NotLeasedError, SerializationError, TaskLock
 from ..models import Job, JobState
 from ..queue import Queue
 from ..tasks import call_as, parse_payload
+from .atomic import run_atomic
 from .joblog import log_job
 from .leasing import Leasing
 from .pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
@@ -47,6 +48,7 @@ class Plan:
     refused: str | None = None  # the job cannot run here: this is its last_error
     lock: str | None = None  # the named lock each run holds (a task's lock=)
     name: str | None = None  # the task's name, or the handler's (for the job log)
+    atomic: bool = False  # run and ack in one transaction (atomic.py)
 
 
 class Slots(Leasing):
@@ -156,6 +158,10 @@ class Slots(Leasing):
         queue = self.queues[flight.queue_index]
         text = outcome.error_text
         verb = "acked" if text is None else "nacked"
+        if outcome.settled is not None:  # an atomic task's run acked it, or lost it
+            if outcome.settled == "succeeded" and queue.hooks is not None:
+                queue.hooks.fire("succeeded", job)
+            return outcome.settled
         try:
             if text is None:
                 options = self._ack_options(plan, outcome.result)
@@ -234,7 +240,7 @@ class Slots(Leasing):
         timeout = task.timeout if task.timeout is not None else self.timeout
         return Plan(task.fn, tuple(call.args), call.kwargs, timeout, keep=True,
                     result_ttl=task.result_ttl, spec=task.spec, lock=task.lock,
-                    name=call.name)
+                    name=call.name, atomic=task.atomic)
 
     def _execute(self, job: Job, queue: Queue, plan: Plan,
                  child: ChildProcess | None) -> Outcome:
@@ -243,7 +249,7 @@ class Slots(Leasing):
         if plan.refused is not None or plan.target is None:
             return Outcome(error_text=plan.refused)
         if plan.lock is None:
-            return self._call(job, plan, child, None)
+            return self._call(job, queue, plan, child, None)
         try:
             release = queue.backend.try_lock(plan.lock)
         except NobrokerError as exc:  # could not ask (a broken connection)
@@ -251,14 +257,17 @@ class Slots(Leasing):
         if release is None:  # not an attempt: look again after the backoff's first step
             return Outcome(error_text=describe_error(TaskLockedError(plan.lock)),
                            snooze_delay=queue.backoff.delay(1))
-        return self._call(job, plan, child, release)
+        return self._call(job, queue, plan, child, release)
 
-    def _call(self, job: Job, plan: Plan, child: ChildProcess | None,
+    def _call(self, job: Job, queue: Queue, plan: Plan, child: ChildProcess | None,
               release: Callable[[], None] | None) -> Outcome:
         """Make the call. `release` (of the run's lock) is called once the call really
         ended: here, or by a thread or coroutine that runs on past its time limit."""
         keeper = release  # who calls it: this thread, unless handed over
         try:
+            if plan.atomic and plan.target is not None:  # here, in one transaction
+                return run_atomic(queue, job, plan.target, plan.args, plan.kwargs or {},
+                                  plan.result_ttl)
             if child is not None:  # a child over its limit is dead when call() returns
                 handler = self.handler is not None
                 request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,

@@ -151,8 +151,9 @@ def pip_install(python: Path) -> None:
                   file=sys.stderr)
 
 
-def bootstrap(argv: list[str]) -> None:
-    """Create/refresh .dev/bench-venv and re-execute this script inside it (never returns)."""
+def bootstrap(argv: list[str], module: str = "tools.bench.peers.run") -> None:
+    """Create/refresh .dev/bench-venv and re-execute `module` inside it (never returns);
+    tools/bench/realistic/run.py shares the venv and comes in through here too."""
     python = venv_python()
     if not python.exists():
         print(f"bench_peers: creating {VENV}", file=sys.stderr)
@@ -172,7 +173,7 @@ def bootstrap(argv: list[str]) -> None:
     env["NOBROKER_BENCH_VENV"] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(str(python), [str(python), "-m", "tools.bench.peers.run", *argv], env)
+    os.execve(str(python), [str(python), "-m", module, *argv], env)
 
 
 # --------------------------------------------------------------------------

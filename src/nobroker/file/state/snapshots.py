@@ -14,7 +14,6 @@ from typing import Final
 
 from ..log.records import (
     ACKED,
-    ALLOW_FAILURE,
     AT,
     ATTEMPTS,
     ERROR,
@@ -39,6 +38,7 @@ from ..log.records import (
 from .fieldchecks import check_totals, field, max_attempts_field, opt_str
 from .transitions import ReplayState
 from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState
+from .waits import prerequisites_field
 
 __all__ = ["apply_snapshot_job", "apply_snapshot_finished", "apply_snapshot_end"]
 
@@ -76,11 +76,7 @@ def apply_snapshot_job(state: ReplayState, job_id: str, rec: Record, offset: int
     # before anything changes (a tolerant replay goes on after a refused record).
     if (job_state is JobState.WAITING) != (WAIT in rec):
         raise ReplayError(offset, f"a snapshot job {code} with prerequisites {rec.get(WAIT)!r}")
-    unmet, allow = rec.get(WAIT), rec.get(ALLOW_FAILURE, False)
-    if unmet is not None and (type(unmet) is not list or not unmet
-                              or not all(type(p) is str for p in unmet)
-                              or len(set(unmet)) != len(unmet) or type(allow) is not bool):
-        raise ReplayError(offset, f"bad prerequisites {unmet!r}")
+    unmet, allow = prerequisites_field(rec, job_id, offset) if WAIT in rec else ([], False)
     job_code = CODES[job_state]
     slot = table.add(job_id, keyed, job_code, priority, at, enqueued_at,
                      max_attempts, attempts, offset, size)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from ..log.records import (
-    ALLOW_FAILURE,
     AT,
     BATCH,
     ERROR,
@@ -56,7 +55,7 @@ from .vocabulary import (
     WAITING,
     JobState,
 )
-from .waits import Waits
+from .waits import Waits, prerequisites_field
 
 __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "apply_enqueue",
            "apply_enqueue_run", "apply_forget", "expect_state"]
@@ -171,8 +170,7 @@ def _finish(state: ReplayState, slot: int, job_id: str, code: int, finished_at: 
 
 def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                  size: int) -> None:
-    """Cancelled, with `err` when the writer gave one (a dependent: the prerequisite
-    that failed); a waiting job leaves the waits, and its own dependents lose it."""
+    """Cancelled (`err`: a dependent's names its failed prerequisite); dependents lose it."""
     table = state.table
     code = table.code[slot]
     cancelled_at = field(rec, TIME, float, offset)  # the fields checked before any change
@@ -259,8 +257,7 @@ def apply_snooze(state: ReplayState, slot: int, job_id: str, rec: Record, offset
 
 def apply_release(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                   size: int) -> None:
-    """Pending from its own `at` (its delay= still holds); only once every prerequisite
-    it waited for has finished (the writer checked which way)."""
+    """Pending from its own `at` (delay= holds), once no prerequisite is left to wait for."""
     wait = state.waits.by_job.get(job_id)
     if wait is None or wait.unmet:
         left = "?" if wait is None else ", ".join(wait.unmet)
@@ -280,25 +277,15 @@ def apply_requeue(state: ReplayState, slot: int, job_id: str, rec: Record, offse
 
 def apply_enqueue_waiting(state: ReplayState, job_id: str, rec: Record, offset: int,
                           size: int) -> None:
-    """An ENQUEUE with prerequisites (`w`, a non-empty list of ids; `af` optional):
-    the job waits for them, and is not leased until a RELEASE."""
-    unmet, allow = rec[WAIT], rec.get(ALLOW_FAILURE, False)
-    if (type(unmet) is not list or not unmet or not all(type(p) is str for p in unmet)
-            or len(set(unmet)) != len(unmet) or job_id in unmet):
-        raise ReplayError(offset, f"bad prerequisites {unmet!r}")
-    if type(allow) is not bool:
-        raise ReplayError(offset, f"field '{ALLOW_FAILURE}' must be a boolean")
-    if PAYLOAD not in rec:
-        raise ReplayError(offset, f"enqueue of {job_id!r} has no payload")
-    if state.table.find(job_id) >= 0:
-        raise ReplayError(offset, f"job {job_id!r} enqueued twice")
+    """An ENQUEUE with prerequisites (`w`, `af`): waiting, not leased until a RELEASE."""
+    unmet, allow = prerequisites_field(rec, job_id, offset)
     keyed = rec.get(IS_KEY, False)
-    if type(keyed) is not bool:
-        raise ReplayError(offset, "field 'k' must be a boolean")
+    if PAYLOAD not in rec or state.table.find(job_id) >= 0 or type(keyed) is not bool:
+        raise ReplayError(offset, f"enqueue of {job_id!r}: no payload, a bad 'k', or twice")
+    fields = (field(rec, PRIORITY, int, offset), field(rec, AT, float, offset),
+              field(rec, TIME, float, offset), max_attempts_field(rec, offset))
     state.done_keys.pop(job_id, None)
-    state.table.add(job_id, keyed, WAITING, field(rec, PRIORITY, int, offset),
-                    field(rec, AT, float, offset), field(rec, TIME, float, offset),
-                    max_attempts_field(rec, offset), 0, offset, size)
+    state.table.add(job_id, keyed, WAITING, *fields, 0, offset, size)
     state.waits.add(job_id, unmet, allow)
     state.waiting += 1
     state.enqueued += 1

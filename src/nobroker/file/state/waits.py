@@ -14,8 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Wait", "Waits"]
+from ..log.records import ALLOW_FAILURE, WAIT, ReplayError
+
+__all__ = ["Wait", "Waits", "prerequisites_field"]
+
+
+def prerequisites_field(rec: dict[str, Any], job_id: str, offset: int) -> tuple[list[str], bool]:
+    """An ENQUEUE's or a JOB's `w` (a non-empty list of distinct ids, not its own) and
+    `af` (default false), checked; ReplayError naming what is wrong."""
+    unmet, allow = rec[WAIT], rec.get(ALLOW_FAILURE, False)
+    if (type(unmet) is not list or not unmet or not all(type(p) is str for p in unmet)
+            or len(set(unmet)) != len(unmet) or job_id in unmet):
+        raise ReplayError(offset, f"bad prerequisites {unmet!r}")
+    if type(allow) is not bool:
+        raise ReplayError(offset, f"field '{ALLOW_FAILURE}' must be a boolean")
+    return unmet, allow
 
 
 @dataclass(slots=True)

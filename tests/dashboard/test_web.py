@@ -23,7 +23,7 @@ import unittest
 import urllib.parse
 from typing import Any, ClassVar
 
-from support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
+from harness.support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
 
 from nobroker import Queue
 from nobroker.dashboard import Dashboard

@@ -19,18 +19,18 @@ import textwrap
 import unittest
 from pathlib import Path
 
-from support import SRC
+from harness.support import SRC
 
 # The package's layers, top first. A module of one layer may import its own layer
 # and any layer after it. A subpackage (file/, postgres/, tasks/, dashboard/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
-                                "dashboard", "transfer", "django", "testing"})),
-    # transfer: `nobroker migrate`; django: the Django app and backend, loaded by Django
+                                "dashboard", "transfer", "django", "testing", "celery"})),
+    # transfer: `nobroker migrate`; django, celery: loaded by Django, kombu and Celery
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",
-                          "hooks", "results", "dependencies"})),
+                          "hooks", "results", "transactions", "dependencies"})),
 ]
 BACKENDS = frozenset({"file", "postgres", "memory"})  # never import each other
 # Upward imports allowed only inside a function, run when it is called: the facade's

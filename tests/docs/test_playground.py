@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from nobroker import Queue
 from nobroker.file.inspection import read_records
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "docsite" / "playground"))
 from playground import START_TIME, Playground  # noqa: E402
 

@@ -29,7 +29,7 @@ import unittest
 from dataclasses import dataclass
 from pathlib import Path
 
-from support import REPO, child_env
+from harness.support import REPO, child_env
 
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]  # the manual: the front door first

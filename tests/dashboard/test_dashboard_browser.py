@@ -31,7 +31,7 @@ import unittest
 import urllib.request
 from typing import Any
 
-from support import REPO, SRC, TempDirTestCase, tree_digest
+from harness.support import REPO, SRC, TempDirTestCase, tree_digest
 
 from nobroker import Queue
 from nobroker.dashboard import Dashboard

@@ -25,11 +25,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_common import ensure_src_on_path, interleave, median
-
-ensure_src_on_path()
-
-from nobroker import Queue, Worker  # noqa: E402
+from nobroker import Queue, Worker
+from tools.bench.common import interleave, median
 
 TARGET = 0.9
 SHAPES = {"one queue": (["default"], None),

@@ -1,0 +1,66 @@
+"""Where Celery's names land in nobroker: a URL's directory, a Celery queue's name.
+
+Stdlib only. `nobroker:///var/lib/jobs` is the directory /var/lib/jobs;
+`nobroker://jobs` is ./jobs, relative to the process's working directory.
+A Celery queue name may hold any character ("celery.pidbox", "a@host"); a
+nobroker queue name is letters, digits, '_' and '-': `queue_name_for` maps
+one to the other one-to-one, escaping with '_' (see its docstring).
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Final
+
+from ..errors import NobrokerError
+
+__all__ = ["SCHEME", "directory_from_url", "queue_name_for", "RESULTS_QUEUE"]
+
+SCHEME: Final = "nobroker"
+# The result backend's queue. Its '_' is escaped in every Celery queue name
+# ("celery_results" becomes "celery__results"), so no Celery queue can land on it.
+RESULTS_QUEUE: Final = "celery_results"
+_PLAIN: Final = frozenset(string.ascii_letters + string.digits + "-")
+_MAX_NAME: Final = 100
+
+
+def directory_from_url(url: str) -> str:
+    """The queue directory a `nobroker://` URL names."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != SCHEME:
+        raise NobrokerError(f"not a nobroker URL: {url!r} (use nobroker:///path/to/dir)")
+    path = rest.split("?", 1)[0]
+    if not path or path == "/":
+        raise NobrokerError(f"the URL {url!r} names no directory "
+                            f"(use nobroker:///absolute/path or nobroker://relative/path)")
+    return path
+
+
+def queue_name_for(celery_queue: str) -> str:
+    """The nobroker queue holding the Celery queue `celery_queue`.
+
+    Letters, digits and '-' stay; '_' becomes '__'; any other character
+    becomes '_' and its code point in hex, two digits ('.' -> '_2e') or,
+    above 0xff, 'u' and six ('_u01f600'). So "celery" is "celery",
+    "my_queue" is "my__queue", "a.b" is "a_2eb", and no two Celery names share
+    a nobroker queue. A name that does not start with a letter or digit, or
+    is too long once escaped, is refused.
+    """
+    parts: list[str] = []
+    for char in celery_queue:
+        if char in _PLAIN:
+            parts.append(char)
+        elif char == "_":
+            parts.append("__")
+        elif ord(char) <= 0xFF:
+            parts.append(f"_{ord(char):02x}")
+        else:
+            parts.append(f"_u{ord(char):06x}")
+    name = "".join(parts)
+    if not celery_queue or not celery_queue[0].isascii() or not celery_queue[0].isalnum():
+        raise NobrokerError(f"Celery queue name {celery_queue!r} must start with a letter "
+                            f"or a digit to be a nobroker queue")
+    if len(name) > _MAX_NAME:
+        raise NobrokerError(f"Celery queue name {celery_queue!r} is too long for a "
+                            f"nobroker queue ({len(name)} > {_MAX_NAME} characters escaped)")
+    return name

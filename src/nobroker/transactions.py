@@ -1,0 +1,118 @@
+"""The application's transaction: jobs that commit with the caller's own data.
+
+On a backend with `capabilities.transactions` (PostgreSQL), a job can be
+written on the application's database connection, inside its open
+transaction: `q.enqueue(..., connection=conn)`, or every enqueue of `q` in
+`with q.transaction(conn):` (tasks' `.delay()` included; a context variable,
+so each thread and asyncio task has its own). The job then exists if and
+only if the caller commits; its wake-up is a NOTIFY, which PostgreSQL sends
+at commit, so no worker looks for it before. The commit is the caller's:
+nothing here commits or rolls back.
+
+The other way round, an `atomic=True` task runs inside a transaction on a
+connection the worker gives it (`current_job().connection`), and the worker
+writes the job's ack in that same transaction (worker/atomic.py): the task's
+writes to that database and its completion are one commit.
+
+A connection is a psycopg 3 connection, or Django's (`connection`,
+`connections[alias]`), whose psycopg connection is used. Elsewhere (files,
+memory://) both are refused with NobrokerError: the job log cannot join a
+database's transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any, cast
+
+from .backend import Backend, Transactions
+from .errors import NobrokerError
+from .models import Job
+
+__all__ = ["TransactionJob", "active", "enqueuer", "raw_connection", "refuse_in_block",
+           "transaction", "transactional", "with_connection"]
+
+# The (queue, connection) pairs of the `q.transaction()` blocks this context is in.
+_ACTIVE: contextvars.ContextVar[tuple[tuple[object, Any], ...]] = contextvars.ContextVar(
+    "nobroker_transactions", default=())
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionJob(Job):
+    """The job an `atomic=True` task runs for (`current_job()`), with the connection
+    whose open transaction it runs in: its writes there commit with its ack."""
+
+    connection: Any = None
+
+
+def with_connection(job: Job, connection: Any) -> TransactionJob:
+    values = {field.name: getattr(job, field.name) for field in fields(Job)}
+    return TransactionJob(**values, connection=connection)
+
+
+def transactional(backend: Backend, what: str) -> Transactions:
+    """`backend` as one whose writes can join a transaction; NobrokerError naming why
+    not (`what` is the feature asked for)."""
+    if not backend.capabilities.transactions:
+        raise NobrokerError(
+            f"{what} needs a backend whose writes can join a database transaction "
+            f"(capabilities.transactions: PostgreSQL), and {backend.location!r} is not one: "
+            f"its jobs are not in the application's database")
+    return cast(Transactions, backend)
+
+
+def raw_connection(connection: Any) -> Any:
+    """The psycopg connection `connection` is, or the one Django's wraps (opened now)."""
+    vendor = getattr(connection, "vendor", None)
+    if vendor is None or not hasattr(connection, "ensure_connection"):
+        return connection  # not Django's: the backend checks what it is
+    if vendor != "postgresql":
+        raise NobrokerError(f"Django database {getattr(connection, 'alias', '?')!r} is "
+                            f"{vendor}: a job can join a PostgreSQL transaction only")
+    connection.ensure_connection()
+    return connection.connection
+
+
+def active(queue: object) -> Any | None:
+    """The connection of the innermost `queue.transaction()` block, if in one."""
+    for owner, connection in reversed(_ACTIVE.get()):
+        if owner is queue:
+            return connection
+    return None
+
+
+def enqueuer(queue: object, backend: Backend, connection: Any) -> Callable[..., Job]:
+    """What writes one job: `backend.enqueue`, or its `enqueue_in` on `connection` (else
+    on the connection of the `queue.transaction()` block this is in)."""
+    if connection is None:
+        connection = active(queue)
+        if connection is None:
+            return backend.enqueue
+    else:
+        connection = raw_connection(connection)
+    writer = transactional(backend, "enqueue(connection=...)")
+    return lambda *args, **options: writer.enqueue_in(connection, *args, **options)
+
+
+def refuse_in_block(queue: object, operation: str) -> None:
+    """NobrokerError for an operation that cannot join the `queue.transaction()` block it
+    is in, rather than writing on its own connection, outside the caller's transaction."""
+    if active(queue) is not None:
+        raise NobrokerError(f"{operation} cannot write in the caller's transaction: "
+                            f"call enqueue() for each job inside Queue.transaction()")
+
+
+@contextlib.contextmanager
+def transaction(queue: object, backend: Backend, connection: Any) -> Iterator[Any]:
+    """Every enqueue of `queue` in the block is written in `connection`'s transaction;
+    yields the psycopg connection. Commits nothing: the transaction is the caller's."""
+    transactional(backend, "Queue.transaction()")
+    raw = raw_connection(connection)
+    token = _ACTIVE.set((*_ACTIVE.get(), (queue, raw)))
+    try:
+        yield raw
+    finally:
+        _ACTIVE.reset(token)

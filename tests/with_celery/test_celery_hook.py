@@ -1,0 +1,120 @@
+"""Stdlib-only parts of nobroker.celery, run by `make.py test` too: the .pth hook
+registers `nobroker://` with kombu when kombu is imported (and not before); the
+core and nobroker.celery's top import neither kombu nor Celery; Celery queue
+names map one-to-one to nobroker queue names; messages round-trip and pickle is
+refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import unittest
+
+from support import SRC, TempDirTestCase
+
+from nobroker.celery import MessageRefusedError, directory_from_url, queue_name_for
+from nobroker.celery.messages import job_id_of, message_from, payload_for
+from nobroker.errors import NobrokerError
+
+
+class HookTest(TempDirTestCase):
+    """With a stand-in kombu on the path, so the test needs no kombu."""
+
+    def run_python(self, code: str) -> str:
+        fake = self.tmp / "kombu" / "transport"
+        fake.mkdir(parents=True)
+        (self.tmp / "kombu" / "__init__.py").write_text("")
+        (fake / "__init__.py").write_text("TRANSPORT_ALIASES = {'memory': 'x'}\n")
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                             env={"PYTHONPATH": f"{SRC}:{self.tmp}", "PATH": "/usr/bin"},
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout
+
+    def test_the_alias_appears_when_kombu_transport_is_imported(self) -> None:
+        out = self.run_python("""
+            import sys, _nobroker_celery
+            print('kombu' in sys.modules)
+            import kombu.transport
+            print(kombu.transport.TRANSPORT_ALIASES['nobroker'])
+            print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path))
+            """)
+        self.assertEqual(out.split(), ["False", "nobroker.celery.transport:Transport", "0"])
+
+    def test_an_alias_set_by_someone_else_is_kept(self) -> None:
+        out = self.run_python("""
+            import kombu.transport
+            kombu.transport.TRANSPORT_ALIASES['nobroker'] = 'mine:T'
+            import _nobroker_celery
+            print(kombu.transport.TRANSPORT_ALIASES['nobroker'])
+            """)
+        self.assertEqual(out.split(), ["mine:T"])
+
+    def test_the_core_and_nobroker_celery_import_neither_kombu_nor_celery(self) -> None:
+        out = self.run_python("""
+            import sys, nobroker, nobroker.celery, nobroker.celery.results
+            import nobroker.celery.leases, nobroker.celery.waiting
+            print(sorted(m for m in sys.modules if m.split('.')[0] in ('kombu', 'celery')))
+            """)
+        self.assertEqual(out.strip(), "[]")
+
+
+class NamesTest(unittest.TestCase):
+    def test_queue_names_map_one_to_one(self) -> None:
+        names = ["celery", "a", "my_queue", "my__queue", "a.b", "a_2eb", "w1@host.celery.pidbox",
+                 "x-y", "é", "a😀"]
+        names = [n for n in names if n[0].isascii()]
+        mapped = [queue_name_for(n) for n in names]
+        self.assertEqual(len(set(mapped)), len(names))
+        self.assertEqual(queue_name_for("celery"), "celery")
+        self.assertEqual(queue_name_for("my_queue"), "my__queue")
+        self.assertEqual(queue_name_for("a.b"), "a_2eb")
+        self.assertEqual(queue_name_for("a😀"), "a_u01f600")
+        self.assertNotEqual(queue_name_for("celery_results"), "celery_results")
+
+    def test_a_name_that_cannot_be_a_queue_is_refused(self) -> None:
+        for bad in ("", ".hidden", "_x", "a" * 101):
+            with self.subTest(bad=bad), self.assertRaises(NobrokerError):
+                queue_name_for(bad)
+
+    def test_urls(self) -> None:
+        self.assertEqual(directory_from_url("nobroker:///var/lib/jobs"), "/var/lib/jobs")
+        self.assertEqual(directory_from_url("nobroker://jobs"), "jobs")
+        for bad in ("redis://x", "nobroker://", "nobroker:///"):
+            with self.subTest(bad=bad), self.assertRaises(NobrokerError):
+                directory_from_url(bad)
+
+
+class MessagesTest(unittest.TestCase):
+    def message(self, **fields: object) -> dict[str, object]:
+        message: dict[str, object] = {
+            "body": json.dumps([[1, 2], {}, {}]), "content-type": "application/json",
+            "content-encoding": "utf-8", "headers": {"id": "t1", "task": "add"},
+            "properties": {"priority": 3, "delivery_tag": "old",
+                           "delivery_info": {"exchange": "", "routing_key": "a"}}}
+        message.update(fields)
+        return message
+
+    def test_a_message_round_trips_through_json(self) -> None:
+        payload = payload_for(self.message(), "a")
+        stored = json.loads(json.dumps(payload))  # what nobroker keeps
+        back = message_from(stored, "new-tag", redelivered=False)
+        self.assertEqual(json.loads(back["body"]), [[1, 2], {}, {}])
+        self.assertEqual(back["headers"], {"id": "t1", "task": "add"})
+        self.assertEqual(back["properties"]["delivery_tag"], "new-tag")
+        self.assertEqual(back["properties"]["priority"], 3)
+        self.assertIsNone(job_id_of(self.message()))
+
+    def test_pickle_and_other_content_types_are_refused(self) -> None:
+        for content_type in ("application/x-python-serialize", "application/x-msgpack"):
+            with self.subTest(content_type=content_type), \
+                    self.assertRaises(MessageRefusedError):
+                payload_for(self.message(**{"content-type": content_type}), "a")
+        with self.assertRaises(MessageRefusedError):
+            payload_for(self.message(body=b"\x1f\x8b\x08"), "a")  # gzip
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,1 @@
+"""nobroker and its peers draining real-shaped jobs (python make.py bench-realistic)."""
