@@ -45,21 +45,20 @@ def prerequisite_ids(depends_on: Any) -> tuple[list[str], bool]:
     allow = False
     if isinstance(depends_on, Dependency):
         depends_on, allow = depends_on.jobs, depends_on.allow_failure
-    items: Iterable[Any] = ([depends_on] if isinstance(depends_on, str)
-                            or hasattr(depends_on, "id") else depends_on)
-    ids: list[str] = []
-    try:
-        for item in items:
-            job_id = item if isinstance(item, str) else getattr(item, "id", None)
-            if not isinstance(job_id, str):
-                raise TypeError(f"depends_on takes job ids, Jobs or TaskResults, not "
-                                f"{type(item).__name__}")
-            ids.append(validation.job_id(job_id))
-    except TypeError as exc:
-        if "depends_on" in str(exc):
-            raise
+    if isinstance(depends_on, str) or hasattr(depends_on, "id"):
+        items: Iterable[Any] = [depends_on]
+    elif isinstance(depends_on, Iterable):
+        items = depends_on
+    else:
         raise TypeError(f"depends_on takes job ids, Jobs or TaskResults, not "
-                        f"{type(depends_on).__name__}") from None
+                        f"{type(depends_on).__name__}")
+    ids: list[str] = []
+    for item in items:
+        job_id = item if isinstance(item, str) else getattr(item, "id", None)
+        if not isinstance(job_id, str):
+            raise TypeError(f"depends_on takes job ids, Jobs or TaskResults, not "
+                            f"{type(item).__name__}")
+        ids.append(validation.job_id(job_id))
     return list(dict.fromkeys(ids)), allow
 
 
