@@ -295,12 +295,11 @@ def test_celery(args: list[str]) -> int:
 
 @task("test-celery-suite")
 def test_celery_suite(args: list[str]) -> int:
-    """Run Celery's own integration tests (tasks, canvas) on nobroker (tools/celery_suite.py)."""
+    """Run Celery's own integration tests (tasks, canvas) on nobroker (tools/suites/)."""
     python = ensure_celery_venv()
     if python is None or ensure_venv(CELERY_VENV, REPO / "requirements-celery-suite.txt") is None:
         return 1
-    return run([sys.executable, str(REPO / "tools/celery_suite.py"), "--python", str(python),
-                *args])
+    return python_tool("tools/suites/celery_suite.py", ["--python", str(python), *args])
 
 
 def ensure_celery_venv() -> Path | None:

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from celery_support import CeleryTestCase, needs_celery
+from harness.celery_support import CeleryTestCase, needs_celery
 
 from nobroker import Queue
 from nobroker.celery import MessageRefusedError, queue_name_for

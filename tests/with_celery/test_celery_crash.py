@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from celery_support import CeleryTestCase, needs_celery
+from harness.celery_support import CeleryTestCase, needs_celery
 
 TIMEOUT = 60.0
 

@@ -12,7 +12,7 @@ import sys
 import textwrap
 import unittest
 
-from support import SRC, TempDirTestCase
+from harness.support import SRC, TempDirTestCase
 
 from nobroker.celery import MessageRefusedError, directory_from_url, queue_name_for
 from nobroker.celery.messages import job_id_of, message_from, payload_for

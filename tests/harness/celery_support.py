@@ -12,9 +12,9 @@ import unittest
 from pathlib import Path
 from typing import Any
 
-from support import SRC, TempDirTestCase
+from harness.support import SRC, TempDirTestCase
 
-HERE = Path(__file__).resolve().parent / "with_celery"  # celery_app.py
+HERE = Path(__file__).resolve().parents[1] / "with_celery"  # celery_app.py
 HAVE_CELERY = importlib.util.find_spec("celery") is not None
 SKIP_REASON = ("Celery suite skipped: Celery is not installed "
                "(run `python make.py test-celery`)")

@@ -1,6 +1,6 @@
 """Celery's own integration suite (t/integration) run against nobroker.
 
-    python tools/celery_suite.py --python .dev/celery-venv/bin/python [--all]
+    python -m tools.suites.celery_suite --python .dev/celery-venv/bin/python [--all]
 
 `python make.py test-celery-suite` runs this with the Celery venv. It downloads
 the sdist of the Celery pinned in requirements-celery.txt (`pip download
@@ -31,7 +31,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / ".dev" / "celery-suite"
 REQUIREMENTS = REPO / "requirements-celery.txt"
 

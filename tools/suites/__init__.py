@@ -1,0 +1,1 @@
+"""Other projects' test suites run against nobroker (make.py test-celery-suite)."""
