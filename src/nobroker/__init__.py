@@ -12,6 +12,7 @@ docs/FORMAT.md for the on-disk format.
 """
 
 from .backoff import BackoffPolicy
+from .dependencies import Dependency
 from .errors import (
     CompactionError,
     ConnectionLostError,
@@ -43,6 +44,7 @@ __all__ = [
     "ConnectionLostError",
     "CorruptLogError",
     "DatabaseError",
+    "Dependency",
     "Job",
     "JobNotFoundError",
     "JobState",

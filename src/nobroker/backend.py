@@ -34,7 +34,8 @@ from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .validation import INT_LIMIT, integer, number
 
 __all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
-           "JobImport", "JobExport", "Transactions", "Settings", "is_postgres_url", "is_memory_url"]
+           "JobImport", "JobExport", "Transactions", "Dependencies", "Settings",
+           "is_postgres_url", "is_memory_url"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
@@ -63,6 +64,9 @@ class Capabilities:
     listing: bool = False  # queue_names() lists every queue of the set (see QueueListing)
     imports: bool = False  # import_jobs() takes copied jobs as they were (see JobImport)
     exports: bool = False  # export_jobs() hands jobs out with their keys (see JobExport)
+    # enqueue() takes depends_on= and allow_failure= (see Dependencies): jobs wait
+    # for others, each released in the write that finishes its last prerequisite.
+    dependencies: bool = False
     # The queue lives in this process only: no other process sees it, nothing
     # survives the process, and nothing is ever fsynced (memory://).
     in_process: bool = False
@@ -220,6 +224,16 @@ class QueueListing(Protocol):
     def queue_names(self) -> list[str]:
         """Sorted; every queue ever opened for writing in the set."""
         ...
+
+
+class Dependencies(Protocol):
+    """What a backend with `capabilities.dependencies` also has: enqueue with
+    prerequisites (job ids). The new job waits until they have all succeeded (or
+    finished, with `allow_failure`); one that fails cancels it (docs/TASKS.md)."""
+
+    def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
+                max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
+                allow_failure: bool = False) -> Job: ...
 
 
 class JobImport(Protocol):

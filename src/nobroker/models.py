@@ -20,6 +20,7 @@ class JobState(StrEnum):
     PENDING = "pending"  # waiting for its available_at, then leasable
     LEASED = "leased"  # held by one worker until lease_until
     DEAD = "dead"  # failed max_attempts times; in the dead-letter queue
+    WAITING = "waiting"  # waits for its prerequisites (depends_on=) to succeed; not leased
     DONE = "done"  # acked; remembered (with its result) for a retention period
     CANCELLED = "cancelled"  # removed by Queue.cancel before it finished
 
@@ -39,6 +40,8 @@ class Job:
     lease_expires_at: float | None = None
     result: Any = None  # what the handler returned (JSON), once DONE
     finished_at: float | None = None  # when it was acked, dead-lettered or cancelled
+    # WAITING: the prerequisites (depends_on=) it still waits for, in the order given.
+    waiting_for: tuple[str, ...] = ()
 
 
 
@@ -46,7 +49,7 @@ class Job:
 # for enqueue_many's thousands of new jobs that is most of the call. These are
 # the slots' own setters, in field order (the same ones __init__ ends up in).
 _JOB_SETTERS: Final = tuple(getattr(Job, f.name).__set__ for f in fields(Job))
-assert len(_JOB_SETTERS) == 13, "new_pending_jobs sets every field of Job"
+assert len(_JOB_SETTERS) == 14, "new_pending_jobs sets every field of Job"
 _new_object: Final = object.__new__
 
 
@@ -56,7 +59,7 @@ def new_pending_jobs(ids: Sequence[str], payloads: Sequence[Any], priority: int,
     None) for each id and payload, built at about twice the constructor's speed."""
     (set_id, set_payload, set_priority, set_attempts, set_max_attempts, set_state,
      set_available_at, set_enqueued_at, set_last_error, set_token, set_lease_expires_at,
-     set_result, set_finished_at) = _JOB_SETTERS
+     set_result, set_finished_at, set_waiting_for) = _JOB_SETTERS
     pending = JobState.PENDING
     jobs: list[Job] = []
     append = jobs.append
@@ -75,6 +78,7 @@ def new_pending_jobs(ids: Sequence[str], payloads: Sequence[Any], priority: int,
         set_lease_expires_at(job, None)
         set_result(job, None)
         set_finished_at(job, None)
+        set_waiting_for(job, ())
         append(job)
     return jobs
 
@@ -84,11 +88,11 @@ class QueueStats:
     the queue holds now; `done` counts acks over the queue's whole life, so it may
     exceed `total` (a queue whose jobs all finished holds none: total 0, done N)."""
 
-    pending: int  # waiting, ready now or delayed
+    pending: int  # ready now or delayed (not the jobs waiting for prerequisites)
     leased: int  # held by a worker right now
     dead: int  # in the dead-letter queue
     done: int  # jobs acked since the queue was created (a running count; survives compaction)
-    total: int  # pending + leased + dead: the unfinished and dead-lettered jobs held now
+    total: int  # pending + leased + dead + waiting: the unfinished and dead-lettered jobs
     generation: int
     log_bytes: int  # logical size of the current log generation
     paused: bool = False  # Queue.pause(): nothing is leased until Queue.resume()
@@ -98,6 +102,7 @@ class QueueStats:
     retried: int | None = None  # failed deliveries (nack, expired lease) scheduled again
     dead_lettered: int | None = None  # jobs moved to the dead-letter queue
     live_bytes: int | None = None  # the live jobs' records: about what compaction keeps
+    waiting: int = 0  # jobs waiting for their prerequisites (depends_on=)
 
 
 @dataclass(frozen=True, slots=True)

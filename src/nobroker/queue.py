@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from . import transactions, validation
+from . import dependencies, transactions, validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads
@@ -107,19 +107,19 @@ class Queue:
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
-                max_attempts: int | None = None, job_id: str | None = None,
-                connection: Any = None) -> Job:
+                max_attempts: int | None = None, job_id: str | None = None, connection: Any = None,
+                depends_on: Any = None, allow_failure: bool = False) -> Job:
         """Add a job; durable when this returns. A higher `priority` is leased first;
         `delay` seconds hide it until then. With `job_id`, a second enqueue of a known id
         (pending, leased, dead, or done less than `key_retention` seconds ago) writes
         nothing and returns the existing job. With `connection` (PostgreSQL: psycopg's or
         Django's), the job is written in that connection's open transaction and exists
-        once the caller commits it (nobroker.transactions)."""
+        once the caller commits it (nobroker.transactions). `depends_on`: docs/TASKS.md."""
         text = encode_payload(payload)
         priority, delay, attempts = validation.job_options(
             priority, delay, max_attempts, self.max_attempts)
         key = validation.job_id(job_id) if job_id is not None else None
-        write = transactions.enqueuer(self, self._backend, connection)
+        write = dependencies.enqueuer(self, self._backend, connection, depends_on, allow_failure)
         job = write(text, payload, priority=priority, delay=delay, max_attempts=attempts,
                     job_id=key)
         if self.hooks is not None:

@@ -57,15 +57,26 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
         jobs = reader.list_jobs(None, None) if keyed_jobs is None else []
     finally:
         reader.close()
+    # A waiting job would arrive without what it waits for and run too early: it
+    # is not copied (a migration is for a queue whose workflows have drained).
+    waiting = sum(1 for job in jobs if job.state is JobState.WAITING) + sum(
+        1 for job, _ in keyed_jobs or () if job.state is JobState.WAITING)
+    jobs = [job for job in jobs if job.state is not JobState.WAITING]
+    if keyed_jobs is not None:
+        keyed_jobs = [(job, keyed) for job, keyed in keyed_jobs
+                      if job.state is not JobState.WAITING]
     writer = open_backend(target, name, Settings())
     try:
         if keyed_jobs is not None and writer.capabilities.imports:
-            return _imported(cast(JobImport, writer), keyed_jobs)
-        if keyed_jobs is not None:
-            jobs = [job for job, _ in keyed_jobs]
-        return _enqueued(writer, jobs)
+            report = _imported(cast(JobImport, writer), keyed_jobs)
+        else:
+            report = _enqueued(writer, jobs if keyed_jobs is None
+                               else [job for job, _ in keyed_jobs])
     finally:
         writer.close()
+    if waiting:
+        report.not_copied["waiting"] = waiting
+    return report
 
 
 def _imported(target: JobImport, keyed_jobs: list[tuple[Job, bool]]) -> TransferReport:

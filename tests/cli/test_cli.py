@@ -169,6 +169,18 @@ class ModuleCliTest(CliCase):
         self.assertEqual(json.loads(self.ok("get", first))["id"], first)
         self.assertEqual(snapshot(self.qdir), before)
 
+    def test_a_waiting_job_is_listed_with_what_it_waits_for(self) -> None:
+        first = self.enqueue({"n": 1})
+        with Queue(self.qdir) as queue:
+            waiting = queue.enqueue({"n": 2}, depends_on=first).id
+        table = self.ok("list", "--state", "waiting")
+        self.assertIn(waiting, table)
+        self.assertIn(f"after 1 job(s): {first}", table)
+        self.assertEqual(json.loads(self.ok("get", waiting))["waiting_for"], [first])
+        self.assertNotIn("waiting_for", json.loads(self.ok("get", first)))
+        self.assertRegex(self.ok("stats"), r"waiting\s+1\b")
+        self.assertEqual(self.stats()["waiting"], 1)
+
     def test_get_of_a_finished_job_says_what_is_known_and_what_is_not(self) -> None:
         keyed = self.enqueue({"n": 1}, "--job-id", "keyed-1")
         plain = self.enqueue({"n": 2})

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.support import FakeClock, TempDirTestCase
 
+from contract.dependency_contract import DependencyContract
 from nobroker import (
     BackoffPolicy,
     Job,
@@ -57,7 +58,7 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract:
+class QueueContract(DependencyContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------

@@ -151,7 +151,8 @@ class DriverTest(unittest.TestCase):
     def test_transitions_are_the_replay_states_table(self) -> None:
         rows = {(t["record"], t["before"]): t["after"] for t in self.pg.snapshot()["transitions"]}
         self.assertEqual(rows[("NACK", "leased")], ["pending", "dead"])
-        self.assertEqual(rows[("ENQUEUE", "(none)")], ["pending"])
+        self.assertEqual(rows[("ENQUEUE", "(none)")], ["pending", "waiting"])
+        self.assertEqual(rows[("RELEASE", "waiting")], ["pending"])
         self.assertEqual(rows[("FORGET", "done")], ["(gone)"])
 
     def test_compaction_shows_the_new_generation(self) -> None:

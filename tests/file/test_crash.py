@@ -325,6 +325,66 @@ while True:
                                      (JobState.PENDING, 0, "later"), job_id)
 
 
+class KilledDependencyTest(KillTestCase):
+    """A process acking prerequisites is killed repeatedly: each dependent is released
+    exactly once, in the batch of its last prerequisite's ack, never before."""
+
+    ACK_LOOP = r"""
+import os, sys
+from nobroker import Queue
+q = Queue(sys.argv[1], visibility_timeout=3600, auto_compact=None)
+os.write(1, b"ready\n")
+while True:
+    for job in q.lease(3):
+        q.ack(job)
+        os.write(1, f"acked {job.id}\n".encode())
+"""
+
+    def test_a_dependent_is_released_once_with_its_last_prerequisites_ack(self) -> None:
+        rng = random.Random(SEED + 5)
+        directory = str(self.tmp / "q")
+        with Queue(directory, auto_compact=None) as q:
+            prerequisites = [j.id for j in q.enqueue_many(range(600), priority=1)]
+            needs = {q.enqueue({"after": i}, depends_on=prerequisites[2 * i:2 * i + 2]).id:
+                     set(prerequisites[2 * i:2 * i + 2]) for i in range(300)}
+        acked: set[str] = set()
+        for _ in range(5):
+            child = self.child(self.ACK_LOOP, directory)
+            child.wait_ready()
+            child.wait_lines(rng.randrange(1, 150))
+            acked |= {line.split()[1] for line in child.kill()}
+            with Queue(directory, auto_compact=None) as q:
+                jobs = {j.id: j for j in q.list_jobs()}
+            self.assertEqual(acked & set(jobs), set(), "an ack that returned was lost")
+            for job_id, prerequisites_of in needs.items():
+                job = jobs.get(job_id)
+                live = prerequisites_of & set(jobs)
+                if job is not None and job.state is JobState.WAITING:
+                    self.assertEqual(set(job.waiting_for), live, job_id)
+                    self.assertTrue(live, f"{job_id} waits with its prerequisites done")
+                else:
+                    self.assertEqual(live, set(), f"{job_id} released before both acks")
+        # In the log: one RELEASE per released dependent, in a batch holding the ACK of
+        # one of its prerequisites, after the ACK of the other.
+        acks_so_far: set[str] = set()
+        batch: list[Any] = []
+        released: Counter[str] = Counter()
+        for raw in read_records(os.path.join(directory, "default.000000.log")):
+            batch.append(raw)
+            if raw.more:
+                continue
+            batch_acks = {r.payload["id"] for r in batch if r.type == "ACK"}
+            acks_so_far |= batch_acks
+            for record in batch:
+                if record.type == "RELEASE":
+                    job_id = record.payload["id"]
+                    released[job_id] += 1
+                    self.assertLessEqual(needs[job_id], acks_so_far, job_id)
+                    self.assertTrue(needs[job_id] & batch_acks, f"{job_id}: not in an ack's batch")
+            batch = []
+        self.assertEqual(max(released.values(), default=1), 1, "a dependent released twice")
+        self.assertGreater(len(released), 0, "the children released nothing")
+
 class TruncationSweepTest(TempDirTestCase):
     """Cut a real log at every byte: each cut opens to the replay of what precedes it.
 
@@ -352,10 +412,17 @@ class TruncationSweepTest(TempDirTestCase):
             return result
 
         step(lambda: q.enqueue({"a": 1}))
-        step(lambda: q.enqueue("b", priority=5))
+        b_job = step(lambda: q.enqueue("b", priority=5))
         step(lambda: q.enqueue_many([{"c": i} for i in range(3)]))
         step(lambda: q.enqueue("keyed", job_id="key-1", max_attempts=1))
-        step(lambda: q.enqueue("later", delay=100))
+        later = step(lambda: q.enqueue("later", delay=100))
+        # Dependencies: one released by b's ack, one cancelled (err) with its
+        # prerequisite, one waiting across the checkpoint below.
+        step(lambda: q.enqueue("after b", depends_on=[b_job]))
+        doomed = step(lambda: q.enqueue("doomed", delay=1000))
+        step(lambda: q.enqueue("after doomed", depends_on=[doomed]))
+        step(lambda: q.cancel(doomed.id))
+        step(lambda: q.enqueue("after later", depends_on=[later], allow_failure=True))
         b, first = step(lambda: q.lease(2))
         step(lambda: q.ack(b))
         step(lambda: q.nack(first, error="try again"))
@@ -421,7 +488,7 @@ class TruncationSweepTest(TempDirTestCase):
         self.assertIn(self.checkpoint_end, boundaries)
         kinds = {raw.type for raw in read_records(log)}
         self.assertEqual(kinds, {"ENQUEUE", "LEASE", "ACK", "NACK", "EXTEND", "EXPIRE",
-                                 "REQUEUE", "PURGE", "SNOOZE"},
+                                 "REQUEUE", "PURGE", "SNOOZE", "CANCEL", "RELEASE"},
                          "the workload is not mixed enough")
 
         scratch = tempfile.mkdtemp(prefix="nobroker-sweep-", dir=scratch_root())

@@ -275,7 +275,7 @@ class AceTest(ExplorerTestCase):
         for key in chosen:
             report = explore(workloads[key], ("ext4ish", "weak"), Bounds.quick(), name=key)
             total.merge(report)
-        self.assertEqual(len(singles), 14)
+        self.assertEqual(len(singles), 15)
         self.assertClean(total)
 
 

@@ -19,6 +19,7 @@ from unittest import mock
 import harness.support  # noqa: F401  (puts src/ on sys.path)
 from harness.support import REPO
 
+from nobroker.errors import JobNotFoundError
 from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType, dumps, loads
 from nobroker.file.state import state as state_module
@@ -35,7 +36,7 @@ from nobroker.file.state.state import (
 
 RT = RecordType
 JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE, RT.CANCEL,
-             RT.DELETE, RT.SNOOZE)
+             RT.DELETE, RT.SNOOZE, RT.RELEASE)
 
 
 class Log:
@@ -68,6 +69,20 @@ def enq(job_id: str, *, pr: int = 0, at: float = 0.0, t: float = 0.0, ma: int = 
         fields["k"] = keyed
     fields["p"] = p
     return RT.ENQUEUE, fields
+
+
+def enq_waiting(job_id: str, waits_for: list[str], *, af: bool | None = None, at: float = 0.0
+                ) -> tuple[int, dict[str, Any]]:
+    fields: dict[str, Any] = {"id": job_id, "pr": 0, "at": at, "t": 0.0, "ma": 3,
+                              "w": waits_for}
+    if af is not None:
+        fields["af"] = af
+    fields["p"] = "x"
+    return RT.ENQUEUE, fields
+
+
+def release(job_id: str) -> tuple[int, dict[str, Any]]:
+    return RT.RELEASE, {"id": job_id}
 
 
 def lease(job_id: str, tok: int, until: float = 100.0, t: float = 0.0
@@ -134,11 +149,15 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
                 "a": e.attempts, "s": str(e.state), "fin": e.available_at, "keep": 0.0,
                 "err": e.last_error, "k": e.keyed, "r": None}))
             continue
-        out.append((RT.JOB, {
+        fields: dict[str, Any] = {
             "id": e.id, "pr": e.priority, "at": e.available_at, "t": e.enqueued_at,
             "ma": e.max_attempts, "a": e.attempts, "s": str(e.state), "tok": e.token,
             "until": e.lease_until if e.state is JobState.LEASED else 0.0,
-            "err": e.last_error, "k": e.keyed, "p": None}))
+            "err": e.last_error, "k": e.keyed}
+        wait = state.waits.by_job.get(e.id)
+        if wait is not None:
+            fields.update({"w": list(wait.unmet), "af": wait.allow_failure})
+        out.append((RT.JOB, {**fields, "p": None}))
     for job_id, done in state.done_keys.items():
         out.append((RT.KEY, {"id": job_id, "done": done}))
     out.append((RT.SNAPSHOT, {"tok": state.next_token, "done": state.done,
@@ -147,10 +166,10 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def recount(state: QueueState) -> tuple[int, int, int]:
+def recount(state: QueueState) -> tuple[int, int, int, int]:
     states = [e.state for e in state.jobs.values()]
     return (states.count(JobState.PENDING), states.count(JobState.LEASED),
-            states.count(JobState.DEAD))
+            states.count(JobState.DEAD), states.count(JobState.WAITING))
 
 
 def in_state(before: JobState | None, *, ma: int = 3) -> tuple[QueueState, Log]:
@@ -163,6 +182,9 @@ def in_state(before: JobState | None, *, ma: int = 3) -> tuple[QueueState, Log]:
         state.apply_batch(log.batch(enq("j", ma=ma, keyed=True)))
         state.apply_batch(log.batch(lease("j", 1)))
         state.apply_batch(log.batch(ack("j", 1)))
+        return state, log
+    if before is JobState.WAITING:  # waiting for "p", which is leased under token 1
+        state.apply_batch(log.batch(enq("p"), lease("p", 1), enq_waiting("j", ["p"])))
         return state, log
     state.apply_batch(log.batch(enq("j", ma=ma)))
     if before is JobState.CANCELLED:
@@ -183,7 +205,8 @@ def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any
         RT.EXTEND: lambda: extend(job_id, 1), RT.EXPIRE: lambda: expire(job_id, 1),
         RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge,
         RT.FORGET: lambda: forget(job_id), RT.CANCEL: lambda: cancel(job_id),
-        RT.DELETE: lambda: delete(job_id), RT.SNOOZE: lambda: snooze(job_id, 1)}
+        RT.DELETE: lambda: delete(job_id), RT.SNOOZE: lambda: snooze(job_id, 1),
+        RT.RELEASE: lambda: release(job_id)}
     return makers[rtype]()
 
 
@@ -334,7 +357,12 @@ class TransitionTableTest(unittest.TestCase):
                     # NACK/EXPIRE dead-letter only on the last attempt.
                     ma = 1 if after is JobState.DEAD or before is JobState.DEAD else 3
                     s, log = in_state(before, ma=ma)
-                    s.apply_batch(log.batch(record_for(rtype)))
+                    records = [record_for(rtype)]
+                    if after is JobState.WAITING:  # an ENQUEUE with prerequisites
+                        records = [enq_waiting("j", ["other"])]
+                    if rtype is RT.RELEASE:  # after its prerequisite's ack, in its batch
+                        records.insert(0, ack("p", 1))
+                    s.apply_batch(log.batch(*records))
                     got = s.jobs["j"].state if "j" in s.jobs else None
                     if rtype is RT.ACK:
                         self.assertIs(after, JobState.DONE)
@@ -344,13 +372,13 @@ class TransitionTableTest(unittest.TestCase):
                         self.assertNotIn("j", s.jobs, "and the finished job with it")
                     else:
                         self.assertIs(got, after)
-                    self.assertEqual((s.pending, s.leased, s.dead), recount(s))
+                    self.assertEqual((s.pending, s.leased, s.dead, s.waiting), recount(s))
                     self.assertEqual(s.kept, len(list(s.entries(finished=True)))
                                      - len(s.jobs))
 
     def test_every_unlisted_transition_is_a_replay_error(self) -> None:
         befores: list[JobState | None] = [None, JobState.PENDING, JobState.LEASED,
-                                          JobState.DEAD, JobState.CANCELLED]
+                                          JobState.DEAD, JobState.CANCELLED, JobState.WAITING]
         for rtype in (RT.ENQUEUE, *JOB_TYPES):
             for before in befores:
                 if (rtype, before) in TRANSITIONS:
@@ -360,8 +388,8 @@ class TransitionTableTest(unittest.TestCase):
                     with self.assertRaises(ReplayError):
                         s.apply_batch(log.batch(record_for(rtype)))
 
-    def test_purge_leaves_leased_and_dead_jobs_alone(self) -> None:
-        for before in (JobState.LEASED, JobState.DEAD):
+    def test_purge_leaves_leased_dead_and_waiting_jobs_alone(self) -> None:
+        for before in (JobState.LEASED, JobState.DEAD, JobState.WAITING):
             with self.subTest(before=before):
                 s, log = in_state(before, ma=1)
                 s.apply_batch(log.batch(purge()))
@@ -512,7 +540,8 @@ class ReplayDeterminismTest(unittest.TestCase):
             for batch in random_history(rng, 400):
                 s.apply_batch(batch)
                 acks += sum(1 for rtype, *_ in batch if rtype == RT.ACK)
-                self.assertEqual((s.pending, s.leased, s.dead), recount(s), f"seed {seed}")
+                self.assertEqual((s.pending, s.leased, s.dead, s.waiting), recount(s),
+                                 f"seed {seed}")
                 kept = [e for e in s.entries(finished=True)
                         if e.state in (JobState.DONE, JobState.CANCELLED)]
                 self.assertEqual(s.kept, len(kept), f"seed {seed}")
@@ -524,7 +553,8 @@ class ReplayDeterminismTest(unittest.TestCase):
             snap = Log(first_batch=s.last_batch + 1)
             rebuilt = replay([snap.batch(*snapshot_records(s))])
             self.assertEqual(rebuilt.fingerprint(), s.fingerprint(), f"seed {seed}")
-            self.assertEqual((rebuilt.pending, rebuilt.leased, rebuilt.dead), recount(rebuilt))
+            self.assertEqual((rebuilt.pending, rebuilt.leased, rebuilt.dead, rebuilt.waiting),
+                             recount(rebuilt))
 
 
 class ReadyAndExpiredTest(unittest.TestCase):
@@ -805,6 +835,17 @@ class KeptJobsTest(unittest.TestCase):
         s = replay([Log().batch((RT.PAUSE, {"t": 1.0}))])
         data = bytearray(checkpoint.encode(s, 0, 1 << 20, 7))
         data[:8] = b"NBCKPT02"  # knew no kept jobs and no pause: never trusted
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.decode(bytes(data), 0, 1 << 20, lambda _: 7)
+
+    def test_a_checkpoint_keeps_waiting_jobs_and_one_before_them_is_not_used(self) -> None:
+        s = replay([Log().batch(enq("b"), enq_waiting("d", ["b"], af=True))])
+        restored, _, _ = checkpoint.decode(checkpoint.encode(s, 0, 1 << 20, 7), 0, 1 << 20,
+                                           lambda _: 7)
+        self.assertEqual(restored, s)
+        self.assertEqual(restored.waits.items(), [("d", ["b"], True)])
+        data = bytearray(checkpoint.encode(s, 0, 1 << 20, 7))
+        data[:8] = b"NBCKPT03"  # its codes 3 and 4 were done and cancelled: never trusted
         with self.assertRaises(checkpoint.CheckpointError):
             checkpoint.decode(bytes(data), 0, 1 << 20, lambda _: 7)
 
@@ -1147,6 +1188,105 @@ class SkipTest(unittest.TestCase):
                 with self.subTest(state=state, skip=skip):
                     page = [e.id for _, e in zip(range(25), s.entries(state, skip), strict=False)]
                     self.assertEqual(page, every[skip:skip + 25])
+
+
+class DependenciesReplayTest(unittest.TestCase):
+    """Waiting jobs in the pure replay: prerequisites struck off as they finish, a
+    RELEASE only once none is left, CANCEL of a waiting job, snapshots keep them."""
+
+    def test_a_waiting_job_is_counted_apart_and_released_after_its_prerequisites(self) -> None:
+        log = Log()
+        s = replay([log.batch(enq("a"), enq("b"), enq_waiting("c", ["a", "b"], at=9.0))])
+        self.assertEqual((s.pending, s.waiting, s.live()), (2, 1, 3))
+        self.assertIs(s.jobs["c"].state, JobState.WAITING)
+        self.assertEqual(s.ready(100.0, 10)[-1].id, "b", "a waiting job is never ready")
+        s.apply_batch(log.batch(lease("a", 1), lease("b", 2)))
+        s.apply_batch(log.batch(ack("a", 1)))
+        self.assertEqual(s.waits.waiting_for("c"), ("b",))
+        with self.assertRaisesRegex(ReplayError, "still waits for b"):
+            s.apply_batch(log.batch(release("c"), number=log.number))
+        s2 = replay(log.batches[:3])
+        s2.apply_batch(log.batch(ack("b", 2), release("c"), number=4))
+        c = s2.jobs["c"]
+        self.assertEqual((c.state, c.available_at), (JobState.PENDING, 9.0),
+                         "its own delay still holds")
+        self.assertEqual((s2.pending, s2.waiting, s2.waits.by_job), (1, 0, {}))
+
+    def test_a_failed_prerequisite_is_struck_off_and_a_cancel_carries_its_error(self) -> None:
+        log = Log()
+        s = replay([log.batch(enq("a", ma=1), enq_waiting("c", ["a"]),
+                              enq_waiting("d", ["a"], af=True)),
+                    log.batch(lease("a", 1))])
+        s.apply_batch(log.batch(nack("a", 1),
+                                (RT.CANCEL, {"id": "c", "t": 1.0, "keep": 5.0,
+                                             "err": "prerequisite a was dead-lettered"}),
+                                release("d")))
+        self.assertEqual((s.jobs["c"].state, s.jobs["c"].last_error),
+                         (JobState.CANCELLED, "prerequisite a was dead-lettered"))
+        self.assertIs(s.jobs["d"].state, JobState.PENDING)
+        self.assertEqual((s.dead, s.pending, s.waiting, s.kept), (1, 1, 0, 1))
+        self.assertEqual((s.waits.by_job, s.waits.dependents), ({}, {}))
+
+    def test_snapshot_records_keep_the_waits(self) -> None:
+        log = Log()
+        s = replay([log.batch(enq("a"), enq("b"), enq_waiting("c", ["a", "b"], af=True)),
+                    log.batch(lease("a", 1)), log.batch(ack("a", 1))])
+        rebuilt = replay([Log().batch(*snapshot_records(s))])
+        self.assertEqual(rebuilt, s)
+        self.assertEqual(rebuilt.waits.items(), [("c", ["b"], True)])
+
+    def test_malformed_prerequisites_are_corruption(self) -> None:
+        for bad in ([], "a", [1], ["a", "a"], ["c"]):
+            with self.subTest(w=bad), self.assertRaisesRegex(ReplayError, "prerequisites"):
+                replay([Log().batch(enq("a"), enq_waiting("c", bad))])  # type: ignore[arg-type]
+        with self.assertRaisesRegex(ReplayError, "af"):
+            replay([Log().batch(enq("a"), enq_waiting("c", ["a"], af=1))])  # type: ignore[arg-type]
+        with self.assertRaisesRegex(ReplayError, "pending, expected waiting"):
+            replay([Log().batch(enq("a"), release("a"))])
+
+    def test_the_planner_releases_in_the_ack_batch_and_cascades_cancels(self) -> None:
+        from nobroker.file.state.batch import Batch
+        from nobroker.file.state.commands import plan_ack, plan_cancel, plan_enqueue
+        rng = random.Random(1)
+        state = QueueState()
+
+        def commit(plan: Callable[[Batch], object]) -> list[tuple[int, dict[str, Any]]]:
+            batch = Batch(state.last_batch + 1, keep=7.0)
+            plan(batch)
+            state.apply_batch(batch.encode(16 + 10_000 * state.last_batch)[1])
+            return [(rtype, dict(record)) for rtype, record in batch.records()]
+
+        def enqueue(job_id: str, after: list[str], allow: bool = False) -> None:
+            commit(lambda b: plan_enqueue(state, b, 1.0, '"x"', priority=0, delay=0.0,
+                                          max_attempts=3, job_id=job_id, key_retention=0.0,
+                                          rng=rng, depends_on=after, allow_failure=allow))
+
+        enqueue("a", [])
+        enqueue("b", ["a"])
+        enqueue("c", ["b"])
+        enqueue("d", ["a"], allow=True)
+        with self.assertRaises(JobNotFoundError):
+            enqueue("e", ["nope"])
+        self.assertEqual(state.waiting, 3)
+        records = commit(lambda b: plan_cancel(state, b, 2.0, "a", 5.0))
+        self.assertEqual([(RT(t), r["id"], r.get("err")) for t, r in records],
+                         [(RT.CANCEL, "a", None),
+                          (RT.CANCEL, "b", "prerequisite a was cancelled"),
+                          (RT.CANCEL, "c", "prerequisite b was cancelled"),
+                          (RT.RELEASE, "d", None)])
+        self.assertEqual((state.waiting, state.pending, state.kept), (0, 1, 3))
+        enqueue("f", ["a"])  # a cancelled prerequisite settles a new job at once
+        self.assertEqual(state.jobs["f"].last_error, "prerequisite a was cancelled")
+        enqueue("g", ["a"], allow=True)
+        self.assertIs(state.jobs["g"].state, JobState.PENDING)
+        enqueue("h", ["d", "g"])
+        leased = state.ready(10.0, 2)
+        commit(lambda b: [b.add_lease(e.id, n + 1, 50.0, 3.0) for n, e in enumerate(leased)])
+        records = commit(lambda b: (plan_ack(state, b, 4.0, "d", 1),
+                                    plan_ack(state, b, 4.0, "g", 2)))
+        self.assertEqual([(RT(t), r["id"]) for t, r in records],
+                         [(RT.ACK, "d"), (RT.ACK, "g"), (RT.RELEASE, "h")],
+                         "released once, in the batch of the last prerequisite's ack")
 
 
 if __name__ == "__main__":

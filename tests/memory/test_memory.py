@@ -15,7 +15,7 @@ from typing import cast
 
 from harness.support import FakeClock, TempDirTestCase
 
-from nobroker import JobState, NobrokerError, Queue, TaskLockedError, Worker
+from nobroker import JobNotFoundError, JobState, NobrokerError, Queue, TaskLockedError, Worker
 from nobroker.backend import QueueListing
 from nobroker.memory import MemoryBackend
 from nobroker.opener import open_backend
@@ -142,9 +142,12 @@ class TransferTest(MemoryCase, TempDirTestCase):
                 if job.id == doomed.id:
                     source.nack(job, error="boom twice")
             expected = {job.id: job for job in source.list_jobs()}
+            waiting = source.enqueue({"n": 4}, depends_on="order-1")  # would run too early
         target = self.open()  # the memory queue lives while a handle is open
         first = transfer(directory, self.location(), "default")
-        self.assertEqual(first.copied, {"pending": 2, "dead": 1})
+        self.assertEqual((first.copied, first.not_copied),
+                         ({"pending": 2, "dead": 1}, {"waiting": 1}))
+        self.assertRaises(JobNotFoundError, target.get, waiting.id)
         self.assertEqual(transfer(directory, self.location(), "default").skipped, 3)
         for job_id, job in expected.items():
             got = target.get(job_id)

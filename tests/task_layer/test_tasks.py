@@ -29,6 +29,7 @@ from harness.support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_
 from nobroker import (
     BackoffPolicy,
     Job,
+    JobNotFoundError,
     JobState,
     Queue,
     Retry,
@@ -102,6 +103,25 @@ class TaskApiTest(InProcessCase):
         self.assertEqual(self.q.stats().total, 3)
         with self.assertRaises(ValueError):
             t.apply_async(delay=1, eta=now)
+
+    def test_apply_async_depends_on_task_results_and_the_worker_runs_them_in_order(self
+                                                                                  ) -> None:
+        ran: list[str] = []
+
+        @self.q.task(name="step")
+        def step(name: str) -> str:
+            ran.append(name)
+            return name
+
+        first, second = step.delay("first"), step.delay("second")
+        last = step.apply_async(("last",), depends_on=[first, second.id])
+        self.assertIs(last.state, JobState.WAITING)
+        worker = Worker(self.q, max_jobs=3, handle_signals=False, poll_interval=0.01)
+        worker.run()
+        self.assertEqual(ran[-1], "last")
+        self.assertEqual(last.get(timeout=0), "last")
+        with self.assertRaises(JobNotFoundError):
+            step.apply_async(("never",), depends_on=["no-such-job"])
 
     def test_non_json_arguments_raise_serialization_error_from_delay_and_write_nothing(
             self) -> None:

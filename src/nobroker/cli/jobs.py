@@ -58,10 +58,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     print(f"queue {queue.name!r} in {queue.directory}"
           + (" -- PAUSED: nothing is leased until 'nobroker resume'" if stats.paused else ""))
+    waiting = (("waiting", stats.waiting, "for their prerequisites"),) if stats.waiting else ()
     for label, value, note in (
             ("pending", stats.pending, ""), ("leased", stats.leased - expired, ""),
-            ("expired", expired, ""), ("dead", stats.dead, ""),
-            ("in queue", stats.total, "pending + leased + expired + dead"),
+            ("expired", expired, ""), ("dead", stats.dead, ""), *waiting,
+            ("in queue", stats.total,
+             "pending + leased + expired + dead" + (" + waiting" if waiting else "")),
             ("kept", stats.kept, "finished, kept with their result or cancel"),
             ("done", stats.done, "acked since the queue was created"),
             ("generation", stats.generation, ""), ("log bytes", stats.log_bytes, "")):

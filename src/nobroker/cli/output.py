@@ -23,6 +23,8 @@ def job_dict(job: Job) -> dict[str, Any]:
              "available_at": job.available_at, "enqueued_at": job.enqueued_at,
              "lease_expires_at": job.lease_expires_at, "last_error": job.last_error,
              "payload": job.payload}
+    if job.state is JobState.WAITING:  # what it waits for (depends_on=)
+        found["waiting_for"] = list(job.waiting_for)
     if job.finished_at is not None:  # done, dead or cancelled: say so, and when
         found.update(finished_at=job.finished_at, result=job.result,
                      finished=_finished_line(job))
@@ -64,6 +66,8 @@ def due_text(job: Job, now: float) -> str:
         return f"lease ends in {_ago(job.lease_expires_at - now)}"
     if job.state is JobState.PENDING:
         return "ready" if job.available_at <= now else f"in {_ago(job.available_at - now)}"
+    if job.state is JobState.WAITING:
+        return f"after {len(job.waiting_for)} job(s): {', '.join(job.waiting_for)}"
     return "-"
 
 

@@ -49,12 +49,13 @@ from .state.commands import (
     plan_settle,
     plan_snooze,
 )
+from .state.dependencies import plan_dependents
 from .state.state import Entry, QueueState
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
-                            exports=True)
+                            exports=True, dependencies=True)
 _MISSING: Any = object()
 # Record type holding a kept finished job's outcome -> its field for the finishing time.
 _OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: TIME, RecordType.CANCEL: TIME,
@@ -99,6 +100,7 @@ class FileBackend:
                        available_at=finished_at, enqueued_at=entry.enqueued_at,
                        last_error=entry.last_error, result=result, finished_at=finished_at)
         leased = state is JobState.LEASED
+        waits = self.handle.state.waits
         return Job(
             id=entry.id,
             payload=(read_payload(self.handle.live_log() if source is None else source, entry)
@@ -107,7 +109,8 @@ class FileBackend:
             state=state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
             last_error=entry.last_error, token=entry.token if leased else None,
             lease_expires_at=entry.lease_until if leased else None,
-            finished_at=entry.available_at if state is JobState.DEAD else None)
+            finished_at=entry.available_at if state is JobState.DEAD else None,
+            waiting_for=waits.waiting_for(entry.id) if waits else ())
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
         """Under the lock: what builds the views of jobs just leased, once the lock is
@@ -133,16 +136,20 @@ class FileBackend:
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
-                max_attempts: int, job_id: str | None) -> Job:
+                max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
+                allow_failure: bool = False) -> Job:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
-                                 key_retention=self._key_retention, rng=self._rng)
+                                 key_retention=self._key_retention, rng=self._rng,
+                                 depends_on=depends_on, allow_failure=allow_failure)
             if isinstance(found, Entry):
                 return lambda: self._view(found)
             if isinstance(found, float):
                 return lambda: self._done_view(job_id or "", found)
             new_id = batch.last_id()
+            if depends_on:  # waiting, pending or cancelled: as the batch left it
+                return lambda: self._view(self.handle.state.jobs[new_id], payload)
             return lambda: self._new_view(new_id, payload, priority, max_attempts,
                                           now + delay, now)
 
@@ -193,6 +200,7 @@ class FileBackend:
                 check_lease(state, job.id, job.token)
             for job in jobs:
                 batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
+                plan_dependents(state, batch, now, job.id, JobState.DONE)
             batch.finishes += len(jobs)
             return lambda: None
 
@@ -333,7 +341,7 @@ class FileBackend:
 
         def query(s: QueueState) -> QueueStats:
             return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
-                              total=s.pending + s.leased + s.dead,
+                              total=s.live(), waiting=s.waiting,
                               generation=handle.generation, log_bytes=handle.log_bytes,
                               paused=s.paused, kept=s.kept,
                               enqueued=s.enqueued, retried=s.retried,

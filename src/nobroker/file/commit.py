@@ -89,14 +89,14 @@ def plan_and_commit(handle: HandleAPI, plan: Plan[T], spare: str | frozenset[str
     state = handle.state  # after the refresh: a reload replaces it
     live = handle.live_log()
     now = handle.now()
-    batch = Batch(state.last_batch + 1, live.durable)
+    batch = Batch(state.last_batch + 1, live.durable, handle.result_ttl)
     plan_reclaim(state, batch, now, handle.backoff, handle.rng, spare, handle.key_retention)
     if batch:
         # Expiries first, as a batch of their own, so that the call sees
         # their effect (a reclaimed job with no backoff is leasable now).
         handle.commit(batch)
         reclaimed, finished = batch.wakes, batch.finishes
-        batch = Batch(state.last_batch + 1, live.durable)
+        batch = Batch(state.last_batch + 1, live.durable, handle.result_ttl)
         batch.wakes, batch.finishes = reclaimed, finished
     build = plan(state, batch, now)
     if batch:

@@ -74,6 +74,7 @@ class QueueHandle:
         self.auto_compact = options.auto_compact
         self.backoff = settings.backoff  # for the lease expiries each write records first
         self.key_retention = settings.key_retention
+        self.result_ttl = settings.result_ttl  # dependents a failure cancels are kept so long
         self.options = options
         self.rng = settings.rng
         self.fs: FileSystem = options.fs

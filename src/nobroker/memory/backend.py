@@ -21,7 +21,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from ..backend import Capabilities, Settings
-from ..codec import encode_payload, loads
+from ..codec import encode_payload
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError, QueueClosedError
 from ..models import (
     CompactionResult,
@@ -32,11 +32,13 @@ from ..models import (
     new_pending_jobs,
 )
 from .sets import SharedQueue, attach, detach, queue_names
-from .table import FINISHED, MemoryJob, MemoryTable
+from .table import MemoryJob, MemoryTable
+from .views import done_view, job_view
 
 __all__ = ["MemoryBackend", "CAPABILITIES"]
 
-CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process=True)
+CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process=True,
+                            dependencies=True)
 T = TypeVar("T")
 _ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 
@@ -87,6 +89,7 @@ class MemoryBackend:
             table = self._open()
             wakes, finishes = table.wakes, table.finishes
             now = shared.advance(self._clock())
+            table.dependent_keep = self.settings.result_ttl
             try:
                 table.sweep(now, self.settings.key_retention)
                 spared = frozenset(spare)
@@ -113,30 +116,8 @@ class MemoryBackend:
 
     # -- views --------------------------------------------------------------
 
-    @staticmethod
-    def _view(job: MemoryJob) -> Job:
-        state = job.state
-        if state in FINISHED:
-            return Job(id=job.id, payload=None, priority=job.priority, attempts=job.attempts,
-                       max_attempts=job.max_attempts, state=state,
-                       available_at=job.finished_at or 0.0, enqueued_at=job.enqueued_at,
-                       last_error=job.last_error, finished_at=job.finished_at,
-                       result=None if job.result_text is None else loads(job.result_text))
-        leased = state is JobState.LEASED
-        return Job(id=job.id, payload=loads(job.payload_text or "null"),
-                   priority=job.priority, attempts=job.attempts,
-                   max_attempts=job.max_attempts, state=state,
-                   available_at=job.available_at, enqueued_at=job.enqueued_at,
-                   last_error=job.last_error, token=job.token if leased else None,
-                   lease_expires_at=job.lease_until if leased else None,
-                   finished_at=job.available_at if state is JobState.DEAD else None)
-
-    @staticmethod
-    def _done_view(job_id: str, done_at: float) -> Job:
-        """A finished keyed job acked without a result: only its id and time are known."""
-        return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
-                   state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
-                   last_error=None, finished_at=done_at)
+    _view = staticmethod(job_view)
+    _done_view = staticmethod(done_view)
 
     def _find(self, table: MemoryTable, job_id: str, now: float) -> Job:
         job = table.jobs.get(job_id)
@@ -150,8 +131,10 @@ class MemoryBackend:
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
-                max_attempts: int, job_id: str | None) -> Job:
+                max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
+                allow_failure: bool = False) -> Job:
         def change(table: MemoryTable, now: float) -> Job:
+            unmet, failed = table.prerequisites(list(depends_on))  # refuses before a change
             if job_id is not None:
                 existing = table.jobs.get(job_id)
                 if existing is not None and existing.state is JobState.CANCELLED:
@@ -159,8 +142,13 @@ class MemoryBackend:
                 elif existing is not None or job_id in table.done_keys:
                     return self._find(table, job_id, now)
             new_id = job_id if job_id is not None else table.new_id()
-            table.add(new_id, job_id is not None, payload_text, priority, now + delay, now,
-                      max_attempts)
+            job = table.add(new_id, job_id is not None, payload_text, priority, now + delay,
+                            now, max_attempts, unmet, allow_failure)
+            if failed is not None and not allow_failure:  # settled at once
+                job.last_error = failed
+                table.finish(job, JobState.CANCELLED, now, self.settings.result_ttl)
+            if depends_on:
+                return self._view(job)
             return Job(new_id, payload, priority, 0, max_attempts, JobState.PENDING,
                        now + delay, now, None)
 
@@ -279,7 +267,8 @@ class MemoryBackend:
     def cancel(self, job_id: str) -> bool:
         def change(table: MemoryTable, now: float) -> bool:
             job = table.jobs.get(job_id)
-            if job is None or job.state not in (JobState.PENDING, JobState.LEASED):
+            if job is None or job.state not in (JobState.PENDING, JobState.LEASED,
+                                                JobState.WAITING):
                 return False
             table.finish(job, JobState.CANCELLED, now, self.settings.result_ttl)
             return True
@@ -295,7 +284,7 @@ class MemoryBackend:
         return self._write(lambda table, now: table.requeue_dead(job_id, now))
 
     def purge(self) -> int:
-        return self._write(lambda table, now: table.purge())
+        return self._write(lambda table, now: table.purge(now))
 
     def delete_dead(self, job_id: str | None) -> int:
         return self._write(lambda table, now: table.delete_dead(job_id))
@@ -306,14 +295,15 @@ class MemoryBackend:
     def stats(self) -> QueueStats:
         def question(table: MemoryTable, now: float) -> QueueStats:
             counts = table.counts
-            live = counts[JobState.PENDING] + counts[JobState.LEASED] + counts[JobState.DEAD]
+            live = sum(counts[state] for state in (JobState.PENDING, JobState.LEASED,
+                                                   JobState.DEAD, JobState.WAITING))
             return QueueStats(
                 pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
                 dead=counts[JobState.DEAD], done=table.done, total=live, generation=0,
                 log_bytes=0, paused=table.paused,
                 kept=counts[JobState.DONE] + counts[JobState.CANCELLED],
                 enqueued=table.enqueued, retried=table.retried,
-                dead_lettered=table.dead_lettered)
+                dead_lettered=table.dead_lettered, waiting=counts[JobState.WAITING])
 
         return self._read(question)
 

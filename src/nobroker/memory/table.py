@@ -19,13 +19,14 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..dependencies import failure_error
 from ..errors import JobNotFoundError, NotLeasedError
 from ..models import JobState
 
 __all__ = ["MemoryJob", "MemoryTable", "FINISHED"]
 
 FINISHED = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome for a while
-_LIVE = (JobState.PENDING, JobState.LEASED, JobState.DEAD)
+_LIVE = (JobState.PENDING, JobState.LEASED, JobState.DEAD, JobState.WAITING)
 
 
 @dataclass(slots=True)
@@ -49,6 +50,8 @@ class MemoryJob:
     finished_at: float | None = None
     keep_until: float = 0.0  # a kept finished job is forgotten from then on
     stamp: int = 0  # bumped by every move: heap entries with an older one are stale
+    waiting_for: dict[str, None] | None = None  # WAITING: its unfinished prerequisites
+    allow_failure: bool = False  # a failed prerequisite counts as finished for it
 
 
 class MemoryTable:
@@ -70,6 +73,8 @@ class MemoryTable:
         self._deadlines: list[tuple[float, int, int, str]] = []  # (until, seq, stamp, id)
         self._kept: list[tuple[float, int, int, str]] = []  # (keep_until, seq, stamp, id)
         self._key_times: list[tuple[float, str]] = []  # (done_at, id)
+        self.dependents: dict[str, list[str]] = {}  # prerequisite -> its waiting jobs
+        self.dependent_keep = 0.0  # how long a dependent a failure cancels is kept
 
     # -- adding -------------------------------------------------------------
 
@@ -82,17 +87,43 @@ class MemoryTable:
                 return job_id
 
     def add(self, job_id: str, keyed: bool, payload_text: str, priority: int,
-            available_at: float, enqueued_at: float, max_attempts: int) -> MemoryJob:
-        """A new pending job (its id is free: the caller checked)."""
+            available_at: float, enqueued_at: float, max_attempts: int,
+            waits_for: list[str] | None = None, allow_failure: bool = False) -> MemoryJob:
+        """A new pending job (its id is free: the caller checked), or with `waits_for`
+        (prerequisites not finished yet) a waiting one."""
         self.done_keys.pop(job_id, None)
         job = MemoryJob(job_id, self._next_seq, keyed, payload_text, priority, available_at,
                         enqueued_at, max_attempts)
         self._next_seq += 1
         self.jobs[job_id] = job
-        self.counts[JobState.PENDING] += 1
         self.enqueued += 1
+        if waits_for:
+            job.state, job.allow_failure = JobState.WAITING, allow_failure
+            job.waiting_for = dict.fromkeys(waits_for)
+            for prerequisite in waits_for:
+                self.dependents.setdefault(prerequisite, []).append(job_id)
+            self.counts[JobState.WAITING] += 1
+            return job
+        self.counts[JobState.PENDING] += 1
         self._enter_pending(job)
         return job
+
+    def prerequisites(self, depends_on: list[str]) -> tuple[list[str], str | None]:
+        """The prerequisites not finished yet, and the error naming the first that
+        failed (dead or cancelled), if any; JobNotFoundError for an id the queue
+        does not know (a finished keyed job still remembered counts as done)."""
+        unmet: list[str] = []
+        failed: str | None = None
+        for job_id in depends_on:
+            job = self.jobs.get(job_id)
+            if job is None:
+                if job_id not in self.done_keys:
+                    raise JobNotFoundError(job_id, "prerequisite job")
+            elif job.state in (JobState.DEAD, JobState.CANCELLED):
+                failed = failed or failure_error(job_id, job.state)
+            elif job.state is not JobState.DONE:
+                unmet.append(job_id)
+        return unmet, failed
 
     def add_copy(self, job_id: str, keyed: bool, payload_text: str, priority: int,
                  available_at: float, enqueued_at: float, max_attempts: int,
@@ -167,6 +198,7 @@ class MemoryTable:
         if job.keyed:
             self.done_keys[job.id] = now
             heapq.heappush(self._key_times, (now, job.id))
+        self._settle_dependents(job.id, JobState.DONE, now)
 
     def retry(self, job: MemoryJob, at: float, error: str | None) -> None:
         """A failed attempt (nack, expired lease): dead on its last attempt, with `at`
@@ -177,6 +209,7 @@ class MemoryTable:
             self._move(job, JobState.DEAD)
             self.dead_lettered += 1
             self.finishes += 1
+            self._settle_dependents(job.id, JobState.DEAD, now=at)
         else:
             self.retried += 1
             self._make_pending(job, at)
@@ -188,13 +221,44 @@ class MemoryTable:
         self._make_pending(job, at)
 
     def finish(self, job: MemoryJob, state: JobState, now: float, keep: float) -> None:
-        """Done or cancelled: kept, without its payload, until now + `keep`."""
+        """Done or cancelled: kept, without its payload, until now + `keep`; its
+        dependents released or cancelled by the rules (docs/TASKS.md)."""
+        if job.state is JobState.WAITING:
+            self._detach(job)
         job.payload_text = None
         job.finished_at = now
         job.keep_until = now + keep
         self._move(job, state)
         heapq.heappush(self._kept, (job.keep_until, job.seq, job.stamp, job.id))
         self.finishes += 1
+        self._settle_dependents(job.id, state, now)
+
+    def _settle_dependents(self, job_id: str, outcome: JobState, now: float) -> None:
+        """Prerequisite `job_id` finished with `outcome`: each dependent it leaves with
+        nothing to wait for is pending; a failure cancels those without allow_failure
+        (and theirs in turn, through finish)."""
+        dependents = self.dependents.pop(job_id, None)
+        for dependent_id in dependents or ():
+            dependent = self.jobs[dependent_id]
+            assert dependent.waiting_for is not None
+            dependent.waiting_for.pop(job_id, None)
+            if outcome is JobState.DONE or dependent.allow_failure:
+                if not dependent.waiting_for:
+                    dependent.waiting_for = None
+                    self._make_pending(dependent, dependent.available_at)
+                continue
+            dependent.last_error = failure_error(job_id, outcome)
+            self.finish(dependent, JobState.CANCELLED, now, self.dependent_keep)
+
+    def _detach(self, job: MemoryJob) -> None:
+        """Waiting job `job` waits no more (cancelled): off its prerequisites' lists."""
+        for prerequisite in job.waiting_for or ():
+            others = self.dependents.get(prerequisite)
+            if others is not None and job.id in others:
+                others.remove(job.id)
+                if not others:
+                    del self.dependents[prerequisite]
+        job.waiting_for = None
 
     # -- operating ----------------------------------------------------------
 
@@ -229,12 +293,14 @@ class MemoryTable:
         self._remove(job)
         self.finishes += 1
 
-    def purge(self) -> int:
+    def purge(self, now: float) -> int:
         """Remove every pending job; how many."""
         pending = list(self.entries(JobState.PENDING))
         for job in pending:
             self._remove(job)
         self.finishes += len(pending)
+        for job in pending:  # a released dependent stays, pending
+            self._settle_dependents(job.id, JobState.CANCELLED, now)
         return len(pending)
 
     def set_paused(self, paused: bool) -> None:

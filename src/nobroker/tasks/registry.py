@@ -205,9 +205,11 @@ class Task(Generic[P, R]):
     def apply_async(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
                     *, delay: float | timedelta = 0.0, eta: datetime | float | None = None,
                     job_id: str | None = None, priority: int | None = None,
-                    max_attempts: int | None = None) -> TaskResult:
+                    max_attempts: int | None = None, depends_on: Any = None,
+                    allow_failure: bool = False) -> TaskResult:
         """Enqueue a call, with the queue options: `delay` seconds (or `eta`, a datetime
-        or epoch seconds), an idempotency `job_id`, a `priority` for this call."""
+        or epoch seconds), an idempotency `job_id`, a `priority` for this call, and
+        `depends_on` (TaskResults or job ids it waits for; docs/TASKS.md)."""
         payload = {"task": self.name, "args": list(args),
                    "kwargs": {} if kwargs is None else dict(kwargs)}
         if isinstance(delay, timedelta):
@@ -220,12 +222,12 @@ class Task(Generic[P, R]):
         try:
             job = self.queue.enqueue(
                 payload, priority=self.priority if priority is None else priority,
-                delay=delay, job_id=job_id,
+                delay=delay, job_id=job_id, depends_on=depends_on, allow_failure=allow_failure,
                 max_attempts=self.max_attempts if max_attempts is None else max_attempts)
         except SerializationError as exc:
             raise SerializationError(f"task {self.name!r}: arguments are not JSON: "
                                      f"{exc}") from None
-        if self.queue.eager:  # run it here and now, as a worker would
+        if self.queue.eager and job.state is JobState.PENDING:  # here and now, as a worker
             from ..testing import run_eagerly
             run_eagerly(self.queue, job)
         return TaskResult(self.queue, job.id)

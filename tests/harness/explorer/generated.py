@@ -88,6 +88,8 @@ _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
     "ack": lambda d, h, held: d.call(h, "ack", held.pop()) if held else None,
     "nack": lambda d, h, held: d.call(h, "nack", held.pop(), delay=0) if held else None,
     "snooze": lambda d, h, held: d.call(h, "snooze", held.pop(), 0) if held else None,
+    "depend": lambda d, h, held: d.call(h, "enqueue", payload(6, 200),
+                                        depends_on=[held[-1].id]) if held else None,
     "extend": lambda d, h, held: d.call(h, "extend", held[-1], 30) if held else None,
     "expire": lambda d, h, held: _ace_expire(d, h),
     "compact": lambda d, h, held: d.call(h, "compact"),

@@ -390,3 +390,31 @@ def _w_cancel_pause(d: Driver) -> None:
         d.call(b, "nack", job, error="boom")  # dead on its only attempt
     d.call(a, "delete_dead")
     d.call(a, "compact")
+
+
+@workload("dependencies")
+def _w_dependencies(d: Driver) -> None:
+    # A chord's shape: c waits for a and b, whose acks come from two handles; its
+    # release is in the batch of the second ack. A dying step cancels its dependent
+    # (and that one's) in the NACK's batch; allow_failure releases instead. A
+    # compaction keeps a waiting job and what it waits for.
+    a, b = d.open(max_attempts=1), d.open(max_attempts=1)
+    jobs = d.call(a, "enqueue_many", [payload(i, 200) for i in range(3)])
+    if not (isinstance(jobs, list) and len(jobs) == 3):
+        return
+    first, second, doomed = jobs
+    chord = d.call(a, "enqueue", payload(10, 300), depends_on=[first.id, second.id])
+    d.call(b, "enqueue", payload(11, 100), depends_on=[doomed.id])
+    d.call(b, "enqueue", payload(12, 100), depends_on=[doomed.id], allow_failure=True)
+    if isinstance(chord, Job):
+        d.call(a, "enqueue", payload(13, 100), depends_on=[chord.id])
+    held_a, held_b = _held(d.call(a, "lease", 1)), _held(d.call(b, "lease", 2))
+    d.call(a, "compact")
+    for job in held_a:
+        d.call(a, "ack", job)
+    for job in held_b:
+        if job.id == doomed.id:
+            d.call(b, "nack", job, error="boom")  # dead on its only attempt
+        else:
+            d.call(b, "ack", job, result=1)
+    d.call(b, "compact")

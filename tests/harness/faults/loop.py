@@ -130,6 +130,12 @@ class _Driver:
         if status == "ok":
             self.ids[tag] = job.id
 
+    def enqueue_after(self, tag: str, after: list[str], allow_failure: bool = False) -> None:
+        """A job waiting for the jobs of tags `after` (those whose enqueue returned)."""
+        ids = [self.ids[t] for t in after if t in self.ids]
+        if ids:
+            self.enqueue(tag, depends_on=ids, allow_failure=allow_failure)
+
     def cancel(self, tag: str) -> None:
         job_id = self.ids.get(tag)
         if job_id is None:
@@ -212,6 +218,8 @@ def workload(d: _Driver, seed: int = 0) -> None:
     d.settle("snooze")
     d.lease(1)
     d.settle("extend")
+    d.enqueue_after("w", ["k"])  # waits through the compaction below
+    d.enqueue_after("w2", ["w"], allow_failure=True)
     d.call("compact", lambda q: q.compact())
     d.enqueue("e")
     d.settle("ack")
@@ -234,8 +242,11 @@ def random_workload(d: _Driver, seed: int) -> None:
     for _ in range(rng.randint(10, 20)):
         serial += 1
         op = rng.random()
-        if op < 0.25:
+        if op < 0.22:
             d.enqueue(f"t{serial}", **({"job_id": f"key{serial}"} if rng.random() < 0.3 else {}))
+        elif op < 0.25:  # waits for up to two earlier jobs (RELEASE, CANCEL with err)
+            after = rng.sample(sorted(d.ids), min(len(d.ids), rng.randint(1, 2)))
+            d.enqueue_after(f"t{serial}", after, allow_failure=rng.random() < 0.3)
         elif op < 0.35:
             d.enqueue_many([f"t{serial}.{i}" for i in range(rng.randint(2, 4))])
         elif op < 0.55:
@@ -282,7 +293,12 @@ def audit(directory: str, d: _Driver, out: FaultOutcome) -> None:
         if store_of(second).state.fingerprint() != fingerprint:
             v.append("recovery is not idempotent: two reopens give different states")
     present: dict[str, str] = {}
+    live_ids = {job.id for job in jobs}
     for job in jobs:
+        # A waiting job waits only for live jobs: the batch that finished a
+        # prerequisite released or cancelled it (and never half of that).
+        if job.state is JobState.WAITING and not set(job.waiting_for) <= live_ids:
+            v.append(f"job {job.id} waits for {job.waiting_for}, not all live")
         tag = job.payload.get("tag") if isinstance(job.payload, dict) else None
         if tag is None or tag in present:
             v.append(f"unexpected or duplicated job {job.id}: {job.payload!r}")
@@ -317,7 +333,8 @@ def audit(directory: str, d: _Driver, out: FaultOutcome) -> None:
     if stats.kept != len(kept):
         v.append(f"stats.kept {stats.kept} disagrees with the kept jobs listed {len(kept)}")
     cancelled = {tag for tag, (status, _) in d.cancels.items() if status != "failed"}
-    evidence = set(present) | set(d.acks) | d.seen | cancelled
+    settled = {tag for tag, job_id in d.ids.items() if job_id in kept}  # cancelled with it
+    evidence = set(present) | set(d.acks) | d.seen | cancelled | settled
     for tag, status in d.enq.items():
         if status == "ok" and tag not in evidence and tag not in d.purged:
             v.append(f"lost: enqueue of {tag!r} returned, yet it is gone and never acked")

@@ -104,9 +104,12 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
 
 
 def _job_control(q: Queue) -> None:
-    """CANCEL, DELETE, PAUSE/RESUME, SNOOZE and an ACK with a result, in a generation's
-    own log."""
-    q.enqueue_many([{"n": 20}, {"n": 21}, {"n": 22}], max_attempts=1, priority=200)
+    """CANCEL, DELETE, PAUSE/RESUME, SNOOZE, an ACK with a result and dependencies (a
+    waiting ENQUEUE, a RELEASE, a CANCEL with err), in a generation's own log."""
+    jobs = q.enqueue_many([{"n": 20}, {"n": 21}, {"n": 22}], max_attempts=1, priority=200)
+    q.enqueue({"n": 23}, depends_on=jobs[1])  # released by second's ack
+    q.enqueue({"n": 24}, depends_on=jobs[0], priority=300)  # cancelled with first
+    q.enqueue({"n": 25}, depends_on=[jobs[2]], allow_failure=True)  # stays waiting
     first, second = q.lease(2)
     q.snooze(first, 0.0, error="later")  # its only attempt, given back untried
     (first,) = q.lease(1)

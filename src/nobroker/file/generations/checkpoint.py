@@ -12,14 +12,16 @@ replay, which gives the same state, only slower.
 Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
 (little or big endian as the writer's machine; the meta says which):
 
-    <8s magic "NBCKPT03"> <I crc32 of everything after these 12 bytes>
+    <8s magic "NBCKPT04"> <I crc32 of everything after these 12 bytes>
     then sections, each <Q length><bytes>:
-      meta     JSON: generation, end, crc of the log before end, counters, byte order
+      meta     JSON: generation, end, crc of the log before end, counters, byte order,
+               "waits": [[id, [unmet prerequisite ids], allow_failure], ...]
       names    JSON object {index: id} for the jobs whose id is not seq_id(seq)
       errors   JSON object {index: last_error} for the jobs that have one
       keys     JSON object {id: done_at} of remembered idempotency keys
-      states   one byte per job (0 pending, 1 leased, 2 dead, 3 done, 4 cancelled: the
-               last two are finished jobs kept with their outcome); keyed: one byte per job
+      states   one byte per job (0 pending, 1 leased, 2 dead, 3 waiting, 4 done,
+               5 cancelled: the last two are finished jobs kept with their outcome);
+               keyed: one byte per job
       then one array per column (see COLUMNS), loaded as the state's own columns
 
 Pure functions over bytes plus the state; the log file (logfile.py) reads and
@@ -45,7 +47,8 @@ __all__ = ["encode", "decode", "relocation", "Relocation", "MAGIC", "CheckpointE
 ENABLED = True  # tests switch it off to compare against a full replay
 # Older magics are ignored (a full replay): 01 stored ids as JSON; 02 had no finished
 # jobs and no "paused" (a reader of 02 would take a paused queue for a running one).
-MAGIC: Final = b"NBCKPT03"
+# 03 had no waiting jobs: its state codes 3 and 4 were done and cancelled, now 4 and 5.
+MAGIC: Final = b"NBCKPT04"
 _HEAD: Final = struct.Struct("<8sI")
 _LEN: Final = struct.Struct("<Q")
 # (Columns field, array typecode); 'q'/'d' are 8 bytes and 'I' 4 everywhere CPython runs.
@@ -72,7 +75,8 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
             "byteorder": sys.byteorder, "jobs": len(columns.seqs),
             "last_batch": state.last_batch, "next_token": state.next_token,
             "next_seq": state.next_seq, "done": state.done, "snapshot": state.snapshot_seen,
-            "paused": state.paused, "totals": list(state.totals), "source": source}
+            "paused": state.paused, "totals": list(state.totals), "source": source,
+            "waits": state.waits.items()}
     sections = [
         json.dumps(meta).encode(),
         json.dumps(columns.names).encode(),
@@ -132,8 +136,11 @@ def _decode(data: bytes, generation: int, log_size: int,
             columns, keys, last_batch=meta["last_batch"], next_token=meta["next_token"],
             done=meta["done"], snapshot_seen=meta["snapshot"], next_seq=meta["next_seq"],
             paused=meta["paused"])
-    except ReplayError as exc:
-        raise CheckpointError(exc.reason) from None
+        state.waits.restore(meta["waits"])
+    except (ReplayError, ValueError) as exc:
+        raise CheckpointError(getattr(exc, "reason", str(exc))) from None
+    if len(state.waits.by_job) != state.waiting:
+        raise CheckpointError("waiting jobs and their prerequisites disagree")
     state.latest_time = float(meta["clock"])
     try:  # a checkpoint from before the totals were counted: replay, which counts them
         state.set_totals(check_totals(meta.get("totals"), 0))

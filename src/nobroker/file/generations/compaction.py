@@ -64,6 +64,7 @@ from ..disk.fs import FileSystem
 from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from ..log.records import (
     ACKED,
+    ALLOW_FAILURE,
     AT,
     ATTEMPTS,
     ERROR,
@@ -83,6 +84,7 @@ from ..log.records import (
     TOKEN,
     TOTALS,
     UNTIL,
+    WAIT,
     Applied,
     Record,
     RecordType,
@@ -244,7 +246,13 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                 else:
                     batch.add_result(RecordType.FINISHED, fields, result)
             else:
-                batch.add_payload(RecordType.JOB, _snapshot_fields(entry), next(texts))
+                fields = _snapshot_fields(entry)
+                wait = state.waits.by_job.get(entry.id)
+                if wait is not None:  # a waiting job: what it still waits for
+                    fields[WAIT] = list(wait.unmet)
+                    if wait.allow_failure:
+                        fields[ALLOW_FAILURE] = True
+                batch.add_payload(RecordType.JOB, fields, next(texts))
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at})
@@ -278,6 +286,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                                   paused=state.paused)
     snapshot.latest_time = state.latest_time
     snapshot.set_totals(state.totals)
+    snapshot.waits.restore(state.waits.items())  # as the JOB records' "w" say
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 

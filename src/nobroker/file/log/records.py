@@ -24,7 +24,7 @@ __all__ = [
     # the record keys
     "BATCH", "DURABLE", "ID", "PRIORITY", "AT", "TIME", "MAX_ATTEMPTS", "IS_KEY", "PAYLOAD",
     "TOKEN", "UNTIL", "RESULT", "KEEP", "ERROR", "STATE", "ATTEMPTS", "FINISHED_AT", "ACKED",
-    "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE",
+    "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE", "WAIT", "ALLOW_FAILURE",
 ]
 
 Record = dict[str, Any]
@@ -71,6 +71,7 @@ class RecordType(IntEnum):
     RESUME = 16  # leasing goes on
     FINISHED = 17  # snapshot: a finished job kept with its outcome (done or cancelled)
     SNOOZE = 18  # the holder gave the job back untried: pending again, attempt not counted
+    RELEASE = 19  # a waiting job's prerequisites all finished: pending (format 1.1)
 
 
 # The keys of a record's JSON object, each named once here; docs/FORMAT.md says which
@@ -100,6 +101,8 @@ PAUSED: Final = "paused"  # SNAPSHOT: the queue's pause flag
 NEXT_SEQ: Final = "seq"  # SNAPSHOT: the next sequence number
 TOTALS: Final = "tot"  # SNAPSHOT: jobs enqueued, retried, dead-lettered so far
 NONCE: Final = "n"  # SNAPSHOT: a random name for it; replay ignores it
+WAIT: Final = "w"  # ENQUEUE, JOB: the prerequisites a waiting job waits for (format 1.1)
+ALLOW_FAILURE: Final = "af"  # ENQUEUE, JOB: a failed prerequisite counts as done for it
 # The text a record's last key (payload or result) starts with: readers of a payload
 # or result find it by this, without parsing the record (a quote inside a JSON string
 # is escaped, so the first occurrence is the key).
@@ -107,7 +110,7 @@ PAYLOAD_KEY_TEXT: Final = f',"{PAYLOAD}":'
 RESULT_KEY_TEXT: Final = f',"{RESULT}":'
 FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, PAYLOAD, TOKEN,
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
-                 PAUSED, NEXT_SEQ, TOTALS, NONCE)
+                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

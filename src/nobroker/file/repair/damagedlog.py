@@ -249,6 +249,8 @@ class TolerantReplay:
                 if entry is None or entry.state is not required or (
                         required is JobState.LEASED and record.get(TOKEN) != entry.token):
                     return False
+                if rtype == RecordType.RELEASE and not self._freed(str(job_id), batch):
+                    return False
             elif rtype in (RecordType.ENQUEUE, RecordType.JOB):
                 if not isinstance(job_id, str) or job_id in jobs:
                     return False
@@ -263,6 +265,14 @@ class TolerantReplay:
                 # a record type this check does not know: both go carefully.
                 return False
         return True
+
+    def _freed(self, job_id: str, batch: Sequence[Applied]) -> bool:
+        """Whether the batch acks or cancels every prerequisite waiting job `job_id`
+        still waits for (what its RELEASE needs; any other case goes carefully)."""
+        wait = self.state.waits.by_job.get(job_id)
+        finished = {record.get(ID) for rtype, record, _, _ in batch
+                    if rtype in (RecordType.ACK, RecordType.CANCEL)}
+        return wait is not None and all(p in finished for p in wait.unmet)
 
     @property
     def unknown_jobs(self) -> tuple[str, ...]:

@@ -43,14 +43,14 @@ from ..log.records import (
 __all__ = ["Batch"]
 
 # Records that may make a job leasable: idle workers are poked after the commit.
-_WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.NACK, RecordType.EXPIRE,
-                            RecordType.REQUEUE, RecordType.SNOOZE})
+_WAKING: Final = frozenset({RecordType.ENQUEUE, RecordType.RELEASE, RecordType.NACK,
+                            RecordType.EXPIRE, RecordType.REQUEUE, RecordType.SNOOZE})
 
 
 class Batch:
     """The records of one API call, framed so that they commit or vanish together."""
 
-    def __init__(self, number: int, durable: int = 0) -> None:
+    def __init__(self, number: int, durable: int = 0, keep: float = 0.0) -> None:
         self.number = number
         # The first record carries "d": how far the log was known to be on disk when
         # the batch was planned (an fsync that covered it had returned). Damage before
@@ -61,6 +61,12 @@ class Batch:
         self._items: list[tuple[int, str, Record]] = []
         self.wakes = 0  # records that may make a job leasable: idle workers are poked
         self.finishes = 0  # records that finish a job: result waiters are poked
+        # Dependencies (commands.plan_dependents): how long a dependent this batch
+        # cancels is kept, the prerequisites finished in it so far, and the waiting
+        # jobs it has already released or cancelled.
+        self.keep = keep
+        self.settled: set[str] = set()
+        self.resolved: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._items)

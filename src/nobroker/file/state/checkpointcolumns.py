@@ -42,7 +42,7 @@ def table_from_columns(columns: Columns, next_seq: int) -> JobTable:
             c.max_attempts, c.attempts, c.token, c.lease_until, c.loc, c.size)):
         raise ReplayError(0, "column lengths disagree")
     seqs = c.seqs
-    if (c.states.translate(None, b"\0\1\2\3\4") or c.keyed.translate(None, b"\0\1")
+    if (c.states.translate(None, b"\0\1\2\3\4\5") or c.keyed.translate(None, b"\0\1")
             or type(next_seq) is not int or not 0 <= next_seq <= SEQ_MAX
             or (count and not (0 <= seqs[0] and seqs[-1] < next_seq))
             or not all(map(int.__lt__, seqs, islice(seqs, 1, None)))):

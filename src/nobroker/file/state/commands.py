@@ -29,6 +29,7 @@ from ..log.records import (
     RecordType,
 )
 from .batch import Batch
+from .dependencies import plan_dependents, plan_waiting_enqueue
 from .jobindex import JobIndex
 from .state import Entry, JobState, QueueState
 
@@ -85,23 +86,28 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
     for entry in state.expired(now):
         if entry.id in spared:
             continue
-        if entry.attempts >= entry.max_attempts:  # dead-lettered: `at` says when it died
+        dies = entry.attempts >= entry.max_attempts
+        if dies:  # dead-lettered: `at` says when it died
             batch.finishes += 1
             at = now
         else:
             at = now + backoff.delay(entry.attempts, rng)
         batch.add(RecordType.EXPIRE, {ID: entry.id, TOKEN: entry.token, AT: at})
+        if dies:
+            plan_dependents(state, batch, now, entry.id, JobState.DEAD)
 
 
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
                  priority: int, delay: float, max_attempts: int, job_id: str | None,
-                 key_retention: float, rng: Rng) -> Entry | float | None:
+                 key_retention: float, rng: Rng, depends_on: Sequence[str] = (),
+                 allow_failure: bool = False) -> Entry | float | None:
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
     job still remembered, or None when a record was added. A cancelled job
     does not hold its key: it is forgotten, in the same batch, and the key
-    enqueued anew.
+    enqueued anew. With `depends_on`, the job waits for those jobs
+    (dependencies.plan_waiting_enqueue).
     """
     if job_id is not None:
         existing = state.jobs.get(job_id)
@@ -112,6 +118,12 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
+    if depends_on:
+        plan_waiting_enqueue(state, batch, now, job_id or new_job_id(state.jobs, rng),
+                             payload_text, priority=priority, delay=delay,
+                             max_attempts=max_attempts, keyed=job_id is not None,
+                             depends_on=depends_on, allow_failure=allow_failure)
+        return None
     batch.add_enqueue(job_id or new_job_id(state.jobs, rng), priority, now + delay, now,
                       max_attempts, job_id is not None, payload_text)
     return None
@@ -172,10 +184,11 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
     batch.finishes += 1
     if result_text is None:
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
-        return entry
-    keep = max(result_ttl, key_retention) if entry.keyed else result_ttl
-    batch.add_result(RecordType.ACK, {ID: job_id, TOKEN: token, TIME: now, KEEP: keep},
-                     result_text)
+    else:
+        keep = max(result_ttl, key_retention) if entry.keyed else result_ttl
+        batch.add_result(RecordType.ACK, {ID: job_id, TOKEN: token, TIME: now, KEEP: keep},
+                         result_text)
+    plan_dependents(state, batch, now, job_id, JobState.DONE)  # released in this write
     return entry
 
 
@@ -185,12 +198,15 @@ def plan_nack(state: QueueState, batch: Batch, now: float, job_id: str, token: i
     """NACK for a job the caller holds: pending again after `delay` (None: the backoff
     policy's), or dead-lettered on its last attempt, with `at` the time it died."""
     entry = check_lease(state, job_id, token)
-    if entry.attempts >= entry.max_attempts:
+    dies = entry.attempts >= entry.max_attempts
+    if dies:
         batch.finishes += 1
         at = now
     else:
         at = now + (delay if delay is not None else backoff.delay(entry.attempts, rng))
     batch.add(RecordType.NACK, {ID: job_id, TOKEN: token, AT: at, ERROR: error})
+    if dies:
+        plan_dependents(state, batch, now, job_id, JobState.DEAD)
     return entry
 
 
@@ -206,14 +222,19 @@ def plan_snooze(state: QueueState, batch: Batch, now: float, job_id: str, token:
 
 def plan_cancel(state: QueueState, batch: Batch, now: float, job_id: str,
                 keep: float) -> bool:
-    """CANCEL a pending or leased job, kept as cancelled for `keep` seconds; False
-    (nothing written) for a finished, dead or unknown job."""
+    """CANCEL a pending, leased or waiting job, kept as cancelled for `keep` seconds
+    (its dependents settled in the same batch); False (nothing written) for a
+    finished, dead or unknown job."""
     entry = state.jobs.get(job_id)
-    if entry is None or entry.state not in (JobState.PENDING, JobState.LEASED):
+    if entry is None or entry.state not in _CANCELLABLE:
         return False
     batch.finishes += 1
     batch.add(RecordType.CANCEL, {ID: job_id, TIME: now, KEEP: keep})
+    plan_dependents(state, batch, now, job_id, JobState.CANCELLED)
     return True
+
+
+_CANCELLABLE: Final = (JobState.PENDING, JobState.LEASED, JobState.WAITING)
 
 
 def plan_delete_dead(state: QueueState, batch: Batch, now: float,
@@ -266,4 +287,10 @@ def plan_purge(state: QueueState, batch: Batch, now: float) -> int:
     if count:
         batch.add(RecordType.PURGE, {TIME: now})
         batch.finishes += 1  # a waiter for a purged job learns it is gone
+        # Purged prerequisites settle their dependents as cancelled ones do (after
+        # the PURGE: a dependent it releases stays, pending).
+        for job_id in [job_id for job_id in state.waits.dependents
+                       if (entry := state.jobs.get(job_id)) is not None
+                       and entry.state is JobState.PENDING]:
+            plan_dependents(state, batch, now, job_id, JobState.CANCELLED)
     return count

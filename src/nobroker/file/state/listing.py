@@ -23,6 +23,7 @@ from .vocabulary import (
     LEASED,
     NAMED,
     PENDING,
+    WAITING,
     Entry,
     JobState,
 )
@@ -45,14 +46,14 @@ def _nth(code: bytearray, wanted: int | None, n: int, finished: bool = False) ->
         elif finished:
             here = end - start - code.count(FREE, start, end)
         else:
-            here = sum(code.count(live, start, end) for live in (PENDING, LEASED, DEAD))
+            here = sum(code.count(live, start, end) for live in (PENDING, LEASED, DEAD, WAITING))
         if here > n:
             break
         n, start = n - here, end
     for slot in range(start, size):
         found = code[slot]
         if (found == wanted if wanted is not None
-                else found != FREE and (finished or found <= DEAD)):
+                else found != FREE and (finished or found <= WAITING)):
             if n == 0:
                 return slot
             n -= 1
@@ -74,7 +75,7 @@ def entries(table: JobTable, state: JobState | None = None, skip: int = 0, *,
                 slot = code.find(wanted, slot)
                 if slot < 0:
                     return
-            elif code[slot] == FREE or (code[slot] > DEAD and not finished):
+            elif code[slot] == FREE or (code[slot] > WAITING and not finished):
                 slot += 1
                 continue
             if table.layout != layout:
@@ -97,7 +98,7 @@ def entries(table: JobTable, state: JobState | None = None, skip: int = 0, *,
             table.seqs, code, table.flags, table.priority, table.available_at,
             table.enqueued_at, table.max_attempts, table.attempts, table.record_offset,
             table.size, strict=True):
-        if job_code == FREE or (job_code > DEAD and not finished):
+        if job_code == FREE or (job_code > WAITING and not finished):
             continue
         if table.layout != layout:
             raise RuntimeError("the state changed during entries()")

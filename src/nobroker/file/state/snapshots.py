@@ -31,17 +31,19 @@ from ..log.records import (
     TOKEN,
     TOTALS,
     UNTIL,
+    WAIT,
     Record,
     ReplayError,
 )
 from .fieldchecks import check_totals, field, max_attempts_field, opt_str
 from .transitions import ReplayState
 from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState
+from .waits import prerequisites_field
 
 __all__ = ["apply_snapshot_job", "apply_snapshot_finished", "apply_snapshot_end"]
 
 _SNAPSHOT_STATES: Final = {"pending": JobState.PENDING, "leased": JobState.LEASED,
-                           "dead": JobState.DEAD}
+                           "dead": JobState.DEAD, "waiting": JobState.WAITING}
 _FINISHED_STATES: Final = {"done": DONE, "cancelled": CANCELLED}
 
 
@@ -70,6 +72,11 @@ def apply_snapshot_job(state: ReplayState, job_id: str, rec: Record, offset: int
     max_attempts = max_attempts_field(rec, offset)
     until = field(rec, UNTIL, float, offset) if UNTIL in rec else 0.0
     error = opt_str(rec, ERROR, offset)
+    # What a waiting job still waits for, as an ENQUEUE's "w" and "af"; checked
+    # before anything changes (a tolerant replay goes on after a refused record).
+    if (job_state is JobState.WAITING) != (WAIT in rec):
+        raise ReplayError(offset, f"a snapshot job {code} with prerequisites {rec.get(WAIT)!r}")
+    unmet, allow = prerequisites_field(rec, job_id, offset) if WAIT in rec else ([], False)
     job_code = CODES[job_state]
     slot = table.add(job_id, keyed, job_code, priority, at, enqueued_at,
                      max_attempts, attempts, offset, size)
@@ -82,6 +89,8 @@ def apply_snapshot_job(state: ReplayState, job_id: str, rec: Record, offset: int
         table.set_error(table.seqs[slot], error)
     if job_state is JobState.LEASED:
         table.hold(slot, job_id, token, until)
+    if unmet:
+        state.waits.add(job_id, unmet, allow)
     state.next_token = max(state.next_token, token + 1)
 
 
@@ -115,7 +124,7 @@ def apply_snapshot_finished(state: ReplayState, job_id: str, rec: Record, offset
 
 def apply_snapshot_end(state: ReplayState, rec: Record, offset: int) -> None:
     jobs = field(rec, JOBS, int, offset)
-    live = state.pending + state.leased + state.dead
+    live = state.pending + state.leased + state.dead + state.waiting
     if jobs != live:
         raise ReplayError(offset, f"snapshot announces {jobs} jobs, holds {live}")
     kept = field(rec, KEPT, int, offset) if KEPT in rec else 0

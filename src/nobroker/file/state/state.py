@@ -64,12 +64,14 @@ from .vocabulary import (
     LEASED,
     PENDING,
     SEQ_LIMIT,
+    WAITING,
     Columns,
     Entry,
     JobState,
     id_seq,
     seq_id,
 )
+from .waits import Waits
 
 __all__ = ["JobState", "Entry", "JobIndex", "Columns", "QueueState", "ReplayError",
            "TRANSITIONS", "Applied", "replay", "check_totals", "seq_id", "id_seq", "SEQ_LIMIT"]
@@ -88,6 +90,8 @@ class QueueState:
         # Finished keyed job id -> when acked.
         self.done_keys: dict[str, float] = {} if done_keys is None else dict(done_keys)
         self.jobs = JobIndex(self.table, self.done_keys, self.live)
+        self.waits = Waits()  # the waiting jobs' unmet prerequisites (depends_on=)
+        self.waiting = 0
         self.pending = 0
         self.leased = 0
         self.dead = 0
@@ -108,8 +112,8 @@ class QueueState:
         heapq.heapify(self._key_times)
 
     def live(self) -> int:
-        """How many jobs are live (pending, leased or dead)."""
-        return self.pending + self.leased + self.dead
+        """How many jobs are live (pending, leased, dead or waiting)."""
+        return self.pending + self.leased + self.dead + self.waiting
 
     @property
     def totals(self) -> tuple[int, int, int]:
@@ -144,8 +148,8 @@ class QueueState:
         """The state a checkpoint's columns describe; ReplayError if they cannot be."""
         state = cls(table_from_columns(columns, next_seq), done_keys)
         states = columns.states
-        state.pending, state.leased, state.dead, done_kept, cancelled = (
-            states.count(code) for code in (PENDING, LEASED, DEAD, DONE, CANCELLED))
+        state.pending, state.leased, state.dead, state.waiting, done_kept, cancelled = (
+            states.count(code) for code in (PENDING, LEASED, DEAD, WAITING, DONE, CANCELLED))
         state.kept = done_kept + cancelled
         if type(paused) is not bool:
             raise ReplayError(0, f"bad paused flag {paused!r}")
@@ -222,6 +226,9 @@ class QueueState:
             removed, freed = self.table.remove_pending()
             self.pending -= removed
             self.live_bytes -= freed
+            if self.waits:  # purged prerequisites (the writer settles their dependents next)
+                for gone in [p for p in self.waits.dependents if self.table.find(p) < 0]:
+                    self.waits.finished(gone)
             return
         if rtype == RecordType.SNAPSHOT:
             apply_snapshot_end(self, rec, offset)
@@ -256,6 +263,8 @@ class QueueState:
             self.leased += delta
         elif code == DEAD:
             self.dead += delta
+        elif code == WAITING:
+            self.waiting += delta
         else:
             self.kept += delta
 
@@ -339,7 +348,8 @@ class QueueState:
             for e in self.entries(finished=True)
         )
         return (jobs, tuple(sorted(self.done_keys.items())), self.pending, self.leased,
-                self.dead, self.kept, self.done, self.next_token, self.paused)
+                self.dead, self.kept, self.done, self.next_token, self.paused,
+                self.waiting, self.waits.fingerprint())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QueueState):

@@ -35,6 +35,7 @@ from ..log.records import (
     TIME,
     TOKEN,
     UNTIL,
+    WAIT,
     Applied,
     Record,
     RecordType,
@@ -51,8 +52,10 @@ from .vocabulary import (
     FINISHED_CODES,
     KEYED,
     PENDING,
+    WAITING,
     JobState,
 )
+from .waits import Waits, prerequisites_field
 
 __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "apply_enqueue",
            "apply_enqueue_run", "apply_forget", "expect_state"]
@@ -64,7 +67,8 @@ __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "ap
 # the two equal. PURGE applies to every pending job at once; FORGET to a finished
 # job: a remembered key, or a job kept with its outcome (done or cancelled).
 TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | None, ...]]] = {
-    (RecordType.ENQUEUE, None): (JobState.PENDING,),
+    (RecordType.ENQUEUE, None): (JobState.PENDING, JobState.WAITING),
+    (RecordType.RELEASE, JobState.WAITING): (JobState.PENDING,),
     (RecordType.LEASE, JobState.PENDING): (JobState.LEASED,),
     (RecordType.ACK, JobState.LEASED): (JobState.DONE,),
     (RecordType.NACK, JobState.LEASED): (JobState.PENDING, JobState.DEAD),
@@ -77,6 +81,7 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.FORGET, JobState.CANCELLED): (None,),
     (RecordType.CANCEL, JobState.PENDING): (JobState.CANCELLED,),
     (RecordType.CANCEL, JobState.LEASED): (JobState.CANCELLED,),
+    (RecordType.CANCEL, JobState.WAITING): (JobState.CANCELLED,),
     (RecordType.DELETE, JobState.DEAD): (None,),
 }
 # The records a job's holder writes: they must carry its current fencing token.
@@ -89,10 +94,12 @@ class ReplayState(Protocol):
     and its counters (QueueState in state.py is the one implementation)."""
 
     table: JobTable
+    waits: Waits  # the waiting jobs' unmet prerequisites
     done_keys: dict[str, float]  # finished keyed job id -> when acked
     pending: int
     leased: int
     dead: int
+    waiting: int
     kept: int
     done: int
     enqueued: int
@@ -136,6 +143,8 @@ def apply_ack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: i
     done_at = rec.get(TIME)
     if type(done_at) is not float:
         done_at = field(rec, TIME, float, offset)
+    if state.waits:  # its dependents strike it off (the writer released any it freed)
+        state.waits.finished(job_id)
     state.leased -= 1
     state.done += 1
     if RESULT in rec:  # acked with a result: kept, result and all, for "keep" seconds
@@ -161,9 +170,20 @@ def _finish(state: ReplayState, slot: int, job_id: str, code: int, finished_at: 
 
 def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                  size: int) -> None:
-    state.count(state.table.code[slot], -1)
-    _finish(state, slot, job_id, CANCELLED, field(rec, TIME, float, offset), rec, offset,
-                 size)
+    """Cancelled (`err`: a dependent's names its failed prerequisite); dependents lose it."""
+    table = state.table
+    code = table.code[slot]
+    cancelled_at = field(rec, TIME, float, offset)  # the fields checked before any change
+    if field(rec, KEEP, float, offset) < 0:
+        raise ReplayError(offset, f"negative retention {rec[KEEP]!r}")
+    if ERROR in rec:
+        table.set_error(table.seqs[slot], opt_str(rec, ERROR, offset))
+    if state.waits:
+        if code == WAITING:
+            state.waits.remove(job_id)
+        state.waits.finished(job_id)
+    state.count(code, -1)
+    _finish(state, slot, job_id, CANCELLED, cancelled_at, rec, offset, size)
 
 
 def apply_delete(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
@@ -203,6 +223,8 @@ def _retry(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
         table.set_available(slot, at)  # a dead job's `at`: when it died (FORMAT.md)
         state.set_state(slot, DEAD)
         state.dead_lettered += 1
+        if state.waits:
+            state.waits.finished(job_id)
     else:
         state.count(table.make_pending(slot, at), -1)
         state.pending += 1
@@ -233,6 +255,19 @@ def apply_snooze(state: ReplayState, slot: int, job_id: str, rec: Record, offset
     state.pending += 1
 
 
+def apply_release(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                  size: int) -> None:
+    """Pending from its own `at` (delay= holds), once no prerequisite is left to wait for."""
+    wait = state.waits.by_job.get(job_id)
+    if wait is None or wait.unmet:
+        left = "?" if wait is None else ", ".join(wait.unmet)
+        raise ReplayError(offset, f"release of {job_id!r}, which still waits for {left}")
+    state.waits.remove(job_id)
+    table = state.table
+    state.count(table.make_pending(slot, table.available_at[slot]), -1)
+    state.pending += 1
+
+
 def apply_requeue(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                   size: int) -> None:
     at = field(rec, AT, float, offset)
@@ -240,7 +275,27 @@ def apply_requeue(state: ReplayState, slot: int, job_id: str, rec: Record, offse
     state.pending += 1
 
 
+def apply_enqueue_waiting(state: ReplayState, job_id: str, rec: Record, offset: int,
+                          size: int) -> None:
+    """An ENQUEUE with prerequisites (`w`, `af`): waiting, not leased until a RELEASE."""
+    unmet, allow = prerequisites_field(rec, job_id, offset)
+    keyed = rec.get(IS_KEY, False)
+    if PAYLOAD not in rec or state.table.find(job_id) >= 0 or type(keyed) is not bool:
+        raise ReplayError(offset, f"enqueue of {job_id!r}: no payload, a bad 'k', or twice")
+    fields = (field(rec, PRIORITY, int, offset), field(rec, AT, float, offset),
+              field(rec, TIME, float, offset), max_attempts_field(rec, offset))
+    state.done_keys.pop(job_id, None)
+    state.table.add(job_id, keyed, WAITING, *fields, 0, offset, size)
+    state.waits.add(job_id, unmet, allow)
+    state.waiting += 1
+    state.enqueued += 1
+    state.live_bytes += size
+
+
 def apply_enqueue(state: ReplayState, job_id: str, rec: Record, offset: int, size: int) -> None:
+    if WAIT in rec:
+        apply_enqueue_waiting(state, job_id, rec, offset, size)
+        return
     # The hot path of replay: check every field in one expression, and only
     # when something is off, walk the checks one by one to name it. A writer's
     # generated id is the next seq's, which no live job can hold.
@@ -291,6 +346,7 @@ def apply_enqueue_run(state: ReplayState, batch: Sequence[Applied], number: int)
     sizes: list[int] = []
     for rtype, rec, offset, size in batch:
         if (rtype != enqueue or rec.get(BATCH) != number or IS_KEY in rec or PAYLOAD not in rec
+                or WAIT in rec
                 or rec.get(ID) != f"{seq:016x}" or rec.get(PRIORITY) != pr
                 or type(rec.get(PRIORITY)) is not int or rec.get(MAX_ATTEMPTS) != ma
                 or type(rec.get(MAX_ATTEMPTS)) is not int or rec.get(AT) != at
@@ -331,6 +387,7 @@ JOB_RECORDS: Final[dict[int, Callable[[ReplayState, int, str, Record, int, int],
     RecordType.EXTEND: apply_extend,
     RecordType.EXPIRE: apply_expire,
     RecordType.SNOOZE: apply_snooze,
+    RecordType.RELEASE: apply_release,
     RecordType.REQUEUE: apply_requeue,
     RecordType.CANCEL: apply_cancel,
     RecordType.DELETE: apply_delete,

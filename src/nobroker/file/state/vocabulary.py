@@ -18,7 +18,8 @@ from typing import Final, Protocol
 from ...models import JobState
 
 __all__ = ["JobState", "Entry", "Columns", "seq_id", "id_seq", "SEQ_LIMIT",
-           "SEQ_MAX", "PENDING", "LEASED", "DEAD", "DONE", "CANCELLED", "FREE", "FINISHED_CODES",
+           "SEQ_MAX", "PENDING", "LEASED", "DEAD", "WAITING", "DONE", "CANCELLED", "FREE",
+           "FINISHED_CODES",
            "KEYED", "NAMED", "FREE_TO_ZERO", "CODES", "CODE_STATES", "JobColumns"]
 
 
@@ -50,12 +51,14 @@ _HEX: Final = "0123456789abcdef"
 SEQ_MAX: Final = 1 << 62  # past it a seq could overflow an int64 column
 
 # Slot state codes (the checkpoint's too) and flags. DONE and CANCELLED are finished
-# jobs kept with their outcome for a while (see jobtable.py); FREE is a hole.
-PENDING, LEASED, DEAD, DONE, CANCELLED, FREE = 0, 1, 2, 3, 4, 5
-CODE_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD, JobState.DONE,
-                      JobState.CANCELLED)
+# jobs kept with their outcome for a while (see jobtable.py); FREE is a hole. The live
+# codes (a job the queue holds unfinished) are those up to WAITING: a job waiting for
+# its prerequisites (the state's `waits` says which), leased by nobody.
+PENDING, LEASED, DEAD, WAITING, DONE, CANCELLED, FREE = 0, 1, 2, 3, 4, 5, 6
+CODE_STATES: Final = (JobState.PENDING, JobState.LEASED, JobState.DEAD, JobState.WAITING,
+                      JobState.DONE, JobState.CANCELLED)
 CODES: Final = {JobState.PENDING: PENDING, JobState.LEASED: LEASED, JobState.DEAD: DEAD,
-                JobState.DONE: DONE, JobState.CANCELLED: CANCELLED}
+                JobState.WAITING: WAITING, JobState.DONE: DONE, JobState.CANCELLED: CANCELLED}
 FINISHED_CODES: Final = (DONE, CANCELLED)
 KEYED: Final = 1  # the id is a caller's idempotency key
 NAMED: Final = 2  # the id is not seq_id(seq); it lives in the table's ids/names dicts
@@ -81,7 +84,7 @@ class Columns:
     what a checkpoint holds."""
 
     seqs: array[int]
-    states: bytes  # 0 pending, 1 leased, 2 dead, 3 done, 4 cancelled (see FINISHED_CODES)
+    states: bytes  # 0 pending, 1 leased, 2 dead, 3 waiting, 4 done, 5 cancelled
     keyed: bytes  # 0 or 1
     priority: array[int]
     available_at: array[float]

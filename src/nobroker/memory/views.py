@@ -1,0 +1,36 @@
+"""The in-memory backend's views: a MemoryJob as the `Job` the API hands out."""
+
+from __future__ import annotations
+
+from ..codec import loads
+from ..models import Job, JobState
+from .table import FINISHED, MemoryJob
+
+__all__ = ["job_view", "done_view"]
+
+
+def job_view(job: MemoryJob) -> Job:
+    """What the API shows of `job`: a kept finished job without its payload."""
+    state = job.state
+    if state in FINISHED:
+        return Job(id=job.id, payload=None, priority=job.priority, attempts=job.attempts,
+                   max_attempts=job.max_attempts, state=state,
+                   available_at=job.finished_at or 0.0, enqueued_at=job.enqueued_at,
+                   last_error=job.last_error, finished_at=job.finished_at,
+                   result=None if job.result_text is None else loads(job.result_text))
+    leased = state is JobState.LEASED
+    return Job(id=job.id, payload=loads(job.payload_text or "null"),
+               priority=job.priority, attempts=job.attempts,
+               max_attempts=job.max_attempts, state=state,
+               available_at=job.available_at, enqueued_at=job.enqueued_at,
+               last_error=job.last_error, token=job.token if leased else None,
+               lease_expires_at=job.lease_until if leased else None,
+               finished_at=job.available_at if state is JobState.DEAD else None,
+               waiting_for=tuple(job.waiting_for or ()))
+
+
+def done_view(job_id: str, done_at: float) -> Job:
+    """A finished keyed job acked without a result: only its id and time are known."""
+    return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
+               state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
+               last_error=None, finished_at=done_at)
