@@ -225,13 +225,17 @@ def _as_finished(queue: Queue, job: Job) -> Job:
                                finished_at=queue.clock())
 
 
+_NOT_STARTED = frozenset({JobState.PENDING, JobState.WAITING})
+
+
 def enqueued(queue: Queue, task: Task[Any, Any] | str | None = None) -> list[Job]:
-    """The jobs of `queue` waiting to run, due now or delayed (every pending job), in
-    enqueue order; with `task` (a task or its name), only the calls of that task."""
+    """The jobs of `queue` waiting to run, in enqueue order: pending (due now or
+    delayed) and waiting for prerequisites (`depends_on=`); with `task` (a task or
+    its name), only the calls of that task."""
     if task is not None and not isinstance(task, (str, Task)):
         raise TypeError(f"task must be a task or its name, not {type(task).__name__}")
     name = task.name if isinstance(task, Task) else task
-    jobs = queue.list_jobs(JobState.PENDING)
+    jobs = [job for job in queue.list_jobs() if job.state in _NOT_STARTED]
     if name is None:
         return jobs
     return [job for job in jobs

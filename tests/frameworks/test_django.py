@@ -197,6 +197,18 @@ class DjangoBackendTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0)
         self.assertEqual(pay.get_result(result.id).status, "READY")
 
+    def test_a_job_waiting_for_a_prerequisite_reads_as_ready(self) -> None:
+        from shop.tasks import pay
+
+        queue = self.backend.queue("default")
+        blocker = queue.enqueue({"task": "shop.tasks.pay", "args": [0], "kwargs": {}})
+        # A job of the task, enqueued through nobroker's API behind another job.
+        waiting = queue.enqueue({"task": "shop.tasks.pay", "args": [self.order().id],
+                                 "kwargs": {}}, depends_on=[blocker.id],
+                                job_id="default.waiting0001")
+        self.assertEqual(waiting.state, "waiting")
+        self.assertEqual(pay.get_result(waiting.id).status, "READY")
+
     def test_a_job_naming_something_outside_the_installed_apps_is_not_run(self) -> None:
         from nobroker.django.backend import load_task
 

@@ -277,7 +277,7 @@ class DrainTest(MemoryCase):
 
 
 class EnqueuedTest(MemoryCase):
-    def test_enqueued_lists_pending_and_delayed_jobs_of_one_task(self) -> None:
+    def test_enqueued_lists_pending_delayed_and_waiting_jobs_of_one_task(self) -> None:
         q = self.open(clock=FakeClock(START))
 
         @q.task
@@ -292,10 +292,13 @@ class EnqueuedTest(MemoryCase):
         later = email.apply_async(("bob@example.com",), delay=600)
         built = report.delay()
         q.enqueue({"not": "a task"})
-        self.assertEqual([job.id for job in enqueued(q, email)], [first.id, later.id])
-        self.assertEqual([job.id for job in enqueued(q, email.name)], [first.id, later.id])
+        after = email.apply_async(("cy@example.com",), depends_on=[built])  # waiting
+        self.assertEqual([job.id for job in enqueued(q, email)],
+                         [first.id, later.id, after.id])
+        self.assertEqual([job.id for job in enqueued(q, email.name)],
+                         [first.id, later.id, after.id])
         self.assertEqual([job.id for job in enqueued(q, "reports.build")], [built.id])
-        self.assertEqual(len(enqueued(q)), 4)
+        self.assertEqual(len(enqueued(q)), 5)
         self.assertEqual(enqueued(q, "unknown.task"), [])
         with self.assertRaises(TypeError):
             enqueued(q, 42)  # type: ignore[arg-type]

@@ -121,6 +121,8 @@ def _number(value: object) -> float | None:
         else None
 
 
-STATUS_OF: Final = {JobState.PENDING: "READY", JobState.LEASED: "RUNNING",
+# A job waiting for prerequisites (depends_on=) has not run yet: Django calls that READY.
+STATUS_OF: Final = {JobState.PENDING: "READY", JobState.WAITING: "READY",
+                    JobState.LEASED: "RUNNING",
                     JobState.DONE: "SUCCESSFUL", JobState.DEAD: "FAILED",
                     JobState.CANCELLED: "FAILED"}
