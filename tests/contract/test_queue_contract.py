@@ -881,6 +881,25 @@ class QueueContract(DependencyContract):
         t.assertRaises(JobNotFoundError, q.result, b.id)
         t.assertEqual(q.stats().kept, 0)
 
+    def test_a_result_past_its_result_ttl_is_gone_before_any_write(self) -> None:
+        # The forgetting record is written by the next write; a read in between must
+        # not hand out what the queue already agreed to forget.
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(result_ttl=10.0)
+        done, cancelled = q.enqueue_many(["a", "b"])
+        leased = q.lease_one()
+        assert leased is not None
+        q.ack(leased, result="kept 10 s")
+        q.cancel(cancelled.id)
+        clock.advance(9)
+        t.assertEqual(q.result(done.id), "kept 10 s")
+        t.assertIs(q.get(cancelled.id).state, JobState.CANCELLED)
+        clock.advance(2)
+        with self.assertWritesNothing(q):
+            t.assertRaises(JobNotFoundError, q.get, done.id)
+            t.assertRaises(JobNotFoundError, q.result, done.id)
+            t.assertRaises(JobNotFoundError, q.get, cancelled.id)
+
     def test_result_waits_with_a_timeout_and_names_a_dead_job_s_error(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q = self.queue(max_attempts=1)
