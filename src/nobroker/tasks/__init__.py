@@ -5,7 +5,8 @@ imports it only lazily, inside `Queue.task` and `Queue.periodic`, so the
 core never depends on it. The Worker runs a queue's registered tasks when it
 is given no handler (worker/slots.py).
 
-    registry.py  Task, TaskResult, the per-queue registry, the payload format
+    registry.py  Task, the per-queue registry, the payload format
+    task_result.py  TaskResult, the handle .delay() returns
     cron.py      the five-field cron parser and its next/previous times
     zones.py     time zones for cron: names, and the instants of a local minute (DST)
     schedule.py  periodic schedules and the Scheduler that enqueues their ticks
