@@ -34,6 +34,7 @@ from .. import validation
 from ..errors import SerializationError
 from ..models import Job, JobState
 from ..transactions import transactional
+from .canvas import Signature
 from .task_result import TaskResult
 
 if TYPE_CHECKING:
@@ -178,6 +179,20 @@ class Task(Generic[P, R]):
             from ..testing import run_eagerly
             run_eagerly(self.queue, job)
         return TaskResult(self.queue, job.id)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature of a call (canvas.py): enqueued later, in a chain, group or chord;
+        in a chain it receives the previous step's result in front of `args`."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: in a chain it ignores the previous step's result."""
+        return Signature(self, args, kwargs, immutable=True)
+
+    def signature(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                  *, immutable: bool = False, **options: Any) -> Signature:
+        """Celery's long form of `s`: `task.signature((2, 2), countdown=10)`."""
+        return Signature(self, args, kwargs, immutable=immutable, **options)
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
         """`delay` for asyncio code: the write and its fsync run off the event loop."""

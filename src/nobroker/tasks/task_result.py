@@ -24,11 +24,14 @@ _FINISHED = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
 class TaskResult:
     """A handle on one task job: its id, its state, and a way to wait for its result."""
 
-    __slots__ = ("id", "queue")
+    __slots__ = ("id", "parent", "queue")
 
-    def __init__(self, queue: Queue, job_id: str) -> None:
+    def __init__(self, queue: Queue, job_id: str, parent: Any = None) -> None:
         self.queue = queue
         self.id = job_id
+        # The handle of what ran before it in a workflow: a TaskResult or a GroupResult
+        # (workflow_results.py, which imports this module: hence Any); None at the start.
+        self.parent = parent
 
     @property
     def job(self) -> Job:
