@@ -199,13 +199,3 @@ def enqueuer(queue: object, backend: Backend, connection: Any, depends_on: Any,
 
     return write
 
-
-@dataclass(frozen=True, slots=True)
-class GraphNode:  # stand-in for branch wfengine's (the agreed interface) until it is merged
-    payload: Any
-    depends_on: tuple[int | str, ...] = ()
-    mode: str = "success"
-    priority: int = 0
-    delay: float = 0.0
-    max_attempts: int | None = None
-    job_id: str | None = None

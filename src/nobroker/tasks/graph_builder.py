@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from ..dependencies import GraphNode
+from ..dependencies import FAILURE, SUCCESS, GraphNode
 from .step_payloads import Tree, step_payload
 
 __all__ = ["StepSpec", "StepOut", "GroupOut", "Out", "Exit", "Compiled", "GraphBuilder"]
@@ -138,8 +138,8 @@ class GraphBuilder:
             self._nodes.append(_Node(handler, tuple(watched), watched=watched,
                                      job_id=handler.job_id))
         payloads = [self._payload(node) for node in self._nodes]  # names ids: first
-        nodes = [GraphNode(payload, node.deps, "success" if node.watched is None
-                           else "failure", node.spec.priority, node.spec.delay,
+        nodes = [GraphNode(payload, node.deps, SUCCESS if node.watched is None
+                           else FAILURE, node.spec.priority, node.spec.delay,
                            node.spec.max_attempts, node.job_id)
                  for payload, node in zip(payloads, self._nodes, strict=True)]
         return Compiled(nodes, [node.spec.task for node in self._nodes], result)
