@@ -228,6 +228,10 @@ class Chain(Canvas):
         self.tasks: list[Canvas] = [inner for step in steps for inner in (
             step.tasks if isinstance(step, Chain) and not step.errbacks else [step])]
 
+    def __call__(self) -> Any:
+        """Celery's `chain(...)()`: enqueue it now."""
+        return self.apply_async()
+
     def _emit(self, builder: GraphBuilder, after: Exit | None) -> Exit:
         if not self.tasks:
             raise ValueError("an empty chain has nothing to run")
@@ -251,6 +255,10 @@ class Group(Canvas):
     def __init__(self, *tasks: Canvas | Iterable[Canvas]) -> None:
         super().__init__()
         self.tasks: list[Canvas] = _members("group", tasks)
+
+    def __call__(self) -> GroupResult:
+        """Celery's `group(...)()`: enqueue it now."""
+        return self.apply_async()
 
     def apply_async(self) -> GroupResult:
         if not self.tasks:  # nothing to write: [] at once
