@@ -59,7 +59,8 @@ This file holds the registry of workloads, the command line and the tables;
 the rows live next to their kind: bench_context.py (Config, Row, Context),
 bench_throughput.py (enqueue, threads, processes, enqueue_many, lease_ack),
 bench_bigqueue.py (cold_open, memory, stats, compaction), bench_workers.py
-(workers, mixed, latency), bench_tasks.py (the task layer's rows); the
+(workers, mixed, latency), bench_tasks.py (the task layer's rows),
+workflows.py (group, chord and chain rows); the
 shared helpers are in bench_common.py and bench_scaling.py.
 """
 
@@ -97,6 +98,7 @@ from tools.bench.throughput import (
     wl_threads,
 )
 from tools.bench.workers import wl_latency, wl_mixed, wl_workers
+from tools.bench.workflows import wl_chain_run, wl_chord_drain, wl_group_enqueue
 
 # The registry: --only names, in the order they run
 WORKLOADS = (
@@ -116,6 +118,9 @@ WORKLOADS = (
     "process_pool",
     "periodic_idle",
     "task_roundtrip",
+    "group_enqueue",
+    "chord_drain",
+    "chain_run",
 )
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "enqueue": wl_enqueue,
@@ -134,6 +139,9 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "process_pool": wl_process_pool,
     "periodic_idle": wl_periodic_idle,
     "task_roundtrip": wl_task_roundtrip,
+    "group_enqueue": wl_group_enqueue,
+    "chord_drain": wl_chord_drain,
+    "chain_run": wl_chain_run,
 }
 TITLES = {
     "enqueue": "durable single enqueue",
@@ -152,6 +160,9 @@ TITLES = {
     "process_pool": "process pool vs thread pool",
     "periodic_idle": "idle worker with 100 periodic tasks",
     "task_roundtrip": "delay -> worker -> get round trip",
+    "group_enqueue": "group(...).delay() vs enqueue_many",
+    "chord_drain": "draining a chord vs plain task jobs",
+    "chain_run": "a chain of 100 steps vs 100 delay().get()",
 }
 
 TARGETS = {
@@ -171,6 +182,9 @@ TARGETS = {
     "process_pool": ">= 0.5x (speed)",
     "periodic_idle": "<= 2% of a core",
     "task_roundtrip": "p50 <= 3 ms + 2 fsyncs, p99 <= 10 ms",
+    "group_enqueue": "<= 1.3x (time)",
+    "chord_drain": ">= 0.8x (speed)",
+    "chain_run": "<= 1.3x (time)",
 }
 
 

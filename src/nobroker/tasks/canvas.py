@@ -147,6 +147,7 @@ class Signature(Canvas):
         self.kwargs = dict(kwargs or {})
         self.immutable = bool(immutable)
         self.options: dict[str, Any] = {}
+        self._spec: StepSpec | None = None
         _check_json(self.name, self.args, self.kwargs)
         self.set(**options)
 
@@ -169,6 +170,7 @@ class Signature(Canvas):
             else:
                 value = validation.job_id(value)
             self.options[key] = value
+        self._spec = None
         return self
 
     def clone(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
@@ -183,11 +185,15 @@ class Signature(Canvas):
         return copy
 
     def spec(self) -> StepSpec:
-        """The call and its options, as the compiler takes them."""
-        priority, attempts = self._defaults
-        return StepSpec(self.name, self.args, self.kwargs,
-                        self.options.get("priority", priority), self.options.get("delay", 0.0),
-                        self.options.get("max_attempts", attempts), self.options.get("job_id"))
+        """The call and its options, as the compiler takes them (made once: `set`
+        forgets it)."""
+        if self._spec is None:
+            priority, attempts = self._defaults
+            options = self.options
+            self._spec = StepSpec(self.name, self.args, self.kwargs,
+                                  options.get("priority", priority), options.get("delay", 0.0),
+                                  options.get("max_attempts", attempts), options.get("job_id"))
+        return self._spec
 
     def delay(self, *args: Any, **kwargs: Any) -> Any:
         """Enqueue the call, `args` put in front of the signature's own."""

@@ -51,7 +51,9 @@ class StepSpec:
     job_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, these three: a frozen dataclass is slow to build, and a group makes
+# thousands. Nothing changes them after the builder made them.
+@dataclass(slots=True)
 class StepOut:
     """The handle of one step: node `index`; `parent`, the handle before it."""
 
@@ -59,7 +61,7 @@ class StepOut:
     parent: Out | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GroupOut:
     """The handle of a group: its members' handles, in member order."""
 
@@ -71,7 +73,7 @@ class GroupOut:
 Out: TypeAlias = StepOut | GroupOut
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Exit:
     """Where a compiled expression ends: what the next step waits for and receives."""
 

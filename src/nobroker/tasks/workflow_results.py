@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ..dependencies import GraphNode
 from ..errors import JobNotFoundError, TaskFailed
 from ..models import Job, JobState
 from .graph_builder import Compiled, GroupOut, Out, StepOut
@@ -39,7 +40,7 @@ class Workflow:
     queue: Queue
     ids: list[str]
     tasks: list[str]
-    deps: list[tuple[int, ...]]
+    nodes: list[GraphNode]  # what each waits for: depends_on, earlier nodes by index
 
     def first_failure(self, index: int) -> TaskFailed | None:
         """TaskFailed for the dead-lettered job, among node `index` and every node it
@@ -47,8 +48,8 @@ class Workflow:
         seen = {index}
         todo = [index]
         while todo:
-            for dep in self.deps[todo.pop()]:
-                if dep not in seen:
+            for dep in self.nodes[todo.pop()].depends_on:
+                if isinstance(dep, int) and dep not in seen:
                     seen.add(dep)
                     todo.append(dep)
         dead = [(job.finished_at or 0.0, node, job) for node, job in
@@ -171,9 +172,7 @@ def enqueue_workflow(queue: Queue, compiled: Compiled) -> Handle:
     """Write the workflow (one enqueue_graph: all or nothing) and return its handle. On an
     eager queue (nobroker.testing) every step has run, in order, when this returns."""
     jobs = queue.enqueue_graph(compiled.nodes)
-    workflow = Workflow(queue, [job.id for job in jobs], compiled.tasks,
-                        [tuple(d for d in node.depends_on if isinstance(d, int))
-                         for node in compiled.nodes])
+    workflow = Workflow(queue, [job.id for job in jobs], compiled.tasks, compiled.nodes)
     if queue.eager:
         from ..testing import run_eagerly
         for job in jobs:  # a step comes after what it waits for, handlers last
