@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tools.bench.common import (
@@ -72,27 +73,30 @@ def wl_chord_drain(ctx: Context) -> list[Row]:
     require(nb, "chord")
     worker_cls = worker_class()
     n = ctx.cfg.batch
-    with nb.Queue(str(ctx.new_dir("chord-drain"))) as q:
-        task = q.task(name="bench.noop")(noop)
 
-        def drained(jobs: int) -> float:
+    def drained(enqueue: Callable[[Any, Any], int]) -> float:
+        """A fresh queue (what earlier rounds kept would weigh on the later ones), filled
+        by `enqueue(queue, task)`, drained by a Worker; the drain is timed."""
+        with nb.Queue(str(ctx.new_dir("chord-drain"))) as q:
+            jobs = enqueue(q, q.task(name="bench.noop")(noop))
             worker = worker_cls(q, max_jobs=jobs, handle_signals=False)
             t = time.perf_counter()
             stats = worker.run()
             elapsed = time.perf_counter() - t
-            if stats.succeeded != jobs:
-                raise RuntimeError(f"drained {stats}, expected {jobs} jobs")
-            return elapsed
+        if stats.succeeded != jobs:
+            raise RuntimeError(f"drained {stats}, expected {jobs} jobs")
+        return elapsed
 
-        def chord_run() -> float:
-            nb.chord([task.s() for _ in range(n)], task.s()).delay()
-            return drained(n + 1)
+    def chord_jobs(q: Any, task: Any) -> int:
+        nb.chord([task.s() for _ in range(n)], task.s()).delay()
+        return n + 1
 
-        def plain_run() -> float:
-            q.enqueue_many([_JOB] * n)
-            return drained(n)
+    def plain_jobs(q: Any, task: Any) -> int:
+        q.enqueue_many([_JOB] * n)
+        return n
 
-        res = interleave(ctx.cfg.rounds, [("chord", chord_run), ("plain", plain_run)])
+    res = interleave(ctx.cfg.rounds, [("chord", lambda: drained(chord_jobs)),
+                                      ("plain", lambda: drained(plain_jobs))])
     chord_t, plain_t = median(res["chord"]), median(res["plain"])
     ratio = (n / chord_t) / (n / plain_t)
     return [Row("chord_drain", f"chord of {n:,} no-op members, drained",
