@@ -254,7 +254,8 @@ class Dependencies(Protocol):
     def enqueue_graph(self, payload_texts: Sequence[str],
                       nodes: Sequence[GraphNode]) -> list[Job]:
         """Every node as a job, in one durable write (all or nothing); the nodes come
-        checked (dependencies.checked_nodes). JobNotFoundError for an unknown
+        checked (dependencies.checked_nodes), a max_attempts None meaning the
+        settings' max_attempts. JobNotFoundError for an unknown
         prerequisite id, NobrokerError for a node's job id already in use, both before
         anything is written. The Jobs in node order."""
         ...

@@ -67,10 +67,10 @@ class OneWriteTest(TempDirTestCase):
 def plan(state: QueueState, nodes: list[GraphNode], now: float = 1.0
          ) -> list[tuple[RT, dict[str, Any]]]:
     """plan_graph's records for `nodes`, applied to `state` as a commit would."""
-    checked = checked_nodes(nodes, 3)
+    checked = checked_nodes(nodes)
     return commit(state, lambda batch: plan_graph(
         state, batch, now, [f'"{i}"' for i in range(len(checked))], checked,
-        random.Random(0)))
+        random.Random(0), 3))
 
 
 _APPLIED: dict[int, list[Any]] = {}  # id(state) -> the batches applied to it
@@ -115,9 +115,9 @@ class PlannerTest(unittest.TestCase):
         for nodes, error in [([GraphNode("a"), GraphNode("b", ("gone",))], JobNotFoundError),
                              ([GraphNode("a"), GraphNode("b", job_id="x")], NobrokerError)]:
             batch = Batch(state.last_batch + 1)
-            checked = checked_nodes(nodes, 3)
+            checked = checked_nodes(nodes)
             with self.subTest(error=error), self.assertRaises(error):
-                plan_graph(state, batch, 1.0, ['"a"', '"b"'], checked, random.Random(0))
+                plan_graph(state, batch, 1.0, ['"a"', '"b"'], checked, random.Random(0), 3)
             self.assertEqual(len(batch), 0)
 
     def test_the_failure_node_mode_replays_as_planned(self) -> None:

@@ -1,160 +1,102 @@
-"""tools/bench/run.py's workflow rows (issue 22, "Performance"), each a ratio in one run:
+"""tools/bench/run.py's workflow-engine rows (issue 22): a graph of B independent
+nodes vs enqueue_many of the same payloads, and the members of one node waiting
+for B prerequisites drained vs B plain jobs (the engine's per-finish cost).
 
-- group_enqueue: `group(...).delay()` of N no-op members (one write) vs
-  `q.enqueue_many` of the same N task payloads;
-- chord_drain: a Worker draining a chord of N no-op members, callback
-  included, vs draining N plain task jobs running the same no-op;
-- chain_run: a chain of 100 no-op steps, delay() to the last step's get(),
-  vs 100 sequential `delay().get()` round trips, one Worker process running
-  both.
-
-Signatures are built before the clock starts; "plain jobs" are task jobs
-running the same no-op.
+The nodes are built before the clock starts; the canvas's own rows (chains,
+groups, chords of task signatures) measure the layer above.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
 import time
-from collections.abc import Callable
 from typing import Any
 
-from tools.bench.common import (
-    child_error,
-    fmt_per_op,
-    fmt_time,
-    interleave,
-    median,
-    noop,
-    reap,
-    spawn,
-)
-from tools.bench.context import Context, Row, nobroker_api, require, verdict, worker_class
+from tools.bench.common import fmt_per_op, fmt_time, interleave, median
+from tools.bench.context import Context, Missing, Row, nobroker_api, require, verdict
 
-__all__ = ["wl_group_enqueue", "wl_chord_drain", "wl_chain_run"]
-
-CHAIN_STEPS = 100
-_JOB = {"task": "bench.noop", "args": [], "kwargs": {}}
+DRAIN_CHUNK = 100  # lease(count) and ack_many per call while draining
 
 
-def wl_group_enqueue(ctx: Context) -> list[Row]:
-    """One group of cfg.batch members vs enqueue_many of their payloads, interleaved."""
-    nb = nobroker_api()
-    require(nb, "group")
-    n = ctx.cfg.batch
-    with nb.Queue(str(ctx.new_dir("group-enqueue"))) as q:
-        task = q.task(name="bench.noop")(noop)
+def _graph_node() -> Any:
+    try:
+        return importlib.import_module("nobroker.dependencies").GraphNode
+    except (ImportError, AttributeError):
+        raise Missing("nobroker.dependencies.GraphNode") from None
 
-        def group_run() -> float:
-            canvas = nb.group(task.s(i) for i in range(n))  # built before the clock
+
+def wl_graph(ctx: Context) -> list[Row]:
+    """enqueue_graph of B nodes without prerequisites (one fsync) vs enqueue_many of the
+    same B payloads (one fsync), interleaved in one queue."""
+    nb, node = nobroker_api(), _graph_node()
+    cfg = ctx.cfg
+    b = cfg.batch
+    d = ctx.new_dir("graph")
+    with nb.Queue(str(d)) as q:
+        require(q, "enqueue_graph", "enqueue_many")
+
+        def graph_run() -> float:
+            nodes = [node(p) for p in ctx.payloads(b)]
             t = time.perf_counter()
-            canvas.delay()
+            q.enqueue_graph(nodes)
             return time.perf_counter() - t
 
         def many_run() -> float:
-            payloads = [{"task": "bench.noop", "args": [i], "kwargs": {}} for i in range(n)]
+            payloads = ctx.payloads(b)
             t = time.perf_counter()
             q.enqueue_many(payloads)
             return time.perf_counter() - t
 
-        res = interleave(ctx.cfg.rounds, [("group", group_run), ("many", many_run)])
-    ratio = median(res["group"]) / median(res["many"])
-    return [Row("group_enqueue", f"group of {n:,} no-op members .delay()",
-                fmt_per_op(median(res["group"]), n),
-                f"enqueue_many: {fmt_per_op(median(res['many']), n)}", ratio,
-                "<= 1.3x (time)", verdict(ratio <= 1.3), note="one durable write each",
-                data=res)]
+        res = interleave(cfg.rounds, [("enqueue_graph", graph_run), ("enqueue_many", many_run)])
+    graph_t, many_t = median(res["enqueue_graph"]), median(res["enqueue_many"])
+    ratio = graph_t / many_t
+    return [Row("graph", f"enqueue_graph of {b:,} independent nodes (one fsync)",
+                fmt_per_op(graph_t, b), f"enqueue_many: {fmt_per_op(many_t, b)}", ratio,
+                "<= 1.3x (time)", verdict(ratio <= 1.3),
+                note=f"per job; {fmt_time(graph_t)} per call", data={"batch": b, **res})]
 
 
-def wl_chord_drain(ctx: Context) -> list[Row]:
-    """A Worker (one slot, in a thread) draining a chord of cfg.batch members and its
-    callback vs draining cfg.batch plain task jobs; enqueueing is not timed."""
-    nb = nobroker_api()
-    require(nb, "chord")
-    worker_cls = worker_class()
-    n = ctx.cfg.batch
-
-    def drained(enqueue: Callable[[Any, Any], int]) -> float:
-        """A fresh queue (what earlier rounds kept would weigh on the later ones), filled
-        by `enqueue(queue, task)`, drained by a Worker; the drain is timed."""
-        with nb.Queue(str(ctx.new_dir("chord-drain"))) as q:
-            jobs = enqueue(q, q.task(name="bench.noop")(noop))
-            worker = worker_cls(q, max_jobs=jobs, handle_signals=False)
-            t = time.perf_counter()
-            stats = worker.run()
-            elapsed = time.perf_counter() - t
-        if stats.succeeded != jobs:
-            raise RuntimeError(f"drained {stats}, expected {jobs} jobs")
-        return elapsed
-
-    def chord_jobs(q: Any, task: Any) -> int:
-        nb.chord([task.s() for _ in range(n)], task.s()).delay()
-        return n + 1
-
-    def plain_jobs(q: Any, task: Any) -> int:
-        q.enqueue_many([_JOB] * n)
-        return n
-
-    res = interleave(ctx.cfg.rounds, [("chord", lambda: drained(chord_jobs)),
-                                      ("plain", lambda: drained(plain_jobs))])
-    chord_t, plain_t = median(res["chord"]), median(res["plain"])
-    ratio = (n / chord_t) / (n / plain_t)
-    return [Row("chord_drain", f"chord of {n:,} no-op members, drained",
-                f"{n / chord_t:,.0f} members/s", f"{n:,} plain jobs: {n / plain_t:,.0f} jobs/s",
-                ratio, ">= 0.8x (speed)", verdict(ratio >= 0.8),
-                note="callback included; Worker concurrency 1", data=res)]
+def _drain(q: Any, count: int) -> float:
+    """Seconds to lease and ack_many `count` jobs, DRAIN_CHUNK at a time."""
+    done = 0
+    t = time.perf_counter()
+    while done < count:
+        jobs = q.lease(count=min(DRAIN_CHUNK, count - done))
+        if not jobs:
+            raise RuntimeError(f"queue ran dry after {done} of {count} jobs")
+        q.ack_many(jobs)
+        done += len(jobs)
+    return time.perf_counter() - t
 
 
-def _child_worker(directory: str, ready: Any, out: Any) -> None:
-    """Process body for wl_chain_run: Worker(q) running the no-op task."""
-    try:
-        nb = nobroker_api()
-        q = nb.Queue(directory)
-        q.task(name="bench.noop")(noop)
-        worker = worker_class()(q)
-        ready.put(os.getpid())
-        worker.run()
-        out.put(("ok", None))
-    except BaseException as exc:
-        out.put(("error", child_error(exc)))
+def wl_fanin(ctx: Context) -> list[Row]:
+    """B members of one node that waits for all of them (mode "success"), drained by
+    lease + ack_many of 100, vs B plain jobs drained the same way; the node's release
+    is in the last ack's write. Each member's finish must cost O(1), not a look at
+    the members left."""
+    nb, node = nobroker_api(), _graph_node()
+    cfg = ctx.cfg
+    b = cfg.batch
+    d = ctx.new_dir("fanin")
+    with nb.Queue(str(d)) as q:
+        require(q, "enqueue_graph", "lease", "ack_many")
 
+        def fanin_run() -> float:
+            nodes = [node(p) for p in ctx.payloads(b)]
+            nodes.append(node({"callback": True}, tuple(range(b))))
+            q.enqueue_graph(nodes)
+            elapsed = _drain(q, b)
+            _drain(q, 1)  # the released node, not timed as a member
+            return elapsed
 
-def wl_chain_run(ctx: Context) -> list[Row]:
-    """A chain of 100 no-op steps vs 100 sequential delay().get(), one Worker process."""
-    nb = nobroker_api()
-    require(nb, "chain")
-    d = ctx.new_dir("chain-run")
-    mp = spawn()
-    ready, out = mp.Queue(), mp.Queue()
-    q = nb.Queue(str(d))
-    task = q.task(name="bench.noop")(noop)
-    proc = mp.Process(target=_child_worker, args=(str(d), ready, out))
-    proc.start()
-    try:
-        ready.get(timeout=60)
-        task.delay().get(timeout=60)  # the worker is up and has run a job
+        def plain_run() -> float:
+            q.enqueue_many(ctx.payloads(b))
+            return _drain(q, b)
 
-        def chain_run() -> float:
-            canvas = nb.chain(task.s() for _ in range(CHAIN_STEPS))
-            t = time.perf_counter()
-            canvas.delay().get(timeout=120)
-            return time.perf_counter() - t
-
-        def roundtrips() -> float:
-            t = time.perf_counter()
-            for _ in range(CHAIN_STEPS):
-                task.delay().get(timeout=30)
-            return time.perf_counter() - t
-
-        res = interleave(ctx.cfg.rounds, [("chain", chain_run), ("roundtrips", roundtrips)])
-    finally:
-        q.close()
-        proc.terminate()
-        reap(proc, 10)
-    ratio = median(res["chain"]) / median(res["roundtrips"])
-    return [Row("chain_run", f"chain of {CHAIN_STEPS} no-op steps, delay -> get",
-                fmt_time(median(res["chain"])),
-                f"{CHAIN_STEPS} x delay().get(): {fmt_time(median(res['roundtrips']))}", ratio,
-                "<= 1.3x (time)", verdict(ratio <= 1.3), note="Worker in another process",
-                data=res)]
-
+        res = interleave(cfg.rounds, [("fanin", fanin_run), ("plain", plain_run)])
+    fan_t, plain_t = median(res["fanin"]), median(res["plain"])
+    ratio = plain_t / fan_t
+    return [Row("fanin", f"draining {b:,} prerequisites of one node",
+                fmt_per_op(fan_t, b), f"{b:,} plain jobs: {fmt_per_op(plain_t, b)}", ratio,
+                ">= 0.8x (speed)", verdict(ratio >= 0.8),
+                note=f"lease(count={DRAIN_CHUNK}) + ack_many", data={"batch": b, **res})]

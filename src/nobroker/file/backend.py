@@ -52,7 +52,7 @@ from .state.commands import (
     plan_snooze,
 )
 from .state.dependencies import plan_dependents
-from .state.graphs import plan_graph
+from .state.graphs import graph_jobs, plan_graph
 from .state.state import Entry, QueueState
 
 if TYPE_CHECKING:
@@ -178,12 +178,10 @@ class FileBackend:
     def enqueue_graph(self, payload_texts: Sequence[str],
                       nodes: Sequence[GraphNode]) -> list[Job]:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
-            ids, outcomes = plan_graph(state, batch, now, payload_texts, nodes, self._rng)
-            return lambda: [
-                self._new_view(job_id, node.payload, node.priority, node.max_attempts or 1,
-                               now + node.delay, now) if outcome is JobState.PENDING
-                else self._view(self.handle.state.jobs[job_id], node.payload)
-                for job_id, node, outcome in zip(ids, nodes, outcomes, strict=True)]
+            attempts = self.settings.max_attempts
+            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts)
+            return lambda: graph_jobs(nodes, planned, now, attempts, lambda job_id, payload:
+                                      self._view(self.handle.state.jobs[job_id], payload))
 
         with paused_gc():  # as enqueue_many's
             return self.handle.write(plan)

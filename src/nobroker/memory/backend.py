@@ -172,7 +172,8 @@ class MemoryBackend:
     def enqueue_graph(self, payload_texts: Sequence[str],
                       nodes: Sequence[GraphNode]) -> list[Job]:
         return self._write(lambda table, now: [self._view(job) for job in add_graph(
-            table, now, payload_texts, nodes, self.settings.result_ttl)])
+            table, now, payload_texts, nodes, self.settings.result_ttl,
+            self.settings.max_attempts)])
 
     # -- consuming ----------------------------------------------------------
 

@@ -21,8 +21,10 @@ __all__ = ["add_graph"]
 
 
 def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
-              nodes: Sequence[GraphNode], keep: float) -> list[MemoryJob]:
-    """The nodes' jobs, in node order; a node cancelled at once is kept `keep` seconds."""
+              nodes: Sequence[GraphNode], keep: float, default_attempts: int
+              ) -> list[MemoryJob]:
+    """The nodes' jobs, in node order; a node cancelled at once is kept `keep` seconds,
+    a node's max_attempts None is `default_attempts`."""
     for node in nodes:
         if node.job_id is not None and (node.job_id in table.jobs
                                         or node.job_id in table.done_keys):
@@ -35,7 +37,6 @@ def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
         raise NobrokerError("a graph's job id is one the queue is about to generate")
     jobs: list[MemoryJob] = []
     for node, job_id, text, found in zip(nodes, ids, payload_texts, known, strict=True):
-        assert node.max_attempts is not None  # checked_nodes filled it in
         unmet: list[str] = []
         released, error = True, None
         if found is not None:
@@ -44,7 +45,7 @@ def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
                 lambda index: jobs[index].state is JobState.CANCELLED)
             released, error = verdict(node.mode, failed, died, not unmet)
         job = table.add(job_id, node.job_id is not None, text, node.priority,
-                        now + node.delay, now, node.max_attempts,
+                        now + node.delay, now, node.max_attempts or default_attempts,
                         None if released or error else unmet, node.mode)
         if error is not None:
             job.last_error = error
