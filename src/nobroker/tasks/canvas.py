@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from .. import validation
 from ..codec import encode_payload
 from ..errors import SerializationError
-from .graph_builder import Compiled, Exit, GraphBuilder, GroupOut, StepSpec
+from .graph_builder import Compiled, Exit, GraphBuilder, GroupOut, Out, StepOut, StepSpec
+from .step_payloads import step_payload
 from .workflow_results import GroupResult, enqueue_workflow
 
 if TYPE_CHECKING:
@@ -115,14 +116,16 @@ class Canvas:
     def _emit(self, builder: GraphBuilder, after: Exit | None) -> Exit:
         raise NotImplementedError
 
-    def signatures(self) -> Iterator[Signature]:
-        """Every signature in it, handlers included."""
-        yield from self.errbacks
+    def find_queues(self, found: dict[int, Queue]) -> None:
+        """Add the queues of its signatures (handlers included) to `found`, by id."""
+        for handler in self.errbacks:
+            handler.find_queues(found)
 
     def target_queue(self) -> Queue:
         """The one queue its signatures' tasks are registered on (ValueError if none or
         several)."""
-        queues = {id(s.queue): s.queue for s in self.signatures() if s.queue is not None}
+        queues: dict[int, Queue] = {}
+        self.find_queues(queues)
         if len(queues) > 1:
             raise ValueError("a workflow's tasks must all be registered on one queue")
         if not queues:
@@ -147,7 +150,6 @@ class Signature(Canvas):
         self.kwargs = dict(kwargs or {})
         self.immutable = bool(immutable)
         self.options: dict[str, Any] = {}
-        self._spec: StepSpec | None = None
         _check_json(self.name, self.args, self.kwargs)
         self.set(**options)
 
@@ -170,7 +172,13 @@ class Signature(Canvas):
             else:
                 value = validation.job_id(value)
             self.options[key] = value
-        self._spec = None
+        priority, attempts = self._defaults
+        get = self.options.get
+        # made now, with the plain payload, so that compiling a group of thousands of
+        # prepared signatures does little more than list them
+        self._spec = StepSpec(self.name, self.args, self.kwargs, get("priority", priority),
+                              get("delay", 0.0), get("max_attempts", attempts), get("job_id"),
+                              step_payload(self.name, self.args, self.kwargs))
         return self
 
     def clone(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
@@ -185,14 +193,7 @@ class Signature(Canvas):
         return copy
 
     def spec(self) -> StepSpec:
-        """The call and its options, as the compiler takes them (made once: `set`
-        forgets it)."""
-        if self._spec is None:
-            priority, attempts = self._defaults
-            options = self.options
-            self._spec = StepSpec(self.name, self.args, self.kwargs,
-                                  options.get("priority", priority), options.get("delay", 0.0),
-                                  options.get("max_attempts", attempts), options.get("job_id"))
+        """The call and its options, as the compiler takes them (made by `set`)."""
         return self._spec
 
     def delay(self, *args: Any, **kwargs: Any) -> Any:
@@ -215,9 +216,10 @@ class Signature(Canvas):
     def _emit(self, builder: GraphBuilder, after: Exit | None) -> Exit:
         return builder.step(self.spec(), after, receives=not self.immutable)
 
-    def signatures(self) -> Iterator[Signature]:
-        yield self
-        yield from super().signatures()
+    def find_queues(self, found: dict[int, Queue]) -> None:
+        if self.queue is not None:
+            found[id(self.queue)] = self.queue
+        super().find_queues(found)
 
     def __repr__(self) -> str:
         shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
@@ -246,10 +248,10 @@ class Chain(Canvas):
         assert after is not None
         return after
 
-    def signatures(self) -> Iterator[Signature]:
+    def find_queues(self, found: dict[int, Queue]) -> None:
         for step in self.tasks:
-            yield from step.signatures()
-        yield from super().signatures()
+            step.find_queues(found)
+        super().find_queues(found)
 
     def __repr__(self) -> str:
         return " | ".join(repr(step) for step in self.tasks)
@@ -274,20 +276,32 @@ class Group(Canvas):
 
     def _emit(self, builder: GraphBuilder, after: Exit | None) -> Exit:
         start = builder.count
-        ends = [member.emit(builder, after) for member in self.tasks]
-        deps = tuple(dict.fromkeys(dep for end in ends for dep in end.deps))
-        if not ends and after is not None:
-            deps = after.deps  # an empty group: what follows waits for what came before
-        members = tuple(end.result for end in ends if end.result is not None)
-        values = [end.value for end in ends if end.value is not None]
-        return Exit(deps, values,
-                    GroupOut(members, range(start, builder.count),
-                             after.result if after is not None else None))
-
-    def signatures(self) -> Iterator[Signature]:
+        before = None if after is None else after.result
+        deps: list[int] = []
+        values: list[Any] = []
+        members: list[Out] = []
         for member in self.tasks:
-            yield from member.signatures()
-        yield from super().signatures()
+            if isinstance(member, Signature) and not member.errbacks:  # the common case,
+                index = builder.add(member.spec(), after,  # without an Exit each
+                                    receives=not member.immutable)
+                deps.append(index)
+                values.append(index)
+                members.append(StepOut(index, before))
+                continue
+            end = member.emit(builder, after)
+            deps.extend(end.deps)
+            values.append(end.value)
+            if end.result is not None:
+                members.append(end.result)
+        if not self.tasks and after is not None:
+            deps = list(after.deps)  # an empty group: what follows waits for what came before
+        return Exit(tuple(dict.fromkeys(deps)), values,
+                    GroupOut(tuple(members), range(start, builder.count), before))
+
+    def find_queues(self, found: dict[int, Queue]) -> None:
+        for member in self.tasks:
+            member.find_queues(found)
+        super().find_queues(found)
 
     def __repr__(self) -> str:
         return f"group({', '.join(repr(member) for member in self.tasks)})"
@@ -318,11 +332,11 @@ class Chord(Canvas):
             raise ValueError("this chord has no callback")
         return self.body.emit(builder, self.header.emit(builder, after))
 
-    def signatures(self) -> Iterator[Signature]:
-        yield from self.header.signatures()
+    def find_queues(self, found: dict[int, Queue]) -> None:
+        self.header.find_queues(found)
         if self.body is not None:
-            yield from self.body.signatures()
-        yield from super().signatures()
+            self.body.find_queues(found)
+        super().find_queues(found)
 
     def __repr__(self) -> str:
         return f"chord({self.header!r}, {self.body!r})"

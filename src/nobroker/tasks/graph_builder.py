@@ -49,6 +49,9 @@ class StepSpec:
     delay: float = 0.0
     max_attempts: int | None = None
     job_id: str | None = None
+    # The plain task payload of this call, made once (None: made when compiled). The
+    # engine never changes a payload, so the nodes of one signature may share it.
+    payload: dict[str, Any] | None = None
 
 
 # Not frozen, these three: a frozen dataclass is slow to build, and a group makes
@@ -92,37 +95,41 @@ class Compiled:
 
 
 @dataclass(slots=True)
-class _Node:
-    spec: StepSpec
-    deps: tuple[int, ...]
-    parents: IndexTree | None = None
-    watched: list[int] | None = None  # a handler's: the steps it watches
-    job_id: str | None = None
-
-
-@dataclass(slots=True)
 class GraphBuilder:
-    """Collects steps and handlers; `finish` makes the GraphNodes."""
+    """Collects steps and handlers; `finish` makes the GraphNodes. The steps are kept
+    in parallel lists, not an object each: a group of 10,000 is 10,000 steps."""
 
     new_id: Callable[[], str]
-    _nodes: list[_Node] = field(default_factory=list)
+    _specs: list[StepSpec] = field(default_factory=list)
+    _deps: list[tuple[int, ...]] = field(default_factory=list)
+    _parents: list[IndexTree | None] = field(default_factory=list)  # what each receives
+    _ids: list[str | None] = field(default_factory=list)
     _handlers: list[tuple[StepSpec, range]] = field(default_factory=list)
 
     @property
     def count(self) -> int:
         """How many steps there are so far (the next one's index)."""
-        return len(self._nodes)
+        return len(self._specs)
 
     def step(self, spec: StepSpec, after: Exit | None, *, receives: bool) -> Exit:
         """Add one task call after `after` (None: at the start); it receives what
         `after` passes on as its first argument when `receives` (not an immutable
         signature's) and something ran before it."""
-        deps = after.deps if after is not None else ()
-        passed = after.value if after is not None and receives else None
-        index = len(self._nodes)
-        self._nodes.append(_Node(spec, deps, passed, job_id=spec.job_id))
-        return Exit((index,), index,
-                    StepOut(index, after.result if after is not None else None))
+        index = self.add(spec, after, receives=receives)
+        return Exit((index,), index, StepOut(index, None if after is None else after.result))
+
+    def add(self, spec: StepSpec, after: Exit | None, *, receives: bool) -> int:
+        """`step` without the Exit: the new step's index (a group's member calls)."""
+        index = len(self._specs)
+        self._specs.append(spec)
+        if after is None:
+            self._deps.append(())
+            self._parents.append(None)
+        else:
+            self._deps.append(after.deps)
+            self._parents.append(after.value if receives else None)
+        self._ids.append(spec.job_id)
+        return index
 
     def watch(self, handler: StepSpec, steps: range) -> None:
         """Run `handler` once if one of `steps`, or of the steps waiting for them, dies."""
@@ -131,38 +138,48 @@ class GraphBuilder:
 
     def finish(self, result: Out | None) -> Compiled:
         """The GraphNodes: the steps in order, then one "failure" node per handler."""
-        children: list[list[int]] = [[] for _ in self._nodes]
-        for index, node in enumerate(self._nodes):
-            for dep in node.deps:
-                children[dep].append(index)
-        for handler, steps in self._handlers:
-            watched = _reach(children, steps)
-            self._nodes.append(_Node(handler, tuple(watched), watched=watched,
-                                     job_id=handler.job_id))
-        payloads = [self._payload(node) for node in self._nodes]  # names ids: first
-        nodes = [GraphNode(payload, node.deps, SUCCESS if node.watched is None
-                           else FAILURE, node.spec.priority, node.spec.delay,
-                           node.spec.max_attempts, node.job_id)
-                 for payload, node in zip(payloads, self._nodes, strict=True)]
-        return Compiled(nodes, [node.spec.task for node in self._nodes], result)
+        steps = len(self._specs)
+        watched: list[list[int]] = []
+        if self._handlers:
+            children: list[list[int]] = [[] for _ in range(steps)]
+            for index, deps in enumerate(self._deps):
+                for dep in deps:
+                    children[dep].append(index)
+            watched = [_reach(children, scope) for _, scope in self._handlers]
+        # the payloads first: naming a step in one gives that step a job id
+        payloads = [self._payload(index) for index in range(steps)]
+        handler_payloads = [step_payload(handler.task, handler.args, handler.kwargs,
+                                         failure_of=[self._id(i) for i in scope])
+                            for (handler, _), scope in zip(self._handlers, watched,
+                                                           strict=True)]
+        specs, ids = self._specs, self._ids
+        nodes = [GraphNode(payloads[index], self._deps[index], SUCCESS, specs[index].priority,
+                           specs[index].delay, specs[index].max_attempts, ids[index])
+                 for index in range(steps)]
+        nodes += [GraphNode(payload, tuple(scope), FAILURE, handler.priority, handler.delay,
+                            handler.max_attempts, handler.job_id)
+                  for payload, (handler, _), scope in zip(handler_payloads, self._handlers,
+                                                          watched, strict=True)]
+        tasks = [spec.task for spec in specs] + [handler.task for handler, _ in self._handlers]
+        return Compiled(nodes, tasks, result)
 
-    def _payload(self, node: _Node) -> dict[str, Any]:
-        spec = node.spec
-        parents = None if node.parents is None else self._ids(node.parents)
-        watched = None if node.watched is None else [self._id(i) for i in node.watched]
-        return step_payload(spec.task, spec.args, spec.kwargs, parents=parents,
-                            failure_of=watched)
+    def _payload(self, index: int) -> dict[str, Any]:
+        spec, parents = self._specs[index], self._parents[index]
+        if parents is None and spec.payload is not None:
+            return spec.payload  # the plain task payload, made once per signature
+        return step_payload(spec.task, spec.args, spec.kwargs,
+                            parents=None if parents is None else self._tree(parents))
 
-    def _ids(self, tree: IndexTree) -> Tree:
+    def _tree(self, tree: IndexTree) -> Tree:
         if isinstance(tree, int):
             return self._id(tree)
-        return [self._ids(item) for item in tree]
+        return [self._tree(item) for item in tree]
 
     def _id(self, index: int) -> str:
-        node = self._nodes[index]
-        if node.job_id is None:
-            node.job_id = self.new_id()
-        return node.job_id
+        job_id = self._ids[index]
+        if job_id is None:
+            job_id = self._ids[index] = self.new_id()
+        return job_id
 
 
 def _reach(children: Sequence[Sequence[int]], start: range) -> list[int]:

@@ -14,8 +14,9 @@ not finished; the handle of one step or member covers its own jobs).
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -117,14 +118,26 @@ class StepResult(TaskResult):
 class GroupResult:
     """The members' handles of a group, in member order (Celery's GroupResult)."""
 
-    __slots__ = ("parent", "results", "scope", "workflow")
+    __slots__ = ("_made", "_make", "parent", "scope", "workflow")
 
-    def __init__(self, results: list[Handle], parent: Handle | None = None,
-                 workflow: Workflow | None = None, scope: range = range(0)) -> None:
-        self.results = results
+    def __init__(self, results: list[Handle] | Callable[[], list[Handle]],
+                 parent: Handle | None = None, workflow: Workflow | None = None,
+                 scope: range = range(0)) -> None:
+        # The members' handles, or what makes them when first asked for: a group of
+        # 10,000 members need not build 10,000 handles inside delay().
+        self._made = None if callable(results) else list(results)
+        self._make = results if callable(results) else None
         self.parent = parent  # what ran before the group, if anything
         self.workflow = workflow
         self.scope = scope
+
+    @property
+    def results(self) -> list[Handle]:
+        """The members' handles, in member order."""
+        if self._made is None:
+            assert self._make is not None
+            self._made, self._make = self._make(), None
+        return self._made
 
     def get(self, timeout: float | None = None) -> list[Any]:
         """The members' results in member order, once all have finished; TaskFailed
@@ -202,9 +215,12 @@ def _handle(workflow: Workflow, top: Out, scope: range) -> Handle:
                     item.index, item.index + 1), parent)
             else:
                 assert isinstance(item, GroupOut)
-                made[id(item)] = GroupResult([make(member) for member in item.members],
+                made[id(item)] = GroupResult(functools.partial(make_all, item.members),
                                              parent, workflow, own or item.nodes)
         return made[id(out)]
+
+    def make_all(members: tuple[Out, ...]) -> list[Handle]:
+        return [make(member) for member in members]
 
     return make(top, scope)
 
