@@ -218,4 +218,3 @@ def enqueuer(queue: object, backend: Backend, connection: Any, depends_on: Any,
             allow_failure=allow_failure or allow)
 
     return write
-
