@@ -27,6 +27,8 @@ from typing import Any
 from harness.support import FakeClock, TempDirTestCase
 
 from contract.dependency_contract import DependencyContract
+from contract.graph_contract import GraphContract
+from contract.workflow_contract import WorkflowContract
 from nobroker import (
     BackoffPolicy,
     Job,
@@ -58,7 +60,7 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract(DependencyContract):
+class QueueContract(DependencyContract, GraphContract, WorkflowContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------
