@@ -340,6 +340,15 @@ def test_dramatiq(args: list[str]) -> int:
     return run([str(python), "tests/run.py", "-j", "1", *(args or DRAMATIQ_TESTS)])
 
 
+@task("test-dramatiq-suite")
+def test_dramatiq_suite(args: list[str]) -> int:
+    """Run Dramatiq's own tests (actors, results, composition, worker) on nobroker."""
+    python = ensure_venv(DRAMATIQ_VENV, REPO / "requirements-dramatiq-suite.txt")
+    if python is None:
+        return 1
+    return python_tool("tools/suites/dramatiq_suite.py", ["--python", str(python), *args])
+
+
 @task("clean")
 def clean(args: list[str]) -> int:
     """Remove caches, build output, the built site and benchmark scratch (--all: the venvs too)."""

@@ -194,3 +194,33 @@ class BrokerTest(DramatiqTestCase):
         results: list[Any] = [m.get_result(block=True, timeout=TIMEOUT_MS) for m in messages]
         self.assertEqual(results, [2 * i for i in range(10)])
         self.assertIsInstance(broker.queue("default"), Queue)
+
+    def test_join_raises_what_was_dead_lettered_only_when_asked_to_keep_it(self) -> None:
+        import dramatiq
+        from dramatiq import Worker
+
+        from nobroker.dramatiq import NobrokerBroker
+
+        for fail_fast in (True, False):
+            broker = NobrokerBroker(self.tmp / f"jobs-{fail_fast}", fail_fast_default=fail_fast)
+            self.addCleanup(broker.close)
+
+            @dramatiq.actor(max_retries=0, broker=broker)
+            def explode() -> None:
+                raise KeyError("kept")
+
+            worker = Worker(broker, worker_timeout=100, worker_threads=1)
+            worker.start()
+            self.addCleanup(worker.stop)
+            explode.send()
+            if fail_fast:
+                with self.assertRaises(KeyError):
+                    broker.join("default", timeout=TIMEOUT_MS)
+                self.assertEqual(len(broker.dead_letters), 1)
+                broker.flush_all()
+                self.assertEqual(broker.dead_letters, [])
+            else:
+                broker.join("default", timeout=TIMEOUT_MS)
+                worker.join()
+                self.assertEqual(broker.dead_letters, [])
+            self.assertEqual(broker.queue("default").stats().dead, 1)

@@ -79,6 +79,9 @@ FRAMEWORKS = frozenset().union(*INTEGRATIONS.values())  # tests may import them 
 # framework at their top.
 FRAMEWORK_APPS = frozenset({"tests/with_celery/celery_app.py",
                             "tests/with_dramatiq/dramatiq_app.py"})
+# pytest plugins a suite tool copies into a peer's unpacked test suite, loaded only by
+# pytest in that peer's venv: they may import the framework and pytest at their top.
+SUITE_PLUGINS = {"tools/suites/dramatiq_fixtures.py": frozenset({"dramatiq", "pytest"})}
 
 TOP_LEVEL = "module level"
 IN_FUNCTION = "inside a function"
@@ -294,6 +297,8 @@ def violation(imp: Import) -> str | None:
         return "the core library must import only the standard library"
     if imp.path in FRAMEWORK_APPS and imp.module in FRAMEWORKS:
         return None  # an application loaded only by `celery worker` or `dramatiq` in the tests
+    if imp.module in SUITE_PLUGINS.get(imp.path, ()):
+        return None  # a pytest plugin of a peer's suite (tools/suites/)
     if role == "backend-package":
         if imp.module in OPTIONAL_EXTRAS:
             return None

@@ -17,7 +17,12 @@ never set by this broker (a message that arrives with one is still honoured
 by the worker, which delays it in memory and enqueues it again).
 
 `join(queue)` (for tests) waits until the queue holds no pending (delayed
-included) or leased message, reading its counts every 50 ms.
+included) or leased message, reading its counts every 50 ms. A broker made
+with `fail_fast_default=True` (tests, as Dramatiq's StubBroker) also keeps
+the messages this process dead-letters, with their exceptions, in memory
+(`dead_letters`, `dead_letters_by_queue`; `flush_all` empties them), and
+`join` raises the first one's exception; with False (the default) nothing is
+kept, so a long-running worker holds no exceptions.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from dramatiq.middleware import Middleware
 
 from ..errors import NobrokerError
 from ..queue import Queue
-from .consumer import NobrokerConsumer
+from .consumer import Delivery, NobrokerConsumer
 from .leases import LeaseBook
 from .messages import check_json_encoder, payload_for, priority_of
 from .names import queue_name_for
@@ -57,13 +62,15 @@ class NobrokerBroker(Broker):
     def __init__(self, location: str | os.PathLike[str], *,
                  middleware: list[Middleware] | None = None,
                  visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
-                 **queue_options: Any) -> None:
+                 fail_fast_default: bool = False, **queue_options: Any) -> None:
         super().__init__(middleware=middleware)
         check_json_encoder()
         self.location = os.fspath(location)
         self.visibility_timeout = float(visibility_timeout)
         self.queue_options = queue_options
         self.queues = {}
+        self.fail_fast_default = fail_fast_default
+        self.dead_letters_by_queue: dict[str, list[Delivery]] = {}
         self._books: dict[str, LeaseBook] = {}
         self._lock = threading.Lock()
 
@@ -111,7 +118,14 @@ class NobrokerBroker(Broker):
         """A consumer of `queue_name`: up to `prefetch` messages leased at once, each
         `__next__` blocking for at most `timeout` milliseconds."""
         self.queue(queue_name)
-        return NobrokerConsumer(self._books[queue_name], prefetch, timeout / 1000)
+        dead = (self.dead_letters_by_queue.setdefault(queue_name, [])
+                if self.fail_fast_default else None)
+        return NobrokerConsumer(self._books[queue_name], prefetch, timeout / 1000, dead)
+
+    @property
+    def dead_letters(self) -> list[Delivery]:
+        """The messages this process dead-lettered (kept with fail_fast_default only)."""
+        return [message for kept in self.dead_letters_by_queue.values() for message in kept]
 
     # -- tests and operations ---------------------------------------------
 
@@ -122,19 +136,28 @@ class NobrokerBroker(Broker):
     def flush_all(self) -> None:
         for queue_name in list(self.queues):
             self.flush(queue_name)
+        for kept in self.dead_letters_by_queue.values():
+            kept.clear()  # in place: consumers hold these lists
 
-    def join(self, queue_name: str, *, timeout: int | None = None) -> None:
+    def join(self, queue_name: str, *, timeout: int | None = None,
+             fail_fast: bool | None = None) -> None:
         """Wait until `queue_name` holds no pending or leased message (for tests);
-        QueueJoinTimeout after `timeout` milliseconds."""
+        QueueJoinTimeout after `timeout` milliseconds. With `fail_fast` (default: the
+        broker's fail_fast_default), then raise the exception of the first message this
+        process dead-lettered from the queue."""
         queue = self.queue(queue_name)
         deadline = None if timeout is None else time.monotonic() + timeout / 1000
         while True:
             stats = queue.stats()
             if stats.pending == 0 and stats.leased == 0:
-                return
+                break
             if deadline is not None and time.monotonic() >= deadline:
                 raise QueueJoinTimeout(queue_name)
             time.sleep(_JOIN_INTERVAL)
+        if self.fail_fast_default if fail_fast is None else fail_fast:
+            for message in self.dead_letters_by_queue.get(queue_name, []):
+                raise (message.kept_exception
+                       or NobrokerError(f"message {message.message_id} was dead-lettered"))
 
     def close(self) -> None:
         """Give back unsettled leases untried and close every queue."""

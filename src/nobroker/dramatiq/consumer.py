@@ -51,13 +51,16 @@ class Delivery(MessageProxy):
     def __init__(self, message: Message[Any], job_id: str) -> None:
         super().__init__(message)
         self.job_id = job_id
+        self.kept_exception: BaseException | None = None  # see NobrokerBroker.join
 
 
 class NobrokerConsumer(Consumer):
     """Iterates over one queue's messages (see the module docstring)."""
 
-    def __init__(self, book: LeaseBook, prefetch: int, timeout: float) -> None:
+    def __init__(self, book: LeaseBook, prefetch: int, timeout: float,
+                 dead_letters: list[Delivery] | None = None) -> None:
         self.book = book
+        self.dead_letters = dead_letters  # where a test broker keeps what this nacks
         self.queue = book.queue
         self.prefetch = max(1, prefetch)
         self.timeout = timeout  # seconds
@@ -134,6 +137,9 @@ class NobrokerConsumer(Consumer):
             return
         exception = getattr(message, "_exception", None)
         error = f"dramatiq: {exception!r}" if exception is not None else "dramatiq: nacked"
+        if self.dead_letters is not None and isinstance(message, Delivery):
+            message.kept_exception = exception  # Dramatiq clears _exception after the nack
+            self.dead_letters.append(message)
         try:
             self.queue.nack(job, error=error)
         except NotLeasedError:
