@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from dramatiq.encoder import JSONEncoder
+from dramatiq.errors import DecodeError
 from dramatiq.message import Message, get_encoder
 
 from ..errors import NobrokerError
@@ -44,20 +45,21 @@ def check_json_encoder(encoder: Any | None = None) -> None:
 
 
 def payload_for(message: Message[Any]) -> Any:
-    """The job payload of a message: what Dramatiq's JSON encoder makes of it."""
+    """The job payload of a message: what Dramatiq's JSON encoder makes of it (a
+    JSONEncoder subclass may encode more than JSON's types)."""
     check_json_encoder()
     return json.loads(message.encode())
 
 
 def message_from(payload: Any) -> Message[Any] | None:
-    """The message a job's payload holds, or None if it is not a Dramatiq message."""
+    """The message a job's payload holds, read back through Dramatiq's encoder (a
+    JSONEncoder subclass may decode more than JSON's types), or None if it is not a
+    Dramatiq message."""
     if not isinstance(payload, dict):
         return None
     try:
-        fields = dict(payload)
-        fields["args"] = tuple(fields["args"])
-        return Message(**fields)
-    except (KeyError, TypeError):
+        return Message.decode(json.dumps(payload).encode("utf-8"))
+    except DecodeError:
         return None
 
 

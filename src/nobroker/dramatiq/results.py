@@ -20,6 +20,7 @@ backoff as Dramatiq's default. JSON only, as the broker.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -65,7 +66,8 @@ class NobrokerResultBackend(ResultBackend):
     def _store(self, message_key: str, result: Any, ttl: int) -> None:
         """Store `result` (a JSON value) under `message_key` for `ttl` milliseconds,
         unless the key holds one already. Durable when it returns."""
-        self.queue.enqueue({"value": result, "ttl": ttl / 1000}, job_id=message_key)
+        value = json.loads(self.encoder.encode(result))  # through a JSONEncoder subclass too
+        self.queue.enqueue({"value": value, "ttl": ttl / 1000}, job_id=message_key)
         self._settle()
 
     def _get(self, message_key: str) -> Any:
@@ -80,7 +82,7 @@ class NobrokerResultBackend(ResultBackend):
         if job.finished_at is not None and isinstance(ttl, (int, float)) and \
                 job.finished_at + ttl <= self.queue.clock():
             return Missing  # expired: the queue drops it at its next write
-        return holder["value"]
+        return self.encoder.decode(json.dumps(holder["value"]).encode("utf-8"))
 
     def _settle(self) -> None:
         """Lease every pending value and ack it with itself as the result, kept for its
