@@ -26,11 +26,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from tools.suites.peer_suite import judge, pinned, unpack_sdist
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / ".dev" / "dramatiq-suite"
@@ -63,31 +64,11 @@ KNOWN_FAILURES: dict[str, str] = {
 }
 
 
-def pinned_dramatiq() -> str:
-    for line in REQUIREMENTS.read_text().splitlines():
-        name, _, version = line.split("#")[0].strip().partition("==")
-        if name == "dramatiq" and version:
-            return version
-    raise SystemExit(f"dramatiq_suite.py: no dramatiq==VERSION pin in {REQUIREMENTS.name}")
-
-
-def unpack_suite(python: str, version: str) -> Path:
-    """.dev/dramatiq-suite/dramatiq-VERSION/ with the sdist's tests/, the fixtures and a
-    pytest.ini (the sdist's own settings ask for pytest-cov)."""
-    root = WORK / f"dramatiq-{version}"
+def prepare_suite(python: str) -> Path:
+    """The unpacked tests/ of the pinned Dramatiq, with the fixtures and a pytest.ini
+    (the sdist's own settings ask for pytest-cov)."""
+    root = unpack_sdist(python, "dramatiq", pinned(REQUIREMENTS, "dramatiq"), WORK, "tests")
     tests = root / "tests"
-    if not (tests / "test_actors.py").exists():
-        WORK.mkdir(parents=True, exist_ok=True)
-        sdist = WORK / f"dramatiq-{version}.tar.gz"
-        if not sdist.exists():
-            cmd = [python, "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
-                   "--no-binary", ":all:", "--no-deps", f"dramatiq=={version}", "-d", str(WORK)]
-            print("$", " ".join(cmd), flush=True)
-            subprocess.run(cmd, check=True)
-        prefix = f"dramatiq-{version}/tests/"
-        with tarfile.open(sdist) as archive:
-            members = [m for m in archive.getmembers() if m.name.startswith(prefix)]
-            archive.extractall(WORK, members=members, filter="data")
     (tests / "__init__.py").touch()
     for name in ("conftest.py", "common.py"):
         shutil.copyfile(FIXTURES, tests / name)
@@ -124,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=float, default=300.0, help="seconds for the whole run")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
-    root = unpack_suite(args.python, pinned_dramatiq())
+    root = prepare_suite(args.python)
     scratch = Path(tempfile.mkdtemp(prefix="nobroker-dramatiq-suite-"))
     junit = scratch / "junit.xml"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(root)]))
@@ -140,31 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         capped = True
     results = outcomes(junit)
     shutil.rmtree(scratch, ignore_errors=True)
-    return report(results, time.monotonic() - started, capped, args.cap)
-
-
-def report(results: dict[str, str], took: float, capped: bool, cap: float) -> int:
-    counts = {kind: list(results.values()).count(kind)
-              for kind in ("passed", "failed", "error", "skipped")}
-    print(f"\nDramatiq's suite on nobroker: {counts['passed']} passed, {counts['failed']} "
-          f"failed, {counts['error']} errors, {counts['skipped']} skipped in {took:.0f}s")
-    unexplained = []
-    for name, kind in sorted(results.items()):
-        reason = KNOWN_FAILURES.get(name)
-        if kind in ("failed", "error"):
-            if reason is None:
-                unexplained.append(name)
-            else:
-                print(f"  known: {name}: {reason}")
-        elif kind == "passed" and reason is not None:
-            print(f"  now passes (remove it from KNOWN_FAILURES): {name}")
-    for name in unexplained:
-        print(f"  UNEXPLAINED {results[name]}: {name}")
-    if capped:
-        print(f"the run was stopped at its cap of {cap:g}s")
-    ok = not unexplained and not capped and counts["passed"] > 0
-    print("dramatiq suite: " + ("ok" if ok else "FAILED"))
-    return 0 if ok else 1
+    return judge("Dramatiq's suite", results, KNOWN_FAILURES.get,
+                 time.monotonic() - started, capped, args.cap)
 
 
 if __name__ == "__main__":
