@@ -162,6 +162,7 @@ class NobrokerBroker(Broker):
     def close(self) -> None:
         """Give back unsettled leases untried and close every queue."""
         for book in self._books.values():
+            book.close()
             for job in book.take_all():
                 try:
                     book.queue.snooze(job, 0.0)

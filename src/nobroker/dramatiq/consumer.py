@@ -32,7 +32,7 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.message import Message
 
 from ..errors import NobrokerError, NotLeasedError
-from ..models import JobState
+from ..models import Job, JobState
 from .leases import LeaseBook
 from .messages import message_from
 
@@ -70,7 +70,6 @@ class NobrokerConsumer(Consumer):
     def __next__(self) -> Delivery | None:
         deadline = time.monotonic() + self.timeout
         while True:
-            self.book.renew_due()
             if self._ready:
                 return self._ready.popleft()
             self.book.settled.clear()
@@ -80,12 +79,11 @@ class NobrokerConsumer(Consumer):
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            step = min(left, self.book.renew_every)
             if room > 0:
                 self._revive_expired()
-                self.queue.wait(step)
+                self.queue.wait(left)
             else:
-                self.book.settled.wait(step)
+                self.book.settled.wait(left)
 
     def _lease(self, room: int) -> bool:
         jobs = self.queue.lease(room, visibility_timeout=self.book.visibility_timeout)
@@ -150,7 +148,7 @@ class NobrokerConsumer(Consumer):
         for message in messages:
             self._give_back(self.book.take(_job_id(message)))
 
-    def _give_back(self, job: Any) -> None:
+    def _give_back(self, job: Job | None) -> None:
         if job is None:
             return
         try:
