@@ -50,7 +50,7 @@ SCAN_DIRS = ("src", "tests", "tools", "examples", "docsite")
 SCAN_FILES = ("make.py",)
 REQUIREMENTS_DEV = "requirements-dev.txt"
 REQUIREMENTS_BENCH = "requirements-bench.txt"
-# The Celery and Django suites, the docs site (docsite/, MkDocs) and the browser tests:
+# The Celery, Dramatiq and Django suites, the docs site (docsite/, MkDocs) and the browser tests:
 # development only.
 REQUIREMENTS_WEB_TOOLS = {"requirements-celery.txt": "Celery test venv .dev/celery-venv",
                           "requirements-dramatiq.txt": "Dramatiq test venv .dev/dramatiq-venv",
