@@ -11,8 +11,9 @@ file); every command is printed before it runs; library code always runs with
 is development tooling, each into an ignored folder under ``.dev/``: the lint
 toolchain (``.dev/venv``), and for the docs site and its browser test MkDocs
 (``.dev/docs-venv``), Pyodide from npm (``.dev/npm``) and Playwright
-(``.dev/web-venv``), and Celery with nobroker installed beside it for the Celery
-transport's tests (``.dev/celery-venv``).
+(``.dev/web-venv``), Celery with nobroker installed beside it for the Celery
+transport's tests (``.dev/celery-venv``), and Dramatiq for the Dramatiq broker's
+tests (``.dev/dramatiq-venv``).
 """
 
 from __future__ import annotations
@@ -322,6 +323,32 @@ def ensure_celery_venv() -> Path | None:
     return python
 
 
+# --------------------------------------------------------------------------
+# Dramatiq on nobroker (nobroker.dramatiq, issue 26): Dramatiq goes into
+# .dev/dramatiq-venv; nobroker runs from src/ (the app names its broker itself).
+
+DRAMATIQ_VENV = DEV / "dramatiq-venv"
+DRAMATIQ_TESTS = ("test_dramatiq_app", "test_dramatiq_crash")
+
+
+@task("test-dramatiq")
+def test_dramatiq(args: list[str]) -> int:
+    """Run Dramatiq on nobroker: real `dramatiq` worker processes (tests/with_dramatiq)."""
+    python = ensure_venv(DRAMATIQ_VENV, REPO / "requirements-dramatiq.txt")
+    if python is None:
+        return 1
+    return run([str(python), "tests/run.py", "-j", "1", *(args or DRAMATIQ_TESTS)])
+
+
+@task("test-dramatiq-suite")
+def test_dramatiq_suite(args: list[str]) -> int:
+    """Run Dramatiq's own tests (actors, results, composition, worker) on nobroker."""
+    python = ensure_venv(DRAMATIQ_VENV, REPO / "requirements-dramatiq-suite.txt")
+    if python is None:
+        return 1
+    return python_tool("tools/suites/dramatiq_suite.py", ["--python", str(python), *args])
+
+
 @task("clean")
 def clean(args: list[str]) -> int:
     """Remove caches, build output, the built site and benchmark scratch (--all: the venvs too)."""
@@ -331,7 +358,7 @@ def clean(args: list[str]) -> int:
     doomed += SRC.glob("*.egg-info")
     doomed += pycache_dirs(REPO)
     if "--all" in args:
-        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV]
+        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV, DRAMATIQ_VENV]
     for path in sorted(set(doomed)):
         if path.is_dir():
             print(f"removing {path.relative_to(REPO)}/")

@@ -25,8 +25,10 @@ from harness.support import SRC
 # and any layer after it. A subpackage (file/, postgres/, tasks/, dashboard/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
-                                "dashboard", "transfer", "django", "testing", "celery"})),
-    # transfer: `nobroker migrate`; django, celery: loaded by Django, kombu and Celery
+                                "dashboard", "transfer", "django", "testing", "celery",
+                                "dramatiq"})),
+    # transfer: `nobroker migrate`; django, celery, dramatiq: loaded by Django, kombu and
+    # Celery, a Dramatiq app
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",

@@ -123,6 +123,28 @@ class DependencyProofTest(TempDirTestCase):
                       "a framework integration", result.stdout)
         self.assertIn("src/nobroker/queue.py:3: 'nobroker.celery'", result.stdout)
 
+    def test_dramatiq_may_be_imported_by_its_integration_and_its_suite_plugin_only(
+            self) -> None:
+        write(self.tmp, "src/nobroker/dramatiq/broker.py",
+              "from dramatiq.broker import Broker\nimport kombu\n")
+        write(self.tmp, "tools/suites/dramatiq_fixtures.py", "import dramatiq\nimport pytest\n")
+        write(self.tmp, "tools/suites/other.py", "import pytest\n")
+        write(self.tmp, "src/nobroker/worker.py", """\
+            def later():
+                from .dramatiq import broker
+                return broker
+            """)
+        result = self.check(self.tmp)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn("dramatiq         imported in src/nobroker/dramatiq/broker.py\n",
+                      result.stdout)
+        self.assertIn("src/nobroker/dramatiq/broker.py:2: 'kombu'", result.stdout)
+        self.assertNotIn("dramatiq_fixtures.py:1", result.stdout)
+        self.assertNotIn("dramatiq_fixtures.py:2", result.stdout)
+        self.assertIn("tools/suites/other.py:1: 'pytest' (module level)", result.stdout)
+        self.assertIn("src/nobroker/worker.py:2: 'nobroker.dramatiq': the library must not "
+                      "import a framework integration", result.stdout)
+
     def test_lazy_import_in_a_dev_tool_is_listed_under_development_tools(self) -> None:
         write(self.tmp, "tools/bench/peers/run.py", """\
             import importlib
