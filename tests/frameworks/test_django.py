@@ -30,19 +30,24 @@ SKIP_REASON = ("Django suite skipped: Django 6 is not installed here "
 _TMP: tempfile.TemporaryDirectory[str] | None = None
 
 
-def setUpModule() -> None:
-    global _TMP
-    if not HAVE_DJANGO:
-        return
-    _TMP = tempfile.TemporaryDirectory(prefix="nobroker-django-")
-    os.environ["NOBROKER_EXAMPLE_JOBS"] = str(Path(_TMP.name) / "jobs")
-    os.environ["NOBROKER_EXAMPLE_DB"] = str(Path(_TMP.name) / "db.sqlite3")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+def set_up_site(**env: str) -> None:
+    """Django set up in this process with the example's settings, read with `env`
+    (also given to the workers this module starts), and its tables migrated."""
+    os.environ.update(env, DJANGO_SETTINGS_MODULE="config.settings")
     sys.path.insert(0, str(SITE))
     import django
     from django.core.management import call_command
     django.setup()
     call_command("migrate", verbosity=0)
+
+
+def setUpModule() -> None:
+    global _TMP
+    if not HAVE_DJANGO:
+        return
+    _TMP = tempfile.TemporaryDirectory(prefix="nobroker-django-")
+    set_up_site(NOBROKER_EXAMPLE_JOBS=str(Path(_TMP.name) / "jobs"),
+                NOBROKER_EXAMPLE_DB=str(Path(_TMP.name) / "db.sqlite3"))
 
 
 def tearDownModule() -> None:
@@ -232,6 +237,32 @@ class DjangoBackendTest(unittest.TestCase):
         self.assertIn("serving default, emails", proc.stdout.readline())
         proc.send_signal(signal.SIGTERM)
         self.assertEqual(proc.wait(timeout=30), 0)
+
+    def test_a_database_that_is_not_postgresql_is_refused_clearly(self) -> None:
+        from django.core import checks
+        from django.core.exceptions import ImproperlyConfigured
+        from django.db import connection
+        from django.tasks import task_backends
+        from django.test import override_settings
+        from shop.tasks import pay
+
+        from nobroker.django import NobrokerBackend
+
+        if connection.vendor == "postgresql":
+            self.skipTest("the site's database is PostgreSQL here")
+        backend = NobrokerBackend("sqlite", {"OPTIONS": {"database": "default"}})
+        with self.assertRaisesRegex(ImproperlyConfigured,
+                                    r"'default', a sqlite database: .*PostgreSQL only"):
+            backend.enqueue(pay, [1], {})
+        with self.assertRaisesRegex(ImproperlyConfigured, "'nowhere', which is not in DATABASES"):
+            NobrokerBackend("x", {"OPTIONS": {"database": "nowhere"}}).queue("default")
+        tasks = {"default": {"BACKEND": "nobroker.django.NobrokerBackend",
+                             "OPTIONS": {"database": "default"}}}
+        with override_settings(TASKS=tasks):
+            found = [m for m in checks.run_checks() if m.id.startswith("nobroker.")]
+            self.assertEqual([m.id for m in found], ["nobroker.E003"])
+            self.assertIn("a sqlite database", found[0].msg)
+        task_backends["default"]  # settings restored: the real backend again
 
     def test_the_system_check_names_a_queue_nobroker_cannot_hold(self) -> None:
         from django.core import checks

@@ -3,11 +3,14 @@
 Without --queue it serves every queue of the backend's QUEUES, one nobroker
 Worker per queue, each with --concurrency slots, each in a thread of this one
 process (a worker over several queues by priority is not built yet). SIGINT/SIGTERM stop
-every worker gracefully: leasing stops, running tasks finish and are settled.
+every worker gracefully: leasing stops, running tasks finish and are settled. With
+OPTIONS "database", `atomic=True` tasks run in `transaction.atomic()` on Django's
+connection, their ack written in it (database.py).
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from types import FrameType
@@ -17,8 +20,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, task_backends
 
 from ....tasks import registry_of
+from ....transactions import atomic_in
 from ....worker import Worker
 from ...backend import NobrokerBackend
+from ...database import atomic_transaction
 from ...running import resolver
 
 
@@ -58,6 +63,8 @@ class Command(BaseCommand):
             for name in names:
                 queue = backend.queue(name)
                 registry_of(queue).resolver = resolver(queue, alias)
+                if backend.database is not None:  # atomic tasks: in Django's transaction
+                    atomic_in(queue, functools.partial(atomic_transaction, backend.database))
                 workers.append(Worker(
                     queue, concurrency=options["concurrency"], pool=options["pool"],
                     max_jobs=options["max_jobs"], idle_timeout=options["idle_timeout"],
