@@ -26,6 +26,10 @@ committed when the write returns. psycopg has no commit callback, so for a job
 written in a psycopg transaction the hook does not fire at all: nothing in this
 process sees the commit (the worker's hooks, from "started" on, still fire).
 
+`Task.delay_on_commit` defers its `delay` with the framework's on-commit
+(`use_on_commit`: the nobroker.django app gives Django's), so that the core
+imports no framework; without one it raises NobrokerError.
+
 `atomic_in(queue, opener)` lets atomic tasks run in transactions the
 application opens (Django's `transaction.atomic()`, so the ORM's writes are in
 it) instead of on a connection of the backend's own.
@@ -45,8 +49,8 @@ from .backend import Backend, Transactions
 from .errors import NobrokerError
 from .models import Job
 
-__all__ = ["Opener", "TransactionJob", "active", "announce", "atomic_in", "enqueuer",
-           "opener_of", "raw_connection", "refuse_in_block", "transaction", "transactional",
+__all__ = ["Opener", "TransactionJob", "active", "after_commit", "announce", "atomic_in",
+           "enqueuer", "opener_of", "use_on_commit", "raw_connection", "refuse_in_block", "transaction", "transactional",
            "with_connection"]
 
 # The `q.transaction()` blocks this context is in: (queue, psycopg connection, the
@@ -58,6 +62,10 @@ _ACTIVE: contextvars.ContextVar[tuple[tuple[object, Any, Any], ...]] = contextva
 # connection in an open transaction, committed when the block ends without error.
 Opener: TypeAlias = Callable[[], AbstractContextManager[Any]]
 _OPENERS: weakref.WeakKeyDictionary[object, Opener] = weakref.WeakKeyDictionary()
+
+# What runs a function when the application's transaction commits (Task.delay_on_commit):
+# Django's transaction.on_commit, set by the nobroker.django app; None elsewhere.
+_ON_COMMIT: list[Callable[[Callable[[], object]], object]] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +188,18 @@ def atomic_in(queue: object, opener: Opener | None) -> None:
 def opener_of(queue: object) -> Opener | None:
     """The opener `atomic_in` gave `queue`, if any."""
     return _OPENERS.get(queue)
+
+
+def use_on_commit(on_commit: Callable[[Callable[[], object]], object] | None) -> None:
+    """What `after_commit` defers to: a framework's on-commit (Django's), or none."""
+    _ON_COMMIT[:] = [] if on_commit is None else [on_commit]
+
+
+def after_commit(what: str, fn: Callable[[], object]) -> None:
+    """Call `fn` when the application's transaction commits (never if it rolls back),
+    through the framework's on-commit; NobrokerError naming `what` without one."""
+    if not _ON_COMMIT:
+        raise NobrokerError(f"{what} needs a framework that says when a transaction "
+                            f"commits: add 'nobroker.django' to INSTALLED_APPS (on "
+                            f"PostgreSQL without Django, enqueue inside q.transaction(conn))")
+    _ON_COMMIT[0](fn)

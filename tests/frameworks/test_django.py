@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,130 @@ class DjangoBackendTest(unittest.TestCase):
         self.assertIn("serving default, emails", proc.stdout.readline())
         proc.send_signal(signal.SIGTERM)
         self.assertEqual(proc.wait(timeout=30), 0)
+
+    # -- nobroker's own API under Django -------------------------------------
+
+    def site_queue(self) -> Any:
+        from shop.tasks import site
+        site.purge()
+        return site
+
+    def test_each_apps_tasks_module_is_autodiscovered_and_served_by_registered(self) -> None:
+        code = ("import sys, django; django.setup(); "
+                "print('shop.tasks' in sys.modules)")
+        seen = subprocess.run([sys.executable, "-c", code], cwd=SITE, text=True,
+                              env=dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{SITE}"),
+                              capture_output=True, timeout=60)
+        self.assertEqual(seen.stdout.strip(), "True", seen.stderr)
+        from shop.tasks import restock
+        site = self.site_queue()
+        result = restock.delay(self.order("vase").id)
+        # The worker imports no task module itself: only the app's autodiscovery does.
+        done = work("--registered", "--max-jobs", "1")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("serving site (registered tasks)", done.stdout)
+        self.assertEqual(site.get(result.id).result, "restocked vase")
+
+    def test_delay_on_commit_enqueues_at_the_commit_never_on_rollback(self) -> None:
+        from django.db import transaction
+        from django.test import Client
+        from shop.tasks import restock
+
+        from nobroker.errors import SerializationError
+
+        site = self.site_queue()
+
+        class Rollback(Exception):
+            pass
+
+        with self.assertRaises(Rollback), transaction.atomic():
+            restock.delay_on_commit(self.order().id)
+            raise Rollback
+        self.assertEqual(site.stats().total, 0)
+        with transaction.atomic():
+            self.assertIsNone(restock.delay_on_commit(self.order().id))
+            self.assertEqual(site.stats().total, 0, "enqueued before the commit")
+        self.assertEqual(site.stats().total, 1)
+        restock.delay_on_commit(self.order().id)  # outside atomic(): at once
+        self.assertEqual(site.stats().total, 2)
+        with self.assertRaises(SerializationError):  # checked now, not at the commit
+            restock.delay_on_commit(math.nan)
+        reply = Client().post(f"/orders/{self.order('jar').id}/restock/")
+        self.assertEqual(reply.status_code, 200)
+        self.assertEqual(site.stats().total, 3)
+
+    # -- the dashboard in the site's URLconf ---------------------------------
+
+    def user(self, staff: bool) -> Any:
+        from django.contrib.auth.models import User
+        return User.objects.create_user(f"u{uuid.uuid4().hex[:10]}", password="x",
+                                        is_staff=staff)
+
+    def test_the_dashboard_is_for_staff_only(self) -> None:
+        from django.test import Client
+
+        anonymous = Client().get("/jobs/")
+        self.assertEqual(anonymous.status_code, 302)
+        self.assertIn("login", anonymous["Location"])
+        self.assertEqual(Client().get("/jobs/api/overview").status_code, 302)
+        visitor = Client()
+        visitor.force_login(self.user(staff=False))
+        for path in ("/jobs/", "/jobs/api/overview", "/jobs/static/app.js",
+                     "/jobs/api/queues/default/jobs"):
+            self.assertEqual(visitor.get(path).status_code, 403, path)
+        staff = Client()
+        staff.force_login(self.user(staff=True))
+        page = staff.get("/jobs/q/default")
+        self.assertEqual(page.status_code, 200)
+        html = page.content.decode()
+        self.assertIn('<meta name="nobroker-base" content="/jobs/">', html)
+        self.assertIn('"/jobs/static/app.js?v=', html)
+        self.assertIn("script-src 'self'", page["Content-Security-Policy"])
+        overview = staff.get("/jobs/api/overview").json()
+        self.assertEqual(sorted(q["name"] for q in overview["queues"])[:2],
+                         ["default", "emails"])
+        self.assertIn(b"app.js", staff.get("/jobs/").content)
+        stream = staff.get("/jobs/api/events?queue=default")
+        self.assertTrue(stream.content.startswith(b"retry: 2000\n\nevent: update\ndata: "))
+        self.assertEqual(staff.get("/jobs/api/queues/nope").status_code, 404)
+
+    def test_a_dashboard_change_needs_staff_and_the_csrf_token(self) -> None:
+        from django.test import Client
+        from shop.tasks import pay
+
+        job_id = pay.enqueue(self.order().id).id
+        path = "/jobs/api/queues/default/cancel"
+        body = f'{{"id": "{job_id}"}}'
+
+        def post(client: Any, token: str | None) -> Any:
+            headers = {"X-CSRFToken": token} if token else {}
+            return client.post(path, data=body, content_type="application/json",
+                               headers=headers)
+
+        secret = "s3cret" * 5 + "ok"  # a CSRF cookie's secret: 32 letters and digits
+
+        def signed_in(staff: bool) -> Any:
+            client = Client(enforce_csrf_checks=True)
+            client.force_login(self.user(staff=staff))
+            client.cookies["csrftoken"] = secret
+            return client
+
+        staff = signed_in(staff=True)
+        html = staff.get("/jobs/").content.decode()
+        token = html.split('name="nobroker-csrf" content="')[1].split('"')[0]
+        for refused in (post(staff, None), post(staff, "0" * 32)):  # none, or forged
+            self.assertEqual(refused.status_code, 403)
+            self.assertIn(b"CSRF verification failed", refused.content)
+        self.assertEqual(staff.get(path).status_code, 405)
+        visitor = signed_in(staff=False)
+        refused = post(visitor, secret)  # a valid CSRF pair, but not staff
+        self.assertEqual(refused.status_code, 403)
+        self.assertEqual(refused.json(), {"error": "the jobs dashboard is for staff users"})
+        self.assertEqual(self.backend.queue("default").get(job_id).state, "pending")
+        done = post(staff, token)
+        self.assertEqual(done.status_code, 200, done.content)
+        self.assertEqual(done.json(), {"cancelled": True})
+        self.assertEqual(self.backend.queue("default").get(job_id).state, "cancelled")
 
     def test_a_database_that_is_not_postgresql_is_refused_clearly(self) -> None:
         from django.core import checks

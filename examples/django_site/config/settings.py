@@ -24,10 +24,15 @@ TIME_ZONE = "UTC"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
-    "nobroker.django",
+    "django.contrib.sessions",
+    "nobroker.django",  # the worker command, delay_on_commit, tasks.py autodiscovery
     "shop",
 ]
-MIDDLEWARE: list[str] = []
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
 ROOT_URLCONF = "config.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
@@ -45,8 +50,9 @@ if POSTGRES:
         }
     }
     # The jobs in the same database, written on Django's connection.
-    WHERE = {"database": "default",
-             "schema": os.environ.get("NOBROKER_EXAMPLE_SCHEMA", "nobroker")}
+    SCHEMA = os.environ.get("NOBROKER_EXAMPLE_SCHEMA", "nobroker")
+    WHERE = {"database": "default", "schema": SCHEMA}
+    SITE_JOBS = f"{POSTGRES}?schema={SCHEMA}"  # shop/tasks.py's own nobroker Queue
 else:
     DATABASES = {
         "default": {
@@ -56,6 +62,7 @@ else:
     }
     # A queue directory: a job is written when the order's transaction commits.
     WHERE = {"location": os.environ.get("NOBROKER_EXAMPLE_JOBS", str(BASE_DIR / "jobs"))}
+    SITE_JOBS = WHERE["location"]  # shop/tasks.py's own nobroker Queue
 
 TASKS = {
     "default": {
