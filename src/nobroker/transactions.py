@@ -50,8 +50,8 @@ from .errors import NobrokerError
 from .models import Job
 
 __all__ = ["Opener", "TransactionJob", "active", "after_commit", "announce", "atomic_in",
-           "enqueuer", "opener_of", "use_on_commit", "raw_connection", "refuse_in_block", "transaction", "transactional",
-           "with_connection"]
+           "enqueuer", "opener_of", "raw_connection", "refuse_in_block", "transaction",
+           "transactional", "use_on_commit", "with_connection"]
 
 # The `q.transaction()` blocks this context is in: (queue, psycopg connection, the
 # connection as given: Django's, whose on_commit says when the hook may fire).
@@ -166,10 +166,10 @@ def announce(queue: Any, connection: Any, job: Job) -> None:
         connection = found[1]
     on_commit = getattr(connection, "on_commit", None)
     if callable(on_commit) and hasattr(connection, "ensure_connection"):  # Django's
-        try:
-            on_commit(lambda: hooks.fire("enqueued", job))  # at once outside atomic()
-        except Exception:  # noqa: S110  (manual transaction management: no commit to wait for)
-            pass
+        # At once outside atomic(); under manual transaction management Django
+        # refuses (it cannot say when a commit happens): then, as for psycopg, no hook.
+        with contextlib.suppress(Exception):
+            on_commit(lambda: hooks.fire("enqueued", job))
     elif getattr(connection, "autocommit", False):  # written in a transaction of its own
         hooks.fire("enqueued", job)
 

@@ -149,14 +149,17 @@ class NobrokerBackend(BaseTaskBackend):
         def announce() -> None:
             task_enqueued.send(type(self), task_result=result)
 
+        def write_and_announce() -> None:
+            write()
+            announce()
+
         if self.database is not None:  # in the caller's transaction: commits with it
             write(connection_of(self.database))
             transaction.on_commit(announce, using=self.database)
         elif self.enqueue_on_commit:
-            transaction.on_commit(lambda: (write(), announce()))
+            transaction.on_commit(write_and_announce)
         else:
-            write()
-            announce()
+            write_and_announce()
         return result
 
     def get_result(self, result_id: str) -> TaskResult:

@@ -1,4 +1,6 @@
-"""The dashboard inside a Django site, for its staff: `path("jobs/", include("nobroker.django.urls"))`.
+"""The dashboard inside a Django site, for its staff.
+
+    path("jobs/", include("nobroker.django.urls"))   # in the site's URLconf
 
 The same page and JSON API as `nobroker dashboard` (nobroker.dashboard: its
 api.py answers, its hub.py samples the queues), over the queues of one

@@ -31,9 +31,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .. import validation
+from ..codec import encode_payload
 from ..errors import JobNotFoundError, SerializationError
 from ..models import Job, JobState
-from ..codec import encode_payload
 from ..transactions import after_commit, transactional
 
 if TYPE_CHECKING:
