@@ -64,7 +64,7 @@ Opener: TypeAlias = Callable[[], AbstractContextManager[Any]]
 _OPENERS: weakref.WeakKeyDictionary[object, Opener] = weakref.WeakKeyDictionary()
 
 # What runs a function when the application's transaction commits (Task.delay_on_commit):
-# Django's transaction.on_commit, set by the nobroker.django app; None elsewhere.
+# Django's transaction.on_commit, set by the nobroker.django app; empty elsewhere.
 _ON_COMMIT: list[Callable[[Callable[[], object]], object]] = []
 
 

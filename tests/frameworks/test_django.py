@@ -65,6 +65,14 @@ def work(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def module_level_task() -> None:
+    """For the tests of what @task refuses (Django wants a module-level function)."""
+
+
+async def module_level_coroutine() -> None:
+    """The same, async."""
+
+
 @unittest.skipUnless(HAVE_DJANGO, SKIP_REASON)
 class DjangoBackendTest(unittest.TestCase):
     def setUp(self) -> None:
@@ -362,6 +370,18 @@ class DjangoBackendTest(unittest.TestCase):
         self.assertEqual(done.status_code, 200, done.content)
         self.assertEqual(done.json(), {"cancelled": True})
         self.assertEqual(self.backend.queue("default").get(job_id).state, "cancelled")
+
+    def test_atomic_needs_the_database_option_and_a_plain_function(self) -> None:
+        from django.tasks import task
+        from django.tasks.exceptions import InvalidTask
+
+        if self.backend.database is None:
+            with self.assertRaisesRegex(InvalidTask, r"atomic=True needs the backend's "
+                                                     r"OPTIONS\['database'\]"):
+                task(atomic=True)(module_level_task)
+        else:
+            with self.assertRaisesRegex(InvalidTask, "atomic=True takes a plain function"):
+                task(atomic=True)(module_level_coroutine)
 
     def test_a_database_that_is_not_postgresql_is_refused_clearly(self) -> None:
         from django.core import checks

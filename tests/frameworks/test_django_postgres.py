@@ -15,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 import uuid
@@ -87,11 +88,12 @@ def tearDownModule() -> None:
             cursor.execute(f'DROP SCHEMA IF EXISTS "{SCHEMA}" CASCADE')
 
 
-def python(script: str, *args: str) -> subprocess.Popen[str]:
+def python(script: str, *args: str, stderr: Any = subprocess.DEVNULL
+           ) -> subprocess.Popen[str]:
     """`script` run with the site's settings (those of this process's environment)."""
     return subprocess.Popen([sys.executable, "-c", script, *args], cwd=shared.SITE,
                             env=dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{shared.SITE}"),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
 def new_order(item: str = "book") -> Any:
@@ -116,6 +118,7 @@ class InTheTransactionTest(unittest.TestCase):
         self.backend = task_backends["default"]
         self.queue = self.backend.queue("default")
         self.queue.purge()
+        self.before = self.queue.stats().total  # leased or finished jobs of other tests
         self.hooked: list[str] = []
         self.signalled: list[str] = []
         from django.tasks.signals import task_enqueued
@@ -148,7 +151,7 @@ class InTheTransactionTest(unittest.TestCase):
             self.assertEqual(self.rows(result.id), 1, "not written in the transaction")
             raise Rollback
         self.assertEqual(self.rows(result.id), 0)
-        self.assertEqual(self.queue.stats().total, 0)
+        self.assertEqual(self.queue.stats().total, self.before)
         self.assertFalse(Order.objects.filter(pk=order.id).exists())
         self.assertEqual((self.signalled, self.hooked), ([], []))
 
@@ -186,7 +189,7 @@ class InTheTransactionTest(unittest.TestCase):
         with self.assertRaises(TaskResultDoesNotExist):
             pay.get_result(job_id)
         self.assertFalse(Order.objects.filter(pk=int(order_id)).exists())
-        self.assertEqual(self.queue.stats().total, 0)
+        self.assertEqual(self.queue.stats().total, self.before)
 
 
 @unittest.skipUnless(RUNNABLE, SKIP_REASON)
@@ -208,7 +211,9 @@ class AtomicTaskKillTest(unittest.TestCase):
             proc.communicate()
 
     def spawn(self, mode: str) -> subprocess.Popen[str]:
-        proc = python(WORKER, mode)
+        self.stderr = tempfile.TemporaryFile("w+")  # the last worker's, for a failure
+        self.addCleanup(self.stderr.close)
+        proc = python(WORKER, mode, stderr=self.stderr)
         self.procs.append(proc)
         assert proc.stdout is not None
         self.assertIn("serving default", proc.stdout.readline())
@@ -240,6 +245,18 @@ class AtomicTaskKillTest(unittest.TestCase):
         self.assertEqual(ship.get_result(job_id).return_value,
                          f"shipped order {ship.get_result(job_id).args[0]}")
         self.agree([job_id])
+
+    def test_a_failing_attempts_write_is_rolled_back_and_retried(self) -> None:
+        from shop.atomic_tasks import ship
+        from shop.models import Order, Shipment
+
+        result = ship.enqueue(Order.objects.create(item="lost parcel").id)
+        done = shared.work("--queue", "default", "--max-jobs", "3")  # 3 attempts
+        self.assertEqual(done.returncode, 0, done.stderr)
+        failed = ship.get_result(result.id)
+        self.assertEqual(failed.status, "FAILED")
+        self.assertEqual([e.exception_class for e in failed.errors], [LookupError] * 3)
+        self.assertEqual(Shipment.objects.filter(job_id=result.id).count(), 0)
 
     def test_killed_after_the_write_before_the_commit_leaves_neither(self) -> None:
         [job_id] = self.ship(1)
@@ -276,8 +293,14 @@ class AtomicTaskKillTest(unittest.TestCase):
             self.kill(proc)
             self.agree(ids)
         self.spawn("run")
-        wait_until(lambda: all(self.queue.get(i).state == "done" for i in ids), 60,
-                   "every job done")
+        try:
+            wait_until(lambda: all(self.queue.get(i).state == "done" for i in ids), 60,
+                       "every job done")
+        except AssertionError:
+            self.stderr.seek(0)
+            states = [str(self.queue.get(i).state) for i in ids]
+            self.fail(f"not every job done: {states}; the worker's stderr:\n"
+                      f"{self.stderr.read()[-3000:]}")
         self.agree(ids)
 
 

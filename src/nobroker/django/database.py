@@ -64,10 +64,7 @@ def database_url(alias: str, schema: str | None) -> str:
     params = {key: str(value) for key, value in (settings.get("OPTIONS") or {}).items()
               if key not in _DJANGO_ONLY and isinstance(value, str | int)
               and not isinstance(value, bool)}
-    if not host:  # a Unix socket: libpq finds it, or OPTIONS gives "host"
-        params.setdefault("host", "")
-        params = {k: v for k, v in params.items() if v}
-    if schema:
+    if schema:  # no HOST: libpq's default Unix socket, or OPTIONS' "host"
         params["schema"] = schema
     query = f"?{urlencode(params)}" if params else ""
     return f"postgresql://{auth}{host}{port}/{quote(str(settings.get('NAME') or ''))}{query}"
