@@ -294,7 +294,7 @@ class AtomicTaskKillTest(unittest.TestCase):
             self.agree(ids)
         self.spawn("run")
         try:
-            wait_until(lambda: all(self.queue.get(i).state == "done" for i in ids), 60,
+            wait_until(lambda: all(self.queue.get(i).state == "done" for i in ids), 120,
                        "every job done")
         except AssertionError:
             self.stderr.seek(0)

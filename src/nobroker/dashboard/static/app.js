@@ -578,6 +578,7 @@ function showTokenState() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  if (CSRF !== null) document.getElementById("token-form").hidden = true;  // Django's user
   takeTokenFromUrl();
   document.getElementById("token-form").addEventListener("submit", (event) => {
     event.preventDefault();
