@@ -170,6 +170,24 @@ class InTheTransactionTest(unittest.TestCase):
         self.assertEqual(pay.get_result(result.id).status, "READY")
         self.assertEqual((self.signalled, self.hooked), ([result.id], [result.id]))
 
+    def test_a_transaction_block_on_djangos_connection_announces_at_the_commit(self) -> None:
+        from django.db import connection, transaction
+
+        class Rollback(Exception):
+            pass
+
+        with self.assertRaises(Rollback), transaction.atomic():
+            with self.queue.transaction(connection):
+                dropped = self.queue.enqueue("dropped")
+            raise Rollback
+        with transaction.atomic():
+            with self.queue.transaction(connection):
+                kept = self.queue.enqueue("kept")
+            self.assertEqual(self.hooked, [])
+        self.assertEqual(self.hooked, [kept.id])
+        self.assertEqual(self.rows(dropped.id), 0)
+        self.assertEqual(self.queue.get(kept.id).payload, "kept")
+
     def test_outside_atomic_the_job_autocommits(self) -> None:
         from shop.tasks import pay
 
