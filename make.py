@@ -464,6 +464,7 @@ def test_web(args: list[str]) -> int:
 # its suite runs in .dev/django-venv, made with the first such interpreter found.
 DJANGO_VENV = DEV / "django-venv"
 DJANGO_TESTS = ("test_django",)
+DJANGO_PG_TESTS = ("test_django_postgres",)  # on a server from tools/postgres/cluster.py
 
 
 def django_python() -> str | None:
@@ -487,7 +488,8 @@ def django_python() -> str | None:
 
 @task("test-django")
 def test_django(args: list[str]) -> int:
-    """Run the Django integration's suite (Django 6, a Python 3.12+ found for it)."""
+    """Run the Django integration's suite (Django 6, a Python 3.12+ found for it), on
+    files and SQLite, then on a throwaway PostgreSQL server (tools/postgres/cluster.py)."""
     python = django_python()
     if python is None:
         print("!!! make.py test-django: no Python 3.12+ found for Django 6; set "
@@ -496,7 +498,20 @@ def test_django(args: list[str]) -> int:
     venv_python = ensure_venv(DJANGO_VENV, REPO / "requirements-django.txt", base=python)
     if venv_python is None:
         return 1
-    return run([str(venv_python), "tests/run.py", "-j", "1", *(args or DJANGO_TESTS)])
+    tests = [str(venv_python), "tests/run.py", "-j", "1"]
+    on_server = [sys.executable, "-m", "tools.postgres.cluster", "run", "--"]
+    from tools.postgres.cluster import bindir
+    if bindir() is None:
+        print("!!! make.py test-django: PostgreSQL is not installed (no initdb): the "
+              "Django suite on PostgreSQL NOT RUN (`make.py test-postgres` installs it)",
+              file=sys.stderr)
+        return run([*tests, *(args or DJANGO_TESTS)])
+    if args:
+        return run([*on_server, *tests, *args])
+    # The files suite, then again on a throwaway server: the jobs in Django's
+    # database (OPTIONS "database"), written in its transactions.
+    on_files = run([*tests, *DJANGO_TESTS])
+    return on_files or run([*on_server, *tests, *DJANGO_PG_TESTS])
 
 
 @task("help")

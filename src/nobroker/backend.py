@@ -298,7 +298,8 @@ class Transactions(Protocol):
         ...
 
     def ack_in(self, connection: Any, job: Job, result_text: str | None,
-               result_ttl: float | None) -> None:
-        """`ack`, inside the transaction `atomic()` opened; NotLeasedError if the
-        lease is no longer current (the caller then rolls the transaction back)."""
+               result_ttl: float | None, *, joined: bool = False) -> None:
+        """`ack`, inside the transaction `atomic()` opened (`joined`: one the application
+        opened on its own connection); NotLeasedError if the lease is no longer current
+        (the caller then rolls the transaction back)."""
         ...

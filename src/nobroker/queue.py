@@ -122,8 +122,7 @@ class Queue:
         write = dependencies.enqueuer(self, self._backend, connection, depends_on, allow_failure)
         job = write(text, payload, priority=priority, delay=delay, max_attempts=attempts,
                     job_id=key)
-        if self.hooks is not None:
-            self.hooks.fire("enqueued", job)
+        transactions.announce(self, connection, job)  # now, or at the caller's commit
         return job
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0,

@@ -171,8 +171,8 @@ class PostgresBackend:
         return self._transactional.atomic()
 
     def ack_in(self, connection: Conn, job: Job, result_text: str | None,
-               result_ttl: float | None) -> None:
-        self._transactional.ack_in(connection, job, result_text, result_ttl)
+               result_ttl: float | None, *, joined: bool = False) -> None:
+        self._transactional.ack_in(connection, job, result_text, result_ttl, joined=joined)
 
     # -- consuming ----------------------------------------------------------
 

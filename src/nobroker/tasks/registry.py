@@ -31,9 +31,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .. import validation
+from ..codec import encode_payload
 from ..errors import SerializationError
 from ..models import Job, JobState
-from ..transactions import transactional
+from ..transactions import after_commit, transactional
 from .canvas import Signature
 from .task_result import TaskResult
 
@@ -193,6 +194,19 @@ class Task(Generic[P, R]):
                   *, immutable: bool = False, **options: Any) -> Signature:
         """Celery's long form of `s`: `task.signature((2, 2), countdown=10)`."""
         return Signature(self, args, kwargs, immutable=immutable, **options)
+
+    def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        """`delay` once the application's transaction commits, never if it rolls back:
+        under Django (the app nobroker.django), its `transaction.on_commit` on the
+        default database, at once outside `atomic()`. Elsewhere NobrokerError: nothing
+        says when a transaction commits (on PostgreSQL, `with q.transaction(conn):`).
+        The arguments are checked for JSON now; the job's id is not known until then."""
+        try:
+            encode_payload({"task": self.name, "args": list(args), "kwargs": dict(kwargs)})
+        except SerializationError as exc:
+            raise SerializationError(f"task {self.name!r}: arguments are not JSON: "
+                                     f"{exc}") from None
+        after_commit(f"{self.name}.delay_on_commit()", lambda: self.apply_async(args, kwargs))
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
         """`delay` for asyncio code: the write and its fsync run off the event loop."""
