@@ -11,14 +11,15 @@ It reads through the public Queue API only, so every backend answers alike.
 - Children are the jobs naming it in their `waiting_for` or payload. A backend
   indexes dependents only while they wait, and not behind the Queue API, so
   this is a scan, bounded: the waiting jobs first (where a chord callback or a
-  chain's next step is until it runs), then pending, leased, dead, done and
-  cancelled ones, SCAN_LIMIT jobs in all; `complete` says whether the bound
-  cut it short. A backend without the `dependencies` capability has no
-  workflows: nothing is scanned.
+  chain's next step is until it runs), then the pending, leased and dead ones,
+  SCAN_LIMIT jobs in all; `complete` says whether the bound cut it short. A
+  backend without the `dependencies` capability has no workflows: nothing is
+  scanned.
 - Progress, for a step receiving two or more results (a chord callback): how
   many of them are done, from `waiting_for` while it waits (a failure would
-  have cancelled it), all once it was released, counted by `get` if it was
-  cancelled.
+  have cancelled it), all of them once it was released.
+- A finished job (done, cancelled) is kept without its payload: its parents
+  are forgotten, and it is no longer anyone's child.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import JobNotFoundError
 from ..models import Job, JobState
 from .step_payloads import Tree, failure_of, parents_of
 
@@ -36,10 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["Lineage", "lineage", "named_parents", "SCAN_LIMIT"]
 
 SCAN_LIMIT: Final = 10_000  # jobs read at most to find one job's children
-COUNT_LIMIT: Final = 1_000  # parents read one by one at most to count a cancelled step's
 # Where children are looked for, in this order: a waiting child is the usual one.
-_SCANNED: Final = (JobState.WAITING, JobState.PENDING, JobState.LEASED, JobState.DEAD,
-                   JobState.DONE, JobState.CANCELLED)
+_SCANNED: Final = (JobState.WAITING, JobState.PENDING, JobState.LEASED, JobState.DEAD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +71,7 @@ def lineage(queue: Queue, job: Job, *, scan_limit: int = SCAN_LIMIT) -> Lineage:
     complete = True
     if queue.capabilities.dependencies:
         children, complete = _children(queue, job.id, scan_limit)
-    return Lineage(parents, tuple(children), _progress(queue, job, received), complete)
+    return Lineage(parents, tuple(children), _progress(job, received), complete)
 
 
 def named_parents(payload: Any) -> list[str]:
@@ -118,21 +116,11 @@ def _children(queue: Queue, job_id: str, budget: int) -> tuple[list[str], bool]:
     return list(found), complete
 
 
-def _progress(queue: Queue, job: Job, received: list[str]) -> tuple[int, int] | None:
+def _progress(job: Job, received: list[str]) -> tuple[int, int] | None:
     """(done, total) of the results a step receives, when it receives two or more."""
     total = len(received)
     if total < 2:
         return None
     if job.state is JobState.WAITING:
         return total - len(set(job.waiting_for).intersection(received)), total
-    if job.state is not JobState.CANCELLED:
-        return total, total  # released: every one of them succeeded
-    if total > COUNT_LIMIT:
-        return None
-    done = 0
-    for parent in received:
-        try:
-            done += queue.get(parent).state is JobState.DONE
-        except JobNotFoundError:
-            pass  # forgotten: its result was not kept, so not counted as done
-    return done, total
+    return total, total  # released: every one of them succeeded
