@@ -577,7 +577,7 @@ function workflowPart(name, flow) {
               el("h3", {}, "Waited for by (children)"),
               links("workflow-children", flow.children, "none"));
   if (!flow.children_complete) part.append(el("p", {class: "note"},
-    "Only the first jobs of the queue were searched for children: there may be more."));
+    "The search for children stopped at its bound (the first 10,000 jobs): there may be more."));
   return part;
 }
 
