@@ -145,7 +145,7 @@ def get_job(hub: Hub, name: str, job_id: str) -> dict[str, Any]:
         job = queue.get(job_id)
     except JobNotFoundError:
         raise ApiError(404, f"no job {job_id!r} in queue {name!r}") from None
-    place = lineage(queue, job)  # None: not in a workflow
+    place = lineage(queue, job)  # falsy for a job in no workflow: null
     return {"queue": name, "job": job_dict(job), "features": features(queue),
             "workflow": place.as_dict() if place else None}
 
