@@ -533,6 +533,7 @@ function drawJob(answer) {
   if (job.finished_at) add("finished", when(job.finished_at));
   add("last error", job.last_error || "\u2013", true);
   holder.append(fields);
+  if (answer.workflow) holder.append(workflowPart(name, answer.workflow));
   const actions = el("div", {class: "toolbar"});
   if (job.state === "dead") {
     actions.append(el("button", {type: "button", id: "job-requeue", onclick: () =>
@@ -553,6 +554,31 @@ function drawJob(answer) {
     el("h2", {}, "Payload"), el("pre", {id: "payload"}, JSON.stringify(job.payload, null, 2)),
     el("h2", {}, "Result"), el("pre", {id: "result"},
       job.result === null || job.result === undefined ? "(none)" : JSON.stringify(job.result, null, 2)));
+}
+
+const LINKS_SHOWN = 100;  // links per list at most: a chord of 10,000 says "and 9,900 more"
+
+function workflowPart(name, flow) {
+  // parents and children as links to their pages (ids are data: text nodes, never markup)
+  const part = el("div", {id: "workflow"}, el("h2", {}, "Workflow"));
+  const links = (id, ids, empty) => {
+    const list = el("p", {id: id, class: "mono"});
+    if (!ids.length) list.append(el("span", {class: "muted"}, empty));
+    ids.slice(0, LINKS_SHOWN).forEach((other, i) => list.append(i ? " " : "",
+      el("a", {href: jobHref(name, other), "data-nav": true}, other)));
+    if (ids.length > LINKS_SHOWN) list.append(el("span", {class: "muted"},
+      " and " + fmt(ids.length - LINKS_SHOWN) + " more"));
+    return list;
+  };
+  const progress = flow.progress ? " \u2013 " + fmt(flow.progress.done) + " / " +
+    fmt(flow.progress.total) + " done" : "";
+  part.append(el("h3", {}, "Waits for (parents)", el("span", {id: "workflow-progress"}, progress)),
+              links("workflow-parents", flow.parents, "none"),
+              el("h3", {}, "Waited for by (children)"),
+              links("workflow-children", flow.children, "none"));
+  if (!flow.children_complete) part.append(el("p", {class: "note"},
+    "The search for children stopped at its bound (the first 10,000 jobs): there may be more."));
+  return part;
 }
 
 function loadRecords(name, id) {
