@@ -123,14 +123,17 @@ class LineageTest(TempDirTestCase):
 
     def test_the_children_scan_is_bounded_and_says_so(self) -> None:
         for queue, _, _ in self._each():
-            first = queue.enqueue({"n": 0})
-            queue.enqueue_many([{"n": i} for i in range(5)])
+            first, other = queue.enqueue({"n": 0}), queue.enqueue({"n": 1})
+            queue.enqueue_many([{"n": i} for i in range(5)])  # pending: never read for
+            for n in range(3):                               # an unfinished job
+                queue.enqueue({"n": 10 + n}, depends_on=other)
             child = queue.enqueue({"n": 9}, depends_on=first)
-            # the waiting jobs are read first: the child is found within any bound
+            # an unfinished job has released no one: only waiting jobs are read, in
+            # enqueue order, so a bound of 2 stops before the child
             cut = self.look(queue, first.id, scan_limit=2)
-            self.assertEqual((cut.children, cut.complete), ((child.id,), False))
+            self.assertEqual((cut.children, cut.complete), ((), False))
             self.assertFalse(cut.as_dict()["children_complete"])
-            whole = self.look(queue, first.id, scan_limit=7)
+            whole = self.look(queue, first.id, scan_limit=4)
             self.assertEqual((whole.children, whole.complete), ((child.id,), True))
 
 

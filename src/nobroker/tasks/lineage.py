@@ -11,7 +11,8 @@ It reads through the public Queue API only, so every backend answers alike.
 - Children are the jobs naming it in their `waiting_for` or payload. A backend
   indexes dependents only while they wait, and not behind the Queue API, so
   this is a scan, bounded: the waiting jobs first (where a chord callback or a
-  chain's next step is until it runs), then the pending, leased and dead ones,
+  chain's next step is until it runs), then, for a finished or dead job only
+  (an unfinished one has released no one), the pending, leased and dead ones,
   SCAN_LIMIT jobs in all; `complete` says whether the bound cut it short. A
   backend without the `dependencies` capability has no workflows: nothing is
   scanned.
@@ -38,6 +39,8 @@ __all__ = ["Lineage", "lineage", "named_parents", "SCAN_LIMIT"]
 SCAN_LIMIT: Final = 10_000  # jobs read at most to find one job's children
 # Where children are looked for, in this order: a waiting child is the usual one.
 _SCANNED: Final = (JobState.WAITING, JobState.PENDING, JobState.LEASED, JobState.DEAD)
+# A job not finished yet has released no one: its children, if any, are all waiting.
+_UNFINISHED: Final = (JobState.WAITING, JobState.PENDING, JobState.LEASED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +73,8 @@ def lineage(queue: Queue, job: Job, *, scan_limit: int = SCAN_LIMIT) -> Lineage:
     children: list[str] = []
     complete = True
     if queue.capabilities.dependencies:
-        children, complete = _children(queue, job.id, scan_limit)
+        states = (JobState.WAITING,) if job.state in _UNFINISHED else _SCANNED
+        children, complete = _children(queue, job.id, states, scan_limit)
     return Lineage(parents, tuple(children), _progress(job, received), complete)
 
 
@@ -99,11 +103,12 @@ def _flat(tree: Tree) -> list[str]:
     return [job_id for item in tree for job_id in _flat(item)]
 
 
-def _children(queue: Queue, job_id: str, budget: int) -> tuple[list[str], bool]:
-    """The jobs naming `job_id`, and whether every job was read (see the docstring)."""
+def _children(queue: Queue, job_id: str, states: tuple[JobState, ...], budget: int
+              ) -> tuple[list[str], bool]:
+    """The jobs in `states` naming `job_id`, and whether every one was read."""
     found: dict[str, None] = {}
     complete = True
-    for state in _SCANNED:
+    for state in states:
         jobs = queue.list_jobs(state, limit=budget + 1)  # one more: is anything left?
         if len(jobs) > budget:
             jobs, complete = jobs[:budget], False
