@@ -55,7 +55,7 @@ from .state.state import Entry, QueueState
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
-                            exports=True, dependencies=True)
+                            exports=True, dependencies=True, limits=True)
 _MISSING: Any = object()
 # Record type holding a kept finished job's outcome -> its field for the finishing time.
 _OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: TIME, RecordType.CANCEL: TIME,
@@ -85,6 +85,7 @@ class FileBackend:
         self._rng = settings.rng
         self._key_retention = settings.key_retention
         self._result_ttl = settings.result_ttl
+        self._limits = settings.limits  # declared by this process's code (nobroker.limits)
 
     # -- views --------------------------------------------------------------
 
@@ -138,11 +139,17 @@ class FileBackend:
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False) -> Job:
+        keys = self._limits.keys_of(payload) if self._limits.tasks else None
+        if keys is not None and depends_on:
+            raise NobrokerError("depends_on= for a task with rate or concurrency limits "
+                                "is not supported yet")
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
-                                 depends_on=depends_on, allow_failure=allow_failure)
+                                 depends_on=depends_on, allow_failure=allow_failure,
+                                 keys=keys)
             if isinstance(found, Entry):
                 return lambda: self._view(found)
             if isinstance(found, float):
@@ -157,9 +164,13 @@ class FileBackend:
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
                      priority: int, delay: float, max_attempts: int) -> list[Job]:
+        keys = [self._limits.keys_of(payload) for payload in payloads] \
+            if self._limits.tasks else []
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
-                                    delay=delay, max_attempts=max_attempts, rng=self._rng)
+                                    delay=delay, max_attempts=max_attempts, rng=self._rng,
+                                    keys=keys)
             return lambda: new_pending_jobs(ids, payloads, priority, max_attempts,
                                             now + delay, now)
 
@@ -173,7 +184,7 @@ class FileBackend:
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
         def plan(state: QueueState, batch: Batch, now: float
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
-            leased = plan_lease(state, batch, now, count, visibility_timeout)
+            leased = plan_lease(state, batch, now, count, visibility_timeout, self._limits)
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r[ID]] for r in leased])
 
@@ -199,6 +210,8 @@ class FileBackend:
                 seen.add(job.id)
                 check_lease(state, job.id, job.token)
             for job in jobs:
+                if state.limited.keys:  # a concurrency slot frees: idle workers may take it
+                    batch.wakes += state.limited.frees(job.id, state.table)
                 batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
                 plan_dependents(state, batch, now, job.id, JobState.DONE)
             batch.finishes += len(jobs)
@@ -216,7 +229,7 @@ class FileBackend:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
                      self._key_retention)
             # The acked job is still leased while we plan, so ready() cannot offer it.
-            leased = plan_lease(state, batch, now, 1, visibility_timeout)
+            leased = plan_lease(state, batch, now, 1, visibility_timeout, self._limits)
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r[ID]] for r in leased])
 
@@ -252,8 +265,8 @@ class FileBackend:
         while True:
             handle.prepare_wait()  # before looking, so a poke from now on is kept for us
             paused, due, now = handle.read(
-                lambda state: (state.paused, None if state.paused else state.next_wakeup(),
-                               handle.peek_now()))
+                lambda state: (state.paused, None if state.paused else state.next_wakeup(
+                    self._limits, handle.peek_now()), handle.peek_now()))
             if due is not None and due <= now:
                 return True
             left = deadline - time.monotonic()

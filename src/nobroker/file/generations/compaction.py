@@ -90,6 +90,7 @@ from ..log.records import (
     RecordType,
 )
 from ..state.batch import Batch
+from ..state.limited import key_fields
 from ..state.state import Entry, JobState, QueueState
 from . import checkpoint
 from .rebuild import state_at
@@ -206,7 +207,8 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
         raise
     prepared = Prepared(new_log, snapshot, reader, upto)
     try:
-        if checkpoints:  # the next open (and every peer) loads this, not the snapshot
+        # (A state with limited jobs or rate windows has no checkpoint yet: replayed.)
+        if checkpoints and not snapshot.limited:  # the next open loads this, not the snapshot
             prepared.checkpoint_temp = new_log.stage_checkpoint(checkpoint.encode(
                 snapshot, new_log.generation, new_log.end, new_log.crc,
                 (generation, upto, *marker)))
@@ -247,12 +249,16 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                     batch.add_result(RecordType.FINISHED, fields, result)
             else:
                 fields = _snapshot_fields(entry)
+                if state.limited.keys:  # its limit keys, as its ENQUEUE gave them
+                    fields.update(key_fields(state.limited.keys_of(entry.seq)))
                 wait = state.waits.by_job.get(entry.id)
                 if wait is not None:  # a waiting job: what it still waits for
                     fields[WAIT] = list(wait.unmet)
                     if wait.allow_failure:
                         fields[ALLOW_FAILURE] = True
                 batch.add_payload(RecordType.JOB, fields, next(texts))
+        for window in state.limited.window_records():  # the rate windows, starts and all
+            batch.add(RecordType.LIMIT, window)
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at})
@@ -274,6 +280,11 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         except OSError:
             pass
         raise
+    if state.limited:  # limited jobs and windows: what replaying the snapshot gives
+        snapshot = QueueState()
+        snapshot.apply_batch(applied)
+        snapshot.latest_time = state.latest_time
+        return log, snapshot, (applied[-1][2], nonce)
     # What replaying the snapshot gives: the same jobs, their payloads at new offsets.
     moved = [Entry(e.id, 0, e.priority, e.available_at, e.enqueued_at, e.max_attempts,
                    e.attempts, e.state, e.token,
