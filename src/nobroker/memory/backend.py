@@ -38,7 +38,7 @@ from .views import done_view, job_view
 __all__ = ["MemoryBackend", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process=True,
-                            dependencies=True)
+                            dependencies=True, limits=True)
 T = TypeVar("T")
 _ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 
@@ -133,6 +133,8 @@ class MemoryBackend:
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False) -> Job:
+        keys = self.settings.limits.keys_of(payload)
+
         def change(table: MemoryTable, now: float) -> Job:
             unmet, failed = table.prerequisites(list(depends_on))  # refuses before a change
             if job_id is not None:
@@ -143,7 +145,7 @@ class MemoryBackend:
                     return self._find(table, job_id, now)
             new_id = job_id if job_id is not None else table.new_id()
             job = table.add(new_id, job_id is not None, payload_text, priority, now + delay,
-                            now, max_attempts, unmet, allow_failure)
+                            now, max_attempts, unmet, allow_failure, keys)
             if failed is not None and not allow_failure:  # settled at once
                 job.last_error = failed
                 table.finish(job, JobState.CANCELLED, now, self.settings.result_ttl)
@@ -158,9 +160,10 @@ class MemoryBackend:
                      priority: int, delay: float, max_attempts: int) -> list[Job]:
         def change(table: MemoryTable, now: float) -> list[Job]:
             ids = []
-            for text in payload_texts:
+            for text, payload in zip(payload_texts, payloads, strict=True):
                 ids.append(table.new_id())
-                table.add(ids[-1], False, text, priority, now + delay, now, max_attempts)
+                table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
+                          keys=self.settings.limits.keys_of(payload))
             return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now)
 
         return self._write(change)
@@ -169,7 +172,8 @@ class MemoryBackend:
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
         return self._write(lambda table, now: [
-            self._view(job) for job in table.lease(now, count, now + visibility_timeout)])
+            self._view(job) for job in table.lease(now, count, now + visibility_timeout,
+                                                   self.settings.limits)])
 
     def _ack(self, table: MemoryTable, now: float, job: Job, result_text: str | None,
              result_ttl: float | None) -> None:
@@ -201,7 +205,7 @@ class MemoryBackend:
                       result_ttl: float | None = None) -> Job | None:
         def change(table: MemoryTable, now: float) -> Job | None:
             self._ack(table, now, job, result_text, result_ttl)
-            leased = table.lease(now, 1, now + visibility_timeout)
+            leased = table.lease(now, 1, now + visibility_timeout, self.settings.limits)
             return self._view(leased[0]) if leased else None
 
         return self._write(change, spare=(job.id,))
@@ -237,8 +241,8 @@ class MemoryBackend:
             while True:
                 table = self._open()
                 paused = table.paused
-                due = None if paused else table.next_wakeup()
                 now = shared.peek(self._clock())
+                due = None if paused else table.next_wakeup(self.settings.limits, now)
                 if due is not None and due <= now:
                     return True
                 left = deadline - time.monotonic()
