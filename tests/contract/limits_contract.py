@@ -63,7 +63,7 @@ class LimitsContract:
             task.delay(n)
         self.t.assertEqual(len(q.lease(1)), 1)  # at 0
         clock.advance(50)
-        self.t.assertEqual(len(q.lease(5)), 1)  # at 50: two in (−10, 50]
+        self.t.assertEqual(len(q.lease(5)), 1)  # at 50: two in (-10, 50]
         clock.advance(11)  # 61: the first left the window, the one at 50 did not
         self.t.assertEqual(len(q.lease(5)), 1)
         self.t.assertEqual(q.lease(5), [])

@@ -13,7 +13,6 @@ import unittest
 from typing import Any
 
 from file.test_state import Log, ack, cancel, enq, expire, lease, nack, purge, requeue, snooze
-
 from nobroker.file.log.records import RecordType
 from nobroker.file.state.state import QueueState, ReplayError, replay
 from nobroker.limits import Limits

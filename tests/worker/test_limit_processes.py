@@ -22,7 +22,7 @@ from nobroker.file.inspection import current_log_path, read_records
 
 COUNT, PERIOD, PERIODS = 5, 0.5, 20
 
-WORKER = """\
+WORKER = f"""\
 import sys, time
 from nobroker import Queue
 from nobroker.worker import Worker
@@ -30,16 +30,16 @@ from nobroker.worker import Worker
 directory, mode = sys.argv[1], sys.argv[2]
 queue = Queue(directory, auto_compact=None)
 
-@queue.task(name="limited", rate_limit=({count}, {period}))
+@queue.task(name="limited", rate_limit=({COUNT}, {PERIOD}))
 def limited(n):
     return n
 
-@queue.task(name="held", concurrency=2, concurrency_key=lambda n: "k%d" % (n % 2))
+@queue.task(name="held", concurrency=2, concurrency_key=lambda n: "k" + str(n % 2))
 def held(n):
     time.sleep(0.05)
 
 Worker(queue, concurrency=2, shutdown_timeout=5).run()
-""".format(count=COUNT, period=PERIOD)
+"""
 
 
 def declared(directory: str) -> Queue:
@@ -47,7 +47,7 @@ def declared(directory: str) -> Queue:
     computed by the process that enqueues it."""
     queue = Queue(directory, auto_compact=None)
     queue.task(name="limited", rate_limit=(COUNT, PERIOD))(lambda n: n)
-    queue.task(name="held", concurrency=2, concurrency_key=lambda n: "k%d" % (n % 2))(
+    queue.task(name="held", concurrency=2, concurrency_key=lambda n: "k" + str(n % 2))(
         lambda n: None)
     return queue
 

@@ -29,10 +29,10 @@ from ..log.records import (
     Record,
     RecordType,
 )
-from .limited import declare_windows, plan_limited_enqueue
 from .batch import Batch
 from .dependencies import plan_dependents, plan_waiting_enqueue
 from .jobindex import JobIndex
+from .limited import declare_windows, plan_limited_enqueue
 from .state import Entry, JobState, QueueState
 
 __all__ = ["new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",

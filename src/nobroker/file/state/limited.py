@@ -213,19 +213,20 @@ class LimitedJobs:
         within one): the table's unlimited ones and those of each key with room,
         never looking at a saturated key's jobs."""
         budget = Budget(limits, self.windows, self.in_use, now)
-        found = [((-entry.priority, entry.seq), None, entry)
-                 for entry in table.due.ready(table, now, count)]
+        found: list[tuple[tuple[int, int], JobKeys | None, Entry]] = [
+            ((-entry.priority, entry.seq), None, entry)
+            for entry in table.due.ready(table, now, count)]
         for keys, group in self.groups.items():
             if budget.allows(keys):
                 found += [((-entry.priority, entry.seq), keys, entry)
                           for entry in group.ready(table, now, count)]
         found.sort(key=lambda item: item[0])
         chosen: list[Entry] = []
-        for _, keys, entry in found:
+        for _, job_keys, entry in found:
             if len(chosen) == count:
                 break
-            if budget.allows(keys):
-                budget.take(keys)
+            if budget.allows(job_keys):
+                budget.take(job_keys)
                 chosen.append(entry)
         return chosen
 
