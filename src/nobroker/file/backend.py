@@ -66,10 +66,7 @@ _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for 
 
 class FileBackend:
     """The queue `name` in `directory`: opened (created unless read-only) and recovered.
-
-    `settings` are the Queue's, checked; `options` the file engine's own
-    (FileOptions: auto-compaction, network file systems, and the test hooks).
-    """
+    `settings` are the Queue's, checked; `options` the file engine's own (FileOptions)."""
 
     def __init__(self, directory: str | os.PathLike[str], name: str, settings: Settings,
                  options: FileOptions | None = None) -> None:
@@ -114,10 +111,9 @@ class FileBackend:
             waiting_for=waits.waiting_for(entry.id) if waits else ())
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
-        """Under the lock: what builds the views of jobs just leased, once the lock is
-        released (QueueHandle.write_then_read). Reading and decoding their payloads is most
-        of a view's cost, and the lock bounds the whole queue's throughput; the
-        entries are snapshots, read from the generation the handle keeps open."""
+        """Under the lock: what builds the views of jobs just leased once it is released
+        (QueueHandle.write_then_read): decoding payloads is most of a view's cost, and
+        the lock bounds the queue's throughput. Read from the generation it keeps open."""
         return lambda source: [self._view(entry, source=source) for entry in entries]
 
     @staticmethod
@@ -140,9 +136,6 @@ class FileBackend:
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False) -> Job:
         keys = self._limits.keys_of(payload) if self._limits.tasks else None
-        if keys is not None and depends_on:
-            raise NobrokerError("depends_on= for a task with rate or concurrency limits "
-                                "is not supported yet")
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
@@ -164,8 +157,7 @@ class FileBackend:
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
                      priority: int, delay: float, max_attempts: int) -> list[Job]:
-        keys = [self._limits.keys_of(payload) for payload in payloads] \
-            if self._limits.tasks else []
+        keys = [self._limits.keys_of(payload) for payload in payloads] if self._limits else []
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
@@ -210,8 +202,7 @@ class FileBackend:
                 seen.add(job.id)
                 check_lease(state, job.id, job.token)
             for job in jobs:
-                if state.limited.keys:  # a concurrency slot frees: idle workers may take it
-                    batch.wakes += state.limited.frees(job.id, state.table)
+                batch.wakes += state.limited.frees(job.id, state.table)  # a freed slot wakes
                 batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
                 plan_dependents(state, batch, now, job.id, JobState.DONE)
             batch.finishes += len(jobs)

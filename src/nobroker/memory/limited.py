@@ -63,9 +63,16 @@ class LimitedReady:
             window.start(now)
 
     def choose(self, ready: list[Ready], count: int, limits: Limits, now: float,
-               valid: _Valid) -> list[tuple[JobKeys | None, Ready]]:
+               valid: _Valid) -> list[Ready]:
         """Up to `count` ready items within `limits`, best first, taken off their heaps
         (`ready`: the unlimited jobs'); the rest stay. Stale items are dropped."""
+        if not limits and not self.groups:  # nothing limited: the best of `ready`
+            taken: list[Ready] = []
+            while ready and len(taken) < count:
+                item = heapq.heappop(ready)
+                if valid(item[3], item[2]):
+                    taken.append(item)
+            return taken
         budget = Budget(limits, self.windows, self.in_use, now)
         found: list[tuple[Ready, JobKeys | None, list[Ready]]] = []
         for keys, heap in [(None, ready), *self.groups.items()]:
@@ -78,11 +85,11 @@ class LimitedReady:
                     found.append((item, keys, heap))
                     taken += 1
         found.sort(key=lambda entry: entry[0])
-        chosen: list[tuple[JobKeys | None, Ready]] = []
+        chosen: list[Ready] = []
         for item, keys, heap in found:
             if len(chosen) < count and budget.allows(keys):
                 budget.take(keys)
-                chosen.append((keys, item))
+                chosen.append(item)
             else:
                 heapq.heappush(heap, item)
         for keys in [keys for keys, heap in self.groups.items() if not heap]:

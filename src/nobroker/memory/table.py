@@ -154,16 +154,8 @@ class MemoryTable:
             return []
         self._promote(now)
         limits = limits or Limits()
-        if limits or self.limited.groups:
-            leased = [self.jobs[item[3]] for _, item in
-                      self.limited.choose(self._ready, count, limits, now, self._fresh)]
-        else:
-            leased = []
-            while self._ready and len(leased) < count:
-                _, _, stamp, job_id = heapq.heappop(self._ready)
-                job = self.jobs.get(job_id)
-                if job is not None and job.stamp == stamp:
-                    leased.append(job)
+        leased = [self.jobs[item[3]] for item in
+                  self.limited.choose(self._ready, count, limits, now, self._fresh)]
         for job in leased:
             job.attempts += 1
             job.token, self._next_token = self._next_token, self._next_token + 1
@@ -356,10 +348,7 @@ class MemoryTable:
             while heap and self._stale(heap[0][3], heap[0][2]):
                 heapq.heappop(heap)
         times = [heap[0][0] for heap in (self._waiting, self._deadlines) if heap]
-        if limits or self.limited.groups:
-            times += self.limited.next_ready(limits or Limits(), now, self._ready, self._fresh)
-        elif self._ready:
-            return float("-inf")
+        times += self.limited.next_ready(limits or Limits(), now, self._ready, self._fresh)
         return min(times) if times else None
 
     # -- the moves' common steps --------------------------------------------

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ...backoff import BackoffPolicy, Rng
-from ...errors import JobNotFoundError, NotLeasedError
+from ...errors import JobNotFoundError, NobrokerError, NotLeasedError
 from ...limits import JobKeys, Limits
 from ..log.records import (
     AT,
@@ -121,6 +121,9 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
+    if depends_on and keys is not None:
+        raise NobrokerError("depends_on= for a task with rate or concurrency limits is not "
+                            "supported on files yet")
     if depends_on:
         plan_waiting_enqueue(state, batch, now, job_id or new_job_id(state.jobs, rng),
                              payload_text, priority=priority, delay=delay,

@@ -250,7 +250,7 @@ class LimitedJobs:
     def frees(self, job_id: str, table: JobTable) -> int:
         """1 if job `job_id`, leased, holds a concurrency key (its finishing may let
         another job of the key start: idle workers are woken), else 0."""
-        seq = table.held.get(job_id)
+        seq = table.held.get(job_id) if self.keys else None
         keys = None if seq is None else self.keys.get(seq)
         return int(keys is not None and keys[1] is not None)
 
