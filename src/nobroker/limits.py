@@ -20,6 +20,7 @@ clock or touches storage.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -178,8 +179,8 @@ class Window:
 
     def room(self, rate: Rate, now: float) -> int:
         """How many more may start at `now` under `rate`."""
-        since = now - rate.period
-        inside = sum(1 for at in reversed(self.starts) if at > since)
+        starts = self.starts  # oldest first: those after `since` are a suffix
+        inside = len(starts) - bisect_right(starts, now - rate.period)
         return max(0, rate.count - inside)
 
     def opens_at(self, rate: Rate, extra: int = 0) -> float:
