@@ -378,7 +378,7 @@ class Queue:
         "dead" or "cancelled"; see nobroker.hooks. A hook that raises is logged and
         never fails the job. Returns `fn`."""
         if self.hooks is None:
-            self.hooks = Hooks()
+            self.hooks = Hooks(self._backend)  # its lease reclaims fire `dead` too
         self.hooks.add(event, fn)
         return fn
 

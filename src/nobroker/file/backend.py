@@ -3,11 +3,10 @@
 Each operation is one `handle.write(plan)` or `handle.read(query)` (handle.py
 owns the files, the lock and the commit protocol): a plan decides the
 records an operation writes against the replay state (commands.py), and
-returns what builds the operation's result once they are committed. This
-module also turns the state's entries into the `Job` views the protocol
-returns. Arguments arrive checked and payloads as JSON text (see
-nobroker/backend.py); every time comes from the handle's never-backwards
-clock and every random choice from the settings' rng.
+returns what builds the operation's result once they are committed; and it
+turns entries into the protocol's `Job` views. Arguments arrive checked, payloads
+as JSON text (nobroker/backend.py); every time comes from the handle's
+never-backwards clock and every random choice from the settings' rng.
 """
 
 from __future__ import annotations
@@ -118,14 +117,16 @@ class FileBackend:
 
     @staticmethod
     def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
-                  available_at: float, now: float) -> Job:
-        """A job just enqueued, as its ENQUEUE record makes it (no lookup needed)."""
+                  available_at: float, now: float) -> Job:  # as its ENQUEUE makes it
         return Job(job_id, payload, priority, 0, max_attempts, JobState.PENDING,
                    available_at, now, None)
 
+    def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
+        """Tell `listener` the ids of jobs our writes' lease reclaims dead-letter."""
+        self.handle.dead_listener = listener
+
     @staticmethod
-    def _done_view(job_id: str, done_at: float) -> Job:
-        """A finished keyed job acked without a result: only its id and time are known."""
+    def _done_view(job_id: str, done_at: float) -> Job:  # a keyed job acked without a result
         return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                    state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
                    last_error=None, finished_at=done_at)
@@ -339,8 +340,7 @@ class FileBackend:
 
         return handle.read(query)
 
-    def stats(self) -> QueueStats:
-        """Counts kept as records are applied: O(1) whatever the queue's size."""
+    def stats(self) -> QueueStats:  # counts kept as records are applied: O(1)
         handle = self.handle
 
         def query(s: QueueState) -> QueueStats:

@@ -59,14 +59,14 @@ class MemoryBackend:
         self._shared: SharedQueue = attach(location, name)
         self._closed = False
         self._my_locks: set[str] = set()  # named locks this handle holds
+        self._dead_listener: Callable[[list[str]], None] | None = None
 
     def __repr__(self) -> str:
         return f"MemoryBackend({self.location!r}, name={self.name!r})"
 
     def set_clock(self, clock: Callable[[], float]) -> None:
-        """Read this handle's time from `clock` from now on: how nobroker.testing jumps
-        the time of a queue that runs on real time (the queue's time never goes back:
-        a clock behind the latest time recorded reads as that time)."""
+        """Read this handle's time from `clock` from now on (nobroker.testing's jumps;
+        the queue's time never goes back: a clock behind it reads as its latest)."""
         self.settings = replace(self.settings, clock=clock)
         self._clock = clock
 
@@ -85,21 +85,30 @@ class MemoryBackend:
         if self.settings.readonly:
             raise NobrokerError("queue was opened read-only")
         shared = self._shared
-        with shared.lock:
-            table = self._open()
-            wakes, finishes = table.wakes, table.finishes
-            now = shared.advance(self._clock())
-            table.dependent_keep = self.settings.result_ttl
-            try:
-                table.sweep(now, self.settings.key_retention)
-                spared = frozenset(spare)
-                for job in table.expired(now):
-                    if job.id not in spared:
-                        table.retry(job, self._retry_at(job, now),
-                                    f"lease expired (attempt {job.attempts})")
-                return change(table, now)
-            finally:  # the expiries stand even if `change` refused
-                shared.notify(table.wakes - wakes, table.finishes - finishes)
+        dead: list[str] = []  # dead-lettered by their lease's expiry: the `dead` hook's
+        try:
+            with shared.lock:
+                table = self._open()
+                wakes, finishes = table.wakes, table.finishes
+                now = shared.advance(self._clock())
+                table.dependent_keep = self.settings.result_ttl
+                try:
+                    table.sweep(now, self.settings.key_retention)
+                    spared = frozenset(spare)
+                    for job in table.expired(now):
+                        if job.id not in spared:
+                            table.retry(job, self._retry_at(job, now),
+                                        f"lease expired (attempt {job.attempts})")
+                            dead += [job.id] if job.state is JobState.DEAD else []
+                    return change(table, now)
+                finally:  # the expiries stand even if `change` refused
+                    shared.notify(table.wakes - wakes, table.finishes - finishes)
+        finally:
+            if dead and self._dead_listener is not None:  # outside the lock
+                self._dead_listener(dead)
+
+    def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
+        self._dead_listener = listener  # told the ids our lease reclaims dead-letter
 
     def _read(self, question: Callable[[MemoryTable, float], T]) -> T:
         with self._shared.lock:
