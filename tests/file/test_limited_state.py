@@ -13,6 +13,7 @@ import unittest
 from typing import Any
 
 from file.test_state import Log, ack, cancel, enq, expire, lease, nack, purge, requeue, snooze
+from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType
 from nobroker.file.state.state import QueueState, ReplayError, replay
 from nobroker.limits import Limits
@@ -166,6 +167,31 @@ class RateWindowTest(unittest.TestCase):
             pieces.apply_batch(batch)
         self.assertEqual(whole, pieces)
         self.assertEqual(whole.limited.fingerprint(), ((), (("r", 2, 10.0, (1.0, 1.5)),)))
+
+
+class CheckpointTest(unittest.TestCase):
+    def test_a_checkpoint_keeps_the_keys_holders_and_windows(self) -> None:
+        log = Log()
+        log.batch(declare("r", 2, 10.0), declare("", 5, 1.0),
+                  *(limited(f"j{n}", rk="r", ck=f"k{n % 2}") for n in range(6)), enq("plain"))
+        log.batch(lease("j0", 1, t=1.0), lease("j1", 2, t=1.5), lease("plain", 3, t=1.6))
+        log.batch(ack("j0", 1))
+        state = replay(log.batches)
+        data = checkpoint.encode(state, 0, 1 << 20, 7)
+        restored, _, _ = checkpoint.decode(data, 0, 1 << 20, lambda _: 7)
+        self.assertEqual(restored, state)
+        declared = limits(rate={"r": (2, 10.0)}, concurrency={"k0": 1, "k1": 1})
+        self.assertEqual(ids(restored, 2.0, 9, declared), ids(state, 2.0, 9, declared))
+        self.assertEqual(ids(restored, 12.0, 9, declared), ["j2"])  # k1 still held by j1
+        self.assertEqual(restored.limited.in_use, {"k1": 1})
+
+    def test_a_checkpoint_whose_limited_jobs_do_not_fit_its_columns_is_not_used(self) -> None:
+        log = Log()
+        log.batch(limited("a", ck="k"))
+        state = replay(log.batches)
+        state.limited.keys[99] = (None, "k")  # a job the columns do not hold
+        with self.assertRaises(checkpoint.CheckpointError):
+            checkpoint.decode(checkpoint.encode(state, 0, 1 << 20, 7), 0, 1 << 20, lambda _: 7)
 
 
 if __name__ == "__main__":

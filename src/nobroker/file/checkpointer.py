@@ -38,9 +38,9 @@ class Checkpointer:
         handle = self._handle
         current = handle.live_log()
         options = handle.options
-        if (handle.readonly or not options.checkpoints or handle.state.limited
+        if (handle.readonly or not options.checkpoints
                 or current.end - handle.checkpointed < options.checkpoint_after_bytes):
-            return  # (limited jobs and rate windows are not in a checkpoint yet: replayed)
+            return
         if handle.fsync:
             current.sync()  # the checkpoint must not describe records the disk may lose
         data = checkpoint.encode(handle.state, current.generation, current.end, current.crc)
@@ -78,8 +78,6 @@ class Checkpointer:
             reader = LogFile.open(handle.fs, handle.directory, handle.name, generation)
             try:
                 state = state_at(reader, upto)
-                if state.limited:  # not in a checkpoint yet: opening replays them
-                    return
                 reader.write_checkpoint(checkpoint.encode(state, generation, upto, reader.crc))
                 handle.note_checkpoint(upto)
             finally:

@@ -207,8 +207,7 @@ def prepare_generation(fs: FileSystem, directory: str, name: str, generation: in
         raise
     prepared = Prepared(new_log, snapshot, reader, upto)
     try:
-        # (A state with limited jobs or rate windows has no checkpoint yet: replayed.)
-        if checkpoints and not snapshot.limited:  # the next open loads this, not the snapshot
+        if checkpoints:  # the next open (and every peer) loads this, not the snapshot
             prepared.checkpoint_temp = new_log.stage_checkpoint(checkpoint.encode(
                 snapshot, new_log.generation, new_log.end, new_log.crc,
                 (generation, upto, *marker)))

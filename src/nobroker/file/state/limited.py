@@ -22,8 +22,9 @@ random or threads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Final
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
 
 from ...limits import QUEUE_KEY, Budget, JobKeys, Limits, Window
 from ..log.records import (
@@ -253,6 +254,26 @@ class LimitedJobs:
         seq = table.held.get(job_id) if self.keys else None
         keys = None if seq is None else self.keys.get(seq)
         return int(keys is not None and keys[1] is not None)
+
+    def columns(self, seqs: Sequence[int]) -> dict[str, list[list[Any]]]:
+        """A checkpoint's part (checkpoint.py): each limited job's keys by its index in
+        the columns' `seqs` (enqueue order), and every window with its starts."""
+        return {"keys": [[bisect_left(seqs, seq), *keys]
+                         for seq, keys in sorted(self.keys.items())],
+                "windows": [[key, w.count, w.period, list(w.starts)]
+                            for key, w in self.windows.items()]}
+
+    def restore(self, table: JobTable, columns: dict[str, list[list[Any]]]) -> None:
+        """What `columns` saved, into a state just restored from the same columns (a
+        job's index is its slot); ReplayError if it does not fit them."""
+        for index, rate_key, concurrency_key in columns["keys"]:
+            keys = record_keys({RATE_KEY: rate_key, CONCURRENCY_KEY: concurrency_key}, 0)
+            if keys is None or type(index) is not int or not 0 <= index < len(table.seqs):
+                raise ReplayError(0, f"bad limited job {index!r} in a checkpoint")
+            self.adopt(table, index, keys)
+        for key, count, period, starts in columns["windows"]:
+            self.declare({RATE_KEY: key, LIMIT_COUNT: count, PERIOD: period,
+                          STARTS: starts}, 0)
 
     def window_records(self) -> Iterator[Record]:
         """LIMIT records that declare every window with its starts (a snapshot's)."""
