@@ -12,6 +12,8 @@ from __future__ import annotations
 import unittest
 from typing import Any
 
+from harness.support import FakeClock, TempDirTestCase, file_queue
+
 from file.test_state import Log, ack, cancel, enq, expire, lease, nack, purge, requeue, snooze
 from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType
@@ -192,6 +194,37 @@ class CheckpointTest(unittest.TestCase):
         state.limited.keys[99] = (None, "k")  # a job the columns do not hold
         with self.assertRaises(checkpoint.CheckpointError):
             checkpoint.decode(checkpoint.encode(state, 0, 1 << 20, 7), 0, 1 << 20, lambda _: 7)
+
+
+class ReopenTest(TempDirTestCase):
+    """On disk: the windows and holders come back from a checkpoint, a compaction's
+    snapshot, and a replay of the whole log alike."""
+
+    def open(self, clock: FakeClock, **options: Any) -> Any:
+        q = file_queue(self.tmp / "q", clock=clock, limits=limits(
+            rate={"r": (2, 10.0)}, concurrency={"k": 1}), **options)
+        self.addCleanup(q.close)
+        return q
+
+    def test_limits_hold_across_a_reopen_whichever_way_the_state_comes_back(self) -> None:
+        clock = FakeClock()
+        q = self.open(clock, checkpoint_after_bytes=0)  # close() leaves a checkpoint
+        q.enqueue_many([{"task": "task-r", "args": [n], "kwargs": {}} for n in range(4)])
+        q.enqueue_many([{"task": "c-k", "args": [n], "kwargs": {}} for n in range(2)])
+        self.assertEqual(len(q.lease(9)), 3)  # two of the window's, one holder
+        q.close()
+        self.assertTrue((self.tmp / "q" / "default.000000.ckpt").exists())
+        for way in ({}, {"checkpoints": False}, "compact"):
+            with self.subTest(way=way):
+                again = self.open(clock, **(way if isinstance(way, dict) else {}))
+                if way == "compact":
+                    again.compact()
+                    again.close()
+                    again = self.open(clock)
+                self.assertEqual(again.lease(9), [])
+                again.close()
+        clock.advance(10.0)
+        self.assertEqual(len(self.open(clock).lease(9)), 2)  # the window's; k still held
 
 
 if __name__ == "__main__":
