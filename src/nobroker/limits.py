@@ -30,7 +30,7 @@ from . import validation
 from .errors import NobrokerError
 
 __all__ = ["Rate", "parse_rate", "Limits", "JobKeys", "Window", "Budget", "QUEUE_KEY",
-           "family", "require"]
+           "family", "require", "require_for_queue"]
 
 QUEUE_KEY: Final = ""  # the queue-wide rate limit's window (no declared key is empty)
 _SEPARATOR: Final = "\x00"  # a computed concurrency key: FAMILY + _SEPARATOR + value
@@ -76,6 +76,14 @@ def require(backend: Any, what: str) -> None:
     if not backend.capabilities.limits:
         raise NobrokerError(f"{what} is not supported by the {type(backend).__name__} "
                             "backend (it lacks the 'limits' capability)")
+
+
+def require_for_queue(backend: Any, rate_limit: object) -> None:
+    """`Queue(rate_limit=)` on a backend just opened: NobrokerError (the backend closed
+    first) unless it has the `limits` capability."""
+    if rate_limit is not None and not backend.capabilities.limits:
+        backend.close()
+        require(backend, "rate_limit=")
 
 
 def family(concurrency_key: str) -> str:

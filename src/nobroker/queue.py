@@ -66,8 +66,7 @@ class Queue:
             validation.fraction("auto_compact", auto_compact)
         self._attach(open_backend(path, name, settings, auto_compact=auto_compact,
                                   allow_network_fs=bool(allow_network_fs)))
-        if rate_limit is not None:
-            limits.require(self._backend, "rate_limit=")
+        limits.require_for_queue(self._backend, rate_limit)  # closes it if refused
         self.auto_compact = auto_compact
         self.eager = bool(eager)
 
