@@ -19,8 +19,8 @@ from .checkpointer import Checkpointer
 from .compactor import Compactor
 from .handleapi import HandleAPI
 from .log.logfile import LogFile
-from .state.batch import Batch
 from .log.records import ID, RecordType
+from .state.batch import Batch
 from .state.commands import plan_reclaim
 from .state.state import JobState, QueueState
 

@@ -78,12 +78,12 @@ class LimitedReady:
         for keys, heap in [(None, ready), *self.groups.items()]:
             if not budget.allows(keys):
                 continue
-            taken = 0
-            while heap and taken < count:
+            looked = 0
+            while heap and looked < count:
                 item = heapq.heappop(heap)
                 if valid(item[3], item[2]):
                     found.append((item, keys, heap))
-                    taken += 1
+                    looked += 1
         found.sort(key=lambda entry: entry[0])
         chosen: list[Ready] = []
         for item, keys, heap in found:

@@ -136,12 +136,13 @@ class LimitedJobs:
             group = self.groups[keys] = DueJobs()
         group.push(seq, table.available_at[slot])
 
-    def after(self, table: JobTable, seq: int, before: int, lease: Record | None) -> None:
-        """A record changed job `seq`, which was in state `before` (`lease`: the
-        record, if it was a LEASE)."""
+    def after(self, table: JobTable, seq: int, before: int, lease: Record | None,
+              offset: int) -> None:
+        """A record (at `offset`) changed job `seq`, which was in state `before`
+        (`lease`: the record, if it was a LEASE)."""
         keys = self.keys.get(seq)
         if lease is not None and self.windows:
-            self._started(keys, lease)
+            self._started(keys, lease, offset)
         if keys is None:
             return
         slot = table.slot(seq)
@@ -160,10 +161,10 @@ class LimitedJobs:
         if after not in _LIVE:
             self._forget(seq, keys)
 
-    def _started(self, keys: JobKeys | None, lease: Record) -> None:
+    def _started(self, keys: JobKeys | None, lease: Record, offset: int) -> None:
         at = lease.get(TIME)
         if type(at) is not float:
-            raise ReplayError(0, f"a lease without its time {at!r}, under a rate limit")
+            raise ReplayError(offset, f"a lease without its time {at!r}, under a rate limit")
         windows = self.windows
         queue = windows.get(QUEUE_KEY)
         if queue is not None:

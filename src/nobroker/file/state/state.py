@@ -226,10 +226,11 @@ class QueueState:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")
         limited = self.limited
-        if limited.keys or limited.windows:  # limits.py: holders and windows follow
+        if limited.keys or limited.windows:  # limited.py: holders and windows follow
             seq, before = table.seqs[slot], table.code[slot]
             JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
-            limited.after(table, seq, before, rec if rtype == RecordType.LEASE else None)
+            limited.after(table, seq, before, rec if rtype == RecordType.LEASE else None,
+                          offset)
             return
         JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
 
@@ -263,13 +264,10 @@ class QueueState:
             self.limited.declare(rec, offset)
             return
         job_id = field(rec, ID, str, offset)
-        if rtype == RecordType.ENQUEUE:
-            apply_enqueue(self, job_id, rec, offset, size)
-            if RATE_KEY in rec or CONCURRENCY_KEY in rec:
-                self._adopt(job_id, rec, offset)
-        elif rtype == RecordType.JOB:
-            apply_snapshot_job(self, job_id, rec, offset, size)
-            if RATE_KEY in rec or CONCURRENCY_KEY in rec:
+        if rtype == RecordType.ENQUEUE or rtype == RecordType.JOB:
+            adding = apply_enqueue if rtype == RecordType.ENQUEUE else apply_snapshot_job
+            adding(self, job_id, rec, offset, size)
+            if RATE_KEY in rec or CONCURRENCY_KEY in rec:  # a limited job (limited.py)
                 self._adopt(job_id, rec, offset)
         elif rtype == RecordType.KEY:
             if job_id in self.done_keys:
