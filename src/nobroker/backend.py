@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .backoff import BackoffPolicy
+from .limits import Limits
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .validation import INT_LIMIT, integer, number
 
@@ -73,6 +74,10 @@ class Capabilities:
     # Jobs can be written in a caller's database transaction, and a task's writes
     # committed with its ack (see Transactions): PostgreSQL.
     transactions: bool = False
+    # Rate limits and concurrency limits (nobroker.limits) hold across every process:
+    # lease() decides them from the state it holds under its lock, with the limits of
+    # the settings, and enqueue() stores the keys they give a job.
+    limits: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +94,22 @@ class Settings:
     readonly: bool = False
     clock: Callable[[], float] | None = None  # None: the backend's own (time.time)
     rng: random.Random | None = None  # None: the backend's own (seeded from os.urandom)
+    # What this process declared (Queue(rate_limit=), @q.task's limits): every lease
+    # decides by them (nobroker.limits); tasks declare into it after the open.
+    limits: Limits = field(default_factory=Limits, compare=False)
 
     @classmethod
     def checked(cls, *, visibility_timeout: float, max_attempts: int,
                 backoff: BackoffPolicy | None, lock_timeout: float, key_retention: float,
                 result_ttl: float, fsync: bool, readonly: bool,
-                clock: Callable[[], float] | None, rng: random.Random | None) -> Settings:
+                clock: Callable[[], float] | None, rng: random.Random | None,
+                rate_limit: object = None) -> Settings:
         """Settings from a caller's arguments: each checked, ValueError or TypeError
         naming the one that is wrong."""
-        return cls(
+        limits = Limits()
+        if rate_limit is not None:
+            limits.declare_queue(rate_limit)
+        return cls(limits=limits,
             visibility_timeout=number("visibility_timeout", visibility_timeout, minimum=0.001),
             max_attempts=integer("max_attempts", max_attempts, 1, INT_LIMIT),
             lock_timeout=number("lock_timeout", lock_timeout, minimum=0),

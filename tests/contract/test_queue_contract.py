@@ -28,6 +28,7 @@ from harness.support import FakeClock, TempDirTestCase
 
 from contract.dependency_contract import DependencyContract
 from contract.graph_contract import GraphContract
+from contract.limits_contract import LimitsContract
 from contract.workflow_contract import WorkflowContract
 from nobroker import (
     BackoffPolicy,
@@ -60,7 +61,7 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract(DependencyContract, GraphContract, WorkflowContract):
+class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------

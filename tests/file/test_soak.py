@@ -159,6 +159,14 @@ class AuditTeethTest(TempDirTestCase):
         problems = self.audit().problems
         self.assertTrue(any("nobody cancelled" in p for p in problems), problems)
 
+    def test_a_rated_start_too_many_in_a_window_is_reported(self) -> None:
+        count, period = soak.roles.RATE
+        for n in range(count + 1):  # all within one period
+            self.done_job(f"r{n}{soak.roles.RATED}", pid=10 + 2 * n)
+        problems = self.audit().problems
+        self.assertTrue(any(p.startswith("rate limit broken") for p in problems), problems)
+        self.assertGreater(period, 0)  # the starts above came within well under it
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -90,6 +90,7 @@ from tools.bench.common import (
     render_text_table,
 )
 from tools.bench.context import Config, Context, Missing, Row
+from tools.bench.limits import wl_limits
 from tools.bench.tasks import wl_periodic_idle, wl_process_pool, wl_task_delay, wl_task_roundtrip
 from tools.bench.throughput import (
     wl_enqueue,
@@ -110,6 +111,7 @@ WORKLOADS = (
     "mixed",
     "enqueue_many",
     "lease_ack",
+    "limits",
     "cold_open",
     "memory",
     "stats",
@@ -133,6 +135,7 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "mixed": wl_mixed,
     "enqueue_many": wl_enqueue_many,
     "lease_ack": wl_lease_ack,
+    "limits": wl_limits,
     "cold_open": wl_cold_open,
     "memory": wl_memory,
     "stats": wl_stats,
@@ -156,6 +159,7 @@ TITLES = {
     "mixed": "1 producer + 3 worker processes at once",
     "enqueue_many": "enqueue_many",
     "lease_ack": "lease + durable ack",
+    "limits": "a limited job's lease (unsaturated)",
     "cold_open": "cold open to first job",
     "memory": "resident memory per pending job",
     "stats": "stats()",
@@ -180,6 +184,7 @@ TARGETS = {
     "mixed": "p99 <= 10 ms below saturation",
     "enqueue_many": "<= 1.5x (time)",
     "lease_ack": ">= 1.0x; batch >= 20x",
+    "limits": "<= 1.1x (time)",
     "cold_open": "<= 1.0x (time)",
     "memory": "<= 150 B",
     "stats": "<= 20 us, O(1)",

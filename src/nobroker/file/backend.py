@@ -3,11 +3,10 @@
 Each operation is one `handle.write(plan)` or `handle.read(query)` (handle.py
 owns the files, the lock and the commit protocol): a plan decides the
 records an operation writes against the replay state (commands.py), and
-returns what builds the operation's result once they are committed. This
-module also turns the state's entries into the `Job` views the protocol
-returns. Arguments arrive checked and payloads as JSON text (see
-nobroker/backend.py); every time comes from the handle's never-backwards
-clock and every random choice from the settings' rng.
+returns what builds the operation's result once they are committed; and it
+turns entries into the protocol's `Job` views. Arguments arrive checked, payloads
+as JSON text (nobroker/backend.py); every time comes from the handle's
+never-backwards clock and every random choice from the settings' rng.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 T = TypeVar("T")
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
-                            exports=True, dependencies=True)
+                            exports=True, dependencies=True, limits=True)
 _MISSING: Any = object()
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until retention ends
@@ -72,10 +71,7 @@ _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for 
 
 class FileBackend:
     """The queue `name` in `directory`: opened (created unless read-only) and recovered.
-
-    `settings` are the Queue's, checked; `options` the file engine's own
-    (FileOptions: auto-compaction, network file systems, and the test hooks).
-    """
+    `settings` are the Queue's, checked; `options` the file engine's own (FileOptions)."""
 
     def __init__(self, directory: str | os.PathLike[str], name: str, settings: Settings,
                  options: FileOptions | None = None) -> None:
@@ -91,6 +87,7 @@ class FileBackend:
         self._rng = settings.rng
         self._key_retention = settings.key_retention
         self._result_ttl = settings.result_ttl
+        self._limits = settings.limits  # declared by this process's code (nobroker.limits)
 
     # -- views --------------------------------------------------------------
 
@@ -121,22 +118,23 @@ class FileBackend:
             waiting_for=waits.waiting_for(entry.id) if waits else ())
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
-        """Under the lock: what builds the views of jobs just leased, once the lock is
-        released (QueueHandle.write_then_read). Reading and decoding their payloads is most
-        of a view's cost, and the lock bounds the whole queue's throughput; the
-        entries are snapshots, read from the generation the handle keeps open."""
+        """Under the lock: what builds the views of jobs just leased once it is released
+        (QueueHandle.write_then_read): decoding payloads is most of a view's cost, and
+        the lock bounds the queue's throughput. Read from the generation it keeps open."""
         return lambda source: [self._view(entry, source=source) for entry in entries]
 
     @staticmethod
     def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
-                  available_at: float, now: float) -> Job:
-        """A job just enqueued, as its ENQUEUE record makes it (no lookup needed)."""
+                  available_at: float, now: float) -> Job:  # as its ENQUEUE makes it
         return Job(job_id, payload, priority, 0, max_attempts, JobState.PENDING,
                    available_at, now, None)
 
+    def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
+        """Tell `listener` the ids of jobs our writes' lease reclaims dead-letter."""
+        self.handle.dead_listener = listener
+
     @staticmethod
-    def _done_view(job_id: str, done_at: float) -> Job:
-        """A finished keyed job acked without a result: only its id and time are known."""
+    def _done_view(job_id: str, done_at: float) -> Job:  # a keyed job acked without a result
         return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                    state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
                    last_error=None, finished_at=done_at)
@@ -146,11 +144,14 @@ class FileBackend:
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False) -> Job:
+        keys = self._limits.keys_of(payload) if self._limits.tasks else None
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
-                                 depends_on=depends_on, mode=ANY if allow_failure else SUCCESS)
+                                 depends_on=depends_on, mode=ANY if allow_failure else SUCCESS,
+                                 keys=keys)
             if isinstance(found, Entry):
                 return lambda: self._view(found)
             if isinstance(found, float):
@@ -165,9 +166,12 @@ class FileBackend:
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
                      priority: int, delay: float, max_attempts: int) -> list[Job]:
+        keys = [self._limits.keys_of(payload) for payload in payloads] if self._limits else []
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
-                                    delay=delay, max_attempts=max_attempts, rng=self._rng)
+                                    delay=delay, max_attempts=max_attempts, rng=self._rng,
+                                    keys=keys)
             return lambda: new_pending_jobs(ids, payloads, priority, max_attempts,
                                             now + delay, now)
 
@@ -192,7 +196,7 @@ class FileBackend:
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
         def plan(state: QueueState, batch: Batch, now: float
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
-            leased = plan_lease(state, batch, now, count, visibility_timeout)
+            leased = plan_lease(state, batch, now, count, visibility_timeout, self._limits)
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r[ID]] for r in leased])
 
@@ -218,6 +222,7 @@ class FileBackend:
                 seen.add(job.id)
                 check_lease(state, job.id, job.token)
             for job in jobs:
+                batch.wakes += state.limited.frees(job.id, state.table)  # a freed slot wakes
                 batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
                 plan_dependents(state, batch, now, job.id, JobState.DONE)
             batch.finishes += len(jobs)
@@ -235,7 +240,7 @@ class FileBackend:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
                      self._key_retention)
             # The acked job is still leased while we plan, so ready() cannot offer it.
-            leased = plan_lease(state, batch, now, 1, visibility_timeout)
+            leased = plan_lease(state, batch, now, 1, visibility_timeout, self._limits)
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r[ID]] for r in leased])
 
@@ -271,8 +276,8 @@ class FileBackend:
         while True:
             handle.prepare_wait()  # before looking, so a poke from now on is kept for us
             paused, due, now = handle.read(
-                lambda state: (state.paused, None if state.paused else state.next_wakeup(),
-                               handle.peek_now()))
+                lambda state: (state.paused, None if state.paused else state.next_wakeup(
+                    self._limits, handle.peek_now()), handle.peek_now()))
             if due is not None and due <= now:
                 return True
             left = deadline - time.monotonic()
@@ -345,8 +350,7 @@ class FileBackend:
 
         return handle.read(query)
 
-    def stats(self) -> QueueStats:
-        """Counts kept as records are applied: O(1) whatever the queue's size."""
+    def stats(self) -> QueueStats:  # counts kept as records are applied: O(1)
         handle = self.handle
 
         def query(s: QueueState) -> QueueStats:

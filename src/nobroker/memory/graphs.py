@@ -10,14 +10,14 @@ come in as arguments.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ..dependencies import GraphNode, verdict, with_graph_nodes
-from ..errors import NobrokerError
+from ..errors import JobNotFoundError, NobrokerError
 from ..models import JobState
 from .table import MemoryJob, MemoryTable
 
-__all__ = ["add_graph"]
+__all__ = ["add_graph", "prerequisites"]
 
 
 def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
@@ -30,7 +30,7 @@ def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
                                         or node.job_id in table.done_keys):
             raise NobrokerError(f"job {node.job_id!r} is already in the queue: a graph's "
                                 "job ids must be new")
-    known = [table.prerequisites(p for p in node.depends_on if isinstance(p, str))
+    known = [prerequisites(table, [p for p in node.depends_on if isinstance(p, str)])
              if node.depends_on else None for node in nodes]
     ids = [table.new_id() if node.job_id is None else node.job_id for node in nodes]
     if len(set(ids)) != len(ids):  # a caller's id that a generated one matches
@@ -52,3 +52,24 @@ def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
             table.finish(job, JobState.CANCELLED, now, keep)
         jobs.append(job)
     return jobs
+
+
+def prerequisites(table: MemoryTable, depends_on: Iterable[str]
+                  ) -> tuple[list[str], tuple[str, JobState] | None, bool]:
+    """The prerequisites not finished yet, the first that failed (dead or cancelled)
+    with its state, and whether one was dead-lettered; JobNotFoundError for an id
+    the queue does not know (a finished keyed job still remembered counts as done)."""
+    unmet: list[str] = []
+    failed: tuple[str, JobState] | None = None
+    died = False
+    for job_id in depends_on:
+        job = table.jobs.get(job_id)
+        if job is None:
+            if job_id not in table.done_keys:
+                raise JobNotFoundError(job_id, "prerequisite job")
+        elif job.state in (JobState.DEAD, JobState.CANCELLED):
+            failed = failed or (job_id, job.state)
+            died = died or job.state is JobState.DEAD
+        elif job.state is not JobState.DONE:
+            unmet.append(job_id)
+    return unmet, failed, died

@@ -16,12 +16,14 @@ its job still carries the entry's `stamp`, which every move bumps.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..dependencies import SUCCESS, verdict
 from ..errors import JobNotFoundError, NotLeasedError
+from ..limits import JobKeys, Limits
 from ..models import JobState
+from .limited import LimitedReady
 
 __all__ = ["MemoryJob", "MemoryTable", "FINISHED"]
 
@@ -52,6 +54,7 @@ class MemoryJob:
     stamp: int = 0  # bumped by every move: heap entries with an older one are stale
     waiting_for: dict[str, None] | None = None  # WAITING: its unfinished prerequisites
     mode: str = SUCCESS  # what releases it (nobroker.dependencies.verdict)
+    keys: JobKeys | None = None  # its rate and concurrency limit keys (nobroker.limits)
 
 
 class MemoryTable:
@@ -75,6 +78,7 @@ class MemoryTable:
         self._key_times: list[tuple[float, str]] = []  # (done_at, id)
         self.dependents: dict[str, dict[str, None]] = {}  # prerequisite -> waiting jobs
         self.dependent_keep = 0.0  # how long a dependent a failure cancels is kept
+        self.limited = LimitedReady()  # ready limited jobs by key, holders, windows
 
     # -- adding -------------------------------------------------------------
 
@@ -88,12 +92,13 @@ class MemoryTable:
 
     def add(self, job_id: str, keyed: bool, payload_text: str, priority: int,
             available_at: float, enqueued_at: float, max_attempts: int,
-            waits_for: list[str] | None = None, mode: str = SUCCESS) -> MemoryJob:
+            waits_for: list[str] | None = None, mode: str = SUCCESS,
+            keys: JobKeys | None = None) -> MemoryJob:
         """A new pending job (its id is free: the caller checked), or with `waits_for`
-        (prerequisites not finished yet) a waiting one."""
+        (prerequisites not finished yet) a waiting one; `keys`: its limit keys."""
         self.done_keys.pop(job_id, None)
         job = MemoryJob(job_id, self._next_seq, keyed, payload_text, priority, available_at,
-                        enqueued_at, max_attempts)
+                        enqueued_at, max_attempts, keys=keys)
         self._next_seq += 1
         self.jobs[job_id] = job
         self.enqueued += 1
@@ -107,26 +112,6 @@ class MemoryTable:
         self.counts[JobState.PENDING] += 1
         self._enter_pending(job)
         return job
-
-    def prerequisites(self, depends_on: Iterable[str]
-                      ) -> tuple[list[str], tuple[str, JobState] | None, bool]:
-        """The prerequisites not finished yet, the first that failed (dead or cancelled)
-        with its state, and whether one was dead-lettered; JobNotFoundError for an id
-        the queue does not know (a finished keyed job still remembered counts as done)."""
-        unmet: list[str] = []
-        failed: tuple[str, JobState] | None = None
-        died = False
-        for job_id in depends_on:
-            job = self.jobs.get(job_id)
-            if job is None:
-                if job_id not in self.done_keys:
-                    raise JobNotFoundError(job_id, "prerequisite job")
-            elif job.state in (JobState.DEAD, JobState.CANCELLED):
-                failed = failed or (job_id, job.state)
-                died = died or job.state is JobState.DEAD
-            elif job.state is not JobState.DONE:
-                unmet.append(job_id)
-        return unmet, failed, died
 
     def add_copy(self, job_id: str, keyed: bool, payload_text: str, priority: int,
                  available_at: float, enqueued_at: float, max_attempts: int,
@@ -143,23 +128,24 @@ class MemoryTable:
 
     # -- leases -------------------------------------------------------------
 
-    def lease(self, now: float, count: int, until: float) -> list[MemoryJob]:
-        """Up to `count` ready jobs, highest priority first and FIFO within one,
-        each leased until `until` under a new fencing token; none while paused."""
+    def lease(self, now: float, count: int, until: float,
+              limits: Limits | None = None) -> list[MemoryJob]:
+        """Up to `count` ready jobs, highest priority first and FIFO within one, each
+        leased until `until` under a new fencing token; none while paused or over
+        the caller's `limits` (nobroker.limits)."""
         if self.paused:
             return []
         self._promote(now)
-        leased: list[MemoryJob] = []
-        while self._ready and len(leased) < count:
-            _, _, stamp, job_id = heapq.heappop(self._ready)
-            job = self.jobs.get(job_id)
-            if job is None or job.stamp != stamp:
-                continue
+        limits = limits or Limits()
+        leased = [self.jobs[item[3]] for item in
+                  self.limited.choose(self._ready, count, limits, now, self._fresh)]
+        for job in leased:
             job.attempts += 1
             job.token, self._next_token = self._next_token, self._next_token + 1
             self._move(job, JobState.LEASED)
             self._hold(job, until)
-            leased.append(job)
+            if limits:  # its windows count the start
+                self.limited.started(job.keys, limits, now)
         return leased
 
     def held(self, job_id: str, token: int | None) -> MemoryJob:
@@ -338,15 +324,15 @@ class MemoryTable:
         wanted = _LIVE if state is None else (state,)
         return (job for job in self.jobs.values() if job.state in wanted)
 
-    def next_wakeup(self) -> float | None:
-        """Earliest moment a job may become leasable: -inf if one is ready now, the
-        first delayed job's time or lease deadline otherwise; None if neither."""
+    def next_wakeup(self, limits: Limits | None = None, now: float = 0.0) -> float | None:
+        """Earliest moment a job may become leasable: -inf if one is ready now (within
+        `limits`, as of `now`), the first delayed job's time or lease deadline
+        otherwise; None if neither."""
         for heap in (self._ready, self._waiting, self._deadlines):
             while heap and self._stale(heap[0][3], heap[0][2]):
                 heapq.heappop(heap)
-        if self._ready:
-            return float("-inf")
         times = [heap[0][0] for heap in (self._waiting, self._deadlines) if heap]
+        times += self.limited.next_ready(limits or Limits(), now, self._ready, self._fresh)
         return min(times) if times else None
 
     # -- the moves' common steps --------------------------------------------
@@ -355,7 +341,12 @@ class MemoryTable:
         job = self.jobs.get(job_id)
         return job is None or job.stamp != stamp
 
+    def _fresh(self, job_id: str, stamp: int) -> bool:  # limited.py's heaps ask
+        return not self._stale(job_id, stamp)
+
     def _move(self, job: MemoryJob, state: JobState) -> None:
+        if job.keys is not None and (job.state is JobState.LEASED) != (state is JobState.LEASED):
+            self.wakes += self.limited.held(job.keys, 1 if state is JobState.LEASED else -1)
         self.counts[job.state] -= 1
         self.counts[state] += 1
         job.state = state
@@ -376,14 +367,17 @@ class MemoryTable:
         while waiting and waiting[0][0] <= now:
             _, seq, stamp, job_id = heapq.heappop(waiting)
             job = self.jobs.get(job_id)
-            if job is not None and job.stamp == stamp:
-                heapq.heappush(self._ready, (-job.priority, seq, stamp, job_id))
+            if job is not None and job.stamp == stamp:  # a limited one: its keys' heap
+                heapq.heappush(self._ready if job.keys is None else self.limited.heap(job.keys),
+                               (-job.priority, seq, stamp, job_id))
 
     def _hold(self, job: MemoryJob, until: float) -> None:
         job.lease_until = until
         heapq.heappush(self._deadlines, (until, job.seq, job.stamp, job.id))
 
     def _remove(self, job: MemoryJob) -> None:
+        if job.keys is not None and job.state is JobState.LEASED:
+            self.wakes += self.limited.held(job.keys, -1)
         del self.jobs[job.id]
         self.counts[job.state] -= 1
         job.stamp += 1

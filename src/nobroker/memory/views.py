@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..codec import loads
-from ..models import Job, JobState
-from .table import FINISHED, MemoryJob
+from ..models import Job, JobState, QueueStats
+from .table import FINISHED, MemoryJob, MemoryTable
 
-__all__ = ["job_view", "done_view"]
+__all__ = ["job_view", "done_view", "stats_view"]
 
 
 def job_view(job: MemoryJob) -> Job:
@@ -34,3 +34,17 @@ def done_view(job_id: str, done_at: float) -> Job:
     return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
                last_error=None, finished_at=done_at)
+
+
+def stats_view(table: MemoryTable) -> QueueStats:
+    """The queue's counts, as `stats()` hands them out (no generation, no log)."""
+    counts = table.counts
+    live = sum(counts[state] for state in (JobState.PENDING, JobState.LEASED,
+                                           JobState.DEAD, JobState.WAITING))
+    return QueueStats(
+        pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
+        dead=counts[JobState.DEAD], done=table.done, total=live, generation=0,
+        log_bytes=0, paused=table.paused,
+        kept=counts[JobState.DONE] + counts[JobState.CANCELLED],
+        enqueued=table.enqueued, retried=table.retried,
+        dead_lettered=table.dead_lettered, waiting=counts[JobState.WAITING])

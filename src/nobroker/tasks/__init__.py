@@ -23,6 +23,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from ..limits import require as require_limits
 from .canvas import Signature, chain, chord, compile_canvas, group
 from .cron import Cron
 from .registry import (
@@ -58,16 +59,28 @@ R = TypeVar("R")
 def task(queue: Queue, fn: Callable[P, R] | None = None, *, name: str | None = None,
          max_attempts: int | None = None, priority: int = 0, timeout: float | None = None,
          result_ttl: float | None = None, lock: bool | str = False,
-         schedule: Schedule | None = None, atomic: bool = False) -> Any:
-    """Register `fn` on `queue` (what `Queue.task` does); usable with or without ()."""
+         schedule: Schedule | None = None, atomic: bool = False,
+         limits: dict[str, Any] | None = None) -> Any:
+    """Register `fn` on `queue` (what `Queue.task` does); usable with or without ().
+    `limits`: its rate_limit, rate_limit_key, concurrency and concurrency_key, declared
+    in the queue's settings (nobroker.limits) once the task is made."""
     def register(func: Callable[P, R]) -> Task[P, R]:
         made = Task(queue, func, name=name, max_attempts=max_attempts, priority=priority,
                     timeout=timeout, result_ttl=result_ttl, lock=lock, schedule=schedule,
                     atomic=atomic)
+        if limits and any(value is not None for value in limits.values()):
+            declare_limits(queue, made.name, limits)
         registry_of(queue).add(made)
         return made
 
     return register if fn is None else register(fn)
+
+
+def declare_limits(queue: Queue, name: str, limits: dict[str, Any]) -> None:
+    """Task `name`'s limits, into its queue's settings; refused (NobrokerError) where
+    the backend cannot hold them, ValueError for a key declared otherwise before."""
+    require_limits(queue.backend, "rate_limit= and concurrency=")
+    queue.backend.settings.limits.declare_task(name, **limits)
 
 
 def periodic(queue: Queue, *, cron: str | None = None, every: float | timedelta | None = None,

@@ -10,6 +10,7 @@ from typing import Any
 
 from nobroker import Job
 from nobroker.dependencies import GraphNode
+from nobroker.limits import Limits
 
 from .driver import Driver, Workload
 
@@ -449,3 +450,23 @@ def _w_workflows(d: Driver) -> None:
     for job in _held(d.call(b, "lease", 2)):  # the callback and handler 6
         d.call(a, "ack", job, result=2)
     d.call(b, "compact")
+
+
+@workload("limits")
+def _w_limits(d: Driver) -> None:
+    # A rate-limited task and a concurrency key, declared alike by two handles: the
+    # keyed ENQUEUEs, the LIMIT records before the leases, and the windows and holders
+    # replay rebuilds from them, across a crash and through a compaction's snapshot.
+    declared = Limits()
+    declared.declare_task("rated", rate_limit=(2, 60.0))
+    declared.declare_task("held", concurrency=1, concurrency_key=lambda n: f"c{n % 2}")
+    a, b = d.open(limits=declared), d.open(limits=declared)
+    d.call(a, "enqueue_many", [{"task": "rated", "args": [i], "kwargs": {}} for i in range(4)])
+    for n in (1, 3, 2):
+        d.call(b, "enqueue", {"task": "held", "args": [n], "kwargs": {}})
+    held_a = _held(d.call(a, "lease", 4))  # two rated, one of each concurrency key
+    d.call(b, "lease", 4)  # nothing: the window is full, both keys held
+    d.call(a, "compact")
+    for job in held_a:
+        d.call(a, "ack", job)
+    d.call(b, "lease", 4)  # the freed key's next job

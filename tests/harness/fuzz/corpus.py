@@ -127,6 +127,22 @@ def _job_control(q: Queue) -> None:
     q.resume()
 
 
+def _limits(q: Queue, clock: FakeClock) -> None:
+    """Rate and concurrency limits (format 1.2): ENQUEUEs with "rk"/"ck", LIMIT records
+    before the leases, and, compacted, a snapshot's JOBs with their keys and its LIMIT
+    records with their starts."""
+    q.task(name="rated", rate_limit=(2, 60.0))(lambda n: n)
+    q.task(name="held", concurrency=1, concurrency_key=lambda n: f"c{n % 2}")(lambda n: n)
+    q.enqueue_many([{"task": "rated", "args": [n], "kwargs": {}} for n in range(3)])
+    for n in range(3):
+        q.enqueue({"task": "held", "args": [n], "kwargs": {}})
+    held = q.lease(5)
+    clock.advance(1)
+    q.ack(held[0])
+    q.compact()
+    q.lease(2)
+
+
 def build_corpus(root: str, seed: int = 0) -> Corpus:
     """Real queue files from three workloads (deterministic for a given seed)."""
     seeds: dict[str, Files] = {}
@@ -140,6 +156,8 @@ def build_corpus(root: str, seed: int = 0) -> Corpus:
         with Queue(directory, clock=clock, rng=random.Random(seed * 100 + flavour),
                    **options) as q:
             _workload(q, clock, flavour)
+            if flavour == 1:
+                _limits(q, clock)
             if compacted:
                 q.compact()
                 q.enqueue({"after": "compaction"})

@@ -15,6 +15,8 @@ import harness.support  # noqa: F401  (puts src/ on sys.path)
 import nobroker
 from nobroker import Queue
 
+from .roles import RATE, RATED
+
 EPSILON = 1e-6
 
 
@@ -104,6 +106,21 @@ def _read_logs(logdir: str) -> tuple[list[tuple[int, list[str]]], int]:
         if data and not data.endswith("\n"):
             broken += 1
     return events, broken
+
+
+def _audit_rate(deliveries: dict[str, list[_Delivery]], cfg: SoakConfig,
+                problems: list[str]) -> None:
+    """The rated task's starts (a lease's time is its deadline less the visibility
+    timeout) never hold more than the limit in any window of its period, whichever
+    worker was killed when: a start whose "start" line a kill lost is not counted."""
+    count, period = RATE
+    starts = sorted(d.expires - cfg.visibility_timeout for runs in deliveries.values()
+                    for d in runs if d.tag.endswith(RATED))
+    for first, last in zip(starts, starts[count:], strict=False):
+        if last - first < period - 1e-6:
+            problems.append(f"rate limit broken: {count + 1} starts between {first:.6f} "
+                            f"and {last:.6f}, within {period}s")
+            return
 
 
 def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> SoakReport:
@@ -248,6 +265,7 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
                                 f"{began:.6f}, before token {first.token}'s lease ran out "
                                 f"at {first.expires:.6f}")
     _audit_graphs(report, graphs, after, existed, tag_of, deliveries, acking)
+    _audit_rate(deliveries, cfg, problems)
     if stats.pending or stats.leased:
         problems.append(f"not drained: {stats}")
     if stats.dead != report.dead:

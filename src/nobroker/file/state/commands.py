@@ -18,7 +18,8 @@ from typing import Any, Final
 
 from ...backoff import BackoffPolicy, Rng
 from ...dependencies import SUCCESS
-from ...errors import JobNotFoundError, NotLeasedError
+from ...errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ...limits import JobKeys, Limits
 from ..log.records import (
     AT,
     ERROR,
@@ -32,6 +33,7 @@ from ..log.records import (
 from .batch import Batch
 from .dependencies import plan_dependents, plan_waiting_enqueue
 from .jobindex import JobIndex
+from .limited import declare_windows, plan_limited_enqueue
 from .state import Entry, JobState, QueueState
 
 __all__ = ["new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
@@ -101,14 +103,15 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
                  priority: int, delay: float, max_attempts: int, job_id: str | None,
                  key_retention: float, rng: Rng, depends_on: Sequence[str] = (),
-                 mode: str = SUCCESS) -> Entry | float | None:
+                 mode: str = SUCCESS, keys: JobKeys | None = None
+                 ) -> Entry | float | None:
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
     job still remembered, or None when a record was added. A cancelled job
     does not hold its key: it is forgotten, in the same batch, and the key
     enqueued anew. With `depends_on`, the job waits for those jobs as `mode` says
-    (dependencies.plan_waiting_enqueue).
+    (dependencies.plan_waiting_enqueue); with `keys`, it is limited by them.
     """
     if job_id is not None:
         existing = state.jobs.get(job_id)
@@ -119,11 +122,19 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
+    if depends_on and keys is not None:
+        raise NobrokerError("depends_on= for a task with rate or concurrency limits is not "
+                            "supported on files yet")
     if depends_on:
         plan_waiting_enqueue(state, batch, now, job_id or new_job_id(state.jobs, rng),
                              payload_text, priority=priority, delay=delay,
                              max_attempts=max_attempts, keyed=job_id is not None,
                              depends_on=depends_on, mode=mode)
+        return None
+    if keys is not None:
+        plan_limited_enqueue(batch, job_id or new_job_id(state.jobs, rng), priority,
+                             now + delay, now, max_attempts, job_id is not None,
+                             payload_text, keys)
         return None
     batch.add_enqueue(job_id or new_job_id(state.jobs, rng), priority, now + delay, now,
                       max_attempts, job_id is not None, payload_text)
@@ -132,24 +143,33 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
 
 def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
                       payload_texts: Sequence[str], *, priority: int, delay: float,
-                      max_attempts: int, rng: Rng) -> list[str]:
+                      max_attempts: int, rng: Rng,
+                      keys: Sequence[JobKeys | None] = ()) -> list[str]:
     """ENQUEUE records for new unkeyed jobs (plan_enqueue in a loop, without its
-    per-job checks for keys); returns their ids."""
+    per-job checks for keys); returns their ids. `keys`: each job's limit keys."""
     ids = new_job_ids(state.jobs, len(payload_texts), rng)
+    if any(keys):  # limited jobs: one record each, with their keys
+        for job_id, text, job_keys in zip(ids, payload_texts, keys, strict=True):
+            plan_limited_enqueue(batch, job_id, priority, now + delay, now, max_attempts,
+                                 False, text, job_keys or (None, None))
+        return ids
     batch.add_enqueues(ids, priority, now + delay, now, max_attempts, payload_texts)
     return ids
 
 
 def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
-               visibility_timeout: float) -> list[Record]:
+               visibility_timeout: float, limits: Limits | None = None) -> list[Record]:
     """LEASE records for up to `count` ready jobs, each under a new fencing token;
-    none while the queue is paused."""
+    none while the queue is paused, none over the `limits` the caller declared (the
+    LIMIT records of rate limits the log does not hold yet first)."""
     if state.paused:
         return []
+    if limits:
+        declare_windows(state.limited.windows, batch, limits)
     token = state.next_token
     leased: list[Record] = []
     until = now + visibility_timeout
-    for entry in state.ready(now, count):
+    for entry in state.ready(now, count, limits):
         leased.append(batch.add_lease(entry.id, token, until, now))
         token += 1
     return leased
@@ -183,6 +203,8 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
     its id is remembered as long as a plain ack would remember it)."""
     entry = check_lease(state, job_id, token)
     batch.finishes += 1
+    if state.limited.keys:  # a concurrency slot frees: idle workers may take it
+        batch.wakes += state.limited.frees(job_id, state.table)
     if result_text is None:
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
     else:
@@ -230,6 +252,8 @@ def plan_cancel(state: QueueState, batch: Batch, now: float, job_id: str,
     if entry is None or entry.state not in _CANCELLABLE:
         return False
     batch.finishes += 1
+    if state.limited.keys:  # a leased one frees its concurrency slot
+        batch.wakes += state.limited.frees(job_id, state.table)
     batch.add(RecordType.CANCEL, {ID: job_id, TIME: now, KEEP: keep})
     plan_dependents(state, batch, now, job_id, JobState.CANCELLED)
     return True
