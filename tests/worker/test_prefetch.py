@@ -18,6 +18,7 @@ import unittest
 from typing import Any
 
 from harness.support import SRC, wait_until
+
 from nobroker import Job, JobNotFoundError, JobState, Queue
 from nobroker.worker import Worker
 from worker.test_worker import NO_BACKOFF, WorkerTestCase

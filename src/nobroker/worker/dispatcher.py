@@ -58,7 +58,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  idle_timeout: float | None = None, handle_signals: bool = True,
                  shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                  visibility_timeout: float | None = None, timeout: float | None = None,
-                 pool: str = "thread", prefetch: int = 0, clock: Callable[[], float] = time.monotonic,
+                 pool: str = "thread", prefetch: int = 0,
+                 clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] | None = None) -> None:
         if handler is not None and not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
