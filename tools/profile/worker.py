@@ -6,7 +6,7 @@ T slots, as `nobroker work` runs it) drain N jobs enqueued up front, with
 every queue call and the file engine's phases timed by thread CPU
 (`time.thread_time`) and wall clock, in each process:
 
-* `ack+lease`, `lease`, `ack`: the Queue calls the worker makes (their CPU
+* `ack+lease`, `lease`, `ack`, `ack_many`: the Queue calls the worker makes (their CPU
   less the phases below, which they contain);
 * `replay`: reading forward under the lock (following.refresh: applying
   what the other processes wrote);
@@ -20,7 +20,7 @@ high; compare rows of one run. `--cprofile` adds a cProfile of the slot
 threads of the first process (Python slowed several times: shares only).
 
     python -m tools.profile.worker --kind noop --processes 2
-    python -m tools.profile.worker --kind cpu --processes 1 --jobs 2000
+    python -m tools.profile.worker --kind cpu --processes 1 --jobs 2000 --prefetch 8
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 from tools.bench.common import REPO
 
 CPU_SECONDS = 0.0021  # bench-realistic's W-cpu job
-PHASES = ("ack+lease", "lease", "ack", "replay", "lock", "fsync")
+PHASES = ("ack+lease", "lease", "ack", "ack_many", "replay", "lock", "fsync")
 
 
 class Timers:
@@ -90,6 +90,7 @@ def child(args: argparse.Namespace) -> None:
     timers.wrap(nobroker.Queue, "ack_and_lease", "ack+lease")
     timers.wrap(nobroker.Queue, "lease", "lease")
     timers.wrap(nobroker.Queue, "ack", "ack")
+    timers.wrap(nobroker.Queue, "ack_many", "ack_many")
     timers.wrap(following, "refresh", "replay")
     timers.wrap(SharedLock, "acquire", "lock")
     timers.wrap(commit.syncing, "sync", "fsync")
@@ -120,7 +121,7 @@ def child(args: argparse.Namespace) -> None:
         slots.Slots._slot_loop = profiled  # type: ignore[method-assign]
     queue = nobroker.Queue(args.child)
     worker = nobroker.Worker(queue, handler, concurrency=args.threads, idle_timeout=0.3,
-                             handle_signals=False)
+                             handle_signals=False, prefetch=args.prefetch)
     began = time.process_time()
     wall = time.perf_counter()
     stats = worker.run()
@@ -148,11 +149,11 @@ def per_job(results: list[dict[str, Any]]) -> dict[str, float]:
     wall = {p: sum(r["phase_wall"][p] for r in results) for p in PHASES}
     total = sum(r["cpu"] for r in results) - sum(r["job_cpu"] for r in results)
     inner = cpu["replay"] + cpu["lock"] + cpu["fsync"]
-    calls = cpu["ack+lease"] + cpu["lease"] + cpu["ack"]
+    calls = cpu["ack+lease"] + cpu["lease"] + cpu["ack"] + cpu["ack_many"]
     us = 1e6 / jobs
     return {
         "queue CPU (all but the job)": total * us,
-        "ack+lease/lease/ack own CPU": (calls - inner) * us,
+        "queue calls' own CPU": (calls - inner) * us,
         "  of which ack+lease": cpu["ack+lease"] * us,
         "replay CPU": cpu["replay"] * us,
         "lock CPU": cpu["lock"] * us,
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--processes", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--jobs", type=int, default=3000)
+    p.add_argument("--prefetch", type=int, default=0, help="Worker(prefetch=K)")
     p.add_argument("--cprofile", action="store_true")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -188,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
         procs = [subprocess.Popen(
             [sys.executable, "-m", "tools.profile.worker", "--child", str(root / "q"),
-             "--out", str(out), "--kind", args.kind, "--threads", str(args.threads)]
+             "--out", str(out), "--kind", args.kind, "--threads", str(args.threads),
+             "--prefetch", str(args.prefetch)]
             + (["--cprofile"] if args.cprofile and k == 0 else []), env=env, cwd=REPO)
             for k, out in enumerate(outs)]
         for proc in procs:
@@ -197,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{args.kind}, {args.processes} process(es) x {args.threads} thread(s), "
+          f"prefetch {args.prefetch}, "
           f"{sum(r['jobs'] for r in results)} jobs; load {os.getloadavg()[0]:.1f}")
     for name, value in per_job(results).items():
         print(f"  {name:32} {value:10,.1f}" + ("" if name == "jobs/s" else " us/job"))
