@@ -203,6 +203,12 @@ def profile_commit(args: list[str]) -> int:
     return python_tool("tools/profile/commit.py", args)
 
 
+@task("profile-worker")
+def profile_worker(args: list[str]) -> int:
+    """A worker's CPU per job by phase: lease, ack, replay, fsync (tools/profile/worker.py)."""
+    return python_tool("tools/profile/worker.py", args)
+
+
 @task("bench-peers")
 def bench_peers(args: list[str]) -> int:
     """Compare against other job queues (tools/bench/peers/run.py)."""
