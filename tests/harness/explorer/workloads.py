@@ -94,9 +94,12 @@ def _w_dlq(d: Driver) -> None:
     h = d.open(max_attempts=2)
     d.call(h, "enqueue", payload(1, 200))
     d.call(h, "enqueue", payload(2, 200))
+    d.call(h, "enqueue", payload(3, 200))
     for _ in range(2):
         for job in _held(d.call(h, "lease", 1)):
             d.call(h, "nack", job, error="boom", delay=0)
+    for job in _held(d.call(h, "lease", 1)):  # a NACK with dl: dead on its first attempt
+        d.call(h, "nack", job, error="rejected", dead=True)
     d.call(h, "dlq")
     d.call(h, "requeue_dead")
     for job in _held(d.call(h, "lease", 2)):
