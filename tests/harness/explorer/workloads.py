@@ -94,13 +94,23 @@ def _w_dlq(d: Driver) -> None:
     h = d.open(max_attempts=2)
     d.call(h, "enqueue", payload(1, 200))
     d.call(h, "enqueue", payload(2, 200))
-    d.call(h, "enqueue", payload(3, 200))
     for _ in range(2):
         for job in _held(d.call(h, "lease", 1)):
             d.call(h, "nack", job, error="boom", delay=0)
-    for job in _held(d.call(h, "lease", 1)):  # a NACK with dl: dead on its first attempt
-        d.call(h, "nack", job, error="rejected", dead=True)
     d.call(h, "dlq")
+    d.call(h, "requeue_dead")
+    for job in _held(d.call(h, "lease", 2)):
+        d.call(h, "ack", job)
+
+
+@workload("nack_dead")
+def _w_nack_dead(d: Driver) -> None:
+    """A NACK with `dl` (dead on its first of three attempts) beside a plain NACK."""
+    h = d.open(max_attempts=3)
+    d.call(h, "enqueue_many", [payload(1, 200), payload(2, 200)])
+    for dead in (True, False):
+        for job in _held(d.call(h, "lease", 1)):
+            d.call(h, "nack", job, error="rejected" if dead else "boom", delay=0, dead=dead)
     d.call(h, "requeue_dead")
     for job in _held(d.call(h, "lease", 2)):
         d.call(h, "ack", job)
