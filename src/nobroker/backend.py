@@ -163,8 +163,10 @@ class Backend(Protocol):
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None: ...
 
-    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
-        """`delay` None: the settings' backoff, jittered by the settings' rng."""
+    def nack(self, job: Job, error: str | None, delay: float | None,
+             dead: bool = False) -> Job:
+        """`delay` None: the settings' backoff, jittered by the settings' rng; `dead`:
+        dead-lettered now, whatever attempts remain (`delay` then unused)."""
         ...
 
     def snooze(self, job: Job, delay: float, error: str | None) -> Job:

@@ -199,11 +199,14 @@ class Queue:
             self.hooks.fire("succeeded", job)
         return following
 
-    def nack(self, job: Job, *, error: str | None = None, delay: float | None = None) -> Job:
+    def nack(self, job: Job, *, error: str | None = None, delay: float | None = None,
+             dead: bool = False) -> Job:
         """Give a job back: retried after `delay` (default: the backoff policy), or
-        dead-lettered when it has used `max_attempts`. Returns the job's new state."""
+        dead-lettered when it has used `max_attempts` or with `dead=True` (now, whatever
+        attempts remain). Returns the job's new state."""
         wait = None if delay is None else validation.number("delay", delay, minimum=0)
-        after = self._backend.nack(job, validation.error_text(error), wait)
+        after = self._backend.nack(job, validation.error_text(error), wait,
+                                   validation.flag("dead", dead))
         if self.hooks is not None:
             self.hooks.fire("dead" if after.state is JobState.DEAD else "retried", after)
         return after

@@ -301,6 +301,45 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
         assert again is not None
         t.assertEqual(q.nack(again, delay=2.5).available_at, clock.now + 2.5)
 
+    def test_nack_dead_dead_letters_now_whatever_attempts_remain(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(max_attempts=5, backoff=NO_JITTER)
+        fired: list[tuple[str, str, JobState]] = []
+        for event in ("retried", "dead"):
+            q.on(event, lambda job, event=event: fired.append((event, job.id, job.state)))
+        job = q.enqueue("x")
+        leased = q.lease_one()
+        assert leased is not None
+        dead = q.nack(leased, error="rejected", delay=60, dead=True)
+        t.assertEqual((dead.id, dead.state, dead.attempts, dead.last_error),
+                      (job.id, JobState.DEAD, 1, "rejected"))
+        t.assertEqual(q.get(job.id).state, JobState.DEAD)
+        t.assertEqual(fired, [("dead", job.id, JobState.DEAD)])
+        stats = q.stats()
+        t.assertEqual((stats.pending, stats.leased, stats.dead), (0, 0, 1))
+        t.assertEqual([j.id for j in q.dlq()], [job.id])
+        clock.advance(10_000)
+        t.assertIsNone(q.lease_one(), "a dead job is never leased")
+        with self.assertWritesNothing(q):  # fenced like nack: its lease is over
+            t.assertRaises(NotLeasedError, q.nack, leased, dead=True)
+        t.assertTrue(q.requeue_dead(job.id))
+        again = q.lease_one()
+        assert again is not None
+        t.assertEqual(q.nack(again, delay=0, dead=False).state, JobState.PENDING)
+        t.assertRaises(TypeError, q.nack, q.lease_one(), dead=1)
+
+    def test_nack_dead_by_a_stale_holder_is_refused_and_writes_nothing(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, backoff=BackoffPolicy(base=0, jitter=0))
+        q.enqueue("x", max_attempts=5)
+        old = q.lease_one()
+        clock.advance(11)
+        new = q.lease_one() or q.lease_one()  # reclaiming may take a call of its own
+        assert old is not None and new is not None
+        with self.assertWritesNothing(q):
+            t.assertRaises(NotLeasedError, q.nack, old, dead=True)
+        t.assertEqual(q.get(new.id).state, JobState.LEASED)
+
     def test_snooze_gives_the_job_back_untried_even_on_its_last_attempt(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q, clock = self.clocked(backoff=NO_JITTER)

@@ -293,7 +293,7 @@ class AceTest(ExplorerTestCase):
         for key in chosen:
             report = explore(workloads[key], ("ext4ish", "weak"), Bounds.quick(), name=key)
             total.merge(report)
-        self.assertEqual(len(singles), 16)
+        self.assertEqual(len(singles), 17)
         self.assertClean(total)
 
 

@@ -278,6 +278,28 @@ class RecordTypesTest(unittest.TestCase):
         self.assertIsNone(s.jobs["j"].last_error)
         self.assertEqual((s.pending, s.leased, s.dead), (0, 0, 1))
 
+    def test_nack_with_dl_dead_letters_the_job_whatever_attempts_remain(self) -> None:
+        s, log = in_state(JobState.LEASED, ma=3)
+        kind, fields = nack("j", 1, at=8.0, err="rejected")
+        s.apply_batch(log.batch((kind, {**fields, "dl": True})))
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.available_at, e.last_error, e.attempts),
+                         (JobState.DEAD, 8.0, "rejected", 1))
+        self.assertEqual((s.pending, s.leased, s.dead, s.retried), (0, 0, 1, 0))
+        self.assertEqual(s.dead_lettered, 1)
+
+    def test_nack_with_dl_false_retries_and_a_non_boolean_dl_is_corruption(self) -> None:
+        s, log = in_state(JobState.LEASED, ma=3)
+        kind, fields = nack("j", 1)
+        s.apply_batch(log.batch((kind, {**fields, "dl": False})))
+        self.assertEqual(s.jobs["j"].state, JobState.PENDING)
+        for bad in (1, "true", None):
+            with self.subTest(dl=bad):
+                s, log = in_state(JobState.LEASED, ma=3)
+                with self.assertRaises(ReplayError):
+                    s.apply_batch(log.batch((kind, {**fields, "dl": bad})))
+                self.assertEqual(s.jobs["j"].state, JobState.LEASED, "nothing half applied")
+
     def test_extend_moves_the_deadline(self) -> None:
         s, log = in_state(JobState.LEASED)
         s.apply_batch(log.batch(extend("j", 1, until=500.0)))

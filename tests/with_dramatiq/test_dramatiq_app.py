@@ -81,7 +81,8 @@ class BrokerTest(DramatiqTestCase):
         message = mod.add.send(1, 2)
         job = mod.broker.queue("default").list_jobs()[0]
         self.assertEqual(job.payload, json.loads(message.encode()))
-        self.assertEqual(job.max_attempts, 1)
+        from nobroker.dramatiq import DEFAULT_MAX_DELIVERIES
+        self.assertEqual((job.max_attempts, DEFAULT_MAX_DELIVERIES), (20, 20))
 
     def test_queue_names_map_one_to_one_and_readably(self) -> None:
         from nobroker.dramatiq import queue_name_for
@@ -118,8 +119,11 @@ class BrokerTest(DramatiqTestCase):
         self.assertEqual((stats.leased, stats.pending, stats.done), (0, 4, 1))
         third = next(consumer)
         assert third is not None
-        consumer.nack(third)
-        self.assertEqual(mod.broker.queue("default").stats().dead, 1)
+        consumer.nack(third)  # dead now, with 19 deliveries left
+        queue = mod.broker.queue("default")
+        (dead,) = queue.dlq()
+        self.assertEqual((dead.id, dead.attempts, dead.max_attempts), (third.job_id, 1, 20))
+        self.assertEqual(queue.stats().dead, 1)
         consumer.close()
 
     def test_an_idle_consumer_blocks_in_wait_and_a_producer_wakes_it(self) -> None:
@@ -147,7 +151,34 @@ class BrokerTest(DramatiqTestCase):
         self.assertEqual(again.job_id, abandoned.id)
         consumer.ack(again)
         stats = mod.broker.queue("default").stats()
-        self.assertEqual((stats.dead, stats.done), (0, 1))
+        self.assertEqual((stats.dead, stats.done, stats.retried), (0, 1, 1))
+
+    def test_a_message_whose_leases_keep_running_out_ends_dead_at_its_delivery_limit(
+            self) -> None:
+        import dramatiq
+
+        from nobroker.backoff import BackoffPolicy
+        from nobroker.dramatiq import NobrokerBroker
+
+        broker = NobrokerBroker(self.tmp / "limit", max_deliveries=2,
+                                backoff=BackoffPolicy(base=0, jitter=0))
+        self.addCleanup(broker.close)
+        broker.declare_queue("default")
+        queue = broker.queue("default")
+        broker.enqueue(dramatiq.Message(queue_name="default", actor_name="add", args=(1, 1),
+                                        kwargs={}, options={}))
+        for _ in range(2):  # two workers killed mid-message: their leases run out
+            # (reclaiming an expired lease may take a lease call of its own)
+            leased = queue.lease(1, visibility_timeout=0.2) or queue.lease(
+                1, visibility_timeout=0.2)
+            self.assertEqual(len(leased), 1)
+            time.sleep(0.3)
+        self.assertEqual(queue.lease(1) + queue.lease(1), [])  # dead at its 2nd expiry
+        (dead,) = queue.dlq()
+        self.assertEqual(dead.attempts, 2)
+        self.assertIn("lease expired", dead.last_error or "")
+        with self.assertRaises(ValueError):
+            NobrokerBroker(self.tmp / "bad", max_deliveries=0)
 
     def test_leases_are_renewed_while_a_message_is_held_without_the_consumer(self) -> None:
         from nobroker.dramatiq import NobrokerBroker

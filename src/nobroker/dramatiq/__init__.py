@@ -18,10 +18,10 @@ Layers, top first: broker, results -> consumer -> leases, messages -> names
 -> nobroker's Queue.
 """
 
-from .broker import DEFAULT_VISIBILITY_TIMEOUT, NobrokerBroker
+from .broker import DEFAULT_MAX_DELIVERIES, DEFAULT_VISIBILITY_TIMEOUT, NobrokerBroker
 from .messages import EncoderRefusedError
 from .names import queue_name_for
 from .results import NobrokerResultBackend
 
 __all__ = ["NobrokerBroker", "NobrokerResultBackend", "EncoderRefusedError",
-           "DEFAULT_VISIBILITY_TIMEOUT", "queue_name_for"]
+           "DEFAULT_VISIBILITY_TIMEOUT", "DEFAULT_MAX_DELIVERIES", "queue_name_for"]

@@ -4,9 +4,16 @@ PostgreSQL database: any location `Queue` opens).
     dramatiq.set_broker(NobrokerBroker("/var/lib/myapp/jobs"))
 
 Each Dramatiq queue is one nobroker queue (named by `names.queue_name_for`),
-opened when it is declared. A message is a job (messages.py: JSON only)
-enqueued with max_attempts=1: Dramatiq's Retries middleware decides retries
-by enqueueing a new message, and its nack dead-letters (consumer.py).
+opened when it is declared. A message is a job (messages.py: JSON only).
+Dramatiq's Retries middleware decides retries (by acking the message and
+enqueueing a new one) and its nack dead-letters at once (`Queue.nack(dead=True)`,
+consumer.py), so a job's nobroker attempts count only its deliveries: one that
+ends in an ack or a nack, and each lease that ran out because its worker died.
+A job is enqueued with max_attempts=`max_deliveries` (default 20, RabbitMQ's
+default delivery limit for quorum queues): a message whose worker keeps being
+killed (it exhausts memory, say) is delivered again after the queue's backoff
+each time (1 s, 2 s, ... up to 5 minutes by default), and ends dead with
+"lease expired (attempt 20)" rather than crash workers forever.
 
 Delays: `enqueue(message, delay=ms)` is a nobroker delay on the queue itself.
 There are no delay queues (`*.DQ`): the broker declares none, so a Dramatiq
@@ -44,9 +51,10 @@ from .leases import LeaseBook
 from .messages import check_json_encoder, payload_for, priority_of
 from .names import queue_name_for
 
-__all__ = ["NobrokerBroker", "DEFAULT_VISIBILITY_TIMEOUT"]
+__all__ = ["NobrokerBroker", "DEFAULT_VISIBILITY_TIMEOUT", "DEFAULT_MAX_DELIVERIES"]
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
+DEFAULT_MAX_DELIVERIES = 20  # leases of one message; its last one running out leaves it dead
 _JOIN_INTERVAL = 0.05
 
 
@@ -54,7 +62,9 @@ class NobrokerBroker(Broker):
     """A Dramatiq broker on nobroker queues at `location` (a directory, or a
     postgresql:// URL). `visibility_timeout` (seconds): how long a killed worker's
     messages stay invisible before they are delivered again; leases of running
-    messages are extended meanwhile. `queue_options` go to every `Queue` (fsync, ...).
+    messages are extended meanwhile. `max_deliveries` (max_attempts of each job): how
+    often a message is leased at most; if its last lease runs out too, it is dead (see
+    the module docstring). `queue_options` go to every `Queue` (fsync, backoff, ...).
     """
 
     queues: dict[str, Queue]
@@ -62,11 +72,15 @@ class NobrokerBroker(Broker):
     def __init__(self, location: str | os.PathLike[str], *,
                  middleware: list[Middleware] | None = None,
                  visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
+                 max_deliveries: int = DEFAULT_MAX_DELIVERIES,
                  fail_fast_default: bool = False, **queue_options: Any) -> None:
         super().__init__(middleware=middleware)
         check_json_encoder()
         self.location = os.fspath(location)
         self.visibility_timeout = float(visibility_timeout)
+        if type(max_deliveries) is not int or max_deliveries < 1:
+            raise ValueError(f"max_deliveries must be an int >= 1, not {max_deliveries!r}")
+        self.max_deliveries = max_deliveries
         self.queue_options = queue_options
         self.queues = {}
         self.fail_fast_default = fail_fast_default
@@ -107,7 +121,8 @@ class NobrokerBroker(Broker):
         actor = self.actors.get(message.actor_name)
         priority = priority_of(message, actor.priority if actor is not None else None)
         self.emit_before("enqueue", message, delay)
-        queue.enqueue(payload, priority=priority, delay=(delay or 0) / 1000, max_attempts=1)
+        queue.enqueue(payload, priority=priority, delay=(delay or 0) / 1000,
+                      max_attempts=self.max_deliveries)
         self.emit_after("enqueue", message, delay)
         return message
 

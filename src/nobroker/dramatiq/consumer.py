@@ -8,17 +8,13 @@ worker timeout, and returns None then, as Dramatiq expects. With the
 prefetch full it waits for an ack instead.
 
 Settling: Dramatiq's ack is nobroker's ack; its nack (the message failed
-for good: Retries gave up, or its actor is unknown) is a nobroker nack of a
-job enqueued with max_attempts=1, so the job is dead at once, in nobroker's
-dead-letter queue (`nobroker dlq`, `requeue-dead`). `requeue` (a stopping
-worker's unstarted messages) gives them back untried (`Queue.snooze(job, 0)`).
-
-A lease that runs out (its worker was killed) also ends such a job dead, with
-the error "lease expired (attempt N)". The consumer gives those back at once
-(`requeue_dead`), so a killed worker's messages are delivered again, as on
-Redis and RabbitMQ, and only Dramatiq's nack dead-letters. It looks for them
-when it finds nothing to lease, reading the dead count first (one counter
-read) and the dead-letter queue only when that count moved.
+for good: Retries gave up, or its actor is unknown) is `Queue.nack(job,
+dead=True)`: the job is dead at once, whatever attempts it has left, in
+nobroker's dead-letter queue (`nobroker dlq`, `requeue-dead`). `requeue` (a
+stopping worker's unstarted messages) gives them back untried
+(`Queue.snooze(job, 0)`). A lease that runs out (its worker was killed) is
+nobroker's expired lease: the message is delivered again after the queue's
+backoff, until its delivery limit (broker.py).
 """
 
 from __future__ import annotations
@@ -32,17 +28,16 @@ from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.message import Message
 
 from ..errors import NobrokerError, NotLeasedError
-from ..models import Job, JobState
+from ..models import Job
 from .leases import LeaseBook
 from .messages import message_from
 
-__all__ = ["NobrokerConsumer", "Delivery", "REQUEUED", "LEASE_EXPIRED"]
+__all__ = ["NobrokerConsumer", "Delivery", "REQUEUED"]
 
 log = logging.getLogger("nobroker.dramatiq")
 
 # the last_error of a job a stopping worker gave back untried
 REQUEUED = "given back unstarted by a stopping Dramatiq worker"
-LEASE_EXPIRED = "lease expired"  # how every backend's expired lease starts its error
 
 
 class Delivery(MessageProxy):
@@ -65,7 +60,6 @@ class NobrokerConsumer(Consumer):
         self.prefetch = max(1, prefetch)
         self.timeout = timeout  # seconds
         self._ready: deque[Delivery] = deque()  # leased, not yet handed to Dramatiq
-        self._dead_seen = -1  # the dead count when the dead-letter queue was last read
 
     def __next__(self) -> Delivery | None:
         deadline = time.monotonic() + self.timeout
@@ -80,7 +74,6 @@ class NobrokerConsumer(Consumer):
             if left <= 0:
                 return None
             if room > 0:
-                self._revive_expired()
                 self.queue.wait(left)
             else:
                 self.book.settled.wait(left)
@@ -93,28 +86,11 @@ class NobrokerConsumer(Consumer):
                 # Enqueued by something else (`nobroker enqueue` into a Dramatiq queue).
                 log.error("job %s in %s is not a Dramatiq message: dead-lettered", job.id,
                           self.queue)
-                self.queue.nack(job, error="not a Dramatiq message")
+                self.queue.nack(job, error="not a Dramatiq message", dead=True)
                 continue
             self.book.add(job)
             self._ready.append(Delivery(message, job.id))
         return bool(jobs)
-
-    def _revive_expired(self) -> None:
-        """Give back the jobs whose lease ran out (dead, max_attempts=1): see the module
-        docstring."""
-        dead = self.queue.stats().dead
-        if dead == self._dead_seen:
-            return
-        self._dead_seen = dead
-        for job in self.queue.list_jobs(JobState.DEAD):
-            if (job.last_error or "").startswith(LEASE_EXPIRED):
-                try:
-                    if self.queue.requeue_dead(job.id):
-                        log.warning("job %s in %s: its worker's lease ran out; delivered "
-                                    "again", job.id, self.queue)
-                except NobrokerError:
-                    pass  # another consumer gave it back first
-        self._dead_seen = self.queue.stats().dead
 
     # -- settling -----------------------------------------------------------
 
@@ -139,7 +115,7 @@ class NobrokerConsumer(Consumer):
             message.kept_exception = exception  # Dramatiq clears _exception after the nack
             self.dead_letters.append(message)
         try:
-            self.queue.nack(job, error=error)
+            self.queue.nack(job, error=error, dead=True)
         except NotLeasedError:
             log.warning("job %s in %s: its lease ran out before Dramatiq dead-lettered it",
                         job.id, self.queue)

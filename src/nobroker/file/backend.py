@@ -247,10 +247,11 @@ class FileBackend:
         views = self.handle.write_then_read(plan, spare=job.id)
         return views[0] if views else None
 
-    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+    def nack(self, job: Job, error: str | None, delay: float | None,
+             dead: bool = False) -> Job:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             plan_nack(state, batch, now, job.id, job.token, error, delay, self._backoff,
-                      self._rng)
+                      self._rng, dead)
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
         return self.handle.write(plan, spare=job.id)

@@ -233,10 +233,11 @@ class MemoryBackend:
 
         return self._write(change, spare=(job.id,))
 
-    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+    def nack(self, job: Job, error: str | None, delay: float | None,
+             dead: bool = False) -> Job:
         def change(table: MemoryTable, now: float) -> Job:
             held = table.held(job.id, job.token)
-            table.retry(held, self._retry_at(held, now, delay), error)
+            table.retry(held, now if dead else self._retry_at(held, now, delay), error, dead)
             return self._view(held)
 
         return self._write(change, spare=(job.id,))

@@ -189,11 +189,12 @@ class MemoryTable:
             heapq.heappush(self._key_times, (now, job.id))
         self._settle_dependents(job.id, JobState.DONE, now)
 
-    def retry(self, job: MemoryJob, at: float, error: str | None) -> None:
-        """A failed attempt (nack, expired lease): dead on its last attempt, with `at`
-        the time it died, else pending again from `at`."""
+    def retry(self, job: MemoryJob, at: float, error: str | None,
+              dead: bool = False) -> None:
+        """A failed attempt (nack, expired lease): dead on its last attempt (or with
+        `dead`), with `at` the time it died, else pending again from `at`."""
         job.last_error = error
-        if job.attempts >= job.max_attempts:
+        if dead or job.attempts >= job.max_attempts:
             job.available_at = job.finished_at = at
             self._move(job, JobState.DEAD)
             self.dead_lettered += 1

@@ -88,6 +88,8 @@ _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
                                                          visibility_timeout=10))),
     "ack": lambda d, h, held: d.call(h, "ack", held.pop()) if held else None,
     "nack": lambda d, h, held: d.call(h, "nack", held.pop(), delay=0) if held else None,
+    "nack_dead": lambda d, h, held: d.call(h, "nack", held.pop(), error="rejected",
+                                           dead=True) if held else None,  # NACK with dl
     "snooze": lambda d, h, held: d.call(h, "snooze", held.pop(), 0) if held else None,
     "depend": lambda d, h, held: d.call(h, "enqueue", payload(6, 200),
                                         depends_on=[held[-1].id]) if held else None,

@@ -104,6 +104,19 @@ def _w_dlq(d: Driver) -> None:
         d.call(h, "ack", job)
 
 
+@workload("nack_dead")
+def _w_nack_dead(d: Driver) -> None:
+    """A NACK with `dl` (dead on its first of three attempts) beside a plain NACK."""
+    h = d.open(max_attempts=3)
+    d.call(h, "enqueue_many", [payload(1, 200), payload(2, 200)])
+    for dead in (True, False):
+        for job in _held(d.call(h, "lease", 1)):
+            d.call(h, "nack", job, error="rejected" if dead else "boom", delay=0, dead=dead)
+    d.call(h, "requeue_dead")
+    for job in _held(d.call(h, "lease", 2)):
+        d.call(h, "ack", job)
+
+
 @workload("purge")
 def _w_purge(d: Driver) -> None:
     h = d.open()

@@ -207,6 +207,8 @@ class _Driver:
                 self.results[tag] = (_status(status), job.id, value)
         elif how == "nack":
             self.call(f"nack {tag}", lambda q: q.nack(job, error="boom", delay=0))
+        elif how == "nack_dead":  # a NACK with dl
+            self.call(f"dead-letter {tag}", lambda q: q.nack(job, error="rejected", dead=True))
         elif how == "snooze":
             self.call(f"snooze {tag}", lambda q: q.snooze(job, 0, error="later"))
         else:
@@ -264,6 +266,7 @@ def workload(d: _Driver, seed: int = 0) -> None:
         d.pause(False)
         d.lease(2)
         d.settle("ack")
+        d.settle("nack_dead")  # a NACK with dl: dead with attempts left
         d.purge()
         d.enqueue_many(["f", "g"])
         d.call("compact", lambda q: q.compact())
@@ -288,7 +291,8 @@ def random_workload(d: _Driver, seed: int) -> None:
         elif op < 0.55:
             d.lease(rng.randint(1, 3))
         elif op < 0.8:
-            d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "snooze", "extend")))
+            d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "nack_dead", "snooze",
+                                 "extend")))
         elif op < 0.88:
             d.call("compact", lambda q: q.compact())
         elif op < 0.92:

@@ -97,9 +97,9 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
         q.cancel(q.list_jobs("pending")[0].id)
         for job in q.lease(1):
             q.cancel(job.id)
-        doomed = q.enqueue({"n": 11}, max_attempts=1, priority=100)
+        doomed = q.enqueue({"n": 11}, max_attempts=3, priority=100)
         for job in q.lease(1):
-            q.nack(job, error="dead too")
+            q.nack(job, error="dead too", dead=True)  # a NACK with dl: attempts left
         q.delete_dead(doomed.id)
         q.pause()
 

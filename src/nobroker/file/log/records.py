@@ -26,6 +26,7 @@ __all__ = [
     "TOKEN", "UNTIL", "RESULT", "KEEP", "ERROR", "STATE", "ATTEMPTS", "FINISHED_AT", "ACKED",
     "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE", "WAIT", "ALLOW_FAILURE",
     "RATE_KEY", "CONCURRENCY_KEY", "LIMIT_COUNT", "PERIOD", "STARTS",
+    "DEAD_LETTER",
 ]
 
 Record = dict[str, Any]
@@ -111,6 +112,7 @@ CONCURRENCY_KEY: Final = "ck"  # ENQUEUE, JOB: the job's concurrency key (format
 LIMIT_COUNT: Final = "lim"  # LIMIT: the starts a window of the key may hold (format 1.2)
 PERIOD: Final = "per"  # LIMIT: the window's length in seconds (format 1.2)
 STARTS: Final = "st"  # LIMIT: the key's latest starts, oldest first (a snapshot's; 1.2)
+DEAD_LETTER: Final = "dl"  # NACK: dead now, whatever attempts remain (format 1.2)
 # The text a record's last key (payload or result) starts with: readers of a payload
 # or result find it by this, without parsing the record (a quote inside a JSON string
 # is escaped, so the first occurrence is the key).
@@ -119,7 +121,7 @@ RESULT_KEY_TEXT: Final = f',"{RESULT}":'
 FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, PAYLOAD, TOKEN,
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
                  PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, ON_FAILURE, RATE_KEY,
-                 CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS)
+                 CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS, DEAD_LETTER)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

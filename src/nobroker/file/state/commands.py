@@ -22,6 +22,7 @@ from ...errors import JobNotFoundError, NobrokerError, NotLeasedError
 from ...limits import JobKeys, Limits
 from ..log.records import (
     AT,
+    DEAD_LETTER,
     ERROR,
     ID,
     KEEP,
@@ -217,17 +218,21 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
 
 def plan_nack(state: QueueState, batch: Batch, now: float, job_id: str, token: int | None,
               error: str | None, delay: float | None, backoff: BackoffPolicy,
-              rng: Rng) -> Entry:
+              rng: Rng, dead: bool = False) -> Entry:
     """NACK for a job the caller holds: pending again after `delay` (None: the backoff
-    policy's), or dead-lettered on its last attempt, with `at` the time it died."""
+    policy's), or dead-lettered on its last attempt or with `dead` (the record's
+    `dl`), with `at` the time it died."""
     entry = check_lease(state, job_id, token)
-    dies = entry.attempts >= entry.max_attempts
+    dies = dead or entry.attempts >= entry.max_attempts
     if dies:
         batch.finishes += 1
         at = now
     else:
         at = now + (delay if delay is not None else backoff.delay(entry.attempts, rng))
-    batch.add(RecordType.NACK, {ID: job_id, TOKEN: token, AT: at, ERROR: error})
+    fields: dict[str, Any] = {ID: job_id, TOKEN: token, AT: at, ERROR: error}
+    if dead:
+        fields[DEAD_LETTER] = True
+    batch.add(RecordType.NACK, fields)
     if dies:
         plan_dependents(state, batch, now, job_id, JobState.DEAD)
     return entry

@@ -24,6 +24,7 @@ from ...dependencies import FAILURE
 from ..log.records import (
     AT,
     BATCH,
+    DEAD_LETTER,
     ERROR,
     ID,
     IS_KEY,
@@ -211,14 +212,15 @@ def apply_extend(state: ReplayState, slot: int, job_id: str, rec: Record, offset
 
 
 def _retry(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
-                error: str | None) -> None:
-    """NACK and EXPIRE: dead on the last attempt, else pending again from `at`."""
+                error: str | None, dead: bool = False) -> None:
+    """NACK and EXPIRE: dead on the last attempt (or a NACK's `dl`), else pending again
+    from `at`."""
     table = state.table
     at = field(rec, AT, float, offset)
     seq = table.seqs[slot]
     table.set_error(seq, error)
     table.unhold(seq, job_id)
-    if table.attempts[slot] >= table.max_attempts[slot]:
+    if dead or table.attempts[slot] >= table.max_attempts[slot]:
         table.set_available(slot, at)  # a dead job's `at`: when it died (FORMAT.md)
         state.set_state(slot, DEAD)
         state.dead_lettered += 1
@@ -232,7 +234,10 @@ def _retry(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
 
 def apply_nack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                size: int) -> None:
-    _retry(state, slot, job_id, rec, offset, opt_str(rec, ERROR, offset))
+    dead = rec.get(DEAD_LETTER, False)
+    if type(dead) is not bool:
+        raise ReplayError(offset, f"field {DEAD_LETTER!r} must be a boolean")
+    _retry(state, slot, job_id, rec, offset, opt_str(rec, ERROR, offset), dead)
 
 
 def apply_expire(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
