@@ -136,7 +136,7 @@ def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[N
                for i, p in enumerate(planned) if p.state == BLOCKED]
     values = params | {
         "ids": ids, "seqs": seqs, "states": [p.state for p in planned],
-        "prs": [n.priority for n in nodes], "delays": [n.delay for n in nodes],
+        "prs": [n.priority for n in nodes], "delays": [float(n.delay) for n in nodes],
         "mas": [n.max_attempts for n in nodes], "ks": [n.job_id is not None for n in nodes],
         "ps": [n.payload_text for n in nodes], "errs": [p.error for p in planned],
         "deps": [job_id in prerequisites for job_id in ids],

@@ -10,10 +10,11 @@
 -- job of a queue that uses no dependencies) calls no nb_settle.
 --
 -- Exactly once: the release of a waiting job is decided by the UPDATE that
--- takes its `unmet` to 0. That row is locked from the decrement to the end of
--- the transaction, so two acks of its last two prerequisites decrement it one
--- after the other (the second, in READ COMMITTED, re-reads the row the first
--- committed): one sees 0, one releases. O(1) per finished prerequisite: the
+-- takes its `unmet` to 0. nb_settle locks the waiting job's row (then its
+-- waits row) until the end of the transaction before it decrements, so two
+-- acks of its last two prerequisites decrement one after the other (the
+-- second, in READ COMMITTED, reads the row the first committed): one sees 0,
+-- one releases. O(1) per finished prerequisite: the
 -- rows read are the finished job's own `prerequisites` rows (by primary key)
 -- and its dependents' `waits` rows, never the other prerequisites of a group.
 
@@ -43,10 +44,14 @@ CREATE INDEX prerequisites_of ON {schema}.prerequisites (queue, dependent, pos);
 -- cancelled (the caller's tally takes them from `live` into `kept`); it
 -- NOTIFYs the releases and the watched cancels itself. VOLATILE: each query
 -- reads with a fresh snapshot, so it sees a dependent committed while the
--- calling statement waited for the prerequisite's row lock.
+-- calling statement waited for the prerequisite's row lock. Every query in it
+-- looks up rows by key: enable_seqscan off keeps them on their indexes when
+-- the tables' statistics are not there yet (a chord of 10,000 members just
+-- enqueued, before autovacuum analyzed it, had each of its acks scan them all).
 CREATE FUNCTION {schema}.nb_settle(q text, ids text[], states integer[], given float8,
                                    ttl float8) RETURNS bigint
-    LANGUAGE plpgsql VOLATILE AS $$
+    LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
+    AS $$
 DECLARE
     at float8 := {schema}.nb_now(given);
     todo text[] := ids;
@@ -65,12 +70,13 @@ BEGIN
         i := i + 1;
         DELETE FROM {schema}.waits WHERE queue = q AND id = gone;
         DELETE FROM {schema}.prerequisites WHERE queue = q AND dependent = gone;
-        -- the dependents' waits rows locked in id order: no deadlock between
-        -- two finishes that share dependents
-        PERFORM 1 FROM {schema}.waits AS w
-            WHERE w.queue = q AND w.id IN (SELECT p.dependent FROM {schema}.prerequisites AS p
+        -- The dependents' job rows locked first, in id order, as cancel locks a
+        -- job's row before its waits row: two finishes that share dependents,
+        -- or a finish and a cancel of its dependent, wait, never deadlock.
+        PERFORM 1 FROM {schema}.jobs AS j
+            WHERE j.queue = q AND j.id IN (SELECT p.dependent FROM {schema}.prerequisites AS p
                                            WHERE p.queue = q AND p.prerequisite = gone)
-            ORDER BY w.id FOR UPDATE;
+            ORDER BY j.id FOR UPDATE;
         FOR d IN
             WITH edges AS (
                 DELETE FROM {schema}.prerequisites
