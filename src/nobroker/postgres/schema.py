@@ -17,7 +17,7 @@ What the tables hold (the backend's docstring says why):
   (a delay, a retry's backoff, an expired lease). Waiting rows have an
   index of their own by due time, so that a lease looks only at those now
   due instead of reading past every delayed row in the ready index
-  (100,000 delayed jobs made each lease read 100,000 rows); `state <= 0`
+  (100,000 delayed jobs made each lease read 100,000 rows); `state IN (-1, 0)`
   is pending (-2 is not: since version 4, a job waiting for prerequisites,
   `JobState.WAITING`). Times are float8 seconds since the epoch, like `Job`'s, so a
   value read back is the float that was written. Payloads and results are
