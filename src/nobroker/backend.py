@@ -226,6 +226,22 @@ class QueueListing(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """One job of `Queue.enqueue_graph`: its payload and options as enqueue's, and the
+    jobs it waits for: an int is the index of an earlier node of the same graph, a
+    str the id of a job already in the queue. `mode`: see docs/TASKS.md,
+    "Dependencies" (nobroker.dependencies re-exports it: import it from there)."""
+
+    payload: Any
+    depends_on: tuple[int | str, ...] = ()
+    mode: str = "success"  # dependencies.SUCCESS, ANY or FAILURE
+    priority: int = 0
+    delay: float = 0.0
+    max_attempts: int | None = None  # None: the queue's default
+    job_id: str | None = None  # None: the backend makes one (as enqueue does)
+
+
 class Dependencies(Protocol):
     """What a backend with `capabilities.dependencies` also has: enqueue with
     prerequisites (job ids). The new job waits until they have all succeeded (or
@@ -234,6 +250,15 @@ class Dependencies(Protocol):
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False) -> Job: ...
+
+    def enqueue_graph(self, payload_texts: Sequence[str],
+                      nodes: Sequence[GraphNode]) -> list[Job]:
+        """Every node as a job, in one durable write (all or nothing); the nodes come
+        checked (dependencies.checked_nodes), a max_attempts None meaning the
+        settings' max_attempts. JobNotFoundError for an unknown
+        prerequisite id, NobrokerError for a node's job id already in use, both before
+        anything is written. The Jobs in node order."""
+        ...
 
 
 class JobImport(Protocol):

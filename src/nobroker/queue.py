@@ -24,7 +24,7 @@ from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .opener import open_backend
-from .results import await_outcome, outcome
+from .results import await_outcome, outcome, result_text
 
 __all__ = ["Queue", "POSTGRES_SCHEMES"]
 
@@ -142,6 +142,11 @@ class Queue:
             self.hooks.fire_each("enqueued", jobs)
         return jobs
 
+    def enqueue_graph(self, nodes: Iterable[dependencies.GraphNode]) -> list[Job]:
+        """Add the jobs of a graph (GraphNode: payload, options and the jobs each waits
+        for) in one batch, all or none: the Jobs in node order. docs/TASKS.md."""
+        return dependencies.enqueue_graph(self, self._backend, nodes)
+
     # -- consuming ----------------------------------------------------------
 
     def _visibility(self, visibility_timeout: float | None) -> float:
@@ -160,15 +165,6 @@ class Queue:
         jobs = self.lease(1, visibility_timeout=visibility_timeout)
         return jobs[0] if jobs else None
 
-    @staticmethod
-    def _result(result: Any, result_ttl: float | None) -> tuple[str | None, float | None]:
-        """A result's JSON text (None: no result was passed) and its retention."""
-        ttl = None if result_ttl is None else validation.number("result_ttl", result_ttl,
-                                                                 minimum=0)
-        if result is _MISSING:
-            return None, ttl
-        return encode_payload(result, "result"), ttl
-
     def ack(self, job: Job, *, result: Any = _MISSING, result_ttl: float | None = None) -> None:
         """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current.
 
@@ -177,7 +173,7 @@ class Queue:
         `get` and `result` to read; without it, nothing is kept (but a keyed
         job's id, for `key_retention`). A result that is not JSON raises
         SerializationError and writes nothing."""
-        text, ttl = self._result(result, result_ttl)
+        text, ttl = result_text(result, result_ttl, _MISSING)
         self._backend.ack(job, text, ttl)
         if self.hooks is not None:
             self.hooks.fire("succeeded", job)
@@ -195,7 +191,7 @@ class Queue:
         """Ack `job` (with `result`, as `ack` does) and lease the next ready job in the
         same batch (one fsync)."""
         timeout = self._visibility(visibility_timeout)
-        text, ttl = self._result(result, result_ttl)
+        text, ttl = result_text(result, result_ttl, _MISSING)
         following = self._backend.ack_and_lease(job, timeout, text, ttl)
         if self.hooks is not None:
             self.hooks.fire("succeeded", job)

@@ -27,6 +27,7 @@ from typing import Any
 from harness.support import FakeClock, TempDirTestCase
 
 from contract.dependency_contract import DependencyContract
+from contract.graph_contract import GraphContract
 from nobroker import (
     BackoffPolicy,
     Job,
@@ -58,7 +59,7 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract(DependencyContract):
+class QueueContract(DependencyContract, GraphContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------

@@ -59,7 +59,8 @@ This file holds the registry of workloads, the command line and the tables;
 the rows live next to their kind: bench_context.py (Config, Row, Context),
 bench_throughput.py (enqueue, threads, processes, enqueue_many, lease_ack),
 bench_bigqueue.py (cold_open, memory, stats, compaction), bench_workers.py
-(workers, mixed, latency), bench_tasks.py (the task layer's rows); the
+(workers, mixed, latency), bench_tasks.py (the task layer's rows),
+workflows.py (enqueue_graph, a node's many prerequisites); the
 shared helpers are in bench_common.py and bench_scaling.py.
 """
 
@@ -97,6 +98,7 @@ from tools.bench.throughput import (
     wl_threads,
 )
 from tools.bench.workers import wl_latency, wl_mixed, wl_workers
+from tools.bench.workflows import wl_fanin, wl_graph
 
 # The registry: --only names, in the order they run
 WORKLOADS = (
@@ -116,6 +118,8 @@ WORKLOADS = (
     "process_pool",
     "periodic_idle",
     "task_roundtrip",
+    "graph",
+    "fanin",
 )
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "enqueue": wl_enqueue,
@@ -134,6 +138,8 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "process_pool": wl_process_pool,
     "periodic_idle": wl_periodic_idle,
     "task_roundtrip": wl_task_roundtrip,
+    "graph": wl_graph,
+    "fanin": wl_fanin,
 }
 TITLES = {
     "enqueue": "durable single enqueue",
@@ -152,6 +158,8 @@ TITLES = {
     "process_pool": "process pool vs thread pool",
     "periodic_idle": "idle worker with 100 periodic tasks",
     "task_roundtrip": "delay -> worker -> get round trip",
+    "graph": "enqueue_graph vs enqueue_many",
+    "fanin": "members of a 10,000-prerequisite node",
 }
 
 TARGETS = {
@@ -171,6 +179,8 @@ TARGETS = {
     "process_pool": ">= 0.5x (speed)",
     "periodic_idle": "<= 2% of a core",
     "task_roundtrip": "p50 <= 3 ms + 2 fsyncs, p99 <= 10 ms",
+    "graph": "<= 1.3x (time)",
+    "fanin": ">= 0.8x (speed)",
 }
 
 

@@ -16,9 +16,10 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backend import Capabilities, Settings
+from ..dependencies import ANY, SUCCESS
 from ..errors import CorruptLogError, JobNotFoundError, NobrokerError, NotLeasedError
 from ..models import (
     CompactionResult,
@@ -31,7 +32,8 @@ from ..models import (
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
-from .log.records import FINISHED_AT, ID, RESULT, TIME, TOKEN, RecordType, loads
+from .log.readback import finished_outcome
+from .log.records import ID, TIME, TOKEN, RecordType, loads
 from .options import FileOptions
 from .state.batch import Batch
 from .state.commands import (
@@ -50,16 +52,19 @@ from .state.commands import (
     plan_snooze,
 )
 from .state.dependencies import plan_dependents
+from .state.graphs import graph_jobs, plan_graph
 from .state.state import Entry, QueueState
 
+if TYPE_CHECKING:
+    from ..dependencies import GraphNode
+
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
+
+T = TypeVar("T")
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
                             exports=True, dependencies=True)
 _MISSING: Any = object()
-# Record type holding a kept finished job's outcome -> its field for the finishing time.
-_OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: TIME, RecordType.CANCEL: TIME,
-                                  RecordType.FINISHED: FINISHED_AT}
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
 
@@ -94,7 +99,9 @@ class FileBackend:
         if state is JobState.DONE or state is JobState.CANCELLED:
             # Kept with its outcome: no payload; the result and the finishing time are
             # read from the record that holds them.
-            finished_at, result = read_outcome(self.handle.live_log(), entry)
+            log = self.handle.live_log()
+            finished_at, result = finished_outcome(log.record_at(entry.loc), log.path,
+                                                   entry.loc, entry.id)
             return Job(id=entry.id, payload=None, priority=entry.priority,
                        attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
                        available_at=finished_at, enqueued_at=entry.enqueued_at,
@@ -142,7 +149,7 @@ class FileBackend:
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
-                                 depends_on=depends_on, allow_failure=allow_failure)
+                                 depends_on=depends_on, mode=ANY if allow_failure else SUCCESS)
             if isinstance(found, Entry):
                 return lambda: self._view(found)
             if isinstance(found, float):
@@ -166,6 +173,17 @@ class FileBackend:
         # Thousands of records, Applied tuples and Jobs, none in a cycle: the collector
         # would only scan them again and again as they pile up (paused_gc).
         with paused_gc():
+            return self.handle.write(plan)
+
+    def enqueue_graph(self, payload_texts: Sequence[str],
+                      nodes: Sequence[GraphNode]) -> list[Job]:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+            attempts = self.settings.max_attempts
+            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts)
+            return lambda: graph_jobs(nodes, planned, now, attempts, lambda job_id, payload:
+                                      self._view(self.handle.state.jobs[job_id], payload))
+
+        with paused_gc():  # as enqueue_many's
             return self.handle.write(plan)
 
     # -- consuming ----------------------------------------------------------
@@ -284,42 +302,30 @@ class FileBackend:
 
     # -- job control --------------------------------------------------------
 
-    def cancel(self, job_id: str) -> bool:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], bool]:
-            cancelled = plan_cancel(state, batch, now, job_id, self._result_ttl)
-            return lambda: cancelled
+    def _write_planned(self, planner: Callable[..., T], *args: Any) -> T:
+        """One write of what `planner(state, batch, now, *args)` plans; what it returns."""
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], T]:
+            answer = planner(state, batch, now, *args)
+            return lambda: answer
 
         return self.handle.write(plan)
 
-    def set_paused(self, paused: bool) -> None:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            plan_pause(state, batch, now, paused)
-            return lambda: None
+    def cancel(self, job_id: str) -> bool:
+        return self._write_planned(plan_cancel, job_id, self._result_ttl)
 
-        self.handle.write(plan)
+    def set_paused(self, paused: bool) -> None:
+        self._write_planned(plan_pause, paused)
 
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None) -> int:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
-            count = plan_requeue(state, batch, now, job_id)
-            return lambda: count
-
-        return self.handle.write(plan)
+        return self._write_planned(plan_requeue, job_id)
 
     def purge(self) -> int:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
-            count = plan_purge(state, batch, now)
-            return lambda: count
-
-        return self.handle.write(plan)
+        return self._write_planned(plan_purge)
 
     def delete_dead(self, job_id: str | None) -> int:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
-            count = plan_delete_dead(state, batch, now, job_id)
-            return lambda: count
-
-        return self.handle.write(plan)
+        return self._write_planned(plan_delete_dead, job_id)
 
     def get(self, job_id: str) -> Job:
         handle = self.handle
@@ -384,13 +390,3 @@ def read_payload(source: LogFile, entry: Entry) -> Any:
         return loads(source.read_payload(entry.loc))
     except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug
         raise CorruptLogError(source.path, entry.loc, "payload is not JSON") from None
-
-
-def read_outcome(current: LogFile, entry: Entry) -> tuple[float, Any]:
-    """A kept finished job's (finished_at, result), read from the record that holds
-    them (an ACK, CANCEL or FINISHED record); under the lock."""
-    found = current.record_at(entry.loc)
-    if found is None or found[0] not in _OUTCOME_FIELD or found[1].get(ID) != entry.id:
-        raise CorruptLogError(current.path, entry.loc, "finished job's record unreadable")
-    record = found[1]
-    return float(record[_OUTCOME_FIELD[found[0]]]), record.get(RESULT)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from ..backend import Capabilities, Settings
 from ..codec import encode_payload
+from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError, QueueClosedError
 from ..models import (
     CompactionResult,
@@ -31,6 +32,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from .graphs import add_graph
 from .sets import SharedQueue, attach, detach, queue_names
 from .table import MemoryJob, MemoryTable
 from .views import done_view, job_view
@@ -134,7 +136,7 @@ class MemoryBackend:
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False) -> Job:
         def change(table: MemoryTable, now: float) -> Job:
-            unmet, failed = table.prerequisites(list(depends_on))  # refuses before a change
+            unmet, failed, died = table.prerequisites(depends_on)  # refuses before a change
             if job_id is not None:
                 existing = table.jobs.get(job_id)
                 if existing is not None and existing.state is JobState.CANCELLED:
@@ -142,10 +144,12 @@ class MemoryBackend:
                 elif existing is not None or job_id in table.done_keys:
                     return self._find(table, job_id, now)
             new_id = job_id if job_id is not None else table.new_id()
+            mode = ANY if allow_failure else SUCCESS
+            released, error = verdict(mode, failed, died, not unmet)
             job = table.add(new_id, job_id is not None, payload_text, priority, now + delay,
-                            now, max_attempts, unmet, allow_failure)
-            if failed is not None and not allow_failure:  # settled at once
-                job.last_error = failed
+                            now, max_attempts, None if released or error else unmet, mode)
+            if error is not None:  # settled at once
+                job.last_error = error
                 table.finish(job, JobState.CANCELLED, now, self.settings.result_ttl)
             if depends_on:
                 return self._view(job)
@@ -164,6 +168,12 @@ class MemoryBackend:
             return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now)
 
         return self._write(change)
+
+    def enqueue_graph(self, payload_texts: Sequence[str],
+                      nodes: Sequence[GraphNode]) -> list[Job]:
+        return self._write(lambda table, now: [self._view(job) for job in add_graph(
+            table, now, payload_texts, nodes, self.settings.result_ttl,
+            self.settings.max_attempts)])
 
     # -- consuming ----------------------------------------------------------
 

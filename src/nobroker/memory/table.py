@@ -16,10 +16,10 @@ its job still carries the entry's `stamp`, which every move bumps.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..dependencies import failure_error
+from ..dependencies import SUCCESS, verdict
 from ..errors import JobNotFoundError, NotLeasedError
 from ..models import JobState
 
@@ -51,7 +51,7 @@ class MemoryJob:
     keep_until: float = 0.0  # a kept finished job is forgotten from then on
     stamp: int = 0  # bumped by every move: heap entries with an older one are stale
     waiting_for: dict[str, None] | None = None  # WAITING: its unfinished prerequisites
-    allow_failure: bool = False  # a failed prerequisite counts as finished for it
+    mode: str = SUCCESS  # what releases it (nobroker.dependencies.verdict)
 
 
 class MemoryTable:
@@ -73,7 +73,7 @@ class MemoryTable:
         self._deadlines: list[tuple[float, int, int, str]] = []  # (until, seq, stamp, id)
         self._kept: list[tuple[float, int, int, str]] = []  # (keep_until, seq, stamp, id)
         self._key_times: list[tuple[float, str]] = []  # (done_at, id)
-        self.dependents: dict[str, list[str]] = {}  # prerequisite -> its waiting jobs
+        self.dependents: dict[str, dict[str, None]] = {}  # prerequisite -> waiting jobs
         self.dependent_keep = 0.0  # how long a dependent a failure cancels is kept
 
     # -- adding -------------------------------------------------------------
@@ -88,7 +88,7 @@ class MemoryTable:
 
     def add(self, job_id: str, keyed: bool, payload_text: str, priority: int,
             available_at: float, enqueued_at: float, max_attempts: int,
-            waits_for: list[str] | None = None, allow_failure: bool = False) -> MemoryJob:
+            waits_for: list[str] | None = None, mode: str = SUCCESS) -> MemoryJob:
         """A new pending job (its id is free: the caller checked), or with `waits_for`
         (prerequisites not finished yet) a waiting one."""
         self.done_keys.pop(job_id, None)
@@ -98,32 +98,35 @@ class MemoryTable:
         self.jobs[job_id] = job
         self.enqueued += 1
         if waits_for:
-            job.state, job.allow_failure = JobState.WAITING, allow_failure
+            job.state, job.mode = JobState.WAITING, mode
             job.waiting_for = dict.fromkeys(waits_for)
             for prerequisite in waits_for:
-                self.dependents.setdefault(prerequisite, []).append(job_id)
+                self.dependents.setdefault(prerequisite, {})[job_id] = None
             self.counts[JobState.WAITING] += 1
             return job
         self.counts[JobState.PENDING] += 1
         self._enter_pending(job)
         return job
 
-    def prerequisites(self, depends_on: list[str]) -> tuple[list[str], str | None]:
-        """The prerequisites not finished yet, and the error naming the first that
-        failed (dead or cancelled), if any; JobNotFoundError for an id the queue
-        does not know (a finished keyed job still remembered counts as done)."""
+    def prerequisites(self, depends_on: Iterable[str]
+                      ) -> tuple[list[str], tuple[str, JobState] | None, bool]:
+        """The prerequisites not finished yet, the first that failed (dead or cancelled)
+        with its state, and whether one was dead-lettered; JobNotFoundError for an id
+        the queue does not know (a finished keyed job still remembered counts as done)."""
         unmet: list[str] = []
-        failed: str | None = None
+        failed: tuple[str, JobState] | None = None
+        died = False
         for job_id in depends_on:
             job = self.jobs.get(job_id)
             if job is None:
                 if job_id not in self.done_keys:
                     raise JobNotFoundError(job_id, "prerequisite job")
             elif job.state in (JobState.DEAD, JobState.CANCELLED):
-                failed = failed or failure_error(job_id, job.state)
+                failed = failed or (job_id, job.state)
+                died = died or job.state is JobState.DEAD
             elif job.state is not JobState.DONE:
                 unmet.append(job_id)
-        return unmet, failed
+        return unmet, failed, died
 
     def add_copy(self, job_id: str, keyed: bool, payload_text: str, priority: int,
                  available_at: float, enqueued_at: float, max_attempts: int,
@@ -234,28 +237,29 @@ class MemoryTable:
         self._settle_dependents(job.id, state, now)
 
     def _settle_dependents(self, job_id: str, outcome: JobState, now: float) -> None:
-        """Prerequisite `job_id` finished with `outcome`: each dependent it leaves with
-        nothing to wait for is pending; a failure cancels those without allow_failure
-        (and theirs in turn, through finish)."""
+        """Prerequisite `job_id` finished with `outcome`: each dependent released or
+        cancelled by verdict() (its own dependents in turn, through finish)."""
         dependents = self.dependents.pop(job_id, None)
+        failed = None if outcome is JobState.DONE else (job_id, outcome)
         for dependent_id in dependents or ():
             dependent = self.jobs[dependent_id]
             assert dependent.waiting_for is not None
             dependent.waiting_for.pop(job_id, None)
-            if outcome is JobState.DONE or dependent.allow_failure:
-                if not dependent.waiting_for:
-                    dependent.waiting_for = None
-                    self._make_pending(dependent, dependent.available_at)
-                continue
-            dependent.last_error = failure_error(job_id, outcome)
-            self.finish(dependent, JobState.CANCELLED, now, self.dependent_keep)
+            released, error = verdict(dependent.mode, failed, outcome is JobState.DEAD,
+                                      not dependent.waiting_for)
+            if released:
+                self._detach(dependent)  # FAILURE mode: others may be left to wait for
+                self._make_pending(dependent, dependent.available_at)
+            elif error is not None:
+                dependent.last_error = error
+                self.finish(dependent, JobState.CANCELLED, now, self.dependent_keep)
 
     def _detach(self, job: MemoryJob) -> None:
         """Waiting job `job` waits no more (cancelled): off its prerequisites' lists."""
         for prerequisite in job.waiting_for or ():
             others = self.dependents.get(prerequisite)
-            if others is not None and job.id in others:
-                others.remove(job.id)
+            if others is not None:
+                others.pop(job.id, None)
                 if not others:
                     del self.dependents[prerequisite]
         job.waiting_for = None

@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 
 from nobroker import Job
+from nobroker.dependencies import GraphNode
 
 from .driver import Driver, Workload
 from .workloads import WORKLOADS, _held, payload
@@ -90,6 +91,9 @@ _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
     "snooze": lambda d, h, held: d.call(h, "snooze", held.pop(), 0) if held else None,
     "depend": lambda d, h, held: d.call(h, "enqueue", payload(6, 200),
                                         depends_on=[held[-1].id]) if held else None,
+    "graph": lambda d, h, held: d.call(h, "enqueue_graph", [
+        GraphNode(payload(7, 200)), GraphNode(payload(8, 200), (0,)),
+        GraphNode(payload(9, 100), (0, *([held[-1].id] if held else [])), "failure")]),
     "extend": lambda d, h, held: d.call(h, "extend", held[-1], 30) if held else None,
     "expire": lambda d, h, held: _ace_expire(d, h),
     "compact": lambda d, h, held: d.call(h, "compact"),

@@ -22,6 +22,7 @@ from nobroker import (
     QueueClosedError,
     StorageError,
 )
+from nobroker.dependencies import GraphNode
 
 from .fs import ERRNOS, MODES, FaultFS
 
@@ -158,6 +159,24 @@ class _Driver:
                 self.enq[tag] = _status(status)
             self.batches.append((tags, _status(status)))
 
+    def graph(self, tags: list[str], after: list[str]) -> None:
+        """enqueue_graph, all or nothing: a chain of `tags` (each waiting for the one
+        before; the first for the jobs of tags `after`, those whose enqueue returned)
+        and an on_error handler over all of them (mode "failure", the ENQUEUE's `of`)."""
+        ids = [self.ids[t] for t in after if t in self.ids]
+        nodes = [GraphNode({"tag": tag}, (index - 1,) if index else tuple(ids))
+                 for index, tag in enumerate(tags)]
+        handler = f"{tags[-1]}.on_error"
+        nodes.append(GraphNode({"tag": handler}, tuple(range(len(tags))), "failure"))
+        status, jobs = self.call(f"enqueue_graph {','.join(tags)}",
+                                 lambda q: q.enqueue_graph(nodes))
+        if status != "skipped":
+            for tag in [*tags, handler]:
+                self.enq[tag] = _status(status)
+            self.batches.append(([*tags, handler], _status(status)))
+        if status == "ok":
+            self.ids.update((job.payload["tag"], job.id) for job in jobs)
+
     def lease(self, count: int) -> None:
         status, jobs = self.call(f"lease {count}", lambda q: q.lease(count))
         if status == "ok":
@@ -220,6 +239,7 @@ def workload(d: _Driver, seed: int = 0) -> None:
     d.settle("extend")
     d.enqueue_after("w", ["k"])  # waits through the compaction below
     d.enqueue_after("w2", ["w"], allow_failure=True)
+    d.graph(["g1", "g2"], ["w"])  # a chain after w, with its on_error handler
     d.call("compact", lambda q: q.compact())
     d.enqueue("e")
     d.settle("ack")
@@ -247,8 +267,11 @@ def random_workload(d: _Driver, seed: int) -> None:
         elif op < 0.25:  # waits for up to two earlier jobs (RELEASE, CANCEL with err)
             after = rng.sample(sorted(d.ids), min(len(d.ids), rng.randint(1, 2)))
             d.enqueue_after(f"t{serial}", after, allow_failure=rng.random() < 0.3)
-        elif op < 0.35:
+        elif op < 0.30:
             d.enqueue_many([f"t{serial}.{i}" for i in range(rng.randint(2, 4))])
+        elif op < 0.35:  # a chain and its on_error handler (enqueue_graph, `of`)
+            after = rng.sample(sorted(d.ids), min(len(d.ids), rng.randint(0, 1)))
+            d.graph([f"t{serial}.{i}" for i in range(rng.randint(1, 3))], after)
         elif op < 0.55:
             d.lease(rng.randint(1, 3))
         elif op < 0.8:

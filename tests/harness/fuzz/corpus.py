@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.support import FakeClock
 from nobroker import BackoffPolicy, Queue
+from nobroker.dependencies import GraphNode
 from nobroker.file.log.framing import (
     FILE_HEADER,
     MAX_RECORD,
@@ -105,11 +106,15 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
 
 def _job_control(q: Queue) -> None:
     """CANCEL, DELETE, PAUSE/RESUME, SNOOZE, an ACK with a result and dependencies (a
-    waiting ENQUEUE, a RELEASE, a CANCEL with err), in a generation's own log."""
+    waiting ENQUEUE, a RELEASE, a CANCEL with err, a graph with an on_error node and
+    its RELEASE by a death), in a generation's own log."""
     jobs = q.enqueue_many([{"n": 20}, {"n": 21}, {"n": 22}], max_attempts=1, priority=200)
     q.enqueue({"n": 23}, depends_on=jobs[1])  # released by second's ack
     q.enqueue({"n": 24}, depends_on=jobs[0], priority=300)  # cancelled with first
     q.enqueue({"n": 25}, depends_on=[jobs[2]], allow_failure=True)  # stays waiting
+    # A graph (one batch): third's on_error handler ("of"), released when third dies
+    # below, and a node waiting for that handler.
+    q.enqueue_graph([GraphNode({"n": 26}, (jobs[2].id,), "failure"), GraphNode({"n": 27}, (0,))])
     first, second = q.lease(2)
     q.snooze(first, 0.0, error="later")  # its only attempt, given back untried
     (first,) = q.lease(1)

@@ -21,6 +21,7 @@ if str(SRC) not in sys.path:
 
 import nobroker  # noqa: E402
 from nobroker import BackoffPolicy, LockTimeoutError, NotLeasedError, Queue  # noqa: E402
+from nobroker.dependencies import GraphNode  # noqa: E402
 
 
 class EventLog:
@@ -63,6 +64,8 @@ def producer(args: argparse.Namespace, log: EventLog, rng: random.Random) -> Non
             log("trymany", *tags)
             jobs = q.enqueue_many([{"tag": tag} for tag in tags])
             log("okmany", *(f"{tag}={job.id}" for tag, job in zip(tags, jobs, strict=True)))
+        elif roll < 0.25:
+            _graph(q, log, rng, f"{me}.{n}")
         else:
             tag = f"{me}.{n}"
             key = tag if roll < 0.4 else None
@@ -76,6 +79,24 @@ def producer(args: argparse.Namespace, log: EventLog, rng: random.Random) -> Non
         # (lease, ack), so unpaced producers build a backlog the drain must work off.
         time.sleep(rng.uniform(0, 0.004) if rng.random() < 0.95 else rng.uniform(0, 0.02))
     q.close()
+
+
+def _graph(q: Queue, log: EventLog, rng: random.Random, base: str) -> None:
+    """One enqueue_graph: a chord (2 to 4 members, then a callback waiting for them
+    all) or a chain of three steps; each dependent's prerequisites logged first."""
+    if rng.random() < 0.5:
+        members = rng.randint(2, 4)
+        tags = [f"{base}.m{i}" for i in range(members)] + [f"{base}.cb"]
+        after: list[tuple[int, ...]] = [()] * members + [tuple(range(members))]
+    else:
+        tags, after = [f"{base}.s{i}" for i in range(3)], [(), (0,), (1,)]
+    for tag, prerequisites in zip(tags, after, strict=True):
+        if prerequisites:
+            log("after", tag, *(tags[i] for i in prerequisites))
+    log("trygraph", *tags)
+    jobs = q.enqueue_graph([GraphNode({"tag": tag}, prerequisites)
+                            for tag, prerequisites in zip(tags, after, strict=True)])
+    log("okgraph", *(f"{tag}={job.id}" for tag, job in zip(tags, jobs, strict=True)))
 
 
 def worker(args: argparse.Namespace, log: EventLog, rng: random.Random) -> None:

@@ -15,7 +15,7 @@ Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
     <8s magic "NBCKPT04"> <I crc32 of everything after these 12 bytes>
     then sections, each <Q length><bytes>:
       meta     JSON: generation, end, crc of the log before end, counters, byte order,
-               "waits": [[id, [unmet prerequisite ids], allow_failure], ...]
+               "waits": [[id, [unmet prerequisite ids], allow_failure(, "failure")], ...]
       names    JSON object {index: id} for the jobs whose id is not seq_id(seq)
       errors   JSON object {index: last_error} for the jobs that have one
       keys     JSON object {id: done_at} of remembered idempotency keys

@@ -64,7 +64,6 @@ from ..disk.fs import FileSystem
 from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from ..log.records import (
     ACKED,
-    ALLOW_FAILURE,
     AT,
     ATTEMPTS,
     ERROR,
@@ -91,6 +90,7 @@ from ..log.records import (
 )
 from ..state.batch import Batch
 from ..state.state import Entry, JobState, QueueState
+from ..state.waits import mode_fields
 from . import checkpoint
 from .rebuild import state_at
 
@@ -250,8 +250,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                 wait = state.waits.by_job.get(entry.id)
                 if wait is not None:  # a waiting job: what it still waits for
                     fields[WAIT] = list(wait.unmet)
-                    if wait.allow_failure:
-                        fields[ALLOW_FAILURE] = True
+                    mode_fields(fields, wait.mode)
                 batch.add_payload(RecordType.JOB, fields, next(texts))
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():

@@ -103,6 +103,7 @@ TOTALS: Final = "tot"  # SNAPSHOT: jobs enqueued, retried, dead-lettered so far
 NONCE: Final = "n"  # SNAPSHOT: a random name for it; replay ignores it
 WAIT: Final = "w"  # ENQUEUE, JOB: the prerequisites a waiting job waits for (format 1.1)
 ALLOW_FAILURE: Final = "af"  # ENQUEUE, JOB: a failed prerequisite counts as done for it
+ON_FAILURE: Final = "of"  # ENQUEUE, JOB: released by a prerequisite's death (format 1.2)
 # The text a record's last key (payload or result) starts with: readers of a payload
 # or result find it by this, without parsing the record (a quote inside a JSON string
 # is escaped, so the first occurrence is the key).
@@ -110,7 +111,7 @@ PAYLOAD_KEY_TEXT: Final = f',"{PAYLOAD}":'
 RESULT_KEY_TEXT: Final = f',"{RESULT}":'
 FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, PAYLOAD, TOKEN,
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
-                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE)
+                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, ON_FAILURE)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ...backoff import BackoffPolicy, Rng
+from ...dependencies import SUCCESS
 from ...errors import JobNotFoundError, NotLeasedError
 from ..log.records import (
     AT,
@@ -100,13 +101,13 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
                  priority: int, delay: float, max_attempts: int, job_id: str | None,
                  key_retention: float, rng: Rng, depends_on: Sequence[str] = (),
-                 allow_failure: bool = False) -> Entry | float | None:
+                 mode: str = SUCCESS) -> Entry | float | None:
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
     job still remembered, or None when a record was added. A cancelled job
     does not hold its key: it is forgotten, in the same batch, and the key
-    enqueued anew. With `depends_on`, the job waits for those jobs
+    enqueued anew. With `depends_on`, the job waits for those jobs as `mode` says
     (dependencies.plan_waiting_enqueue).
     """
     if job_id is not None:
@@ -122,7 +123,7 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         plan_waiting_enqueue(state, batch, now, job_id or new_job_id(state.jobs, rng),
                              payload_text, priority=priority, delay=delay,
                              max_attempts=max_attempts, keyed=job_id is not None,
-                             depends_on=depends_on, allow_failure=allow_failure)
+                             depends_on=depends_on, mode=mode)
         return None
     batch.add_enqueue(job_id or new_job_id(state.jobs, rng), priority, now + delay, now,
                       max_attempts, job_id is not None, payload_text)
