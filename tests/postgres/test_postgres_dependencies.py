@@ -17,7 +17,6 @@ import os
 import subprocess
 import time
 import unittest
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +31,14 @@ from harness.postgres import (
 from harness.support import FakeClock, TempDirTestCase, slow, spawn_python, wait_until
 
 from nobroker import JobNotFoundError, JobState, NobrokerError, Queue
+from nobroker.dependencies import GraphNode as Node
 from nobroker.dependencies import failure_error
 
 TESTS = str(Path(__file__).resolve().parent.parent)
 
 
-@dataclass(frozen=True)
-class Node:
-    """What the backend's enqueue_graph reads of a node (the Queue's GraphNode, checked)."""
-
-    payload: Any
-    depends_on: tuple[int | str, ...] = ()
-    mode: str = "success"
-    priority: int = 0
-    delay: float = 0.0
-    max_attempts: int = 5
-    job_id: str | None = None
-
-
 def graph(q: Queue, nodes: list[Node]) -> list[Any]:
-    return q.backend.enqueue_graph(  # type: ignore[attr-defined, no-any-return]
-        [json.dumps(n.payload) for n in nodes], nodes)
+    return q.enqueue_graph(nodes)
 
 
 def _reads(q: Queue, sql: bytes, params: dict[str, Any]) -> dict[str, tuple[int, int]]:

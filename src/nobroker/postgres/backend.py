@@ -40,6 +40,7 @@ from typing import Any
 import psycopg
 
 from ..backend import Capabilities, Settings
+from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
     JobNotFoundError,
@@ -161,10 +162,11 @@ class PostgresBackend:
 
         return retried(self._link, "enqueue_many", run)
 
-    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[Any]) -> list[Job]:
+    def enqueue_graph(self, payload_texts: Sequence[str],
+                      nodes: Sequence[GraphNode]) -> list[Job]:
         """Every node as a job, in one transaction (graphs.py); nodes come checked."""
-        return graphs.enqueue(self._link, self._sql, self._params(),
-                              graphs.nodes_of(payload_texts, nodes))
+        return graphs.enqueue(self._link, self._sql, self._params(), graphs.nodes_of(
+            payload_texts, nodes, self.settings.max_attempts))
 
     # -- in a transaction not ours (transactional.py) -------------------------
 

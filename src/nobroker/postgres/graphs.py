@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import psycopg
 
-from ..dependencies import failure_error
+from ..dependencies import ANY, FAILURE, SUCCESS, GraphNode, verdict
 from ..errors import JobNotFoundError, NobrokerError
 from ..models import Job, JobState
 from .connection import Link
@@ -31,10 +31,9 @@ __all__ = ["Node", "Planned", "plan", "write", "enqueue", "mode_of", "nodes_of",
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-MODE_CODES: Final = {"success": 0, "any": 1, "failure": 2}  # waits.mode
-NO_FAILURE: Final = "prerequisites finished without a failure"  # as nb_settle words it
+MODE_CODES: Final = {SUCCESS: 0, ANY: 1, FAILURE: 2}  # waits.mode, as nb_settle reads it
 _PENDING, _CANCELLED = 0, 4
-_FAILED: Final = {2: JobState.DEAD, 4: JobState.CANCELLED}  # state codes of failed jobs
+_FAILED: Final = {2: str(JobState.DEAD), 4: str(JobState.CANCELLED)}  # failed jobs' codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,25 +62,25 @@ class Planned:
 
 def mode_of(allow_failure: bool) -> str:
     """depends_on='s mode: every prerequisite to succeed, or (allow_failure) to finish."""
-    return "any" if allow_failure else "success"
+    return ANY if allow_failure else SUCCESS
 
 
-def nodes_of(payload_texts: Sequence[str], nodes: Sequence[Any]) -> list[Node]:
-    """enqueue_graph's GraphNodes (checked by the Queue) with their payloads' texts."""
-    return [Node(text, tuple(n.depends_on), n.mode, n.priority, n.delay, n.max_attempts,
-                 n.job_id) for text, n in zip(payload_texts, nodes, strict=True)]
+def nodes_of(payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+             max_attempts: int) -> list[Node]:
+    """enqueue_graph's GraphNodes (checked by the Queue) with their payloads' texts, a
+    max_attempts None being the queue's `max_attempts`."""
+    return [Node(text, tuple(n.depends_on), n.mode, n.priority, float(n.delay),
+                 max_attempts if n.max_attempts is None else n.max_attempts, n.job_id)
+            for text, n in zip(payload_texts, nodes, strict=True)]
 
 
-def _verdict(mode: str, failed: tuple[str, JobState] | None, died: bool,
+def _planned(mode: str, failed: tuple[str, str] | None, died: bool,
              unmet: list[str]) -> Planned:
-    if mode == "failure":
-        if died:
-            return Planned(_PENDING)
-        return Planned(BLOCKED, tuple(unmet)) if unmet else Planned(_CANCELLED,
-                                                                    error=NO_FAILURE)
-    if failed is not None and mode == "success":
-        return Planned(_CANCELLED, error=failure_error(*failed))
-    return Planned(BLOCKED, tuple(unmet)) if unmet else Planned(_PENDING)
+    """dependencies.verdict's answer as a state to write."""
+    released, error = verdict(mode, failed, died, not unmet)
+    if released:
+        return Planned(_PENDING)
+    return Planned(_CANCELLED, error=error) if error else Planned(BLOCKED, tuple(unmet))
 
 
 def plan(nodes: Sequence[Node], ids: Sequence[str], known: dict[str, int]) -> list[Planned]:
@@ -90,7 +89,7 @@ def plan(nodes: Sequence[Node], ids: Sequence[str], known: dict[str, int]) -> li
     planned: list[Planned] = []
     for node in nodes:
         unmet: list[str] = []
-        failed: tuple[str, JobState] | None = None
+        failed: tuple[str, str] | None = None
         died = False
         for prerequisite in node.depends_on:
             if isinstance(prerequisite, int):
@@ -102,7 +101,7 @@ def plan(nodes: Sequence[Node], ids: Sequence[str], known: dict[str, int]) -> li
                 died = died or code == 2
             elif code != 3:
                 unmet.append(job_id)
-        planned.append(_verdict(node.mode, failed, died, unmet))
+        planned.append(_planned(node.mode, failed, died, unmet))
     return planned
 
 
@@ -136,7 +135,7 @@ def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[N
                for i, p in enumerate(planned) if p.state == BLOCKED]
     values = params | {
         "ids": ids, "seqs": seqs, "states": [p.state for p in planned],
-        "prs": [n.priority for n in nodes], "delays": [float(n.delay) for n in nodes],
+        "prs": [n.priority for n in nodes], "delays": [n.delay for n in nodes],
         "mas": [n.max_attempts for n in nodes], "ks": [n.job_id is not None for n in nodes],
         "ps": [n.payload_text for n in nodes], "errs": [p.error for p in planned],
         "deps": [job_id in prerequisites for job_id in ids],
