@@ -64,6 +64,13 @@ DECLARE
     released bigint := 0;
     cancelled text[] := '{}';
 BEGIN
+    -- Every direct dependent's job row locked at once, in id order, before any
+    -- is touched: two ack_many calls that share dependents lock them in the
+    -- same order (the loop below locks a cancelled dependent's own ones).
+    PERFORM 1 FROM {schema}.jobs AS j
+        WHERE j.queue = q AND j.id IN (SELECT p.dependent FROM {schema}.prerequisites AS p
+                                       WHERE p.queue = q AND p.prerequisite = ANY(ids))
+        ORDER BY j.id FOR UPDATE;
     WHILE i <= cardinality(todo) LOOP
         gone := todo[i];
         outcome := outcomes[i];
