@@ -172,7 +172,8 @@ class PostgresDependenciesTest(unittest.TestCase):
         self.assertEqual(len(q.get(chord.id).waiting_for), 9_999)
 
 
-# A process holding leases it is told about: at "go" it acks them, one after another.
+# A process holding leases it is told about: at "go" it acks them, one after another
+# (or all in one ack_many).
 ACKER = """
 import sys
 sys.path[:0] = [sys.argv[1]]
@@ -182,8 +183,11 @@ ids = sys.argv[3].split(",")
 jobs = [q.get(job_id) for job_id in ids]  # leased: the current token with them
 print("ready", flush=True)
 sys.stdin.read()
-for job in jobs:
-    q.ack(job)
+if sys.argv[4:] == ["many"]:
+    q.ack_many(jobs)
+else:
+    for job in jobs:
+        q.ack(job)
 print("done", flush=True)
 """
 
@@ -253,6 +257,22 @@ class PostgresDependencyProcessesTest(TempDirTestCase):
                          "every callback leased once")
         q.ack_many(leased)
         self.assertEqual(q.stats().total, 0)
+
+    def test_two_ack_many_calls_with_dependents_in_opposite_orders_do_not_deadlock(self
+                                                                                   ) -> None:
+        q = self.queue
+        n = 50
+        xs = q.enqueue_many([f"x{i}" for i in range(n)])
+        ys = q.enqueue_many([f"y{i}" for i in range(n)])
+        dependents = [q.enqueue(f"d{i}", depends_on=[xs[i], ys[n - 1 - i]]) for i in range(n)]
+        self.assertEqual(len(q.lease(2 * n)), 2 * n)
+        procs = [self.spawn(ACKER, ",".join(j.id for j in part), "many") for part in (xs, ys)]
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.close()
+        for proc in procs:
+            self.assertEqual(proc.wait(120), 0, "an ack_many failed (a deadlock?)")
+        self.assertEqual({q.get(d.id).state for d in dependents}, {JobState.PENDING})
 
     @slow
     @unittest.skipUnless(os.environ.get(PG_CTL_ENV), "needs the test cluster's pg_ctl")
