@@ -113,6 +113,18 @@ class PostgresDependenciesTest(unittest.TestCase):
         self.assertIsNone(following, "released in this statement, leasable from the next")
         self.assertEqual(q.get(c.id).state, JobState.PENDING)
 
+    def test_a_keyed_dependent_enqueued_twice_is_the_same_job(self) -> None:
+        q = self.open()
+        a = q.enqueue("a")
+        first = q.enqueue("k", job_id="report", depends_on=a)
+        again = q.enqueue("other", job_id="report", depends_on=a)
+        self.assertEqual((again.id, again.payload, again.state, again.waiting_for),
+                         ("report", "k", JobState.WAITING, (a.id,)))
+        self.assertEqual(q.stats().total, 2)
+        self.assertTrue(q.cancel(first.id))  # a cancelled key is free at once
+        anew = q.enqueue("anew", job_id="report", depends_on=a)
+        self.assertEqual((anew.payload, anew.state), ("anew", JobState.WAITING))
+
     def test_a_graph_is_one_transaction_with_its_three_modes(self) -> None:
         q = self.open()
         old = q.enqueue("old")

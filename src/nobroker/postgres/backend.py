@@ -132,7 +132,7 @@ class PostgresBackend:
         if depends_on:  # waiting, pending or cancelled at once (graphs.py)
             node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
                                priority, delay, max_attempts, job_id)
-            return graphs.enqueue(self._link, self._sql, self._params(), [node], "return")[0]
+            return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
         params = self._params(id=job_id, pr=priority, delay=delay, ma=max_attempts,
                               p=payload_text)
 

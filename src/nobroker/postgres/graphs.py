@@ -106,10 +106,10 @@ def plan(nodes: Sequence[Node], ids: Sequence[str], known: dict[str, int]) -> li
 
 
 def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[Node],
-          existing_key: str = "graph") -> list[Job | None]:
-    """The nodes written in `conn`'s open transaction; their Jobs in node order. A
-    node whose key is taken is None with `existing_key="return"` (enqueue's rule:
-    the caller returns that job), else NobrokerError. JobNotFoundError for a
+          keep_existing: bool = False) -> list[Job] | None:
+    """The nodes written in `conn`'s open transaction; their Jobs in node order. A key
+    already taken is NobrokerError, or, with `keep_existing` (enqueue's rule: the
+    caller returns that job), None and nothing written. JobNotFoundError for a
     prerequisite the queue does not know (or no longer), before anything is written."""
     named = [p for node in nodes for p in node.depends_on if isinstance(p, str)]
     keys = [node.job_id for node in nodes if node.job_id is not None]
@@ -121,10 +121,10 @@ def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[N
         if job_id not in known:
             raise JobNotFoundError(job_id, "prerequisite job")
     taken = [key for key in keys if key in known]
-    if taken and existing_key != "return":
+    if taken and not keep_existing:
         raise NobrokerError(f"job id {taken[0]!r} is already in the queue")
     if taken:
-        return [None]
+        return None
     seqs = [int(row[0]) for row in conn.execute(sql.job_seqs, params | {"n": len(nodes)})]
     ids = [node.job_id or f"{seq:016x}" for node, seq in zip(nodes, seqs, strict=True)]
     planned = plan(nodes, ids, known)
@@ -152,16 +152,16 @@ def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[N
 
 
 def enqueue(link: Link, sql: Statements, params: dict[str, Any], nodes: Sequence[Node],
-            existing_key: str = "graph") -> list[Job]:
-    """`write` in a transaction of its own on `link`, tried again after a Conflict; a
-    key already taken (with existing_key="return") gives that job, as enqueue does."""
+            keep_existing: bool = False) -> list[Job]:
+    """`write` in a transaction of its own on `link`, tried again after a Conflict;
+    with `keep_existing`, a key already taken gives that job (one node: enqueue's)."""
     def run(conn: Conn) -> list[Job]:
         with conn.transaction():
-            jobs = write(conn, sql, params, nodes, existing_key)
-            if jobs == [None]:
+            jobs = write(conn, sql, params, nodes, keep_existing)
+            if jobs is None:
                 row = conn.execute(sql.get, params | {"id": nodes[0].job_id}).fetchone()
                 assert row is not None, "a key that is taken is visible"
                 return [job_from_row(row)]
-            return [job for job in jobs if job is not None]
+            return jobs
 
     return retried(link, "enqueue", run)
