@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import time
 import unittest
 from pathlib import Path
 from typing import Any
@@ -28,11 +26,12 @@ from harness.postgres import (
     open_queue,
     restart_server,
 )
-from harness.support import FakeClock, TempDirTestCase, slow, spawn_python, wait_until
+from harness.support import FakeClock, TempDirTestCase, slow, wait_until
 
 from nobroker import JobNotFoundError, JobState, NobrokerError, Queue
 from nobroker.dependencies import GraphNode as Node
 from nobroker.dependencies import failure_error
+from postgres import test_postgres_processes as processes
 
 TESTS = str(Path(__file__).resolve().parent.parent)
 
@@ -227,24 +226,17 @@ class PostgresDependencyProcessesTest(TempDirTestCase):
         self.queue = open_queue(self.url, "q")
         self.addCleanup(self.queue.close)
 
-    def spawn(self, code: str, *args: str) -> subprocess.Popen[bytes]:
-        errors = open(self.tmp / f"stderr-{time.monotonic()}", "wb")
-        self.addCleanup(errors.close)
-        proc = spawn_python(code, TESTS, self.url, *args, stderr=errors)
-        self.addCleanup(self._reap, proc)
-        assert proc.stdout is not None
-        self.assertEqual(proc.stdout.readline().strip(), b"ready")
-        return proc
+    # The process tests' helpers: spawn (a child that printed "ready"), go, reaping.
+    spawn = processes.PostgresProcessesTest.spawn
+    go = staticmethod(processes.PostgresProcessesTest.go)
+    _reap = staticmethod(processes.PostgresProcessesTest._reap)
 
-    @staticmethod
-    def _reap(proc: subprocess.Popen[bytes]) -> None:
-        if proc.stdin and not proc.stdin.closed:
-            proc.stdin.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
+    def ack_at_once(self, parts: list[list[Any]], *how: str) -> None:
+        """One ACKER per part of the leased jobs, all started together; each must exit 0."""
+        procs = [self.spawn(ACKER, ",".join(j.id for j in part), *how) for part in parts]
+        self.go(procs)
+        for proc in procs:
+            self.assertEqual(proc.wait(120), 0, "an ack failed (a deadlock?)")
 
     def test_two_processes_acking_the_last_two_prerequisites_release_each_chord_once(self
                                                                                      ) -> None:
@@ -255,12 +247,7 @@ class PostgresDependencyProcessesTest(TempDirTestCase):
         callbacks = [q.enqueue(f"c{i}", depends_on=[a, b])
                      for i, (a, b) in enumerate(zip(firsts, seconds, strict=True))]
         self.assertEqual(len(q.lease(2 * chords)), 2 * chords)
-        procs = [self.spawn(ACKER, ",".join(j.id for j in part)) for part in (firsts, seconds)]
-        for proc in procs:  # both start at once: each chord's two acks race
-            assert proc.stdin is not None
-            proc.stdin.close()
-        for proc in procs:
-            self.assertEqual(proc.wait(120), 0)
+        self.ack_at_once([firsts, seconds])  # each chord's two acks race
         stats = q.stats()
         self.assertEqual((stats.waiting, stats.pending, stats.done), (0, chords, 2 * chords))
         self.assertEqual({q.get(c.id).state for c in callbacks}, {JobState.PENDING})
@@ -278,12 +265,7 @@ class PostgresDependencyProcessesTest(TempDirTestCase):
         ys = q.enqueue_many([f"y{i}" for i in range(n)])
         dependents = [q.enqueue(f"d{i}", depends_on=[xs[i], ys[n - 1 - i]]) for i in range(n)]
         self.assertEqual(len(q.lease(2 * n)), 2 * n)
-        procs = [self.spawn(ACKER, ",".join(j.id for j in part), "many") for part in (xs, ys)]
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.close()
-        for proc in procs:
-            self.assertEqual(proc.wait(120), 0, "an ack_many failed (a deadlock?)")
+        self.ack_at_once([xs, ys], "many")
         self.assertEqual({q.get(d.id).state for d in dependents}, {JobState.PENDING})
 
     @slow
