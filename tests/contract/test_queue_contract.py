@@ -28,6 +28,7 @@ from harness.support import FakeClock, TempDirTestCase
 
 from contract.dependency_contract import DependencyContract
 from contract.graph_contract import GraphContract
+from contract.workflow_contract import WorkflowContract
 from nobroker import (
     BackoffPolicy,
     Job,
@@ -59,7 +60,7 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract(DependencyContract, GraphContract):
+class QueueContract(DependencyContract, GraphContract, WorkflowContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------
@@ -881,6 +882,25 @@ class QueueContract(DependencyContract, GraphContract):
         q.enqueue("again")
         t.assertRaises(JobNotFoundError, q.result, b.id)
         t.assertEqual(q.stats().kept, 0)
+
+    def test_a_result_past_its_result_ttl_is_gone_before_any_write(self) -> None:
+        # The forgetting record is written by the next write; a read in between must
+        # not hand out what the queue already agreed to forget.
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(result_ttl=10.0)
+        done, cancelled = q.enqueue_many(["a", "b"])
+        leased = q.lease_one()
+        assert leased is not None
+        q.ack(leased, result="kept 10 s")
+        q.cancel(cancelled.id)
+        clock.advance(9)
+        t.assertEqual(q.result(done.id), "kept 10 s")
+        t.assertIs(q.get(cancelled.id).state, JobState.CANCELLED)
+        clock.advance(2)
+        with self.assertWritesNothing(q):
+            t.assertRaises(JobNotFoundError, q.get, done.id)
+            t.assertRaises(JobNotFoundError, q.result, done.id)
+            t.assertRaises(JobNotFoundError, q.get, cancelled.id)
 
     def test_result_waits_with_a_timeout_and_names_a_dead_job_s_error(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]

@@ -60,8 +60,8 @@ the rows live next to their kind: bench_context.py (Config, Row, Context),
 bench_throughput.py (enqueue, threads, processes, enqueue_many, lease_ack),
 bench_bigqueue.py (cold_open, memory, stats, compaction), bench_workers.py
 (workers, mixed, latency), bench_tasks.py (the task layer's rows),
-workflows.py (enqueue_graph, a node's many prerequisites); the
-shared helpers are in bench_common.py and bench_scaling.py.
+workflows.py (enqueue_graph, a node's many prerequisites), canvas.py (group,
+chord and chain rows); the shared helpers are in bench_common.py and bench_scaling.py.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tools.bench.bigqueue import wl_cold_open, wl_compaction, wl_memory, wl_stats
+from tools.bench.canvas import wl_chain_run, wl_chord_drain, wl_group_enqueue
 from tools.bench.common import (
     REPO,
     facts_line,
@@ -120,6 +121,9 @@ WORKLOADS = (
     "task_roundtrip",
     "graph",
     "fanin",
+    "group_enqueue",
+    "chord_drain",
+    "chain_run",
 )
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "enqueue": wl_enqueue,
@@ -140,6 +144,9 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "task_roundtrip": wl_task_roundtrip,
     "graph": wl_graph,
     "fanin": wl_fanin,
+    "group_enqueue": wl_group_enqueue,
+    "chord_drain": wl_chord_drain,
+    "chain_run": wl_chain_run,
 }
 TITLES = {
     "enqueue": "durable single enqueue",
@@ -160,6 +167,9 @@ TITLES = {
     "task_roundtrip": "delay -> worker -> get round trip",
     "graph": "enqueue_graph vs enqueue_many",
     "fanin": "members of a 10,000-prerequisite node",
+    "group_enqueue": "group(...).delay() vs enqueue_many",
+    "chord_drain": "draining a chord vs plain task jobs",
+    "chain_run": "a chain of 100 steps vs 100 delay().get()",
 }
 
 TARGETS = {
@@ -181,6 +191,9 @@ TARGETS = {
     "task_roundtrip": "p50 <= 3 ms + 2 fsyncs, p99 <= 10 ms",
     "graph": "<= 1.3x (time)",
     "fanin": ">= 0.8x (speed)",
+    "group_enqueue": "<= 1.3x (time)",
+    "chord_drain": ">= 0.8x (speed)",
+    "chain_run": "<= 1.3x (time)",
 }
 
 

@@ -66,6 +66,7 @@ CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, loc
                             exports=True, dependencies=True)
 _MISSING: Any = object()
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+_KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until retention ends
 _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
 
 
@@ -331,11 +332,14 @@ class FileBackend:
         handle = self.handle
 
         def query(state: QueueState) -> Job:
-            entry = state.jobs.get(job_id)
+            entry, now = state.jobs.get(job_id), handle.peek_now()
             if entry is not None:
+                # Past its retention (the next write's FORGET drops it): not returned.
+                if entry.state in _KEPT and entry.available_at <= now:
+                    raise JobNotFoundError(job_id)
                 return self._view(entry)
             done_at = state.done_keys.get(job_id)
-            if done_at is not None and done_at + self._key_retention > handle.peek_now():
+            if done_at is not None and done_at + self._key_retention > now:
                 return self._done_view(job_id, done_at)
             raise JobNotFoundError(job_id)
 

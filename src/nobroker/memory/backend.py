@@ -43,6 +43,7 @@ CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process
                             dependencies=True)
 T = TypeVar("T")
 _ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+_KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until keep_until
 
 
 class MemoryBackend:
@@ -124,6 +125,9 @@ class MemoryBackend:
     def _find(self, table: MemoryTable, job_id: str, now: float) -> Job:
         job = table.jobs.get(job_id)
         if job is not None:
+            # Forgotten at the next write, past its retention: not returned before it.
+            if job.state in _KEPT and job.keep_until <= now:
+                raise JobNotFoundError(job_id)
             return self._view(job)
         done_at = table.done_keys.get(job_id)
         if done_at is not None and done_at + self.settings.key_retention > now:

@@ -5,7 +5,13 @@ imports it only lazily, inside `Queue.task` and `Queue.periodic`, so the
 core never depends on it. The Worker runs a queue's registered tasks when it
 is given no handler (worker/slots.py).
 
-    registry.py  Task, TaskResult, the per-queue registry, the payload format
+    registry.py  Task, the per-queue registry, the payload format
+    task_result.py  TaskResult, the handle .delay() returns
+    canvas.py    signatures (task.s), chain, group, chord, and their compiler
+    graph_builder.py  the compiler's pure bookkeeping: steps in, GraphNodes out
+    step_payloads.py  the JSON a workflow step carries (its parents' ids)
+    steps.py     the task runner's reading of a job: a step's inputs, read when it runs
+    workflow_results.py  GroupResult, and the handles a workflow's delay() returns
     cron.py      the five-field cron parser and its next/previous times
     zones.py     time zones for cron: names, and the instants of a local minute (DST)
     schedule.py  periodic schedules and the Scheduler that enqueues their ticks
@@ -17,12 +23,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from .canvas import Signature, chain, chord, compile_canvas, group
 from .cron import Cron
 from .registry import (
     Task,
     TaskCall,
     TaskRegistry,
-    TaskResult,
     call_as,
     current_job,
     parse_payload,
@@ -32,13 +38,18 @@ from .registry import (
 )
 from .schedule import Schedule, tick_job_id
 from .scheduler import Scheduler
+from .steps import step_call
+from .task_result import TaskResult
+from .workflow_results import GroupResult
 
 if TYPE_CHECKING:
     from ..queue import Queue
 
 __all__ = ["Cron", "Schedule", "Scheduler", "Task", "TaskCall", "TaskRegistry", "TaskResult",
            "call_as", "current_job", "parse_payload", "periodic", "queue_clock",
-           "registered_queues", "registry_of", "task", "tick_job_id"]
+           "registered_queues", "registry_of", "task", "tick_job_id",
+           "Signature", "chain", "group", "chord", "GroupResult", "compile_canvas",
+           "step_call"]
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -1,9 +1,9 @@
 """Tasks: named functions a queue's jobs call, and the handle a caller keeps.
 
 What it owns: the `Task` a `@q.task` decorator returns (`.delay()`,
-`.apply_async()`, `.adelay()`; calling it runs the function in-process), the
-`TaskResult` that `.delay()` returns, and the per-queue `TaskRegistry` that
-a `Worker(q)` without a handler runs jobs from.
+`.apply_async()`, `.adelay()`; calling it runs the function in-process) and
+the per-queue `TaskRegistry` that a `Worker(q)` without a handler runs jobs
+from. The `TaskResult` that `.delay()` returns is task_result.py's.
 
 The payload of a task job is plain JSON that any program may write:
 
@@ -31,9 +31,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .. import validation
-from ..errors import JobNotFoundError, SerializationError
+from ..errors import SerializationError
 from ..models import Job, JobState
 from ..transactions import transactional
+from .canvas import Signature
+from .task_result import TaskResult
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -45,7 +47,6 @@ __all__ = ["Task", "TaskResult", "TaskRegistry", "TaskCall", "registry_of", "par
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_FINISHED = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
 _REGISTRIES: weakref.WeakKeyDictionary[Queue, TaskRegistry] = weakref.WeakKeyDictionary()
 _CURRENT: contextvars.ContextVar[Job | None] = contextvars.ContextVar("nobroker_job",
                                                                       default=None)
@@ -108,59 +109,6 @@ def parse_payload(payload: Any) -> TaskCall:
         raise ValueError(f"task payload: 'kwargs' must be an object, not "
                          f"{type(kwargs).__name__}")
     return TaskCall(payload["task"], args, kwargs)
-
-
-class TaskResult:
-    """A handle on one task job: its id, its state, and a way to wait for its result."""
-
-    __slots__ = ("id", "queue")
-
-    def __init__(self, queue: Queue, job_id: str) -> None:
-        self.queue = queue
-        self.id = job_id
-
-    @property
-    def job(self) -> Job:
-        """The job as the queue holds it now (JobNotFoundError once it is forgotten)."""
-        return self.queue.get(self.id)
-
-    @property
-    def state(self) -> JobState:
-        """pending, leased, done, dead or cancelled, as of now."""
-        return self.job.state
-
-    def ready(self) -> bool:
-        """True once the job has finished: done, dead or cancelled."""
-        try:
-            return self.state in _FINISHED
-        except JobNotFoundError:
-            return True  # finished and forgotten after its retention
-
-    def get(self, timeout: float | None = None) -> Any:
-        """Wait for the result (woken by the ack, no polling) and return it.
-
-        Raises TaskFailed (with the job's last_error) for a dead or cancelled
-        job, TimeoutError if it has not finished within `timeout` seconds.
-        """
-        return self.queue.result(self.id, timeout=timeout)
-
-    async def aget(self, timeout: float | None = None) -> Any:
-        """`get` for asyncio code: awaits without blocking the event loop."""
-        return await self.queue.aresult(self.id, timeout=timeout)
-
-    def cancel(self) -> bool:
-        """Cancel the job: True if it was pending or leased, False if already finished."""
-        return self.queue.cancel(self.id)
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, TaskResult) and other.id == self.id
-                and other.queue is self.queue)
-
-    def __hash__(self) -> int:
-        return hash(self.id)
-
-    def __repr__(self) -> str:
-        return f"TaskResult({self.id!r})"
 
 
 class Task(Generic[P, R]):
@@ -231,6 +179,20 @@ class Task(Generic[P, R]):
             from ..testing import run_eagerly
             run_eagerly(self.queue, job)
         return TaskResult(self.queue, job.id)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature of a call (canvas.py): enqueued later, in a chain, group or chord;
+        in a chain it receives the previous step's result in front of `args`."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: in a chain it ignores the previous step's result."""
+        return Signature(self, args, kwargs, immutable=True)
+
+    def signature(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                  *, immutable: bool = False, **options: Any) -> Signature:
+        """Celery's long form of `s`: `task.signature((2, 2), countdown=10)`."""
+        return Signature(self, args, kwargs, immutable=immutable, **options)
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
         """`delay` for asyncio code: the write and its fsync run off the event loop."""

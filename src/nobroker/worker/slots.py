@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import NobrokerError, NotLeasedError, SerializationError, TaskLockedError
 from ..models import Job, JobState
 from ..queue import Queue
-from ..tasks import call_as, parse_payload
+from ..tasks import call_as, step_call
 from .atomic import run_atomic
 from .joblog import log_job
 from .leasing import Leasing
@@ -230,8 +230,8 @@ class Slots(Leasing):
         if tasks is None:
             return Plan(self.handler, (job,), None, self.timeout, spec=self._handler_spec,
                         name=getattr(self.handler, "__qualname__", None))
-        try:
-            call = parse_payload(job.payload)
+        try:  # a workflow step's inputs (its parents' results) are read here
+            call = step_call(self.queues[queue_index], job)
         except ValueError as exc:
             return Plan(None, refused=str(exc))
         task = tasks.get(call.name)
