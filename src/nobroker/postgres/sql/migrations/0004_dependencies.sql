@@ -40,9 +40,9 @@ CREATE INDEX prerequisites_of ON {schema}.prerequisites (queue, dependent, pos);
 -- pending job purged), at nb_now(`given`): each stops waiting itself (a
 -- waiting job cancelled), and its waiting dependents are released (state 0,
 -- or -1 while their own delay runs) or cancelled (kept `ttl` seconds,
--- last_error saying why, as nobroker.dependencies words it), recursively. Returns how many it
--- cancelled (the caller's tally takes them from `live` into `kept`); it
--- NOTIFYs the releases and the watched cancels itself. VOLATILE: each query
+-- last_error saying why, as nobroker.dependencies words it), recursively.
+-- Returns how many it cancelled (the caller's tally takes them from `live`
+-- into `kept`); it NOTIFYs the releases and the watched cancels itself. VOLATILE: each query
 -- reads with a fresh snapshot, so it sees a dependent committed while the
 -- calling statement waited for the prerequisite's row lock. Every query in it
 -- looks up rows by key: enable_seqscan off keeps them on their indexes when
