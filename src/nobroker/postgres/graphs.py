@@ -115,7 +115,8 @@ def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[N
     keys = [node.job_id for node in nodes if node.job_id is not None]
     for key in keys:  # a finished key past its retention, or cancelled, is free
         conn.execute(sql.forget_key, params | {"id": key})
-    rows = conn.execute(sql.lock_prerequisites, params | {"ids": named + keys}).fetchall()
+    rows = (conn.execute(sql.lock_prerequisites, params | {"ids": named + keys}).fetchall()
+            if named or keys else [])  # a graph of new jobs only: one round trip less
     known = {str(row[0]): int(row[1]) for row in rows}
     for job_id in named:
         if job_id not in known:
