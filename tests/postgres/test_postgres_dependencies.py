@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import unittest
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from harness.postgres import (
 )
 from harness.support import FakeClock, TempDirTestCase, slow, wait_until
 
-from nobroker import JobNotFoundError, JobState, NobrokerError, Queue
+from nobroker import JobNotFoundError, JobState, NobrokerError, NotLeasedError, Queue
 from nobroker.dependencies import GraphNode as Node
 from nobroker.dependencies import failure_error
 from postgres import test_postgres_processes as processes
@@ -110,6 +111,27 @@ class PostgresDependenciesTest(unittest.TestCase):
         assert leased is not None
         following = q.backend.ack_and_lease(leased, 30.0)
         self.assertIsNone(following, "released in this statement, leasable from the next")
+        self.assertEqual(q.get(c.id).state, JobState.PENDING)
+
+    def test_the_release_is_in_the_acks_transaction_and_rolls_back_with_it(self) -> None:
+        q = self.open()
+        a, b = q.enqueue("a"), q.enqueue("b")
+        c = q.enqueue("c", depends_on=a)
+        d = q.enqueue("d", depends_on=[a, b])
+        held = q.lease(2)
+        backend: Any = q.backend
+        with self.assertRaises(RuntimeError), backend.atomic() as conn:
+            backend.ack_in(conn, held[0], None, None)
+            raise RuntimeError("the task's transaction fails after its ack")
+        self.assertEqual((q.get(a.id).state, q.get(c.id).state),
+                         (JobState.LEASED, JobState.WAITING))
+        stale = replace(held[1], token=(held[1].token or 0) + 1000)
+        with self.assertRaises(NotLeasedError):
+            q.ack_many([held[0], stale])  # one stale lease: nothing acked, nothing released
+        self.assertEqual((q.get(c.id).state, q.get(d.id).waiting_for),
+                         (JobState.WAITING, (a.id, b.id)))
+        with backend.atomic() as conn:
+            backend.ack_in(conn, held[0], None, None)
         self.assertEqual(q.get(c.id).state, JobState.PENDING)
 
     def test_a_keyed_dependent_enqueued_twice_is_the_same_job(self) -> None:
