@@ -12,10 +12,13 @@ kombu's other virtual transports do. Closing a channel gives back its unacked
 messages untried. An idle consumer blocks in `Queue.wait` (waiting.py):
 woken by a producer in any process, no polling.
 
-Queues declared transient (auto_delete, exclusive or not durable: Celery's
-pidbox, reply and event queues) are never stored: messages to them are
-dropped and consuming them finds nothing, so broadcasts (`inspect`, `control`,
-`revoke`), mingle and gossip do not work over this transport (docs/CELERY.md).
+Broadcasts (`revoke`, `ping`, `inspect`, `control`): the bindings of fanout and
+non-durable exchanges (kombu's mailbox: `celery.pidbox`, `reply.celery.pidbox`)
+are shared through the directory (bindings.py), so a message published to the
+fanout exchange is copied into each live worker's pidbox queue, and a reply
+reaches the caller's reply queue. A queue's message TTL (`x-message-ttl`) is
+stamped on each message routed to it; an expired one is dropped when read.
+Worker events (a durable topic exchange) are not shared: they reach no one.
 
 Transport options (`broker_transport_options`): `visibility_timeout` (seconds,
 default 30: how long a killed worker's messages stay invisible).
@@ -30,13 +33,25 @@ from queue import Empty
 from typing import Any
 
 from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from .. import __version__
 from ..errors import NotLeasedError
 from ..queue import Queue
+from .bindings import BINDINGS_QUEUE, Binding, SharedBindings
 from .leases import LeaseKeeper
 from .locations import directory_from_url, queue_name_for
-from .messages import delay_of, is_celery_payload, job_id_of, message_from, payload_for, priority_of
+from .messages import (
+    delay_of,
+    expires_at,
+    has_expired,
+    is_celery_payload,
+    job_id_of,
+    message_from,
+    payload_for,
+    priority_of,
+    refuse_unserved,
+)
 from .waiting import AnyQueueWaiter
 
 __all__ = ["Transport", "Channel", "QoS"]
@@ -79,7 +94,7 @@ class Channel(virtual.Channel):
     QoS = QoS
     connection: Transport
     body_encoding = None  # JSON text stays text: no base64
-    supports_fanout = False
+    supports_fanout = True  # through the shared bindings (bindings.py)
 
     def __init__(self, connection: Transport, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
@@ -88,55 +103,96 @@ class Channel(virtual.Channel):
     # -- queues -------------------------------------------------------------
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
-        transient = (kwargs.get("auto_delete") or kwargs.get("exclusive")
-                     or kwargs.get("durable") is False)
-        if transient:
-            self.connection.transient.add(queue)
+        transport = self.connection
+        if kwargs.get("auto_delete") or kwargs.get("exclusive") or kwargs.get("durable") is False:
+            transport.transient.add(queue)
         else:
-            self.connection.transient.discard(queue)
-            self.connection.queue(queue)
+            transport.transient.discard(queue)
+        ttl = (kwargs.get("arguments") or {}).get("x-message-ttl")
+        if isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+            transport.message_ttl[queue] = ttl / 1000.0  # AMQP's milliseconds
+        transport.queue(queue)
+
+    def prepare_queue_arguments(self, arguments: dict[str, Any], **kwargs: Any) -> Any:
+        # AMQP's names (x-message-ttl, ...), so that _new_queue sees the message TTL
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return True  # every name is a queue in the directory
 
     def _size(self, queue: str) -> int:
-        if queue in self.connection.transient:
-            return 0
         return self.connection.queue(queue).stats().pending
 
     def _purge(self, queue: str) -> int:
-        if queue in self.connection.transient:
-            return 0
         return self.connection.queue(queue).purge()
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        # A nobroker queue cannot be deleted through its API: its jobs stay.
-        self.connection.transient.discard(queue)
+        # A nobroker queue cannot be deleted through its API: its jobs stay. A transient
+        # one (a reply queue, deleted by kombu after each collect) drops what is left in
+        # it, as AMQP and Redis do, so that late replies do not pile up.
+        if queue in self.connection.transient:
+            self.connection.queue(queue).purge()
+
+    # -- bindings shared through the directory (bindings.py) ----------------
+
+    def _shared(self, exchange: str) -> bool:
+        """Whether `exchange`'s bindings are shared: fanout, or declared non-durable."""
+        declared = self.state.exchanges.get(exchange) or {}
+        return declared.get("type") == "fanout" or declared.get("durable") is False
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        if self._shared(exchange):
+            transport = self.connection
+            transport.bindings.declare(Binding(exchange, routing_key or "", pattern or "",
+                                               queue, transport.message_ttl.get(queue)))
+
+    def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
+        local: list[tuple[str, str, str]] = list(super().get_table(exchange))
+        if not self._shared(exchange):
+            return local
+        transport = self.connection
+        for binding in transport.bindings.table(exchange):
+            row = (binding.routing_key, binding.pattern, binding.queue)
+            if row not in local:
+                local.append(row)
+                transport.remote.add(binding.queue)
+            if binding.message_ttl is not None:
+                transport.message_ttl.setdefault(binding.queue, binding.message_ttl)
+        return local
+
+    def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str,
+                    **kwargs: Any) -> None:
+        """A copy for each queue bound to `exchange`, in any process."""
+        refuse_unserved(message)
+        self.connection.bindings.refresh()  # our own reply binding, before anyone replies
+        for queue in dict.fromkeys(row[2] for row in self.get_table(exchange)):
+            self._put(queue, message)
 
     def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
         found: list[str] = super()._lookup(exchange, routing_key, default)
         if not found and routing_key and getattr(self.typeof(exchange), "type", "") == "direct":
-            # Bindings live in each process's memory; a producer that never declared
-            # the queue still reaches it by its routing key (Celery's default queues).
+            # Bindings of durable exchanges live in each process's memory; a producer
+            # that never declared the queue still reaches it by its routing key.
             return [routing_key]
         return found
 
     # -- messages -----------------------------------------------------------
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        if queue in self.connection.transient:
-            return  # a broadcast or reply queue: not served (see the module docstring)
-        payload = payload_for(message, queue)
-        self.connection.queue(queue).enqueue(
-            payload, priority=priority_of(message), delay=delay_of(message),
-            job_id=job_id_of(message))
+        transport = self.connection
+        payload = expires_at(payload_for(message, queue), transport.message_ttl.get(queue),
+                             time.time())
+        transport.enqueue(queue, payload, priority=priority_of(message),
+                          delay=delay_of(message), job_id=job_id_of(message))
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        if queue in self.connection.transient:
-            raise Empty()
         transport = self.connection
         nobroker_queue = transport.queue(queue)
         job = nobroker_queue.lease_one(visibility_timeout=transport.visibility_timeout)
+        while job is not None and isinstance(job.payload, dict) and \
+                has_expired(job.payload, time.time()):
+            # its queue's message TTL ran out: an unanswered reply, an old broadcast
+            job = nobroker_queue.ack_and_lease(job)
         if job is None:
             raise Empty()
         if not is_celery_payload(job.payload):
@@ -192,8 +248,7 @@ class Channel(virtual.Channel):
             return []
         if not self.qos.can_consume():
             return None
-        return [self.connection.queue(name) for name in self._active_queues
-                if name not in self.connection.transient]
+        return [self.connection.queue(name) for name in self._active_queues]
 
 
 class Transport(virtual.Transport):
@@ -203,7 +258,8 @@ class Transport(virtual.Transport):
     driver_type = "nobroker"
     driver_name = "nobroker"
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "topic"]), heartbeats=False)
+        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"]),
+        heartbeats=False)
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
@@ -213,8 +269,20 @@ class Transport(virtual.Transport):
                                                     DEFAULT_VISIBILITY_TIMEOUT))
         self.leases = LeaseKeeper(self.visibility_timeout)
         self.waiter = AnyQueueWaiter()
-        self.transient: set[str] = set()
+        self.transient: set[str] = set()  # declared auto_delete, exclusive or not durable
+        self.message_ttl: dict[str, float] = {}  # queue -> seconds (its x-message-ttl)
         self._queues: dict[str, Queue] = {}
+        self._bindings: SharedBindings | None = None
+        # queues this process only routes to through another process's binding (a
+        # caller's reply queue): opened for each message, not kept open
+        self.remote: set[str] = set()
+
+    @property
+    def bindings(self) -> SharedBindings:
+        """The shared bindings (bindings.py), opened on first use."""
+        if self._bindings is None:
+            self._bindings = SharedBindings(Queue(self.directory, BINDINGS_QUEUE))
+        return self._bindings
 
     def queue(self, celery_queue: str) -> Queue:
         """The nobroker queue of a Celery queue, opened once per connection."""
@@ -224,6 +292,17 @@ class Transport(virtual.Transport):
                            visibility_timeout=self.visibility_timeout)
             self._queues[celery_queue] = opened
         return opened
+
+    def enqueue(self, celery_queue: str, payload: Any, **options: Any) -> None:
+        """Store one message in a Celery queue."""
+        if celery_queue in self._queues or celery_queue not in self.remote:
+            self.queue(celery_queue).enqueue(payload, **options)
+            return
+        once = Queue(self.directory, queue_name_for(celery_queue))
+        try:
+            once.enqueue(payload, **options)
+        finally:
+            once.close()
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         """Deliver one message; while none is ready, block in nobroker's wait."""
@@ -260,6 +339,10 @@ class Transport(virtual.Transport):
                 pass
         self.leases.close()
         self.waiter.close()
+        if self._bindings is not None:
+            self._bindings.close()
+            self._bindings.queue.close()
+            self._bindings = None
         for queue in self._queues.values():
             queue.close()
         self._queues.clear()
