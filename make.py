@@ -305,6 +305,20 @@ def test_celery_suite(args: list[str]) -> int:
     return python_tool("tools/suites/celery_suite.py", ["--python", str(python), *args])
 
 
+CELERY_PG_VENV = DEV / "celery-pg-venv"
+
+
+@task("test-celery-postgres")
+def test_celery_postgres(args: list[str]) -> int:
+    """Run Celery on nobroker+postgresql:// (a throwaway cluster, tools/postgres/cluster.py)."""
+    python = ensure_celery_venv(CELERY_PG_VENV, REPO / "requirements-celery-postgres.txt")
+    if python is None:
+        return 1
+    return run([sys.executable, "-m", "tools.postgres.cluster", "run", "--",
+                str(python), str(REPO / "tests/run.py"), "-j", "1",
+                *(args or ("test_celery_postgres",))])
+
+
 def ensure_celery_venv(venv: Path = CELERY_VENV,
                        requirements: Path = REPO / "requirements-celery.txt") -> Path | None:
     """A Celery venv, with nobroker installed in it when its install inputs changed."""
@@ -335,7 +349,8 @@ def clean(args: list[str]) -> int:
     doomed += SRC.glob("*.egg-info")
     doomed += pycache_dirs(REPO)
     if "--all" in args:
-        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV, CELERY_SUITE_VENV]
+        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV, CELERY_SUITE_VENV,
+                   CELERY_PG_VENV]
     for path in sorted(set(doomed)):
         if path.is_dir():
             print(f"removing {path.relative_to(REPO)}/")

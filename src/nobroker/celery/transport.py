@@ -40,7 +40,7 @@ from ..errors import NotLeasedError
 from ..queue import Queue
 from .bindings import BINDINGS_QUEUE, Binding, SharedBindings
 from .leases import LeaseKeeper
-from .locations import directory_from_url, queue_name_for
+from .locations import directory_from_url, location_from_url, queue_name_for
 from .messages import (
     delay_of,
     expires_at,
@@ -352,8 +352,11 @@ class Transport(virtual.Transport):
 
 
 def _directory_of(client: Any) -> str:
-    """The directory a kombu Connection names: kombu splits `nobroker:///a/b` into
-    no host and the virtual host "a/b", and `nobroker://a/b` into host "a", "b"."""
+    """The location a kombu Connection names: kombu splits `nobroker:///a/b` into
+    no host and the virtual host "a/b", and `nobroker://a/b` into host "a", "b";
+    `nobroker+postgresql://...` leaves "postgresql://..." whole as the host."""
+    if isinstance(client.hostname, str) and "://" in client.hostname:
+        return location_from_url(client.hostname)
     host = client.hostname if client.hostname not in (None, "", "localhost") else None
     vhost = (client.virtual_host or "").lstrip("/")
     path = f"{host}/{vhost}" if host else f"/{vhost}"
