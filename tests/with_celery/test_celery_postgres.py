@@ -6,17 +6,21 @@ skipped, saying so, without a server or psycopg."""
 from __future__ import annotations
 
 import socket
+import unittest
 
 from harness.celery_support import CeleryTestCase, needs_celery
-from harness.postgres import drop_schema, fresh_schema_url, needs_postgres
+from harness.postgres import ENABLED, URL, drop_schema, fresh_schema_url
 
 from nobroker import Queue
 from nobroker.celery import queue_name_for
 
 TIMEOUT = 60.0
+SKIP_REASON = ("Celery-on-PostgreSQL tests skipped: " +
+               ("psycopg is not installed" if URL else "no server") +
+               " (run `python make.py test-celery-postgres`)")
 
 
-@needs_postgres
+@unittest.skipUnless(ENABLED, SKIP_REASON)
 @needs_celery
 class CeleryOnPostgresTest(CeleryTestCase):
     def setUp(self) -> None:
