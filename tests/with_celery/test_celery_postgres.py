@@ -15,7 +15,7 @@ from nobroker import Queue
 from nobroker.celery import queue_name_for
 
 TIMEOUT = 60.0
-SKIP_REASON = ("Celery-on-PostgreSQL tests skipped: " +
+SKIP_REASON = ("Celery-on-PostgreSQL suite skipped: " +
                ("psycopg is not installed" if URL else "no server") +
                " (run `python make.py test-celery-postgres`)")
 
