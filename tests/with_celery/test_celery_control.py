@@ -86,6 +86,18 @@ class CeleryControlTest(CeleryTestCase):
         self.addCleanup(queue.close)
         self.assertEqual(queue.stats().pending + queue.stats().leased, 0)
 
+    def test_control_commands_change_the_running_worker(self) -> None:
+        self.start("w1")
+        name = f"w1@{HOST}"
+        replies = self.control.add_consumer("c", reply=True, timeout=5.0)
+        self.assertEqual([next(iter(reply)) for reply in replies], [name])
+        result = self.mod.add.apply_async((4, 4), queue="c")  # a queue w1 was not started on
+        self.assertEqual(result.get(timeout=TIMEOUT), 8)
+        replies = self.control.rate_limit("celery_app.add", "100/m", reply=True, timeout=5.0)
+        self.assertIn("ok", replies[0][name])
+        self.control.shutdown(destination=[name])
+        self.assertEqual(self.workers[0].wait(TIMEOUT), 0)
+
     def test_an_unserved_command_is_refused_and_nothing_is_sent(self) -> None:
         from nobroker.celery.messages import CommandNotServedError
 
