@@ -53,6 +53,13 @@ class CeleryControlTest(CeleryTestCase):
         self.start("w1", "w2")
         self.assertEqual(self.pinged(), {f"w1@{HOST}", f"w2@{HOST}"})
         self.assertEqual(self.pinged(destination=[f"w2@{HOST}"]), {f"w2@{HOST}"})
+        # each call's reply queue (a new one per call, in kombu) is held by one nobroker
+        # queue of this process's connection, not one each
+        stores = {path.name.split(".")[0] for path in self.directory.iterdir()}
+        self.assertEqual(len([name for name in stores if name.startswith("celery_replies-")]),
+                         1, sorted(stores))
+        self.assertEqual([name for name in stores if "reply" in name and
+                          not name.startswith("celery_replies-")], [])
 
     def test_inspect_sees_the_running_task_and_the_registered_ones(self) -> None:
         self.start("w1")

@@ -53,6 +53,7 @@ class Binding:
     pattern: str
     queue: str
     message_ttl: float | None = None  # seconds a message waits in `queue` before it is dropped
+    store: str | None = None  # the nobroker queue holding `queue`, if not its own (replies)
 
     def key(self) -> str:
         """The binding's identity, the same in every process."""
@@ -132,6 +133,7 @@ def _binding_of(row: dict[str, Any]) -> Binding | None:
     if not (isinstance(exchange, str) and isinstance(key, str) and isinstance(pattern, str)
             and isinstance(queue, str)):
         return None
-    ttl = row.get("message_ttl")
+    ttl, store = row.get("message_ttl"), row.get("store")
     return Binding(exchange, key, pattern, queue,
-                   float(ttl) if isinstance(ttl, (int, float)) else None)
+                   float(ttl) if isinstance(ttl, (int, float)) else None,
+                   store if isinstance(store, str) else None)

@@ -11,19 +11,26 @@ one to the other one-to-one, escaping with '_' (see its docstring).
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Final
 
 from ..errors import NobrokerError
 
 __all__ = ["SCHEME", "directory_from_url", "location_from_url", "queue_name_for",
-           "RESULTS_QUEUE"]
+           "RESULTS_QUEUE", "REPLIES_PREFIX", "is_reply_queue"]
 
 SCHEME: Final = "nobroker"
 _POSTGRES: Final = ("postgresql", "postgres")
 # The result backend's queue. Its '_' is escaped in every Celery queue name
 # ("celery_results" becomes "celery__results"), so no Celery queue can land on it.
 RESULTS_QUEUE: Final = "celery_results"
+# A connection's store for the reply queues it declares ('_r' never occurs in an
+# escaped Celery name either): see is_reply_queue.
+REPLIES_PREFIX: Final = "celery_replies-"
+# kombu's mailbox names a reply queue OID.reply.NAMESPACE.pidbox, with a fresh OID (a
+# UUID) for each control call.
+_REPLY_QUEUE: Final = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.reply\..+\.pidbox")
 _PLAIN: Final = frozenset(string.ascii_letters + string.digits + "-")
 _MAX_NAME: Final = 100
 
@@ -51,6 +58,14 @@ def location_from_url(url: str) -> str:
                                 f"(use nobroker+postgresql://user@host/dbname)")
         return f"{engine}://{rest}"
     return directory_from_url(url)
+
+
+def is_reply_queue(celery_queue: str) -> bool:
+    """Whether a queue is one of kombu's mailbox reply queues. Each control call that
+    waits for replies declares a new one, so a connection keeps them all in one nobroker
+    queue of its own (named REPLIES_PREFIX and a UUID) rather than one each: kombu tells
+    the replies of different calls apart by their ticket."""
+    return _REPLY_QUEUE.fullmatch(celery_queue) is not None
 
 
 def queue_name_for(celery_queue: str) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from queue import Empty
 from typing import Any
@@ -40,7 +41,13 @@ from ..errors import NotLeasedError
 from ..queue import Queue
 from .bindings import BINDINGS_QUEUE, Binding, SharedBindings
 from .leases import LeaseKeeper
-from .locations import directory_from_url, location_from_url, queue_name_for
+from .locations import (
+    REPLIES_PREFIX,
+    directory_from_url,
+    is_reply_queue,
+    location_from_url,
+    queue_name_for,
+)
 from .messages import (
     delay_of,
     expires_at,
@@ -106,6 +113,8 @@ class Channel(virtual.Channel):
         transport = self.connection
         if kwargs.get("auto_delete") or kwargs.get("exclusive") or kwargs.get("durable") is False:
             transport.transient.add(queue)
+            if is_reply_queue(queue):
+                transport.store_of[queue] = transport.replies
         else:
             transport.transient.discard(queue)
         ttl = (kwargs.get("arguments") or {}).get("x-message-ttl")
@@ -144,7 +153,8 @@ class Channel(virtual.Channel):
         if self._shared(exchange):
             transport = self.connection
             transport.bindings.declare(Binding(exchange, routing_key or "", pattern or "",
-                                               queue, transport.message_ttl.get(queue)))
+                                               queue, transport.message_ttl.get(queue),
+                                               transport.store_of.get(queue)))
 
     def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
         local: list[tuple[str, str, str]] = list(super().get_table(exchange))
@@ -158,6 +168,8 @@ class Channel(virtual.Channel):
                 transport.remote.add(binding.queue)
             if binding.message_ttl is not None:
                 transport.message_ttl.setdefault(binding.queue, binding.message_ttl)
+            if binding.store is not None:
+                transport.store_of.setdefault(binding.queue, binding.store)
         return local
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str,
@@ -276,6 +288,10 @@ class Transport(virtual.Transport):
         # queues this process only routes to through another process's binding (a
         # caller's reply queue): opened for each message, not kept open
         self.remote: set[str] = set()
+        # Celery queue -> the nobroker queue holding it, where that is not the queue of
+        # its own name: kombu's reply queues, one store per connection (is_reply_queue)
+        self.store_of: dict[str, str] = {}
+        self.replies = f"{REPLIES_PREFIX}{uuid.uuid4().hex}"
 
     @property
     def bindings(self) -> SharedBindings:
@@ -286,19 +302,24 @@ class Transport(virtual.Transport):
 
     def queue(self, celery_queue: str) -> Queue:
         """The nobroker queue of a Celery queue, opened once per connection."""
-        opened = self._queues.get(celery_queue)
+        name = self.store_name(celery_queue)
+        opened = self._queues.get(name)
         if opened is None:
-            opened = Queue(self.directory, queue_name_for(celery_queue),
-                           visibility_timeout=self.visibility_timeout)
-            self._queues[celery_queue] = opened
+            opened = Queue(self.directory, name, visibility_timeout=self.visibility_timeout)
+            self._queues[name] = opened
         return opened
+
+    def store_name(self, celery_queue: str) -> str:
+        """The name of the nobroker queue holding a Celery queue."""
+        return self.store_of.get(celery_queue) or queue_name_for(celery_queue)
 
     def enqueue(self, celery_queue: str, payload: Any, **options: Any) -> None:
         """Store one message in a Celery queue."""
-        if celery_queue in self._queues or celery_queue not in self.remote:
+        name = self.store_name(celery_queue)
+        if name in self._queues or celery_queue not in self.remote:
             self.queue(celery_queue).enqueue(payload, **options)
             return
-        once = Queue(self.directory, queue_name_for(celery_queue))
+        once = Queue(self.directory, name)
         try:
             once.enqueue(payload, **options)
         finally:
