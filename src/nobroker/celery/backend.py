@@ -137,11 +137,13 @@ class NobrokerBackend(KeyValueStoreBackend):
         self._ensure_not_eager()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if on_interval:
+                # first: it raises a failed parent's error (get(follow_parents=True)), which
+                # must win over this task's own, a ChordError that says the same later
+                on_interval()
             meta = self.get_task_meta(task_id)
             if meta["status"] in states.READY_STATES:
                 return meta
-            if on_interval:
-                on_interval()
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError("The operation timed out.")
             self._wait_slice(deadline)
