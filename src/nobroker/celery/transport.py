@@ -346,10 +346,9 @@ class Transport(virtual.Transport):
                     full = True
                 else:
                     queues.extend(q for q in found if q not in queues)
-            if full and not queues:
-                time.sleep(min(step, _FULL_PAUSE))
-            else:
-                self.waiter.wait(queues, step)
+            # A full channel's acks wake no queue: re-check it soon, while waiting on
+            # the others (a worker's pidbox beside its task queues)
+            self.waiter.wait(queues, min(step, _FULL_PAUSE) if full else step)
 
     def close_connection(self, connection: Any) -> None:
         super().close_connection(connection)  # channels give back their unacked messages
