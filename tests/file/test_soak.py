@@ -22,8 +22,11 @@ from nobroker.dependencies import GraphNode
 
 class ShortSoakTest(TempDirTestCase):
     def test_two_producers_two_workers_and_kill_9_lose_nothing(self) -> None:
+        # Nine seconds, longer (up to 40) on a loaded machine until the logs show the
+        # work the checks below count on.
         cfg = soak.SoakConfig(seconds=9.0, producers=2, workers=2, kill_every=(0.5, 1.2),
-                              seed=int.from_bytes(os.urandom(2), "little"))
+                              seed=int.from_bytes(os.urandom(2), "little"),
+                              min_enqueued=220, min_compactions=1, max_seconds=40.0)
         report = soak.run_soak(cfg, str(self.tmp))
         detail = f"seed {cfg.seed}: {report.summary()}\n" + "\n".join(report.problems[:20])
         self.assertEqual(report.problems, [], detail)

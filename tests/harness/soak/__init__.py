@@ -65,9 +65,9 @@ from typing import Any
 import harness.support  # noqa: F401  (puts src/ on sys.path)
 from nobroker import Queue
 
-from .audit import EPSILON, SoakConfig, SoakReport, audit
+from .audit import EPSILON, SoakConfig, SoakReport, audit, progress
 
-__all__ = ["SoakConfig", "SoakReport", "run_soak", "audit", "EPSILON"]
+__all__ = ["SoakConfig", "SoakReport", "run_soak", "audit", "progress", "EPSILON"]
 
 HERE = Path(__file__).resolve()
 SRC = HERE.parents[3] / "src"  # tests/harness/soak/__init__.py
@@ -182,6 +182,12 @@ def _wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
     return bool(predicate())
 
 
+def _enough(cfg: SoakConfig, logdir: str) -> bool:
+    enqueued, acked, compactions = progress(logdir)
+    return (enqueued >= cfg.min_enqueued and acked >= cfg.min_acked
+            and compactions >= cfg.min_compactions)
+
+
 def run_soak(cfg: SoakConfig, root: str | None = None) -> SoakReport:
     """Run one soak in `root` (a fresh temp dir by default) and audit it."""
     root = root or tempfile.mkdtemp(prefix="nobroker-soak-")
@@ -200,7 +206,12 @@ def run_soak(cfg: SoakConfig, root: str | None = None) -> SoakReport:
         if cfg.compactor:
             chaos.spawn("compactor", 0)
         end = started + cfg.seconds
-        while time.monotonic() < end:
+        while True:
+            now = time.monotonic()
+            if now >= end:
+                if now >= started + cfg.max_seconds or _enough(cfg, logdir):
+                    break
+                end = now + cfg.kill_every[1]  # not enough work yet: another round
             pause = min(rng.uniform(*cfg.kill_every), max(0.0, end - time.monotonic()))
             time.sleep(pause)  # chaos: the interval between kills is the experiment
             chaos.check_exits()

@@ -31,6 +31,12 @@ class SoakConfig:
     visibility_timeout: float = 1.5
     max_attempts: int = 8
     drain_timeout: float = 60.0
+    # The chaos goes on past `seconds` (up to `max_seconds`) until the logs show this
+    # much work: a slow, shared machine still gets a soak that did something.
+    min_enqueued: int = 0
+    min_acked: int = 0
+    min_compactions: int = 0
+    max_seconds: float = 0.0
 
 
 @dataclass
@@ -89,6 +95,22 @@ class _Delivery:
     tag: str
     pid: int
     expires: float
+
+
+def progress(logdir: str) -> tuple[int, int, int]:
+    """(jobs whose enqueue returned, acks, compactions) the logs show so far."""
+    enqueued = acked = compactions = 0
+    for _, fields in _read_logs(logdir)[0]:
+        kind = fields[0]
+        if kind == "ok":
+            enqueued += 1
+        elif kind in ("okmany", "okgraph"):
+            enqueued += len(fields) - 1
+        elif kind == "acked":
+            acked += 1
+        elif kind == "compacted":
+            compactions += 1
+    return enqueued, acked, compactions
 
 
 def _read_logs(logdir: str) -> tuple[list[tuple[int, list[str]]], int]:
