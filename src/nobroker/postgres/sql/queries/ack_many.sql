@@ -1,5 +1,6 @@
 -- Leased jobs acked without results: the ids of those whose lease was current
--- (the caller rolls back unless all were).
+-- (the caller rolls back unless all were). A freed concurrency slot wakes the
+-- idle workers.
 WITH acked AS (
     UPDATE {schema}.jobs AS j SET
         state = 3, finished_at = t.now, available_at = t.now, token = NULL,
@@ -8,12 +9,15 @@ WITH acked AS (
     FROM unnest(%(ids)s::text[], %(toks)s::bigint[]) AS a(id, tok),
          (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
     WHERE j.queue = %(q)s AND j.id = a.id AND j.state = 1 AND j.token = a.tok
-    RETURNING j.id),
+    RETURNING j.id, j.conc_key <> '' AS held),
 finishing AS (SELECT acked.id FROM acked),
 tally AS MATERIALIZED (
     SELECT c0.p, c0.d, c0.f, c0.k,
+           CASE WHEN c0.w0 > 0 THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text
+           END AS woke,
            (SELECT {schema}.nb_finished(%(q)s, array_agg(f.id)) FROM finishing AS f
             HAVING count(*) > 0) AS told
-    FROM (SELECT -count(*) AS p, 0 AS d, count(*) AS f, 0 AS k FROM acked) AS c0),
+    FROM (SELECT -count(*) AS p, 0 AS d, count(*) AS f, 0 AS k,
+                 count(*) FILTER (WHERE acked.held) AS w0 FROM acked) AS c0),
 {counted}
 SELECT id FROM acked
