@@ -6,8 +6,9 @@ row in `queues` (sql/queries/limited_lock.sql, held to the commit):
 
 1. expired leases are taken back first (the lease statement with n = 0), so a
    killed holder's slot is free again from its lease's deadline;
-2. the state: the holders of each concurrency key (its leased rows) and the
-   latest starts of each declared rate key (table `limit_windows`);
+2. the state, at a time read after the lock: the holders of each concurrency
+   key (its leased rows), the latest starts of each declared rate key (table
+   `limit_windows`);
 3. the candidates: the best due jobs of each pair of keys not saturated
    (sql/queries/limited_candidates.sql: a saturated pair is never read);
 4. the choice, by the same `Budget` the file and memory backends use;
@@ -17,10 +18,10 @@ Why it is exact across processes and hosts: every limited lease of a queue
 takes the same row lock before it reads, and READ COMMITTED gives each
 statement after the lock a snapshot that holds everything the previous holder
 committed (its leases and windows); so the decisions happen one after the
-other, each seeing all before it. Finishing (ack, nack) takes no lock: a slot
-it frees is seen by the next lease, never counted twice. A process that
-declared no limit leases with the single lease statement, as before, and is
-not limited by them (as on the other backends).
+other, each seeing all before it, at times in that order. Finishing (ack,
+nack) takes no lock: a slot it frees is seen by the next lease, never counted
+twice. A process that declared no limit leases with the single lease
+statement, as before, and is not limited by them (as on the other backends).
 
 Waiting: `due` says when a ready job may next start within the limits (a
 window's opening, a lease's deadline, a delayed job's time), or None when
@@ -96,6 +97,8 @@ class _State:
             elif key in limits.rates:
                 rate = limits.rates[key]
                 self.windows[key] = Window(rate.count, rate.period, starts)
+        # Never before a start already counted (a clock stepped back): kept in order.
+        self.now = max([self.now, *(w.starts[-1] for w in self.windows.values() if w.starts)])
         self.budget = Budget(limits, self.windows, self.in_use, self.now)
 
     def candidates(self, conn: Conn, sql: Statements, params: dict[str, Any],
@@ -125,6 +128,7 @@ class LimitedLeases:
             conn.execute(sql.limited_lock, params)
             conn.execute(sql.lease, {**params, "n": 0})  # expired leases free their slots
             state = _State(conn, sql, params, limits)
+            params = {**params, "t": state.now}  # the lease's time: its starts' (_State)
             budget = state.budget
             if count <= 0 or not budget.allows(None):  # the queue's own window is full
                 return []
@@ -157,10 +161,10 @@ class LimitedLeases:
                 window.start(state.now)
                 changed.add(key)
         if changed:
-            keys = sorted(changed)
+            names = sorted(changed)
             conn.execute(self._sql.limited_windows, {
-                **params, "keys": keys,
-                "starts": ["{" + ",".join(map(repr, windows[k].starts)) + "}" for k in keys]})
+                **params, "keys": names,
+                "starts": ["{" + ",".join(map(repr, windows[k].starts)) + "}" for k in names]})
 
     def due(self, conn: Conn, params: dict[str, Any]) -> tuple[float, float | None]:
         """(now, when a job may next be leased within the limits, or None: nothing

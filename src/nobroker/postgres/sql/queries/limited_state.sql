@@ -2,8 +2,10 @@
 -- 'now', the acting time; 'next', when something next changes without a write
 -- (a lease's deadline, a delayed job's due time; NULL while paused or if none),
 -- with n = 1 while paused; 'held', the holders of a concurrency key (its leased
--- jobs); 'window', the latest starts of a rate key of `keys`.
-WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now)
+-- jobs); 'window', the latest starts of a rate key of `keys`. The time is read
+-- now, not at the transaction's start (now()): after the lock, so that the
+-- limited leases' times follow the order they decide in.
+WITH t AS (SELECT coalesce(%(t)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
 SELECT 'now', NULL::text, 0::bigint, NULL::float8[], t.now FROM t
 UNION ALL
 SELECT 'next', NULL, q.paused::int, NULL, CASE WHEN NOT q.paused THEN least(
