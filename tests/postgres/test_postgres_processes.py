@@ -96,7 +96,7 @@ with open(out, "a") as f:
             continue
         leased = time.time()
         if job.payload["task"] == "held":
-            time.sleep(0.02)
+            time.sleep(0.1)
         acking = time.time()
         q.ack(job)
         f.write(json.dumps([job.lease_expires_at - 30.0, leased, acking,
@@ -345,7 +345,8 @@ class PostgresLimitsAcrossProcessesTest(_Processes):
 
     @slow
     def test_a_concurrency_key_never_has_more_holders_than_its_limit(self) -> None:
-        rows = self.run_limited([{"task": "held", "args": [n], "kwargs": {}}
+        # Four in five of key k0, so that four processes unlimited would hold more.
+        rows = self.run_limited([{"task": "held", "args": [2 * n + (n % 5 == 4)], "kwargs": {}}
                                  for n in range(200)], 3.0)
         self.assertGreater(len(rows), 20)
         # Each [after the lease returned, before its ack] lies inside the holding,
