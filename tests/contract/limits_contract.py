@@ -94,7 +94,8 @@ class LimitsContract:
         task = q.task(name="t", rate_limit=(2, 10.0))(noop)
         lost = task.delay(1)
         self.t.assertEqual([j.id for j in q.lease(1)], [lost.id])
-        clock.advance(1.5)  # its lease ran out; reclaimed by the next write
+        clock.advance(1.5)  # its lease ran out: this lease takes it back (a retry delay)
+        self.t.assertEqual(q.lease(5), [])
         later = task.delay(2)
         clock.advance(0.2)  # past its retry delay: the redelivery is the second start
         self.t.assertEqual([j.id for j in q.lease(5)], [lost.id])

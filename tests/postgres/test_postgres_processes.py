@@ -73,13 +73,46 @@ print("ready", flush=True)
 Worker(q, handle, concurrency=2, poll_interval=0.05).run()
 """
 
+# A consumer of limited tasks (issue 24's measure): declares them as a worker would,
+# leases one job at a time until its time is up, and writes for each
+# [lease start by the server's clock, wall time after the lease returned, wall time
+# before its ack, concurrency key].
+LIMITED = """
+import json, sys, time
+sys.path[:0] = [sys.argv[1]]
+from harness.postgres import open_queue
+url, out, seconds = sys.argv[2], sys.argv[3], float(sys.argv[4])
+q = open_queue(url, "work", visibility_timeout=30.0)
+q.task(name="limited", rate_limit=(5, 0.5))(lambda n: n)
+q.task(name="held", concurrency=2, concurrency_key=lambda n: "k" + str(n % 2))(lambda n: n)
+with open(out, "a") as f:
+    print("ready", flush=True)
+    sys.stdin.read()
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        job = q.lease_one()
+        if job is None:
+            q.wait(min(0.5, max(0.0, deadline - time.time())))
+            continue
+        leased = time.time()
+        if job.payload["task"] == "held":
+            time.sleep(0.1)
+        acking = time.time()
+        q.ack(job)
+        f.write(json.dumps([job.lease_expires_at - 30.0, leased, acking,
+                            "k" + str(job.payload["args"][0] % 2)]) + "\\n")
+        f.flush()
+"""
+COUNT, PERIOD, PERIODS = 5, 0.5, 20
+
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-@needs_postgres
-class PostgresProcessesTest(TempDirTestCase):
+class _Processes(TempDirTestCase):
+    """A fresh schema's queue `work`, and consumer processes spawned on it."""
+
     def setUp(self) -> None:
         super().setUp()
         self.url = fresh_schema_url()
@@ -112,6 +145,9 @@ class PostgresProcessesTest(TempDirTestCase):
         if proc.stdout:
             proc.stdout.close()
 
+
+@needs_postgres
+class PostgresProcessesTest(_Processes):
     def test_three_consumer_processes_ack_every_job_once_between_them(self) -> None:
         jobs = self.queue.enqueue_many(list(range(600)))
         outs = [self.tmp / f"acked-{n}" for n in range(3)]
@@ -272,6 +308,57 @@ class PostgresCliTest(TempDirTestCase):
         stats = json.loads(self.nb("stats", "--json", "--url", self.url, "--queue", "work"))
         self.assertEqual((stats["pending"], stats["leased"], stats["done"]), (0, 0, 60))
         self.assertNotIn(secret, json.dumps(stats))
+
+
+@needs_postgres
+@unittest.skipIf(sys.platform == "win32", "POSIX processes")
+class PostgresLimitsAcrossProcessesTest(_Processes):
+    """Issue 24's measure on PostgreSQL: four processes, one limited backlog."""
+
+    def run_limited(self, items: list[dict[str, Any]], seconds: float) -> list[list[Any]]:
+        declared = open_queue(self.url, "work")
+        declared.task(name="limited", rate_limit=(COUNT, PERIOD))(lambda n: n)
+        declared.task(name="held", concurrency=2,
+                      concurrency_key=lambda n: "k" + str(n % 2))(lambda n: n)
+        declared.enqueue_many(items)  # the keys are computed by the enqueuing process
+        declared.close()
+        outs = [self.tmp / f"limited-{n}" for n in range(4)]
+        procs = [self.spawn(LIMITED, str(out), str(seconds)) for out in outs]
+        self.go(procs)
+        for proc in procs:
+            self.assertEqual(proc.wait(seconds + 60), 0)
+        return [json.loads(line) for out in outs if out.exists()
+                for line in out.read_text().splitlines()]
+
+    @slow
+    def test_four_processes_never_exceed_the_window_and_use_95_percent_of_it(self) -> None:
+        rows = self.run_limited([{"task": "limited", "args": [n], "kwargs": {}}
+                                 for n in range(COUNT * PERIODS * 4)], PERIOD * PERIODS + 2.0)
+        times = sorted(row[0] for row in rows)
+        self.assertGreater(len(times), COUNT * PERIODS)
+        # Sliding: any COUNT + 1 consecutive starts span at least a period (the
+        # server's times, less the visibility timeout added and taken off again).
+        for first, last in zip(times, times[COUNT:], strict=False):
+            self.assertGreaterEqual(last - first, PERIOD - 1e-6, (first, last))
+        within = [at for at in times if at < times[0] + PERIOD * PERIODS]
+        self.assertGreaterEqual(len(within), 0.95 * COUNT * PERIODS, len(within))
+
+    @slow
+    def test_a_concurrency_key_never_has_more_holders_than_its_limit(self) -> None:
+        # Four in five of key k0, so that four processes unlimited would hold more.
+        rows = self.run_limited([{"task": "held", "args": [2 * n + (n % 5 == 4)], "kwargs": {}}
+                                 for n in range(200)], 3.0)
+        self.assertGreater(len(rows), 20)
+        # Each [after the lease returned, before its ack] lies inside the holding,
+        # so more than two of one key overlapping would be more than two holders.
+        for key in ("k0", "k1"):
+            events = sorted([(row[1], 1) for row in rows if row[3] == key]
+                            + [(row[2], -1) for row in rows if row[3] == key],
+                            key=lambda event: (event[0], event[1]))
+            holders = 0
+            for _, change in events:
+                holders += change
+                self.assertLessEqual(holders, 2, key)
 
 
 def _try(call: Any) -> bool:

@@ -1,34 +1,28 @@
 """The PostgreSQL backend: one queue's jobs as rows, every call one short transaction.
 
-Theory of operation. Each call is one SQL statement where it can be (so one round
-trip and one commit), a short transaction where it cannot. A call that returned has
-committed; with `fsync=False` the session commits with `synchronous_commit = off` (a
-server crash may lose the last moments, never corrupt). The rules are the file
-backend's, point by point:
+Theory of operation. Each call is one SQL statement where it can (one round trip,
+one commit), a short transaction where it cannot. A call that returned has committed;
+with `fsync=False` the session commits with `synchronous_commit = off` (a server
+crash may lose the last moments, never corrupt). The rules are the file backend's:
 
 - leasing takes ready rows with `FOR UPDATE SKIP LOCKED`, highest priority first and
   FIFO (by `seq`) within a priority; each lease gets a fencing token from a sequence,
   and ack/nack/extend match on (id, token), so a stale holder changes nothing and gets
-  NotLeasedError;
+  NotLeasedError; with limits declared, a lease is limited.py's transaction;
 - an expired lease is an attempt: the lease statement first reclaims expired leases
   (back to pending after the backoff, or dead with "lease expired (attempt N)"); the
-  rows it reclaims become leasable from the next call, as in the file backend, and an
-  ack arriving late still succeeds while nobody reclaimed the job;
-- a finished row (acked, cancelled) stays until `expires_at`: the key retention for a
-  keyed job, the result's ttl for a job acked with a result, at once otherwise; rows
-  past it are invisible and swept in batches (sweeping.py, which also says what
-  compact() means here);
-- purge removes pending jobs only; requeue_dead resets attempts;
-- stats() sums the per-slot counter rows that every writing statement keeps as it
-  writes (sql/parts/counted.sql).
+  rows it reclaims become leasable from the next call, and an ack arriving late
+  still succeeds while nobody reclaimed the job;
+- a finished row stays until `expires_at`, then is invisible and swept (sweeping.py);
+  purge removes pending jobs only; requeue_dead resets attempts; stats() sums the
+  counter rows every writing statement keeps (sql/parts/counted.sql).
 
 Whose clock: the server's, unless the Queue was given one (session.py). Wake-ups:
 `wait` and `wait_finished` block on LISTEN connections of their own (wakeups.py),
-except a read-only handle's wait_finished, which reads until the job finished (a
-watch would be a write); a lease runs on the idle-wait one when no wait holds it,
-and on the operation connection otherwise. The SQL is in sql/ (queries/, loaded by
-statements.py), the tables in schema.py. Writes in a transaction not the call's own
-(the caller's, an atomic task's): transactional.py.
+except a read-only handle's wait_finished, which reads until the job finished; a
+lease runs on the idle-wait connection when no wait holds it. The SQL is in sql/
+(loaded by statements.py), the tables in schema.py. Writes in a transaction not the
+call's own (the caller's, an atomic task's): transactional.py.
 """
 
 from __future__ import annotations
@@ -51,6 +45,7 @@ from ..errors import (
 from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from . import graphs
 from .connection import Link, LinkBusy, changed
+from .limited import LimitedLeases, key_params, keys_params
 from .namedlocks import LockConnections
 from .rows import (
     STATES,
@@ -78,7 +73,7 @@ class PostgresBackend:
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
                                 local=False, listing=True, imports=True, transactions=True,
-                                dependencies=True)
+                                dependencies=True, limits=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
@@ -99,6 +94,7 @@ class PostgresBackend:
         self._wakeups = Wakeups(self.session, self._sql)
         self._locks = LockConnections(target, name, settings.lock_timeout)
         self._transactional = Transactional(target, self._sql, self.session, settings)
+        self._limited = LimitedLeases(self._sql, settings.limits)  # used once declared
         try:
             self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
         except BaseException:
@@ -134,7 +130,7 @@ class PostgresBackend:
                                priority, delay, max_attempts, job_id)
             return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
         params = self._params(id=job_id, pr=priority, delay=delay, ma=max_attempts,
-                              p=payload_text)
+                              p=payload_text, **key_params(self.settings.limits, payload))
 
         def run(conn: Conn) -> Job:
             if job_id is None:  # one statement: no transaction needed
@@ -149,7 +145,7 @@ class PostgresBackend:
         if not payload_texts:
             return []
         params = self._params(pr=priority, delay=delay, ma=max_attempts,
-                              ps=list(payload_texts))
+                              ps=list(payload_texts), **keys_params(self.settings.limits, payloads))
 
         def run(conn: Conn) -> list[Job]:
             with conn.transaction():
@@ -173,7 +169,8 @@ class PostgresBackend:
     def enqueue_in(self, connection: Any, payload_text: str, payload: Any, *, priority: int,
                    delay: float, max_attempts: int, job_id: str | None) -> Job:
         return self._transactional.enqueue_in(connection, self._params(
-            id=job_id, pr=priority, delay=delay, ma=max_attempts, p=payload_text), job_id)
+            id=job_id, pr=priority, delay=delay, ma=max_attempts, p=payload_text,
+            **key_params(self.settings.limits, payload)), job_id)
 
     def atomic(self) -> AbstractContextManager[Conn]:
         return self._transactional.atomic()
@@ -188,8 +185,9 @@ class PostgresBackend:
         params = self._params(n=count, vt=visibility_timeout, **self._backoff)
 
         def run(conn: Conn) -> list[Job]:
-            rows = conn.execute(self._sql.lease_ready, params).fetchall()
-            if rows[0][0]:  # nothing to reclaim, nothing waiting is due
+            if self.settings.limits:  # declared: the limited lease (limited.py)
+                rows = self._limited.lease(conn, params, count)
+            elif (rows := conn.execute(self._sql.lease_ready, params).fetchall())[0][0]:
                 rows = [row[1:] for row in rows if row[1] is not None]
             else:
                 rows = conn.execute(self._sql.lease, params).fetchall()
@@ -200,8 +198,7 @@ class PostgresBackend:
             jobs = self._wakeups.run_warm("lease", run)
         except LinkBusy:
             jobs = self._link.run("lease", run)
-        # Sweep when idle (nothing to lease), or when a busy handle is overdue.
-        self._sweeper.maybe(EVERY if not jobs else OVERDUE)
+        self._sweeper.maybe(EVERY if not jobs else OVERDUE)  # idle, or a busy one overdue
         return jobs
 
     def ack(self, job: Job, result_text: str | None = None,
@@ -239,6 +236,9 @@ class PostgresBackend:
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None:
+        if self.settings.limits:  # the limited lease is a transaction of its own
+            self.ack(job, result_text, result_ttl)
+            return next(iter(self.lease(1, visibility_timeout)), None)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
                               n=1, vt=visibility_timeout, **self._backoff)
@@ -272,7 +272,7 @@ class PostgresBackend:
             self._sweeper.maybe(EVERY)  # before blocking: time nobody waits on
         except (ConnectionLostError, LockTimeoutError):
             pass  # housekeeping: the wait below deals with a server that is away
-        return self._wakeups.wait(timeout)
+        return self._wakeups.wait(timeout, self._limited.due if self.settings.limits else None)
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         if self.settings.readonly:  # no watch row may be written: read until finished
@@ -353,8 +353,7 @@ class PostgresBackend:
 
         return self._link.run("list_jobs", run)
 
-    def queue_names(self) -> list[str]:
-        """Every queue of this schema: its `queues` table's rows, no scan of the jobs."""
+    def queue_names(self) -> list[str]:  # the `queues` table's rows, no scan of the jobs
         def run(conn: Conn) -> list[str]:
             return [str(row[0]) for row in conn.execute(self._sql.queue_names).fetchall()]
 

@@ -38,6 +38,11 @@ class Statements:
     lease_of: bytes
     lease: bytes
     lease_ready: bytes
+    lease_chosen: bytes
+    limited_lock: bytes
+    limited_state: bytes
+    limited_candidates: bytes
+    limited_windows: bytes
     ack: bytes
     ack_many: bytes
     ack_and_lease: bytes

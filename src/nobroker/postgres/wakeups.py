@@ -83,8 +83,11 @@ class Wakeups:
         self._pool_lock = threading.Lock()
         self._closed = False
 
-    def wait(self, timeout: float) -> bool:
+    def wait(self, timeout: float,
+             due_of: Callable[[Conn, dict[str, Any]], tuple[float, float | None]] | None = None
+             ) -> bool:
         """True when a job may be leasable; False after `timeout` seconds without one.
+        `due_of` says when it may be, if not next_due.sql (limited.py's, with limits).
 
         While the server is unreachable it pauses (at most `timeout`) and
         answers True, so that the caller's next lease reconnects.
@@ -94,9 +97,12 @@ class Wakeups:
         def run(conn: Conn) -> bool:
             for _ in conn.notifies(timeout=0.0):
                 pass  # what arrived before we looked: the query below covers it
-            row = conn.execute(self._sql.next_due, params).fetchone()
-            assert row is not None
-            now, due = row
+            if due_of is not None:
+                now, due = due_of(conn, params)
+            else:
+                row = conn.execute(self._sql.next_due, params).fetchone()
+                assert row is not None
+                now, due = row
             if due is not None and due <= now:
                 return True
             limit = timeout if due is None else min(timeout, due - now)
