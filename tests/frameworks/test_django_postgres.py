@@ -105,9 +105,6 @@ def new_order(item: str = "book") -> Any:
 class PostgresSiteTest(shared.DjangoBackendTest):
     """test_django's tests, with the jobs in Django's PostgreSQL database."""
 
-    def test_a_job_waiting_for_a_prerequisite_reads_as_ready(self) -> None:
-        self.skipTest("PostgreSQL has no depends_on (its capability is refused)")
-
 
 @unittest.skipUnless(RUNNABLE, SKIP_REASON)
 class InTheTransactionTest(unittest.TestCase):
