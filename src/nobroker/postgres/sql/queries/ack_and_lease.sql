@@ -18,15 +18,14 @@ finishing AS (
     UNION ALL SELECT id, 2, dependents FROM reclaimed WHERE state = 2),
 {settled},
 tally AS MATERIALIZED (
-    SELECT c0.p + c1.p - settled.n AS p, c0.d + c1.d AS d, c0.f + c1.f AS f,
-           c0.k + c1.k + settled.n AS k,
+    SELECT c0.p + c1.p - settled.n AS p, c1.d AS d, c0.f AS f, c0.k + settled.n AS k,
            CASE WHEN c1.w0 > 0 THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text
            END AS woke
-    FROM (SELECT -count(*) AS p, 0 AS d, count(*) AS f,
-                 count(*) FILTER (WHERE acked.kept) AS k
+    -- c0 counts the ack (no deaths), c1 the leases taken back (no finishes, none kept)
+    FROM (SELECT -count(*) AS p, count(*) AS f, count(*) FILTER (WHERE acked.kept) AS k
           FROM acked) AS c0,
          (SELECT -count(*) FILTER (WHERE state = 2) AS p,
-                 count(*) FILTER (WHERE state = 2) AS d, 0 AS f, 0 AS k,
+                 count(*) FILTER (WHERE state = 2) AS d,
                  count(*) FILTER (WHERE state = -1) AS w0
           FROM reclaimed) AS c1, settled),
 {counted}
