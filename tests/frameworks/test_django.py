@@ -194,11 +194,24 @@ class DjangoBackendTest(unittest.TestCase):
         job = self.backend.queue("emails").get(mail.id)
         self.assertEqual(job.priority, 10)
         self.assertTrue(mail.id.startswith("emails."))
-        done = work("--max-jobs", "1")  # both queues: one worker each
+        done = work("--max-jobs", "2")  # both queues, by one worker
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(receipt.get_result(mail.id).return_value,
                          {"order": 7, "attempt": 1, "id": mail.id})
         self.assertEqual(total.get_result(summed.id).return_value, 6)
+
+    def test_one_worker_takes_the_queues_in_their_listed_order(self) -> None:
+        from shop.tasks import pay, receipt
+
+        # QUEUES is ["default", "emails"]: a job of default goes first, even one enqueued
+        # after a job of emails with a higher priority of its own.
+        mail = receipt.enqueue(8)
+        paid = pay.enqueue(self.order("first").id)
+        done = work("--max-jobs", "1")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("serving default, emails", done.stdout)
+        self.assertEqual(pay.get_result(paid.id).status, "SUCCESSFUL")
+        self.assertEqual(receipt.get_result(mail.id).status, "READY")
 
     def test_run_after_delays_the_job(self) -> None:
         from shop.tasks import pay

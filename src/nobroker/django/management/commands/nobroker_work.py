@@ -32,7 +32,8 @@ from ...running import resolver
 
 class Command(BaseCommand):
     help = ("Run the Django tasks enqueued on a nobroker backend. Without --queue, every "
-            "queue of its QUEUES, one worker per queue in this process.")
+            "queue of its QUEUES, by one worker in their listed order of priority (a job "
+            "of an earlier queue is always taken first).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--backend", default=DEFAULT_TASK_BACKEND_ALIAS,
@@ -67,14 +68,14 @@ class Command(BaseCommand):
         unknown = [n for n in names if n not in backend.queue_names]
         if unknown:
             raise CommandError(f"not in TASKS[{alias!r}]['QUEUES']: {', '.join(unknown)}")
-        workers = []
+        queues = [backend.queue(name) for name in names]
         try:
-            for name in names:
-                queue = backend.queue(name)
+            for queue in queues:
                 registry_of(queue).resolver = resolver(queue, alias)
                 if backend.database is not None:  # atomic tasks: in Django's transaction
                     atomic_in(queue, functools.partial(atomic_transaction, backend.database))
-                workers.append(self._worker(queue, options))
+            # One worker, strict priority in the listed order (Worker's multi-queue mode).
+            workers = [self._worker(queues, options)]
         except (TypeError, ValueError) as exc:
             raise CommandError(str(exc)) from None
         self._run_together(workers, f"nobroker_work: serving {', '.join(names)} of "
@@ -82,7 +83,7 @@ class Command(BaseCommand):
 
     def _registered(self, options: dict[str, Any]) -> None:
         """--registered: the queues @q.task tasks of the installed apps' tasks modules
-        (imported by the app's ready()) are registered on, one worker each."""
+        (imported by the app's ready()) are registered on, by one worker."""
         if options["queues"]:
             raise CommandError("--registered serves every queue with tasks; no --queue")
         queues = sorted(registered_queues(), key=lambda q: q.name)
@@ -90,19 +91,18 @@ class Command(BaseCommand):
             raise CommandError("no @q.task tasks are registered: declare them in a tasks "
                                "module of an installed app")
         try:
-            workers = []
             for queue in queues:
                 # As Django's request cycle does, around each job's run in its thread.
                 queue.on("started", lambda job: close_old_connections())
-                workers.append(self._worker(queue, options))
+            workers = [self._worker(queues, options)]
         except (TypeError, ValueError) as exc:
             raise CommandError(str(exc)) from None
         self._run_together(workers, f"nobroker_work: serving "
                                     f"{', '.join(q.name for q in queues)} (registered tasks)")
 
     @staticmethod
-    def _worker(queue: Queue, options: dict[str, Any]) -> Worker:
-        return Worker(queue, concurrency=options["concurrency"], pool=options["pool"],
+    def _worker(queues: list[Queue], options: dict[str, Any]) -> Worker:
+        return Worker(queues, concurrency=options["concurrency"], pool=options["pool"],
                       max_jobs=options["max_jobs"], idle_timeout=options["idle_timeout"],
                       handle_signals=False)
 
@@ -118,7 +118,7 @@ class Command(BaseCommand):
                 worker.stop(immediate=immediate)
 
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        threads = [threading.Thread(target=w.run, name=f"nobroker-{w.queue.name}")
+        threads = [threading.Thread(target=w.run, name=f"nobroker-{w.queues[0].name}")
                    for w in workers]
         try:
             self.stdout.write(ready)
