@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...dependencies import Known, verdict
+from ...dependencies import SUCCESS, Known, verdict
 from ...errors import JobNotFoundError
 from ..log.records import (
     AT,
@@ -29,14 +29,16 @@ from ..log.records import (
     PRIORITY,
     TIME,
     WAIT,
+    Record,
     RecordType,
 )
 from .batch import Batch
+from .limited import key_fields
 from .state import JobState, QueueState
 from .waits import mode_fields
 
 __all__ = ["prerequisites", "plan_waiting_enqueue", "plan_dependent_enqueue",
-           "plan_dependents"]
+           "plan_dependents", "plan_revivals"]
 
 _FAILED = (JobState.DEAD, JobState.CANCELLED)
 
@@ -126,6 +128,39 @@ def plan_dependents(state: QueueState, batch: Batch, now: float, job_id: str,
         elif error is not None:
             resolved.add(dependent)
             batch.finishes += 1
-            batch.add(RecordType.CANCEL, {ID: dependent, TIME: now, KEEP: batch.keep,
-                                          ERROR: error})
+            fields = {ID: dependent, TIME: now, KEEP: batch.keep, ERROR: error}
+            if failed is not None and wait.mode == SUCCESS and batch.payload_of is not None:
+                _add_revivable_cancel(state, batch, dependent, fields)
+            else:
+                batch.add(RecordType.CANCEL, fields)
             plan_dependents(state, batch, now, dependent, JobState.CANCELLED)
+
+
+def _add_revivable_cancel(state: QueueState, batch: Batch, job_id: str,
+                          fields: Record) -> None:
+    """The CANCEL of a dependent a failure cancels, with its limit keys and payload: a
+    requeue of the failure revives it (plan_revivals)."""
+    assert batch.payload_of is not None
+    entry = state.jobs[job_id]
+    if state.limited.keys:
+        fields.update(key_fields(state.limited.keys_of(entry.seq)))
+    batch.add_payload(RecordType.CANCEL, fields, batch.payload_of(entry.loc))
+
+
+def plan_revivals(state: QueueState, batch: Batch, now: float, job_id: str,
+                  cleared: dict[str, list[str]]) -> None:
+    """Job `job_id`, failed, waits or runs again by the record just added to `batch`
+    (a REQUEUE, or a REVIVE): a REVIVE (recursively) for each cancelled dependent
+    nothing failed keeps cancelled any longer. `cleared`: the batch's failed
+    prerequisites requeued or revived so far, by dependent."""
+    dormant = state.dormant
+    for dependent in list(dormant.watching.get(job_id, ())):
+        sleeper = dormant.by_job[dependent]
+        if job_id not in sleeper.failed:
+            continue
+        done = cleared.setdefault(dependent, [])
+        done.append(job_id)
+        if dormant.revivable(dependent, done):
+            batch.add(RecordType.REVIVE, {ID: dependent, AT: now,
+                                          WAIT: [*sleeper.unmet, *sleeper.failed]})
+            plan_revivals(state, batch, now, dependent, cleared)
