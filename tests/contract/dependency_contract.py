@@ -196,9 +196,10 @@ class DependencyContract:
         t.assertEqual(q.get(c.id).state, JobState.CANCELLED)
         if between == "compact":
             q.compact()
-        elif between == "reopen":
+        elif between == "reopen":  # (memory://: the set lives while a handle is open)
+            fresh = self.queue(clock=clock)
             q.close()
-            q = self.queue(clock=clock)
+            q = fresh
         t.assertEqual(q.requeue_dead(a.id), 1)
         got_b, got_c = q.get(b.id), q.get(c.id)
         t.assertEqual((got_b.state, got_b.waiting_for, got_b.payload, got_b.last_error),

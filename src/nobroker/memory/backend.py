@@ -34,6 +34,7 @@ from ..models import (
 )
 from .graphs import add_graph, prerequisites
 from .sets import SharedQueue, attach, detach, queue_names
+from .revivals import requeue_dead
 from .table import MemoryJob, MemoryTable
 from .views import done_view, job_view, stats_view
 
@@ -309,7 +310,7 @@ class MemoryBackend:
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None) -> int:
-        return self._write(lambda table, now: table.requeue_dead(job_id, now))
+        return self._write(lambda table, now: requeue_dead(table, job_id, now))
 
     def purge(self) -> int:
         return self._write(lambda table, now: table.purge(now))

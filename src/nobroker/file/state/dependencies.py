@@ -162,5 +162,5 @@ def plan_revivals(state: QueueState, batch: Batch, now: float, job_id: str,
         done.append(job_id)
         if dormant.revivable(dependent, done):
             batch.add(RecordType.REVIVE, {ID: dependent, AT: now,
-                                          WAIT: [*sleeper.unmet, *sleeper.failed]})
+                                          WAIT: [*sleeper.unmet, *done]})
             plan_revivals(state, batch, now, dependent, cleared)
