@@ -33,8 +33,8 @@ from ..models import (
     new_pending_jobs,
 )
 from .graphs import add_graph, prerequisites
-from .sets import SharedQueue, attach, detach, queue_names
 from .revivals import requeue_dead
+from .sets import SharedQueue, attach, detach, queue_names
 from .table import MemoryJob, MemoryTable
 from .views import done_view, job_view, stats_view
 
