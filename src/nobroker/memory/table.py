@@ -251,7 +251,8 @@ class MemoryTable:
                 self._make_pending(dependent, dependent.available_at)
             elif error is not None:
                 dependent.last_error = error
-                if failed is not None and dependent.mode == SUCCESS:  # revivable
+                if dependent.mode == SUCCESS and (outcome is JobState.DEAD  # revivable
+                                                  or job_id in self.dormant.by_job):
                     self.dormant.add(dependent_id, dependent.waiting_for, [job_id],
                                      dependent.keys)
                 self.finish(dependent, JobState.CANCELLED, now, self.dependent_keep)

@@ -101,12 +101,14 @@ def plan_dependent_enqueue(batch: Batch, now: float, job_id: str, payload_text: 
 
 
 def plan_dependents(state: QueueState, batch: Batch, now: float, job_id: str,
-                    outcome: JobState) -> None:
+                    outcome: JobState, revivable: bool = False) -> None:
     """Job `job_id` finishes with `outcome` (done, dead or cancelled) by the record
     just added to `batch`: RELEASE or CANCEL (recursively) each waiting dependent
     it settles, by verdict(). Records follow the finish they depend on, in the same
     batch. O(1) per dependent: the batch counts how many of each dependent's unmet
-    prerequisites it has finished so far (`met`), rather than looking at them all."""
+    prerequisites it has finished so far (`met`), rather than looking at them all.
+    A dependent its death cancels (or the cancel of such a dependent: `revivable`) is
+    cancelled revivable (plan_revivals)."""
     waits = state.waits
     if not waits:
         return
@@ -129,11 +131,13 @@ def plan_dependents(state: QueueState, batch: Batch, now: float, job_id: str,
             resolved.add(dependent)
             batch.finishes += 1
             fields = {ID: dependent, TIME: now, KEEP: batch.keep, ERROR: error}
-            if failed is not None and wait.mode == SUCCESS and batch.payload_of is not None:
+            revives = (died or revivable) and wait.mode == SUCCESS \
+                and batch.payload_of is not None
+            if revives:
                 _add_revivable_cancel(state, batch, dependent, fields)
             else:
                 batch.add(RecordType.CANCEL, fields)
-            plan_dependents(state, batch, now, dependent, JobState.CANCELLED)
+            plan_dependents(state, batch, now, dependent, JobState.CANCELLED, revives)
 
 
 def _add_revivable_cancel(state: QueueState, batch: Batch, job_id: str,
