@@ -1442,6 +1442,22 @@ class RevivalReplayTest(unittest.TestCase):
         s.apply_batch(log.batch(forget("j")))
         self.assertEqual(s.dormant.by_job, {}, "nor k, whose failure j is gone")
 
+    def test_a_revived_job_has_its_limit_keys_again(self) -> None:
+        s, log = QueueState(), Log()
+        rtype, fields = enq_waiting("j", ["p"])
+        limited = {**{k: v for k, v in fields.items() if k != "p"}, "ck": "c", "p": "x"}
+        s.apply_batch(log.batch(enq("p", ma=1), lease("p", 1), (rtype, limited)))
+        seq = s.jobs["j"].seq
+        cancel_type, cancel_fields = revivable_cancel("j")
+        cancel_fields = {**{k: v for k, v in cancel_fields.items() if k != "p"}, "ck": "c",
+                         "p": "x"}
+        s.apply_batch(log.batch(nack("p", 1), (cancel_type, cancel_fields)))
+        self.assertEqual((s.limited.keys_of(seq), s.dormant.by_job["j"].keys), (None, (None, "c")))
+        self.assertEqual(via_checkpoint(s), s)
+        s.apply_batch(log.batch(requeue("p"), revive("j", ["p"])))
+        self.assertEqual(s.limited.keys_of(seq), (None, "c"))
+        self.assertEqual(via_checkpoint(s), s)
+
     def test_bad_revivals_are_corruption(self) -> None:
         s, log = self.chain()
         with self.assertRaisesRegex(ReplayError, "which waits for"):  # p is still dead

@@ -114,8 +114,8 @@ LIMIT_COUNT: Final = "lim"  # LIMIT: the starts a window of the key may hold (fo
 PERIOD: Final = "per"  # LIMIT: the window's length in seconds (format 1.2)
 STARTS: Final = "st"  # LIMIT: the key's latest starts, oldest first (a snapshot's; 1.2)
 DEAD_LETTER: Final = "dl"  # NACK: dead now, whatever attempts remain (format 1.2)
-# CANCEL, FINISHED: the failed prerequisites a revivable dependent stays cancelled for
-# (its `w`: those it still waits for; format 1.2)
+# FINISHED: the failed prerequisites a revivable dependent stays cancelled for (its `w`:
+# those it still waits for; format 1.2)
 FAILED_PREREQUISITES: Final = "wf"
 # The text a record's last key (payload or result) starts with: readers of a payload
 # or result find it by this, without parsing the record (a quote inside a JSON string

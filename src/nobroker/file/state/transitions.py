@@ -185,13 +185,15 @@ def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset
     cancelled_at = field(rec, TIME, float, offset)  # the fields checked before any change
     if field(rec, KEEP, float, offset) < 0:
         raise ReplayError(offset, f"negative retention {rec[KEEP]!r}")
-    if ERROR in rec:
-        table.set_error(table.seqs[slot], opt_str(rec, ERROR, offset))
-    wait = state.waits.remove(job_id) if code == WAITING else None
+    wait = state.waits.by_job.get(job_id) if code == WAITING else None
     keys = record_keys(rec, offset)
     if PAYLOAD in rec and (wait is None or not wait.failed):
         raise ReplayError(offset, f"cancel of {job_id!r} with its payload, but no failed "
                                   "prerequisite")
+    if ERROR in rec:
+        table.set_error(table.seqs[slot], opt_str(rec, ERROR, offset))
+    if wait is not None:
+        state.waits.remove(job_id)
     if state.waits:
         state.waits.finished(job_id, failed=True)
     if state.dormant:
