@@ -68,6 +68,8 @@ class Capabilities:
     # enqueue() takes depends_on= and allow_failure= (see Dependencies): jobs wait
     # for others, each released in the write that finishes its last prerequisite.
     dependencies: bool = False
+    # requeue_dead of a dead prerequisite revives the dependents its death cancelled.
+    revival: bool = False
     # The queue lives in this process only: no other process sees it, nothing
     # survives the process, and nothing is ever fsynced (memory://).
     in_process: bool = False

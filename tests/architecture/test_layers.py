@@ -32,7 +32,8 @@ PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",
-                          "hooks", "results", "transactions", "dependencies", "limits"})),
+                          "hooks", "results", "transactions", "dependencies", "limits",
+                          "revivals"})),
 ]
 BACKENDS = frozenset({"file", "postgres", "memory"})  # never import each other
 # Upward imports allowed only inside a function, run when it is called: the facade's

@@ -181,3 +181,84 @@ class DependencyContract:
         q.compact()
         q.ack_many(q.lease(2))
         t.assertEqual(q.get(c.id).state, JobState.PENDING)
+
+    # -- a requeue of a dead prerequisite revives what its death cancelled -------
+
+    def revive_chain(self, between: str) -> None:
+        """Chain a|b|c: a dies, b and c are cancelled; then `between` ("compact",
+        "reopen" or nothing); requeue a: b and c wait again, and run in order."""
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.deps()
+        self.needs(q, "revival")
+        a = q.enqueue("a", max_attempts=1)
+        b = q.enqueue({"step": "b"}, depends_on=[a])
+        c = q.enqueue("c", depends_on=[b])
+        self.finish(q, a, fail=True)
+        t.assertEqual(q.get(c.id).state, JobState.CANCELLED)
+        if between == "compact":
+            q.compact()
+        elif between == "reopen":  # (memory://: the set lives while a handle is open)
+            fresh = self.queue(clock=clock)
+            q.close()
+            q = fresh
+        t.assertEqual(q.requeue_dead(a.id), 1)
+        got_b, got_c = q.get(b.id), q.get(c.id)
+        t.assertEqual((got_b.state, got_b.waiting_for, got_b.payload, got_b.last_error),
+                      (JobState.WAITING, (a.id,), {"step": "b"}, None))
+        t.assertEqual((got_c.state, got_c.waiting_for), (JobState.WAITING, (b.id,)))
+        stats = q.stats()
+        t.assertEqual((stats.waiting, stats.pending, stats.dead), (2, 1, 0))
+        q.compact()  # revived, they survive compaction as any waiting job
+        self.finish(q, a)
+        t.assertEqual(q.get(b.id).state, JobState.PENDING)
+        self.finish(q, b)
+        self.finish(q, c)
+        t.assertEqual(q.stats().total, 0)
+
+    def test_a_requeue_revives_the_chain_its_death_cancelled(self) -> None:
+        self.revive_chain("")
+
+    def test_a_requeue_revives_the_chain_after_compaction(self) -> None:
+        self.revive_chain("compact")
+
+    def test_a_requeue_revives_the_chain_after_reopening(self) -> None:
+        self.revive_chain("reopen")
+
+    def test_a_revived_dependent_waits_for_what_is_left_and_no_failure(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, _ = self.deps()
+        self.needs(q, "revival")
+        a, x = q.enqueue("a", max_attempts=1), q.enqueue("x", max_attempts=1)
+        y = q.enqueue("y")
+        b = q.enqueue("b", depends_on=[a, x, y])
+        self.finish(q, a, fail=True)
+        self.finish(q, x, fail=True)  # after b was cancelled: it keeps b cancelled too
+        self.finish(q, y)  # acked without a result, forgotten: it was done
+        q.requeue_dead(a.id)
+        t.assertEqual(q.get(b.id).state, JobState.CANCELLED, "x is still dead")
+        q.requeue_dead(x.id)
+        t.assertEqual((q.get(b.id).state, set(q.get(b.id).waiting_for)),
+                      (JobState.WAITING, {a.id, x.id}))
+        self.finish(q, a)
+        self.finish(q, x)
+        self.finish(q, b)
+        # a prerequisite deleted from the dead-letter queue never succeeds
+        d = q.enqueue("d", max_attempts=1)
+        e = q.enqueue("e", depends_on=[d])
+        self.finish(q, d, fail=True)
+        q.delete_dead(d.id)
+        t.assertEqual(q.requeue_dead(), 0)
+        t.assertEqual(q.get(e.id).state, JobState.CANCELLED)
+
+    def test_a_dependent_cancelled_by_hand_is_not_revived(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, _ = self.deps()
+        self.needs(q, "revival")
+        a = q.enqueue("a", max_attempts=1)
+        b = q.enqueue("b", depends_on=[a])
+        c = q.enqueue("c", depends_on=[a])
+        t.assertTrue(q.cancel(b.id))
+        self.finish(q, a, fail=True)
+        q.requeue_dead()  # requeue every dead job
+        t.assertEqual((q.get(b.id).state, q.get(c.id).state),
+                      (JobState.CANCELLED, JobState.WAITING))

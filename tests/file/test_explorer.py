@@ -281,6 +281,20 @@ class ScenarioTest(ExplorerTestCase):
                          "one RELEASE each: the callback's, the dying step's handler's")
 
 
+    def test_a_requeue_that_resumes_a_chain_across_a_crash(self) -> None:
+        report = explore("revive", ("process", "ext4ish", "weak"))
+        self.assertClean(report)
+        trace = record(explorer.WORKLOADS["revive"], tempfile.mkdtemp(prefix="nobroker-rv-"))
+        graph = next(c for c in trace.calls if c.op == "enqueue_graph")
+        requeue = next(c for c in trace.calls if c.op == "requeue_dead")
+        revived = [record["id"] for event in trace.events[requeue.begin:requeue.end]
+                   if event.kind == "write"
+                   for rtype, _, record in _scan_frames(event.data) if rtype == 22]
+        self.assertEqual(revived, list(graph.enqueued[1:]), "both steps revived, in one write")
+        acked = [c for c in trace.calls if c.op == "ack"]
+        self.assertEqual(len(acked), 3, "then the chain ran to its end")
+
+
 class AceTest(ExplorerTestCase):
     """ACE-style bounded workloads: one or two ops on two handles from a seeded queue."""
 

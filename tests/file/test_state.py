@@ -36,7 +36,7 @@ from nobroker.file.state.state import (
 
 RT = RecordType
 JOB_TYPES = (RT.LEASE, RT.ACK, RT.NACK, RT.EXTEND, RT.EXPIRE, RT.REQUEUE, RT.CANCEL,
-             RT.DELETE, RT.SNOOZE, RT.RELEASE)
+             RT.DELETE, RT.SNOOZE, RT.RELEASE, RT.REVIVE)
 
 
 class Log:
@@ -139,6 +139,25 @@ def delete(job_id: str) -> tuple[int, dict[str, Any]]:
     return RT.DELETE, {"id": job_id}
 
 
+def revivable_cancel(job_id: str, t: float = 1.0, keep: float = 10.0
+                     ) -> tuple[int, dict[str, Any]]:
+    """A dependent's CANCEL that a prerequisite's failure planned: its payload kept."""
+    return RT.CANCEL, {"id": job_id, "t": t, "keep": keep, "err": "prerequisite died",
+                       "p": "x"}
+
+
+def revive(job_id: str, waits_for: list[str], at: float = 7.0) -> tuple[int, dict[str, Any]]:
+    return RT.REVIVE, {"id": job_id, "at": at, "w": waits_for}
+
+
+def revivable(job_id: str = "j") -> tuple[QueueState, Log]:
+    """`job_id` waited for "p", whose death cancelled it (revivable); "p" is dead."""
+    state, log = QueueState(), Log()
+    state.apply_batch(log.batch(enq("p", ma=1), lease("p", 1), enq_waiting(job_id, ["p"])))
+    state.apply_batch(log.batch(nack("p", 1), revivable_cancel(job_id)))
+    return state, log
+
+
 def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
     """The snapshot batch compaction writes for `state` (docs: JOB*, KEY*, SNAPSHOT)."""
     out: list[tuple[int, dict[str, Any]]] = []
@@ -146,10 +165,16 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
         if e.state in (JobState.DONE, JobState.CANCELLED):
             # The finishing time is on disk, not in the state: any split of the end of
             # retention into fin + keep rebuilds the same state.
-            out.append((RT.FINISHED, {
+            finished: dict[str, Any] = {
                 "id": e.id, "pr": e.priority, "t": e.enqueued_at, "ma": e.max_attempts,
                 "a": e.attempts, "s": str(e.state), "fin": e.available_at, "keep": 0.0,
-                "err": e.last_error, "k": e.keyed, "r": None}))
+                "err": e.last_error, "k": e.keyed, "r": None}
+            sleeper = state.dormant.by_job.get(e.id)
+            if sleeper is not None:  # revivable: what it waits for, its payload
+                finished.update({"w": list(sleeper.unmet), "wf": list(sleeper.failed),
+                                 "p": None})
+                del finished["r"]
+            out.append((RT.FINISHED, finished))
             continue
         fields: dict[str, Any] = {
             "id": e.id, "pr": e.priority, "at": e.available_at, "t": e.enqueued_at,
@@ -210,7 +235,7 @@ def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any
         RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge,
         RT.FORGET: lambda: forget(job_id), RT.CANCEL: lambda: cancel(job_id),
         RT.DELETE: lambda: delete(job_id), RT.SNOOZE: lambda: snooze(job_id, 1),
-        RT.RELEASE: lambda: release(job_id)}
+        RT.RELEASE: lambda: release(job_id), RT.REVIVE: lambda: revive(job_id, ["p"])}
     return makers[rtype]()
 
 
@@ -388,6 +413,9 @@ class TransitionTableTest(unittest.TestCase):
                         records = [enq_waiting("j", ["other"])]
                     if rtype is RT.RELEASE:  # after its prerequisite's ack, in its batch
                         records.insert(0, ack("p", 1))
+                    if rtype is RT.REVIVE:  # a dependent p's death cancelled; p requeued
+                        s, log = revivable()
+                        records = [requeue("p"), revive("j", ["p"])]
                     s.apply_batch(log.batch(*records))
                     got = s.jobs["j"].state if "j" in s.jobs else None
                     if rtype is RT.ACK:
@@ -1356,6 +1384,94 @@ class DependenciesReplayTest(unittest.TestCase):
         self.assertEqual([(RT(t), r["id"]) for t, r in records],
                          [(RT.ACK, "d"), (RT.ACK, "g"), (RT.RELEASE, "h")],
                          "released once, in the batch of the last prerequisite's ack")
+
+
+class RevivalReplayTest(unittest.TestCase):
+    """Dependents a failure cancelled (format 1.2): replay keeps what they wait for and
+    what keeps them cancelled; REVIVE (after a REQUEUE) only when nothing does."""
+
+    def chain(self) -> tuple[QueueState, Log]:
+        """p|j|k: p dies; j and k are cancelled, revivable; "x" (which j also waits
+        for) is still pending."""
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("p", ma=1), enq("x"), lease("p", 1),
+                                enq_waiting("j", ["p", "x"]), enq_waiting("k", ["j"])))
+        s.apply_batch(log.batch(nack("p", 1), revivable_cancel("j"), revivable_cancel("k")))
+        return s, log
+
+    def test_a_requeue_and_revives_make_the_chain_wait_again(self) -> None:
+        s, log = self.chain()
+        self.assertEqual(s.dormant.items(), [["j", ["x"], ["p"], None, None],
+                                             ["k", [], ["j"], None, None]])
+        self.assertEqual((s.kept, s.waiting, s.dead), (2, 0, 1))
+        for rebuilt in (snapshot_of(s), via_checkpoint(s)):
+            self.assertEqual(rebuilt, s)
+        s.apply_batch(log.batch(requeue("p"), revive("j", ["x", "p"]), revive("k", ["j"])))
+        j, k = s.jobs["j"], s.jobs["k"]
+        self.assertEqual((j.state, j.available_at, j.last_error, k.state),
+                         (JobState.WAITING, 7.0, None, JobState.WAITING))
+        self.assertEqual((s.waits.waiting_for("j"), s.waits.waiting_for("k")),
+                         (("x", "p"), ("j",)))
+        self.assertEqual((s.kept, s.waiting, s.pending, s.dormant.by_job), (0, 2, 2, {}))
+        self.assertEqual(recount(s), (s.pending, s.leased, s.dead, s.waiting))
+        for rebuilt in (snapshot_of(s), via_checkpoint(s)):
+            self.assertEqual(rebuilt, s)
+
+    def test_what_happens_to_the_other_prerequisites_meanwhile_is_kept(self) -> None:
+        s, log = self.chain()
+        s.apply_batch(log.batch(lease("x", 2)))
+        s.apply_batch(log.batch(ack("x", 2)))  # done, and forgotten: struck off
+        self.assertEqual(s.dormant.by_job["j"].unmet, {})
+        s.apply_batch(log.batch(requeue("p"), revive("j", ["p"])))
+        self.assertEqual(s.waits.waiting_for("j"), ("p",))
+        s2, log2 = self.chain()  # x dies too: j stays cancelled after p's requeue
+        s2.apply_batch(log2.batch(lease("x", 2)))
+        s2.apply_batch(log2.batch(nack("x", 2)))
+        s2.apply_batch(log2.batch(lease("x", 3)))
+        s2.apply_batch(log2.batch(nack("x", 3)))
+        s2.apply_batch(log2.batch(lease("x", 4)))
+        s2.apply_batch(log2.batch(nack("x", 4)))
+        self.assertEqual(list(s2.dormant.by_job["j"].failed), ["p", "x"])
+        with self.assertRaisesRegex(ReplayError, "failed"):
+            s2.apply_batch(log2.batch(requeue("p"), revive("j", ["p"])))
+
+    def test_a_gone_failure_leaves_its_dependents_cancelled_for_good(self) -> None:
+        s, log = self.chain()
+        s.apply_batch(log.batch(delete("p")))
+        self.assertEqual(list(s.dormant.by_job), ["k"], "j can never wait again")
+        s.apply_batch(log.batch(forget("j")))
+        self.assertEqual(s.dormant.by_job, {}, "nor k, whose failure j is gone")
+
+    def test_a_revived_job_has_its_limit_keys_again(self) -> None:
+        s, log = QueueState(), Log()
+        rtype, fields = enq_waiting("j", ["p"])
+        limited = {**{k: v for k, v in fields.items() if k != "p"}, "ck": "c", "p": "x"}
+        s.apply_batch(log.batch(enq("p", ma=1), lease("p", 1), (rtype, limited)))
+        seq = s.jobs["j"].seq
+        cancel_type, cancel_fields = revivable_cancel("j")
+        cancel_fields = {**{k: v for k, v in cancel_fields.items() if k != "p"}, "ck": "c",
+                         "p": "x"}
+        s.apply_batch(log.batch(nack("p", 1), (cancel_type, cancel_fields)))
+        self.assertEqual((s.limited.keys_of(seq), s.dormant.by_job["j"].keys), (None, (None, "c")))
+        self.assertEqual(via_checkpoint(s), s)
+        s.apply_batch(log.batch(requeue("p"), revive("j", ["p"])))
+        self.assertEqual(s.limited.keys_of(seq), (None, "c"))
+        self.assertEqual(via_checkpoint(s), s)
+
+    def test_bad_revivals_are_corruption(self) -> None:
+        s, log = self.chain()
+        with self.assertRaisesRegex(ReplayError, "which waits for"):  # p is still dead
+            s.apply_batch(log.batch(revive("j", ["x", "p"]), number=log.number))
+        s, log = self.chain()
+        with self.assertRaisesRegex(ReplayError, "which waits for"):  # not what it waits for
+            s.apply_batch(log.batch(requeue("p"), revive("j", ["p"])))
+        s2, log2 = in_state(JobState.CANCELLED)
+        s2.apply_batch(log2.batch(enq("p", ma=1), lease("p", 1)))
+        with self.assertRaisesRegex(ReplayError, "not revivable"):  # cancelled by hand
+            s2.apply_batch(log2.batch(nack("p", 1), requeue("p"), revive("j", ["p"])))
+        s3, log3 = in_state(JobState.WAITING)
+        with self.assertRaisesRegex(ReplayError, "no failed"):  # nothing failed
+            s3.apply_batch(log3.batch(revivable_cancel("j")))
 
 
 if __name__ == "__main__":

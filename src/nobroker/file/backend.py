@@ -62,7 +62,7 @@ __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 T = TypeVar("T")
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
-                            exports=True, dependencies=True, limits=True)
+                            exports=True, dependencies=True, limits=True, revival=True)
 _MISSING: Any = object()
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until retention ends

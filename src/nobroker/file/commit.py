@@ -93,6 +93,7 @@ def plan_and_commit(handle: HandleAPI, plan: Plan[T], spare: str | frozenset[str
     live = handle.live_log()
     now = handle.now()
     batch = Batch(state.last_batch + 1, live.durable, handle.result_ttl)
+    batch.payload_of = live.read_payload
     plan_reclaim(state, batch, now, handle.backoff, handle.rng, spare, handle.key_retention)
     if batch:
         # Expiries first, as a batch of their own, so that the call sees
@@ -103,6 +104,7 @@ def plan_and_commit(handle: HandleAPI, plan: Plan[T], spare: str | frozenset[str
                 and (entry := state.jobs.get(record[ID])) is not None
                 and entry.state is JobState.DEAD]
         batch = Batch(state.last_batch + 1, live.durable, handle.result_ttl)
+        batch.payload_of = live.read_payload
         batch.wakes, batch.finishes, batch.reclaimed_dead = reclaimed, finished, dead
     build = plan(state, batch, now)
     if batch:

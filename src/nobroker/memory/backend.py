@@ -33,6 +33,7 @@ from ..models import (
     new_pending_jobs,
 )
 from .graphs import add_graph, prerequisites
+from .revivals import requeue_dead
 from .sets import SharedQueue, attach, detach, queue_names
 from .table import MemoryJob, MemoryTable
 from .views import done_view, job_view, stats_view
@@ -40,7 +41,7 @@ from .views import done_view, job_view, stats_view
 __all__ = ["MemoryBackend", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process=True,
-                            dependencies=True, limits=True)
+                            dependencies=True, limits=True, revival=True)
 T = TypeVar("T")
 _ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until keep_until
@@ -309,7 +310,7 @@ class MemoryBackend:
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None) -> int:
-        return self._write(lambda table, now: table.requeue_dead(job_id, now))
+        return self._write(lambda table, now: requeue_dead(table, job_id, now))
 
     def purge(self) -> int:
         return self._write(lambda table, now: table.purge(now))

@@ -23,6 +23,7 @@ from ..dependencies import SUCCESS, verdict
 from ..errors import JobNotFoundError, NotLeasedError
 from ..limits import JobKeys, Limits
 from ..models import JobState
+from ..revivals import Dormant
 from .limited import LimitedReady
 
 __all__ = ["MemoryJob", "MemoryTable", "FINISHED"]
@@ -38,7 +39,7 @@ class MemoryJob:
     id: str
     seq: int  # enqueue order: FIFO within a priority, and list order
     keyed: bool  # the id is a caller's idempotency key
-    payload_text: str | None  # JSON; None once finished (kept jobs keep no payload)
+    payload_text: str | None  # JSON; None once finished (but a revivable one's)
     priority: int
     available_at: float  # pending: leasable from; dead: when it died
     enqueued_at: float
@@ -79,6 +80,7 @@ class MemoryTable:
         self.dependents: dict[str, dict[str, None]] = {}  # prerequisite -> waiting jobs
         self.dependent_keep = 0.0  # how long a dependent a failure cancels is kept
         self.limited = LimitedReady()  # ready limited jobs by key, holders, windows
+        self.dormant = Dormant()  # cancelled dependents a requeue revives (revivals.py)
 
     # -- adding -------------------------------------------------------------
 
@@ -103,15 +105,22 @@ class MemoryTable:
         self.jobs[job_id] = job
         self.enqueued += 1
         if waits_for:
-            job.state, job.mode = JobState.WAITING, mode
-            job.waiting_for = dict.fromkeys(waits_for)
-            for prerequisite in waits_for:
-                self.dependents.setdefault(prerequisite, {})[job_id] = None
+            job.mode = mode
             self.counts[JobState.WAITING] += 1
+            job.state = JobState.WAITING
+            self.wait_again(job, waits_for)
             return job
         self.counts[JobState.PENDING] += 1
         self._enter_pending(job)
         return job
+
+    def wait_again(self, job: MemoryJob, waits_for: list[str]) -> None:
+        """Job `job` waits for `waits_for` (new, or a cancelled dependent revived)."""
+        if job.state is not JobState.WAITING:
+            self._move(job, JobState.WAITING)
+        job.waiting_for = dict.fromkeys(waits_for)
+        for prerequisite in waits_for:
+            self.dependents.setdefault(prerequisite, {})[job.id] = None
 
     def add_copy(self, job_id: str, keyed: bool, payload_text: str, priority: int,
                  available_at: float, enqueued_at: float, max_attempts: int,
@@ -215,7 +224,8 @@ class MemoryTable:
         dependents released or cancelled by the rules (docs/TASKS.md)."""
         if job.state is JobState.WAITING:
             self._detach(job)
-        job.payload_text = None
+        if job.id not in self.dormant.by_job:  # a revivable one keeps its payload
+            job.payload_text = None
         job.finished_at = now
         job.keep_until = now + keep
         self._move(job, state)
@@ -228,6 +238,8 @@ class MemoryTable:
         cancelled by verdict() (its own dependents in turn, through finish)."""
         dependents = self.dependents.pop(job_id, None)
         failed = None if outcome is JobState.DONE else (job_id, outcome)
+        if self.dormant:
+            self.dormant.finished(job_id, ok=failed is None)
         for dependent_id in dependents or ():
             dependent = self.jobs[dependent_id]
             assert dependent.waiting_for is not None
@@ -239,6 +251,10 @@ class MemoryTable:
                 self._make_pending(dependent, dependent.available_at)
             elif error is not None:
                 dependent.last_error = error
+                if dependent.mode == SUCCESS and (outcome is JobState.DEAD  # revivable
+                                                  or job_id in self.dormant.by_job):
+                    self.dormant.add(dependent_id, dependent.waiting_for, [job_id],
+                                     dependent.keys)
                 self.finish(dependent, JobState.CANCELLED, now, self.dependent_keep)
 
     def _detach(self, job: MemoryJob) -> None:
@@ -283,6 +299,13 @@ class MemoryTable:
         enqueued again), gone."""
         self._remove(job)
         self.finishes += 1
+        self._gone(job.id)
+
+    def _gone(self, job_id: str) -> None:
+        """Job `job_id` is gone: not revivable, and never done for what it cancelled."""
+        if self.dormant:
+            self.dormant.remove(job_id)
+            self.dormant.gone(job_id)
 
     def purge(self, now: float) -> int:
         """Remove every pending job; how many."""
@@ -292,6 +315,7 @@ class MemoryTable:
         self.finishes += len(pending)
         for job in pending:  # a released dependent stays, pending
             self._settle_dependents(job.id, JobState.CANCELLED, now)
+            self._gone(job.id)
         return len(pending)
 
     def set_paused(self, paused: bool) -> None:
@@ -309,6 +333,7 @@ class MemoryTable:
             job = self.jobs.get(job_id)
             if job is not None and job.stamp == stamp:
                 self._remove(job)
+                self._gone(job_id)
                 forgotten += 1
         keys = self._key_times
         while keys and keys[0][0] <= now - key_retention:

@@ -465,6 +465,29 @@ def _w_workflows(d: Driver) -> None:
     d.call(b, "compact")
 
 
+@workload("revive")
+def _w_revive(d: Driver) -> None:
+    # A chain whose first step (0) dies: its next steps (1, 2) are cancelled, revivable
+    # (CANCELs with their payloads), in the NACK's batch. A compaction keeps them
+    # (FINISHED with w/wf and the payload); the other handle's requeue revives both
+    # (REQUEUE, then two REVIVEs, one batch); a compaction keeps them waiting (JOB,
+    # the payload read from a FINISHED record); then the chain runs in order.
+    a, b = d.open(max_attempts=1), d.open(max_attempts=1)
+    jobs = d.call(a, "enqueue_graph", [GraphNode(payload(0, 200)),
+                                       GraphNode(payload(1, 300), (0,)),
+                                       GraphNode(payload(2, 100), (1,))])
+    if not (isinstance(jobs, list) and len(jobs) == 3):
+        return
+    for job in _held(d.call(a, "lease", 1)):
+        d.call(a, "nack", job, error="boom")  # dead on its only attempt
+    d.call(a, "compact")
+    d.call(b, "requeue_dead", jobs[0].id)
+    d.call(b, "compact")
+    for _ in range(3):
+        for job in _held(d.call(b, "lease", 1)):
+            d.call(a, "ack", job, result=1)
+
+
 @workload("limits")
 def _w_limits(d: Driver) -> None:
     # A rate-limited task and a concurrency key, declared alike by two handles: the

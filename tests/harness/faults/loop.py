@@ -298,7 +298,7 @@ def random_workload(d: _Driver, seed: int) -> None:
         elif op < 0.92:
             d.purge()
         elif op < 0.94:
-            d.call("requeue_dead", lambda q: q.requeue_dead())
+            d.call("requeue_dead", lambda q: q.requeue_dead())  # REVIVEs what deaths cancelled
         elif op < 0.96:
             if rng.random() < 0.5:
                 d.cancel(rng.choice(sorted(d.ids))) if d.ids else None

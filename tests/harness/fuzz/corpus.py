@@ -101,13 +101,17 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
         for job in q.lease(1):
             q.nack(job, error="dead too", dead=True)  # a NACK with dl: attempts left
         q.delete_dead(doomed.id)
+        chain = q.enqueue({"n": 12}, max_attempts=1, priority=400)
+        q.enqueue({"n": 13}, depends_on=chain)  # its death cancels it, revivable
+        for job in q.lease(1):
+            q.nack(job, error="dead")  # a CANCEL with "p"; compacted: FINISHED with "wf"
         q.pause()
 
 
 def _job_control(q: Queue) -> None:
     """CANCEL, DELETE, PAUSE/RESUME, SNOOZE, an ACK with a result and dependencies (a
     waiting ENQUEUE, a RELEASE, a CANCEL with err, a graph with an on_error node and
-    its RELEASE by a death), in a generation's own log."""
+    its RELEASE by a death, a REVIVE), in a generation's own log."""
     jobs = q.enqueue_many([{"n": 20}, {"n": 21}, {"n": 22}], max_attempts=1, priority=200)
     q.enqueue({"n": 23}, depends_on=jobs[1])  # released by second's ack
     q.enqueue({"n": 24}, depends_on=jobs[0], priority=300)  # cancelled with first
@@ -123,6 +127,7 @@ def _job_control(q: Queue) -> None:
     for job in q.lease(1):
         q.nack(job, error="dead")
         q.delete_dead(job.id)
+    q.requeue_dead()  # REQUEUEs and, for the chain cancelled above, a REVIVE
     q.pause()
     q.resume()
 

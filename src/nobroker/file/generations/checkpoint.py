@@ -18,6 +18,8 @@ Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
                "waits": [[id, [unmet prerequisite ids], allow_failure(, "failure")], ...],
                "limits": {"keys": [[index, rate key, concurrency key], ...],
                           "windows": [[rate key, count, period, [starts]], ...]}
+               "dormant": [[id, [unmet], [failed], rate key, concurrency key], ...]
+               (the revivable cancelled dependents, nobroker.revivals; absent: none)
       names    JSON object {index: id} for the jobs whose id is not seq_id(seq)
       errors   JSON object {index: last_error} for the jobs that have one
       keys     JSON object {id: done_at} of remembered idempotency keys
@@ -79,7 +81,8 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
             "last_batch": state.last_batch, "next_token": state.next_token,
             "next_seq": state.next_seq, "done": state.done, "snapshot": state.snapshot_seen,
             "paused": state.paused, "totals": list(state.totals), "source": source,
-            "waits": state.waits.items(), "limits": state.limited.columns(columns.seqs)}
+            "waits": state.waits.items(), "limits": state.limited.columns(columns.seqs),
+            "dormant": state.dormant.items()}
     sections = [
         json.dumps(meta).encode(),
         json.dumps(columns.names).encode(),
@@ -140,6 +143,7 @@ def _decode(data: bytes, generation: int, log_size: int,
             done=meta["done"], snapshot_seen=meta["snapshot"], next_seq=meta["next_seq"],
             paused=meta["paused"])
         state.waits.restore(meta["waits"])
+        state.dormant.restore(meta.get("dormant", []))  # absent: written before revivals
         state.limited.restore(state.table, meta["limits"])
     except (ReplayError, ValueError) as exc:
         raise CheckpointError(getattr(exc, "reason", str(exc))) from None

@@ -90,6 +90,7 @@ from ..log.records import (
 )
 from ..state.batch import Batch
 from ..state.limited import key_fields
+from ..state.reviving import sleeper_fields
 from ..state.state import Entry, JobState, QueueState
 from ..state.waits import mode_fields
 from . import checkpoint
@@ -242,7 +243,12 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
             if entry.state in _FINISHED:
                 rtype, record, result = next(outcomes)
                 fields = _finished_fields(old, entry, rtype, record)
-                if result is None:
+                sleeper = state.dormant.by_job.get(entry.id)
+                if sleeper is not None:  # revivable: what it waits for, and its payload
+                    fields.update(sleeper_fields(list(sleeper.unmet), list(sleeper.failed),
+                                                 sleeper.keys))
+                    batch.add_payload(RecordType.FINISHED, fields, old.read_payload(entry.loc))
+                elif result is None:
                     batch.add(RecordType.FINISHED, fields)
                 else:
                     batch.add_result(RecordType.FINISHED, fields, result)
@@ -296,6 +302,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
     snapshot.latest_time = state.latest_time
     snapshot.set_totals(state.totals)
     snapshot.waits.restore(state.waits.items())  # as the JOB records' "w" say
+    snapshot.dormant.restore(state.dormant.items())  # as the FINISHED records' "wf" say
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 

@@ -26,7 +26,7 @@ __all__ = [
     "TOKEN", "UNTIL", "RESULT", "KEEP", "ERROR", "STATE", "ATTEMPTS", "FINISHED_AT", "ACKED",
     "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE", "WAIT", "ALLOW_FAILURE",
     "RATE_KEY", "CONCURRENCY_KEY", "LIMIT_COUNT", "PERIOD", "STARTS",
-    "DEAD_LETTER",
+    "DEAD_LETTER", "FAILED_PREREQUISITES",
 ]
 
 Record = dict[str, Any]
@@ -75,6 +75,7 @@ class RecordType(IntEnum):
     SNOOZE = 18  # the holder gave the job back untried: pending again, attempt not counted
     RELEASE = 19  # a waiting job's prerequisites all finished: pending (format 1.1)
     LIMIT = 21  # a rate limit's window: its key, count and period (format 1.2)
+    REVIVE = 22  # a dependent a death cancelled waits again: the death was requeued (1.2)
 
 
 # The keys of a record's JSON object, each named once here; docs/FORMAT.md says which
@@ -113,6 +114,9 @@ LIMIT_COUNT: Final = "lim"  # LIMIT: the starts a window of the key may hold (fo
 PERIOD: Final = "per"  # LIMIT: the window's length in seconds (format 1.2)
 STARTS: Final = "st"  # LIMIT: the key's latest starts, oldest first (a snapshot's; 1.2)
 DEAD_LETTER: Final = "dl"  # NACK: dead now, whatever attempts remain (format 1.2)
+# FINISHED: the failed prerequisites a revivable dependent stays cancelled for (its `w`:
+# those it still waits for; format 1.2)
+FAILED_PREREQUISITES: Final = "wf"
 # The text a record's last key (payload or result) starts with: readers of a payload
 # or result find it by this, without parsing the record (a quote inside a JSON string
 # is escaped, so the first occurrence is the key).
@@ -121,7 +125,8 @@ RESULT_KEY_TEXT: Final = f',"{RESULT}":'
 FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, PAYLOAD, TOKEN,
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
                  PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, ON_FAILURE, RATE_KEY,
-                 CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS, DEAD_LETTER)
+                 CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS, DEAD_LETTER,
+                 FAILED_PREREQUISITES)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

@@ -34,6 +34,7 @@ from ..log.records import (
     BATCH,
     DURABLE,
     ID,
+    PAYLOAD,
     TOKEN,
     RecordType,
 )
@@ -251,6 +252,9 @@ class TolerantReplay:
                     return False
                 if rtype == RecordType.RELEASE and not self._freed(str(job_id), batch):
                     return False
+                if rtype == RecordType.REVIVE or (rtype == RecordType.CANCEL
+                                                  and PAYLOAD in record):
+                    return False  # revivals depend on the batch's other records: carefully
             elif rtype in (RecordType.ENQUEUE, RecordType.JOB):
                 if not isinstance(job_id, str) or job_id in jobs:
                     return False

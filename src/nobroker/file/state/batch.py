@@ -11,7 +11,7 @@ random or threads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 from typing import Final
 
@@ -68,6 +68,10 @@ class Batch:
         self.keep = keep
         self.met: dict[str, int] = {}
         self.resolved: set[str] = set()
+        # The payload JSON text of the job whose record is at an offset of the live log
+        # (the writer's, commit.py): a dependent a failure cancels keeps it, revivable.
+        # None (a batch planned without the log): such dependents are not revivable.
+        self.payload_of: Callable[[int], str] | None = None
 
     def __len__(self) -> int:
         return len(self._items)

@@ -32,7 +32,7 @@ from ..log.records import (
     RecordType,
 )
 from .batch import Batch
-from .dependencies import plan_dependents, plan_waiting_enqueue
+from .dependencies import plan_dependents, plan_revivals, plan_waiting_enqueue
 from .jobindex import JobIndex
 from .limited import declare_windows, plan_limited_enqueue
 from .state import Entry, JobState, QueueState
@@ -303,8 +303,11 @@ def plan_requeue(state: QueueState, batch: Batch, now: float, job_id: str | None
         targets = [entry]
     else:
         targets = list(state.entries(JobState.DEAD))
+    cleared: dict[str, list[str]] = {}
     for entry in targets:
         batch.add(RecordType.REQUEUE, {ID: entry.id, AT: now})
+        if state.dormant:  # the dependents its death cancelled wait again
+            plan_revivals(state, batch, now, entry.id, cleared)
     return len(targets)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...dependencies import Known, verdict
+from ...dependencies import SUCCESS, Known, verdict
 from ...errors import JobNotFoundError
 from ..log.records import (
     AT,
@@ -29,14 +29,16 @@ from ..log.records import (
     PRIORITY,
     TIME,
     WAIT,
+    Record,
     RecordType,
 )
 from .batch import Batch
+from .limited import key_fields
 from .state import JobState, QueueState
 from .waits import mode_fields
 
 __all__ = ["prerequisites", "plan_waiting_enqueue", "plan_dependent_enqueue",
-           "plan_dependents"]
+           "plan_dependents", "plan_revivals"]
 
 _FAILED = (JobState.DEAD, JobState.CANCELLED)
 
@@ -99,12 +101,14 @@ def plan_dependent_enqueue(batch: Batch, now: float, job_id: str, payload_text: 
 
 
 def plan_dependents(state: QueueState, batch: Batch, now: float, job_id: str,
-                    outcome: JobState) -> None:
+                    outcome: JobState, revivable: bool = False) -> None:
     """Job `job_id` finishes with `outcome` (done, dead or cancelled) by the record
     just added to `batch`: RELEASE or CANCEL (recursively) each waiting dependent
     it settles, by verdict(). Records follow the finish they depend on, in the same
     batch. O(1) per dependent: the batch counts how many of each dependent's unmet
-    prerequisites it has finished so far (`met`), rather than looking at them all."""
+    prerequisites it has finished so far (`met`), rather than looking at them all.
+    A dependent its death cancels (or the cancel of such a dependent: `revivable`) is
+    cancelled revivable (plan_revivals)."""
     waits = state.waits
     if not waits:
         return
@@ -126,6 +130,41 @@ def plan_dependents(state: QueueState, batch: Batch, now: float, job_id: str,
         elif error is not None:
             resolved.add(dependent)
             batch.finishes += 1
-            batch.add(RecordType.CANCEL, {ID: dependent, TIME: now, KEEP: batch.keep,
-                                          ERROR: error})
-            plan_dependents(state, batch, now, dependent, JobState.CANCELLED)
+            fields = {ID: dependent, TIME: now, KEEP: batch.keep, ERROR: error}
+            revives = (died or revivable) and wait.mode == SUCCESS \
+                and batch.payload_of is not None
+            if revives:
+                _add_revivable_cancel(state, batch, dependent, fields)
+            else:
+                batch.add(RecordType.CANCEL, fields)
+            plan_dependents(state, batch, now, dependent, JobState.CANCELLED, revives)
+
+
+def _add_revivable_cancel(state: QueueState, batch: Batch, job_id: str,
+                          fields: Record) -> None:
+    """The CANCEL of a dependent a failure cancels, with its limit keys and payload: a
+    requeue of the failure revives it (plan_revivals)."""
+    assert batch.payload_of is not None
+    entry = state.jobs[job_id]
+    if state.limited.keys:
+        fields.update(key_fields(state.limited.keys_of(entry.seq)))
+    batch.add_payload(RecordType.CANCEL, fields, batch.payload_of(entry.loc))
+
+
+def plan_revivals(state: QueueState, batch: Batch, now: float, job_id: str,
+                  cleared: dict[str, list[str]]) -> None:
+    """Job `job_id`, failed, waits or runs again by the record just added to `batch`
+    (a REQUEUE, or a REVIVE): a REVIVE (recursively) for each cancelled dependent
+    nothing failed keeps cancelled any longer. `cleared`: the batch's failed
+    prerequisites requeued or revived so far, by dependent."""
+    dormant = state.dormant
+    for dependent in list(dormant.watching.get(job_id, ())):
+        sleeper = dormant.by_job[dependent]
+        if job_id not in sleeper.failed:
+            continue
+        done = cleared.setdefault(dependent, [])
+        done.append(job_id)
+        if dormant.revivable(dependent, done):
+            batch.add(RecordType.REVIVE, {ID: dependent, AT: now,
+                                          WAIT: [*sleeper.unmet, *done]})
+            plan_revivals(state, batch, now, dependent, cleared)

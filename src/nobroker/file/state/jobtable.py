@@ -336,6 +336,13 @@ class JobTable:
         self.retention.keep(seq, keep, kept_until)
         return freed
 
+    def unfinish(self, slot: int, code: int, at: float) -> None:
+        """Kept finished job `slot` is live again in state `code` (not PENDING or LEASED:
+        a revived dependent waits), from `at`; its record stays where it is."""
+        self.code[slot] = code
+        self.available_at[slot] = at
+        self.retention.unkeep()
+
     def set_available(self, slot: int, at: float) -> None:
         """Job `slot`'s available_at, for a job that is not pending (see set_code)."""
         self.available_at[slot] = at

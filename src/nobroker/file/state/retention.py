@@ -65,6 +65,12 @@ class KeptJobs:
             lane.last_at = kept_until
         lane.seqs.append(seq)
 
+    def unkeep(self) -> None:
+        """A kept job is live again (a revived dependent): its lane entry is stale, and
+        out of order if it is kept again, so every lane is sorted (and deduplicated)
+        before it is next read."""
+        self._kept_unsorted.update(self._kept)
+
     def kept_until_before(self, table: JobColumns, before: float) -> list[int]:
         """Slots of the table's kept jobs whose retention ends at or before `before`, in
         that order (equal ends by seq). Drops consumed items at the heads of the lanes
@@ -94,12 +100,12 @@ class KeptJobs:
                 del seqs[:lane.head]
                 lane.head = 0
         found.sort()
-        return [slot for _, _, slot in found]
+        return list(dict.fromkeys(slot for _, _, slot in found))  # a revived job: twice
 
     def _sort_kept(self, table: JobColumns, lane: _KeptLane) -> None:
         """Put a lane in retention order, dropping the jobs forgotten since."""
         code, at, slot_of = table.code, table.available_at, table.slot
-        live = [(at[slot], seq) for seq in lane.seqs[lane.head:]
+        live = [(at[slot], seq) for seq in dict.fromkeys(lane.seqs[lane.head:])
                 if (slot := slot_of(seq)) >= 0 and code[slot] in FINISHED_CODES]
         live.sort()
         lane.seqs = array("q", [seq for _, seq in live])

@@ -17,6 +17,7 @@ from ..log.records import (
     AT,
     ATTEMPTS,
     ERROR,
+    FAILED_PREREQUISITES,
     FINISHED_AT,
     IS_KEY,
     JOBS,
@@ -36,6 +37,7 @@ from ..log.records import (
     ReplayError,
 )
 from .fieldchecks import check_totals, field, max_attempts_field, opt_str
+from .reviving import revivable_fields
 from .transitions import ReplayState
 from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState
 from .waits import prerequisites_field
@@ -118,6 +120,10 @@ def apply_snapshot_finished(state: ReplayState, job_id: str, rec: Record, offset
     table.finish(slot, job_id, code, keep, finished_at + keep, offset, size)
     if error is not None:
         table.set_error(table.seqs[slot], error)
+    if FAILED_PREREQUISITES in rec:  # a revivable cancelled dependent (format 1.2)
+        if code != CANCELLED:
+            raise ReplayError(offset, f"revivable {job_id!r} is not cancelled")
+        state.dormant.add(job_id, *revivable_fields(rec, job_id, offset))
     state.kept += 1
     state.live_bytes += size
 

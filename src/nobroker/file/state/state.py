@@ -30,6 +30,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
 from ...limits import Limits
+from ...revivals import Dormant
 from ..log.records import (
     ACKED,
     BATCH,
@@ -96,6 +97,7 @@ class QueueState:
         self.jobs = JobIndex(self.table, self.done_keys, self.live)
         self.waits = Waits()  # the waiting jobs' unmet prerequisites (depends_on=)
         self.limited = LimitedJobs()  # limited jobs' keys, due indexes and windows
+        self.dormant = Dormant()  # cancelled dependents a requeue revives (revivals.py)
         self.waiting = 0
         self.pending = 0
         self.leased = 0
@@ -188,7 +190,7 @@ class QueueState:
                 latest = stamp if stamp > latest else latest
                 for _, rec, offset, _ in batch[:run]:  # limited jobs: to their keys' index
                     if RATE_KEY in rec or CONCURRENCY_KEY in rec:
-                        self._adopt(rec[ID], rec, offset)
+                        self.adopt_keys(rec[ID], rec, offset)
                 batch = batch[run:]
         for rtype, rec, offset, size in batch:
             if rec.get(BATCH) != number:
@@ -234,7 +236,7 @@ class QueueState:
             return
         JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
 
-    def _adopt(self, job_id: str, rec: Record, offset: int) -> None:
+    def adopt_keys(self, job_id: str, rec: Record, offset: int) -> None:
         """A job just added by `rec`, if it has limit keys: into its keys' index."""
         keys = record_keys(rec, offset)
         if keys is not None:
@@ -251,7 +253,10 @@ class QueueState:
                 self.limited.purged(self.table)
             if self.waits:  # purged prerequisites (the writer settles their dependents next)
                 for gone in [p for p in self.waits.dependents if self.table.find(p) < 0]:
-                    self.waits.finished(gone)
+                    self.waits.finished(gone, failed=True)
+            if self.dormant:  # purged prerequisites never succeed
+                for gone in [p for p in self.dormant.watching if self.table.find(p) < 0]:
+                    self.dormant.gone(gone)
             return
         if rtype == RecordType.SNAPSHOT:
             apply_snapshot_end(self, rec, offset)
@@ -268,7 +273,7 @@ class QueueState:
             adding = apply_enqueue if rtype == RecordType.ENQUEUE else apply_snapshot_job
             adding(self, job_id, rec, offset, size)
             if RATE_KEY in rec or CONCURRENCY_KEY in rec:  # a limited job (limited.py)
-                self._adopt(job_id, rec, offset)
+                self.adopt_keys(job_id, rec, offset)
         elif rtype == RecordType.KEY:
             if job_id in self.done_keys:
                 raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
@@ -380,7 +385,8 @@ class QueueState:
         )
         return (jobs, tuple(sorted(self.done_keys.items())), self.pending, self.leased,
                 self.dead, self.kept, self.done, self.next_token, self.paused,
-                self.waiting, self.waits.fingerprint(), self.limited.fingerprint())
+                self.waiting, self.waits.fingerprint(), self.limited.fingerprint(),
+                self.dormant.fingerprint())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QueueState):

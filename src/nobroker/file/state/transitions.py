@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from ...dependencies import FAILURE
+from ...dependencies import FAILURE, SUCCESS
+from ...revivals import Dormant
 from ..log.records import (
     AT,
     BATCH,
@@ -44,6 +45,8 @@ from ..log.records import (
 )
 from .fieldchecks import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable
+from .limited import key_fields, record_keys
+from .reviving import revive_wait
 from .vocabulary import (
     CANCELLED,
     CODE_STATES,
@@ -83,6 +86,7 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.CANCEL, JobState.LEASED): (JobState.CANCELLED,),
     (RecordType.CANCEL, JobState.WAITING): (JobState.CANCELLED,),
     (RecordType.DELETE, JobState.DEAD): (None,),
+    (RecordType.REVIVE, JobState.CANCELLED): (JobState.WAITING,),
 }
 # The records a job's holder writes: they must carry its current fencing token.
 FENCED: Final = frozenset({RecordType.ACK, RecordType.NACK, RecordType.EXTEND,
@@ -95,6 +99,7 @@ class ReplayState(Protocol):
 
     table: JobTable
     waits: Waits  # the waiting jobs' unmet prerequisites
+    dormant: Dormant  # the cancelled dependents a requeue revives
     done_keys: dict[str, float]  # finished keyed job id -> when acked
     pending: int
     leased: int
@@ -115,6 +120,8 @@ class ReplayState(Protocol):
     def set_state(self, slot: int, code: int) -> None: ...
 
     def remember(self, job_id: str, done_at: float) -> None: ...
+
+    def adopt_keys(self, job_id: str, rec: Record, offset: int) -> None: ...
 
 
 # The job records, each in the state TRANSITIONS requires (and, for a leased
@@ -145,6 +152,8 @@ def apply_ack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: i
         done_at = field(rec, TIME, float, offset)
     if state.waits:  # its dependents strike it off (the writer released any it freed)
         state.waits.finished(job_id)
+    if state.dormant:
+        state.dormant.finished(job_id, ok=True)
     state.leased -= 1
     state.done += 1
     if RESULT in rec:  # acked with a result: kept, result and all, for "keep" seconds
@@ -176,20 +185,31 @@ def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset
     cancelled_at = field(rec, TIME, float, offset)  # the fields checked before any change
     if field(rec, KEEP, float, offset) < 0:
         raise ReplayError(offset, f"negative retention {rec[KEEP]!r}")
+    wait = state.waits.by_job.get(job_id) if code == WAITING else None
+    keys = record_keys(rec, offset)
+    if PAYLOAD in rec and (wait is None or not wait.failed):
+        raise ReplayError(offset, f"cancel of {job_id!r} with its payload, but no failed "
+                                  "prerequisite")
     if ERROR in rec:
         table.set_error(table.seqs[slot], opt_str(rec, ERROR, offset))
+    if wait is not None:
+        state.waits.remove(job_id)
     if state.waits:
-        if code == WAITING:
-            state.waits.remove(job_id)
-        state.waits.finished(job_id)
+        state.waits.finished(job_id, failed=True)
+    if state.dormant:
+        state.dormant.finished(job_id, ok=False)
     state.count(code, -1)
     _finish(state, slot, job_id, CANCELLED, cancelled_at, rec, offset, size)
+    if PAYLOAD in rec and wait is not None:  # a dependent a failure cancels: revivable
+        state.dormant.add(job_id, wait.unmet, wait.failed, keys)
 
 
 def apply_delete(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                  size: int) -> None:
     state.dead -= 1
     state.live_bytes -= state.table.remove(slot, job_id)
+    if state.dormant:  # it never succeeds: what its death cancelled stays cancelled
+        state.dormant.gone(job_id)
 
 
 def apply_forget(state: ReplayState, job_id: str, offset: int) -> None:
@@ -201,6 +221,9 @@ def apply_forget(state: ReplayState, job_id: str, offset: int) -> None:
             expect_state(table, slot, job_id, FINISHED_CODES, offset)
         state.kept -= 1
         state.live_bytes -= table.remove(slot, job_id)
+        if state.dormant:
+            state.dormant.remove(job_id)
+            state.dormant.gone(job_id)
     elif state.done_keys.pop(job_id, None) is None:
         raise ReplayError(offset, f"forget of {job_id!r}, which is not remembered")
 
@@ -226,6 +249,8 @@ def _retry(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
         state.dead_lettered += 1
         if state.waits:
             state.waits.finished(job_id, died=True)
+        if state.dormant:
+            state.dormant.finished(job_id, ok=False)
     else:
         state.count(table.make_pending(slot, at), -1)
         state.pending += 1
@@ -278,6 +303,26 @@ def apply_requeue(state: ReplayState, slot: int, job_id: str, rec: Record, offse
     at = field(rec, AT, float, offset)
     state.count(state.table.make_pending(slot, at, reset_attempts=True), -1)
     state.pending += 1
+    if state.dormant:  # what its death cancelled may wait again (the writer's REVIVEs)
+        state.dormant.requeued(job_id)
+
+
+def apply_revive(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
+                 size: int) -> None:
+    """A dependent a failure cancelled waits again, from `at`, for `w` (what replay kept of
+    it: nothing failed left); its payload and record stay where its cancel put them."""
+    wait = revive_wait(rec, job_id, state.dormant.by_job.get(job_id), offset)
+    at = field(rec, AT, float, offset)
+    sleeper = state.dormant.remove(job_id)
+    state.dormant.requeued(job_id)  # its own revivable dependents: unmet again
+    table = state.table
+    table.unfinish(slot, WAITING, at)
+    table.set_error(table.seqs[slot], None)
+    state.waits.add(job_id, wait, SUCCESS)
+    state.kept -= 1
+    state.waiting += 1
+    if sleeper is not None and sleeper.keys is not None:  # its limit keys, as it had them
+        state.adopt_keys(job_id, key_fields(sleeper.keys), offset)
 
 
 def apply_enqueue_waiting(state: ReplayState, job_id: str, rec: Record, offset: int,
@@ -396,6 +441,7 @@ JOB_RECORDS: Final[dict[int, Callable[[ReplayState, int, str, Record, int, int],
     RecordType.REQUEUE: apply_requeue,
     RecordType.CANCEL: apply_cancel,
     RecordType.DELETE: apply_delete,
+    RecordType.REVIVE: apply_revive,
 }
 # The states each of them may find its job in, read off TRANSITIONS.
 ALLOWED: Final[dict[int, tuple[int, ...]]] = {

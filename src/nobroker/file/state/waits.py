@@ -13,7 +13,7 @@ Pure: no os, time, random or threads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...dependencies import ANY, FAILURE, MODES, SUCCESS
@@ -52,6 +52,9 @@ class Wait:
     unmet: dict[str, None]
     mode: str  # dependencies.SUCCESS, ANY or FAILURE: what releases it
     died: bool = False  # a prerequisite was dead-lettered (what releases FAILURE)
+    # SUCCESS: its prerequisites that failed (the batch that fails one cancels the job,
+    # revivable: nobroker.revivals), so never saved
+    failed: dict[str, None] = field(default_factory=dict)
 
 
 class Waits:
@@ -75,9 +78,10 @@ class Waits:
             else:
                 others[job_id] = None
 
-    def finished(self, prerequisite: str, died: bool = False) -> list[str]:
-        """`prerequisite` finished (`died`: dead-lettered): struck off its dependents'
-        lists; returns them."""
+    def finished(self, prerequisite: str, died: bool = False,
+                 failed: bool = False) -> list[str]:
+        """`prerequisite` finished (`died`: dead-lettered; `failed`: cancelled or
+        purged): struck off its dependents' lists; returns them."""
         dependents = self.dependents.pop(prerequisite, None)
         if dependents is None:
             return []
@@ -87,6 +91,8 @@ class Waits:
             del wait.unmet[prerequisite]
             if died:
                 wait.died = True
+            if (died or failed) and wait.mode == SUCCESS:
+                wait.failed[prerequisite] = None
         return list(dependents)
 
     def remove(self, job_id: str) -> Wait | None:
