@@ -162,6 +162,13 @@ class Backend(Protocol):
 
     def extend(self, job: Job, seconds: float) -> Job: ...
 
+    def write_notes(self, job: Job, progress: tuple[float, str | None] | None,
+                    meta: dict[str, Any]) -> None:
+        """The holder's report on its leased `job`: its progress and its whole metadata
+        (merged by the caller), replacing what the job had; NotLeasedError as nack.
+        Kept as long as the job is (its result, its key, the dead-letter queue)."""
+        ...
+
     def wait(self, timeout: float) -> bool:
         """Block until a job may be leasable (True) or `timeout` passes (False); never
         polls faster than the backend must, and never leases. While the queue is

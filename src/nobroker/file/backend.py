@@ -31,7 +31,7 @@ from ..models import (
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
-from .log.records import FINISHED_AT, ID, RESULT, TIME, TOKEN, RecordType, loads
+from .log.records import ID, TIME, TOKEN, RecordType
 from .options import FileOptions
 from .state.batch import Batch
 from .state.commands import (
@@ -50,16 +50,15 @@ from .state.commands import (
     plan_snooze,
 )
 from .state.dependencies import plan_dependents
+from .state.notes import Note
 from .state.state import Entry, QueueState
+from .views import note_view, read_outcome, read_payload
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
                             exports=True, dependencies=True)
 _MISSING: Any = object()
-# Record type holding a kept finished job's outcome -> its field for the finishing time.
-_OUTCOME_FIELD: dict[int, str] = {RecordType.ACK: TIME, RecordType.CANCEL: TIME,
-                                  RecordType.FINISHED: FINISHED_AT}
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
 
@@ -98,7 +97,8 @@ class FileBackend:
             return Job(id=entry.id, payload=None, priority=entry.priority,
                        attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
                        available_at=finished_at, enqueued_at=entry.enqueued_at,
-                       last_error=entry.last_error, result=result, finished_at=finished_at)
+                       last_error=entry.last_error, result=result, finished_at=finished_at,
+                       **note_view(self.handle.state.notes, entry.id))
         leased = state is JobState.LEASED
         waits = self.handle.state.waits
         return Job(
@@ -110,7 +110,8 @@ class FileBackend:
             last_error=entry.last_error, token=entry.token if leased else None,
             lease_expires_at=entry.lease_until if leased else None,
             finished_at=entry.available_at if state is JobState.DEAD else None,
-            waiting_for=waits.waiting_for(entry.id) if waits else ())
+            waiting_for=waits.waiting_for(entry.id) if waits else (),
+            **note_view(self.handle.state.notes, entry.id))
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
         """Under the lock: what builds the views of jobs just leased, once the lock is
@@ -126,12 +127,12 @@ class FileBackend:
         return Job(job_id, payload, priority, 0, max_attempts, JobState.PENDING,
                    available_at, now, None)
 
-    @staticmethod
-    def _done_view(job_id: str, done_at: float) -> Job:
-        """A finished keyed job acked without a result: only its id and time are known."""
+    def _done_view(self, job_id: str, done_at: float) -> Job:
+        """A finished keyed job acked without a result: only its id, time and note are known."""
         return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                    state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
-                   last_error=None, finished_at=done_at)
+                   last_error=None, finished_at=done_at,
+                   **note_view(self.handle.state.notes, job_id))
 
     # -- producing ----------------------------------------------------------
 
@@ -245,6 +246,15 @@ class FileBackend:
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
         return self.handle.write(plan, spare=job.id)
+
+    def write_notes(self, job: Job, progress: tuple[float, str | None] | None,
+                    meta: dict[str, Any]) -> None:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
+            plan_settle(state, batch, now, RecordType.PROGRESS, job.id, job.token,
+                        **{TIME: now, **Note(progress, meta).fields()})
+            return lambda: None
+
+        self.handle.write(plan, spare=job.id)
 
     def wait(self, timeout: float) -> bool:
         handle = self.handle
@@ -375,22 +385,3 @@ class FileBackend:
 
     def close(self) -> None:
         self.handle.close()
-
-
-def read_payload(source: LogFile, entry: Entry) -> Any:
-    """The payload of a job in the state, decoded, from its generation: the live log
-    under the lock, or the one pinned when `entry` was taken (write_then_read)."""
-    try:
-        return loads(source.read_payload(entry.loc))
-    except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug
-        raise CorruptLogError(source.path, entry.loc, "payload is not JSON") from None
-
-
-def read_outcome(current: LogFile, entry: Entry) -> tuple[float, Any]:
-    """A kept finished job's (finished_at, result), read from the record that holds
-    them (an ACK, CANCEL or FINISHED record); under the lock."""
-    found = current.record_at(entry.loc)
-    if found is None or found[0] not in _OUTCOME_FIELD or found[1].get(ID) != entry.id:
-        raise CorruptLogError(current.path, entry.loc, "finished job's record unreadable")
-    record = found[1]
-    return float(record[_OUTCOME_FIELD[found[0]]]), record.get(RESULT)

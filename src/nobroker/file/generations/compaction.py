@@ -90,6 +90,7 @@ from ..log.records import (
     RecordType,
 )
 from ..state.batch import Batch
+from ..state.notes import note_fields
 from ..state.state import Entry, JobState, QueueState
 from . import checkpoint
 from .rebuild import state_at
@@ -232,6 +233,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         # batches copied after it continue the sequence unchanged.
         batch = Batch(state.last_batch)
         entries = list(state.entries(finished=True))
+        notes = state.notes
         live = [entry for entry in entries if entry.state not in _FINISHED]
         # Enqueue order is also log order, so this reads the old log front to back.
         texts = old.payload_texts([entry.loc for entry in live])
@@ -241,6 +243,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
             if entry.state in _FINISHED:
                 rtype, record, result = next(outcomes)
                 fields = _finished_fields(old, entry, rtype, record)
+                fields.update(note_fields(notes.get(entry.id)))  # progress, metadata (1.2)
                 if result is None:
                     batch.add(RecordType.FINISHED, fields)
                 else:
@@ -252,10 +255,12 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                     fields[WAIT] = list(wait.unmet)
                     if wait.allow_failure:
                         fields[ALLOW_FAILURE] = True
+                fields.update(note_fields(notes.get(entry.id)))
                 batch.add_payload(RecordType.JOB, fields, next(texts))
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
-            batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at})
+            batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at,
+                                       **note_fields(notes.get(job_id))})
         end: Record = {TOKEN: state.next_token, ACKED: state.done, JOBS: len(state.jobs),
                        NEXT_SEQ: state.next_seq, TOTALS: list(state.totals), NONCE: nonce}
         if state.kept:
@@ -287,6 +292,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
     snapshot.latest_time = state.latest_time
     snapshot.set_totals(state.totals)
     snapshot.waits.restore(state.waits.items())  # as the JOB records' "w" say
+    snapshot.notes.by_job.update(state.notes.by_job)  # and their "pg" and "m"
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "BATCH", "DURABLE", "ID", "PRIORITY", "AT", "TIME", "MAX_ATTEMPTS", "IS_KEY", "PAYLOAD",
     "TOKEN", "UNTIL", "RESULT", "KEEP", "ERROR", "STATE", "ATTEMPTS", "FINISHED_AT", "ACKED",
     "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE", "WAIT", "ALLOW_FAILURE",
+    "FRACTION", "META",
 ]
 
 Record = dict[str, Any]
@@ -72,6 +73,7 @@ class RecordType(IntEnum):
     FINISHED = 17  # snapshot: a finished job kept with its outcome (done or cancelled)
     SNOOZE = 18  # the holder gave the job back untried: pending again, attempt not counted
     RELEASE = 19  # a waiting job's prerequisites all finished: pending (format 1.1)
+    PROGRESS = 20  # the holder's progress and metadata of its job (format 1.2)
 
 
 # The keys of a record's JSON object, each named once here; docs/FORMAT.md says which
@@ -103,6 +105,8 @@ TOTALS: Final = "tot"  # SNAPSHOT: jobs enqueued, retried, dead-lettered so far
 NONCE: Final = "n"  # SNAPSHOT: a random name for it; replay ignores it
 WAIT: Final = "w"  # ENQUEUE, JOB: the prerequisites a waiting job waits for (format 1.1)
 ALLOW_FAILURE: Final = "af"  # ENQUEUE, JOB: a failed prerequisite counts as done for it
+FRACTION: Final = "pg"  # PROGRESS, JOB, FINISHED, KEY: [fraction, note or null] (1.2)
+META: Final = "m"  # PROGRESS, JOB, FINISHED, KEY: the job's metadata, a JSON object (format 1.2)
 # The text a record's last key (payload or result) starts with: readers of a payload
 # or result find it by this, without parsing the record (a quote inside a JSON string
 # is escaped, so the first occurrence is the key).
@@ -110,7 +114,7 @@ PAYLOAD_KEY_TEXT: Final = f',"{PAYLOAD}":'
 RESULT_KEY_TEXT: Final = f',"{RESULT}":'
 FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, PAYLOAD, TOKEN,
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
-                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE)
+                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, FRACTION, META)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

@@ -12,7 +12,9 @@ table's business (jobtable.py); the state owns one (`table`), applies the
 rules to it and keeps the counters. What each job record does is in
 transitions.py and what a snapshot's records do in snapshots.py (functions of
 the state, called here by record type); the checks of a record's fields are
-in fieldchecks.py, and the jobs by id (`jobs`) in jobindex.py.
+in fieldchecks.py, and the jobs by id (`jobs`) in jobindex.py. The running jobs'
+progress and metadata (format 1.2) are in notes.py; this module drops a job's note
+when the job is gone (`settle_notes`).
 
 Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
@@ -45,6 +47,7 @@ from .fieldchecks import check_totals, field
 from .jobindex import JobIndex
 from .jobtable import JobTable
 from .listing import entries
+from .notes import Notes, note_of
 from .relocation import relocate
 from .snapshots import apply_snapshot_end, apply_snapshot_finished, apply_snapshot_job
 from .transitions import (
@@ -91,6 +94,7 @@ class QueueState:
         self.done_keys: dict[str, float] = {} if done_keys is None else dict(done_keys)
         self.jobs = JobIndex(self.table, self.done_keys, self.live)
         self.waits = Waits()  # the waiting jobs' unmet prerequisites (depends_on=)
+        self.notes = Notes()  # the jobs' progress and metadata, for those that have any
         self.waiting = 0
         self.pending = 0
         self.leased = 0
@@ -218,6 +222,8 @@ class QueueState:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")
         JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
+        if self.notes.by_job and (rtype == RecordType.ACK or rtype == RecordType.DELETE):
+            self.settle_notes(job_id)
 
     def _apply_other(self, rtype: int, rec: Record, offset: int, size: int) -> None:
         """The records that name no job the table holds: a new job, PURGE, PAUSE and
@@ -226,6 +232,8 @@ class QueueState:
             removed, freed = self.table.remove_pending()
             self.pending -= removed
             self.live_bytes -= freed
+            for noted in list(self.notes.by_job):
+                self.settle_notes(noted)
             if self.waits:  # purged prerequisites (the writer settles their dependents next)
                 for gone in [p for p in self.waits.dependents if self.table.find(p) < 0]:
                     self.waits.finished(gone)
@@ -240,18 +248,25 @@ class QueueState:
         job_id = field(rec, ID, str, offset)
         if rtype == RecordType.ENQUEUE:
             apply_enqueue(self, job_id, rec, offset, size)
-        elif rtype == RecordType.JOB:
+            if self.notes.by_job:  # a new job: a remembered key's note is not its
+                self.notes.set(job_id, None)
+            return
+        if rtype == RecordType.FORGET:
+            apply_forget(self, job_id, offset)
+            self.settle_notes(job_id)
+            return
+        note = note_of(rec, offset)  # a snapshot record's note (1.2), checked first
+        if rtype == RecordType.JOB:
             apply_snapshot_job(self, job_id, rec, offset, size)
         elif rtype == RecordType.KEY:
             if job_id in self.done_keys:
                 raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
             self.remember(job_id, field(rec, ACKED, float, offset))
-        elif rtype == RecordType.FORGET:
-            apply_forget(self, job_id, offset)
         elif rtype == RecordType.FINISHED:
             apply_snapshot_finished(self, job_id, rec, offset, size)
         else:
             raise ReplayError(offset, f"unknown record type {rtype}")
+        self.notes.set(job_id, note)
 
     # -- bookkeeping (the record functions' too) --------------------------
 
@@ -277,6 +292,11 @@ class QueueState:
         """Keyed job `job_id`, finished at `done_at`: its key is kept for a while."""
         self.done_keys[job_id] = done_at
         heapq.heappush(self._key_times, (done_at, job_id))
+
+    def settle_notes(self, job_id: str) -> None:
+        """Drop `job_id`'s note once the queue keeps neither the job nor its key."""
+        if self.table.find(job_id) < 0 and job_id not in self.done_keys:
+            self.notes.set(job_id, None)
 
     def relocate(self, source_offset: int, shift: int, seqs: array[int],
                  names: dict[int, str], locs: array[int], sizes: array[int]) -> bool:
@@ -349,7 +369,7 @@ class QueueState:
         )
         return (jobs, tuple(sorted(self.done_keys.items())), self.pending, self.leased,
                 self.dead, self.kept, self.done, self.next_token, self.paused,
-                self.waiting, self.waits.fingerprint())
+                self.waiting, self.waits.fingerprint(), self.notes.fingerprint())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QueueState):

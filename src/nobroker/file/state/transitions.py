@@ -8,8 +8,7 @@ find no job, come through `_apply_other`. A batch that starts with a run of
 ENQUEUE records as enqueue_many writes them (the next generated ids, all
 other fields alike) has that run applied in one step (`apply_enqueue_run`),
 each record checked as it would be one by one, to the same state.
-docs/FORMAT.md shows the same table, and tests/file/test_state.py keeps the
-two equal.
+docs/FORMAT.md shows the same table; tests/file/test_state.py keeps them equal.
 
 Functions of the replay state (QueueState, state.py; typed here by what they
 use of it, ReplayState): they change its job table and its counters, nothing
@@ -43,6 +42,7 @@ from ..log.records import (
 )
 from .fieldchecks import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable
+from .notes import apply_progress
 from .vocabulary import (
     CANCELLED,
     CODE_STATES,
@@ -63,9 +63,8 @@ __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "ap
 
 # (record type, the job's state before) -> the states it may be in after (None: the
 # job, or its key, is gone). _apply takes the states a record may find its job in
-# from here; docs/FORMAT.md shows the same table, and tests/file/test_state.py keeps
-# the two equal. PURGE applies to every pending job at once; FORGET to a finished
-# job: a remembered key, or a job kept with its outcome (done or cancelled).
+# from here (docs/FORMAT.md shows the same table). PURGE applies to every pending job
+# at once; FORGET to a finished job: a remembered key, or a kept one (done or cancelled).
 TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | None, ...]]] = {
     (RecordType.ENQUEUE, None): (JobState.PENDING, JobState.WAITING),
     (RecordType.RELEASE, JobState.WAITING): (JobState.PENDING,),
@@ -83,10 +82,11 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.CANCEL, JobState.LEASED): (JobState.CANCELLED,),
     (RecordType.CANCEL, JobState.WAITING): (JobState.CANCELLED,),
     (RecordType.DELETE, JobState.DEAD): (None,),
+    (RecordType.PROGRESS, JobState.LEASED): (JobState.LEASED,),  # format 1.2
 }
 # The records a job's holder writes: they must carry its current fencing token.
 FENCED: Final = frozenset({RecordType.ACK, RecordType.NACK, RecordType.EXTEND,
-                            RecordType.EXPIRE, RecordType.SNOOZE})
+                            RecordType.EXPIRE, RecordType.SNOOZE, RecordType.PROGRESS})
 
 
 class ReplayState(Protocol):
@@ -346,8 +346,7 @@ def apply_enqueue_run(state: ReplayState, batch: Sequence[Applied], number: int)
     sizes: list[int] = []
     for rtype, rec, offset, size in batch:
         if (rtype != enqueue or rec.get(BATCH) != number or IS_KEY in rec or PAYLOAD not in rec
-                or WAIT in rec
-                or rec.get(ID) != f"{seq:016x}" or rec.get(PRIORITY) != pr
+                or WAIT in rec or rec.get(ID) != f"{seq:016x}" or rec.get(PRIORITY) != pr
                 or type(rec.get(PRIORITY)) is not int or rec.get(MAX_ATTEMPTS) != ma
                 or type(rec.get(MAX_ATTEMPTS)) is not int or rec.get(AT) != at
                 or type(rec.get(AT)) is not float or rec.get(TIME) != t
@@ -391,6 +390,7 @@ JOB_RECORDS: Final[dict[int, Callable[[ReplayState, int, str, Record, int, int],
     RecordType.REQUEUE: apply_requeue,
     RecordType.CANCEL: apply_cancel,
     RecordType.DELETE: apply_delete,
+    RecordType.PROGRESS: apply_progress,
 }
 # The states each of them may find its job in, read off TRANSITIONS.
 ALLOWED: Final[dict[int, tuple[int, ...]]] = {
