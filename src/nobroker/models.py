@@ -12,8 +12,11 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Final
 
-__all__ = ["JobState", "Job", "new_pending_jobs", "QueueStats", "RecoveryReport",
+__all__ = ["JobState", "Job", "Progress", "new_pending_jobs", "QueueStats", "RecoveryReport",
            "CompactionResult"]
+
+
+Progress = tuple[float, str | None]  # how far a running job got (0..1), and a note
 
 
 class JobState(StrEnum):
@@ -43,7 +46,7 @@ class Job:
     # WAITING: the prerequisites (depends_on=) it still waits for, in the order given.
     waiting_for: tuple[str, ...] = ()
     # What its holder reported (current_job().progress): (fraction 0..1, note), or None.
-    progress: tuple[float, str | None] | None = None
+    progress: Progress | None = None
     # Its metadata (current_job().set_meta, merged): kept as long as the job is.
     meta: dict[str, Any] = field(default_factory=dict)
 

@@ -21,7 +21,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from ..backend import Capabilities, Settings
-from ..codec import encode_payload
+from ..codec import dumps, encode_payload, loads
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError, QueueClosedError
 from ..models import (
     CompactionResult,
@@ -125,7 +125,7 @@ class MemoryBackend:
             return self._view(job)
         done_at = table.done_keys.get(job_id)
         if done_at is not None and done_at + self.settings.key_retention > now:
-            return self._done_view(job_id, done_at)
+            return self._done_view(job_id, done_at, table.key_notes.get(job_id))
         raise JobNotFoundError(job_id)
 
     # -- producing ----------------------------------------------------------
@@ -229,6 +229,13 @@ class MemoryBackend:
             return self._view(held)
 
         return self._write(change, spare=(job.id,))
+
+    def write_notes(self, job: Job, progress: tuple[float, str | None] | None,
+                    meta: dict[str, Any]) -> None:
+        def change(table: MemoryTable, now: float) -> None:
+            table.held(job.id, job.token).note = (progress, loads(dumps(meta)))
+
+        self._write(change, spare=(job.id,))
 
     def wait(self, timeout: float) -> bool:
         shared = self._shared

@@ -18,15 +18,17 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..dependencies import failure_error
 from ..errors import JobNotFoundError, NotLeasedError
 from ..models import JobState
 
-__all__ = ["MemoryJob", "MemoryTable", "FINISHED"]
+__all__ = ["MemoryJob", "MemoryTable", "FINISHED", "Note"]
 
 FINISHED = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome for a while
 _LIVE = (JobState.PENDING, JobState.LEASED, JobState.DEAD, JobState.WAITING)
+Note = tuple[tuple[float, str | None] | None, dict[str, Any]]  # progress, metadata
 
 
 @dataclass(slots=True)
@@ -52,6 +54,7 @@ class MemoryJob:
     stamp: int = 0  # bumped by every move: heap entries with an older one are stale
     waiting_for: dict[str, None] | None = None  # WAITING: its unfinished prerequisites
     allow_failure: bool = False  # a failed prerequisite counts as finished for it
+    note: Note | None = None  # its holder's progress and metadata (write_notes)
 
 
 class MemoryTable:
@@ -60,6 +63,7 @@ class MemoryTable:
     def __init__(self) -> None:
         self.jobs: dict[str, MemoryJob] = {}  # live and kept jobs, in enqueue order
         self.done_keys: dict[str, float] = {}  # finished keyed job -> when it finished
+        self.key_notes: dict[str, Note] = {}  # a remembered key's job's note, if it had one
         self.paused = False
         self.counts = dict.fromkeys(JobState, 0)
         self.done = self.enqueued = self.retried = self.dead_lettered = 0
@@ -92,6 +96,7 @@ class MemoryTable:
         """A new pending job (its id is free: the caller checked), or with `waits_for`
         (prerequisites not finished yet) a waiting one."""
         self.done_keys.pop(job_id, None)
+        self.key_notes.pop(job_id, None)
         job = MemoryJob(job_id, self._next_seq, keyed, payload_text, priority, available_at,
                         enqueued_at, max_attempts)
         self._next_seq += 1
@@ -197,6 +202,8 @@ class MemoryTable:
         self._remove(job)
         if job.keyed:
             self.done_keys[job.id] = now
+            if job.note is not None:  # kept with its key
+                self.key_notes[job.id] = job.note
             heapq.heappush(self._key_times, (now, job.id))
         self._settle_dependents(job.id, JobState.DONE, now)
 
@@ -324,6 +331,7 @@ class MemoryTable:
             done_at, job_id = heapq.heappop(keys)
             if self.done_keys.get(job_id) == done_at:
                 del self.done_keys[job_id]
+                self.key_notes.pop(job_id, None)
                 forgotten += 1
         return forgotten
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from ..codec import loads
+from ..codec import dumps, loads
+from typing import Any
+
 from ..models import Job, JobState
-from .table import FINISHED, MemoryJob
+from .table import FINISHED, MemoryJob, Note
 
 __all__ = ["job_view", "done_view"]
 
@@ -17,7 +19,8 @@ def job_view(job: MemoryJob) -> Job:
                    max_attempts=job.max_attempts, state=state,
                    available_at=job.finished_at or 0.0, enqueued_at=job.enqueued_at,
                    last_error=job.last_error, finished_at=job.finished_at,
-                   result=None if job.result_text is None else loads(job.result_text))
+                   result=None if job.result_text is None else loads(job.result_text),
+                   **note_view(job.note))
     leased = state is JobState.LEASED
     return Job(id=job.id, payload=loads(job.payload_text or "null"),
                priority=job.priority, attempts=job.attempts,
@@ -26,11 +29,16 @@ def job_view(job: MemoryJob) -> Job:
                last_error=job.last_error, token=job.token if leased else None,
                lease_expires_at=job.lease_until if leased else None,
                finished_at=job.available_at if state is JobState.DEAD else None,
-               waiting_for=tuple(job.waiting_for or ()))
+               waiting_for=tuple(job.waiting_for or ()), **note_view(job.note))
 
 
-def done_view(job_id: str, done_at: float) -> Job:
-    """A finished keyed job acked without a result: only its id and time are known."""
+def done_view(job_id: str, done_at: float, note: Note | None = None) -> Job:
+    """A finished keyed job acked without a result: only its id, time and note are known."""
     return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
-               last_error=None, finished_at=done_at)
+               last_error=None, finished_at=done_at, **note_view(note))
+
+
+def note_view(note: Note | None) -> dict[str, Any]:
+    """The Job fields `progress` and `meta` of a note (a copy: callers may change it)."""
+    return {} if note is None else {"progress": note[0], "meta": loads(dumps(note[1]))}

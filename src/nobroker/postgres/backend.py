@@ -1,34 +1,30 @@
 """The PostgreSQL backend: one queue's jobs as rows, every call one short transaction.
 
-Theory of operation. Each call is one SQL statement where it can be (so one round
-trip and one commit), a short transaction where it cannot. A call that returned has
-committed; with `fsync=False` the session commits with `synchronous_commit = off` (a
-server crash may lose the last moments, never corrupt). The rules are the file
-backend's, point by point:
+Theory of operation. Each call is one SQL statement where it can be (so one round trip and
+one commit), a short transaction where it cannot. A call that returned has committed; with
+`fsync=False` the session commits with `synchronous_commit = off` (a server crash may lose
+the last moments, never corrupt). The rules are the file backend's, point by point:
 
-- leasing takes ready rows with `FOR UPDATE SKIP LOCKED`, highest priority first and
-  FIFO (by `seq`) within a priority; each lease gets a fencing token from a sequence,
-  and ack/nack/extend match on (id, token), so a stale holder changes nothing and gets
+- leasing takes ready rows with `FOR UPDATE SKIP LOCKED`, highest priority first and FIFO
+  (by `seq`) within a priority; each lease gets a fencing token from a sequence, and
+  ack/nack/extend match on (id, token), so a stale holder changes nothing and gets
   NotLeasedError;
-- an expired lease is an attempt: the lease statement first reclaims expired leases
-  (back to pending after the backoff, or dead with "lease expired (attempt N)"); the
-  rows it reclaims become leasable from the next call, as in the file backend, and an
-  ack arriving late still succeeds while nobody reclaimed the job;
-- a finished row (acked, cancelled) stays until `expires_at`: the key retention for a
-  keyed job, the result's ttl for a job acked with a result, at once otherwise; rows
-  past it are invisible and swept in batches (sweeping.py, which also says what
-  compact() means here);
-- purge removes pending jobs only; requeue_dead resets attempts;
-- stats() sums the per-slot counter rows that every writing statement keeps as it
-  writes (sql/parts/counted.sql).
+- an expired lease is an attempt: the lease statement first reclaims expired leases (back to
+  pending after the backoff, or dead with "lease expired (attempt N)"); the rows it reclaims
+  become leasable from the next call, as in the file backend, and an ack arriving late still
+  succeeds while nobody reclaimed the job;
+- a finished row (acked, cancelled) stays until `expires_at`: the key retention for a keyed
+  job, the result's ttl for a job acked with a result, at once otherwise; rows past it are
+  invisible and swept in batches (sweeping.py, which also says what compact() means here);
+- purge removes pending jobs only; requeue_dead resets attempts; stats() sums the per-slot
+  counter rows that every writing statement keeps as it writes (sql/parts/counted.sql).
 
-Whose clock: the server's, unless the Queue was given one (session.py). Wake-ups:
-`wait` and `wait_finished` block on LISTEN connections of their own (wakeups.py),
-except a read-only handle's wait_finished, which reads until the job finished (a
-watch would be a write); a lease runs on the idle-wait one when no wait holds it,
-and on the operation connection otherwise. The SQL is in sql/ (queries/, loaded by
-statements.py), the tables in schema.py. Writes in a transaction not the call's own
-(the caller's, an atomic task's): transactional.py.
+Whose clock: the server's, unless the Queue was given one (session.py). Wake-ups: `wait` and
+`wait_finished` block on LISTEN connections of their own (wakeups.py), except a read-only
+handle's wait_finished, which reads until the job finished (a watch would be a write); a lease
+runs on the idle-wait one when no wait holds it, and on the operation connection otherwise. The
+SQL is in sql/ (queries/, loaded by statements.py), the tables in schema.py. Writes in a
+transaction not the call's own (the caller's, an atomic task's): transactional.py.
 """
 
 from __future__ import annotations
@@ -47,7 +43,7 @@ from ..errors import (
     NobrokerError,
     NotLeasedError,
 )
-from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
 from .connection import Link, LinkBusy, changed
 from .namedlocks import LockConnections
 from .rows import (
@@ -57,6 +53,7 @@ from .rows import (
     job_enqueued,
     job_from_row,
     not_leased,
+    note_params,
     stats_from_row,
 )
 from .session import Session
@@ -257,6 +254,10 @@ class PostgresBackend:
     def extend(self, job: Job, seconds: float) -> Job:
         params = self._params(id=job.id, tok=job.token, s=seconds)
         return job_from_row(self._fenced("extend", self._sql.extend, params, job))
+
+    def write_notes(self, job: Job, progress: Progress | None, meta: dict[str, Any]) -> None:
+        params = self._params(id=job.id, tok=job.token, **note_params(progress, meta))
+        self._fenced("write_notes", self._sql.write_notes, params, job)
 
     def wait(self, timeout: float) -> bool:
         try:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ..errors import NotLeasedError
-from ..models import Job, JobState, QueueStats
+from ..models import Job, JobState, Progress, QueueStats
 
 __all__ = ["STATE_CODES", "WAITING", "STATES", "CODES_OF", "job_from_row", "job_enqueued",
-           "not_leased", "codes_listed", "stats_from_row", "import_params"]
+           "not_leased", "codes_listed", "stats_from_row", "import_params", "note_params"]
 
 STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
                       JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column
@@ -28,15 +28,27 @@ CODES_OF: Final = {state: tuple(c for c, s in STATES.items() if s is state) for 
 def job_from_row(row: Sequence[Any]) -> Job:
     """The Job a row read in job_columns order describes."""
     (job_id, _seq, code, priority, available_at, enqueued_at, max_attempts, attempts,
-     token, lease_until, last_error, payload, result, finished_at) = row
+     token, lease_until, last_error, payload, result, finished_at, progress, meta) = row
     leased = code == 1
+    noted: dict[str, Any] = {}  # the holder's progress and metadata (migration 0005), when it wrote any
+    if progress is not None:
+        fraction, note = json.loads(progress)
+        noted["progress"] = (float(fraction), note)
+    if meta is not None:
+        noted["meta"] = json.loads(meta)
     return Job(id=job_id, payload=json.loads(payload), priority=priority,
                attempts=attempts, max_attempts=max_attempts, state=STATES[code],
                available_at=available_at, enqueued_at=enqueued_at, last_error=last_error,
                token=token if leased else None,
                lease_expires_at=lease_until if leased else None,
                result=None if result is None else json.loads(result),
-               finished_at=finished_at)
+               finished_at=finished_at, **noted)
+
+
+def note_params(progress: Progress | None, meta: dict[str, Any]) -> dict[str, str | None]:
+    """The parameters of write_notes.sql: JSON text, NULL for what the job has not."""
+    return {"pg": None if progress is None else json.dumps(list(progress)),
+            "m": json.dumps(meta, ensure_ascii=False, allow_nan=False) if meta else None}
 
 
 def job_enqueued(row: Sequence[Any], payload: Any, max_attempts: int) -> Job:

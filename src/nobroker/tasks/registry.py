@@ -34,6 +34,7 @@ from .. import validation
 from ..errors import JobNotFoundError, SerializationError
 from ..models import Job, JobState
 from ..transactions import transactional
+from .running import RunningJob
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -47,23 +48,28 @@ R = TypeVar("R")
 
 _FINISHED = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
 _REGISTRIES: weakref.WeakKeyDictionary[Queue, TaskRegistry] = weakref.WeakKeyDictionary()
-_CURRENT: contextvars.ContextVar[Job | None] = contextvars.ContextVar("nobroker_job",
-                                                                      default=None)
+_CURRENT: contextvars.ContextVar[RunningJob | None] = contextvars.ContextVar("nobroker_job",
+                                                                             default=None)
 
 
-def current_job() -> Job | None:
+def current_job() -> RunningJob | None:
     """The job a Worker is running this task or handler for (None outside one).
 
     What Celery's `self.request` and RQ's `get_current_job()` give: the job's
-    id, attempts and payload, e.g. to make a side effect idempotent.
+    id, attempts and payload, e.g. to make a side effect idempotent; and
+    `progress(fraction, note)` and `set_meta(mapping)` to report on it
+    (running.py). `current_job().job` is the Job itself.
     """
     return _CURRENT.get()
 
 
-def call_as(job: Job, fn: Callable[..., Any], args: Sequence[Any],
+def call_as(job: Job | RunningJob, fn: Callable[..., Any], args: Sequence[Any],
             kwargs: Mapping[str, Any]) -> Any:
     """Call `fn` with `current_job()` returning `job`; an awaitable it returns is
-    wrapped so that `current_job()` holds while it runs too."""
+    wrapped so that `current_job()` holds while it runs too. A plain Job (a child
+    process's) cannot report progress."""
+    if not isinstance(job, RunningJob):
+        job = RunningJob(job, None)
     token = _CURRENT.set(job)
     try:
         value = fn(*args, **kwargs)
@@ -74,7 +80,7 @@ def call_as(job: Job, fn: Callable[..., Any], args: Sequence[Any],
     return value
 
 
-async def _awaited_as(job: Job, awaitable: Any) -> Any:
+async def _awaited_as(job: RunningJob, awaitable: Any) -> Any:
     _CURRENT.set(job)  # in the asyncio task's own copy of the context
     return await awaitable
 
@@ -122,6 +128,12 @@ class TaskResult:
     @property
     def job(self) -> Job:
         """The job as the queue holds it now (JobNotFoundError once it is forgotten)."""
+        return self.queue.get(self.id)
+
+    @property
+    def info(self) -> Job:
+        """`job`, by the name RQ and Celery users look for: its `progress` and `meta`
+        (what the running task reported) among the rest."""
         return self.queue.get(self.id)
 
     @property

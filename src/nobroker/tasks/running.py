@@ -1,0 +1,161 @@
+"""The running job's context: what `current_job()` returns inside a task or handler.
+
+What it owns: one running job's progress and metadata as its code reports them
+(`progress(fraction, note)`, `set_meta(mapping)`), and writing them to the
+queue under the job's lease (Backend.write_notes: on files a PROGRESS record,
+fenced by the lease token like an EXTEND, so a stale holder's report is
+refused). Everything else reads through to the leased Job: `id`, `attempts`,
+`payload`, `token`, ... as `current_job()` gave them before; `meta` is the
+merged metadata so far (a copy).
+
+Writes are coalesced: at most one per job per `interval` seconds (1 by
+default). A report inside the interval after a write is held, and the newest
+held report is written when the interval ends (a timer thread) or when the
+worker calls `flush()` as the call returns, before it acks or nacks: so the
+last value is always written, and nothing is written for a call that reports
+nothing. A write made inside `progress()` or `set_meta()` raises what the
+queue raised (NotLeasedError: the job is no longer this holder's); a held
+one written later is logged instead, as nobody waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ..backend import Backend
+from ..codec import encode_payload, loads
+from ..errors import NobrokerError
+from ..models import Job, Progress
+from ..validation import progress as checked_progress
+
+__all__ = ["RunningJob", "INTERVAL", "MAX_META_BYTES"]
+
+INTERVAL: Final = 1.0  # seconds between two writes of one job's progress and metadata
+MAX_META_BYTES: Final = 16 << 10  # a job's metadata as JSON: it rides in every snapshot
+log = logging.getLogger("nobroker")
+
+
+class RunningJob:
+    """The job a worker is running, as its code sees it (see the module doc)."""
+
+    __slots__ = ("job", "_reports")
+
+    def __init__(self, job: Job, backend: Backend | None, *, interval: float = INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.job = job  # the Job as leased; current_job().job for code that wants a Job
+        self._reports = _Reports(job, backend, interval, clock)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.job, name)
+
+    def __repr__(self) -> str:
+        return f"RunningJob({self.job!r})"
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The job's metadata so far, merged (a copy)."""
+        return self._reports.meta()
+
+    @property
+    def reported(self) -> Progress | None:
+        """The last progress reported, (fraction, note), or None."""
+        return self._reports.progress
+
+    def around(self, job: Job) -> RunningJob:
+        """This context reading through to `job` (the same job, as an atomic task's
+        TransactionJob), its reports shared with this one."""
+        other = object.__new__(RunningJob)
+        other.job, other._reports = job, self._reports
+        return other
+
+    def progress(self, fraction: float, note: str | None = None) -> None:
+        """How far the job got, from 0 to 1, and what it is doing (`note`)."""
+        self._reports.report(checked_progress(fraction, note), None)
+
+    def set_meta(self, mapping: Mapping[str, Any]) -> None:
+        """Merge `mapping` (string keys, JSON values) into the job's metadata."""
+        if not isinstance(mapping, Mapping) or not all(isinstance(k, str) for k in mapping):
+            raise TypeError("set_meta takes a mapping with string keys")
+        self._reports.report(None, mapping)
+
+    def flush(self) -> None:
+        """Write the held report now, if there is one (the worker, as the call returns);
+        a failure is logged."""
+        self._reports.flush()
+
+
+class _Reports:
+    """One running job's reports and their writes, shared by its contexts."""
+
+    def __init__(self, job: Job, backend: Backend | None, interval: float,
+                 clock: Callable[[], float]) -> None:
+        self.job = job
+        self.backend = backend  # None: reports cannot be written here (a child process)
+        self.interval = interval
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.progress: Progress | None = job.progress
+        self.merged: dict[str, Any] = dict(job.meta)
+        self.written_at: float | None = None
+        self.held = False  # a report not written yet
+        self.timer: threading.Timer | None = None
+
+    def meta(self) -> dict[str, Any]:
+        with self.lock:
+            return loads(encode_payload(self.merged, "metadata")) if self.merged else {}
+
+    def report(self, progress: Progress | None, mapping: Mapping[str, Any] | None) -> None:
+        if self.backend is None:
+            raise NobrokerError("progress() and set_meta() are not available here: the "
+                                "job runs in a child process (pool='process')")
+        with self.lock:
+            if mapping is not None:
+                text = encode_payload({**self.merged, **mapping}, "metadata")
+                if len(text.encode()) > MAX_META_BYTES:
+                    raise ValueError(f"a job's metadata is limited to {MAX_META_BYTES} "
+                                     f"bytes of JSON; this would make it {len(text.encode())}")
+                self.merged = loads(text)  # a copy: the caller's objects may change later
+            if progress is not None:
+                self.progress = progress
+            now = self.clock()
+            if self.written_at is None or now - self.written_at >= self.interval:
+                self._write()
+                return
+            self.held = True
+            if self.timer is None:
+                self.timer = threading.Timer(self.written_at + self.interval - now,
+                                             self._on_timer)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            if self.held:
+                self._write_logged()
+
+    # -- under the lock ------------------------------------------------------
+
+    def _write(self) -> None:
+        assert self.backend is not None
+        self.held = False
+        self.written_at = self.clock()
+        self.backend.write_notes(self.job, self.progress, dict(self.merged))
+
+    def _write_logged(self) -> None:
+        try:
+            self._write()
+        except NobrokerError as exc:
+            log.warning("job %s: its progress could not be written: %s", self.job.id, exc)
+
+    def _on_timer(self) -> None:
+        with self.lock:
+            self.timer = None
+            if self.held:
+                self._write_logged()
