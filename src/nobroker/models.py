@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Final
 
-__all__ = ["JobState", "Job", "Progress", "new_pending_jobs", "QueueStats", "RecoveryReport",
+__all__ = ["JobState", "Job", "new_pending_jobs", "QueueStats", "RecoveryReport",
            "CompactionResult"]
 
 

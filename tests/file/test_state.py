@@ -23,6 +23,7 @@ from nobroker.errors import JobNotFoundError
 from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType, dumps, loads
 from nobroker.file.state import state as state_module
+from nobroker.file.state.notes import note_fields
 from nobroker.file.state.state import (
     TRANSITIONS,
     Applied,
@@ -108,6 +109,17 @@ def extend(job_id: str, tok: int, until: float = 200.0) -> tuple[int, dict[str, 
     return RT.EXTEND, {"id": job_id, "tok": tok, "until": until}
 
 
+def progress(job_id: str, tok: int, pg: list[Any] | None = None,
+             m: dict[str, Any] | None = None, t: float = 3.0) -> tuple[int, dict[str, Any]]:
+    """A PROGRESS record (format 1.2): the holder's note on its job."""
+    fields: dict[str, Any] = {"id": job_id, "tok": tok, "t": t}
+    if pg is not None:
+        fields["pg"] = pg
+    if m is not None:
+        fields["m"] = m
+    return RT.PROGRESS, fields
+
+
 def expire(job_id: str, tok: int, at: float = 5.0) -> tuple[int, dict[str, Any]]:
     return RT.EXPIRE, {"id": job_id, "tok": tok, "at": at}
 
@@ -147,7 +159,8 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
             out.append((RT.FINISHED, {
                 "id": e.id, "pr": e.priority, "t": e.enqueued_at, "ma": e.max_attempts,
                 "a": e.attempts, "s": str(e.state), "fin": e.available_at, "keep": 0.0,
-                "err": e.last_error, "k": e.keyed, "r": None}))
+                "err": e.last_error, "k": e.keyed,
+                **note_fields(state.notes.get(e.id)), "r": None}))
             continue
         fields: dict[str, Any] = {
             "id": e.id, "pr": e.priority, "at": e.available_at, "t": e.enqueued_at,
@@ -157,9 +170,11 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
         wait = state.waits.by_job.get(e.id)
         if wait is not None:
             fields.update({"w": list(wait.unmet), "af": wait.allow_failure})
+        fields.update(note_fields(state.notes.get(e.id)))  # format 1.2
         out.append((RT.JOB, {**fields, "p": None}))
     for job_id, done in state.done_keys.items():
-        out.append((RT.KEY, {"id": job_id, "done": done}))
+        out.append((RT.KEY, {"id": job_id, "done": done,
+                             **note_fields(state.notes.get(job_id))}))
     out.append((RT.SNAPSHOT, {"tok": state.next_token, "done": state.done,
                               "jobs": len(state.jobs), "kept": state.kept,
                               "paused": state.paused}))
@@ -206,7 +221,8 @@ def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any
         RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge,
         RT.FORGET: lambda: forget(job_id), RT.CANCEL: lambda: cancel(job_id),
         RT.DELETE: lambda: delete(job_id), RT.SNOOZE: lambda: snooze(job_id, 1),
-        RT.RELEASE: lambda: release(job_id)}
+        RT.RELEASE: lambda: release(job_id),
+        RT.PROGRESS: lambda: progress(job_id, 1, [0.5, "half"], {"k": 1})}
     return makers[rtype]()
 
 
@@ -631,7 +647,8 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
             if by_state[JobState.PENDING]:
                 choices += ["lease", "lease", "cancel"]
             if by_state[JobState.LEASED]:
-                choices += ["ack", "ack_result", "nack", "extend", "expire", "cancel"]
+                choices += ["ack", "ack_result", "nack", "extend", "expire", "cancel",
+                            "progress"]
             if by_state[JobState.DEAD]:
                 choices += ["requeue", "delete"]
             if by_state[JobState.DONE] or by_state[JobState.CANCELLED]:
@@ -654,7 +671,7 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
                 job_id = rng.choice(by_state[JobState.PENDING])
                 records.append(lease(job_id, token, until=t + 30))
                 token += 1
-            elif what in ("ack", "ack_result", "nack", "extend", "expire"):
+            elif what in ("ack", "ack_result", "nack", "extend", "expire", "progress"):
                 job_id = rng.choice(by_state[JobState.LEASED])
                 tok = model.jobs[job_id].token
                 if what == "ack":
@@ -666,6 +683,9 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
                     records.append(nack(job_id, tok, t, rng.choice((None, "e"))))
                 elif what == "extend":
                     records.append(extend(job_id, tok, t + 60))
+                elif what == "progress":  # format 1.2: a note kept as long as the job
+                    records.append(progress(job_id, tok, rng.choice((None, [0.5, None])),
+                                            rng.choice((None, {"n": t})), t))
                 else:
                     records.append(expire(job_id, tok, t))
             elif what == "requeue":

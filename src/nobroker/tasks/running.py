@@ -45,9 +45,11 @@ class RunningJob:
     __slots__ = ("job", "_reports")
 
     def __init__(self, job: Job, backend: Backend | None, *, interval: float = INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 reports: _Reports | None = None) -> None:
         self.job = job  # the Job as leased; current_job().job for code that wants a Job
-        self._reports = _Reports(job, backend, interval, clock)
+        # `reports`: another context's of the same run (around), shared with it.
+        self._reports = _Reports(job, backend, interval, clock) if reports is None else reports
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.job, name)
@@ -68,9 +70,7 @@ class RunningJob:
     def around(self, job: Job) -> RunningJob:
         """This context reading through to `job` (the same job, as an atomic task's
         TransactionJob), its reports shared with this one."""
-        other = object.__new__(RunningJob)
-        other.job, other._reports = job, self._reports
-        return other
+        return RunningJob(job, None, reports=self._reports)
 
     def progress(self, fraction: float, note: str | None = None) -> None:
         """How far the job got, from 0 to 1, and what it is doing (`note`)."""

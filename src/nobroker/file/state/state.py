@@ -13,8 +13,8 @@ rules to it and keeps the counters. What each job record does is in
 transitions.py and what a snapshot's records do in snapshots.py (functions of
 the state, called here by record type); the checks of a record's fields are
 in fieldchecks.py, and the jobs by id (`jobs`) in jobindex.py. The running jobs'
-progress and metadata (format 1.2) are in notes.py; this module drops a job's note
-when the job is gone (`settle_notes`).
+progress and metadata (format 1.2) are in notes.py; the records that end a job drop
+its note (an ACK or DELETE in transitions.py; PURGE, FORGET and ENQUEUE here).
 
 Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
@@ -222,8 +222,6 @@ class QueueState:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")
         JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
-        if self.notes.by_job and (rtype == RecordType.ACK or rtype == RecordType.DELETE):
-            self.settle_notes(job_id)
 
     def _apply_other(self, rtype: int, rec: Record, offset: int, size: int) -> None:
         """The records that name no job the table holds: a new job, PURGE, PAUSE and

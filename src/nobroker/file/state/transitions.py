@@ -1,18 +1,17 @@
 """The job records: what each does to its job, by the TRANSITIONS table.
 
-TRANSITIONS says, for every record type that names a job, the states it may
-find the job in and leave it in; replay (state.py's `_apply`) looks the
-allowed states up in ALLOWED, checks a holder's fencing token (FENCED), and
-calls the record's function from JOB_RECORDS; ENQUEUE and FORGET, which may
-find no job, come through `_apply_other`. A batch that starts with a run of
-ENQUEUE records as enqueue_many writes them (the next generated ids, all
-other fields alike) has that run applied in one step (`apply_enqueue_run`),
-each record checked as it would be one by one, to the same state.
+TRANSITIONS says, for every record type that names a job, the states it may find the job
+in and leave it in; replay (state.py's `_apply`) looks the allowed states up in ALLOWED,
+checks a holder's fencing token (FENCED), and calls the record's function from
+JOB_RECORDS; ENQUEUE and FORGET, which may find no job, come through `_apply_other`. A
+batch that starts with a run of ENQUEUE records as enqueue_many writes them (the next
+generated ids, all other fields alike) has that run applied in one step
+(`apply_enqueue_run`), each record checked as it would be one by one, to the same state.
 docs/FORMAT.md shows the same table; tests/file/test_state.py keeps them equal.
 
-Functions of the replay state (QueueState, state.py; typed here by what they
-use of it, ReplayState): they change its job table and its counters, nothing
-else. Pure: no os, time, random or threads.
+Functions of the replay state (QueueState, state.py; typed here by what they use
+of it, ReplayState): they change its job table, counters and notes, nothing else.
+Pure: no os, time, random or threads.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from ..log.records import (
 )
 from .fieldchecks import INT64, field, max_attempts_field, opt_str
 from .jobtable import JobTable
-from .notes import apply_progress
+from .notes import Notes, apply_progress
 from .vocabulary import (
     CANCELLED,
     CODE_STATES,
@@ -95,6 +94,7 @@ class ReplayState(Protocol):
 
     table: JobTable
     waits: Waits  # the waiting jobs' unmet prerequisites
+    notes: Notes  # the jobs' progress and metadata (format 1.2)
     done_keys: dict[str, float]  # finished keyed job id -> when acked
     pending: int
     leased: int
@@ -111,9 +111,7 @@ class ReplayState(Protocol):
     snapshot_seen: bool
 
     def count(self, code: int, delta: int) -> None: ...
-
     def set_state(self, slot: int, code: int) -> None: ...
-
     def remember(self, job_id: str, done_at: float) -> None: ...
 
 
@@ -122,8 +120,7 @@ class ReplayState(Protocol):
 
 def apply_lease(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                 size: int) -> None:
-    # Every lease, a peer's too, passes here: check both fields in one expression,
-    # and only when one is off, walk the checks that name it.
+    # Every lease passes here: both fields checked at once, one by one only when off.
     token, until = rec.get(TOKEN), rec.get(UNTIL)
     if not (type(token) is int and 1 <= token < INT64 and type(until) is float):
         token = field(rec, TOKEN, int, offset)
@@ -153,7 +150,9 @@ def apply_ack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: i
     keyed = table.flags[slot] & KEYED
     state.live_bytes -= table.remove(slot, job_id)
     if keyed:
-        state.remember(job_id, done_at)
+        state.remember(job_id, done_at)  # its note (if any) is kept with its key
+    elif state.notes.by_job:
+        state.notes.set(job_id, None)
 
 
 def _finish(state: ReplayState, slot: int, job_id: str, code: int, finished_at: float,
@@ -190,6 +189,7 @@ def apply_delete(state: ReplayState, slot: int, job_id: str, rec: Record, offset
                  size: int) -> None:
     state.dead -= 1
     state.live_bytes -= state.table.remove(slot, job_id)
+    state.notes.set(job_id, None)
 
 
 def apply_forget(state: ReplayState, job_id: str, offset: int) -> None:
@@ -296,9 +296,9 @@ def apply_enqueue(state: ReplayState, job_id: str, rec: Record, offset: int, siz
     if WAIT in rec:
         apply_enqueue_waiting(state, job_id, rec, offset, size)
         return
-    # The hot path of replay: check every field in one expression, and only
-    # when something is off, walk the checks one by one to name it. A writer's
-    # generated id is the next seq's, which no live job can hold.
+    # The hot path of replay: check every field in one expression, and only when something
+    # is off, walk the checks one by one to name it. A writer's generated id is the next
+    # seq's, which no live job can hold.
     table = state.table
     pr, at, t = rec.get(PRIORITY), rec.get(AT), rec.get(TIME)
     ma, keyed = rec.get(MAX_ATTEMPTS), rec.get(IS_KEY, False)
