@@ -27,6 +27,7 @@ from typing import Any
 from harness.support import FakeClock, TempDirTestCase
 
 from contract.dependency_contract import DependencyContract
+from contract.progress_contract import ProgressContract
 from nobroker import (
     BackoffPolicy,
     Job,
@@ -58,7 +59,7 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract(DependencyContract):
+class QueueContract(DependencyContract, ProgressContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------
