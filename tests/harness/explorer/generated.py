@@ -91,6 +91,8 @@ _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
     "depend": lambda d, h, held: d.call(h, "enqueue", payload(6, 200),
                                         depends_on=[held[-1].id]) if held else None,
     "extend": lambda d, h, held: d.call(h, "extend", held[-1], 30) if held else None,
+    "progress": lambda d, h, held: d.call(h, "backend.write_notes", held[-1], (0.5, "half"),
+                                          {"step": 1}) if held else None,
     "expire": lambda d, h, held: _ace_expire(d, h),
     "compact": lambda d, h, held: d.call(h, "compact"),
     "requeue_dead": lambda d, h, held: d.call(h, "requeue_dead"),

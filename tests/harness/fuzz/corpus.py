@@ -100,6 +100,13 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
         for job in q.lease(1):
             q.nack(job, error="dead too")
         q.delete_dead(doomed.id)
+        # PROGRESS records (format 1.2): notes the snapshot then carries in a FINISHED
+        # record (kept with a result) and a JOB record (still leased).
+        noted = q.enqueue_many([{"n": 12}, {"n": 13}], priority=100)
+        for job in q.lease(2):
+            q.backend.write_notes(job, (0.5, "half \u00e9"), {"step": [1, {"a": None}]})
+            if job.id == noted[0].id:
+                q.ack(job, result="noted")
         q.pause()
 
 
