@@ -16,7 +16,14 @@ from typing import Any
 
 from harness.support import FakeClock
 
-from nobroker import BackoffPolicy, JobNotFoundError, JobState, NotLeasedError, Queue, SerializationError
+from nobroker import (
+    BackoffPolicy,
+    JobNotFoundError,
+    JobState,
+    NotLeasedError,
+    Queue,
+    SerializationError,
+)
 from nobroker.tasks import RunningJob
 
 

@@ -8,6 +8,7 @@ import unittest
 from typing import Any
 
 import harness.support  # noqa: F401  (puts src/ on sys.path)
+
 from file.test_state import (
     Log,
     ack,
@@ -25,7 +26,6 @@ from file.test_state import (
     snapshot_of,
     via_checkpoint,
 )
-
 from nobroker.file.generations import checkpoint
 from nobroker.file.state.notes import Note
 from nobroker.file.state.state import QueueState, ReplayError

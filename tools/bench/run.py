@@ -88,6 +88,7 @@ from tools.bench.common import (
     render_text_table,
 )
 from tools.bench.context import Config, Context, Missing, Row
+from tools.bench.progress import wl_progress
 from tools.bench.tasks import wl_periodic_idle, wl_process_pool, wl_task_delay, wl_task_roundtrip
 from tools.bench.throughput import (
     wl_enqueue,
@@ -116,6 +117,7 @@ WORKLOADS = (
     "process_pool",
     "periodic_idle",
     "task_roundtrip",
+    "progress",
 )
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "enqueue": wl_enqueue,
@@ -134,6 +136,7 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "process_pool": wl_process_pool,
     "periodic_idle": wl_periodic_idle,
     "task_roundtrip": wl_task_roundtrip,
+    "progress": wl_progress,
 }
 TITLES = {
     "enqueue": "durable single enqueue",
@@ -152,6 +155,7 @@ TITLES = {
     "process_pool": "process pool vs thread pool",
     "periodic_idle": "idle worker with 100 periodic tasks",
     "task_roundtrip": "delay -> worker -> get round trip",
+    "progress": "current_job().progress()",
 }
 
 TARGETS = {
@@ -171,6 +175,7 @@ TARGETS = {
     "process_pool": ">= 0.5x (speed)",
     "periodic_idle": "<= 2% of a core",
     "task_roundtrip": "p50 <= 3 ms + 2 fsyncs, p99 <= 10 ms",
+    "progress": "info",
 }
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backend import Capabilities, Settings
-from ..errors import CorruptLogError, JobNotFoundError, NobrokerError, NotLeasedError
+from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
 from ..models import (
     CompactionResult,
     Job,

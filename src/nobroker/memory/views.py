@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..codec import dumps, loads
 from typing import Any
 
+from ..codec import dumps, loads
 from ..models import Job, JobState
 from .table import FINISHED, MemoryJob, Note
 

@@ -30,7 +30,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
     (job_id, _seq, code, priority, available_at, enqueued_at, max_attempts, attempts,
      token, lease_until, last_error, payload, result, finished_at, progress, meta) = row
     leased = code == 1
-    noted: dict[str, Any] = {}  # the holder's progress and metadata (migration 0005), when it wrote any
+    noted: dict[str, Any] = {}  # its progress and metadata (migration 0005), if any
     if progress is not None:
         fraction, note = json.loads(progress)
         noted["progress"] = (float(fraction), note)

@@ -42,7 +42,7 @@ log = logging.getLogger("nobroker")
 class RunningJob:
     """The job a worker is running, as its code sees it (see the module doc)."""
 
-    __slots__ = ("job", "_reports")
+    __slots__ = ("_reports", "job")
 
     def __init__(self, job: Job, backend: Backend | None, *, interval: float = INTERVAL,
                  clock: Callable[[], float] = time.monotonic,
