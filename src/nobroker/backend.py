@@ -131,7 +131,10 @@ class Backend(Protocol):
 
     # -- producing
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
-                max_attempts: int, job_id: str | None) -> Job: ...
+                max_attempts: int, job_id: str | None,
+                meta: dict[str, Any] | None = None) -> Job:
+        """`meta`: the job's metadata from the start (checked: validation.meta)."""
+        ...
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
                      priority: int, delay: float, max_attempts: int) -> list[Job]: ...
@@ -240,7 +243,7 @@ class Dependencies(Protocol):
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False) -> Job: ...
+                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job: ...
 
 
 class JobImport(Protocol):
@@ -269,7 +272,7 @@ class Transactions(Protocol):
 
     def enqueue_in(self, connection: Any, payload_text: str, payload: Any, *,
                    priority: int, delay: float, max_attempts: int,
-                   job_id: str | None) -> Job:
+                   job_id: str | None, meta: dict[str, Any] | None = None) -> Job:
         """`enqueue`, run on the caller's `connection` and inside its transaction:
         committed (and its wake-up sent) by the caller's commit, or never."""
         ...

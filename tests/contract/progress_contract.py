@@ -163,3 +163,50 @@ class ProgressContract:
         clock.advance(6)
         q.enqueue("new", job_id="again")  # the key expired: a new job, without the old note
         t.assertEqual(q.get("again").meta, {})
+
+    def test_metadata_given_at_enqueue_is_the_jobs_from_the_start(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked()
+        given = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+        job = q.enqueue({"n": 1}, meta=given)
+        given["traceparent"] = "changed"  # a copy was taken
+        t.assertEqual(job.meta["traceparent"][:2], "00")
+        t.assertEqual(q.get(job.id).meta, job.meta)
+        t.assertIsNone(q.get(job.id).progress)
+        leased = q.lease_one()
+        assert leased is not None
+        t.assertEqual(leased.meta, job.meta, "the worker sees it on the leased job")
+        running = RunningJob(leased, q.backend, clock=clock)
+        running.set_meta({"step": 1})
+        t.assertEqual(q.get(job.id).meta, {**job.meta, "step": 1}, "merged into it")
+        keyed = q.enqueue("k", job_id="key", meta={"first": True})
+        again = q.enqueue("k", job_id="key", meta={"second": True})  # the existing job
+        t.assertEqual((keyed.meta, again.meta), ({"first": True}, {"first": True}))
+        t.assertEqual(q.enqueue("plain").meta, {})
+
+    def test_bad_metadata_at_enqueue_is_refused_and_writes_nothing(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, _ = self.clocked()
+        for bad, error in (([1], TypeError), ({1: "x"}, TypeError),
+                           ({"x": object()}, SerializationError),
+                           ({"x": float("nan")}, SerializationError),
+                           ({"x": "y" * 20000}, ValueError)):
+            with t.subTest(meta=bad), t.assertRaises(error):
+                q.enqueue("x", meta=bad)
+        t.assertEqual(q.stats().total, 0)
+
+    def test_metadata_at_enqueue_with_prerequisites(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, _ = self.clocked()
+        if not q.capabilities.dependencies:
+            t.skipTest("the backend has no dependencies")
+        first = q.enqueue("first", max_attempts=1)
+        waiting = q.enqueue("then", depends_on=[first.id], meta={"w": 1})
+        t.assertEqual((waiting.state, waiting.meta), (JobState.WAITING, {"w": 1}))
+        leased = q.lease_one()
+        assert leased is not None
+        q.nack(leased, error="boom")  # the dependent is cancelled in the same write
+        t.assertEqual(q.get(waiting.id).state, JobState.CANCELLED)
+        t.assertEqual(q.get(waiting.id).meta, {"w": 1})
+        failed = q.enqueue("after the failure", depends_on=[first.id], meta={"c": 2})
+        t.assertEqual((failed.state, failed.meta), (JobState.CANCELLED, {"c": 2}))

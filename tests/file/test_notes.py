@@ -76,6 +76,28 @@ class ProgressRecordTest(unittest.TestCase):
                 self.assertEqual(s.notes.get("j"), Note((0.5, "ok"), {}))
 
 
+class EnqueueMetaTest(unittest.TestCase):
+    """ENQUEUE's `m` (enqueue(meta=), format 1.2): the job's note from the start."""
+
+    def test_an_enqueue_with_metadata_starts_the_jobs_note(self) -> None:
+        s, log = QueueState(), Log()
+        s.apply_batch(log.batch(enq("j", m={"traceparent": "00-ab"})))
+        self.assertEqual(s.notes.get("j"), Note(None, {"traceparent": "00-ab"}))
+        s.apply_batch(log.batch(lease("j", 1), progress("j", 1, [0.5, None], {"a": 1})))
+        self.assertEqual(s.notes.get("j"), Note((0.5, None), {"a": 1}), "PROGRESS replaces")
+        with self.assertRaisesRegex(ReplayError, "must be an object"):
+            QueueState().apply_batch(Log().batch(enq("k", m=[1])))  # type: ignore[arg-type]
+
+    def test_metadata_in_enqueue_many_style_batches_is_kept_by_the_one_step_path(self
+                                                                                 ) -> None:
+        from nobroker.file.state.vocabulary import seq_id
+        records = [enq(seq_id(n), p={"n": n}) for n in range(6)]
+        records[3] = enq(seq_id(3), p={"n": 3}, m={"third": True})
+        s = replay([Log().batch(*records)])
+        self.assertEqual(s.notes.by_job, {seq_id(3): Note(None, {"third": True})})
+        self.assertEqual(len(s.jobs), 6)
+
+
 class NoteLifetimeTest(unittest.TestCase):
     """A note lives while the queue keeps the job: live, dead, kept finished, or as a key."""
 

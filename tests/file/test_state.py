@@ -64,10 +64,13 @@ class Log:
 
 
 def enq(job_id: str, *, pr: int = 0, at: float = 0.0, t: float = 0.0, ma: int = 3,
-        keyed: bool | None = None, p: Any = "x") -> tuple[int, dict[str, Any]]:
+        keyed: bool | None = None, p: Any = "x", m: dict[str, Any] | None = None
+        ) -> tuple[int, dict[str, Any]]:
     fields: dict[str, Any] = {"id": job_id, "pr": pr, "at": at, "t": t, "ma": ma}
     if keyed is not None:
         fields["k"] = keyed
+    if m is not None:  # enqueue(meta=), format 1.2
+        fields["m"] = m
     fields["p"] = p
     return RT.ENQUEUE, fields
 
@@ -666,7 +669,8 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
                     assert reserved is not None
                     job_id = reserved if rng.random() < 0.8 else f"{rng.getrandbits(64):016x}"
                 records.append(enq(job_id, pr=rng.randrange(-2, 3), at=t, t=t,
-                                   ma=rng.randrange(1, 4), keyed=keyed))
+                                   ma=rng.randrange(1, 4), keyed=keyed,
+                                   m={"e": serial} if rng.random() < 0.1 else None))
             elif what == "lease":
                 job_id = rng.choice(by_state[JobState.PENDING])
                 records.append(lease(job_id, token, until=t + 30))

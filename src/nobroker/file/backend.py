@@ -138,18 +138,19 @@ class FileBackend:
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False) -> Job:
+                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
-                                 depends_on=depends_on, allow_failure=allow_failure)
+                                 depends_on=depends_on, allow_failure=allow_failure,
+                                 meta=meta)
             if isinstance(found, Entry):
                 return lambda: self._view(found)
             if isinstance(found, float):
                 return lambda: self._done_view(job_id or "", found)
             new_id = batch.last_id()
-            if depends_on:  # waiting, pending or cancelled: as the batch left it
+            if depends_on or meta:  # as the batch left it: waiting, pending or cancelled
                 return lambda: self._view(self.handle.state.jobs[new_id], payload)
             return lambda: self._new_view(new_id, payload, priority, max_attempts,
                                           now + delay, now)

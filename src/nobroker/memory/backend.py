@@ -132,7 +132,7 @@ class MemoryBackend:
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False) -> Job:
+                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
         def change(table: MemoryTable, now: float) -> Job:
             unmet, failed = table.prerequisites(list(depends_on))  # refuses before a change
             if job_id is not None:
@@ -144,10 +144,11 @@ class MemoryBackend:
             new_id = job_id if job_id is not None else table.new_id()
             job = table.add(new_id, job_id is not None, payload_text, priority, now + delay,
                             now, max_attempts, unmet, allow_failure)
+            job.note = (None, meta) if meta else None
             if failed is not None and not allow_failure:  # settled at once
                 job.last_error = failed
                 table.finish(job, JobState.CANCELLED, now, self.settings.result_ttl)
-            if depends_on:
+            if depends_on or meta:
                 return self._view(job)
             return Job(new_id, payload, priority, 0, max_attempts, JobState.PENDING,
                        now + delay, now, None)

@@ -1,21 +1,20 @@
 """The PostgreSQL backend: one queue's jobs as rows, every call one short transaction.
 
-Theory of operation. Each call is one SQL statement where it can be (so one round trip and
-one commit), a short transaction where it cannot. A call that returned has committed; with
-`fsync=False` the session commits with `synchronous_commit = off` (a server crash may lose
-the last moments, never corrupt). The rules are the file backend's, point by point:
+Theory of operation. Each call is one SQL statement where it can be (so one round trip and one
+commit), a short transaction where it cannot. A call that returned has committed; with
+`fsync=False` the session commits with `synchronous_commit = off` (a server crash may lose the
+last moments, never corrupt). The rules are the file backend's, point by point:
 
-- leasing takes ready rows with `FOR UPDATE SKIP LOCKED`, highest priority first and FIFO
-  (by `seq`) within a priority; each lease gets a fencing token from a sequence, and
-  ack/nack/extend match on (id, token), so a stale holder changes nothing and gets
-  NotLeasedError;
+- leasing takes ready rows with `FOR UPDATE SKIP LOCKED`, highest priority first and FIFO (by
+  `seq`) within a priority; each lease gets a fencing token from a sequence, and ack/nack/extend
+  match on (id, token), so a stale holder changes nothing and gets NotLeasedError;
 - an expired lease is an attempt: the lease statement first reclaims expired leases (back to
   pending after the backoff, or dead with "lease expired (attempt N)"); the rows it reclaims
   become leasable from the next call, as in the file backend, and an ack arriving late still
   succeeds while nobody reclaimed the job;
-- a finished row (acked, cancelled) stays until `expires_at`: the key retention for a keyed
-  job, the result's ttl for a job acked with a result, at once otherwise; rows past it are
-  invisible and swept in batches (sweeping.py, which also says what compact() means here);
+- a finished row (acked, cancelled) stays until `expires_at`: the key retention for a keyed job,
+  the result's ttl for a job acked with a result, at once otherwise; rows past it are invisible
+  and swept in batches (sweeping.py, which also says what compact() means here);
 - purge removes pending jobs only; requeue_dead resets attempts; stats() sums the per-slot
   counter rows that every writing statement keeps as it writes (sql/parts/counted.sql).
 
@@ -49,6 +48,7 @@ from .namedlocks import LockConnections
 from .rows import (
     STATES,
     codes_listed,
+    enqueue_params,
     import_params,
     job_enqueued,
     job_from_row,
@@ -103,8 +103,7 @@ class PostgresBackend:
         return f"PostgresBackend({self.location!r}, name={self.name!r})"
 
     def _not_leased(self, conn: Conn, job: Job) -> NotLeasedError:
-        return not_leased(job, conn.execute(self._sql.lease_of,
-                                            self._params(id=job.id)).fetchone())
+        return not_leased(job, conn.execute(self._sql.lease_of, self._params(id=job.id)).fetchone())
 
     def _fenced(self, operation: str, sql: bytes, params: dict[str, Any], job: Job) -> Any:
         """Run a statement that changes `job` only under its lease (the token in
@@ -121,9 +120,9 @@ class PostgresBackend:
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
-                max_attempts: int, job_id: str | None) -> Job:
-        params = self._params(id=job_id, pr=priority, delay=delay, ma=max_attempts,
-                              p=payload_text)
+                max_attempts: int, job_id: str | None, meta: dict[str, Any] | None = None) -> Job:
+        params = self._params(**enqueue_params(job_id, priority, delay, max_attempts,
+                                               payload_text, meta))
 
         def run(conn: Conn) -> Job:
             if job_id is None:  # one statement: no transaction needed
@@ -160,9 +159,10 @@ class PostgresBackend:
     # -- in a transaction not ours (transactional.py) -------------------------
 
     def enqueue_in(self, connection: Any, payload_text: str, payload: Any, *, priority: int,
-                   delay: float, max_attempts: int, job_id: str | None) -> Job:
-        return self._transactional.enqueue_in(connection, self._params(
-            id=job_id, pr=priority, delay=delay, ma=max_attempts, p=payload_text), job_id)
+                   delay: float, max_attempts: int, job_id: str | None,
+                   meta: dict[str, Any] | None = None) -> Job:
+        return self._transactional.enqueue_in(connection, self._params(**enqueue_params(
+            job_id, priority, delay, max_attempts, payload_text, meta)), job_id)
 
     def atomic(self) -> AbstractContextManager[Conn]:
         return self._transactional.atomic()

@@ -16,7 +16,8 @@ from ..errors import NotLeasedError
 from ..models import Job, JobState, Progress, QueueStats
 
 __all__ = ["STATE_CODES", "WAITING", "STATES", "CODES_OF", "job_from_row", "job_enqueued",
-           "not_leased", "codes_listed", "stats_from_row", "import_params", "note_params"]
+           "not_leased", "codes_listed", "stats_from_row", "import_params", "note_params",
+           "enqueue_params"]
 
 STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
                       JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column
@@ -43,6 +44,13 @@ def job_from_row(row: Sequence[Any]) -> Job:
                lease_expires_at=lease_until if leased else None,
                result=None if result is None else json.loads(result),
                finished_at=finished_at, **noted)
+
+
+def enqueue_params(job_id: str | None, priority: int, delay: float, max_attempts: int,
+                   payload_text: str, meta: dict[str, Any] | None) -> dict[str, Any]:
+    """The parameters of enqueue.sql: the job, and its metadata from the start."""
+    return {"id": job_id, "pr": priority, "delay": delay, "ma": max_attempts,
+            "p": payload_text, "m": note_params(None, meta or {})["m"]}
 
 
 def note_params(progress: Progress | None, meta: dict[str, Any]) -> dict[str, str | None]:

@@ -27,15 +27,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ..backend import Backend
-from ..codec import encode_payload, loads
 from ..errors import NobrokerError
 from ..models import Job, Progress
+from ..validation import meta as checked_meta
 from ..validation import progress as checked_progress
 
-__all__ = ["RunningJob", "INTERVAL", "MAX_META_BYTES"]
+__all__ = ["RunningJob", "INTERVAL"]
 
 INTERVAL: Final = 1.0  # seconds between two writes of one job's progress and metadata
-MAX_META_BYTES: Final = 16 << 10  # a job's metadata as JSON: it rides in every snapshot
 log = logging.getLogger("nobroker")
 
 
@@ -78,8 +77,7 @@ class RunningJob:
 
     def set_meta(self, mapping: Mapping[str, Any]) -> None:
         """Merge `mapping` (string keys, JSON values) into the job's metadata."""
-        if not isinstance(mapping, Mapping) or not all(isinstance(k, str) for k in mapping):
-            raise TypeError("set_meta takes a mapping with string keys")
+        checked_meta(mapping)  # refused before anything is merged
         self._reports.report(None, mapping)
 
     def flush(self) -> None:
@@ -106,7 +104,7 @@ class _Reports:
 
     def meta(self) -> dict[str, Any]:
         with self.lock:
-            return loads(encode_payload(self.merged, "metadata")) if self.merged else {}
+            return checked_meta(self.merged)  # a copy
 
     def report(self, progress: Progress | None, mapping: Mapping[str, Any] | None) -> None:
         if self.backend is None:
@@ -114,11 +112,7 @@ class _Reports:
                                 "job runs in a child process (pool='process')")
         with self.lock:
             if mapping is not None:
-                text = encode_payload({**self.merged, **mapping}, "metadata")
-                if len(text.encode()) > MAX_META_BYTES:
-                    raise ValueError(f"a job's metadata is limited to {MAX_META_BYTES} "
-                                     f"bytes of JSON; this would make it {len(text.encode())}")
-                self.merged = loads(text)  # a copy: the caller's objects may change later
+                self.merged = checked_meta({**self.merged, **mapping})  # a copy
             if progress is not None:
                 self.progress = progress
             now = self.clock()

@@ -100,14 +100,15 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
                  priority: int, delay: float, max_attempts: int, job_id: str | None,
                  key_retention: float, rng: Rng, depends_on: Sequence[str] = (),
-                 allow_failure: bool = False) -> Entry | float | None:
+                 allow_failure: bool = False, meta: Record | None = None
+                 ) -> Entry | float | None:
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
     job still remembered, or None when a record was added. A cancelled job
     does not hold its key: it is forgotten, in the same batch, and the key
     enqueued anew. With `depends_on`, the job waits for those jobs
-    (dependencies.plan_waiting_enqueue).
+    (dependencies.plan_waiting_enqueue). `meta`: its metadata (format 1.2).
     """
     if job_id is not None:
         existing = state.jobs.get(job_id)
@@ -118,14 +119,16 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
+    new_id = job_id or new_job_id(state.jobs, rng)
     if depends_on:
-        plan_waiting_enqueue(state, batch, now, job_id or new_job_id(state.jobs, rng),
-                             payload_text, priority=priority, delay=delay,
-                             max_attempts=max_attempts, keyed=job_id is not None,
+        plan_waiting_enqueue(state, batch, now, new_id, payload_text, priority=priority,
+                             delay=delay, max_attempts=max_attempts, keyed=job_id is not None,
                              depends_on=depends_on, allow_failure=allow_failure)
-        return None
-    batch.add_enqueue(job_id or new_job_id(state.jobs, rng), priority, now + delay, now,
-                      max_attempts, job_id is not None, payload_text)
+    else:
+        batch.add_enqueue(new_id, priority, now + delay, now, max_attempts, job_id is not None,
+                          payload_text)
+    if meta:
+        batch.add_meta(new_id, meta)
     return None
 
 

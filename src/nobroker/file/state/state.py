@@ -35,6 +35,7 @@ from ..log.records import (
     ACKED,
     BATCH,
     ID,
+    META,
     TIME,
     TOKEN,
     Applied,
@@ -245,9 +246,10 @@ class QueueState:
             return
         job_id = field(rec, ID, str, offset)
         if rtype == RecordType.ENQUEUE:
+            note = note_of(rec, offset) if META in rec else None  # enqueue(meta=), 1.2
             apply_enqueue(self, job_id, rec, offset, size)
-            if self.notes.by_job:  # a new job: a remembered key's note is not its
-                self.notes.set(job_id, None)
+            if note is not None or self.notes.by_job:  # a remembered key's note is not its
+                self.notes.set(job_id, note)
             return
         if rtype == RecordType.FORGET:
             apply_forget(self, job_id, offset)

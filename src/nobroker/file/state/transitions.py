@@ -27,6 +27,7 @@ from ..log.records import (
     IS_KEY,
     KEEP,
     MAX_ATTEMPTS,
+    META,
     PAYLOAD,
     PRIORITY,
     RESULT,
@@ -157,8 +158,7 @@ def apply_ack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: i
 
 def _finish(state: ReplayState, slot: int, job_id: str, code: int, finished_at: float,
             rec: Record, offset: int, size: int) -> None:
-    """Job `slot` (counted out of its old state already) is kept as finished for
-    the record's "keep" seconds; the record at `offset` holds its outcome."""
+    """Job `slot` (counted out already) is kept "keep" s, its outcome in the record."""
     keep = field(rec, KEEP, float, offset)
     if keep < 0:
         raise ReplayError(offset, f"negative retention {keep!r}")
@@ -346,11 +346,11 @@ def apply_enqueue_run(state: ReplayState, batch: Sequence[Applied], number: int)
     sizes: list[int] = []
     for rtype, rec, offset, size in batch:
         if (rtype != enqueue or rec.get(BATCH) != number or IS_KEY in rec or PAYLOAD not in rec
-                or WAIT in rec or rec.get(ID) != f"{seq:016x}" or rec.get(PRIORITY) != pr
-                or type(rec.get(PRIORITY)) is not int or rec.get(MAX_ATTEMPTS) != ma
-                or type(rec.get(MAX_ATTEMPTS)) is not int or rec.get(AT) != at
-                or type(rec.get(AT)) is not float or rec.get(TIME) != t
-                or type(rec.get(TIME)) is not float):
+                or WAIT in rec or META in rec or rec.get(ID) != f"{seq:016x}"
+                or rec.get(PRIORITY) != pr or type(rec.get(PRIORITY)) is not int
+                or rec.get(MAX_ATTEMPTS) != ma or type(rec.get(MAX_ATTEMPTS)) is not int
+                or rec.get(AT) != at or type(rec.get(AT)) is not float
+                or rec.get(TIME) != t or type(rec.get(TIME)) is not float):
             break
         if named and rec[ID] in named:
             break
