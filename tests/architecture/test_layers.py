@@ -25,7 +25,8 @@ from harness.support import SRC
 # and any layer after it. A subpackage (file/, postgres/, tasks/, dashboard/) is one name.
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
-                                "dashboard", "transfer", "django", "testing", "celery"})),
+                                "dashboard", "transfer", "django", "testing", "celery",
+                                "otel"})),
     # transfer: `nobroker migrate`; django, celery: loaded by Django, kombu and Celery
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),

@@ -18,10 +18,11 @@ The policy, checked here and nowhere else:
   is a violation); a single-file backend (``src/nobroker/postgres.py``) may
   import ``psycopg`` inside functions only. The extra that installs it is
   read from pyproject.toml and named in the report.
-- Framework integrations (``INTEGRATIONS``: ``src/nobroker/django/``) may
-  import their framework anywhere in their subpackage: only the framework's
-  own processes load them (Django's INSTALLED_APPS and TASKS settings), and
-  the rest of ``src/nobroker`` never imports them (checked). Their example
+- Framework integrations (``INTEGRATIONS``: ``src/nobroker/django/``, ``celery/``,
+  ``otel/``) may import their framework anywhere in their subpackage: only the
+  framework's own processes load them (Django's INSTALLED_APPS and TASKS
+  settings; an application that calls ``nobroker.otel.instrument()``), and the
+  rest of ``src/nobroker`` never imports them (checked). Their example
   projects (``examples/django_site/``) may import the framework too.
 - Development tools under ``tools/`` (peer benchmarks) may import third-party
   packages inside functions only; tests may do the same with the optional
@@ -68,7 +69,9 @@ BACKEND_MODULE = "nobroker.postgres"
 INTEGRATIONS = {"src/nobroker/django/": frozenset({"django", "asgiref"}),
                 # kombu finds it through the .pth hook (src/_nobroker_celery.py), Celery
                 # through the celery.result_backends entry point
-                "src/nobroker/celery/": frozenset({"kombu", "celery"})}
+                "src/nobroker/celery/": frozenset({"kombu", "celery"}),
+                # imported only when instrument() is called, by the application
+                "src/nobroker/otel/": frozenset({"opentelemetry"})}
 INTEGRATION_EXAMPLES = {"examples/django_site/": frozenset({"django"})}
 FRAMEWORKS = frozenset().union(*INTEGRATIONS.values())  # tests may import them lazily
 # The Celery application the tests' `celery worker` processes load imports Celery at its top.

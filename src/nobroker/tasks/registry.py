@@ -20,6 +20,7 @@ here reads a clock except through the queue's (for `eta=`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -34,7 +35,7 @@ from .. import validation
 from ..errors import JobNotFoundError, SerializationError
 from ..models import Job, JobState
 from ..transactions import transactional
-from .running import RunningJob
+from .running import RunningJob, enter_wrappers
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -70,19 +71,26 @@ def call_as(job: Job | RunningJob, fn: Callable[..., Any], args: Sequence[Any],
     process's) cannot report progress."""
     if not isinstance(job, RunningJob):
         job = RunningJob(job, None)
+    deferred = inspect.iscoroutinefunction(fn)  # its wrappers go around the await
     token = _CURRENT.set(job)
     try:
-        value = fn(*args, **kwargs)
+        with contextlib.ExitStack() as around:
+            if not deferred:
+                enter_wrappers(around, job)
+            value = fn(*args, **kwargs)
     finally:
         _CURRENT.reset(token)
     if inspect.isawaitable(value):
-        return _awaited_as(job, value)
+        return _awaited_as(job, value, deferred)
     return value
 
 
-async def _awaited_as(job: RunningJob, awaitable: Any) -> Any:
+async def _awaited_as(job: RunningJob, awaitable: Any, wrapped: bool) -> Any:
     _CURRENT.set(job)  # in the asyncio task's own copy of the context
-    return await awaitable
+    with contextlib.ExitStack() as around:
+        if wrapped:
+            enter_wrappers(around, job)
+        return await awaitable
 
 
 def queue_clock(queue: Queue) -> Callable[[], float]:

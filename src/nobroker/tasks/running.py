@@ -16,6 +16,11 @@ last value is always written, and nothing is written for a call that reports
 nothing. A write made inside `progress()` or `set_meta()` raises what the
 queue raised (NotLeasedError: the job is no longer this holder's); a held
 one written later is logged instead, as nobody waits for it.
+
+Instrumentation (nobroker.otel's consumer span) wraps every run: `wrap_runs(fn)`
+registers `fn(running_job)`, a context manager that call_as (registry.py) enters
+around each call of a task or handler in this process, in the context the call
+runs in (its thread, or for a coroutine the task that awaits it).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any, Final
 
 from ..backend import Backend
@@ -32,7 +38,7 @@ from ..models import Job, Progress
 from ..validation import meta as checked_meta
 from ..validation import progress as checked_progress
 
-__all__ = ["RunningJob", "INTERVAL"]
+__all__ = ["RunningJob", "INTERVAL", "RunWrapper", "wrap_runs", "unwrap_runs", "enter_wrappers"]
 
 INTERVAL: Final = 1.0  # seconds between two writes of one job's progress and metadata
 log = logging.getLogger("nobroker")
@@ -60,6 +66,12 @@ class RunningJob:
     def meta(self) -> dict[str, Any]:
         """The job's metadata so far, merged (a copy)."""
         return self._reports.meta()
+
+    @property
+    def queue_name(self) -> str | None:
+        """The name of the job's queue (None where this process has no queue: a child)."""
+        backend = self._reports.backend
+        return None if backend is None else backend.name
 
     @property
     def reported(self) -> Progress | None:
@@ -153,3 +165,26 @@ class _Reports:
             self.timer = None
             if self.held:
                 self._write_logged()
+
+
+RunWrapper = Callable[[RunningJob], AbstractContextManager[object]]
+_WRAPPERS: list[RunWrapper] = []  # process-wide, like logging's handlers: few, rarely changed
+
+
+def wrap_runs(wrapper: RunWrapper) -> None:
+    """Enter `wrapper(job)` around every run of a task or handler in this process (once,
+    however often it is registered); the outermost is the one registered first."""
+    if wrapper not in _WRAPPERS:
+        _WRAPPERS.append(wrapper)
+
+
+def unwrap_runs(wrapper: RunWrapper) -> None:
+    """Stop entering `wrapper` around runs (nothing if it was not registered)."""
+    if wrapper in _WRAPPERS:
+        _WRAPPERS.remove(wrapper)
+
+
+def enter_wrappers(stack: ExitStack, job: RunningJob) -> None:
+    """Enter every registered wrapper of `job`'s run on `stack` (call_as's)."""
+    for wrapper in tuple(_WRAPPERS):
+        stack.enter_context(wrapper(job))
