@@ -19,7 +19,7 @@ from typing import Any
 from . import dependencies, transactions, validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
-from .codec import encode_payload, encode_payloads
+from .codec import encode_payload, encode_payloads, metadata
 from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
@@ -121,7 +121,7 @@ class Queue:
         key = validation.job_id(job_id) if job_id is not None else None
         write = dependencies.enqueuer(self, self._backend, connection, depends_on, allow_failure)
         job = write(text, payload, priority=priority, delay=delay, max_attempts=attempts,
-                    job_id=key, meta=None if meta is None else validation.meta(meta))
+                    job_id=key, meta=None if meta is None else metadata(meta))
         if self.hooks is not None:
             self.hooks.fire("enqueued", job)
         return job

@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from typing import Any, Final
 
-from .codec import encode_payload, loads
-
 __all__ = ["number", "seconds", "integer", "job_options", "fraction", "job_id", "queue_name",
-           "error_text", "progress", "meta", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH",
-           "MAX_NOTE_LENGTH", "MAX_META_BYTES"]
+           "error_text", "progress", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH",
+           "MAX_NOTE_LENGTH"]
 
 INT_LIMIT: Final = 2**53  # larger integers do not survive a round trip through most JSON readers
 MAX_ID_LENGTH: Final = 256
 MAX_ERROR_LENGTH: Final = 4000  # a nack's error text is cut to this many characters
 MAX_NOTE_LENGTH: Final = 1000  # a progress note is cut to this many characters
-MAX_META_BYTES: Final = 16 << 10  # a job's metadata as JSON: it rides in every snapshot
 _QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
 
@@ -97,20 +93,6 @@ def progress(fraction: object, note: object) -> tuple[float, str | None]:
     if note is not None and not isinstance(note, str):
         raise ValueError(f"note must be a string or None, not {type(note).__name__}")
     return checked, None if note is None else note[:MAX_NOTE_LENGTH]
-
-
-def meta(value: object) -> dict[str, Any]:
-    """A job's metadata: a mapping with string keys and JSON values, at most
-    MAX_META_BYTES as JSON; returns a copy (the caller's objects may change later).
-    TypeError for a wrong type, SerializationError (a ValueError) for what is not JSON."""
-    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
-        raise TypeError("metadata must be a mapping with string keys")
-    text = encode_payload(dict(value), "metadata")
-    if len(text.encode()) > MAX_META_BYTES:
-        raise ValueError(f"a job's metadata is limited to {MAX_META_BYTES} bytes of JSON, "
-                         f"not {len(text.encode())}")
-    copy: dict[str, Any] = loads(text)
-    return copy
 
 
 def job_id(value: object) -> str:

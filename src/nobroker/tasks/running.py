@@ -33,9 +33,9 @@ from contextlib import AbstractContextManager, ExitStack
 from typing import Any, Final
 
 from ..backend import Backend
+from ..codec import metadata as checked_meta
 from ..errors import NobrokerError
 from ..models import Job, Progress
-from ..validation import meta as checked_meta
 from ..validation import progress as checked_progress
 
 __all__ = ["RunningJob", "INTERVAL", "RunWrapper", "wrap_runs", "unwrap_runs", "enter_wrappers"]
