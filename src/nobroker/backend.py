@@ -133,7 +133,7 @@ class Backend(Protocol):
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None,
                 meta: dict[str, Any] | None = None) -> Job:
-        """`meta`: the job's metadata from the start (checked: validation.meta)."""
+        """`meta`: the job's metadata from the start (checked: codec.metadata)."""
         ...
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,

@@ -328,7 +328,8 @@ function drawQueue(summary) {
   const card = (label, value, key) => el("div", {class: "card", "data-count": key},
     el("div", {class: "n"}, value), el("div", {class: "l"}, label));
   cards.append(card("pending", fmt(s.pending), "pending"), card("leased", fmt(s.leased), "leased"),
-               card("waiting", fmt(s.waiting), "waiting"), card("dead", fmt(s.dead), "dead"), card("done", fmt(s.done), "done"),
+               card("waiting", fmt(s.waiting), "waiting"), card("dead", fmt(s.dead), "dead"),
+               card("done", fmt(s.done), "done"),
                card("oldest pending", age(summary.oldest_pending_age), "oldest"));
   const controls = document.getElementById("queue-controls");
   clear(controls);
