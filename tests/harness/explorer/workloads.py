@@ -129,10 +129,10 @@ def _w_extend(d: Driver) -> None:
 
 @workload("progress")
 def _w_progress(d: Driver) -> None:
-    """PROGRESS records (format 1.2): a note kept with a result, with a key, across a
-    compaction, and one refused from a stale holder."""
+    """PROGRESS records and ENQUEUE's "m" (format 1.2): a note kept with a result, with
+    a key, across a compaction, and one refused from a stale holder."""
     h = d.open()
-    d.call(h, "enqueue", payload(1, 100))
+    d.call(h, "enqueue", payload(1, 100), meta={"otel": {"traceparent": "00-ab-cd-01"}})
     d.call(h, "enqueue", payload(2, 100), job_id="keyed")
     leased = _held(d.call(h, "lease", 2, visibility_timeout=10))
     for step, job in enumerate(leased):
