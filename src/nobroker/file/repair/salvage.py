@@ -41,9 +41,8 @@ from ..disk.fs import FileSystem
 from ..disk.lock import SharedLock, release_shared_lock, shared_lock
 from ..generations import compaction, current
 from ..log.logfile import LogFile, log_filename, paused_gc
-from ..log.records import (
-    BATCH,
-)
+from ..log.records import BATCH, ID, RecordType
+from ..state.batch import Batch
 from ..state.commands import new_nonce
 from ..state.state import QueueState, ReplayError
 from .damagedlog import Region, Restart, Scan, Skipped, TolerantReplay, find_batches
@@ -172,6 +171,7 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
         return SalvageReport(mode, path, generation, None, len(scan.batches),
                              replay.records, len(replay.state.jobs), (), (), (), (),
                              _spans(scan))
+    _release_freed(replay.state, scan.end)
     # The snapshot batch takes the number of the last batch it summarises (>= 1).
     replay.state.last_batch = max(replay.state.last_batch, 1)
     aside = tuple(_save_aside(fs, directory, path, data, region) for region in scan.damaged)
@@ -181,6 +181,18 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
     return SalvageReport(mode, path, generation, new_generation, kept, replay.records,
                          len(replay.state.jobs), aside, _lost(scan, generation),
                          replay.unknown_jobs, tuple(replay.skipped), _spans(scan))
+
+
+def _release_freed(state: QueueState, end: int) -> None:
+    """RELEASE the waiting jobs left with nothing to wait for: the damage took the RELEASE
+    the writer put in the batch that freed them, and a snapshot cannot say "waiting for
+    nothing". (main's eb5360e, without its on_error mode: take main's at the merge.)"""
+    freed = [job_id for job_id, wait in state.waits.by_job.items() if not wait.unmet]
+    if freed:
+        batch = Batch(state.last_batch + 1)
+        for job_id in freed:
+            batch.add(RecordType.RELEASE, {ID: job_id})
+        state.apply_batch(batch.encode(end)[1])
 
 
 def _replay(scan: Scan, replay: TolerantReplay, point_in_time: bool) -> int:
