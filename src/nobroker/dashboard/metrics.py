@@ -4,9 +4,9 @@ Gauges for what a queue holds now (jobs by state: pending, leased, dead, and
 waiting for their prerequisites; oldest pending age, log bytes, paused) and
 counters for what it has done since it was created (enqueued, succeeded,
 retried, dead-lettered), each read from `stats()` in O(1). A counter the
-queue's backend does not keep is left out rather than reported as 0. Label values are escaped as the format requires (backslash,
-double quote, newline); queue names cannot hold those, but the escaping does
-not rely on it.
+queue's backend does not keep is left out rather than reported as 0. Label
+values are escaped as the format requires (backslash, double quote, newline);
+queue names cannot hold those, but the escaping does not rely on it.
 """
 
 from __future__ import annotations
