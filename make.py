@@ -11,8 +11,9 @@ file); every command is printed before it runs; library code always runs with
 is development tooling, each into an ignored folder under ``.dev/``: the lint
 toolchain (``.dev/venv``), and for the docs site and its browser test MkDocs
 (``.dev/docs-venv``), Pyodide from npm (``.dev/npm``) and Playwright
-(``.dev/web-venv``), and Celery with nobroker installed beside it for the Celery
-transport's tests (``.dev/celery-venv``).
+(``.dev/web-venv``), Celery with nobroker installed beside it for the Celery
+transport's tests (``.dev/celery-venv``), and Dramatiq for the Dramatiq broker's
+tests (``.dev/dramatiq-venv``).
 """
 
 from __future__ import annotations
@@ -202,6 +203,12 @@ def profile_commit(args: list[str]) -> int:
     return python_tool("tools/profile/commit.py", args)
 
 
+@task("profile-worker")
+def profile_worker(args: list[str]) -> int:
+    """A worker's CPU per job by phase: lease, ack, replay, fsync (tools/profile/worker.py)."""
+    return python_tool("tools/profile/worker.py", args)
+
+
 @task("bench-peers")
 def bench_peers(args: list[str]) -> int:
     """Compare against other job queues (tools/bench/peers/run.py)."""
@@ -334,6 +341,32 @@ def ensure_celery_venv() -> Path | None:
     return python
 
 
+# --------------------------------------------------------------------------
+# Dramatiq on nobroker (nobroker.dramatiq, issue 26): Dramatiq goes into
+# .dev/dramatiq-venv; nobroker runs from src/ (the app names its broker itself).
+
+DRAMATIQ_VENV = DEV / "dramatiq-venv"
+DRAMATIQ_TESTS = ("test_dramatiq_app", "test_dramatiq_crash")
+
+
+@task("test-dramatiq")
+def test_dramatiq(args: list[str]) -> int:
+    """Run Dramatiq on nobroker: real `dramatiq` worker processes (tests/with_dramatiq)."""
+    python = ensure_venv(DRAMATIQ_VENV, REPO / "requirements-dramatiq.txt")
+    if python is None:
+        return 1
+    return run([str(python), "tests/run.py", "-j", "1", *(args or DRAMATIQ_TESTS)])
+
+
+@task("test-dramatiq-suite")
+def test_dramatiq_suite(args: list[str]) -> int:
+    """Run Dramatiq's own tests (actors, results, composition, worker) on nobroker."""
+    python = ensure_venv(DRAMATIQ_VENV, REPO / "requirements-dramatiq-suite.txt")
+    if python is None:
+        return 1
+    return python_tool("tools/suites/dramatiq_suite.py", ["--python", str(python), *args])
+
+
 @task("clean")
 def clean(args: list[str]) -> int:
     """Remove caches, build output, the built site and benchmark scratch (--all: the venvs too)."""
@@ -343,7 +376,7 @@ def clean(args: list[str]) -> int:
     doomed += SRC.glob("*.egg-info")
     doomed += pycache_dirs(REPO)
     if "--all" in args:
-        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV, OTEL_VENV]
+        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV, DRAMATIQ_VENV, OTEL_VENV]
     for path in sorted(set(doomed)):
         if path.is_dir():
             print(f"removing {path.relative_to(REPO)}/")
@@ -449,6 +482,7 @@ def test_web(args: list[str]) -> int:
 # its suite runs in .dev/django-venv, made with the first such interpreter found.
 DJANGO_VENV = DEV / "django-venv"
 DJANGO_TESTS = ("test_django",)
+DJANGO_PG_TESTS = ("test_django_postgres",)  # on a server from tools/postgres/cluster.py
 
 
 def django_python() -> str | None:
@@ -472,7 +506,8 @@ def django_python() -> str | None:
 
 @task("test-django")
 def test_django(args: list[str]) -> int:
-    """Run the Django integration's suite (Django 6, a Python 3.12+ found for it)."""
+    """Run the Django integration's suite (Django 6, a Python 3.12+ found for it), on
+    files and SQLite, then on a throwaway PostgreSQL server (tools/postgres/cluster.py)."""
     python = django_python()
     if python is None:
         print("!!! make.py test-django: no Python 3.12+ found for Django 6; set "
@@ -481,7 +516,20 @@ def test_django(args: list[str]) -> int:
     venv_python = ensure_venv(DJANGO_VENV, REPO / "requirements-django.txt", base=python)
     if venv_python is None:
         return 1
-    return run([str(venv_python), "tests/run.py", "-j", "1", *(args or DJANGO_TESTS)])
+    tests = [str(venv_python), "tests/run.py", "-j", "1"]
+    on_server = [sys.executable, "-m", "tools.postgres.cluster", "run", "--"]
+    from tools.postgres.cluster import bindir
+    if bindir() is None:
+        print("!!! make.py test-django: PostgreSQL is not installed (no initdb): the "
+              "Django suite on PostgreSQL NOT RUN (`make.py test-postgres` installs it)",
+              file=sys.stderr)
+        return run([*tests, *(args or DJANGO_TESTS)])
+    if args:
+        return run([*on_server, *tests, *args])
+    # The files suite, then again on a throwaway server: the jobs in Django's
+    # database (OPTIONS "database"), written in its transactions.
+    on_files = run([*tests, *DJANGO_TESTS])
+    return on_files or run([*on_server, *tests, *DJANGO_PG_TESTS])
 
 
 @task("help")

@@ -33,6 +33,7 @@ from .errors import (
 )
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .queue import Queue
+from .tasks import GroupResult, chain, chord, group
 from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -45,6 +46,7 @@ __all__ = [
     "CorruptLogError",
     "DatabaseError",
     "Dependency",
+    "GroupResult",
     "Job",
     "JobNotFoundError",
     "JobState",
@@ -64,5 +66,8 @@ __all__ = [
     "UnsafeFilesystemError",
     "Worker",
     "WorkerStats",
+    "chain",
+    "chord",
+    "group",
     "__version__",
 ]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .backoff import BackoffPolicy
+from .limits import Limits
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .validation import INT_LIMIT, integer, number
 
@@ -73,6 +74,10 @@ class Capabilities:
     # Jobs can be written in a caller's database transaction, and a task's writes
     # committed with its ack (see Transactions): PostgreSQL.
     transactions: bool = False
+    # Rate limits and concurrency limits (nobroker.limits) hold across every process:
+    # lease() decides them from the state it holds under its lock, with the limits of
+    # the settings, and enqueue() stores the keys they give a job.
+    limits: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +94,22 @@ class Settings:
     readonly: bool = False
     clock: Callable[[], float] | None = None  # None: the backend's own (time.time)
     rng: random.Random | None = None  # None: the backend's own (seeded from os.urandom)
+    # What this process declared (Queue(rate_limit=), @q.task's limits): every lease
+    # decides by them (nobroker.limits); tasks declare into it after the open.
+    limits: Limits = field(default_factory=Limits, compare=False)
 
     @classmethod
     def checked(cls, *, visibility_timeout: float, max_attempts: int,
                 backoff: BackoffPolicy | None, lock_timeout: float, key_retention: float,
                 result_ttl: float, fsync: bool, readonly: bool,
-                clock: Callable[[], float] | None, rng: random.Random | None) -> Settings:
+                clock: Callable[[], float] | None, rng: random.Random | None,
+                rate_limit: object = None) -> Settings:
         """Settings from a caller's arguments: each checked, ValueError or TypeError
         naming the one that is wrong."""
-        return cls(
+        limits = Limits()
+        if rate_limit is not None:
+            limits.declare_queue(rate_limit)
+        return cls(limits=limits,
             visibility_timeout=number("visibility_timeout", visibility_timeout, minimum=0.001),
             max_attempts=integer("max_attempts", max_attempts, 1, INT_LIMIT),
             lock_timeout=number("lock_timeout", lock_timeout, minimum=0),
@@ -154,8 +166,10 @@ class Backend(Protocol):
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None: ...
 
-    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
-        """`delay` None: the settings' backoff, jittered by the settings' rng."""
+    def nack(self, job: Job, error: str | None, delay: float | None,
+             dead: bool = False) -> Job:
+        """`delay` None: the settings' backoff, jittered by the settings' rng; `dead`:
+        dead-lettered now, whatever attempts remain (`delay` then unused)."""
         ...
 
     def snooze(self, job: Job, delay: float, error: str | None) -> Job:
@@ -236,6 +250,22 @@ class QueueListing(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """One job of `Queue.enqueue_graph`: its payload and options as enqueue's, and the
+    jobs it waits for: an int is the index of an earlier node of the same graph, a
+    str the id of a job already in the queue. `mode`: see docs/TASKS.md,
+    "Dependencies" (nobroker.dependencies re-exports it: import it from there)."""
+
+    payload: Any
+    depends_on: tuple[int | str, ...] = ()
+    mode: str = "success"  # dependencies.SUCCESS, ANY or FAILURE
+    priority: int = 0
+    delay: float = 0.0
+    max_attempts: int | None = None  # None: the queue's default
+    job_id: str | None = None  # None: the backend makes one (as enqueue does)
+
+
 class Dependencies(Protocol):
     """What a backend with `capabilities.dependencies` also has: enqueue with
     prerequisites (job ids). The new job waits until they have all succeeded (or
@@ -244,6 +274,15 @@ class Dependencies(Protocol):
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job: ...
+
+    def enqueue_graph(self, payload_texts: Sequence[str],
+                      nodes: Sequence[GraphNode]) -> list[Job]:
+        """Every node as a job, in one durable write (all or nothing); the nodes come
+        checked (dependencies.checked_nodes), a max_attempts None meaning the
+        settings' max_attempts. JobNotFoundError for an unknown
+        prerequisite id, NobrokerError for a node's job id already in use, both before
+        anything is written. The Jobs in node order."""
+        ...
 
 
 class JobImport(Protocol):
@@ -283,7 +322,8 @@ class Transactions(Protocol):
         ...
 
     def ack_in(self, connection: Any, job: Job, result_text: str | None,
-               result_ttl: float | None) -> None:
-        """`ack`, inside the transaction `atomic()` opened; NotLeasedError if the
-        lease is no longer current (the caller then rolls the transaction back)."""
+               result_ttl: float | None, *, joined: bool = False) -> None:
+        """`ack`, inside the transaction `atomic()` opened (`joined`: one the application
+        opened on its own connection); NotLeasedError if the lease is no longer current
+        (the caller then rolls the transaction back)."""
         ...

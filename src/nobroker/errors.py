@@ -153,12 +153,15 @@ class ConnectionLostError(DatabaseError):
 class TaskFailed(NobrokerError):
     """A job waited for (`TaskResult.get`, `Queue.result`) ended dead or cancelled, not done."""
 
-    def __init__(self, job_id: str, state: str, last_error: str | None) -> None:
+    def __init__(self, job_id: str, state: str, last_error: str | None,
+                 task: str | None = None) -> None:
         why = f": {last_error}" if last_error else ""
-        super().__init__(f"job {job_id!r} ended {state}{why}")
+        which = f" (task {task!r})" if task else ""
+        super().__init__(f"job {job_id!r}{which} ended {state}{why}")
         self.job_id = job_id
         self.state = state
         self.last_error = last_error
+        self.task = task  # the task the job ran, where known (a workflow step's)
 
 
 class TaskLockedError(NobrokerError):

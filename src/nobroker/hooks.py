@@ -8,7 +8,9 @@ happens, after the event is durable:
     started    the worker, just before it calls the handler or task
     succeeded  Queue.ack / ack_and_lease / ack_many (the worker that acked it)
     retried    Queue.nack that left the job pending for another attempt
-    dead       Queue.nack that dead-lettered the job
+    dead       Queue.nack that dead-lettered the job, or a write whose lease
+               reclaim dead-lettered it (its lease ran out on its last attempt:
+               the process whose call reclaimed it, where the backend reports it)
     cancelled  Queue.cancel (the process that cancelled it)
 
 Rules: a hook never fails the operation or the job. Each call sits in its own
@@ -18,18 +20,18 @@ on disk: a worker runs the hooks registered on the Queue objects it works.
 Registering is rare and firing is frequent, so the registry is a dict of
 tuples replaced on each registration: firing reads it without a lock.
 
-Not covered: a job dead-lettered because its lease expired on its last
-attempt is moved by whichever process's lease reclaims it, inside the
-backend, which does not report it; `dead` fires for nacks only.
+A backend reports its reclaims through `report_reclaimed(listener)` (files and
+memory:// have it; on PostgreSQL `dead` fires for nacks only).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
-from .models import Job
+from .errors import NobrokerError
+from .models import Job, JobState
 
 __all__ = ["EVENTS", "Hook", "Hooks"]
 
@@ -43,8 +45,9 @@ log = logging.getLogger("nobroker")
 class Hooks:
     """The hooks registered on one Queue, by event."""
 
-    def __init__(self) -> None:
+    def __init__(self, backend: Any = None) -> None:
         self._by_event: dict[str, tuple[Hook, ...]] = {}
+        self._backend = backend  # told to report reclaimed dead jobs, once one listens
 
     def add(self, event: str, fn: Hook) -> None:
         """Call `fn(job)` on each `event` from now on (after the hooks added before)."""
@@ -53,6 +56,19 @@ class Hooks:
         if not callable(fn):
             raise TypeError(f"a hook must be callable, not {type(fn).__name__}")
         self._by_event = {**self._by_event, event: (*self._by_event.get(event, ()), fn)}
+        if event == "dead" and hasattr(self._backend, "report_reclaimed"):
+            self._backend.report_reclaimed(self._reclaimed_dead)
+
+    def _reclaimed_dead(self, job_ids: Iterable[str]) -> None:
+        """Jobs a write's lease reclaim dead-lettered (after its fsync): `dead` for each
+        still there (not requeued or deleted since)."""
+        for job_id in job_ids:
+            try:
+                job = self._backend.get(job_id)
+            except NobrokerError:
+                continue
+            if job.state is JobState.DEAD:
+                self.fire("dead", job)
 
     def wants(self, event: str) -> bool:
         """Whether any hook listens to `event` (to skip work done only for hooks)."""

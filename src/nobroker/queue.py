@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from . import dependencies, transactions, validation
+from . import dependencies, limits, transactions, validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads, metadata
@@ -24,7 +24,7 @@ from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .opener import open_backend
-from .results import await_outcome, outcome
+from .results import await_outcome, outcome, result_text
 
 __all__ = ["Queue", "POSTGRES_SCHEMES"]
 
@@ -40,7 +40,8 @@ class Queue:
     (seconds since the epoch) and `rng` decide every time and every random choice the
     queue records; by default `time.time` (on PostgreSQL, the server's clock) and a
     Random seeded from os.urandom. `auto_compact` and `allow_network_fs` apply to a
-    directory only; `eager`: see nobroker.testing.
+    directory only; `eager`: see nobroker.testing; `rate_limit` ("100/m" or (count,
+    seconds)): at most that many leases in any such period, across every process.
     """
 
     hooks: Hooks | None = None  # what on() registered; None until the first
@@ -54,16 +55,18 @@ class Queue:
                  auto_compact: float | None = 0.5,
                  readonly: bool = False, allow_network_fs: bool = False,
                  clock: Callable[[], float] | None = None,
-                 rng: random.Random | None = None, eager: bool = False) -> None:
+                 rng: random.Random | None = None, eager: bool = False,
+                 rate_limit: Any = None) -> None:
         name = validation.queue_name(name)
         settings = Settings.checked(
             visibility_timeout=visibility_timeout, max_attempts=max_attempts, backoff=backoff,
             lock_timeout=lock_timeout, key_retention=key_retention, result_ttl=result_ttl,
-            fsync=fsync, readonly=readonly, clock=clock, rng=rng)
+            fsync=fsync, readonly=readonly, clock=clock, rng=rng, rate_limit=rate_limit)
         if auto_compact is not None:
             validation.fraction("auto_compact", auto_compact)
         self._attach(open_backend(path, name, settings, auto_compact=auto_compact,
                                   allow_network_fs=bool(allow_network_fs)))
+        limits.require_for_queue(self._backend, rate_limit)  # closes it if refused
         self.auto_compact = auto_compact
         self.eager = bool(eager)
 
@@ -122,8 +125,7 @@ class Queue:
         write = dependencies.enqueuer(self, self._backend, connection, depends_on, allow_failure)
         job = write(text, payload, priority=priority, delay=delay, max_attempts=attempts,
                     job_id=key, meta=None if meta is None else metadata(meta))
-        if self.hooks is not None:
-            self.hooks.fire("enqueued", job)
+        transactions.announce(self, connection, job)  # now, or at the caller's commit
         return job
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0,
@@ -142,6 +144,11 @@ class Queue:
             self.hooks.fire_each("enqueued", jobs)
         return jobs
 
+    def enqueue_graph(self, nodes: Iterable[dependencies.GraphNode]) -> list[Job]:
+        """Add the jobs of a graph (GraphNode: payload, options and the jobs each waits
+        for) in one batch, all or none: the Jobs in node order. docs/TASKS.md."""
+        return dependencies.enqueue_graph(self, self._backend, nodes)
+
     # -- consuming ----------------------------------------------------------
 
     def _visibility(self, visibility_timeout: float | None) -> float:
@@ -150,24 +157,15 @@ class Queue:
         return validation.number("visibility_timeout", visibility_timeout, minimum=0.001)
 
     def lease(self, count: int = 1, *, visibility_timeout: float | None = None) -> list[Job]:
-        """Take up to `count` ready jobs; each is invisible to others until its deadline."""
+        """Take up to `count` ready jobs; each is invisible to others until its deadline
+        (never one over a rate or concurrency limit this process declared)."""
         count = validation.integer("count", count, 1)
         return self._backend.lease(count, self._visibility(visibility_timeout))
 
     def lease_one(self, *, visibility_timeout: float | None = None) -> Job | None:
-        """Lease the next ready job, or return None at once if none is ready
-        (`lease(1)` without the list; `wait()` blocks until one may be)."""
+        """Lease the next ready job, or None at once (`wait()` blocks until one may be)."""
         jobs = self.lease(1, visibility_timeout=visibility_timeout)
         return jobs[0] if jobs else None
-
-    @staticmethod
-    def _result(result: Any, result_ttl: float | None) -> tuple[str | None, float | None]:
-        """A result's JSON text (None: no result was passed) and its retention."""
-        ttl = None if result_ttl is None else validation.number("result_ttl", result_ttl,
-                                                                 minimum=0)
-        if result is _MISSING:
-            return None, ttl
-        return encode_payload(result, "result"), ttl
 
     def ack(self, job: Job, *, result: Any = _MISSING, result_ttl: float | None = None) -> None:
         """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current.
@@ -177,7 +175,7 @@ class Queue:
         `get` and `result` to read; without it, nothing is kept (but a keyed
         job's id, for `key_retention`). A result that is not JSON raises
         SerializationError and writes nothing."""
-        text, ttl = self._result(result, result_ttl)
+        text, ttl = result_text(result, result_ttl, _MISSING)
         self._backend.ack(job, text, ttl)
         if self.hooks is not None:
             self.hooks.fire("succeeded", job)
@@ -195,17 +193,20 @@ class Queue:
         """Ack `job` (with `result`, as `ack` does) and lease the next ready job in the
         same batch (one fsync)."""
         timeout = self._visibility(visibility_timeout)
-        text, ttl = self._result(result, result_ttl)
+        text, ttl = result_text(result, result_ttl, _MISSING)
         following = self._backend.ack_and_lease(job, timeout, text, ttl)
         if self.hooks is not None:
             self.hooks.fire("succeeded", job)
         return following
 
-    def nack(self, job: Job, *, error: str | None = None, delay: float | None = None) -> Job:
+    def nack(self, job: Job, *, error: str | None = None, delay: float | None = None,
+             dead: bool = False) -> Job:
         """Give a job back: retried after `delay` (default: the backoff policy), or
-        dead-lettered when it has used `max_attempts`. Returns the job's new state."""
+        dead-lettered when it has used `max_attempts` or with `dead=True` (now, whatever
+        attempts remain). Returns the job's new state."""
         wait = None if delay is None else validation.number("delay", delay, minimum=0)
-        after = self._backend.nack(job, validation.error_text(error), wait)
+        after = self._backend.nack(job, validation.error_text(error), wait,
+                                   validation.flag("dead", dead))
         if self.hooks is not None:
             self.hooks.fire("dead" if after.state is JobState.DEAD else "retried", after)
         return after
@@ -222,22 +223,19 @@ class Queue:
         return self._backend.extend(job, validation.number("seconds", seconds, minimum=0.001))
 
     def wait(self, timeout: float) -> bool:
-        """Block until a job may be leasable, for at most `timeout` seconds: True when
-        something may be ready (a job is ready now, a delayed job or a lease deadline
-        came due, or a producer woke us), False on timeout. It never leases: call
-        lease() after it. An idle worker blocked here uses no CPU."""
+        """Block until a job may be leasable (ready now, a delay or lease deadline or a
+        rate window came due, a producer woke us: True), for at most `timeout` seconds
+        (False). It never leases: call lease() after it. It uses no CPU meanwhile."""
         return self._backend.wait(validation.number("timeout", timeout, minimum=0))
 
     # -- results ------------------------------------------------------------
 
     def result(self, job_id: str, timeout: float | None = None) -> Any:
-        """Wait until the job finishes and return its result (what `ack(result=)`
-        stored; None for a keyed job acked without one). Raises TaskFailed if it ended
-        dead or cancelled, TimeoutError if it has not finished within `timeout` seconds
-        (None: as long as it takes), JobNotFoundError for an id the queue does not know:
-        never enqueued, acked without a result, or finished longer ago than
-        `result_ttl`. Woken by the ack, in any process: no polling (except on a
-        read-only PostgreSQL Queue, which writes nothing)."""
+        """Wait until the job finishes and return its result (what `ack(result=)` stored;
+        None for a keyed job acked without one). TaskFailed if it ended dead or
+        cancelled, TimeoutError after `timeout` seconds (None: no limit), JobNotFoundError
+        for an id the queue does not know (never enqueued, acked without a result, or
+        forgotten after `result_ttl`). Woken by the ack, in any process: no polling."""
         job = self.wait_finished(job_id, timeout)
         if job is None:
             raise TimeoutError(f"job {job_id!r} did not finish within {timeout:g}s")
@@ -258,10 +256,9 @@ class Queue:
     # -- job control --------------------------------------------------------
 
     def cancel(self, job_id: str) -> bool:
-        """Cancel a pending or leased job; False if it is finished, dead or unknown.
-        A pending job is never leased. A leased one is revoked: its holder's later
-        ack, nack or extend raises NotLeasedError and its result is never stored.
-        Either way it is kept as cancelled for `result_ttl` seconds."""
+        """Cancel a pending or leased job; False if it is finished, dead or unknown. A
+        leased one is revoked: its holder's later ack, nack or extend raises
+        NotLeasedError. Either way it is kept as cancelled for `result_ttl` seconds."""
         key = validation.job_id(job_id)
         cancelled = self._backend.cancel(key)
         if cancelled and self.hooks is not None and self.hooks.wants("cancelled"):
@@ -338,12 +335,9 @@ class Queue:
         return self.list_jobs(JobState.DEAD, limit=limit)
 
     def compact(self) -> CompactionResult:
-        """Drop what storage no longer needs, on every backend; returns what it did.
-
-        The file log rewrites the live jobs into a new generation and switches to it
-        atomically, without holding the queue's lock but for the switch. PostgreSQL and
-        memory:// drop the finished jobs and keys whose retention is over (generation 0).
-        """
+        """Drop what storage no longer needs; returns what it did. The file log rewrites
+        its live jobs into a new generation, locked only for the switch; PostgreSQL and
+        memory:// drop the finished jobs and keys whose retention is over."""
         return self._backend.compact()
 
     # -- tasks (the layer above: nobroker.tasks, imported only when used) ----
@@ -351,14 +345,17 @@ class Queue:
     def task(self, fn: Any = None, *, name: str | None = None, max_attempts: int | None = None,
              priority: int = 0, timeout: float | None = None,
              result_ttl: float | None = None, lock: bool | str = False,
-             atomic: bool = False) -> Any:
+             atomic: bool = False, rate_limit: Any = None, rate_limit_key: str | None = None,
+             concurrency: int | None = None, concurrency_key: Any = None) -> Any:
         """Decorator: register a function as a task of this queue (`@q.task` or
-        `@q.task(...)`); see nobroker.tasks. `lock=True` (or a key) runs one call at a
-        time across every worker: see `lock`. `atomic=True` (PostgreSQL): the call runs
-        in a transaction that its ack commits (nobroker.transactions)."""
+        `@q.task(...)`); see nobroker.tasks. `lock=True` (or a key): one call at a time,
+        see `lock`. `atomic=True` (PostgreSQL): its ack commits its transaction.
+        `rate_limit`, `concurrency` (and their keys): docs/TASKS.md, nobroker.limits."""
         from . import tasks
         return tasks.task(self, fn, name=name, max_attempts=max_attempts, priority=priority,
-                          timeout=timeout, result_ttl=result_ttl, lock=lock, atomic=atomic)
+                          timeout=timeout, result_ttl=result_ttl, lock=lock, atomic=atomic,
+                          limits={"rate_limit": rate_limit, "rate_limit_key": rate_limit_key,
+                                  "concurrency": concurrency, "concurrency_key": concurrency_key})
 
     def periodic(self, *, cron: str | None = None, every: Any = None, tz: str | None = None,
                  name: str | None = None, max_attempts: int | None = None, priority: int = 0,
@@ -378,7 +375,7 @@ class Queue:
         "dead" or "cancelled"; see nobroker.hooks. A hook that raises is logged and
         never fails the job. Returns `fn`."""
         if self.hooks is None:
-            self.hooks = Hooks()
+            self.hooks = Hooks(self._backend)  # its lease reclaims fire `dead` too
         self.hooks.add(event, fn)
         return fn
 

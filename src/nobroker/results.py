@@ -14,12 +14,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import validation
+from .codec import encode_payload
 from .errors import TaskFailed
 from .models import Job, JobState
 
-__all__ = ["outcome", "await_outcome"]
+__all__ = ["outcome", "await_outcome", "result_text"]
 
 AWAIT_SLICE = 1.0  # seconds one worker-thread wait lasts at most
+
+
+def result_text(result: Any, result_ttl: float | None,
+                missing: object) -> tuple[str | None, float | None]:
+    """An ack's result as JSON text (None when the caller passed `missing`: no result)
+    and its retention (None: the queue's), checked."""
+    ttl = None if result_ttl is None else validation.number("result_ttl", result_ttl,
+                                                             minimum=0)
+    return (None if result is missing else encode_payload(result, "result")), ttl
 
 
 def outcome(job: Job) -> Any:

@@ -18,26 +18,54 @@ A connection is a psycopg 3 connection, or Django's (`connection`,
 `connections[alias]`), whose psycopg connection is used. Elsewhere (files,
 memory://) both are refused with NobrokerError: the job log cannot join a
 database's transaction.
+
+The "enqueued" hook of a job written in the caller's transaction fires when
+that transaction commits, never when it rolls back (`announce`): Django's
+connection says when (its `on_commit`), and an autocommit connection has
+committed when the write returns. psycopg has no commit callback, so for a job
+written in a psycopg transaction the hook does not fire at all: nothing in this
+process sees the commit (the worker's hooks, from "started" on, still fire).
+
+`Task.delay_on_commit` defers its `delay` with the framework's on-commit
+(`use_on_commit`: the nobroker.django app gives Django's), so that the core
+imports no framework; without one it raises NobrokerError.
+
+`atomic_in(queue, opener)` lets atomic tasks run in transactions the
+application opens (Django's `transaction.atomic()`, so the ORM's writes are in
+it) instead of on a connection of the backend's own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import weakref
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 from .backend import Backend, Transactions
 from .errors import NobrokerError
 from .models import Job
 
-__all__ = ["TransactionJob", "active", "enqueuer", "raw_connection", "refuse_in_block",
-           "transaction", "transactional", "with_connection"]
+__all__ = ["Opener", "TransactionJob", "active", "after_commit", "announce", "atomic_in",
+           "enqueuer", "opener_of", "raw_connection", "refuse_in_block", "transaction",
+           "transactional", "use_on_commit", "with_connection"]
 
-# The (queue, connection) pairs of the `q.transaction()` blocks this context is in.
-_ACTIVE: contextvars.ContextVar[tuple[tuple[object, Any], ...]] = contextvars.ContextVar(
+# The `q.transaction()` blocks this context is in: (queue, psycopg connection, the
+# connection as given: Django's, whose on_commit says when the hook may fire).
+_ACTIVE: contextvars.ContextVar[tuple[tuple[object, Any, Any], ...]] = contextvars.ContextVar(
     "nobroker_transactions", default=())
+
+# What opens an atomic task's transaction: a context manager yielding a psycopg
+# connection in an open transaction, committed when the block ends without error.
+Opener: TypeAlias = Callable[[], AbstractContextManager[Any]]
+_OPENERS: weakref.WeakKeyDictionary[object, Opener] = weakref.WeakKeyDictionary()
+
+# What runs a function when the application's transaction commits (Task.delay_on_commit):
+# Django's transaction.on_commit, set by the nobroker.django app; empty elsewhere.
+_ON_COMMIT: list[Callable[[Callable[[], object]], object]] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +104,17 @@ def raw_connection(connection: Any) -> Any:
     return connection.connection
 
 
+def _innermost(queue: object) -> tuple[Any, Any] | None:
+    for owner, raw, given in reversed(_ACTIVE.get()):
+        if owner is queue:
+            return raw, given
+    return None
+
+
 def active(queue: object) -> Any | None:
     """The connection of the innermost `queue.transaction()` block, if in one."""
-    for owner, connection in reversed(_ACTIVE.get()):
-        if owner is queue:
-            return connection
-    return None
+    found = _innermost(queue)
+    return found[0] if found is not None else None
 
 
 def enqueuer(queue: object, backend: Backend, connection: Any) -> Callable[..., Job]:
@@ -111,8 +144,62 @@ def transaction(queue: object, backend: Backend, connection: Any) -> Iterator[An
     yields the psycopg connection. Commits nothing: the transaction is the caller's."""
     transactional(backend, "Queue.transaction()")
     raw = raw_connection(connection)
-    token = _ACTIVE.set((*_ACTIVE.get(), (queue, raw)))
+    token = _ACTIVE.set((*_ACTIVE.get(), (queue, raw, connection)))
     try:
         yield raw
     finally:
         _ACTIVE.reset(token)
+
+
+def announce(queue: Any, connection: Any, job: Job) -> None:
+    """Fire `queue`'s "enqueued" hooks for `job`, written on `connection` (None: the
+    backend's own, or the `queue.transaction()` block's): now if it is committed, at
+    the commit of Django's transaction, never for a psycopg transaction still open."""
+    hooks = queue.hooks
+    if hooks is None or not hooks.wants("enqueued"):
+        return
+    if connection is None:
+        found = _innermost(queue)
+        if found is None:
+            hooks.fire("enqueued", job)
+            return
+        connection = found[1]
+    on_commit = getattr(connection, "on_commit", None)
+    if callable(on_commit) and hasattr(connection, "ensure_connection"):  # Django's
+        # At once outside atomic(); under manual transaction management Django
+        # refuses (it cannot say when a commit happens): then, as for psycopg, no hook.
+        with contextlib.suppress(Exception):
+            on_commit(lambda: hooks.fire("enqueued", job))
+    elif getattr(connection, "autocommit", False):  # written in a transaction of its own
+        hooks.fire("enqueued", job)
+
+
+def atomic_in(queue: object, opener: Opener | None) -> None:
+    """Run `queue`'s atomic tasks in the transactions `opener()` opens (it yields a
+    psycopg connection on the queue's database, in an open transaction committed at
+    the end of the block), or again on the backend's own connections (None)."""
+    transactional(cast(Any, queue).backend, "atomic_in()")
+    if opener is None:
+        _OPENERS.pop(queue, None)
+    else:
+        _OPENERS[queue] = opener
+
+
+def opener_of(queue: object) -> Opener | None:
+    """The opener `atomic_in` gave `queue`, if any."""
+    return _OPENERS.get(queue)
+
+
+def use_on_commit(on_commit: Callable[[Callable[[], object]], object] | None) -> None:
+    """What `after_commit` defers to: a framework's on-commit (Django's), or none."""
+    _ON_COMMIT[:] = [] if on_commit is None else [on_commit]
+
+
+def after_commit(what: str, fn: Callable[[], object]) -> None:
+    """Call `fn` when the application's transaction commits (never if it rolls back),
+    through the framework's on-commit; NobrokerError naming `what` without one."""
+    if not _ON_COMMIT:
+        raise NobrokerError(f"{what} needs a framework that says when a transaction "
+                            f"commits: add 'nobroker.django' to INSTALLED_APPS (on "
+                            f"PostgreSQL without Django, enqueue inside q.transaction(conn))")
+    _ON_COMMIT[0](fn)

@@ -18,9 +18,9 @@ import math
 import re
 from typing import Any, Final
 
-__all__ = ["number", "seconds", "integer", "job_options", "fraction", "job_id", "queue_name",
-           "error_text", "progress", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH",
-           "MAX_NOTE_LENGTH"]
+__all__ = ["number", "seconds", "integer", "flag", "job_options", "fraction", "job_id",
+           "queue_name", "error_text", "progress", "INT_LIMIT", "MAX_ID_LENGTH",
+           "MAX_ERROR_LENGTH", "MAX_NOTE_LENGTH"]
 
 INT_LIMIT: Final = 2**53  # larger integers do not survive a round trip through most JSON readers
 MAX_ID_LENGTH: Final = 256
@@ -57,6 +57,13 @@ def seconds(name: str, value: object, *, positive: bool = False) -> float:
     if not _is_real(value):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
     return number(name, value, minimum=0, positive=positive)
+
+
+def flag(name: str, value: object) -> bool:
+    """A bool (an int or None refused: a typo must not flip a job's fate)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
 
 
 def integer(name: str, value: object, minimum: int, maximum: int | None = None) -> int:

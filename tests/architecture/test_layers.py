@@ -26,12 +26,13 @@ from harness.support import SRC
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
                                 "dashboard", "transfer", "django", "testing", "celery",
-                                "otel"})),
-    # transfer: `nobroker migrate`; django, celery: loaded by Django, kombu and Celery
+                                "dramatiq", "otel"})),
+    # transfer: `nobroker migrate`; django, celery, dramatiq: loaded by Django, kombu and
+    # Celery, a Dramatiq app; otel: by an application calling nobroker.otel.instrument()
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",
-                          "hooks", "results", "transactions", "dependencies"})),
+                          "hooks", "results", "transactions", "dependencies", "limits"})),
 ]
 BACKENDS = frozenset({"file", "postgres", "memory"})  # never import each other
 # Upward imports allowed only inside a function, run when it is called: the facade's

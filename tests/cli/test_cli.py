@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from harness.support import REPO, SRC, TempDirTestCase
 
-from nobroker import Queue
+from nobroker import Queue, chain, chord
 
 BUILD_PYZ = REPO / "tools" / "build" / "pyz.py"
 
@@ -180,6 +180,34 @@ class ModuleCliTest(CliCase):
         self.assertNotIn("waiting_for", json.loads(self.ok("get", first)))
         self.assertRegex(self.ok("stats"), r"waiting\s+1\b")
         self.assertEqual(self.stats()["waiting"], 1)
+
+    def test_get_shows_a_jobs_parents_and_children_in_a_workflow(self) -> None:
+        plain = self.enqueue({"n": 0})
+        first = self.enqueue({"n": 1})
+        with Queue(self.qdir) as queue:
+            add = queue.task(lambda a, b: a + b, name="add")
+            tsum = queue.task(lambda values: sum(values), name="tsum")
+            last = chain(add.s(1, 1), add.s(2)).delay()
+            callback = chord([add.s(i, i) for i in range(3)], tsum.s()).delay()
+            waiting = queue.enqueue({"n": 2}, depends_on=first).id
+        members = [r.id for r in callback.parent.results]
+        before = snapshot(self.qdir)
+        self.assertNotIn("workflow", json.loads(self.ok("get", plain)))  # as before
+        step = json.loads(self.ok("get", last.parent.id))
+        self.assertEqual(step["workflow"], {"parents": [], "children": [last.id],
+                                            "children_complete": True})
+        self.assertEqual(json.loads(self.ok("get", last.id))["workflow"]["parents"],
+                         [last.parent.id])
+        found = json.loads(self.ok("get", callback.id))
+        self.assertEqual(found["workflow"], {"parents": members, "children": [],
+                                             "children_complete": True,
+                                             "progress": {"done": 0, "total": 3}})
+        self.assertEqual(found["waiting_for"], members)  # the fields before it unchanged
+        self.assertEqual(json.loads(self.ok("get", members[1]))["workflow"]["children"],
+                         [callback.id])
+        self.assertEqual(json.loads(self.ok("get", first))["workflow"]["children"], [waiting])
+        self.assertEqual(json.loads(self.ok("get", waiting))["workflow"]["parents"], [first])
+        self.assertEqual(snapshot(self.qdir), before)
 
     def test_get_of_a_finished_job_says_what_is_known_and_what_is_not(self) -> None:
         keyed = self.enqueue({"n": 1}, "--job-id", "keyed-1")

@@ -27,7 +27,10 @@ from typing import Any
 from harness.support import FakeClock, TempDirTestCase
 
 from contract.dependency_contract import DependencyContract
+from contract.graph_contract import GraphContract
+from contract.limits_contract import LimitsContract
 from contract.progress_contract import ProgressContract
+from contract.workflow_contract import WorkflowContract
 from nobroker import (
     BackoffPolicy,
     Job,
@@ -59,7 +62,8 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract(DependencyContract, ProgressContract):
+class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsContract,
+                    ProgressContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------
@@ -298,6 +302,45 @@ class QueueContract(DependencyContract, ProgressContract):
         again = q.lease_one()
         assert again is not None
         t.assertEqual(q.nack(again, delay=2.5).available_at, clock.now + 2.5)
+
+    def test_nack_dead_dead_letters_now_whatever_attempts_remain(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(max_attempts=5, backoff=NO_JITTER)
+        fired: list[tuple[str, str, JobState]] = []
+        for event in ("retried", "dead"):
+            q.on(event, lambda job, event=event: fired.append((event, job.id, job.state)))
+        job = q.enqueue("x")
+        leased = q.lease_one()
+        assert leased is not None
+        dead = q.nack(leased, error="rejected", delay=60, dead=True)
+        t.assertEqual((dead.id, dead.state, dead.attempts, dead.last_error),
+                      (job.id, JobState.DEAD, 1, "rejected"))
+        t.assertEqual(q.get(job.id).state, JobState.DEAD)
+        t.assertEqual(fired, [("dead", job.id, JobState.DEAD)])
+        stats = q.stats()
+        t.assertEqual((stats.pending, stats.leased, stats.dead), (0, 0, 1))
+        t.assertEqual([j.id for j in q.dlq()], [job.id])
+        clock.advance(10_000)
+        t.assertIsNone(q.lease_one(), "a dead job is never leased")
+        with self.assertWritesNothing(q):  # fenced like nack: its lease is over
+            t.assertRaises(NotLeasedError, q.nack, leased, dead=True)
+        t.assertTrue(q.requeue_dead(job.id))
+        again = q.lease_one()
+        assert again is not None
+        t.assertEqual(q.nack(again, delay=0, dead=False).state, JobState.PENDING)
+        t.assertRaises(TypeError, q.nack, q.lease_one(), dead=1)
+
+    def test_nack_dead_by_a_stale_holder_is_refused_and_writes_nothing(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, backoff=BackoffPolicy(base=0, jitter=0))
+        q.enqueue("x", max_attempts=5)
+        old = q.lease_one()
+        clock.advance(11)
+        new = q.lease_one() or q.lease_one()  # reclaiming may take a call of its own
+        assert old is not None and new is not None
+        with self.assertWritesNothing(q):
+            t.assertRaises(NotLeasedError, q.nack, old, dead=True)
+        t.assertEqual(q.get(new.id).state, JobState.LEASED)
 
     def test_snooze_gives_the_job_back_untried_even_on_its_last_attempt(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
@@ -881,6 +924,25 @@ class QueueContract(DependencyContract, ProgressContract):
         q.enqueue("again")
         t.assertRaises(JobNotFoundError, q.result, b.id)
         t.assertEqual(q.stats().kept, 0)
+
+    def test_a_result_past_its_result_ttl_is_gone_before_any_write(self) -> None:
+        # The forgetting record is written by the next write; a read in between must
+        # not hand out what the queue already agreed to forget.
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(result_ttl=10.0)
+        done, cancelled = q.enqueue_many(["a", "b"])
+        leased = q.lease_one()
+        assert leased is not None
+        q.ack(leased, result="kept 10 s")
+        q.cancel(cancelled.id)
+        clock.advance(9)
+        t.assertEqual(q.result(done.id), "kept 10 s")
+        t.assertIs(q.get(cancelled.id).state, JobState.CANCELLED)
+        clock.advance(2)
+        with self.assertWritesNothing(q):
+            t.assertRaises(JobNotFoundError, q.get, done.id)
+            t.assertRaises(JobNotFoundError, q.result, done.id)
+            t.assertRaises(JobNotFoundError, q.get, cancelled.id)
 
     def test_result_waits_with_a_timeout_and_names_a_dead_job_s_error(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from harness.support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
 
-from nobroker import Queue
+from nobroker import Queue, chain, chord
 from nobroker.dashboard import Dashboard
 from nobroker.dashboard.handler import CSP, MAX_BODY, TOKEN_HEADER
 from nobroker.tasks import RunningJob
@@ -291,6 +291,34 @@ class ReadApiTest(WebCase):
         self.assertEqual([r["type"] for r in records["records"]], ["ENQUEUE", "LEASE", "NACK"])
         self.assertTrue(all(r["payload"]["id"] == QUOTED_ID for r in records["records"]))
         self.assertGreaterEqual(records["records_scanned"], 7)
+
+    def test_job_page_data_has_its_workflow_parents_children_and_progress(self) -> None:
+        with Queue(self.qdir, "flow") as queue:
+            add = queue.task(lambda a, b: a + b, name="add")
+            tsum = queue.task(lambda values: sum(values), name="tsum")
+            last = chain(add.s(1, 1), add.s(2)).delay()
+            callback = chord([add.s(i, i) for i in range(3)], tsum.s()).delay()
+            prerequisite = queue.enqueue({"n": 1})
+            waiting = queue.enqueue({"n": 2}, depends_on=prerequisite).id
+            done = queue.lease_one()  # the chain's first step
+            assert done is not None
+            queue.ack(done, result=2)
+        members = [r.id for r in callback.parent.results]
+
+        def workflow(job_id: str) -> Any:
+            return self.get(f"/api/queues/flow/jobs/{_q(job_id)}").json()["workflow"]
+
+        self.assertEqual(workflow(last.id), {"parents": [done.id], "children": [],
+                                             "children_complete": True})
+        self.assertEqual(workflow(callback.id)["progress"], {"done": 0, "total": 3})
+        self.assertEqual(workflow(callback.id)["parents"], members)
+        self.assertEqual(workflow(members[2])["children"], [callback.id])
+        self.assertEqual(workflow(prerequisite.id)["children"], [waiting])
+        self.assertEqual(workflow(waiting)["parents"], [prerequisite.id])
+        self.assertEqual(workflow(done.id), {"parents": [], "children": [last.id],
+                                             "children_complete": True}, "done, still named")
+        self.assertIsNone(self.get(f"/api/queues/default/jobs/{_q(QUOTED_ID)}").json()[
+            "workflow"], "a job in no workflow has none")
 
     def test_unknown_job_is_404_and_its_id_comes_back_as_json_text(self) -> None:
         odd = 'no "such" <job>'

@@ -73,6 +73,20 @@ class MakeTargetsTest(TempDirTestCase):
         assert match is not None
         self.assertFalse(Path(match.group(1)).exists(), "the example left its queue behind")
 
+    def test_the_workflow_example_fans_out_fans_in_and_reports_the_failed_member(
+            self) -> None:
+        result = run(EXAMPLES / "workflow.py")
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr)
+        out = result.stdout
+        self.assertIn("3 files: {'files': 3, 'words': 6}; per file: [3, 2, 1]", out)
+        self.assertIn("4 files: workflow.count_words failed: FileNotFoundError", out)
+        self.assertIn("the failed member is the lost file's: True", out)
+        self.assertIn("the callback never ran: cancelled", out)
+        self.assertIn("the other members finished: 3 of 4", out)
+        handler = [line for line in out.splitlines() if line.startswith("on_error ran once")]
+        self.assertEqual(len(handler), 1)
+        self.assertEqual(handler[0].count("word count: job wf-"), 1, "exactly one report")
+
     def test_video_demo_runs_one_scene_unpaced(self) -> None:
         result = run(MAKE, "video-demo", "--fast", "--scenes", "4")
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)

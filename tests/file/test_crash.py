@@ -37,6 +37,7 @@ from harness.support import (
 )
 
 from nobroker import BackoffPolicy, Job, JobState, Queue
+from nobroker.dependencies import GraphNode
 from nobroker.file.inspection import read_records
 from nobroker.file.log.records import RecordType
 from nobroker.file.state.state import Applied, replay
@@ -423,6 +424,12 @@ class TruncationSweepTest(TempDirTestCase):
         step(lambda: q.enqueue("after doomed", depends_on=[doomed]))
         step(lambda: q.cancel(doomed.id))
         step(lambda: q.enqueue("after later", depends_on=[later], allow_failure=True))
+        # A graph (one batch): a chain whose first step waits out the checkpoint below
+        # and its on_error handler (`of`, a four-item checkpoint entry), cancelled by
+        # the purge after it.
+        step(lambda: q.enqueue_graph([GraphNode("chain 1", delay=1000),
+                                      GraphNode("chain 2", (0,)),
+                                      GraphNode("chain on_error", (0, 1), "failure")]))
         b, first = step(lambda: q.lease(2))
         step(lambda: q.ack(b))
         step(lambda: q.nack(first, error="try again"))
@@ -431,6 +438,8 @@ class TruncationSweepTest(TempDirTestCase):
         step(lambda: q.extend(leased[0], 50))
         step(lambda: q.snooze(leased[2], 5, error="not yet"))  # untried: no attempt
         second = step(lambda: q.lease(1, visibility_timeout=1000))
+        # An on_error handler of that job: released (RELEASE) in the NACK's batch.
+        step(lambda: q.enqueue_graph([GraphNode("on_error", (second[0].id,), "failure")]))
         step(lambda: q.nack(second[0], error="fatal"))  # its last attempt: dead
         clock.advance(20)  # leased[1:] expire; leased[0] was extended
         step(lambda: q.enqueue("reclaim trigger"))

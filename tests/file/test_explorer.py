@@ -31,6 +31,7 @@ import unittest
 
 from harness import explorer
 from harness.explorer import SECTOR, Bounds, Driver, Event, crash_states, explore, record
+from harness.explorer.frames import _scan_frames
 from harness.support import REPO, TempDirTestCase, slow
 
 CORPUS = str(REPO / "tests" / "crash_corpus")
@@ -263,6 +264,23 @@ class ScenarioTest(ExplorerTestCase):
         self.assertGreater(len(write.data), 4 * SECTOR)  # spans sectors: it can tear
 
 
+    def test_a_workflow_graph_and_a_chord_finished_by_two_handles_at_once(self) -> None:
+        report = explore("workflows", ("process", "ext4ish", "weak"))
+        self.assertClean(report)
+        trace = record(explorer.WORKLOADS["workflows"],
+                       tempfile.mkdtemp(prefix="nobroker-wf-"))
+        graph = next(c for c in trace.calls if c.op == "enqueue_graph")
+        self.assertEqual((len(graph.enqueued), len(graph.batches)), (7, 1))
+        first, second = [c for c in trace.calls if c.op == "ack"][:2]
+        self.assertLess(first.begin, second.begin)
+        self.assertLess(second.end, first.end, "the second ack ran inside the first's fsync")
+        releases = [record["id"] for event in trace.events if event.kind == "write"
+                    for rtype, _, record in _scan_frames(event.data) if rtype == 19]
+        callback, handler = graph.enqueued[2], graph.enqueued[6]
+        self.assertEqual(sorted(releases), sorted([callback, handler]),
+                         "one RELEASE each: the callback's, the dying step's handler's")
+
+
 class AceTest(ExplorerTestCase):
     """ACE-style bounded workloads: one or two ops on two handles from a seeded queue."""
 
@@ -275,7 +293,7 @@ class AceTest(ExplorerTestCase):
         for key in chosen:
             report = explore(workloads[key], ("ext4ish", "weak"), Bounds.quick(), name=key)
             total.merge(report)
-        self.assertEqual(len(singles), 16)
+        self.assertEqual(len(singles), 18)
         self.assertClean(total)
 
 

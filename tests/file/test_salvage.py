@@ -439,5 +439,38 @@ class SalvageCliTest(TempDirTestCase):
         self.assertEqual(self.nb("inspect").returncode, 0)
 
 
+
+class LostReleaseTest(TempDirTestCase):
+    """A RELEASE the damage took (its batch otherwise kept): salvage releases the job
+    as the writer had, rather than leave it waiting for nothing."""
+
+    def test_an_on_error_job_whose_release_was_lost_is_released(self) -> None:
+        from nobroker.dependencies import GraphNode
+        directory = str(self.tmp / "q")
+        with Queue(directory, max_attempts=1, auto_compact=None) as q:
+            step, handler = q.enqueue_graph([GraphNode("step"),
+                                             GraphNode("handler", (0,), "failure")])
+            leased = q.lease_one()
+            assert leased is not None
+            q.nack(leased, error="boom")  # dead: the handler's RELEASE in this batch
+            q.enqueue("after")
+        log = os.path.join(directory, "default.000000.log")
+        data = bytearray(Path(log).read_bytes())
+        release = next(r for r in read_records(log) if r.type == "RELEASE")
+        # The same frame, CRC-valid, naming a job nobody enqueued: replay skips it.
+        forged = json.dumps({**release.payload, "id": "f" * len(handler.id)},
+                            separators=(",", ":")).encode()
+        frame = framing.encode_record(RecordType.RELEASE, forged, release.more)
+        self.assertEqual(len(frame), 9 + release.length)
+        data[release.offset:release.offset + len(frame)] = frame
+        Path(log).write_bytes(bytes(data))
+        with self.assertRaises(CorruptLogError):
+            Queue(directory).close()
+        salvage(directory)
+        with Queue(directory) as q:
+            self.assertEqual(q.get(step.id).state.value, "dead")
+            self.assertEqual(q.get(handler.id).state.value, "pending")
+            self.assertEqual(q.stats().waiting, 0)
+
 if __name__ == "__main__":
     unittest.main()

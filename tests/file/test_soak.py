@@ -17,6 +17,7 @@ from harness import soak
 from harness.support import TempDirTestCase
 
 import nobroker
+from nobroker.dependencies import GraphNode
 
 
 class ShortSoakTest(TempDirTestCase):
@@ -31,9 +32,10 @@ class ShortSoakTest(TempDirTestCase):
         self.assertGreater(report.acked, 200, detail)
         self.assertGreaterEqual(report.compactions, 1, detail)
         self.assertGreater(report.results, 0, detail)  # acks with results, each checked
+        self.assertGreater(report.graphs, 0, detail)  # chords and chains, each checked
         self.assertEqual((report.lost, report.double_acked, report.resurrected,
-                          report.unexpected, report.overlaps, report.unexplained),
-                         (0, 0, 0, 0, 0, 0), detail)
+                          report.unexpected, report.overlaps, report.unexplained,
+                          report.early), (0, 0, 0, 0, 0, 0, 0), detail)
 
 
 class AuditTeethTest(TempDirTestCase):
@@ -157,6 +159,36 @@ class AuditTeethTest(TempDirTestCase):
         problems = self.audit().problems
         self.assertTrue(any("nobody cancelled" in p for p in problems), problems)
 
+    def test_a_rated_start_too_many_in_a_window_is_reported(self) -> None:
+        count, period = soak.roles.RATE
+        for n in range(count + 1):  # all within one period
+            self.done_job(f"r{n}{soak.roles.RATED}", pid=10 + 2 * n)
+        problems = self.audit().problems
+        self.assertTrue(any(p.startswith("rate limit broken") for p in problems), problems)
+        self.assertGreater(period, 0)  # the starts above came within well under it
+
 
 if __name__ == "__main__":
     unittest.main()
+
+    def test_a_dependent_delivered_before_its_prerequisites_ack_is_reported(self) -> None:
+        with nobroker.Queue(self.queue) as q:
+            self.log(10, "after", "cb", "m")
+            self.log(10, "trygraph", "m", "cb")
+            member, callback = q.enqueue_graph([GraphNode({"tag": "m"}),
+                                                GraphNode({"tag": "cb"}, (0,))])
+            self.log(10, "okgraph", f"m={member.id}", f"cb={callback.id}")
+            for tag in ("m", "cb"):
+                held = q.lease_one(visibility_timeout=self.VT)
+                assert held is not None and held.payload == {"tag": tag}
+                self.log(11, "start", held.id, held.token, tag, repr(held.lease_expires_at))
+                self.log(11, "acking", held.id, held.token)
+                q.ack(held)
+                self.log(11, "acked", held.id, held.token)
+        report = self.audit()
+        self.assertEqual((report.problems, report.graphs), ([], 1))
+        self.log(12, "start", callback.id, 0, "cb", 100.0)  # before m's lease: too early
+        report = self.audit(killed=frozenset({12}))
+        self.assertEqual(report.early, 1, report.problems)
+        self.log(10, "trygraph", "lonely", "cb")  # a graph only half there
+        self.assertTrue(any(p.startswith("graph torn") for p in self.audit().problems))

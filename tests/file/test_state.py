@@ -75,12 +75,14 @@ def enq(job_id: str, *, pr: int = 0, at: float = 0.0, t: float = 0.0, ma: int = 
     return RT.ENQUEUE, fields
 
 
-def enq_waiting(job_id: str, waits_for: list[str], *, af: bool | None = None, at: float = 0.0
-                ) -> tuple[int, dict[str, Any]]:
+def enq_waiting(job_id: str, waits_for: list[str], *, af: bool | None = None, at: float = 0.0,
+                of: bool | None = None) -> tuple[int, dict[str, Any]]:
     fields: dict[str, Any] = {"id": job_id, "pr": 0, "at": at, "t": 0.0, "ma": 3,
                               "w": waits_for}
     if af is not None:
         fields["af"] = af
+    if of is not None:
+        fields["of"] = of
     fields["p"] = "x"
     return RT.ENQUEUE, fields
 
@@ -172,7 +174,9 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
             "err": e.last_error, "k": e.keyed}
         wait = state.waits.by_job.get(e.id)
         if wait is not None:
-            fields.update({"w": list(wait.unmet), "af": wait.allow_failure})
+            fields.update({"w": list(wait.unmet), "af": wait.mode == "any"})
+            if wait.mode == "failure":
+                fields["of"] = True
         fields.update(note_fields(state.notes.get(e.id)))  # format 1.2
         out.append((RT.JOB, {**fields, "p": None}))
     for job_id, done in state.done_keys.items():
@@ -292,6 +296,28 @@ class RecordTypesTest(unittest.TestCase):
         self.assertEqual(s.jobs["j"].state, JobState.DEAD)
         self.assertIsNone(s.jobs["j"].last_error)
         self.assertEqual((s.pending, s.leased, s.dead), (0, 0, 1))
+
+    def test_nack_with_dl_dead_letters_the_job_whatever_attempts_remain(self) -> None:
+        s, log = in_state(JobState.LEASED, ma=3)
+        kind, fields = nack("j", 1, at=8.0, err="rejected")
+        s.apply_batch(log.batch((kind, {**fields, "dl": True})))
+        e = s.jobs["j"]
+        self.assertEqual((e.state, e.available_at, e.last_error, e.attempts),
+                         (JobState.DEAD, 8.0, "rejected", 1))
+        self.assertEqual((s.pending, s.leased, s.dead, s.retried), (0, 0, 1, 0))
+        self.assertEqual(s.dead_lettered, 1)
+
+    def test_nack_with_dl_false_retries_and_a_non_boolean_dl_is_corruption(self) -> None:
+        s, log = in_state(JobState.LEASED, ma=3)
+        kind, fields = nack("j", 1)
+        s.apply_batch(log.batch((kind, {**fields, "dl": False})))
+        self.assertEqual(s.jobs["j"].state, JobState.PENDING)
+        for bad in (1, "true", None):
+            with self.subTest(dl=bad):
+                s, log = in_state(JobState.LEASED, ma=3)
+                with self.assertRaises(ReplayError):
+                    s.apply_batch(log.batch((kind, {**fields, "dl": bad})))
+                self.assertEqual(s.jobs["j"].state, JobState.LEASED, "nothing half applied")
 
     def test_extend_moves_the_deadline(self) -> None:
         s, log = in_state(JobState.LEASED)
@@ -1268,6 +1294,48 @@ class DependenciesReplayTest(unittest.TestCase):
         with self.assertRaisesRegex(ReplayError, "pending, expected waiting"):
             replay([Log().batch(enq("a"), release("a"))])
 
+    def test_a_failure_mode_job_is_released_only_by_a_death(self) -> None:
+        log = Log()
+        s = replay([log.batch(enq("a", ma=1), enq("b", ma=1), enq("c"),
+                              enq_waiting("h", ["a", "b", "c"], of=True)),
+                    log.batch(lease("a", 1), lease("b", 2), lease("c", 3))])
+        self.assertEqual(s.waits.items(), [("h", ["a", "b", "c"], False, "failure")])
+        early = copy.deepcopy(s)
+        with self.assertRaisesRegex(ReplayError, "still waits for a, b, c"):
+            early.apply_batch(log.batch(release("h")))
+        log.number -= 1  # that batch was refused: the next one takes its number
+        s.apply_batch(log.batch(ack("c", 3)))
+        with self.assertRaisesRegex(ReplayError, "still waits for a, b"):
+            copy.deepcopy(s).apply_batch(log.batch(release("h")))
+        log.number -= 1
+        s.apply_batch(log.batch(nack("a", 1), release("h")))
+        self.assertIs(s.jobs["h"].state, JobState.PENDING, "released with b unfinished")
+        self.assertEqual((s.waits.by_job, s.waits.dependents), ({}, {}))
+        s.apply_batch(log.batch(nack("b", 2)))  # a second death: nothing left to release
+        self.assertEqual((s.dead, s.pending, s.waiting), (2, 1, 0))
+
+    def test_a_failure_mode_job_is_kept_by_snapshots_and_checkpoints(self) -> None:
+        log = Log()
+        s = replay([log.batch(enq("a"), enq_waiting("h", ["a"], of=True),
+                              enq_waiting("g", ["a"], af=True), enq_waiting("f", ["a"]))])
+        rebuilt = replay([Log().batch(*snapshot_records(s))])
+        self.assertEqual(rebuilt, s)
+        restored = QueueState()
+        restored.waits.restore([["h", ["a"], False, "failure"], ["g", ["a"], True],
+                                ["f", ["a"], False]])  # the three-item form still reads
+        self.assertEqual(restored.waits.fingerprint(), s.waits.fingerprint())
+        for bad in (["h", ["a"], False, "sometimes"], ["h", ["a"], False, "failure", 1],
+                    ["h", ["a"], "no"]):
+            with self.subTest(item=bad), self.assertRaises(ValueError):
+                QueueState().waits.restore([bad])
+
+    def test_malformed_failure_mode_fields_are_corruption(self) -> None:
+        for fields in ({"of": 1}, {"of": True, "af": True}, {"of": "yes"}):
+            rtype, rec = enq_waiting("c", ["a"])
+            rec = {**{k: v for k, v in rec.items() if k != "p"}, **fields, "p": "x"}
+            with self.subTest(fields=fields), self.assertRaisesRegex(ReplayError, "of"):
+                replay([Log().batch(enq("a"), (rtype, rec))])
+
     def test_the_planner_releases_in_the_ack_batch_and_cascades_cancels(self) -> None:
         from nobroker.file.state.batch import Batch
         from nobroker.file.state.commands import plan_ack, plan_cancel, plan_enqueue
@@ -1283,7 +1351,8 @@ class DependenciesReplayTest(unittest.TestCase):
         def enqueue(job_id: str, after: list[str], allow: bool = False) -> None:
             commit(lambda b: plan_enqueue(state, b, 1.0, '"x"', priority=0, delay=0.0,
                                           max_attempts=3, job_id=job_id, key_retention=0.0,
-                                          rng=rng, depends_on=after, allow_failure=allow))
+                                          rng=rng, depends_on=after,
+                                          mode="any" if allow else "success"))
 
         enqueue("a", [])
         enqueue("b", ["a"])

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,19 +31,24 @@ SKIP_REASON = ("Django suite skipped: Django 6 is not installed here "
 _TMP: tempfile.TemporaryDirectory[str] | None = None
 
 
-def setUpModule() -> None:
-    global _TMP
-    if not HAVE_DJANGO:
-        return
-    _TMP = tempfile.TemporaryDirectory(prefix="nobroker-django-")
-    os.environ["NOBROKER_EXAMPLE_JOBS"] = str(Path(_TMP.name) / "jobs")
-    os.environ["NOBROKER_EXAMPLE_DB"] = str(Path(_TMP.name) / "db.sqlite3")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+def set_up_site(**env: str) -> None:
+    """Django set up in this process with the example's settings, read with `env`
+    (also given to the workers this module starts), and its tables migrated."""
+    os.environ.update(env, DJANGO_SETTINGS_MODULE="config.settings")
     sys.path.insert(0, str(SITE))
     import django
     from django.core.management import call_command
     django.setup()
     call_command("migrate", verbosity=0)
+
+
+def setUpModule() -> None:
+    global _TMP
+    if not HAVE_DJANGO:
+        return
+    _TMP = tempfile.TemporaryDirectory(prefix="nobroker-django-")
+    set_up_site(NOBROKER_EXAMPLE_JOBS=str(Path(_TMP.name) / "jobs"),
+                NOBROKER_EXAMPLE_DB=str(Path(_TMP.name) / "db.sqlite3"))
 
 
 def tearDownModule() -> None:
@@ -57,6 +63,14 @@ def work(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SITE / "manage.py"), "nobroker_work", *args],
                           cwd=SITE, env=dict(os.environ, PYTHONPATH=str(SRC)),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def module_level_task() -> None:
+    """For the tests of what @task refuses (Django wants a module-level function)."""
+
+
+async def module_level_coroutine() -> None:
+    """The same, async."""
 
 
 @unittest.skipUnless(HAVE_DJANGO, SKIP_REASON)
@@ -232,6 +246,168 @@ class DjangoBackendTest(unittest.TestCase):
         self.assertIn("serving default, emails", proc.stdout.readline())
         proc.send_signal(signal.SIGTERM)
         self.assertEqual(proc.wait(timeout=30), 0)
+
+    # -- nobroker's own API under Django -------------------------------------
+
+    def site_queue(self) -> Any:
+        from shop.tasks import site
+        site.purge()
+        return site
+
+    def test_each_apps_tasks_module_is_autodiscovered_and_served_by_registered(self) -> None:
+        code = ("import sys, django; django.setup(); "
+                "print('shop.tasks' in sys.modules)")
+        seen = subprocess.run([sys.executable, "-c", code], cwd=SITE, text=True,
+                              env=dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{SITE}"),
+                              capture_output=True, timeout=60)
+        self.assertEqual(seen.stdout.strip(), "True", seen.stderr)
+        from shop.tasks import restock
+        site = self.site_queue()
+        result = restock.delay(self.order("vase").id)
+        # The worker imports no task module itself: only the app's autodiscovery does.
+        done = work("--registered", "--max-jobs", "1")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("serving site (registered tasks)", done.stdout)
+        self.assertEqual(site.get(result.id).result, "restocked vase")
+
+    def test_delay_on_commit_enqueues_at_the_commit_never_on_rollback(self) -> None:
+        from django.db import transaction
+        from django.test import Client
+        from shop.tasks import restock
+
+        from nobroker.errors import SerializationError
+
+        site = self.site_queue()
+
+        class Rollback(Exception):
+            pass
+
+        with self.assertRaises(Rollback), transaction.atomic():
+            restock.delay_on_commit(self.order().id)
+            raise Rollback
+        self.assertEqual(site.stats().total, 0)
+        with transaction.atomic():
+            self.assertIsNone(restock.delay_on_commit(self.order().id))
+            self.assertEqual(site.stats().total, 0, "enqueued before the commit")
+        self.assertEqual(site.stats().total, 1)
+        restock.delay_on_commit(self.order().id)  # outside atomic(): at once
+        self.assertEqual(site.stats().total, 2)
+        with self.assertRaises(SerializationError):  # checked now, not at the commit
+            restock.delay_on_commit(math.nan)
+        reply = Client().post(f"/orders/{self.order('jar').id}/restock/")
+        self.assertEqual(reply.status_code, 200)
+        self.assertEqual(site.stats().total, 3)
+
+    # -- the dashboard in the site's URLconf ---------------------------------
+
+    def user(self, staff: bool) -> Any:
+        from django.contrib.auth.models import User
+        return User.objects.create_user(f"u{uuid.uuid4().hex[:10]}", password="x",
+                                        is_staff=staff)
+
+    def test_the_dashboard_is_for_staff_only(self) -> None:
+        from django.test import Client
+
+        anonymous = Client().get("/jobs/")
+        self.assertEqual(anonymous.status_code, 302)
+        self.assertIn("login", anonymous["Location"])
+        self.assertEqual(Client().get("/jobs/api/overview").status_code, 302)
+        visitor = Client()
+        visitor.force_login(self.user(staff=False))
+        for path in ("/jobs/", "/jobs/api/overview", "/jobs/static/app.js",
+                     "/jobs/api/queues/default/jobs"):
+            self.assertEqual(visitor.get(path).status_code, 403, path)
+        staff = Client()
+        staff.force_login(self.user(staff=True))
+        page = staff.get("/jobs/q/default")
+        self.assertEqual(page.status_code, 200)
+        html = page.content.decode()
+        self.assertIn('<meta name="nobroker-base" content="/jobs/">', html)
+        self.assertIn('"/jobs/static/app.js?v=', html)
+        self.assertIn("script-src 'self'", page["Content-Security-Policy"])
+        overview = staff.get("/jobs/api/overview").json()
+        self.assertEqual(sorted(q["name"] for q in overview["queues"])[:2],
+                         ["default", "emails"])
+        self.assertIn(b"app.js", staff.get("/jobs/").content)
+        stream = staff.get("/jobs/api/events?queue=default")
+        self.assertTrue(stream.content.startswith(b"retry: 2000\n\nevent: update\ndata: "))
+        self.assertEqual(staff.get("/jobs/api/queues/nope").status_code, 404)
+
+    def test_a_dashboard_change_needs_staff_and_the_csrf_token(self) -> None:
+        from django.test import Client
+        from shop.tasks import pay
+
+        job_id = pay.enqueue(self.order().id).id
+        path = "/jobs/api/queues/default/cancel"
+        body = f'{{"id": "{job_id}"}}'
+
+        def post(client: Any, token: str | None) -> Any:
+            headers = {"X-CSRFToken": token} if token else {}
+            return client.post(path, data=body, content_type="application/json",
+                               headers=headers)
+
+        secret = "s3cret" * 5 + "ok"  # a CSRF cookie's secret: 32 letters and digits
+
+        def signed_in(staff: bool) -> Any:
+            client = Client(enforce_csrf_checks=True)
+            client.force_login(self.user(staff=staff))
+            client.cookies["csrftoken"] = secret
+            return client
+
+        staff = signed_in(staff=True)
+        html = staff.get("/jobs/").content.decode()
+        token = html.split('name="nobroker-csrf" content="')[1].split('"')[0]
+        for refused in (post(staff, None), post(staff, "0" * 32)):  # none, or forged
+            self.assertEqual(refused.status_code, 403)
+            self.assertIn(b"CSRF verification failed", refused.content)
+        self.assertEqual(staff.get(path).status_code, 405)
+        visitor = signed_in(staff=False)
+        refused = post(visitor, secret)  # a valid CSRF pair, but not staff
+        self.assertEqual(refused.status_code, 403)
+        self.assertEqual(refused.json(), {"error": "the jobs dashboard is for staff users"})
+        self.assertEqual(self.backend.queue("default").get(job_id).state, "pending")
+        done = post(staff, token)
+        self.assertEqual(done.status_code, 200, done.content)
+        self.assertEqual(done.json(), {"cancelled": True})
+        self.assertEqual(self.backend.queue("default").get(job_id).state, "cancelled")
+
+    def test_atomic_needs_the_database_option_and_a_plain_function(self) -> None:
+        from django.tasks import task
+        from django.tasks.exceptions import InvalidTask
+
+        if self.backend.database is None:
+            with self.assertRaisesRegex(InvalidTask, r"atomic=True needs the backend's "
+                                                     r"OPTIONS\['database'\]"):
+                task(atomic=True)(module_level_task)
+        else:
+            with self.assertRaisesRegex(InvalidTask, "atomic=True takes a plain function"):
+                task(atomic=True)(module_level_coroutine)
+
+    def test_a_database_that_is_not_postgresql_is_refused_clearly(self) -> None:
+        from django.core import checks
+        from django.core.exceptions import ImproperlyConfigured
+        from django.db import connection
+        from django.tasks import task_backends
+        from django.test import override_settings
+        from shop.tasks import pay
+
+        from nobroker.django import NobrokerBackend
+
+        if connection.vendor == "postgresql":
+            self.skipTest("the site's database is PostgreSQL here")
+        backend = NobrokerBackend("sqlite", {"OPTIONS": {"database": "default"}})
+        with self.assertRaisesRegex(ImproperlyConfigured,
+                                    r"'default', a sqlite database: .*PostgreSQL only"):
+            backend.enqueue(pay, [1], {})
+        with self.assertRaisesRegex(ImproperlyConfigured, "'nowhere', which is not in DATABASES"):
+            NobrokerBackend("x", {"OPTIONS": {"database": "nowhere"}}).queue("default")
+        tasks = {"default": {"BACKEND": "nobroker.django.NobrokerBackend",
+                             "OPTIONS": {"database": "default"}}}
+        with override_settings(TASKS=tasks):
+            found = [m for m in checks.run_checks() if m.id.startswith("nobroker.")]
+            self.assertEqual([m.id for m in found], ["nobroker.E003"])
+            self.assertIn("a sqlite database", found[0].msg)
+        task_backends["default"]  # settings restored: the real backend again
 
     def test_the_system_check_names_a_queue_nobroker_cannot_hold(self) -> None:
         from django.core import checks

@@ -185,6 +185,30 @@ class EnqueueInTransactionTest(TransactionTestCase):
             job = self.queue.enqueue(1, connection=conn)
         self.assertEqual(self.queue.get(job.id).state, JobState.PENDING)
 
+    def test_the_enqueued_hook_never_fires_for_a_job_that_is_not_committed(self) -> None:
+        import psycopg
+
+        from nobroker.postgres.url import parse
+
+        seen: list[str] = []
+        self.queue.on("enqueued", lambda job: seen.append(job.id))
+        self.queue.enqueue("rolled back", connection=self.conn)
+        with self.queue.transaction(self.conn):
+            self.queue.enqueue("rolled back too")
+        self.conn.rollback()
+        self.assertEqual(seen, [])
+        # psycopg says nothing of the commit: a job in the caller's open transaction
+        # is not announced at all (docs/POSTGRES.md), even once it commits.
+        self.queue.enqueue("committed later", connection=self.conn)
+        self.conn.commit()
+        self.assertEqual(seen, [])
+        with psycopg.connect(parse(self.url).conninfo, autocommit=True) as conn:
+            mine = self.queue.enqueue("in a transaction of its own", connection=conn)
+            with self.queue.transaction(conn):
+                block = self.queue.enqueue("in the block's, of its own")
+        own = self.queue.enqueue("on the queue's connection")
+        self.assertEqual(seen, [mine.id, block.id, own.id])
+
     def test_a_connection_that_is_not_psycopg_is_refused(self) -> None:
         with self.assertRaisesRegex(NobrokerError, "psycopg 3"):
             self.queue.enqueue(1, connection=object())

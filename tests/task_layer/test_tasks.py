@@ -205,6 +205,26 @@ class TaskApiTest(InProcessCase):
         with self.assertRaises(ValueError):
             self.q.periodic(cron="61 * * * *")
 
+    def test_delay_on_commit_waits_for_a_frameworks_commit_or_says_why_not(self) -> None:
+        from nobroker import NobrokerError, transactions
+
+        @self.q.task(name="later")
+        def later(n: int) -> int:
+            return n
+
+        with self.assertRaisesRegex(NobrokerError, "'nobroker.django' to INSTALLED_APPS"):
+            later.delay_on_commit(1)  # no framework says when a transaction commits
+        deferred: list[Callable[[], object]] = []
+        transactions.use_on_commit(deferred.append)  # what the Django app does
+        self.addCleanup(transactions.use_on_commit, None)
+        with self.assertRaisesRegex(SerializationError, "arguments are not JSON"):
+            later.delay_on_commit(float("nan"))
+        later.delay_on_commit(2)
+        self.assertEqual((self.q.stats().total, len(deferred)), (0, 1))
+        deferred[0]()  # the commit
+        [job] = self.q.list_jobs()
+        self.assertEqual(job.payload["args"], [2])
+
 
 # -- the scheduler, in process with a fake clock ----------------------------
 

@@ -19,6 +19,7 @@ from harness.support import REPO, SRC, TempDirTestCase, slow
 
 from tools.bench.realistic import jobs
 from tools.bench.realistic.drain import DrainResult, tree_cpu_seconds
+from tools.bench.realistic.nobroker_system import parse_variant
 from tools.bench.realistic.report import CONFIGS, Results, notes, rows
 from tools.bench.realistic.run import choose
 
@@ -47,7 +48,7 @@ class ImportTest(unittest.TestCase):
     def test_help_names_the_options(self) -> None:
         done = run_python("-m", "tools.bench.realistic.run", "--help")
         self.assertEqual(done.returncode, 0, done.stderr)
-        for option in ("--quick", "--jobs", "--only", "--redis-fsync"):
+        for option in ("--quick", "--jobs", "--only", "--redis-fsync", "--variants"):
             self.assertIn(option, done.stdout)
 
     def test_only_picks_systems_and_workloads(self) -> None:
@@ -62,6 +63,15 @@ class ImportTest(unittest.TestCase):
 
 
 class RecordsTest(TempDirTestCase):
+    def test_variants_name_file_options_and_worker_options(self) -> None:
+        self.assertEqual(parse_variant("base"), ({}, {}))
+        self.assertEqual(parse_variant("share_fsyncs+prefetch=4"),
+                         ({"share_fsyncs": True}, {"prefetch": 4}))
+        self.assertEqual(parse_variant("checkpoints=off"), ({"checkpoints": False}, {}))
+        for bad in ("fs", "no_such_option", "prefetch=many"):
+            with self.subTest(spec=bad), self.assertRaises(ValueError):
+                parse_variant(bad)
+
     def test_lost_and_duplicated_jobs_are_counted(self) -> None:
         code = ("from tools.bench.realistic.jobs import run_job\n"
                 "for i in [0, 1, 2, 2, 4, 5, 6, 7, 8, 9, 9, 9]: run_job(i)\n")
@@ -131,6 +141,15 @@ class NobrokerDrainTest(unittest.TestCase):
         self.assertRegex(done.stdout, r"W-noop jobs/s, 1 process / 2 processes \(2/1\) +"
                                       r"[\d,]+ / [\d,]+")
         self.assertRegex(done.stdout, r"lost / duplicated jobs, all drains +0 / 0")
+
+    def test_variants_drain_side_by_side(self) -> None:
+        done = run_python("-c", BLOCK_PEERS + "import sys; from tools.bench.realistic.run "
+                          "import main; sys.exit(main(['--no-venv', '--only', 'nobroker,noop', "
+                          "'--jobs', '40', '--variants', 'base,share_fsyncs+prefetch=2', "
+                          "'--dir', sys.argv[1]]))", str(REPO / ".bench"), timeout=300)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertRegex(done.stdout, r"nobroker\[base\] +nobroker\[share_fsyncs\+prefetch=2\]")
+        self.assertRegex(done.stdout, r"lost / duplicated jobs, all drains +0 / 0 +0 / 0")
 
 
 if __name__ == "__main__":

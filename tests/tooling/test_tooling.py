@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import platform
+import re
 import subprocess
 import sys
 import textwrap
@@ -123,6 +124,28 @@ class DependencyProofTest(TempDirTestCase):
                       "a framework integration", result.stdout)
         self.assertIn("src/nobroker/queue.py:3: 'nobroker.celery'", result.stdout)
 
+    def test_dramatiq_may_be_imported_by_its_integration_and_its_suite_plugin_only(
+            self) -> None:
+        write(self.tmp, "src/nobroker/dramatiq/broker.py",
+              "from dramatiq.broker import Broker\nimport kombu\n")
+        write(self.tmp, "tools/suites/dramatiq_fixtures.py", "import dramatiq\nimport pytest\n")
+        write(self.tmp, "tools/suites/other.py", "import pytest\n")
+        write(self.tmp, "src/nobroker/worker.py", """\
+            def later():
+                from .dramatiq import broker
+                return broker
+            """)
+        result = self.check(self.tmp)
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn("dramatiq         imported in src/nobroker/dramatiq/broker.py\n",
+                      result.stdout)
+        self.assertIn("src/nobroker/dramatiq/broker.py:2: 'kombu'", result.stdout)
+        self.assertNotIn("dramatiq_fixtures.py:1", result.stdout)
+        self.assertNotIn("dramatiq_fixtures.py:2", result.stdout)
+        self.assertIn("tools/suites/other.py:1: 'pytest' (module level)", result.stdout)
+        self.assertIn("src/nobroker/worker.py:2: 'nobroker.dramatiq': the library must not "
+                      "import a framework integration", result.stdout)
+
     def test_lazy_import_in_a_dev_tool_is_listed_under_development_tools(self) -> None:
         write(self.tmp, "tools/bench/peers/run.py", """\
             import importlib
@@ -185,7 +208,7 @@ class MakeTest(TempDirTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         for name in ("test", "test-quick", "demo", "video-demo", "build", "check-deps",
                      "deps-proof", "bench", "bench-md", "bench-peers", "profile",
-                     "profile-commit", "torture", "lint", "cli", "clean"):
+                     "profile-commit", "profile-worker", "torture", "lint", "cli", "clean"):
             self.assertRegex(result.stdout, rf"(?m)^  {name} +\S")
 
     def test_profile_splits_a_call_into_layers(self) -> None:
@@ -204,6 +227,15 @@ class MakeTest(TempDirTestCase):
         self.assertRegex(result.stdout, r"(?m)^ack_and_lease: one thread")
         self.assertRegex(result.stdout, r"raw pwrite\+fdatasync \(floor\) +\d+\.\d")
         self.assertRegex(result.stdout, r"(?m)^ +4 +[\d,]+ +\d+\.\d\d ")  # 4 threads' row
+
+    def test_profile_worker_splits_a_job_into_phases(self) -> None:
+        result = run_python(MAKE, "profile-worker", "--jobs", "60", "--processes", "2",
+                            "--prefetch", "4", env=clean_env())
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("noop, 2 process(es) x 1 thread(s), prefetch 4, 60 jobs", result.stdout)
+        for phase in ("queue CPU (all but the job)", "replay CPU", "fsync wait (wall)",
+                      "worker Python (the rest)"):
+            self.assertRegex(result.stdout, rf"(?m)^  {re.escape(phase)} +[\d,]+\.\d us/job$")
 
     def test_the_benchmark_scripts_start(self) -> None:
         # They are split into modules (tools/bench/*.py) that import each other as

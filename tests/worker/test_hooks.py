@@ -7,11 +7,12 @@ raising hook is logged and changes nothing: the job is acked all the same.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import unittest
 from typing import Any
 
-from harness.support import TempDirTestCase
+from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import BackoffPolicy, Job, JobState, Queue, Worker
 from nobroker.hooks import EVENTS
@@ -116,6 +117,34 @@ class HookTest(TempDirTestCase):
             self.q.on("finished", print)
         with self.assertRaisesRegex(TypeError, "callable"):
             self.q.on("started", "print")  # type: ignore[arg-type]
+
+
+
+class ReclaimedDeadHookTest(unittest.TestCase):
+    """`dead` for a job whose lease ran out on its last attempt: in the process whose
+    write reclaimed it (issue 24), on every backend that reports its reclaims."""
+
+    def check(self, location: str) -> None:
+        clock = FakeClock()
+        q = Queue(location, clock=clock, visibility_timeout=1.0, max_attempts=1)
+        seen: list[tuple[str, JobState, str | None]] = []
+        q.on("dead", lambda job: seen.append((job.id, job.state, job.last_error)))
+        job = q.enqueue({"n": 1})
+        q.lease_one()  # its holder dies: no ack
+        clock.advance(1.5)
+        q.enqueue({"n": 2})  # any write reclaims it
+        self.assertEqual(seen, [(job.id, JobState.DEAD, "lease expired (attempt 1)")])
+        clock.advance(1.5)
+        q.enqueue({"n": 3})
+        self.assertEqual(len(seen), 1)  # once
+        q.close()
+
+    def test_on_files(self) -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            self.check(directory)
+
+    def test_in_memory(self) -> None:
+        self.check(f"memory://{self.id()}")
 
 
 if __name__ == "__main__":

@@ -59,8 +59,9 @@ This file holds the registry of workloads, the command line and the tables;
 the rows live next to their kind: bench_context.py (Config, Row, Context),
 bench_throughput.py (enqueue, threads, processes, enqueue_many, lease_ack),
 bench_bigqueue.py (cold_open, memory, stats, compaction), bench_workers.py
-(workers, mixed, latency), bench_tasks.py (the task layer's rows); the
-shared helpers are in bench_common.py and bench_scaling.py.
+(workers, mixed, latency), bench_tasks.py (the task layer's rows),
+workflows.py (enqueue_graph, a node's many prerequisites), canvas.py (group,
+chord and chain rows); the shared helpers are in bench_common.py and bench_scaling.py.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tools.bench.bigqueue import wl_cold_open, wl_compaction, wl_memory, wl_stats
+from tools.bench.canvas import wl_chain_run, wl_chord_drain, wl_group_enqueue
 from tools.bench.common import (
     REPO,
     facts_line,
@@ -88,6 +90,7 @@ from tools.bench.common import (
     render_text_table,
 )
 from tools.bench.context import Config, Context, Missing, Row
+from tools.bench.limits import wl_limits
 from tools.bench.progress import wl_progress
 from tools.bench.tasks import wl_periodic_idle, wl_process_pool, wl_task_delay, wl_task_roundtrip
 from tools.bench.throughput import (
@@ -98,6 +101,7 @@ from tools.bench.throughput import (
     wl_threads,
 )
 from tools.bench.workers import wl_latency, wl_mixed, wl_workers
+from tools.bench.workflows import wl_fanin, wl_graph
 
 # The registry: --only names, in the order they run
 WORKLOADS = (
@@ -108,6 +112,7 @@ WORKLOADS = (
     "mixed",
     "enqueue_many",
     "lease_ack",
+    "limits",
     "cold_open",
     "memory",
     "stats",
@@ -117,6 +122,11 @@ WORKLOADS = (
     "process_pool",
     "periodic_idle",
     "task_roundtrip",
+    "graph",
+    "fanin",
+    "group_enqueue",
+    "chord_drain",
+    "chain_run",
     "progress",
 )
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
@@ -127,6 +137,7 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "mixed": wl_mixed,
     "enqueue_many": wl_enqueue_many,
     "lease_ack": wl_lease_ack,
+    "limits": wl_limits,
     "cold_open": wl_cold_open,
     "memory": wl_memory,
     "stats": wl_stats,
@@ -136,6 +147,11 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "process_pool": wl_process_pool,
     "periodic_idle": wl_periodic_idle,
     "task_roundtrip": wl_task_roundtrip,
+    "graph": wl_graph,
+    "fanin": wl_fanin,
+    "group_enqueue": wl_group_enqueue,
+    "chord_drain": wl_chord_drain,
+    "chain_run": wl_chain_run,
     "progress": wl_progress,
 }
 TITLES = {
@@ -146,6 +162,7 @@ TITLES = {
     "mixed": "1 producer + 3 worker processes at once",
     "enqueue_many": "enqueue_many",
     "lease_ack": "lease + durable ack",
+    "limits": "a limited job's lease (unsaturated)",
     "cold_open": "cold open to first job",
     "memory": "resident memory per pending job",
     "stats": "stats()",
@@ -155,6 +172,11 @@ TITLES = {
     "process_pool": "process pool vs thread pool",
     "periodic_idle": "idle worker with 100 periodic tasks",
     "task_roundtrip": "delay -> worker -> get round trip",
+    "graph": "enqueue_graph vs enqueue_many",
+    "fanin": "members of a 10,000-prerequisite node",
+    "group_enqueue": "group(...).delay() vs enqueue_many",
+    "chord_drain": "draining a chord vs plain task jobs",
+    "chain_run": "a chain of 100 steps vs 100 delay().get()",
     "progress": "current_job().progress()",
 }
 
@@ -166,6 +188,7 @@ TARGETS = {
     "mixed": "p99 <= 10 ms below saturation",
     "enqueue_many": "<= 1.5x (time)",
     "lease_ack": ">= 1.0x; batch >= 20x",
+    "limits": "<= 1.1x (time)",
     "cold_open": "<= 1.0x (time)",
     "memory": "<= 150 B",
     "stats": "<= 20 us, O(1)",
@@ -175,6 +198,11 @@ TARGETS = {
     "process_pool": ">= 0.5x (speed)",
     "periodic_idle": "<= 2% of a core",
     "task_roundtrip": "p50 <= 3 ms + 2 fsyncs, p99 <= 10 ms",
+    "graph": "<= 1.3x (time)",
+    "fanin": ">= 0.8x (speed)",
+    "group_enqueue": "<= 1.3x (time)",
+    "chord_drain": ">= 0.8x (speed)",
+    "chain_run": "<= 1.3x (time)",
     "progress": "info",
 }
 

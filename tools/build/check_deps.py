@@ -19,10 +19,11 @@ The policy, checked here and nowhere else:
   import ``psycopg`` inside functions only. The extra that installs it is
   read from pyproject.toml and named in the report.
 - Framework integrations (``INTEGRATIONS``: ``src/nobroker/django/``, ``celery/``,
-  ``otel/``) may import their framework anywhere in their subpackage: only the
-  framework's own processes load them (Django's INSTALLED_APPS and TASKS
-  settings; an application that calls ``nobroker.otel.instrument()``), and the
-  rest of ``src/nobroker`` never imports them (checked). Their example
+  ``dramatiq/``, ``otel/``) may import their framework anywhere in their subpackage:
+  only the framework's own processes load them (Django's INSTALLED_APPS and TASKS
+  settings, kombu and Celery, a Dramatiq app's broker line; an application that calls
+  ``nobroker.otel.instrument()``), and
+  the rest of ``src/nobroker`` never imports them (checked). Their example
   projects (``examples/django_site/``) may import the framework too.
 - Development tools under ``tools/`` (peer benchmarks) may import third-party
   packages inside functions only; tests may do the same with the optional
@@ -50,9 +51,10 @@ SCAN_DIRS = ("src", "tests", "tools", "examples", "docsite")
 SCAN_FILES = ("make.py",)
 REQUIREMENTS_DEV = "requirements-dev.txt"
 REQUIREMENTS_BENCH = "requirements-bench.txt"
-# The Celery and Django suites, the docs site (docsite/, MkDocs) and the browser tests:
+# The Celery, Dramatiq and Django suites, the docs site (docsite/, MkDocs) and the browser tests:
 # development only.
 REQUIREMENTS_WEB_TOOLS = {"requirements-celery.txt": "Celery test venv .dev/celery-venv",
+                          "requirements-dramatiq.txt": "Dramatiq test venv .dev/dramatiq-venv",
                           "requirements-django.txt": "Django suite venv .dev/django-venv",
                           "requirements-docs.txt": "docs venv .dev/docs-venv",
                           "requirements-web.txt": "browser-test venv .dev/web-venv"}
@@ -70,12 +72,19 @@ INTEGRATIONS = {"src/nobroker/django/": frozenset({"django", "asgiref"}),
                 # kombu finds it through the .pth hook (src/_nobroker_celery.py), Celery
                 # through the celery.result_backends entry point
                 "src/nobroker/celery/": frozenset({"kombu", "celery"}),
+                # a Dramatiq application imports it (its one broker line)
+                "src/nobroker/dramatiq/": frozenset({"dramatiq"}),
                 # imported only when instrument() is called, by the application
                 "src/nobroker/otel/": frozenset({"opentelemetry"})}
 INTEGRATION_EXAMPLES = {"examples/django_site/": frozenset({"django"})}
 FRAMEWORKS = frozenset().union(*INTEGRATIONS.values())  # tests may import them lazily
-# The Celery application the tests' `celery worker` processes load imports Celery at its top.
-CELERY_APP = "tests/with_celery/celery_app.py"
+# The applications the tests' `celery worker` and `dramatiq` processes load import their
+# framework at their top.
+FRAMEWORK_APPS = frozenset({"tests/with_celery/celery_app.py",
+                            "tests/with_dramatiq/dramatiq_app.py"})
+# pytest plugins a suite tool copies into a peer's unpacked test suite, loaded only by
+# pytest in that peer's venv: they may import the framework and pytest at their top.
+SUITE_PLUGINS = {"tools/suites/dramatiq_fixtures.py": frozenset({"dramatiq", "pytest"})}
 
 TOP_LEVEL = "module level"
 IN_FUNCTION = "inside a function"
@@ -289,8 +298,10 @@ def violation(imp: Import) -> str | None:
         return f"only {', '.join(sorted(allowed))} may be imported here"
     if role == "library":
         return "the core library must import only the standard library"
-    if imp.path == CELERY_APP and imp.module in FRAMEWORKS:
-        return None  # a Celery application, loaded only by `celery worker` in the tests
+    if imp.path in FRAMEWORK_APPS and imp.module in FRAMEWORKS:
+        return None  # an application loaded only by `celery worker` or `dramatiq` in the tests
+    if imp.module in SUITE_PLUGINS.get(imp.path, ()):
+        return None  # a pytest plugin of a peer's suite (tools/suites/)
     if role == "backend-package":
         if imp.module in OPTIONAL_EXTRAS:
             return None

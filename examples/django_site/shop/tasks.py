@@ -1,8 +1,16 @@
-"""The example's tasks: ordinary `django.tasks` tasks, run by `manage.py nobroker_work`."""
+"""The example's tasks: ordinary `django.tasks` tasks, run by `manage.py nobroker_work`,
+and one of nobroker's own (`@site.task`), run by `manage.py nobroker_work --registered`.
+This module is imported when Django starts (the nobroker.django app autodiscovers each
+installed app's tasks module), so `site`'s registry is filled in every process."""
 
+from django.conf import settings
 from django.tasks import task
 
+from nobroker import Queue
+
 from .models import Order
+
+site = Queue(settings.SITE_JOBS, "site")  # nobroker's API beside Django's
 
 
 @task
@@ -31,3 +39,11 @@ def receipt(context, order_id: int) -> dict:
 async def total(numbers: list[int]) -> int:
     """An async task function: the worker runs it on an event loop."""
     return sum(numbers)
+
+
+@site.task(max_attempts=3)
+def restock(order_id: int) -> str:
+    """nobroker's own task API under Django: enqueued by `restock.delay_on_commit(...)`,
+    so it never runs before the order it reads is committed."""
+    order = Order.objects.get(pk=order_id)
+    return f"restocked {order.item}"

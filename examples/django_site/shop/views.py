@@ -4,7 +4,7 @@ from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 
 from .models import Order
-from .tasks import pay
+from .tasks import pay, restock
 
 
 def place_order(request: HttpRequest) -> JsonResponse:
@@ -19,3 +19,11 @@ def place_order(request: HttpRequest) -> JsonResponse:
 def order(request: HttpRequest, order_id: int) -> JsonResponse:
     found = Order.objects.get(pk=order_id)
     return JsonResponse({"order": found.id, "item": found.item, "paid": found.paid})
+
+
+def restock_after(request: HttpRequest, order_id: int) -> JsonResponse:
+    """POST: a nobroker task enqueued when this request's transaction commits."""
+    with transaction.atomic():
+        found = Order.objects.select_for_update().get(pk=order_id)
+        restock.delay_on_commit(found.id)  # Django's on_commit: nothing if this rolls back
+    return JsonResponse({"order": found.id, "restock": "on commit"})

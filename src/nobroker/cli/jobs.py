@@ -18,6 +18,7 @@ from ..codec import loads
 from ..errors import JobNotFoundError, NobrokerError, SerializationError, TaskFailed
 from ..models import JobState
 from ..queue import Queue
+from ..tasks.lineage import lineage
 from .arguments import UsageError
 from .dashboard import watch_stats
 from .location import open_queue
@@ -114,7 +115,11 @@ def cmd_get(args: argparse.Namespace) -> int:
             raise NobrokerError(f"{exc} (never enqueued, or finished and forgotten: a "
                                 f"finished job is kept only when it was acked with a "
                                 f"result, cancelled, or enqueued with --job-id)") from None
-    print_json(job_dict(job))
+        found = job_dict(job)
+        place = lineage(queue, job)
+    if place:  # only a job in a workflow gets the key: the others print as before
+        found["workflow"] = place.as_dict()
+    print_json(found)
     return 0
 
 

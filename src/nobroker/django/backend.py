@@ -8,13 +8,17 @@ queue and `nobroker get ID` shows the same job.
 
 Enqueue waits for the transaction: inside `transaction.atomic()` the job is
 written when the transaction commits and never if it rolls back (Django's
-`on_commit`; OPTIONS `"enqueue_on_commit": False` writes at once). The
+`on_commit`; OPTIONS `"enqueue_on_commit": False` writes at once). With
+OPTIONS `"database"` (a PostgreSQL alias: database.py) the job is written in
+the transaction itself, on Django's connection, and commits with it. Either
+way `task_enqueued` is sent at the commit, never for a rolled-back job. The
 TaskResult it returns has its id at once; `get_result` finds the job from the
 commit on. Arguments are checked for JSON before anything is written.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import uuid
@@ -35,6 +39,7 @@ from ..codec import encode_payload
 from ..errors import JobNotFoundError, SerializationError
 from ..models import Job
 from ..queue import Queue
+from .database import connection_of, database_url
 from .records import OUTCOME_MARK, STATUS_OF, History, timestamp
 
 __all__ = ["NobrokerBackend", "NobrokerTask"]
@@ -42,9 +47,13 @@ __all__ = ["NobrokerBackend", "NobrokerTask"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NobrokerTask(Task):
-    """Django's Task, plus nobroker's per-task retry count: ``@task(max_attempts=3)``."""
+    """Django's Task, plus nobroker's per-task retry count (``@task(max_attempts=3)``)
+    and exactly-once database writes (``@task(atomic=True)``)."""
 
     max_attempts: int | None = None
+    # Run inside transaction.atomic() on OPTIONS "database", with the ack written in
+    # it: the task's ORM writes and its completion commit together (database.py).
+    atomic: bool = False
 
 
 class NobrokerBackend(BaseTaskBackend):
@@ -61,7 +70,8 @@ class NobrokerBackend(BaseTaskBackend):
         options = dict(self.options)
         self.location = options.pop("location", None)
         self.enqueue_on_commit = bool(options.pop("enqueue_on_commit", True))
-        self.database = options.pop("database", None)
+        self.database: str | None = options.pop("database", None)
+        self.schema: str | None = options.pop("schema", None)  # with "database" only
         self.queue_options = options  # the rest go to Queue(): max_attempts, fsync, ...
         self._queues: dict[str, Queue] = {}
         self._lock = threading.Lock()
@@ -73,10 +83,13 @@ class NobrokerBackend(BaseTaskBackend):
         with self._lock:
             queue = self._queues.get(name)
             if queue is None:
-                if self.location is None:
+                location = self.location
+                if self.database is not None:
+                    location = location or database_url(self.database, self.schema)
+                if location is None:
                     raise InvalidTask(f"TASKS[{self.alias!r}] needs OPTIONS['location']: a "
                                       f"directory, a postgresql:// URL or 'memory://'")
-                queue = Queue(self.location, name, **self.queue_options)
+                queue = Queue(location, name, **self.queue_options)
                 self._queues[name] = queue
             return queue
 
@@ -94,6 +107,14 @@ class NobrokerBackend(BaseTaskBackend):
             validation.queue_name(task.queue_name)
         except ValueError as exc:
             raise InvalidTask(str(exc)) from None
+        if getattr(task, "atomic", False):
+            if self.database is None:
+                raise InvalidTask(f"{task.module_path}: atomic=True needs the backend's "
+                                  f"OPTIONS['database'] (its writes commit with the ack "
+                                  f"on Django's connection to that database)")
+            if inspect.iscoroutinefunction(task.func):
+                raise InvalidTask(f"{task.module_path}: atomic=True takes a plain function: "
+                                  f"its transaction is one thread's connection")
         max_attempts = getattr(task, "max_attempts", None)
         if max_attempts is not None:
             try:
@@ -118,18 +139,27 @@ class NobrokerBackend(BaseTaskBackend):
             delay = max(0.0, task.run_after.timestamp() - time.time())
         attempts = getattr(task, "max_attempts", None)
 
-        def write() -> None:
+        def write(connection: Any = None) -> None:
             job = self.queue(task.queue_name).enqueue(
                 payload, priority=task.priority, delay=delay, max_attempts=attempts,
-                job_id=job_id)
+                job_id=job_id, connection=connection)
             object.__setattr__(result, "enqueued_at",
                                timestamp(job.enqueued_at, settings.USE_TZ))
+
+        def announce() -> None:
             task_enqueued.send(type(self), task_result=result)
 
-        if self.enqueue_on_commit:
-            transaction.on_commit(write, using=self.database)
-        else:
+        def write_and_announce() -> None:
             write()
+            announce()
+
+        if self.database is not None:  # in the caller's transaction: commits with it
+            write(connection_of(self.database))
+            transaction.on_commit(announce, using=self.database)
+        elif self.enqueue_on_commit:
+            transaction.on_commit(write_and_announce)
+        else:
+            write_and_announce()
         return result
 
     def get_result(self, result_id: str) -> TaskResult:

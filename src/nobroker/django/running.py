@@ -8,7 +8,8 @@ module-level function, so `--pool process` children import it too.
 
 Around each call, as Django's request cycle does: stale database connections
 are closed before and after, so a worker whose connection dropped keeps
-working. Django's signals fire here, in the worker: `task_started`, then
+working (an `atomic=True` task's are checked by database.atomic_transaction,
+around the transaction it runs in). Django's signals fire here, in the worker: `task_started`, then
 `task_finished` after every attempt, with the status the result has after it
 (SUCCESSFUL; READY when it will be retried; FAILED after the last attempt).
 """
@@ -72,7 +73,11 @@ def run_task(*args: Any, **kwargs: Any) -> dict[str, Any]:
     history = History.from_job(job).started(worker_id(), time.time())
     result = backend.result_of(job, "RUNNING", history)
     sender = type(backend)
-    close_old_connections()
+    # An atomic task runs inside transaction.atomic() (database.atomic_transaction, which
+    # checks the connections around it): closing one here would end that transaction.
+    in_transaction = getattr(job, "connection", None) is not None
+    if not in_transaction:
+        close_old_connections()
     try:
         task_started.send(sender=sender, task_result=result)
         try:
@@ -97,7 +102,8 @@ def run_task(*args: Any, **kwargs: Any) -> dict[str, Any]:
         return {OUTCOME_MARK: 1, "task": path, "args": list(args), "kwargs": dict(kwargs),
                 "value": value, **history.as_mapping()}
     finally:
-        close_old_connections()
+        if not in_transaction:
+            close_old_connections()
 
 
 def resolver(queue: Queue, alias: str) -> Any:
@@ -109,7 +115,8 @@ def resolver(queue: Queue, alias: str) -> Any:
         if task is None:
             return None
         # The job carries its own max_attempts (written at enqueue).
-        handle: NobrokerTaskHandle[Any, Any] = queue.task(run_task, name=name)
+        handle: NobrokerTaskHandle[Any, Any] = queue.task(
+            run_task, name=name, atomic=bool(getattr(task, "atomic", False)))
         return handle
 
     return resolve

@@ -3,11 +3,10 @@
 Each operation is one `handle.write(plan)` or `handle.read(query)` (handle.py
 owns the files, the lock and the commit protocol): a plan decides the
 records an operation writes against the replay state (commands.py), and
-returns what builds the operation's result once they are committed. This
-module also turns the state's entries into the `Job` views the protocol
-returns. Arguments arrive checked and payloads as JSON text (see
-nobroker/backend.py); every time comes from the handle's never-backwards
-clock and every random choice from the settings' rng.
+returns what builds the operation's result once they are committed; and it
+turns entries into the protocol's `Job` views. Arguments arrive checked, payloads
+as JSON text (nobroker/backend.py); every time comes from the handle's
+never-backwards clock and every random choice from the settings' rng.
 """
 
 from __future__ import annotations
@@ -16,9 +15,10 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backend import Capabilities, Settings
+from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
 from ..models import (
     CompactionResult,
@@ -31,6 +31,7 @@ from ..models import (
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
+from .log.readback import finished_outcome
 from .log.records import ID, TIME, TOKEN, RecordType
 from .options import FileOptions
 from .state.batch import Batch
@@ -50,25 +51,29 @@ from .state.commands import (
     plan_snooze,
 )
 from .state.dependencies import plan_dependents
+from .state.graphs import graph_jobs, plan_graph
 from .state.notes import Note
 from .state.state import Entry, QueueState
-from .views import note_view, read_outcome, read_payload
+from .views import note_view, read_payload
+
+if TYPE_CHECKING:
+    from ..dependencies import GraphNode
 
 __all__ = ["FileBackend", "FileOptions", "CAPABILITIES"]
 
+T = TypeVar("T")
+
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
-                            exports=True, dependencies=True)
+                            exports=True, dependencies=True, limits=True)
 _MISSING: Any = object()
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+_KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until retention ends
 _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
 
 
 class FileBackend:
     """The queue `name` in `directory`: opened (created unless read-only) and recovered.
-
-    `settings` are the Queue's, checked; `options` the file engine's own
-    (FileOptions: auto-compaction, network file systems, and the test hooks).
-    """
+    `settings` are the Queue's, checked; `options` the file engine's own (FileOptions)."""
 
     def __init__(self, directory: str | os.PathLike[str], name: str, settings: Settings,
                  options: FileOptions | None = None) -> None:
@@ -84,6 +89,7 @@ class FileBackend:
         self._rng = settings.rng
         self._key_retention = settings.key_retention
         self._result_ttl = settings.result_ttl
+        self._limits = settings.limits  # declared by this process's code (nobroker.limits)
 
     # -- views --------------------------------------------------------------
 
@@ -93,7 +99,9 @@ class FileBackend:
         if state is JobState.DONE or state is JobState.CANCELLED:
             # Kept with its outcome: no payload; the result and the finishing time are
             # read from the record that holds them.
-            finished_at, result = read_outcome(self.handle.live_log(), entry)
+            log = self.handle.live_log()
+            finished_at, result = finished_outcome(log.record_at(entry.loc), log.path,
+                                                   entry.loc, entry.id)
             return Job(id=entry.id, payload=None, priority=entry.priority,
                        attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
                        available_at=finished_at, enqueued_at=entry.enqueued_at,
@@ -114,18 +122,20 @@ class FileBackend:
             **note_view(self.handle.state.notes, entry.id))
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
-        """Under the lock: what builds the views of jobs just leased, once the lock is
-        released (QueueHandle.write_then_read). Reading and decoding their payloads is most
-        of a view's cost, and the lock bounds the whole queue's throughput; the
-        entries are snapshots, read from the generation the handle keeps open."""
+        """Under the lock: what builds the views of jobs just leased once it is released
+        (QueueHandle.write_then_read): decoding payloads is most of a view's cost, and
+        the lock bounds the queue's throughput. Read from the generation it keeps open."""
         return lambda source: [self._view(entry, source=source) for entry in entries]
 
     @staticmethod
     def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
-                  available_at: float, now: float) -> Job:
-        """A job just enqueued, as its ENQUEUE record makes it (no lookup needed)."""
+                  available_at: float, now: float) -> Job:  # as its ENQUEUE makes it
         return Job(job_id, payload, priority, 0, max_attempts, JobState.PENDING,
                    available_at, now, None)
+
+    def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
+        """Tell `listener` the ids of jobs our writes' lease reclaims dead-letter."""
+        self.handle.dead_listener = listener
 
     def _done_view(self, job_id: str, done_at: float) -> Job:
         """A finished keyed job acked without a result: only its id, time and note are known."""
@@ -139,12 +149,14 @@ class FileBackend:
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
+        keys = self._limits.keys_of(payload) if self._limits.tasks else None
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
-                                 depends_on=depends_on, allow_failure=allow_failure,
-                                 meta=meta)
+                                 depends_on=depends_on, mode=ANY if allow_failure else SUCCESS,
+                                 keys=keys, meta=meta)
             if isinstance(found, Entry):
                 return lambda: self._view(found)
             if isinstance(found, float):
@@ -159,9 +171,12 @@ class FileBackend:
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
                      priority: int, delay: float, max_attempts: int) -> list[Job]:
+        keys = [self._limits.keys_of(payload) for payload in payloads] if self._limits else []
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
-                                    delay=delay, max_attempts=max_attempts, rng=self._rng)
+                                    delay=delay, max_attempts=max_attempts, rng=self._rng,
+                                    keys=keys)
             return lambda: new_pending_jobs(ids, payloads, priority, max_attempts,
                                             now + delay, now)
 
@@ -170,12 +185,23 @@ class FileBackend:
         with paused_gc():
             return self.handle.write(plan)
 
+    def enqueue_graph(self, payload_texts: Sequence[str],
+                      nodes: Sequence[GraphNode]) -> list[Job]:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+            attempts = self.settings.max_attempts
+            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts)
+            return lambda: graph_jobs(nodes, planned, now, attempts, lambda job_id, payload:
+                                      self._view(self.handle.state.jobs[job_id], payload))
+
+        with paused_gc():  # as enqueue_many's
+            return self.handle.write(plan)
+
     # -- consuming ----------------------------------------------------------
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
         def plan(state: QueueState, batch: Batch, now: float
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
-            leased = plan_lease(state, batch, now, count, visibility_timeout)
+            leased = plan_lease(state, batch, now, count, visibility_timeout, self._limits)
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r[ID]] for r in leased])
 
@@ -201,6 +227,7 @@ class FileBackend:
                 seen.add(job.id)
                 check_lease(state, job.id, job.token)
             for job in jobs:
+                batch.wakes += state.limited.frees(job.id, state.table)  # a freed slot wakes
                 batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
                 plan_dependents(state, batch, now, job.id, JobState.DONE)
             batch.finishes += len(jobs)
@@ -218,17 +245,18 @@ class FileBackend:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
                      self._key_retention)
             # The acked job is still leased while we plan, so ready() cannot offer it.
-            leased = plan_lease(state, batch, now, 1, visibility_timeout)
+            leased = plan_lease(state, batch, now, 1, visibility_timeout, self._limits)
             jobs = state.jobs
             return lambda: self._leased_views([jobs[r[ID]] for r in leased])
 
         views = self.handle.write_then_read(plan, spare=job.id)
         return views[0] if views else None
 
-    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+    def nack(self, job: Job, error: str | None, delay: float | None,
+             dead: bool = False) -> Job:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
             plan_nack(state, batch, now, job.id, job.token, error, delay, self._backoff,
-                      self._rng)
+                      self._rng, dead)
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
         return self.handle.write(plan, spare=job.id)
@@ -263,8 +291,8 @@ class FileBackend:
         while True:
             handle.prepare_wait()  # before looking, so a poke from now on is kept for us
             paused, due, now = handle.read(
-                lambda state: (state.paused, None if state.paused else state.next_wakeup(),
-                               handle.peek_now()))
+                lambda state: (state.paused, None if state.paused else state.next_wakeup(
+                    self._limits, handle.peek_now()), handle.peek_now()))
             if due is not None and due <= now:
                 return True
             left = deadline - time.monotonic()
@@ -295,59 +323,49 @@ class FileBackend:
 
     # -- job control --------------------------------------------------------
 
-    def cancel(self, job_id: str) -> bool:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], bool]:
-            cancelled = plan_cancel(state, batch, now, job_id, self._result_ttl)
-            return lambda: cancelled
+    def _write_planned(self, planner: Callable[..., T], *args: Any) -> T:
+        """One write of what `planner(state, batch, now, *args)` plans; what it returns."""
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], T]:
+            answer = planner(state, batch, now, *args)
+            return lambda: answer
 
         return self.handle.write(plan)
 
-    def set_paused(self, paused: bool) -> None:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            plan_pause(state, batch, now, paused)
-            return lambda: None
+    def cancel(self, job_id: str) -> bool:
+        return self._write_planned(plan_cancel, job_id, self._result_ttl)
 
-        self.handle.write(plan)
+    def set_paused(self, paused: bool) -> None:
+        self._write_planned(plan_pause, paused)
 
     # -- operating ----------------------------------------------------------
 
     def requeue_dead(self, job_id: str | None) -> int:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
-            count = plan_requeue(state, batch, now, job_id)
-            return lambda: count
-
-        return self.handle.write(plan)
+        return self._write_planned(plan_requeue, job_id)
 
     def purge(self) -> int:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
-            count = plan_purge(state, batch, now)
-            return lambda: count
-
-        return self.handle.write(plan)
+        return self._write_planned(plan_purge)
 
     def delete_dead(self, job_id: str | None) -> int:
-        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], int]:
-            count = plan_delete_dead(state, batch, now, job_id)
-            return lambda: count
-
-        return self.handle.write(plan)
+        return self._write_planned(plan_delete_dead, job_id)
 
     def get(self, job_id: str) -> Job:
         handle = self.handle
 
         def query(state: QueueState) -> Job:
-            entry = state.jobs.get(job_id)
+            entry, now = state.jobs.get(job_id), handle.peek_now()
             if entry is not None:
+                # Past its retention (the next write's FORGET drops it): not returned.
+                if entry.state in _KEPT and entry.available_at <= now:
+                    raise JobNotFoundError(job_id)
                 return self._view(entry)
             done_at = state.done_keys.get(job_id)
-            if done_at is not None and done_at + self._key_retention > handle.peek_now():
+            if done_at is not None and done_at + self._key_retention > now:
                 return self._done_view(job_id, done_at)
             raise JobNotFoundError(job_id)
 
         return handle.read(query)
 
-    def stats(self) -> QueueStats:
-        """Counts kept as records are applied: O(1) whatever the queue's size."""
+    def stats(self) -> QueueStats:  # counts kept as records are applied: O(1)
         handle = self.handle
 
         def query(s: QueueState) -> QueueStats:

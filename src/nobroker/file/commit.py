@@ -19,9 +19,10 @@ from .checkpointer import Checkpointer
 from .compactor import Compactor
 from .handleapi import HandleAPI
 from .log.logfile import LogFile
+from .log.records import ID, RecordType
 from .state.batch import Batch
 from .state.commands import plan_reclaim
-from .state.state import QueueState
+from .state.state import JobState, QueueState
 
 __all__ = ["Plan", "write", "plan_and_commit"]
 
@@ -76,6 +77,8 @@ def write(handle: HandleAPI, compactor: Compactor, checkpointer: Checkpointer,
         raise
     if batch.finishes:  # after the fsync: a woken waiter may act on the outcome
         handle.signal_finished()
+    if batch.reclaimed_dead:  # the `dead` hook, in the process whose write reclaimed them
+        handle.reclaimed_dead(batch.reclaimed_dead)
     if due:
         compactor.auto()
     elif checkpoint_due:
@@ -96,8 +99,11 @@ def plan_and_commit(handle: HandleAPI, plan: Plan[T], spare: str | frozenset[str
         # their effect (a reclaimed job with no backoff is leasable now).
         handle.commit(batch)
         reclaimed, finished = batch.wakes, batch.finishes
+        dead = [record[ID] for rtype, record in batch.records() if rtype == RecordType.EXPIRE
+                and (entry := state.jobs.get(record[ID])) is not None
+                and entry.state is JobState.DEAD]
         batch = Batch(state.last_batch + 1, live.durable, handle.result_ttl)
-        batch.wakes, batch.finishes = reclaimed, finished
+        batch.wakes, batch.finishes, batch.reclaimed_dead = reclaimed, finished, dead
     build = plan(state, batch, now)
     if batch:
         handle.commit(batch)

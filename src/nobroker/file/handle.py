@@ -100,6 +100,8 @@ class QueueHandle:
             raise NobrokerError(f"no queue named {name!r} in {directory}")
         self._wake = WakeChannel(os.path.join(directory, f"{name}.wake"))
         self._finished = FinishSignal(finish_directory(directory, name))
+        # Told the jobs a write's lease reclaim dead-lettered (FileBackend sets it).
+        self.dead_listener: Callable[[list[str]], None] | None = None
         try:
             self._lock = shared_lock(self.fs, self._lock_path, readonly=self.readonly)
         except OSError as exc:  # e.g. the lock file's name is taken by a directory
@@ -285,6 +287,12 @@ class QueueHandle:
     def signal_finished(self) -> None:
         """Poke result waiters: a job finished (after its fsync)."""
         self._finished.notify()
+
+    def reclaimed_dead(self, job_ids: list[str]) -> None:
+        """Jobs this handle's write dead-lettered as their leases ran out (after its
+        fsync, outside the lock): told to `dead_listener` (the Queue's `dead` hook)."""
+        if self.dead_listener is not None:
+            self.dead_listener(job_ids)
 
     # -- changing what it holds ---------------------------------------------
 

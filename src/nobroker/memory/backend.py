@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from ..backend import Capabilities, Settings
 from ..codec import dumps, encode_payload, loads
+from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError, QueueClosedError
 from ..models import (
     CompactionResult,
@@ -31,16 +32,18 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from .graphs import add_graph, prerequisites
 from .sets import SharedQueue, attach, detach, queue_names
 from .table import MemoryJob, MemoryTable
-from .views import done_view, job_view
+from .views import done_view, job_view, stats_view
 
 __all__ = ["MemoryBackend", "CAPABILITIES"]
 
 CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process=True,
-                            dependencies=True)
+                            dependencies=True, limits=True)
 T = TypeVar("T")
 _ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+_KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until keep_until
 
 
 class MemoryBackend:
@@ -59,14 +62,14 @@ class MemoryBackend:
         self._shared: SharedQueue = attach(location, name)
         self._closed = False
         self._my_locks: set[str] = set()  # named locks this handle holds
+        self._dead_listener: Callable[[list[str]], None] | None = None
 
     def __repr__(self) -> str:
         return f"MemoryBackend({self.location!r}, name={self.name!r})"
 
     def set_clock(self, clock: Callable[[], float]) -> None:
-        """Read this handle's time from `clock` from now on: how nobroker.testing jumps
-        the time of a queue that runs on real time (the queue's time never goes back:
-        a clock behind the latest time recorded reads as that time)."""
+        """Read this handle's time from `clock` from now on (nobroker.testing's jumps;
+        the queue's time never goes back: a clock behind it reads as its latest)."""
         self.settings = replace(self.settings, clock=clock)
         self._clock = clock
 
@@ -85,21 +88,30 @@ class MemoryBackend:
         if self.settings.readonly:
             raise NobrokerError("queue was opened read-only")
         shared = self._shared
-        with shared.lock:
-            table = self._open()
-            wakes, finishes = table.wakes, table.finishes
-            now = shared.advance(self._clock())
-            table.dependent_keep = self.settings.result_ttl
-            try:
-                table.sweep(now, self.settings.key_retention)
-                spared = frozenset(spare)
-                for job in table.expired(now):
-                    if job.id not in spared:
-                        table.retry(job, self._retry_at(job, now),
-                                    f"lease expired (attempt {job.attempts})")
-                return change(table, now)
-            finally:  # the expiries stand even if `change` refused
-                shared.notify(table.wakes - wakes, table.finishes - finishes)
+        dead: list[str] = []  # dead-lettered by their lease's expiry: the `dead` hook's
+        try:
+            with shared.lock:
+                table = self._open()
+                wakes, finishes = table.wakes, table.finishes
+                now = shared.advance(self._clock())
+                table.dependent_keep = self.settings.result_ttl
+                try:
+                    table.sweep(now, self.settings.key_retention)
+                    spared = frozenset(spare)
+                    for job in table.expired(now):
+                        if job.id not in spared:
+                            table.retry(job, self._retry_at(job, now),
+                                        f"lease expired (attempt {job.attempts})")
+                            dead += [job.id] if job.state is JobState.DEAD else []
+                    return change(table, now)
+                finally:  # the expiries stand even if `change` refused
+                    shared.notify(table.wakes - wakes, table.finishes - finishes)
+        finally:
+            if dead and self._dead_listener is not None:  # outside the lock
+                self._dead_listener(dead)
+
+    def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
+        self._dead_listener = listener  # told the ids our lease reclaims dead-letter
 
     def _read(self, question: Callable[[MemoryTable, float], T]) -> T:
         with self._shared.lock:
@@ -122,6 +134,9 @@ class MemoryBackend:
     def _find(self, table: MemoryTable, job_id: str, now: float) -> Job:
         job = table.jobs.get(job_id)
         if job is not None:
+            # Forgotten at the next write, past its retention: not returned before it.
+            if job.state in _KEPT and job.keep_until <= now:
+                raise JobNotFoundError(job_id)
             return self._view(job)
         done_at = table.done_keys.get(job_id)
         if done_at is not None and done_at + self.settings.key_retention > now:
@@ -133,8 +148,10 @@ class MemoryBackend:
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
+        keys = self.settings.limits.keys_of(payload)
+
         def change(table: MemoryTable, now: float) -> Job:
-            unmet, failed = table.prerequisites(list(depends_on))  # refuses before a change
+            unmet, failed, died = prerequisites(table, depends_on)  # refuses before a change
             if job_id is not None:
                 existing = table.jobs.get(job_id)
                 if existing is not None and existing.state is JobState.CANCELLED:
@@ -142,11 +159,13 @@ class MemoryBackend:
                 elif existing is not None or job_id in table.done_keys:
                     return self._find(table, job_id, now)
             new_id = job_id if job_id is not None else table.new_id()
+            mode = ANY if allow_failure else SUCCESS
+            released, error = verdict(mode, failed, died, not unmet)
             job = table.add(new_id, job_id is not None, payload_text, priority, now + delay,
-                            now, max_attempts, unmet, allow_failure)
+                            now, max_attempts, None if released or error else unmet, mode, keys)
             job.note = (None, meta) if meta else None
-            if failed is not None and not allow_failure:  # settled at once
-                job.last_error = failed
+            if error is not None:  # settled at once
+                job.last_error = error
                 table.finish(job, JobState.CANCELLED, now, self.settings.result_ttl)
             if depends_on or meta:
                 return self._view(job)
@@ -159,18 +178,26 @@ class MemoryBackend:
                      priority: int, delay: float, max_attempts: int) -> list[Job]:
         def change(table: MemoryTable, now: float) -> list[Job]:
             ids = []
-            for text in payload_texts:
+            for text, payload in zip(payload_texts, payloads, strict=True):
                 ids.append(table.new_id())
-                table.add(ids[-1], False, text, priority, now + delay, now, max_attempts)
+                table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
+                          keys=self.settings.limits.keys_of(payload))
             return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now)
 
         return self._write(change)
+
+    def enqueue_graph(self, payload_texts: Sequence[str],
+                      nodes: Sequence[GraphNode]) -> list[Job]:
+        return self._write(lambda table, now: [self._view(job) for job in add_graph(
+            table, now, payload_texts, nodes, self.settings.result_ttl,
+            self.settings.max_attempts)])
 
     # -- consuming ----------------------------------------------------------
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
         return self._write(lambda table, now: [
-            self._view(job) for job in table.lease(now, count, now + visibility_timeout)])
+            self._view(job) for job in table.lease(now, count, now + visibility_timeout,
+                                                   self.settings.limits)])
 
     def _ack(self, table: MemoryTable, now: float, job: Job, result_text: str | None,
              result_ttl: float | None) -> None:
@@ -202,15 +229,16 @@ class MemoryBackend:
                       result_ttl: float | None = None) -> Job | None:
         def change(table: MemoryTable, now: float) -> Job | None:
             self._ack(table, now, job, result_text, result_ttl)
-            leased = table.lease(now, 1, now + visibility_timeout)
+            leased = table.lease(now, 1, now + visibility_timeout, self.settings.limits)
             return self._view(leased[0]) if leased else None
 
         return self._write(change, spare=(job.id,))
 
-    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+    def nack(self, job: Job, error: str | None, delay: float | None,
+             dead: bool = False) -> Job:
         def change(table: MemoryTable, now: float) -> Job:
             held = table.held(job.id, job.token)
-            table.retry(held, self._retry_at(held, now, delay), error)
+            table.retry(held, now if dead else self._retry_at(held, now, delay), error, dead)
             return self._view(held)
 
         return self._write(change, spare=(job.id,))
@@ -245,8 +273,8 @@ class MemoryBackend:
             while True:
                 table = self._open()
                 paused = table.paused
-                due = None if paused else table.next_wakeup()
                 now = shared.peek(self._clock())
+                due = None if paused else table.next_wakeup(self.settings.limits, now)
                 if due is not None and due <= now:
                     return True
                 left = deadline - time.monotonic()
@@ -301,19 +329,7 @@ class MemoryBackend:
         return self._read(lambda table, now: self._find(table, job_id, now))
 
     def stats(self) -> QueueStats:
-        def question(table: MemoryTable, now: float) -> QueueStats:
-            counts = table.counts
-            live = sum(counts[state] for state in (JobState.PENDING, JobState.LEASED,
-                                                   JobState.DEAD, JobState.WAITING))
-            return QueueStats(
-                pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
-                dead=counts[JobState.DEAD], done=table.done, total=live, generation=0,
-                log_bytes=0, paused=table.paused,
-                kept=counts[JobState.DONE] + counts[JobState.CANCELLED],
-                enqueued=table.enqueued, retried=table.retried,
-                dead_lettered=table.dead_lettered, waiting=counts[JobState.WAITING])
-
-        return self._read(question)
+        return self._read(lambda table, now: stats_view(table))
 
     def list_jobs(self, state: JobState | None, limit: int | None,
                   offset: int = 0) -> list[Job]:
@@ -329,8 +345,7 @@ class MemoryBackend:
         return queue_names(self.location)
 
     def compact(self) -> CompactionResult:
-        """Nothing to rewrite: the sweep every write does first (finished jobs and keys
-        past their retention), and what is left."""
+        """Nothing to rewrite: the sweep every write does first, and what is left."""
         started = time.perf_counter()
         live, keys = self._write(lambda table, now: (sum(1 for _ in table.entries()),
                                                      len(table.done_keys)))
@@ -341,8 +356,7 @@ class MemoryBackend:
     # -- moving queues (nobroker migrate) -----------------------------------
 
     def export_jobs(self) -> list[tuple[Job, bool]]:
-        return self._read(lambda table, now: [(self._view(job), job.keyed)
-                                              for job in table.entries()])
+        return self._read(lambda t, now: [(self._view(job), job.keyed) for job in t.entries()])
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
         texts = [encode_payload(job.payload) for job in jobs]

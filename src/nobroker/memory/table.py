@@ -20,9 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..dependencies import failure_error
+from ..dependencies import SUCCESS, verdict
 from ..errors import JobNotFoundError, NotLeasedError
+from ..limits import JobKeys, Limits
 from ..models import JobState
+from .limited import LimitedReady
 
 __all__ = ["MemoryJob", "MemoryTable", "FINISHED", "Note"]
 
@@ -53,7 +55,8 @@ class MemoryJob:
     keep_until: float = 0.0  # a kept finished job is forgotten from then on
     stamp: int = 0  # bumped by every move: heap entries with an older one are stale
     waiting_for: dict[str, None] | None = None  # WAITING: its unfinished prerequisites
-    allow_failure: bool = False  # a failed prerequisite counts as finished for it
+    mode: str = SUCCESS  # what releases it (nobroker.dependencies.verdict)
+    keys: JobKeys | None = None  # its rate and concurrency limit keys (nobroker.limits)
     note: Note | None = None  # its holder's progress and metadata (write_notes)
 
 
@@ -77,8 +80,9 @@ class MemoryTable:
         self._deadlines: list[tuple[float, int, int, str]] = []  # (until, seq, stamp, id)
         self._kept: list[tuple[float, int, int, str]] = []  # (keep_until, seq, stamp, id)
         self._key_times: list[tuple[float, str]] = []  # (done_at, id)
-        self.dependents: dict[str, list[str]] = {}  # prerequisite -> its waiting jobs
+        self.dependents: dict[str, dict[str, None]] = {}  # prerequisite -> waiting jobs
         self.dependent_keep = 0.0  # how long a dependent a failure cancels is kept
+        self.limited = LimitedReady()  # ready limited jobs by key, holders, windows
 
     # -- adding -------------------------------------------------------------
 
@@ -92,43 +96,27 @@ class MemoryTable:
 
     def add(self, job_id: str, keyed: bool, payload_text: str, priority: int,
             available_at: float, enqueued_at: float, max_attempts: int,
-            waits_for: list[str] | None = None, allow_failure: bool = False) -> MemoryJob:
+            waits_for: list[str] | None = None, mode: str = SUCCESS,
+            keys: JobKeys | None = None) -> MemoryJob:
         """A new pending job (its id is free: the caller checked), or with `waits_for`
-        (prerequisites not finished yet) a waiting one."""
+        (prerequisites not finished yet) a waiting one; `keys`: its limit keys."""
         self.done_keys.pop(job_id, None)
         self.key_notes.pop(job_id, None)
         job = MemoryJob(job_id, self._next_seq, keyed, payload_text, priority, available_at,
-                        enqueued_at, max_attempts)
+                        enqueued_at, max_attempts, keys=keys)
         self._next_seq += 1
         self.jobs[job_id] = job
         self.enqueued += 1
         if waits_for:
-            job.state, job.allow_failure = JobState.WAITING, allow_failure
+            job.state, job.mode = JobState.WAITING, mode
             job.waiting_for = dict.fromkeys(waits_for)
             for prerequisite in waits_for:
-                self.dependents.setdefault(prerequisite, []).append(job_id)
+                self.dependents.setdefault(prerequisite, {})[job_id] = None
             self.counts[JobState.WAITING] += 1
             return job
         self.counts[JobState.PENDING] += 1
         self._enter_pending(job)
         return job
-
-    def prerequisites(self, depends_on: list[str]) -> tuple[list[str], str | None]:
-        """The prerequisites not finished yet, and the error naming the first that
-        failed (dead or cancelled), if any; JobNotFoundError for an id the queue
-        does not know (a finished keyed job still remembered counts as done)."""
-        unmet: list[str] = []
-        failed: str | None = None
-        for job_id in depends_on:
-            job = self.jobs.get(job_id)
-            if job is None:
-                if job_id not in self.done_keys:
-                    raise JobNotFoundError(job_id, "prerequisite job")
-            elif job.state in (JobState.DEAD, JobState.CANCELLED):
-                failed = failed or failure_error(job_id, job.state)
-            elif job.state is not JobState.DONE:
-                unmet.append(job_id)
-        return unmet, failed
 
     def add_copy(self, job_id: str, keyed: bool, payload_text: str, priority: int,
                  available_at: float, enqueued_at: float, max_attempts: int,
@@ -145,23 +133,24 @@ class MemoryTable:
 
     # -- leases -------------------------------------------------------------
 
-    def lease(self, now: float, count: int, until: float) -> list[MemoryJob]:
-        """Up to `count` ready jobs, highest priority first and FIFO within one,
-        each leased until `until` under a new fencing token; none while paused."""
+    def lease(self, now: float, count: int, until: float,
+              limits: Limits | None = None) -> list[MemoryJob]:
+        """Up to `count` ready jobs, highest priority first and FIFO within one, each
+        leased until `until` under a new fencing token; none while paused or over
+        the caller's `limits` (nobroker.limits)."""
         if self.paused:
             return []
         self._promote(now)
-        leased: list[MemoryJob] = []
-        while self._ready and len(leased) < count:
-            _, _, stamp, job_id = heapq.heappop(self._ready)
-            job = self.jobs.get(job_id)
-            if job is None or job.stamp != stamp:
-                continue
+        limits = limits or Limits()
+        leased = [self.jobs[item[3]] for item in
+                  self.limited.choose(self._ready, count, limits, now, self._fresh)]
+        for job in leased:
             job.attempts += 1
             job.token, self._next_token = self._next_token, self._next_token + 1
             self._move(job, JobState.LEASED)
             self._hold(job, until)
-            leased.append(job)
+            if limits:  # its windows count the start
+                self.limited.started(job.keys, limits, now)
         return leased
 
     def held(self, job_id: str, token: int | None) -> MemoryJob:
@@ -207,11 +196,12 @@ class MemoryTable:
             heapq.heappush(self._key_times, (now, job.id))
         self._settle_dependents(job.id, JobState.DONE, now)
 
-    def retry(self, job: MemoryJob, at: float, error: str | None) -> None:
-        """A failed attempt (nack, expired lease): dead on its last attempt, with `at`
-        the time it died, else pending again from `at`."""
+    def retry(self, job: MemoryJob, at: float, error: str | None,
+              dead: bool = False) -> None:
+        """A failed attempt (nack, expired lease): dead on its last attempt (or with
+        `dead`), with `at` the time it died, else pending again from `at`."""
         job.last_error = error
-        if job.attempts >= job.max_attempts:
+        if dead or job.attempts >= job.max_attempts:
             job.available_at = job.finished_at = at
             self._move(job, JobState.DEAD)
             self.dead_lettered += 1
@@ -241,28 +231,29 @@ class MemoryTable:
         self._settle_dependents(job.id, state, now)
 
     def _settle_dependents(self, job_id: str, outcome: JobState, now: float) -> None:
-        """Prerequisite `job_id` finished with `outcome`: each dependent it leaves with
-        nothing to wait for is pending; a failure cancels those without allow_failure
-        (and theirs in turn, through finish)."""
+        """Prerequisite `job_id` finished with `outcome`: each dependent released or
+        cancelled by verdict() (its own dependents in turn, through finish)."""
         dependents = self.dependents.pop(job_id, None)
+        failed = None if outcome is JobState.DONE else (job_id, outcome)
         for dependent_id in dependents or ():
             dependent = self.jobs[dependent_id]
             assert dependent.waiting_for is not None
             dependent.waiting_for.pop(job_id, None)
-            if outcome is JobState.DONE or dependent.allow_failure:
-                if not dependent.waiting_for:
-                    dependent.waiting_for = None
-                    self._make_pending(dependent, dependent.available_at)
-                continue
-            dependent.last_error = failure_error(job_id, outcome)
-            self.finish(dependent, JobState.CANCELLED, now, self.dependent_keep)
+            released, error = verdict(dependent.mode, failed, outcome is JobState.DEAD,
+                                      not dependent.waiting_for)
+            if released:
+                self._detach(dependent)  # FAILURE mode: others may be left to wait for
+                self._make_pending(dependent, dependent.available_at)
+            elif error is not None:
+                dependent.last_error = error
+                self.finish(dependent, JobState.CANCELLED, now, self.dependent_keep)
 
     def _detach(self, job: MemoryJob) -> None:
         """Waiting job `job` waits no more (cancelled): off its prerequisites' lists."""
         for prerequisite in job.waiting_for or ():
             others = self.dependents.get(prerequisite)
-            if others is not None and job.id in others:
-                others.remove(job.id)
+            if others is not None:
+                others.pop(job.id, None)
                 if not others:
                     del self.dependents[prerequisite]
         job.waiting_for = None
@@ -342,15 +333,15 @@ class MemoryTable:
         wanted = _LIVE if state is None else (state,)
         return (job for job in self.jobs.values() if job.state in wanted)
 
-    def next_wakeup(self) -> float | None:
-        """Earliest moment a job may become leasable: -inf if one is ready now, the
-        first delayed job's time or lease deadline otherwise; None if neither."""
+    def next_wakeup(self, limits: Limits | None = None, now: float = 0.0) -> float | None:
+        """Earliest moment a job may become leasable: -inf if one is ready now (within
+        `limits`, as of `now`), the first delayed job's time or lease deadline
+        otherwise; None if neither."""
         for heap in (self._ready, self._waiting, self._deadlines):
             while heap and self._stale(heap[0][3], heap[0][2]):
                 heapq.heappop(heap)
-        if self._ready:
-            return float("-inf")
         times = [heap[0][0] for heap in (self._waiting, self._deadlines) if heap]
+        times += self.limited.next_ready(limits or Limits(), now, self._ready, self._fresh)
         return min(times) if times else None
 
     # -- the moves' common steps --------------------------------------------
@@ -359,7 +350,12 @@ class MemoryTable:
         job = self.jobs.get(job_id)
         return job is None or job.stamp != stamp
 
+    def _fresh(self, job_id: str, stamp: int) -> bool:  # limited.py's heaps ask
+        return not self._stale(job_id, stamp)
+
     def _move(self, job: MemoryJob, state: JobState) -> None:
+        if job.keys is not None and (job.state is JobState.LEASED) != (state is JobState.LEASED):
+            self.wakes += self.limited.held(job.keys, 1 if state is JobState.LEASED else -1)
         self.counts[job.state] -= 1
         self.counts[state] += 1
         job.state = state
@@ -380,14 +376,17 @@ class MemoryTable:
         while waiting and waiting[0][0] <= now:
             _, seq, stamp, job_id = heapq.heappop(waiting)
             job = self.jobs.get(job_id)
-            if job is not None and job.stamp == stamp:
-                heapq.heappush(self._ready, (-job.priority, seq, stamp, job_id))
+            if job is not None and job.stamp == stamp:  # a limited one: its keys' heap
+                heapq.heappush(self._ready if job.keys is None else self.limited.heap(job.keys),
+                               (-job.priority, seq, stamp, job_id))
 
     def _hold(self, job: MemoryJob, until: float) -> None:
         job.lease_until = until
         heapq.heappush(self._deadlines, (until, job.seq, job.stamp, job.id))
 
     def _remove(self, job: MemoryJob) -> None:
+        if job.keys is not None and job.state is JobState.LEASED:
+            self.wakes += self.limited.held(job.keys, -1)
         del self.jobs[job.id]
         self.counts[job.state] -= 1
         job.stamp += 1

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..codec import dumps, loads
-from ..models import Job, JobState
-from .table import FINISHED, MemoryJob, Note
+from ..models import Job, JobState, QueueStats
+from .table import FINISHED, MemoryJob, MemoryTable, Note
 
-__all__ = ["job_view", "done_view"]
+__all__ = ["job_view", "done_view", "stats_view"]
 
 
 def job_view(job: MemoryJob) -> Job:
@@ -42,3 +42,17 @@ def done_view(job_id: str, done_at: float, note: Note | None = None) -> Job:
 def note_view(note: Note | None) -> dict[str, Any]:
     """The Job fields `progress` and `meta` of a note (a copy: callers may change it)."""
     return {} if note is None else {"progress": note[0], "meta": loads(dumps(note[1]))}
+
+
+def stats_view(table: MemoryTable) -> QueueStats:
+    """The queue's counts, as `stats()` hands them out (no generation, no log)."""
+    counts = table.counts
+    live = sum(counts[state] for state in (JobState.PENDING, JobState.LEASED,
+                                           JobState.DEAD, JobState.WAITING))
+    return QueueStats(
+        pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
+        dead=counts[JobState.DEAD], done=table.done, total=live, generation=0,
+        log_bytes=0, paused=table.paused,
+        kept=counts[JobState.DONE] + counts[JobState.CANCELLED],
+        enqueued=table.enqueued, retried=table.retried,
+        dead_lettered=table.dead_lettered, waiting=counts[JobState.WAITING])

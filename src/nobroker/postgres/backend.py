@@ -168,8 +168,8 @@ class PostgresBackend:
         return self._transactional.atomic()
 
     def ack_in(self, connection: Conn, job: Job, result_text: str | None,
-               result_ttl: float | None) -> None:
-        self._transactional.ack_in(connection, job, result_text, result_ttl)
+               result_ttl: float | None, *, joined: bool = False) -> None:
+        self._transactional.ack_in(connection, job, result_text, result_ttl, joined=joined)
 
     # -- consuming ----------------------------------------------------------
 
@@ -241,10 +241,11 @@ class PostgresBackend:
 
         return self._link.run("ack_and_lease", run)
 
-    def nack(self, job: Job, error: str | None, delay: float | None) -> Job:
+    def nack(self, job: Job, error: str | None, delay: float | None,
+             dead: bool = False) -> Job:
         wait = delay if delay is not None else self.settings.backoff.delay(job.attempts,
                                                                             self._rng)
-        params = self._params(id=job.id, tok=job.token, err=error, delay=wait)
+        params = self._params(id=job.id, tok=job.token, err=error, delay=wait, dl=dead)
         return job_from_row(self._fenced("nack", self._sql.nack, params, job))
 
     def snooze(self, job: Job, delay: float, error: str | None) -> Job:

@@ -12,7 +12,9 @@ Two uses (backend.Transactions; nobroker.transactions is the public side):
   connection: slot, lock_timeout, fsync) in an open transaction, in which an
   `atomic=True` task runs and its ack (`ack_in`, fenced as every ack) is
   written: one commit for both. Connections are kept for reuse, one per
-  thread that runs such a task at a time.
+  thread that runs such a task at a time. `ack_in(joined=True)` writes the
+  ack in a transaction the application opened (nobroker.transactions.atomic_in:
+  Django's), taking a counter slot for that transaction as `enqueue_in` does.
 """
 
 from __future__ import annotations
@@ -107,11 +109,13 @@ class Transactional:
                 link.close()
 
     def ack_in(self, conn: Conn, job: Job, result_text: str | None,
-               result_ttl: float | None) -> None:
+               result_ttl: float | None, *, joined: bool = False) -> None:
         keyed, unkeyed = retention(self._settings, result_text, result_ttl)
         params = self._session.params(id=job.id, tok=job.token, r=result_text, kr=keyed,
                                       ur=unkeyed)
         try:
+            if joined:  # the application's connection: no counter slot of its own
+                conn.execute(_SLOT_FOR_TRANSACTION, {"s": SLOTS})
             row = conn.execute(self._sql.ack, params).fetchone()
             if row is None:  # fenced: the caller's `with` rolls the task's writes back
                 raise not_leased(job, conn.execute(self._sql.lease_of, params).fetchone())

@@ -1,9 +1,9 @@
 """Tasks: named functions a queue's jobs call, and the handle a caller keeps.
 
 What it owns: the `Task` a `@q.task` decorator returns (`.delay()`,
-`.apply_async()`, `.adelay()`; calling it runs the function in-process), the
-`TaskResult` that `.delay()` returns, and the per-queue `TaskRegistry` that
-a `Worker(q)` without a handler runs jobs from.
+`.apply_async()`, `.adelay()`; calling it runs the function in-process) and
+the per-queue `TaskRegistry` that a `Worker(q)` without a handler runs jobs
+from. The `TaskResult` that `.delay()` returns is task_result.py's.
 
 The payload of a task job is plain JSON that any program may write:
 
@@ -32,10 +32,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .. import validation
-from ..errors import JobNotFoundError, SerializationError
+from ..codec import encode_payload
+from ..errors import SerializationError
 from ..models import Job, JobState
-from ..transactions import transactional
+from ..transactions import after_commit, transactional
+from .canvas import Signature
 from .running import RunningJob, enter_wrappers
+from .task_result import TaskResult
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -47,7 +50,6 @@ __all__ = ["Task", "TaskResult", "TaskRegistry", "TaskCall", "registry_of", "par
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_FINISHED = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
 _REGISTRIES: weakref.WeakKeyDictionary[Queue, TaskRegistry] = weakref.WeakKeyDictionary()
 _CURRENT: contextvars.ContextVar[RunningJob | None] = contextvars.ContextVar("nobroker_job",
                                                                              default=None)
@@ -124,65 +126,6 @@ def parse_payload(payload: Any) -> TaskCall:
     return TaskCall(payload["task"], args, kwargs)
 
 
-class TaskResult:
-    """A handle on one task job: its id, its state, and a way to wait for its result."""
-
-    __slots__ = ("id", "queue")
-
-    def __init__(self, queue: Queue, job_id: str) -> None:
-        self.queue = queue
-        self.id = job_id
-
-    @property
-    def job(self) -> Job:
-        """The job as the queue holds it now (JobNotFoundError once it is forgotten)."""
-        return self.queue.get(self.id)
-
-    @property
-    def info(self) -> Job:
-        """`job`, by the name RQ and Celery users look for: its `progress` and `meta`
-        (what the running task reported) among the rest."""
-        return self.queue.get(self.id)
-
-    @property
-    def state(self) -> JobState:
-        """pending, leased, done, dead or cancelled, as of now."""
-        return self.job.state
-
-    def ready(self) -> bool:
-        """True once the job has finished: done, dead or cancelled."""
-        try:
-            return self.state in _FINISHED
-        except JobNotFoundError:
-            return True  # finished and forgotten after its retention
-
-    def get(self, timeout: float | None = None) -> Any:
-        """Wait for the result (woken by the ack, no polling) and return it.
-
-        Raises TaskFailed (with the job's last_error) for a dead or cancelled
-        job, TimeoutError if it has not finished within `timeout` seconds.
-        """
-        return self.queue.result(self.id, timeout=timeout)
-
-    async def aget(self, timeout: float | None = None) -> Any:
-        """`get` for asyncio code: awaits without blocking the event loop."""
-        return await self.queue.aresult(self.id, timeout=timeout)
-
-    def cancel(self) -> bool:
-        """Cancel the job: True if it was pending or leased, False if already finished."""
-        return self.queue.cancel(self.id)
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, TaskResult) and other.id == self.id
-                and other.queue is self.queue)
-
-    def __hash__(self) -> int:
-        return hash(self.id)
-
-    def __repr__(self) -> str:
-        return f"TaskResult({self.id!r})"
-
-
 class Task(Generic[P, R]):
     """A function registered on a queue; see the module doc."""
 
@@ -251,6 +194,33 @@ class Task(Generic[P, R]):
             from ..testing import run_eagerly
             run_eagerly(self.queue, job)
         return TaskResult(self.queue, job.id)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature of a call (canvas.py): enqueued later, in a chain, group or chord;
+        in a chain it receives the previous step's result in front of `args`."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: in a chain it ignores the previous step's result."""
+        return Signature(self, args, kwargs, immutable=True)
+
+    def signature(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                  *, immutable: bool = False, **options: Any) -> Signature:
+        """Celery's long form of `s`: `task.signature((2, 2), countdown=10)`."""
+        return Signature(self, args, kwargs, immutable=immutable, **options)
+
+    def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        """`delay` once the application's transaction commits, never if it rolls back:
+        under Django (the app nobroker.django), its `transaction.on_commit` on the
+        default database, at once outside `atomic()`. Elsewhere NobrokerError: nothing
+        says when a transaction commits (on PostgreSQL, `with q.transaction(conn):`).
+        The arguments are checked for JSON now; the job's id is not known until then."""
+        try:
+            encode_payload({"task": self.name, "args": list(args), "kwargs": dict(kwargs)})
+        except SerializationError as exc:
+            raise SerializationError(f"task {self.name!r}: arguments are not JSON: "
+                                     f"{exc}") from None
+        after_commit(f"{self.name}.delay_on_commit()", lambda: self.apply_async(args, kwargs))
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
         """`delay` for asyncio code: the write and its fsync run off the event loop."""

@@ -15,7 +15,9 @@ Threads, and who does what:
   for work) when none is ready, and decides when to stop;
 - `concurrency` *slot* threads call the handler. A slot that finishes a job
   acks it and leases the next one in the same write (`Queue.ack_and_lease`:
-  one fsync per job) for as long as jobs are ready;
+  one fsync per job) for as long as jobs are ready; with `prefetch=K`, K
+  more jobs wait leased in the inbox, and an *acker* thread acks the
+  slots' finished jobs in batches (prefetch.py);
 - one *heartbeat* thread extends every in-flight lease each third of the
   visibility timeout, so a slow but healthy handler is never delivered
   twice: two heartbeats in a row can fail before a lease runs out. A
@@ -69,6 +71,8 @@ The package, a module per duty, each a part of the one `Worker` class:
     slots.py       the slot threads: what a job calls (its plan), running it
                    (pool.py), settling it: ack with its result, or nack
     leasing.py     every lease, from one queue or several, and the idle wait
+    prefetch.py    prefetch=K: the acker thread (acks in batches), and giving
+                   the prefetched jobs back on a graceful stop
     picking.py     which of several queues next: priority, weights, caps
     waiting.py     an idle wait over several queues' wake-up channels
     joblog.py      the `nobroker.jobs` logger: one record per job run

@@ -1,6 +1,8 @@
 """An `atomic=True` task's run: its call and its ack in one database transaction.
 
-The backend opens the transaction (backend.Transactions.atomic, PostgreSQL);
+The backend opens the transaction (backend.Transactions.atomic, PostgreSQL),
+or the application does, where it gave the queue an opener
+(transactions.atomic_in: nobroker_work gives Django's `transaction.atomic()`);
 the task runs in it, in the slot's own thread (whatever the pool: the
 connection cannot cross to a child process or another thread), with
 `current_job().connection` the connection it is on; the ack is written in
@@ -24,7 +26,7 @@ from ..codec import encode_payload
 from ..errors import NobrokerError, NotLeasedError
 from ..queue import Queue
 from ..tasks import RunningJob, call_as
-from ..transactions import transactional, with_connection
+from ..transactions import opener_of, transactional, with_connection
 from .pool import Outcome
 from .shared import PASSING, log
 
@@ -42,9 +44,10 @@ def run_atomic(queue: Queue, running: RunningJob, target: Callable[..., Any],
     ("succeeded", "lost") unless the call failed (then the caller nacks it)."""
     backend = transactional(queue.backend, "atomic=True")
     job = running.job
+    opener = opener_of(queue)  # the application's transaction (Django's), if it gave one
     failed = Outcome()
     try:
-        with backend.atomic() as connection:
+        with (opener() if opener is not None else backend.atomic()) as connection:
             try:
                 result = call_as(running.around(with_connection(job, connection)), target,
                                  args, kwargs)
@@ -53,7 +56,7 @@ def run_atomic(queue: Queue, running: RunningJob, target: Callable[..., Any],
                 failed = Outcome.failed(exc)
                 raise _RolledBack from None
             running.flush()  # its last progress report, before the ack ends its lease
-            backend.ack_in(connection, job, text, result_ttl)
+            backend.ack_in(connection, job, text, result_ttl, joined=opener is not None)
     except _RolledBack:
         return failed
     except NotLeasedError as exc:

@@ -45,6 +45,9 @@ class Worker(Slots, Heartbeats, SignalHandling):
     `run()` returns). Over several queues it leases by strict priority, in the
     list's order, or by `weights` ({name: weight}, a smooth weighted round-robin);
     `queue_concurrency` ({name: N}) caps a queue's jobs in flight. See leasing.py.
+    `prefetch` (K > 0) keeps K jobs leased beyond the running ones and acks
+    finished jobs in batches (prefetch.py); 0, the default, acks and leases
+    per job.
     """
 
     def __init__(self, queue: Queue | Sequence[Queue | str], handler: Handler | None = None,
@@ -55,7 +58,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  idle_timeout: float | None = None, handle_signals: bool = True,
                  shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                  visibility_timeout: float | None = None, timeout: float | None = None,
-                 pool: str = "thread", clock: Callable[[], float] = time.monotonic,
+                 pool: str = "thread", prefetch: int = 0,
+                 clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] | None = None) -> None:
         if handler is not None and not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
@@ -81,6 +85,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._loop = EventLoop("nobroker-asyncio")
         self._children: list[ChildProcess] = []
         self.concurrency = validation.integer("concurrency", concurrency, 1)
+        self.prefetch = validation.integer("prefetch", prefetch, 0)
         self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
         self.idle_timeout = None if idle_timeout is None else validation.seconds(
@@ -109,6 +114,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._waits: QueueWaits | None = None
         self._acks: ThreadPoolExecutor | None = None
         self._inbox: deque[Flight] = deque()
+        self._to_ack: list[Flight] = []  # succeeded, for the acker (prefetch only)
+        self._acker_idle = False
         self._reserved = 0  # leases taken (or being taken), for max_jobs
         self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "snoozed",
                                       "lost", "abandoned", "heartbeats", "timed_out",
@@ -146,6 +153,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
                               for n in range(self.concurrency)]
         slots = [_spawn(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
                  for n in range(self.concurrency)]
+        if self.prefetch:
+            slots.append(_spawn(self._ack_loop, "nobroker-acker"))
         for queue, registry in zip(self.queues, self._registries, strict=True):
             periodic = registry.periodic() if registry is not None else []
             if periodic:
@@ -162,6 +171,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  self.concurrency, self.visibility_timeout)
         try:
             self._dispatch()
+            if self.prefetch and not self._forced:
+                self._give_back()
             self._drain()
         finally:
             self._shut_down(heartbeat, slots)
@@ -210,7 +221,9 @@ class Worker(Slots, Heartbeats, SignalHandling):
             with self._cond:
                 if self._stop_reason is not None:
                     return
-                free = self.concurrency - len(self._flights)
+                free = self.concurrency + self.prefetch - len(self._flights)
+                if self.prefetch and self._inbox and free < self.prefetch:
+                    free = 0  # the slots have work: lease K at a time
                 want = self._reserve(free) if free > 0 else 0
                 if want == 0:
                     if free > 0 and not self._flights:  # max_jobs reached, all settled
@@ -313,8 +326,9 @@ class Worker(Slots, Heartbeats, SignalHandling):
         what = ("its tasks" if self.handler is None
                 else getattr(self.handler, "__qualname__", self.handler))
         where = self.queue if len(self.queues) == 1 else self.queues
+        prefetch = f", prefetch={self.prefetch}" if self.prefetch else ""
         return (f"Worker({where!r}, {what}, concurrency={self.concurrency}, "
-                f"pool={self.pool!r})")
+                f"pool={self.pool!r}{prefetch})")
 
 
 def _queues_of(given: Queue | Sequence[Queue | str],

@@ -84,6 +84,7 @@ class Shared:
     pool: str
     timeout: float | None
     concurrency: int
+    prefetch: int  # jobs leased beyond the running ones (prefetch.py); 0: none
     max_jobs: int | None
     visibility_timeout: float
     heartbeat_interval: float

@@ -26,11 +26,12 @@ from typing import Any
 from ..errors import NobrokerError, NotLeasedError, SerializationError, TaskLockedError
 from ..models import Job, JobState
 from ..queue import Queue
-from ..tasks import RunningJob, call_as, parse_payload
+from ..tasks import RunningJob, call_as, step_call
 from .atomic import run_atomic
 from .joblog import log_job
 from .leasing import Leasing
 from .pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
+from .prefetch import Prefetching
 from .shared import PASSING, Flight, log
 
 
@@ -51,8 +52,9 @@ class Plan:
     atomic: bool = False  # run and ack in one transaction (atomic.py)
 
 
-class Slots(Leasing):
-    """The slot threads' part of the Worker (a slot leases its next job: Leasing)."""
+class Slots(Leasing, Prefetching):
+    """The slot threads' part of the Worker (a slot leases its next job: Leasing;
+    with prefetch, hands its succeeded job to the acker: Prefetching)."""
 
     def _slot_loop(self, number: int) -> None:
         child = self._children[number] if self._children else None
@@ -68,6 +70,8 @@ class Slots(Leasing):
                 if not self._inbox:
                     return
                 flight: Flight | None = self._inbox.popleft()
+                if self.prefetch and not self._inbox:
+                    self._cond.notify_all()  # the dispatcher: time to prefetch again
             while flight is not None:
                 flight = self._work_on(flight, child)
 
@@ -92,8 +96,14 @@ class Slots(Leasing):
             else:
                 gave_up = False
                 flight.settling = True
-                chain = (error is None and not flight.lost and self._stop_reason is None
-                         and self._reserve(1) == 1)
+                if self.prefetch:
+                    if error is None and not flight.lost and not plan.keep \
+                            and outcome.settled is None:
+                        self._defer_ack(flight)  # acked in a batch by the acker
+                        return None
+                else:
+                    chain = (error is None and not flight.lost and self._stop_reason is None
+                             and self._reserve(1) == 1)
         if gave_up:
             log.info("job %s finished after the worker stopped; not acked", job.id)
             return None  # logged as lost when it was abandoned
@@ -222,8 +232,8 @@ class Slots(Leasing):
         if tasks is None:
             return Plan(self.handler, (job,), None, self.timeout, spec=self._handler_spec,
                         name=getattr(self.handler, "__qualname__", None))
-        try:
-            call = parse_payload(job.payload)
+        try:  # a workflow step's inputs (its parents' results) are read here
+            call = step_call(self.queues[queue_index], job)
         except ValueError as exc:
             return Plan(None, refused=str(exc))
         task = tasks.get(call.name)

@@ -69,7 +69,8 @@ class _Explorer:
             self.hi[i + 1], self.lo[i + 1], self.now[i + 1] = hi, lo, now
             self.lo_windows[i + 1] = lo_windows
         self.enqueue_many = [(max(c.batches), c.enqueued) for c in calls
-                             if c.op == "enqueue_many" and c.batches and c.enqueued]
+                             if c.op in ("enqueue_many", "enqueue_graph") and c.batches
+                             and c.enqueued]
         self.history = self.trace.history
 
     # -- driving ------------------------------------------------------------
@@ -198,7 +199,7 @@ class _Explorer:
             if position[0] - 1 <= at[0] <= position[0] or at > hi:
                 present = [i for i in ids if i in outcome.jobs]
                 if present and len(present) != len(ids):
-                    out.append(("P2", f"enqueue_many batch {position[0]} is torn: "
+                    out.append(("P2", f"enqueue_many/graph batch {position[0]} is torn: "
                                       f"{len(present)} of {len(ids)} jobs present"))
         return out
 

@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 
 from nobroker import Job
+from nobroker.dependencies import GraphNode
 
 from .driver import Driver, Workload
 from .workloads import WORKLOADS, _held, payload
@@ -87,9 +88,14 @@ _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
                                                          visibility_timeout=10))),
     "ack": lambda d, h, held: d.call(h, "ack", held.pop()) if held else None,
     "nack": lambda d, h, held: d.call(h, "nack", held.pop(), delay=0) if held else None,
+    "nack_dead": lambda d, h, held: d.call(h, "nack", held.pop(), error="rejected",
+                                           dead=True) if held else None,  # NACK with dl
     "snooze": lambda d, h, held: d.call(h, "snooze", held.pop(), 0) if held else None,
     "depend": lambda d, h, held: d.call(h, "enqueue", payload(6, 200),
                                         depends_on=[held[-1].id]) if held else None,
+    "graph": lambda d, h, held: d.call(h, "enqueue_graph", [
+        GraphNode(payload(7, 200)), GraphNode(payload(8, 200), (0,)),
+        GraphNode(payload(9, 100), (0, *([held[-1].id] if held else [])), "failure")]),
     "extend": lambda d, h, held: d.call(h, "extend", held[-1], 30) if held else None,
     "progress": lambda d, h, held: d.call(h, "backend.write_notes", held[-1], (0.5, "half"),
                                           {"step": 1}) if held else None,

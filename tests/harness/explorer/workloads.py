@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from nobroker import Job
+from nobroker.dependencies import GraphNode
+from nobroker.limits import Limits
 
 from .driver import Driver, Workload
 
@@ -97,6 +99,19 @@ def _w_dlq(d: Driver) -> None:
         for job in _held(d.call(h, "lease", 1)):
             d.call(h, "nack", job, error="boom", delay=0)
     d.call(h, "dlq")
+    d.call(h, "requeue_dead")
+    for job in _held(d.call(h, "lease", 2)):
+        d.call(h, "ack", job)
+
+
+@workload("nack_dead")
+def _w_nack_dead(d: Driver) -> None:
+    """A NACK with `dl` (dead on its first of three attempts) beside a plain NACK."""
+    h = d.open(max_attempts=3)
+    d.call(h, "enqueue_many", [payload(1, 200), payload(2, 200)])
+    for dead in (True, False):
+        for job in _held(d.call(h, "lease", 1)):
+            d.call(h, "nack", job, error="rejected" if dead else "boom", delay=0, dead=dead)
     d.call(h, "requeue_dead")
     for job in _held(d.call(h, "lease", 2)):
         d.call(h, "ack", job)
@@ -442,3 +457,53 @@ def _w_dependencies(d: Driver) -> None:
         else:
             d.call(b, "ack", job, result=1)
     d.call(b, "compact")
+
+
+@workload("workflows")
+def _w_workflows(d: Driver) -> None:
+    # One enqueue_graph (one batch): a chord (members 0 and 1, callback 2) with an
+    # on_error handler (3, mode "failure" over all three), and a chain whose first
+    # step dies (4): its next step (5) is cancelled and its handler (6) released in
+    # the NACK's batch. The chord's last two members are acked by two handles at
+    # once: b's ack is written while a's batch waits for its fsync (group commit),
+    # so exactly one of the two batches holds the callback's RELEASE. The
+    # callback's ack cancels handler 3 (nothing died) in its own batch.
+    a, b = d.open(max_attempts=1), d.open(max_attempts=1)
+    jobs = d.call(a, "enqueue_graph", [
+        GraphNode(payload(0, 200)), GraphNode(payload(1, 200)),
+        GraphNode(payload(2, 300), (0, 1)), GraphNode(payload(3, 100), (0, 1, 2), "failure"),
+        GraphNode(payload(4, 200)), GraphNode(payload(5, 200), (4,)),
+        GraphNode(payload(6, 100), (4, 5), "failure")])
+    if not (isinstance(jobs, list) and len(jobs) == 7):
+        return
+    held = {job.id: job for job in _held(d.call(a, "lease", 3))}
+    first, second, step = (held.get(jobs[i].id) for i in (0, 1, 4))
+    if first is not None and second is not None:
+        d.before_next_fsync(lambda: d.call(b, "ack", second, result=1))
+        d.call(a, "ack", first, result=0)
+    d.call(a, "compact")
+    if step is not None:
+        d.call(b, "nack", step, error="boom")  # dead on its only attempt
+    for job in _held(d.call(b, "lease", 2)):  # the callback and handler 6
+        d.call(a, "ack", job, result=2)
+    d.call(b, "compact")
+
+
+@workload("limits")
+def _w_limits(d: Driver) -> None:
+    # A rate-limited task and a concurrency key, declared alike by two handles: the
+    # keyed ENQUEUEs, the LIMIT records before the leases, and the windows and holders
+    # replay rebuilds from them, across a crash and through a compaction's snapshot.
+    declared = Limits()
+    declared.declare_task("rated", rate_limit=(2, 60.0))
+    declared.declare_task("held", concurrency=1, concurrency_key=lambda n: f"c{n % 2}")
+    a, b = d.open(limits=declared), d.open(limits=declared)
+    d.call(a, "enqueue_many", [{"task": "rated", "args": [i], "kwargs": {}} for i in range(4)])
+    for n in (1, 3, 2):
+        d.call(b, "enqueue", {"task": "held", "args": [n], "kwargs": {}})
+    held_a = _held(d.call(a, "lease", 4))  # two rated, one of each concurrency key
+    d.call(b, "lease", 4)  # nothing: the window is full, both keys held
+    d.call(a, "compact")
+    for job in held_a:
+        d.call(a, "ack", job)
+    d.call(b, "lease", 4)  # the freed key's next job

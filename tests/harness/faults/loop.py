@@ -22,6 +22,8 @@ from nobroker import (
     QueueClosedError,
     StorageError,
 )
+from nobroker.dependencies import GraphNode
+from nobroker.limits import Limits
 
 from .fs import ERRNOS, MODES, FaultFS
 
@@ -63,7 +65,7 @@ class _Driver:
         try:
             self.q = file_queue(self.directory, clock=self.clock, fs=self.fs,
                                 visibility_timeout=30.0, max_attempts=3,
-                                backoff=nobroker.BackoffPolicy(jitter=0.0))
+                                backoff=nobroker.BackoffPolicy(jitter=0.0), limits=LIMITS)
         except NobrokerError as exc:
             self.out.calls.append(("open", f"raised {type(exc).__name__}"))
             return False
@@ -154,11 +156,29 @@ class _Driver:
 
     def enqueue_many(self, tags: list[str]) -> None:
         status, _ = self.call(f"enqueue_many {','.join(tags)}",
-                              lambda q: q.enqueue_many([{"tag": t} for t in tags]))
+                              lambda q: q.enqueue_many([_limited(t) for t in tags]))
         if status != "skipped":
             for tag in tags:
                 self.enq[tag] = _status(status)
             self.batches.append((tags, _status(status)))
+
+    def graph(self, tags: list[str], after: list[str]) -> None:
+        """enqueue_graph, all or nothing: a chain of `tags` (each waiting for the one
+        before; the first for the jobs of tags `after`, those whose enqueue returned)
+        and an on_error handler over all of them (mode "failure", the ENQUEUE's `of`)."""
+        ids = [self.ids[t] for t in after if t in self.ids]
+        nodes = [GraphNode({"tag": tag}, (index - 1,) if index else tuple(ids))
+                 for index, tag in enumerate(tags)]
+        handler = f"{tags[-1]}.on_error"
+        nodes.append(GraphNode({"tag": handler}, tuple(range(len(tags))), "failure"))
+        status, jobs = self.call(f"enqueue_graph {','.join(tags)}",
+                                 lambda q: q.enqueue_graph(nodes))
+        if status != "skipped":
+            for tag in [*tags, handler]:
+                self.enq[tag] = _status(status)
+            self.batches.append(([*tags, handler], _status(status)))
+        if status == "ok":
+            self.ids.update((job.payload["tag"], job.id) for job in jobs)
 
     def lease(self, count: int) -> None:
         status, jobs = self.call(f"lease {count}", lambda q: q.lease(count))
@@ -201,12 +221,26 @@ class _Driver:
                 self.results[tag] = (_status(status), job.id, value)
         elif how == "nack":
             self.call(f"nack {tag}", lambda q: q.nack(job, error="boom", delay=0))
+        elif how == "nack_dead":  # a NACK with dl
+            self.call(f"dead-letter {tag}", lambda q: q.nack(job, error="rejected", dead=True))
         elif how == "snooze":
             self.call(f"snooze {tag}", lambda q: q.snooze(job, 0, error="later"))
         else:
             status, new = self.call(f"extend {tag}", lambda q: q.extend(job, 60))
             if status == "ok":
                 self.held.insert(0, new)
+
+
+# Limits that never hold a job back here (the audit expects every job leasable), so
+# that every run writes LIMIT records, keyed ENQUEUEs and windows under its faults.
+LIMITS = Limits()
+LIMITS.declare_queue((1000, 1.0))
+LIMITS.declare_task("held", concurrency=1000, concurrency_key=lambda tag: tag[:1])
+
+
+def _limited(tag: str) -> dict[str, Any]:
+    """enqueue_many's payload: a call of the limited task, with its tag."""
+    return {"tag": tag, "task": "held", "args": [tag], "kwargs": {}}
 
 
 def _status(status: str) -> str:
@@ -234,6 +268,7 @@ def workload(d: _Driver, seed: int = 0) -> None:
     d.settle("extend")
     d.enqueue_after("w", ["k"])  # waits through the compaction below
     d.enqueue_after("w2", ["w"], allow_failure=True)
+    d.graph(["g1", "g2"], ["w"])  # a chain after w, with its on_error handler
     d.call("compact", lambda q: q.compact())
     d.enqueue("e")
     d.settle("ack")
@@ -246,6 +281,7 @@ def workload(d: _Driver, seed: int = 0) -> None:
         d.pause(False)
         d.lease(2)
         d.settle("ack")
+        d.settle("nack_dead")  # a NACK with dl: dead with attempts left
         d.purge()
         d.enqueue_many(["f", "g"])
         d.call("compact", lambda q: q.compact())
@@ -262,14 +298,18 @@ def random_workload(d: _Driver, seed: int) -> None:
         elif op < 0.25:  # waits for up to two earlier jobs (RELEASE, CANCEL with err)
             after = rng.sample(sorted(d.ids), min(len(d.ids), rng.randint(1, 2)))
             d.enqueue_after(f"t{serial}", after, allow_failure=rng.random() < 0.3)
-        elif op < 0.35:
+        elif op < 0.30:
             d.enqueue_many([f"t{serial}.{i}" for i in range(rng.randint(2, 4))])
+        elif op < 0.35:  # a chain and its on_error handler (enqueue_graph, `of`)
+            after = rng.sample(sorted(d.ids), min(len(d.ids), rng.randint(0, 1)))
+            d.graph([f"t{serial}.{i}" for i in range(rng.randint(1, 3))], after)
         elif op < 0.55:
             d.lease(rng.randint(1, 3))
         elif op < 0.8:
             if rng.random() < 0.2:
                 d.note()
-            d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "snooze", "extend")))
+            d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "nack_dead", "snooze",
+                                 "extend")))
         elif op < 0.88:
             d.call("compact", lambda q: q.compact())
         elif op < 0.92:

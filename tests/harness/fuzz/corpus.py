@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.support import FakeClock
 from nobroker import BackoffPolicy, Queue
+from nobroker.dependencies import GraphNode
 from nobroker.file.log.framing import (
     FILE_HEADER,
     MAX_RECORD,
@@ -96,9 +97,9 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
         q.cancel(q.list_jobs("pending")[0].id)
         for job in q.lease(1):
             q.cancel(job.id)
-        doomed = q.enqueue({"n": 11}, max_attempts=1, priority=100)
+        doomed = q.enqueue({"n": 11}, max_attempts=3, priority=100)
         for job in q.lease(1):
-            q.nack(job, error="dead too")
+            q.nack(job, error="dead too", dead=True)  # a NACK with dl: attempts left
         q.delete_dead(doomed.id)
         # PROGRESS records (format 1.2): notes the snapshot then carries in a FINISHED
         # record (kept with a result) and a JOB record (still leased).
@@ -113,11 +114,15 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
 
 def _job_control(q: Queue) -> None:
     """CANCEL, DELETE, PAUSE/RESUME, SNOOZE, an ACK with a result and dependencies (a
-    waiting ENQUEUE, a RELEASE, a CANCEL with err), in a generation's own log."""
+    waiting ENQUEUE, a RELEASE, a CANCEL with err, a graph with an on_error node and
+    its RELEASE by a death), in a generation's own log."""
     jobs = q.enqueue_many([{"n": 20}, {"n": 21}, {"n": 22}], max_attempts=1, priority=200)
     q.enqueue({"n": 23}, depends_on=jobs[1])  # released by second's ack
     q.enqueue({"n": 24}, depends_on=jobs[0], priority=300)  # cancelled with first
     q.enqueue({"n": 25}, depends_on=[jobs[2]], allow_failure=True)  # stays waiting
+    # A graph (one batch): third's on_error handler ("of"), released when third dies
+    # below, and a node waiting for that handler.
+    q.enqueue_graph([GraphNode({"n": 26}, (jobs[2].id,), "failure"), GraphNode({"n": 27}, (0,))])
     first, second = q.lease(2)
     q.snooze(first, 0.0, error="later")  # its only attempt, given back untried
     (first,) = q.lease(1)
@@ -128,6 +133,22 @@ def _job_control(q: Queue) -> None:
         q.delete_dead(job.id)
     q.pause()
     q.resume()
+
+
+def _limits(q: Queue, clock: FakeClock) -> None:
+    """Rate and concurrency limits (format 1.2): ENQUEUEs with "rk"/"ck", LIMIT records
+    before the leases, and, compacted, a snapshot's JOBs with their keys and its LIMIT
+    records with their starts."""
+    q.task(name="rated", rate_limit=(2, 60.0))(lambda n: n)
+    q.task(name="held", concurrency=1, concurrency_key=lambda n: f"c{n % 2}")(lambda n: n)
+    q.enqueue_many([{"task": "rated", "args": [n], "kwargs": {}} for n in range(3)])
+    for n in range(3):
+        q.enqueue({"task": "held", "args": [n], "kwargs": {}})
+    held = q.lease(5)
+    clock.advance(1)
+    q.ack(held[0])
+    q.compact()
+    q.lease(2)
 
 
 def build_corpus(root: str, seed: int = 0) -> Corpus:
@@ -143,6 +164,8 @@ def build_corpus(root: str, seed: int = 0) -> Corpus:
         with Queue(directory, clock=clock, rng=random.Random(seed * 100 + flavour),
                    **options) as q:
             _workload(q, clock, flavour)
+            if flavour == 1:
+                _limits(q, clock)
             if compacted:
                 q.compact()
                 q.enqueue({"after": "compaction"})

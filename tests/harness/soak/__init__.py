@@ -1,8 +1,9 @@
 """The kill -9 soak: producers, workers and a compactor on one queue, shot at random.
 
 Theory. `run_soak` starts real processes on one queue directory (this file
-run with `--role`): producers that enqueue (one job, a keyed job, or a
-batch of three), workers that lease with the raw Queue API and ack, nack,
+run with `--role`): producers that enqueue (one job, a keyed job, a
+batch of three, or a graph: a chord of two to four members and a callback, or
+a chain of three steps), workers that lease with the raw Queue API and ack, nack,
 extend or ack-and-lease, and a compactor that compacts every second or so.
 The parent is the chaos process: at random intervals it `kill -9`s a random
 child and starts a fresh one in its place. When the time is up it stops
@@ -14,6 +15,7 @@ Every child writes an event log, one line per event, each line one
 line that is there happened and a line that is missing may or may not have:
 
     producer: try TAG KEY | ok TAG ID | trymany TAG... | okmany TAG=ID...
+              | after TAG PREREQUISITE_TAG... | trygraph TAG... | okgraph TAG=ID...
               | cancelling ID | cancelled ID yes/no
     worker:   start ID TOKEN TAG EXPIRES | acking ID TOKEN | acked ID TOKEN [result]
               | nacking/nacked ID TOKEN | stale ID TOKEN | extended ID TOKEN
@@ -33,6 +35,10 @@ The audit (reliability.md §7, Jepsen's total-queue in nobroker's terms):
 - results and cancels: a job whose ack with a result returned is kept DONE
   with that result; one whose cancel returned True is kept CANCELLED and was
   never acked; nothing is CANCELLED that nobody tried to cancel -- 0 otherwise;
+- graphs: a graph is all or nothing; a dependent (a chord's callback, a
+  chain's later step) is never delivered under a fencing token below that of
+  its prerequisite's ack (tokens rise with every lease) -- 0 otherwise; that
+  each callback ran to exactly one ack is the rules above;
 - the final stats agree with the logs: nothing pending or leased, the dead
   are the listed dead, and `done` equals the number of jobs that existed
   minus the dead and the cancelled.

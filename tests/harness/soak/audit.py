@@ -15,6 +15,8 @@ import harness.support  # noqa: F401  (puts src/ on sys.path)
 import nobroker
 from nobroker import Queue
 
+from .roles import RATE, RATED
+
 EPSILON = 1e-6
 
 
@@ -53,6 +55,8 @@ class SoakReport:
     unexpected: int = 0
     overlaps: int = 0
     unexplained: int = 0
+    graphs: int = 0  # enqueue_graph calls that returned (chords and chains)
+    early: int = 0  # deliveries of a dependent before a prerequisite's ack
     problems: list[str] = field(default_factory=list)
     stats: Any = None
 
@@ -69,7 +73,8 @@ class SoakReport:
                 f"{self.compactions} compactions, kills: {sum(self.kills.values())} ({kills}); "
                 f"lost {self.lost}, double-acked {self.double_acked}, resurrected "
                 f"{self.resurrected}, unexpected {self.unexpected}, lease overlaps "
-                f"{self.overlaps}, unexplained duplicates {self.unexplained}; "
+                f"{self.overlaps}, unexplained duplicates {self.unexplained}, "
+                f"{self.graphs} graphs, early {self.early}; "
                 f"problems: {len(self.problems)}")
 
 
@@ -103,6 +108,21 @@ def _read_logs(logdir: str) -> tuple[list[tuple[int, list[str]]], int]:
     return events, broken
 
 
+def _audit_rate(deliveries: dict[str, list[_Delivery]], cfg: SoakConfig,
+                problems: list[str]) -> None:
+    """The rated task's starts (a lease's time is its deadline less the visibility
+    timeout) never hold more than the limit in any window of its period, whichever
+    worker was killed when: a start whose "start" line a kill lost is not counted."""
+    count, period = RATE
+    starts = sorted(d.expires - cfg.visibility_timeout for runs in deliveries.values()
+                    for d in runs if d.tag.endswith(RATED))
+    for first, last in zip(starts, starts[count:], strict=False):
+        if last - first < period - 1e-6:
+            problems.append(f"rate limit broken: {count + 1} starts between {first:.6f} "
+                            f"and {last:.6f}, within {period}s")
+            return
+
+
 def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> SoakReport:
     report = SoakReport()
     problems = report.problems
@@ -121,16 +141,23 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
     cancelled: set[str] = set()  # jobs whose cancel returned True
     stale_tokens: dict[str, set[int]] = defaultdict(set)
     nacking: set[tuple[str, int]] = set()  # a nack was begun (it may have landed)
+    graphs: list[list[str]] = []  # the tags of each enqueue_graph tried
+    after: dict[str, list[str]] = {}  # a graph's dependent tag -> its prerequisites' tags
     for pid, fields in events:
         kind, rest = fields[0], fields[1:]
         if kind == "try":
             tried.add(rest[0])
-        elif kind == "trymany":
+        elif kind in ("trymany", "trygraph"):
             tried.update(rest)
+            if kind == "trygraph":
+                graphs.append(rest)
+        elif kind == "after":
+            after[rest[0]] = rest[1:]
         elif kind == "ok":
             ok[rest[0]] = rest[1]
             tag_of[rest[1]] = rest[0]
-        elif kind == "okmany":
+        elif kind in ("okmany", "okgraph"):
+            report.graphs += kind == "okgraph"
             for pair in rest:
                 tag, job_id = pair.split("=", 1)
                 ok[tag] = job_id
@@ -237,6 +264,8 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
                 problems.append(f"lease overlap: {job_id} token {second.token} began at "
                                 f"{began:.6f}, before token {first.token}'s lease ran out "
                                 f"at {first.expires:.6f}")
+    _audit_graphs(report, graphs, after, existed, tag_of, deliveries, acking)
+    _audit_rate(deliveries, cfg, problems)
     if stats.pending or stats.leased:
         problems.append(f"not drained: {stats}")
     if stats.dead != report.dead:
@@ -248,3 +277,31 @@ def audit(directory: str, logdir: str, killed: set[int], cfg: SoakConfig) -> Soa
     if stats.total != len(present):
         problems.append(f"stats.total {stats.total} != {len(present)} listed")
     return report
+
+
+def _audit_graphs(report: SoakReport, graphs: list[list[str]], after: dict[str, list[str]],
+                  existed: set[str], tag_of: dict[str, str],
+                  deliveries: dict[str, list[_Delivery]], acking: dict[str, set[int]]) -> None:
+    """A graph is all or nothing; no dependent (a chord's callback, a chain's later
+    step) is delivered before each of its prerequisites was acked. Fencing tokens
+    rise with every lease, so a delivery of a dependent must carry a token above
+    the one its prerequisite's ack was made under (the smallest that tried to ack
+    it, since a killed worker may ack without logging it); that every job ran to
+    its one ack is the main audit's (lost, double-acked, resurrected)."""
+    id_of = {tag: job_id for job_id, tag in tag_of.items() if job_id in existed}
+    for tags in graphs:
+        there = [tag for tag in tags if tag in id_of]
+        if there and len(there) != len(tags):
+            report.problems.append(f"graph torn: {there} of {tags} exist")
+    for tag, prerequisites in after.items():
+        job_id = id_of.get(tag)
+        if job_id is None:
+            continue
+        for prerequisite in prerequisites:
+            tokens = acking.get(id_of.get(prerequisite, ""), set())
+            for delivery in deliveries.get(job_id, []):
+                if not tokens or delivery.token <= min(tokens):
+                    report.early += 1
+                    report.problems.append(
+                        f"early: {tag} delivered (token {delivery.token}) before its "
+                        f"prerequisite {prerequisite} was acked (tokens {sorted(tokens)})")

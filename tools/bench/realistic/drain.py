@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.bench.common import proc_stat_fields
+from tools.bench.common import REPO, proc_stat_fields
 from tools.bench.peers.systems import die_with_parent
 from tools.bench.realistic.jobs import (
     KIND_ENV,
@@ -101,7 +101,8 @@ def drain(system: RealisticSystem, work: Path, kind: str, jobs: int, processes: 
     app, records = fresh(work / "app"), fresh(work / "records")
     system.write_app(app)
     env = dict(os.environ, **{KIND_ENV: kind, RECORDS_ENV: str(records)})
-    env["PYTHONPATH"] = os.pathsep.join([str(app), env.get("PYTHONPATH", "")])
+    # the app imports tools.bench.realistic.jobs: the repo too, outside the bench venv
+    env["PYTHONPATH"] = os.pathsep.join([str(app), str(REPO), env.get("PYTHONPATH", "")])
     system.reset()
     rate = enqueue(system, app, jobs, env)
     procs: list[subprocess.Popen[bytes]] = []

@@ -1,10 +1,21 @@
 """nobroker in tools/bench/realistic/: ``Queue(fsync=True).enqueue`` and
 ``nobroker work --concurrency T``, one command per process, on one queue
-directory."""
+directory.
+
+A *variant* (``--variants base,share_fsyncs,prefetch=4``) runs the same
+Worker with options `nobroker work` does not take: file engine options
+(FileOptions fields, such as ``share_fsyncs``) and Worker options (such as
+``prefetch=K``), joined by ``+``. Every variant, ``base`` (no options)
+included, runs through this module's own small worker command, so that two
+variants differ in their options alone.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from pathlib import Path
+from typing import Any
 
 from tools.bench.realistic.systems import RealisticSystem
 
@@ -27,6 +38,7 @@ def enqueue(n):
     with nobroker.Queue(STORE, fsync=True) as q:
         return timed_calls(lambda i: q.enqueue({"i": i}), n)
 """
+WORKER_OPTIONS = ("prefetch",)  # a variant's other options are FileOptions fields
 
 
 class NobrokerRealistic(RealisticSystem):
@@ -38,3 +50,60 @@ class NobrokerRealistic(RealisticSystem):
     def worker_command(self, app: Path, index: int, threads: int) -> list[str]:
         return [self.python(), "-m", "nobroker", "work", "--dir", str(app / "store"),
                 "--concurrency", str(threads), "-q", f"{self.app_module}:handler"]
+
+
+class NobrokerVariant(NobrokerRealistic):
+    """nobroker with options: `spec` is "base", or "option[=value]+..."."""
+
+    def __init__(self, spec: str) -> None:
+        super().__init__(None)
+        parse_variant(spec)  # a bad spec fails before any drain
+        self.spec = spec
+        self.name = f"nobroker[{spec}]"
+
+    def worker_command(self, app: Path, index: int, threads: int) -> list[str]:
+        return [self.python(), "-m", "tools.bench.realistic.nobroker_system",
+                str(app / "store"), str(threads), self.spec, f"{self.app_module}:handler"]
+
+
+def parse_variant(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(FileOptions fields, Worker options) of a variant spec; ValueError if unknown."""
+    from nobroker.file.options import FileOptions
+
+    fields = {f.name: f for f in dataclasses.fields(FileOptions)}
+    file_options: dict[str, Any] = {}
+    worker_options: dict[str, Any] = {}
+    for part in [] if spec == "base" else spec.split("+"):
+        key, _, text = part.partition("=")
+        if key in WORKER_OPTIONS:
+            worker_options[key] = int(text)
+        elif key in fields and fields[key].type in ("bool", bool):
+            file_options[key] = text.lower() not in ("0", "false", "no", "off")
+        else:
+            raise ValueError(f"unknown nobroker variant option {part!r} in {spec!r}: "
+                             f"{', '.join(WORKER_OPTIONS)} or a bool FileOptions field")
+    return file_options, worker_options
+
+
+def work(store: str, threads: int, spec: str, handler_spec: str) -> None:
+    """A variant's worker process: `nobroker work`'s loop, with the variant's options."""
+    import logging
+    import os
+
+    from nobroker import Queue, Worker
+    from nobroker.cli.work import load_handler
+    from nobroker.opener import open_backend
+
+    logging.basicConfig(level=logging.WARNING)
+    file_options, worker_options = parse_variant(spec)
+    sys.path.insert(0, os.getcwd())
+    handler = load_handler(handler_spec)
+    queue = Queue.from_backend(open_backend(store, "default", **file_options))
+    try:
+        Worker(queue, handler, concurrency=threads, **worker_options).run()
+    finally:
+        queue.close()
+
+
+if __name__ == "__main__":
+    work(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

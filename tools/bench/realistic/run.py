@@ -56,7 +56,7 @@ from tools.bench.realistic.celery_system import CeleryRealistic
 from tools.bench.realistic.drain import drain
 from tools.bench.realistic.dramatiq_system import DramatiqRealistic
 from tools.bench.realistic.huey_system import HueyRealistic
-from tools.bench.realistic.nobroker_system import NobrokerRealistic
+from tools.bench.realistic.nobroker_system import NobrokerRealistic, NobrokerVariant
 from tools.bench.realistic.report import CONFIGS, Config, Results, notes, rows
 from tools.bench.realistic.rq_system import RQRealistic
 from tools.bench.realistic.systems import RealisticSystem
@@ -82,6 +82,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="the Redis peers' appendfsync (default: always, durable per write)")
     p.add_argument("--dir", type=Path, default=REPO / ".bench", help="scratch parent")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    p.add_argument("--variants", help="nobroker with options, each a column, alternating "
+                   "with the others: comma-separated, e.g. base,share_fsyncs,prefetch=4 "
+                   "(options joined by +); replaces the plain nobroker column")
     p.add_argument("--no-venv", action="store_true",
                    help="run in this interpreter; do not create or use .dev/bench-venv")
     return p.parse_args(argv)
@@ -114,11 +117,17 @@ def start_redis(root: Path, fsync: str, log: Log) -> RedisServer | None:
     return server
 
 
-def build(keys: list[str], redis: RedisServer | None,
+def build(keys: list[str], redis: RedisServer | None, variants: str | None,
           log: Log) -> tuple[list[RealisticSystem], dict[str, str]]:
     systems: list[RealisticSystem] = []
     skipped: dict[str, str] = {}
     for key in keys:
+        if key == "nobroker" and variants:
+            try:
+                systems += [NobrokerVariant(spec.strip()) for spec in variants.split(",")]
+            except ValueError as exc:
+                raise SystemExit(f"bench-realistic: {exc}") from None
+            continue
         cls = SYSTEMS[key]
         try:
             systems.append(cls(redis))
@@ -185,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{rounds} interleaved round(s), medians")
         if any(SYSTEMS[k].uses_redis for k in keys):
             redis = start_redis(root, args.redis_fsync, log)
-        systems, skipped = build(keys, redis, log)
+        systems, skipped = build(keys, redis, args.variants, log)
         results = run_rounds(systems, configs, jobs, rounds, root, redis, log)
     finally:  # Ctrl-C and errors too: the workers were stopped by drain()
         if redis is not None:

@@ -6,7 +6,17 @@
 // ever markup. Changes are POSTs with the token in the X-Nobroker-Token header;
 // the token comes from the URL's #token=... (then removed from the address bar)
 // or the token field, and lives in sessionStorage for this tab only.
+// Mounted in a Django site (nobroker.django.urls), the page says so in its <meta>
+// tags: its path prefix (every URL below is under it), and Django's CSRF token,
+// sent as X-CSRFToken instead of ours; the user is Django's, so no token field.
 "use strict";
+
+function meta(name) {
+  const tag = document.querySelector('meta[name="' + name + '"]');
+  return tag ? tag.getAttribute("content") : null;
+}
+const BASE = (meta("nobroker-base") || "/").replace(/\/$/, "");  // "" when standalone
+const CSRF = meta("nobroker-csrf");
 
 const TOKEN_KEY = "nobroker-dashboard-token";
 const PAGE = 50;
@@ -92,9 +102,9 @@ function waitsFor(name, ids) {
   return links;
 }
 
-function queueHref(name) { return "/q/" + encodeURIComponent(name); }
+function queueHref(name) { return BASE + "/q/" + encodeURIComponent(name); }
 function jobHref(name, id) { return queueHref(name) + "/job/" + encodeURIComponent(id); }
-function apiQueue(name) { return "/api/queues/" + encodeURIComponent(name); }
+function apiQueue(name) { return BASE + "/api/queues/" + encodeURIComponent(name); }
 
 function flash(text, ok) {
   const box = document.getElementById("flash");
@@ -125,7 +135,8 @@ async function getJSON(path) {
 
 async function change(path, body, doneText) {
   const headers = {"Content-Type": "application/json"};
-  if (token()) headers["X-Nobroker-Token"] = token();
+  if (CSRF) headers["X-CSRFToken"] = CSRF;
+  else if (token()) headers["X-Nobroker-Token"] = token();
   let response, answer;
   try {
     response = await fetch(path, {method: "POST", headers, body: JSON.stringify(body || {})});
@@ -148,7 +159,9 @@ function confirmed(text) { return window.confirm(text); }
 // -- routing --------------------------------------------------------------------
 
 function parseLocation() {
-  const parts = location.pathname.split("/").slice(1).map(decodeURIComponent);
+  const path = location.pathname.startsWith(BASE + "/") ? location.pathname.slice(BASE.length)
+                                                        : location.pathname;
+  const parts = path.split("/").slice(1).map(decodeURIComponent);
   const params = new URLSearchParams(location.search);
   if (parts[0] === "q" && parts[1] && parts[2] === "job" && parts[3] !== undefined)
     return {kind: "job", queue: parts[1], job: parts[3]};
@@ -250,8 +263,8 @@ function overview(app) {
            [1, 2, 3, 4, 5, 6]),
       el("tbody", {}, ...rows)));
   };
-  listen("/api/events", (event) => draw(event.overview),
-         () => getJSON("/api/overview").then(draw).catch((err) => flash(err.message, false)));
+  listen(BASE + "/api/events", (event) => draw(event.overview),
+         () => getJSON(BASE + "/api/overview").then(draw).catch((err) => flash(err.message, false)));
 }
 
 function header(overviewData) {
@@ -260,7 +273,7 @@ function header(overviewData) {
   const mode = document.getElementById("mode");
   mode.hidden = !readonly;
   mode.textContent = readonly ? "read-only" : "";
-  document.getElementById("token-form").hidden = readonly;
+  document.getElementById("token-form").hidden = readonly || CSRF !== null;
 }
 
 // -- a queue ----------------------------------------------------------------------
@@ -293,7 +306,7 @@ function queuePage(app) {
       state || "all")));
   const dlq = el("div", {class: "toolbar", id: "dlq-controls"});
   const jobs = el("div", {id: "jobs"}, el("p", {class: "muted"}, "loading\u2026"));
-  app.append(el("p", {}, el("a", {href: "/", "data-nav": true}, "\u2190 all queues")),
+  app.append(el("p", {}, el("a", {href: BASE + "/", "data-nav": true}, "\u2190 all queues")),
              title, cards, controls,
              el("h2", {}, "Last 15 minutes"), chart,
              el("h2", {}, "Jobs"), search, tabs, dlq, jobs,
@@ -309,9 +322,9 @@ function queuePage(app) {
   // event holds the counts, the chart and the header).
   lastCounts = "";
   loadJobs();
-  listen("/api/events?queue=" + encodeURIComponent(name), draw, () =>
+  listen(BASE + "/api/events?queue=" + encodeURIComponent(name), draw, () =>
     Promise.all([getJSON(apiQueue(name)), getJSON(apiQueue(name) + "/series?step=10"),
-                 getJSON("/api/overview")])
+                 getJSON(BASE + "/api/overview")])
       .then(([summary, series, overviewData]) =>
         draw({overview: overviewData, queue: summary, series: series}))
       .catch((err) => flash(err.message, false)));
@@ -499,7 +512,7 @@ function jobPage(app) {
              el("h1", {}, "job ", el("span", {class: "mono", id: "job-id"}, view.job)),
              el("div", {id: "job"}, el("p", {class: "muted"}, "loading\u2026")),
              el("h2", {}, "Records in the log"), el("div", {id: "records"}));
-  getJSON("/api/overview").then(header).catch(() => {});
+  getJSON(BASE + "/api/overview").then(header).catch(() => {});
   loadJob();
   if (events) { events.close(); events = null; }
   const live = document.getElementById("live");
@@ -543,6 +556,7 @@ function drawJob(answer) {
   if (job.waiting_for.length) add("waits for", waitsFor(name, job.waiting_for));
   add("progress", job.progress ? progressOf(job.progress) : "\u2013");
   holder.append(fields);
+  if (answer.workflow) holder.append(workflowPart(name, answer.workflow));
   const actions = el("div", {class: "toolbar"});
   if (job.state === "dead") {
     actions.append(el("button", {type: "button", id: "job-requeue", onclick: () =>
@@ -567,8 +581,9 @@ function drawJob(answer) {
       job.result === null || job.result === undefined ? "(none)" : JSON.stringify(job.result, null, 2)));
 }
 
-// The job page follows an unfinished job: its state, progress and metadata are read
-// again every second (one O(1) get) until it finishes or the page moves on.
+// The job page follows an unfinished job: its state, progress and metadata (and its
+// workflow part: a bounded scan) are read again every second until it finishes or the
+// page moves on.
 let jobTimer = null;
 function followJob(answer) {
   if (jobTimer) { clearTimeout(jobTimer); jobTimer = null; }
@@ -586,6 +601,31 @@ function followJob(answer) {
       .then((next) => { if (here()) { drawJob(next); followJob(next); } })
       .catch(() => { if (here()) followJob(answer); });  // again in a second
   }, 1000);
+}
+
+const LINKS_SHOWN = 100;  // links per list at most: a chord of 10,000 says "and 9,900 more"
+
+function workflowPart(name, flow) {
+  // parents and children as links to their pages (ids are data: text nodes, never markup)
+  const part = el("div", {id: "workflow"}, el("h2", {}, "Workflow"));
+  const links = (id, ids, empty) => {
+    const list = el("p", {id: id, class: "mono"});
+    if (!ids.length) list.append(el("span", {class: "muted"}, empty));
+    ids.slice(0, LINKS_SHOWN).forEach((other, i) => list.append(i ? " " : "",
+      el("a", {href: jobHref(name, other), "data-nav": true}, other)));
+    if (ids.length > LINKS_SHOWN) list.append(el("span", {class: "muted"},
+      " and " + fmt(ids.length - LINKS_SHOWN) + " more"));
+    return list;
+  };
+  const progress = flow.progress ? " \u2013 " + fmt(flow.progress.done) + " / " +
+    fmt(flow.progress.total) + " done" : "";
+  part.append(el("h3", {}, "Waits for (parents)", el("span", {id: "workflow-progress"}, progress)),
+              links("workflow-parents", flow.parents, "none"),
+              el("h3", {}, "Waited for by (children)"),
+              links("workflow-children", flow.children, "none"));
+  if (!flow.children_complete) part.append(el("p", {class: "note"},
+    "The search for children stopped at its bound (the first 10,000 jobs): there may be more."));
+  return part;
 }
 
 function loadRecords(name, id) {
@@ -611,6 +651,7 @@ function showTokenState() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  if (CSRF !== null) document.getElementById("token-form").hidden = true;  // Django's user
   takeTokenFromUrl();
   document.getElementById("token-form").addEventListener("submit", (event) => {
     event.preventDefault();

@@ -15,7 +15,9 @@ Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
     <8s magic "NBCKPT05"> <I crc32 of everything after these 12 bytes>
     then sections, each <Q length><bytes>:
       meta     JSON: generation, end, crc of the log before end, counters, byte order,
-               "waits": [[id, [unmet prerequisite ids], allow_failure], ...],
+               "waits": [[id, [unmet prerequisite ids], allow_failure(, "failure")], ...],
+               "limits": {"keys": [[index, rate key, concurrency key], ...],
+                          "windows": [[rate key, count, period, [starts]], ...]},
                "notes": [[id, [fraction, note] or null, {metadata}], ...] (05)
       names    JSON object {index: id} for the jobs whose id is not seq_id(seq)
       errors   JSON object {index: last_error} for the jobs that have one
@@ -49,7 +51,8 @@ ENABLED = True  # tests switch it off to compare against a full replay
 # Older magics are ignored (a full replay): 01 stored ids as JSON; 02 had no finished
 # jobs and no "paused" (a reader of 02 would take a paused queue for a running one).
 # 03 had no waiting jobs: its state codes 3 and 4 were done and cancelled, now 4 and 5.
-# 04 had no "notes" (the jobs' progress and metadata, format 1.2).
+# 04 had no limited jobs' keys, no rate windows and no "notes" (the jobs' progress and
+# metadata): format 1.2.
 MAGIC: Final = b"NBCKPT05"
 _HEAD: Final = struct.Struct("<8sI")
 _LEN: Final = struct.Struct("<Q")
@@ -78,7 +81,8 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
             "last_batch": state.last_batch, "next_token": state.next_token,
             "next_seq": state.next_seq, "done": state.done, "snapshot": state.snapshot_seen,
             "paused": state.paused, "totals": list(state.totals), "source": source,
-            "waits": state.waits.items(), "notes": state.notes.items()}
+            "waits": state.waits.items(), "limits": state.limited.columns(columns.seqs),
+            "notes": state.notes.items()}
     sections = [
         json.dumps(meta).encode(),
         json.dumps(columns.names).encode(),
@@ -139,6 +143,7 @@ def _decode(data: bytes, generation: int, log_size: int,
             done=meta["done"], snapshot_seen=meta["snapshot"], next_seq=meta["next_seq"],
             paused=meta["paused"])
         state.waits.restore(meta["waits"])
+        state.limited.restore(state.table, meta["limits"])
         state.notes.restore(meta["notes"])
     except (ReplayError, ValueError) as exc:
         raise CheckpointError(getattr(exc, "reason", str(exc))) from None

@@ -64,7 +64,6 @@ from ..disk.fs import FileSystem
 from ..log.logfile import READ_CHUNK, LogFile, ScanResult, log_filename, paused_gc
 from ..log.records import (
     ACKED,
-    ALLOW_FAILURE,
     AT,
     ATTEMPTS,
     ERROR,
@@ -90,8 +89,10 @@ from ..log.records import (
     RecordType,
 )
 from ..state.batch import Batch
+from ..state.limited import key_fields
 from ..state.notes import note_fields
 from ..state.state import Entry, JobState, QueueState
+from ..state.waits import mode_fields
 from . import checkpoint
 from .rebuild import state_at
 
@@ -250,13 +251,16 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                     batch.add_result(RecordType.FINISHED, fields, result)
             else:
                 fields = _snapshot_fields(entry)
+                if state.limited.keys:  # its limit keys, as its ENQUEUE gave them
+                    fields.update(key_fields(state.limited.keys_of(entry.seq)))
                 wait = state.waits.by_job.get(entry.id)
                 if wait is not None:  # a waiting job: what it still waits for
                     fields[WAIT] = list(wait.unmet)
-                    if wait.allow_failure:
-                        fields[ALLOW_FAILURE] = True
+                    mode_fields(fields, wait.mode)
                 fields.update(note_fields(notes.get(entry.id)))
                 batch.add_payload(RecordType.JOB, fields, next(texts))
+        for window in state.limited.window_records():  # the rate windows, starts and all
+            batch.add(RecordType.LIMIT, window)
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
             batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at,
@@ -279,6 +283,11 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         except OSError:
             pass
         raise
+    if state.limited:  # limited jobs and windows: what replaying the snapshot gives
+        snapshot = QueueState()
+        snapshot.apply_batch(applied)
+        snapshot.latest_time = state.latest_time
+        return log, snapshot, (applied[-1][2], nonce)
     # What replaying the snapshot gives: the same jobs, their payloads at new offsets.
     moved = [Entry(e.id, 0, e.priority, e.available_at, e.enqueued_at, e.max_attempts,
                    e.attempts, e.state, e.token,

@@ -10,20 +10,32 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from typing import Final
+from typing import Any, Final
 
 from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from . import framing
-from .records import PAYLOAD_KEY_TEXT, RESULT, RESULT_KEY_TEXT, Record
+from .records import (
+    FINISHED_AT,
+    ID,
+    PAYLOAD_KEY_TEXT,
+    RESULT,
+    RESULT_KEY_TEXT,
+    TIME,
+    Record,
+    RecordType,
+)
 from .tail import decode_payload
 
 __all__ = ["READ_CHUNK", "last_nonzero", "record_at", "payload_texts", "outcome_records",
-           "prefix_crc"]
+           "prefix_crc", "finished_outcome"]
 
 READ_CHUNK: Final = 4 << 20
 _PAYLOAD_KEY: Final = PAYLOAD_KEY_TEXT.encode()
 _RESULT_KEY: Final = RESULT_KEY_TEXT.encode()
+# Record type holding a kept finished job's outcome -> its field for the finishing time.
+_OUTCOME_FIELD: Final[dict[int, str]] = {RecordType.ACK: TIME, RecordType.CANCEL: TIME,
+                                         RecordType.FINISHED: FINISHED_AT}
 
 
 def last_nonzero(fs: FileSystem, fd: int, start: int, end: int) -> int:
@@ -108,3 +120,14 @@ def prefix_crc(fs: FileSystem, fd: int, end: int, start: int = 0, crc: int = 0) 
         crc = zlib.crc32(chunk, crc)
         pos += len(chunk)
     return crc
+
+
+def finished_outcome(found: tuple[int, Record] | None, path: str, offset: int,
+                     job_id: str) -> tuple[float, Any]:
+    """A kept finished job's (finished_at, result), from `found`, the record at `offset`
+    (record_at's answer): an ACK, CANCEL or FINISHED record of that job, else
+    CorruptLogError."""
+    if found is None or found[0] not in _OUTCOME_FIELD or found[1].get(ID) != job_id:
+        raise CorruptLogError(path, offset, "finished job's record unreadable")
+    record = found[1]
+    return float(record[_OUTCOME_FIELD[found[0]]]), record.get(RESULT)

@@ -26,6 +26,8 @@ __all__ = [
     "TOKEN", "UNTIL", "RESULT", "KEEP", "ERROR", "STATE", "ATTEMPTS", "FINISHED_AT", "ACKED",
     "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE", "WAIT", "ALLOW_FAILURE",
     "FRACTION", "META",
+    "RATE_KEY", "CONCURRENCY_KEY", "LIMIT_COUNT", "PERIOD", "STARTS",
+    "DEAD_LETTER",
 ]
 
 Record = dict[str, Any]
@@ -74,6 +76,7 @@ class RecordType(IntEnum):
     SNOOZE = 18  # the holder gave the job back untried: pending again, attempt not counted
     RELEASE = 19  # a waiting job's prerequisites all finished: pending (format 1.1)
     PROGRESS = 20  # the holder's progress and metadata of its job (format 1.2)
+    LIMIT = 21  # a rate limit's window: its key, count and period (format 1.2)
 
 
 # The keys of a record's JSON object, each named once here; docs/FORMAT.md says which
@@ -107,6 +110,13 @@ WAIT: Final = "w"  # ENQUEUE, JOB: the prerequisites a waiting job waits for (fo
 ALLOW_FAILURE: Final = "af"  # ENQUEUE, JOB: a failed prerequisite counts as done for it
 FRACTION: Final = "pg"  # PROGRESS, JOB, FINISHED, KEY: [fraction, note or null] (1.2)
 META: Final = "m"  # PROGRESS, JOB, FINISHED, KEY: the job's metadata, a JSON object (format 1.2)
+ON_FAILURE: Final = "of"  # ENQUEUE, JOB: released by a prerequisite's death (format 1.2)
+RATE_KEY: Final = "rk"  # ENQUEUE, JOB: the job's rate limit key; LIMIT: the window's (1.2)
+CONCURRENCY_KEY: Final = "ck"  # ENQUEUE, JOB: the job's concurrency key (format 1.2)
+LIMIT_COUNT: Final = "lim"  # LIMIT: the starts a window of the key may hold (format 1.2)
+PERIOD: Final = "per"  # LIMIT: the window's length in seconds (format 1.2)
+STARTS: Final = "st"  # LIMIT: the key's latest starts, oldest first (a snapshot's; 1.2)
+DEAD_LETTER: Final = "dl"  # NACK: dead now, whatever attempts remain (format 1.2)
 # The text a record's last key (payload or result) starts with: readers of a payload
 # or result find it by this, without parsing the record (a quote inside a JSON string
 # is escaped, so the first occurrence is the key).
@@ -114,7 +124,9 @@ PAYLOAD_KEY_TEXT: Final = f',"{PAYLOAD}":'
 RESULT_KEY_TEXT: Final = f',"{RESULT}":'
 FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, PAYLOAD, TOKEN,
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
-                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, FRACTION, META)
+                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, FRACTION, META,
+                 ON_FAILURE, RATE_KEY, CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS,
+                 DEAD_LETTER)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

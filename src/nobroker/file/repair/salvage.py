@@ -36,6 +36,7 @@ import os
 import random
 from dataclasses import dataclass
 
+from ...dependencies import FAILURE
 from ...errors import LockTimeoutError, NobrokerError
 from ..disk.fs import FileSystem
 from ..disk.lock import SharedLock, release_shared_lock, shared_lock
@@ -184,10 +185,11 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
 
 
 def _release_freed(state: QueueState, end: int) -> None:
-    """RELEASE the waiting jobs left with nothing to wait for: the damage took the RELEASE
-    the writer put in the batch that freed them, and a snapshot cannot say "waiting for
-    nothing". (main's eb5360e, without its on_error mode: take main's at the merge.)"""
-    freed = [job_id for job_id, wait in state.waits.by_job.items() if not wait.unmet]
+    """RELEASE the waiting jobs left with nothing to wait for (for an on_error job: one
+    of whose prerequisites died): the damage took the RELEASE the writer put in the
+    batch that freed them, and a snapshot cannot say "waiting for nothing"."""
+    freed = [job_id for job_id, wait in state.waits.by_job.items()
+             if (wait.died if wait.mode == FAILURE else not wait.unmet)]
     if freed:
         batch = Batch(state.last_batch + 1)
         for job_id in freed:

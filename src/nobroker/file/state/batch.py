@@ -62,11 +62,12 @@ class Batch:
         self._items: list[tuple[int, str, Record]] = []
         self.wakes = 0  # records that may make a job leasable: idle workers are poked
         self.finishes = 0  # records that finish a job: result waiters are poked
-        # Dependencies (commands.plan_dependents): how long a dependent this batch
-        # cancels is kept, the prerequisites finished in it so far, and the waiting
-        # jobs it has already released or cancelled.
+        self.reclaimed_dead: list[str] = []  # jobs whose lease expiry dead-lettered them
+        # Dependencies (dependencies.plan_dependents): how long a dependent this batch
+        # cancels is kept, how many of each waiting job's unmet prerequisites it has
+        # finished so far, and the waiting jobs it has already released or cancelled.
         self.keep = keep
-        self.settled: set[str] = set()
+        self.met: dict[str, int] = {}
         self.resolved: set[str] = set()
 
     def __len__(self) -> int:

@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ...backoff import BackoffPolicy, Rng
-from ...errors import JobNotFoundError, NotLeasedError
+from ...dependencies import SUCCESS
+from ...errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ...limits import JobKeys, Limits
 from ..log.records import (
     AT,
+    DEAD_LETTER,
     ERROR,
     ID,
     KEEP,
@@ -31,6 +34,7 @@ from ..log.records import (
 from .batch import Batch
 from .dependencies import plan_dependents, plan_waiting_enqueue
 from .jobindex import JobIndex
+from .limited import declare_windows, plan_limited_enqueue
 from .state import Entry, JobState, QueueState
 
 __all__ = ["new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
@@ -100,15 +104,16 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
                  priority: int, delay: float, max_attempts: int, job_id: str | None,
                  key_retention: float, rng: Rng, depends_on: Sequence[str] = (),
-                 allow_failure: bool = False, meta: Record | None = None
-                 ) -> Entry | float | None:
+                 mode: str = SUCCESS, keys: JobKeys | None = None,
+                 meta: Record | None = None) -> Entry | float | None:
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
     job still remembered, or None when a record was added. A cancelled job
     does not hold its key: it is forgotten, in the same batch, and the key
-    enqueued anew. With `depends_on`, the job waits for those jobs
-    (dependencies.plan_waiting_enqueue). `meta`: its metadata (format 1.2).
+    enqueued anew. With `depends_on`, the job waits for those jobs as `mode` says
+    (dependencies.plan_waiting_enqueue); with `keys`, it is limited by them. `meta`: its
+    metadata (format 1.2).
     """
     if job_id is not None:
         existing = state.jobs.get(job_id)
@@ -119,11 +124,17 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
+    if depends_on and keys is not None:
+        raise NobrokerError("depends_on= for a task with rate or concurrency limits is not "
+                            "supported on files yet")
     new_id = job_id or new_job_id(state.jobs, rng)
     if depends_on:
         plan_waiting_enqueue(state, batch, now, new_id, payload_text, priority=priority,
                              delay=delay, max_attempts=max_attempts, keyed=job_id is not None,
-                             depends_on=depends_on, allow_failure=allow_failure)
+                             depends_on=depends_on, mode=mode)
+    elif keys is not None:
+        plan_limited_enqueue(batch, new_id, priority, now + delay, now, max_attempts,
+                             job_id is not None, payload_text, keys)
     else:
         batch.add_enqueue(new_id, priority, now + delay, now, max_attempts, job_id is not None,
                           payload_text)
@@ -134,24 +145,33 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
 
 def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
                       payload_texts: Sequence[str], *, priority: int, delay: float,
-                      max_attempts: int, rng: Rng) -> list[str]:
+                      max_attempts: int, rng: Rng,
+                      keys: Sequence[JobKeys | None] = ()) -> list[str]:
     """ENQUEUE records for new unkeyed jobs (plan_enqueue in a loop, without its
-    per-job checks for keys); returns their ids."""
+    per-job checks for keys); returns their ids. `keys`: each job's limit keys."""
     ids = new_job_ids(state.jobs, len(payload_texts), rng)
+    if any(keys):  # limited jobs: one record each, with their keys
+        for job_id, text, job_keys in zip(ids, payload_texts, keys, strict=True):
+            plan_limited_enqueue(batch, job_id, priority, now + delay, now, max_attempts,
+                                 False, text, job_keys or (None, None))
+        return ids
     batch.add_enqueues(ids, priority, now + delay, now, max_attempts, payload_texts)
     return ids
 
 
 def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
-               visibility_timeout: float) -> list[Record]:
+               visibility_timeout: float, limits: Limits | None = None) -> list[Record]:
     """LEASE records for up to `count` ready jobs, each under a new fencing token;
-    none while the queue is paused."""
+    none while the queue is paused, none over the `limits` the caller declared (the
+    LIMIT records of rate limits the log does not hold yet first)."""
     if state.paused:
         return []
+    if limits:
+        declare_windows(state.limited.windows, batch, limits)
     token = state.next_token
     leased: list[Record] = []
     until = now + visibility_timeout
-    for entry in state.ready(now, count):
+    for entry in state.ready(now, count, limits):
         leased.append(batch.add_lease(entry.id, token, until, now))
         token += 1
     return leased
@@ -185,6 +205,8 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
     its id is remembered as long as a plain ack would remember it)."""
     entry = check_lease(state, job_id, token)
     batch.finishes += 1
+    if state.limited.keys:  # a concurrency slot frees: idle workers may take it
+        batch.wakes += state.limited.frees(job_id, state.table)
     if result_text is None:
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
     else:
@@ -197,17 +219,21 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
 
 def plan_nack(state: QueueState, batch: Batch, now: float, job_id: str, token: int | None,
               error: str | None, delay: float | None, backoff: BackoffPolicy,
-              rng: Rng) -> Entry:
+              rng: Rng, dead: bool = False) -> Entry:
     """NACK for a job the caller holds: pending again after `delay` (None: the backoff
-    policy's), or dead-lettered on its last attempt, with `at` the time it died."""
+    policy's), or dead-lettered on its last attempt or with `dead` (the record's
+    `dl`), with `at` the time it died."""
     entry = check_lease(state, job_id, token)
-    dies = entry.attempts >= entry.max_attempts
+    dies = dead or entry.attempts >= entry.max_attempts
     if dies:
         batch.finishes += 1
         at = now
     else:
         at = now + (delay if delay is not None else backoff.delay(entry.attempts, rng))
-    batch.add(RecordType.NACK, {ID: job_id, TOKEN: token, AT: at, ERROR: error})
+    fields: dict[str, Any] = {ID: job_id, TOKEN: token, AT: at, ERROR: error}
+    if dead:
+        fields[DEAD_LETTER] = True
+    batch.add(RecordType.NACK, fields)
     if dies:
         plan_dependents(state, batch, now, job_id, JobState.DEAD)
     return entry
@@ -232,6 +258,8 @@ def plan_cancel(state: QueueState, batch: Batch, now: float, job_id: str,
     if entry is None or entry.state not in _CANCELLABLE:
         return False
     batch.finishes += 1
+    if state.limited.keys:  # a leased one frees its concurrency slot
+        batch.wakes += state.limited.frees(job_id, state.table)
     batch.add(RecordType.CANCEL, {ID: job_id, TIME: now, KEEP: keep})
     plan_dependents(state, batch, now, job_id, JobState.CANCELLED)
     return True

@@ -1,23 +1,25 @@
-"""Planning the records of dependencies (depends_on=): which waiting jobs a finish
-releases or cancels, decided under the lock in the batch that finishes the
-prerequisite, so that the ack and the release are one write.
+"""Planning the records of dependencies (depends_on=, enqueue_graph): which waiting
+jobs a finish releases or cancels, decided under the lock in the batch that
+finishes the prerequisite, so that the ack and the release are one write.
 
-The rules (docs/TASKS.md, "Dependencies"): a waiting job is released (RELEASE)
-in the batch that finishes the last prerequisite it waited for, when each of
-them succeeded (or failed, with allow_failure); a prerequisite that is
-dead-lettered or cancelled cancels its dependents without allow_failure (CANCEL
-with `err` naming it), and theirs in turn, in the same batch. Nothing here
-touches a file, reads a clock or draws a random number: the caller passes `now`.
+The rules (docs/TASKS.md, "Dependencies", and nobroker.dependencies.verdict): a
+waiting job is released (RELEASE) in the batch that finishes the last
+prerequisite it waited for, when each of them succeeded (mode SUCCESS) or
+whatever became of them (ANY, allow_failure); a prerequisite that is
+dead-lettered or cancelled cancels its SUCCESS dependents (CANCEL with `err`
+naming it), and theirs in turn, in the same batch. A FAILURE dependent
+(on_error) is released by a prerequisite's death and cancelled once all
+finished without one. Nothing here touches a file, reads a clock or draws a
+random number: the caller passes `now`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...dependencies import failure_error
+from ...dependencies import Known, verdict
 from ...errors import JobNotFoundError
 from ..log.records import (
-    ALLOW_FAILURE,
     AT,
     ERROR,
     ID,
@@ -31,20 +33,21 @@ from ..log.records import (
 )
 from .batch import Batch
 from .state import JobState, QueueState
+from .waits import mode_fields
 
-__all__ = ["prerequisites", "plan_waiting_enqueue", "plan_dependents"]
+__all__ = ["prerequisites", "plan_waiting_enqueue", "plan_dependent_enqueue",
+           "plan_dependents"]
 
 _FAILED = (JobState.DEAD, JobState.CANCELLED)
 
 
-def prerequisites(state: QueueState, depends_on: Sequence[str]
-                  ) -> tuple[list[str], tuple[str, JobState] | None]:
-    """The prerequisites not finished yet, and the first that failed (dead or cancelled)
-    with its state, if any. A prerequisite the queue does not know (never enqueued,
-    or finished and forgotten) is JobNotFoundError, before anything is written; a
-    finished keyed job still remembered counts as done."""
+def prerequisites(state: QueueState, depends_on: Sequence[str]) -> Known:
+    """What the queue knows of these prerequisites (Known). One it does not know
+    (never enqueued, or finished and forgotten) is JobNotFoundError, before anything
+    is written; a finished keyed job still remembered counts as done."""
     unmet: list[str] = []
-    failed: tuple[str, JobState] | None = None
+    failed: tuple[str, str] | None = None
+    died = False
     for job_id in dict.fromkeys(depends_on):
         entry = state.jobs.get(job_id)
         if entry is None:
@@ -53,61 +56,76 @@ def prerequisites(state: QueueState, depends_on: Sequence[str]
             raise JobNotFoundError(job_id, "prerequisite job")
         if entry.state in _FAILED:
             failed = failed or (job_id, entry.state)
+            died = died or entry.state is JobState.DEAD
         elif entry.state is not JobState.DONE:
             unmet.append(job_id)
-    return unmet, failed
+    return unmet, failed, died
 
 
 def plan_waiting_enqueue(state: QueueState, batch: Batch, now: float, job_id: str,
                          payload_text: str, *, priority: int, delay: float,
                          max_attempts: int, keyed: bool, depends_on: Sequence[str],
-                         allow_failure: bool) -> None:
+                         mode: str) -> JobState:
+    """The ENQUEUE of a new job with prerequisites in the queue (plan_dependent_enqueue)."""
+    return plan_dependent_enqueue(batch, now, job_id, payload_text, priority=priority,
+                                  delay=delay, max_attempts=max_attempts, keyed=keyed,
+                                  known=prerequisites(state, depends_on), mode=mode)
+
+
+def plan_dependent_enqueue(batch: Batch, now: float, job_id: str, payload_text: str, *,
+                           priority: int, delay: float, max_attempts: int, keyed: bool,
+                           known: Known, mode: str) -> JobState:
     """The ENQUEUE of a new job with prerequisites: waiting for the unfinished ones
-    (`w`), pending when they all succeeded, cancelled at once (ENQUEUE then CANCEL,
-    its error naming the prerequisite) when one failed, without allow_failure."""
-    unmet, failed = prerequisites(state, depends_on)
-    if failed is not None and not allow_failure:
+    (`w`, and its mode), pending when they settle it so already, or cancelled at once
+    (ENQUEUE then CANCEL, its error saying why). Returns which."""
+    unmet, failed, died = known
+    released, error = verdict(mode, failed, died, not unmet)
+    if released or error is not None:
         batch.add_enqueue(job_id, priority, now + delay, now, max_attempts, keyed,
                           payload_text)
+        if released:
+            return JobState.PENDING
         batch.finishes += 1
-        batch.add(RecordType.CANCEL, {ID: job_id, TIME: now, KEEP: batch.keep,
-                                      ERROR: failure_error(*failed)})
-        return
-    if not unmet:
-        batch.add_enqueue(job_id, priority, now + delay, now, max_attempts, keyed,
-                          payload_text)
-        return
+        batch.add(RecordType.CANCEL, {ID: job_id, TIME: now, KEEP: batch.keep, ERROR: error})
+        return JobState.CANCELLED
     fields = {ID: job_id, PRIORITY: priority, AT: now + delay, TIME: now,
               MAX_ATTEMPTS: max_attempts}
     if keyed:
         fields[IS_KEY] = True
     fields[WAIT] = unmet
-    if allow_failure:
-        fields[ALLOW_FAILURE] = True
+    mode_fields(fields, mode)
     batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
+    return JobState.WAITING
 
 
 def plan_dependents(state: QueueState, batch: Batch, now: float, job_id: str,
                     outcome: JobState) -> None:
     """Job `job_id` finishes with `outcome` (done, dead or cancelled) by the record
-    just added to `batch`: RELEASE each waiting dependent whose prerequisites have
-    all finished in this batch or before, and CANCEL (recursively) each that a
-    failure settles. Records follow the finish they depend on, in the same batch."""
+    just added to `batch`: RELEASE or CANCEL (recursively) each waiting dependent
+    it settles, by verdict(). Records follow the finish they depend on, in the same
+    batch. O(1) per dependent: the batch counts how many of each dependent's unmet
+    prerequisites it has finished so far (`met`), rather than looking at them all."""
     waits = state.waits
     if not waits:
         return
-    batch.settled.add(job_id)
-    for dependent in list(waits.dependents.get(job_id, ())):
-        if dependent in batch.resolved:
+    dependents = waits.dependents.get(job_id)
+    if not dependents:
+        return
+    failed = None if outcome is JobState.DONE else (job_id, outcome)
+    died = outcome is JobState.DEAD
+    met, resolved = batch.met, batch.resolved
+    for dependent in list(dependents):
+        if dependent in resolved:
             continue
         wait = waits.by_job[dependent]
-        if outcome is JobState.DONE or wait.allow_failure:
-            if all(other in batch.settled for other in wait.unmet):
-                batch.resolved.add(dependent)
-                batch.add(RecordType.RELEASE, {ID: dependent})
-            continue
-        batch.resolved.add(dependent)
-        batch.finishes += 1
-        batch.add(RecordType.CANCEL, {ID: dependent, TIME: now, KEEP: batch.keep,
-                                      ERROR: failure_error(job_id, outcome)})
-        plan_dependents(state, batch, now, dependent, JobState.CANCELLED)
+        count = met[dependent] = met.get(dependent, 0) + 1
+        released, error = verdict(wait.mode, failed, died, count == len(wait.unmet))
+        if released:
+            resolved.add(dependent)
+            batch.add(RecordType.RELEASE, {ID: dependent})
+        elif error is not None:
+            resolved.add(dependent)
+            batch.finishes += 1
+            batch.add(RecordType.CANCEL, {ID: dependent, TIME: now, KEEP: batch.keep,
+                                          ERROR: error})
+            plan_dependents(state, batch, now, dependent, JobState.CANCELLED)

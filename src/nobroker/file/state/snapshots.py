@@ -72,11 +72,11 @@ def apply_snapshot_job(state: ReplayState, job_id: str, rec: Record, offset: int
     max_attempts = max_attempts_field(rec, offset)
     until = field(rec, UNTIL, float, offset) if UNTIL in rec else 0.0
     error = opt_str(rec, ERROR, offset)
-    # What a waiting job still waits for, as an ENQUEUE's "w" and "af"; checked
+    # What a waiting job still waits for, as an ENQUEUE's "w", "af" and "of"; checked
     # before anything changes (a tolerant replay goes on after a refused record).
     if (job_state is JobState.WAITING) != (WAIT in rec):
         raise ReplayError(offset, f"a snapshot job {code} with prerequisites {rec.get(WAIT)!r}")
-    unmet, allow = prerequisites_field(rec, job_id, offset) if WAIT in rec else ([], False)
+    unmet, mode = prerequisites_field(rec, job_id, offset) if WAIT in rec else ([], "")
     job_code = CODES[job_state]
     slot = table.add(job_id, keyed, job_code, priority, at, enqueued_at,
                      max_attempts, attempts, offset, size)
@@ -90,7 +90,7 @@ def apply_snapshot_job(state: ReplayState, job_id: str, rec: Record, offset: int
     if job_state is JobState.LEASED:
         table.hold(slot, job_id, token, until)
     if unmet:
-        state.waits.add(job_id, unmet, allow)
+        state.waits.add(job_id, unmet, mode)
     state.next_token = max(state.next_token, token + 1)
 
 

@@ -31,11 +31,14 @@ import heapq
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
+from ...limits import Limits
 from ..log.records import (
     ACKED,
     BATCH,
+    CONCURRENCY_KEY,
     ID,
     META,
+    RATE_KEY,
     TIME,
     TOKEN,
     Applied,
@@ -47,6 +50,7 @@ from .checkpointcolumns import table_columns, table_from_columns
 from .fieldchecks import check_totals, field
 from .jobindex import JobIndex
 from .jobtable import JobTable
+from .limited import LimitedJobs, record_keys
 from .listing import entries
 from .notes import Notes, note_of
 from .relocation import relocate
@@ -96,6 +100,7 @@ class QueueState:
         self.jobs = JobIndex(self.table, self.done_keys, self.live)
         self.waits = Waits()  # the waiting jobs' unmet prerequisites (depends_on=)
         self.notes = Notes()  # the jobs' progress and metadata, for those that have any
+        self.limited = LimitedJobs()  # limited jobs' keys, due indexes and windows
         self.waiting = 0
         self.pending = 0
         self.leased = 0
@@ -186,6 +191,9 @@ class QueueState:
             if run:
                 stamp = batch[0][1][TIME]
                 latest = stamp if stamp > latest else latest
+                for _, rec, offset, _ in batch[:run]:  # limited jobs: to their keys' index
+                    if RATE_KEY in rec or CONCURRENCY_KEY in rec:
+                        self._adopt(rec[ID], rec, offset)
                 batch = batch[run:]
         for rtype, rec, offset, size in batch:
             if rec.get(BATCH) != number:
@@ -222,7 +230,20 @@ class QueueState:
             if current != token:
                 raise ReplayError(offset,
                                   f"token {token} is not job {job_id!r}'s lease {current}")
+        limited = self.limited
+        if limited.keys or limited.windows:  # limited.py: holders and windows follow
+            seq, before = table.seqs[slot], table.code[slot]
+            JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
+            limited.after(table, seq, before, rec if rtype == RecordType.LEASE else None,
+                          offset)
+            return
         JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
+
+    def _adopt(self, job_id: str, rec: Record, offset: int) -> None:
+        """A job just added by `rec`, if it has limit keys: into its keys' index."""
+        keys = record_keys(rec, offset)
+        if keys is not None:
+            self.limited.adopt(self.table, self.table.find(job_id), keys)
 
     def _apply_other(self, rtype: int, rec: Record, offset: int, size: int) -> None:
         """The records that name no job the table holds: a new job, PURGE, PAUSE and
@@ -233,6 +254,8 @@ class QueueState:
             self.live_bytes -= freed
             for noted in list(self.notes.by_job):
                 self.settle_notes(noted)
+            if self.limited.keys:
+                self.limited.purged(self.table)
             if self.waits:  # purged prerequisites (the writer settles their dependents next)
                 for gone in [p for p in self.waits.dependents if self.table.find(p) < 0]:
                     self.waits.finished(gone)
@@ -244,29 +267,34 @@ class QueueState:
             field(rec, TIME, float, offset)
             self.paused = rtype == RecordType.PAUSE
             return
-        job_id = field(rec, ID, str, offset)
-        if rtype == RecordType.ENQUEUE:
-            note = note_of(rec, offset) if META in rec else None  # enqueue(meta=), 1.2
-            apply_enqueue(self, job_id, rec, offset, size)
-            if note is not None or self.notes.by_job:  # a remembered key's note is not its
-                self.notes.set(job_id, note)
+        if rtype == RecordType.LIMIT:
+            self.limited.declare(rec, offset)
             return
+        job_id = field(rec, ID, str, offset)
         if rtype == RecordType.FORGET:
             apply_forget(self, job_id, offset)
             self.settle_notes(job_id)
             return
-        note = note_of(rec, offset)  # a snapshot record's note (1.2), checked first
-        if rtype == RecordType.JOB:
-            apply_snapshot_job(self, job_id, rec, offset, size)
-        elif rtype == RecordType.KEY:
-            if job_id in self.done_keys:
-                raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
-            self.remember(job_id, field(rec, ACKED, float, offset))
-        elif rtype == RecordType.FINISHED:
-            apply_snapshot_finished(self, job_id, rec, offset, size)
+        if rtype == RecordType.ENQUEUE:
+            note = note_of(rec, offset) if META in rec else None  # enqueue(meta=), 1.2
+            apply_enqueue(self, job_id, rec, offset, size)
         else:
-            raise ReplayError(offset, f"unknown record type {rtype}")
-        self.notes.set(job_id, note)
+            note = note_of(rec, offset)  # a snapshot record's note (1.2), checked first
+            if rtype == RecordType.JOB:
+                apply_snapshot_job(self, job_id, rec, offset, size)
+            elif rtype == RecordType.KEY:
+                if job_id in self.done_keys:
+                    raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
+                self.remember(job_id, field(rec, ACKED, float, offset))
+            elif rtype == RecordType.FINISHED:
+                apply_snapshot_finished(self, job_id, rec, offset, size)
+            else:
+                raise ReplayError(offset, f"unknown record type {rtype}")
+        if note is not None or self.notes:  # a remembered key's note is not its new job's
+            self.notes.set(job_id, note)
+        if (rtype == RecordType.ENQUEUE or rtype == RecordType.JOB) and (
+                RATE_KEY in rec or CONCURRENCY_KEY in rec):  # a limited job (limited.py)
+            self._adopt(job_id, rec, offset)
 
     # -- bookkeeping (the record functions' too) --------------------------
 
@@ -314,9 +342,12 @@ class QueueState:
 
     # -- questions (read-only with respect to the state's meaning) ----------
 
-    def ready(self, now: float, count: int) -> list[Entry]:
-        """Up to `count` leasable jobs: highest priority first, FIFO within a priority."""
+    def ready(self, now: float, count: int, limits: Limits | None = None) -> list[Entry]:
+        """Up to `count` leasable jobs: highest priority first, FIFO within a priority;
+        none over the `limits` the caller declared (limited.py)."""
         table = self.table
+        if self.limited.groups or limits:
+            return self.limited.ready(table, now, count, limits or Limits())
         return table.due.ready(table, now, count)
 
     def forgettable(self, before: float) -> list[str]:
@@ -338,11 +369,12 @@ class QueueState:
         table = self.table
         return table.due.expired(table, now)
 
-    def next_wakeup(self) -> float | None:
-        """Earliest moment a job may become leasable: -inf or a past time if one is
-        ready now, the first delayed job's time or lease deadline otherwise, None if
-        neither exists."""
+    def next_wakeup(self, limits: Limits | None = None, now: float = 0.0) -> float | None:
+        """Earliest moment a job may become leasable (-inf or a past time: one is ready
+        now; None: nothing is due), no sooner than `limits` allow as of `now`."""
         table = self.table
+        if self.limited.groups or limits:
+            return self.limited.next_wakeup(table, limits or Limits(), now)
         return table.due.next_wakeup(table)
 
     def entries(self, state: JobState | None = None, skip: int = 0, *,
@@ -369,7 +401,8 @@ class QueueState:
         )
         return (jobs, tuple(sorted(self.done_keys.items())), self.pending, self.leased,
                 self.dead, self.kept, self.done, self.next_token, self.paused,
-                self.waiting, self.waits.fingerprint(), self.notes.fingerprint())
+                self.waiting, self.waits.fingerprint(), self.limited.fingerprint(),
+                self.notes.fingerprint())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QueueState):

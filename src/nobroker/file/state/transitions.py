@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from ...dependencies import FAILURE
 from ..log.records import (
     AT,
     BATCH,
+    DEAD_LETTER,
     ERROR,
     ID,
     IS_KEY,
@@ -63,8 +65,8 @@ __all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "ap
 
 # (record type, the job's state before) -> the states it may be in after (None: the
 # job, or its key, is gone). _apply takes the states a record may find its job in
-# from here (docs/FORMAT.md shows the same table). PURGE applies to every pending job
-# at once; FORGET to a finished job: a remembered key, or a kept one (done or cancelled).
+# from here. PURGE applies to every pending job at once; FORGET to a finished
+# job: a remembered key, or a job kept with its outcome (done or cancelled).
 TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | None, ...]]] = {
     (RecordType.ENQUEUE, None): (JobState.PENDING, JobState.WAITING),
     (RecordType.RELEASE, JobState.WAITING): (JobState.PENDING,),
@@ -212,19 +214,20 @@ def apply_extend(state: ReplayState, slot: int, job_id: str, rec: Record, offset
 
 
 def _retry(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
-                error: str | None) -> None:
-    """NACK and EXPIRE: dead on the last attempt, else pending again from `at`."""
+                error: str | None, dead: bool = False) -> None:
+    """NACK and EXPIRE: dead on the last attempt (or a NACK's `dl`), else pending again
+    from `at`."""
     table = state.table
     at = field(rec, AT, float, offset)
     seq = table.seqs[slot]
     table.set_error(seq, error)
     table.unhold(seq, job_id)
-    if table.attempts[slot] >= table.max_attempts[slot]:
+    if dead or table.attempts[slot] >= table.max_attempts[slot]:
         table.set_available(slot, at)  # a dead job's `at`: when it died (FORMAT.md)
         state.set_state(slot, DEAD)
         state.dead_lettered += 1
         if state.waits:
-            state.waits.finished(job_id)
+            state.waits.finished(job_id, died=True)
     else:
         state.count(table.make_pending(slot, at), -1)
         state.pending += 1
@@ -233,7 +236,10 @@ def _retry(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
 
 def apply_nack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                size: int) -> None:
-    _retry(state, slot, job_id, rec, offset, opt_str(rec, ERROR, offset))
+    dead = rec.get(DEAD_LETTER, False)
+    if type(dead) is not bool:
+        raise ReplayError(offset, f"field {DEAD_LETTER!r} must be a boolean")
+    _retry(state, slot, job_id, rec, offset, opt_str(rec, ERROR, offset), dead)
 
 
 def apply_expire(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
@@ -257,10 +263,11 @@ def apply_snooze(state: ReplayState, slot: int, job_id: str, rec: Record, offset
 
 def apply_release(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                   size: int) -> None:
-    """Pending from its own `at` (delay= holds), once no prerequisite is left to wait for."""
+    """Pending from its own `at` (delay= holds), once nothing is left to wait for (FAILURE
+    mode: once a prerequisite died)."""
     wait = state.waits.by_job.get(job_id)
-    if wait is None or wait.unmet:
-        left = "?" if wait is None else ", ".join(wait.unmet)
+    if wait is None or (wait.unmet if wait.mode != FAILURE else not wait.died):
+        left = "?" if wait is None else ", ".join(wait.unmet) or "a failure"
         raise ReplayError(offset, f"release of {job_id!r}, which still waits for {left}")
     state.waits.remove(job_id)
     table = state.table
@@ -278,7 +285,7 @@ def apply_requeue(state: ReplayState, slot: int, job_id: str, rec: Record, offse
 def apply_enqueue_waiting(state: ReplayState, job_id: str, rec: Record, offset: int,
                           size: int) -> None:
     """An ENQUEUE with prerequisites (`w`, `af`): waiting, not leased until a RELEASE."""
-    unmet, allow = prerequisites_field(rec, job_id, offset)
+    unmet, mode = prerequisites_field(rec, job_id, offset)
     keyed = rec.get(IS_KEY, False)
     if PAYLOAD not in rec or state.table.find(job_id) >= 0 or type(keyed) is not bool:
         raise ReplayError(offset, f"enqueue of {job_id!r}: no payload, a bad 'k', or twice")
@@ -286,7 +293,7 @@ def apply_enqueue_waiting(state: ReplayState, job_id: str, rec: Record, offset: 
               field(rec, TIME, float, offset), max_attempts_field(rec, offset))
     state.done_keys.pop(job_id, None)
     state.table.add(job_id, keyed, WAITING, *fields, 0, offset, size)
-    state.waits.add(job_id, unmet, allow)
+    state.waits.add(job_id, unmet, mode)
     state.waiting += 1
     state.enqueued += 1
     state.live_bytes += size

@@ -16,21 +16,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..log.records import ALLOW_FAILURE, WAIT, ReplayError
+from ...dependencies import ANY, FAILURE, MODES, SUCCESS
+from ..log.records import ALLOW_FAILURE, ON_FAILURE, WAIT, Record, ReplayError
 
-__all__ = ["Wait", "Waits", "prerequisites_field"]
+__all__ = ["Wait", "Waits", "prerequisites_field", "mode_fields"]
 
 
-def prerequisites_field(rec: dict[str, Any], job_id: str, offset: int) -> tuple[list[str], bool]:
+def prerequisites_field(rec: dict[str, Any], job_id: str, offset: int) -> tuple[list[str], str]:
     """An ENQUEUE's or a JOB's `w` (a non-empty list of distinct ids, not its own) and
-    `af` (default false), checked; ReplayError naming what is wrong."""
-    unmet, allow = rec[WAIT], rec.get(ALLOW_FAILURE, False)
+    its mode from `af` and `of` (booleans, default false, not both), checked;
+    ReplayError naming what is wrong."""
+    unmet, allow, on_failure = rec[WAIT], rec.get(ALLOW_FAILURE, False), rec.get(ON_FAILURE,
+                                                                                 False)
     if (type(unmet) is not list or not unmet or not all(type(p) is str for p in unmet)
             or len(set(unmet)) != len(unmet) or job_id in unmet):
         raise ReplayError(offset, f"bad prerequisites {unmet!r}")
-    if type(allow) is not bool:
-        raise ReplayError(offset, f"field '{ALLOW_FAILURE}' must be a boolean")
-    return unmet, allow
+    if type(allow) is not bool or type(on_failure) is not bool or (allow and on_failure):
+        raise ReplayError(offset, f"fields '{ALLOW_FAILURE}' and '{ON_FAILURE}' must be "
+                          "booleans, not both true")
+    return unmet, FAILURE if on_failure else ANY if allow else SUCCESS
+
+
+def mode_fields(fields: Record, mode: str) -> None:
+    """Add what says `mode` to an ENQUEUE's or JOB's fields (nothing for SUCCESS)."""
+    if mode == ANY:
+        fields[ALLOW_FAILURE] = True
+    elif mode == FAILURE:
+        fields[ON_FAILURE] = True
 
 
 @dataclass(slots=True)
@@ -38,32 +50,44 @@ class Wait:
     """One waiting job's prerequisites not yet finished (ids, in the order given)."""
 
     unmet: dict[str, None]
-    allow_failure: bool  # a prerequisite that fails counts as done for this job
+    mode: str  # dependencies.SUCCESS, ANY or FAILURE: what releases it
+    died: bool = False  # a prerequisite was dead-lettered (what releases FAILURE)
 
 
 class Waits:
-    """The waiting jobs' unmet prerequisites, both ways round."""
+    """The waiting jobs' unmet prerequisites, both ways round. Dicts used as ordered
+    sets, so that striking one off is O(1) however many a job or prerequisite has."""
 
     def __init__(self) -> None:
         self.by_job: dict[str, Wait] = {}
-        self.dependents: dict[str, list[str]] = {}  # prerequisite -> waiting jobs
+        self.dependents: dict[str, dict[str, None]] = {}  # prerequisite -> waiting jobs
 
     def __bool__(self) -> bool:
         return bool(self.by_job)
 
-    def add(self, job_id: str, unmet: Sequence[str], allow_failure: bool) -> None:
-        self.by_job[job_id] = Wait(dict.fromkeys(unmet), allow_failure)
+    def add(self, job_id: str, unmet: Sequence[str], mode: str, died: bool = False) -> None:
+        self.by_job[job_id] = Wait(dict.fromkeys(unmet), mode, died)
+        dependents = self.dependents
         for prerequisite in unmet:
-            self.dependents.setdefault(prerequisite, []).append(job_id)
+            others = dependents.get(prerequisite)
+            if others is None:
+                dependents[prerequisite] = {job_id: None}
+            else:
+                others[job_id] = None
 
-    def finished(self, prerequisite: str) -> list[str]:
-        """`prerequisite` finished: struck off its dependents' lists; returns them."""
+    def finished(self, prerequisite: str, died: bool = False) -> list[str]:
+        """`prerequisite` finished (`died`: dead-lettered): struck off its dependents'
+        lists; returns them."""
         dependents = self.dependents.pop(prerequisite, None)
         if dependents is None:
             return []
+        by_job = self.by_job
         for job_id in dependents:
-            self.by_job[job_id].unmet.pop(prerequisite, None)
-        return dependents
+            wait = by_job[job_id]
+            del wait.unmet[prerequisite]
+            if died:
+                wait.died = True
+        return list(dependents)
 
     def remove(self, job_id: str) -> Wait | None:
         """Waiting job `job_id` leaves the waiting state (released or cancelled)."""
@@ -72,7 +96,7 @@ class Waits:
             for prerequisite in wait.unmet:
                 others = self.dependents.get(prerequisite)
                 if others is not None:
-                    others.remove(job_id)
+                    others.pop(job_id, None)
                     if not others:
                         del self.dependents[prerequisite]
         return wait
@@ -81,19 +105,26 @@ class Waits:
         wait = self.by_job.get(job_id)
         return () if wait is None else tuple(wait.unmet)
 
-    def items(self) -> list[tuple[str, list[str], bool]]:
-        """(job, unmet prerequisites, allow_failure) for every waiting job: what a
-        checkpoint saves and `restore` takes back."""
-        return [(job_id, list(wait.unmet), wait.allow_failure)
+    def items(self) -> list[tuple[object, ...]]:
+        """(job, unmet prerequisites, allow_failure) for every waiting job, with a fourth
+        item "failure" for one in FAILURE mode: what a checkpoint saves and `restore`
+        takes back (a reader of three items only refuses four, and replays the log
+        instead). `died` is not saved: the batch that sets it releases the job."""
+        return [(job_id, list(wait.unmet), wait.mode == ANY) if wait.mode != FAILURE
+                else (job_id, list(wait.unmet), False, FAILURE)
                 for job_id, wait in self.by_job.items()]
 
     def restore(self, items: Sequence[Sequence[object]]) -> None:
-        for job_id, unmet, allow_failure in items:
+        for item in items:
+            job_id, unmet, allow_failure = item[:3]
+            mode = item[3] if len(item) == 4 else ANY if allow_failure is True else SUCCESS
             if (type(job_id) is not str or type(unmet) is not list or not unmet
-                    or not all(type(p) is str for p in unmet)
-                    or type(allow_failure) is not bool or job_id in self.by_job):
+                    or not all(type(p) is str for p in unmet) or len(item) not in (3, 4)
+                    or type(allow_failure) is not bool or mode not in MODES
+                    or job_id in self.by_job):
                 raise ValueError(f"bad waiting job {job_id!r}")
-            self.add(job_id, unmet, allow_failure)
+            self.add(job_id, unmet, str(mode))
 
     def fingerprint(self) -> tuple[object, ...]:
-        return tuple(sorted((job_id, tuple(unmet), flag) for job_id, unmet, flag in self.items()))
+        return tuple(sorted((job_id, tuple(wait.unmet), wait.mode, wait.died)
+                            for job_id, wait in self.by_job.items()))

@@ -1,12 +1,13 @@
--- A leased job failed: dead if that was its last attempt, else pending again
--- after `delay` (waiting) or at once (ready).
+-- A leased job failed: dead if that was its last attempt or the caller said so
+-- (`dl`: Queue.nack(dead=True)), else pending again after `delay` (waiting) or at
+-- once (ready).
 WITH nacked AS (
     UPDATE {schema}.jobs AS j SET
-        state = CASE WHEN j.attempts >= j.max_attempts THEN 2
+        state = CASE WHEN (j.attempts >= j.max_attempts OR %(dl)s::boolean) THEN 2
                      WHEN %(delay)s::float8 > 0 THEN -1 ELSE 0 END,
-        available_at = CASE WHEN j.attempts >= j.max_attempts THEN j.available_at
-                       ELSE t.now + %(delay)s::float8 END,
-        finished_at = CASE WHEN j.attempts >= j.max_attempts THEN t.now END,
+        available_at = CASE WHEN (j.attempts >= j.max_attempts OR %(dl)s::boolean)
+                       THEN j.available_at ELSE t.now + %(delay)s::float8 END,
+        finished_at = CASE WHEN (j.attempts >= j.max_attempts OR %(dl)s::boolean) THEN t.now END,
         last_error = %(err)s::text, token = NULL, lease_until = NULL
     FROM (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
     WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s

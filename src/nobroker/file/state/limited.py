@@ -1,0 +1,288 @@
+"""The limited jobs: their keys, a due index per key, holders, and rate windows.
+
+What it owns, beside the job table (the state keeps one, `QueueState.limited`):
+- each live job's limit keys, from its ENQUEUE (or snapshot JOB) record's
+  "rk" (rate key) and "ck" (concurrency key), by seq;
+- a due index (due.DueJobs, heaps only) per pair of keys, so that a lease
+  skips a saturated key in one step, whatever its backlog: a limited pending
+  job sits in its keys' index and never in the table's own;
+- how many jobs of each concurrency key are leased now;
+- a rate window (limits.Window) per rate key a LIMIT record declared: the
+  times of the latest LEASE records of the key's jobs ("" is the queue's,
+  every lease counts), at most the declared count of them.
+
+The state calls `after` once a record changed a limited job (and for every
+LEASE while a window exists), and `adopt` for a new job with keys; the table
+puts every pending job in its own index, so `adopt` and `after` take a
+limited one out again (set_code's move out of its lane, then drop). The
+questions (`ready`, `next_wakeup`) take the limits the caller declared:
+the configuration is code, the counts are the log's. Pure: no os, time,
+random or threads.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from ...limits import QUEUE_KEY, Budget, JobKeys, Limits, Window
+from ..log.records import (
+    AT,
+    CONCURRENCY_KEY,
+    ID,
+    IS_KEY,
+    LIMIT_COUNT,
+    MAX_ATTEMPTS,
+    PERIOD,
+    PRIORITY,
+    RATE_KEY,
+    STARTS,
+    TIME,
+    Record,
+    RecordType,
+    ReplayError,
+)
+from .batch import Batch
+from .due import DueJobs
+from .jobtable import JobTable
+from .vocabulary import DEAD, LEASED, PENDING, WAITING, Entry
+
+__all__ = ["LimitedJobs", "record_keys", "key_fields", "plan_limited_enqueue",
+           "declare_windows"]
+
+_LIVE: Final = (PENDING, LEASED, DEAD, WAITING)
+
+
+def record_keys(rec: Record, offset: int) -> JobKeys | None:
+    """An ENQUEUE or JOB record's limit keys (None: it has none); ReplayError if bad."""
+    rate_key, concurrency_key = rec.get(RATE_KEY), rec.get(CONCURRENCY_KEY)
+    if rate_key is None and concurrency_key is None:
+        return None
+    for value in (rate_key, concurrency_key):
+        if value is not None and (type(value) is not str or not value):
+            raise ReplayError(offset, f"bad limit key {value!r}")
+    return rate_key, concurrency_key
+
+
+def key_fields(keys: JobKeys | None) -> Record:
+    """The record fields that give a job `keys` (what record_keys reads back)."""
+    if keys is None:
+        return {}
+    fields: Record = {}
+    if keys[0] is not None:
+        fields[RATE_KEY] = keys[0]
+    if keys[1] is not None:
+        fields[CONCURRENCY_KEY] = keys[1]
+    return fields
+
+
+def plan_limited_enqueue(batch: Batch, job_id: str, priority: int, at: float, t: float,
+                         max_attempts: int, keyed: bool, payload_text: str,
+                         keys: JobKeys) -> None:
+    """The ENQUEUE record of a job with limit keys (add_enqueue's fields, and "rk"/"ck")."""
+    fields: Record = {ID: job_id, PRIORITY: priority, AT: at, TIME: t,
+                      MAX_ATTEMPTS: max_attempts}
+    if keyed:
+        fields[IS_KEY] = True
+    fields.update(key_fields(keys))
+    batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
+
+
+def declare_windows(windows: dict[str, Window], batch: Batch, limits: Limits) -> None:
+    """LIMIT records for the rate limits of `limits` the log holds otherwise or not
+    at all, so that replay keeps their windows (the starts a window counts)."""
+    for key, rate in limits.rates.items():
+        window = windows.get(key)
+        if window is None or (window.count, window.period) != (rate.count, rate.period):
+            batch.add(RecordType.LIMIT, {RATE_KEY: key, LIMIT_COUNT: rate.count,
+                                         PERIOD: float(rate.period)})
+
+
+class LimitedJobs:
+    """The limited jobs of one replay state (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, JobKeys] = {}  # seq -> its keys, for live limited jobs
+        self.groups: dict[JobKeys, DueJobs] = {}  # keys -> their pending jobs, due
+        self._members: dict[JobKeys, int] = {}  # keys -> live jobs holding them
+        self.in_use: dict[str, int] = {}  # concurrency key -> jobs leased now
+        self.windows: dict[str, Window] = {}  # rate key -> its latest starts
+
+    def __bool__(self) -> bool:
+        return bool(self.keys or self.windows)
+
+    # -- applying records ---------------------------------------------------
+
+    def adopt(self, table: JobTable, slot: int, keys: JobKeys) -> None:
+        """A job just added with `keys` (pending, waiting or, from a snapshot, leased
+        or dead): from now on only its keys' index holds it while it is pending."""
+        seq = table.seqs[slot]
+        self.keys[seq] = keys
+        self._members[keys] = self._members.get(keys, 0) + 1
+        code = table.code[slot]
+        if code == PENDING:
+            self._take(table, slot, seq, keys)
+        elif code == LEASED and keys[1] is not None:
+            self.in_use[keys[1]] = self.in_use.get(keys[1], 0) + 1
+
+    def _take(self, table: JobTable, slot: int, seq: int, keys: JobKeys) -> None:
+        """Pending job `slot` out of the table's index (its lane, its heaps) into its
+        keys' own."""
+        table.set_code(slot, PENDING)  # out of its lane: pushed on the table's heap...
+        table.due.drop(seq)  # ...where it is stale at once
+        group = self.groups.get(keys)
+        if group is None:
+            group = self.groups[keys] = DueJobs()
+        group.push(seq, table.available_at[slot])
+
+    def after(self, table: JobTable, seq: int, before: int, lease: Record | None,
+              offset: int) -> None:
+        """A record (at `offset`) changed job `seq`, which was in state `before`
+        (`lease`: the record, if it was a LEASE)."""
+        keys = self.keys.get(seq)
+        if lease is not None and self.windows:
+            self._started(keys, lease, offset)
+        if keys is None:
+            return
+        slot = table.slot(seq)
+        after = table.code[slot] if slot >= 0 else -1
+        holder = keys[1]
+        if holder is not None and (before == LEASED) != (after == LEASED):
+            held = self.in_use.get(holder, 0) + (1 if after == LEASED else -1)
+            if held:
+                self.in_use[holder] = held
+            else:
+                self.in_use.pop(holder, None)
+        if after == PENDING:
+            self._take(table, slot, seq, keys)
+        elif before == PENDING:
+            self.groups[keys].drop(seq)
+        if after not in _LIVE:
+            self._forget(seq, keys)
+
+    def _started(self, keys: JobKeys | None, lease: Record, offset: int) -> None:
+        at = lease.get(TIME)
+        if type(at) is not float:
+            raise ReplayError(offset, f"a lease without its time {at!r}, under a rate limit")
+        windows = self.windows
+        queue = windows.get(QUEUE_KEY)
+        if queue is not None:
+            queue.start(at)
+        if keys is not None and keys[0] is not None:
+            window = windows.get(keys[0])
+            if window is not None:
+                window.start(at)
+
+    def _forget(self, seq: int, keys: JobKeys) -> None:
+        del self.keys[seq]
+        left = self._members[keys] - 1
+        if left:
+            self._members[keys] = left
+        else:  # the last job of these keys: their index goes
+            del self._members[keys]
+            self.groups.pop(keys, None)
+
+    def purged(self, table: JobTable) -> None:
+        """PURGE removed every pending job, theirs included."""
+        for seq, keys in list(self.keys.items()):
+            if table.slot(seq) < 0:
+                self._forget(seq, keys)
+        for group in self.groups.values():
+            group.clear_pending()
+
+    def declare(self, rec: Record, offset: int) -> None:
+        """A LIMIT record: rate key "rk" keeps its latest "lim" starts (those in "st",
+        a snapshot's, first), its window "per" seconds long."""
+        key, count, period = rec.get(RATE_KEY), rec.get(LIMIT_COUNT), rec.get(PERIOD)
+        starts = rec.get(STARTS, None)
+        if (type(key) is not str or type(count) is not int or not 1 <= count <= 1 << 20
+                or type(period) is not float or not period > 0
+                or (starts is not None and (type(starts) is not list
+                                            or any(type(at) is not float for at in starts)))):
+            raise ReplayError(offset, f"bad LIMIT record {rec!r}")
+        old = self.windows.get(key)
+        kept = old.starts if old is not None and starts is None else (starts or ())
+        self.windows[key] = Window(count, period, kept)
+
+    # -- questions ----------------------------------------------------------
+
+    def keys_of(self, seq: int) -> JobKeys | None:
+        return self.keys.get(seq)
+
+    def ready(self, table: JobTable, now: float, count: int, limits: Limits) -> list[Entry]:
+        """Up to `count` leasable jobs within `limits` (highest priority first, FIFO
+        within one): the table's unlimited ones and those of each key with room,
+        never looking at a saturated key's jobs."""
+        budget = Budget(limits, self.windows, self.in_use, now)
+        found: list[tuple[tuple[int, int], JobKeys | None, Entry]] = [
+            ((-entry.priority, entry.seq), None, entry)
+            for entry in table.due.ready(table, now, count)]
+        for keys, group in self.groups.items():
+            if budget.allows(keys):
+                found += [((-entry.priority, entry.seq), keys, entry)
+                          for entry in group.ready(table, now, count)]
+        found.sort(key=lambda item: item[0])
+        chosen: list[Entry] = []
+        for _, job_keys, entry in found:
+            if len(chosen) == count:
+                break
+            if budget.allows(job_keys):
+                budget.take(job_keys)
+                chosen.append(entry)
+        return chosen
+
+    def next_wakeup(self, table: JobTable, limits: Limits, now: float) -> float | None:
+        """Earliest moment a job may become leasable within `limits`: as
+        QueueState.next_wakeup, each key's jobs no sooner than its window allows,
+        a key whose holders are all busy left to their acks' wake-ups."""
+        budget = Budget(limits, self.windows, self.in_use, now)
+        times: list[float] = []
+        unlimited = table.due.next_wakeup(table)
+        if unlimited is not None:
+            opens = budget.opens_at(None)
+            times.append(unlimited if opens is None else max(unlimited, opens))
+        for keys, group in self.groups.items():
+            due = group.next_wakeup(table)
+            opens = budget.opens_at(keys)
+            if due is not None and opens is not None:
+                times.append(max(due, opens))
+        return min(times) if times else None
+
+    def frees(self, job_id: str, table: JobTable) -> int:
+        """1 if job `job_id`, leased, holds a concurrency key (its finishing may let
+        another job of the key start: idle workers are woken), else 0."""
+        seq = table.held.get(job_id) if self.keys else None
+        keys = None if seq is None else self.keys.get(seq)
+        return int(keys is not None and keys[1] is not None)
+
+    def columns(self, seqs: Sequence[int]) -> dict[str, list[list[Any]]]:
+        """A checkpoint's part (checkpoint.py): each limited job's keys by its index in
+        the columns' `seqs` (enqueue order), and every window with its starts."""
+        return {"keys": [[bisect_left(seqs, seq), *keys]
+                         for seq, keys in sorted(self.keys.items())],
+                "windows": [[key, w.count, w.period, list(w.starts)]
+                            for key, w in self.windows.items()]}
+
+    def restore(self, table: JobTable, columns: dict[str, list[list[Any]]]) -> None:
+        """What `columns` saved, into a state just restored from the same columns (a
+        job's index is its slot); ReplayError if it does not fit them."""
+        for index, rate_key, concurrency_key in columns["keys"]:
+            keys = record_keys({RATE_KEY: rate_key, CONCURRENCY_KEY: concurrency_key}, 0)
+            if keys is None or type(index) is not int or not 0 <= index < len(table.seqs):
+                raise ReplayError(0, f"bad limited job {index!r} in a checkpoint")
+            self.adopt(table, index, keys)
+        for key, count, period, starts in columns["windows"]:
+            self.declare({RATE_KEY: key, LIMIT_COUNT: count, PERIOD: period,
+                          STARTS: starts}, 0)
+
+    def window_records(self) -> Iterator[Record]:
+        """LIMIT records that declare every window with its starts (a snapshot's)."""
+        for key, window in self.windows.items():
+            yield {RATE_KEY: key, LIMIT_COUNT: window.count, PERIOD: window.period,
+                   STARTS: list(window.starts)}
+
+    def fingerprint(self) -> tuple[object, ...]:
+        return (tuple(sorted((k, v) for k, v in self.in_use.items())),
+                tuple(sorted((key, w.count, w.period, tuple(w.starts))
+                             for key, w in self.windows.items())))

@@ -1,0 +1,112 @@
+"""The in-memory queue's limited jobs: a ready heap per pair of keys, holders, windows.
+
+What it owns, beside MemoryTable (which keeps one): the ready jobs that
+carry limit keys, in a heap per (rate key, concurrency key), so that a lease
+skips a saturated key in one step whatever its backlog; how many jobs of each
+concurrency key are leased; and a rate window per declared rate key (the
+queue's is ""), holding the times of its latest leases. The limits come from
+the caller (nobroker.limits: the configuration is code); the counts are the
+table's. Pure like the table: `now` comes in as an argument.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Protocol
+
+from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Window
+
+__all__ = ["LimitedReady", "Ready"]
+
+# (-priority, seq, stamp, id): the table's ready heap's items.
+Ready = tuple[float, int, int, str]
+
+
+class _Valid(Protocol):
+    def __call__(self, job_id: str, stamp: int) -> bool: ...
+
+
+class LimitedReady:
+    """The limited jobs of one MemoryTable (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[JobKeys, list[Ready]] = {}
+        self.in_use: dict[str, int] = {}
+        self.windows: dict[str, Window] = {}
+
+    def heap(self, keys: JobKeys) -> list[Ready]:
+        """The ready heap of `keys`' jobs."""
+        return self.groups.setdefault(keys, [])
+
+    def held(self, keys: JobKeys, delta: int) -> int:
+        """A job of `keys` starts (+1) or stops (-1) holding its concurrency key;
+        returns the idle workers to wake (1 when a key's slot frees)."""
+        if keys[1] is None:
+            return 0
+        held = self.in_use.get(keys[1], 0) + delta
+        if held:
+            self.in_use[keys[1]] = held
+        else:
+            self.in_use.pop(keys[1], None)
+        return int(delta < 0)
+
+    def started(self, keys: JobKeys | None, limits: Limits, now: float) -> None:
+        """A job of `keys` was leased at `now`: its windows (and the queue's) count it."""
+        for key in (QUEUE_KEY, None if keys is None else keys[0]):
+            rate = None if key is None else limits.rates.get(key)
+            if key is None or rate is None:
+                continue
+            window = self.windows.get(key)
+            if window is None or (window.count, window.period) != (rate.count, rate.period):
+                window = self.windows[key] = Window(rate.count, rate.period,
+                                                    () if window is None else window.starts)
+            window.start(now)
+
+    def choose(self, ready: list[Ready], count: int, limits: Limits, now: float,
+               valid: _Valid) -> list[Ready]:
+        """Up to `count` ready items within `limits`, best first, taken off their heaps
+        (`ready`: the unlimited jobs'); the rest stay. Stale items are dropped."""
+        if not limits and not self.groups:  # nothing limited: the best of `ready`
+            taken: list[Ready] = []
+            while ready and len(taken) < count:
+                item = heapq.heappop(ready)
+                if valid(item[3], item[2]):
+                    taken.append(item)
+            return taken
+        budget = Budget(limits, self.windows, self.in_use, now)
+        found: list[tuple[Ready, JobKeys | None, list[Ready]]] = []
+        for keys, heap in [(None, ready), *self.groups.items()]:
+            if not budget.allows(keys):
+                continue
+            looked = 0
+            while heap and looked < count:
+                item = heapq.heappop(heap)
+                if valid(item[3], item[2]):
+                    found.append((item, keys, heap))
+                    looked += 1
+        found.sort(key=lambda entry: entry[0])
+        chosen: list[Ready] = []
+        for item, keys, heap in found:
+            if len(chosen) < count and budget.allows(keys):
+                budget.take(keys)
+                chosen.append(item)
+            else:
+                heapq.heappush(heap, item)
+        for keys in [keys for keys, heap in self.groups.items() if not heap]:
+            del self.groups[keys]
+        return chosen
+
+    def next_ready(self, limits: Limits, now: float, ready: list[Ready],
+                   valid: _Valid) -> list[float]:
+        """When a ready job may next start within `limits`: [-inf] (now), [a window's
+        opening], or [] (no ready job, or only keys whose holders are all busy)."""
+        budget = Budget(limits, self.windows, self.in_use, now)
+        times: list[float] = []
+        for keys, heap in [(None, ready), *self.groups.items()]:
+            while heap and not valid(heap[0][3], heap[0][2]):
+                heapq.heappop(heap)
+            if heap:
+                opens = budget.opens_at(keys)
+                if opens is not None:
+                    times.append(opens)
+        return [min(times)] if times else []

@@ -1,0 +1,126 @@
+"""Prefetch and coalesced acks (`Worker(prefetch=K)`, off by default).
+
+Without it, a slot that finishes a job acks it and leases its next one in one
+write (`Queue.ack_and_lease`): a write and an fsync per job. With it:
+
+- the dispatcher keeps up to `concurrency + K` jobs leased: the slots' and
+  K more waiting in the inbox, and leases again only once K have room (or
+  the inbox is empty), so a lease record carries up to K jobs;
+- a slot whose job succeeded hands it to the *acker* thread and takes its
+  next job from the inbox at once; the acker writes every job handed to it
+  meanwhile in one `Queue.ack_many` (one write and one fsync), so while one
+  batch's fsync runs, the next batch gathers. A job is acked only after its
+  handler returned, as before: a crash before the ack redelivers it;
+- prefetched jobs are flights like running ones: heartbeated, counted
+  against caps, abandoned at a forced stop. On a graceful stop, those no
+  slot has started are given back untried (`Queue.snooze`, no attempt
+  counted, their last error kept) before the in-flight ones are drained.
+
+What is not coalesced settles as before, in its slot: a task's result (an
+ack with a result is a write of its own), a failure, a snooze.
+
+Rules: the acker holds no job's lease beyond its ack; a batch whose ack_many
+finds one lease gone (NotLeasedError writes nothing) is acked job by job,
+so the others still count as succeeded.
+"""
+
+from __future__ import annotations
+
+from ..errors import NobrokerError, NotLeasedError
+from ..models import Job
+from .joblog import log_job
+from .shared import PASSING, Flight, Shared, log
+
+
+class Prefetching(Shared):
+    """The acker thread and the prefetched jobs' give-back; part of the Worker."""
+
+    _to_ack: list[Flight]  # succeeded, waiting for the acker (_cond)
+    _acker_idle: bool  # the acker waits for work (_cond)
+
+    def _defer_ack(self, flight: Flight) -> None:
+        """A slot's job succeeded: the acker acks it with the others (under _cond)."""
+        self._to_ack.append(flight)
+        if self._acker_idle:
+            self._cond.notify_all()
+
+    def _ack_loop(self) -> None:
+        """The acker thread: ack what the slots hand over, a batch per write, until
+        the worker closes and nothing is left."""
+        while True:
+            with self._cond:
+                while not self._to_ack and not self._closing:
+                    self._acker_idle = True
+                    self._cond.wait()
+                self._acker_idle = False
+                batch, self._to_ack = self._to_ack, []
+                if not batch:
+                    return
+            by_queue: dict[int, list[Flight]] = {}
+            for flight in batch:
+                by_queue.setdefault(flight.queue_index, []).append(flight)
+            for index, flights in by_queue.items():
+                counters = self._ack_batch(index, flights)
+                now = self._clock()
+                with self._cond:
+                    for flight, counter in zip(flights, counters, strict=True):
+                        if flight.abandoned:  # counted and logged by the shutdown
+                            continue
+                        self._counts[counter] += 1
+                        self._flights.discard(flight)
+                    self._last_busy = now
+                    self._cond.notify_all()
+                for flight, counter in zip(flights, counters, strict=True):
+                    log_job(self.queues[index], flight.job, flight.task, counter,
+                            now - flight.began)
+
+    def _ack_batch(self, index: int, flights: list[Flight]) -> list[str]:
+        """Ack the jobs of one queue in one write; each one's counter."""
+        queue = self.queues[index]
+        try:
+            queue.ack_many([f.job for f in flights])
+            return ["succeeded"] * len(flights)
+        except NotLeasedError:  # nothing was written: one by one, to find which
+            return [self._ack_one(index, f.job) for f in flights]
+        except PASSING as exc:
+            return [self._ack_failed(f.job, exc) for f in flights]
+        except NobrokerError as exc:
+            self._fail(exc)
+            return ["lost"] * len(flights)
+
+    def _ack_one(self, index: int, job: Job) -> str:
+        try:
+            self.queues[index].ack(job)
+            return "succeeded"
+        except NotLeasedError as exc:
+            log.warning("job %s (attempt %d): lease lost before it could be acked (%s); "
+                        "whoever holds it now will settle it", job.id, job.attempts,
+                        exc.reason)
+        except PASSING as exc:
+            return self._ack_failed(job, exc)
+        except NobrokerError as exc:
+            self._fail(exc)
+        return "lost"
+
+    def _ack_failed(self, job: Job, exc: Exception) -> str:
+        log.error("job %s (attempt %d) could not be acked: %s; it will be delivered again "
+                  "when its lease runs out", job.id, job.attempts, exc)
+        return "lost"
+
+    def _give_back(self) -> None:
+        """Graceful stop: the prefetched jobs no slot started go back untried."""
+        with self._cond:
+            waiting = list(self._inbox)
+            self._inbox.clear()
+            for flight in waiting:
+                self._flights.discard(flight)
+            self._cond.notify_all()
+        for flight in waiting:
+            job = flight.job
+            try:
+                self.queues[flight.queue_index].snooze(job, 0.0, error=job.last_error)
+            except NobrokerError as exc:  # its lease runs out instead (an attempt counted)
+                log.warning("job %s: could not give the prefetched job back (%s); it will "
+                            "be delivered again when its lease runs out", job.id, exc)
+        if waiting:
+            log.info("gave back %d prefetched job(s) untried", len(waiting))

@@ -1,0 +1,208 @@
+"""Rate limits and concurrency limits (nobroker.limits, docs/TASKS.md "Limits") as a
+contract every backend with `capabilities.limits` passes; a backend without it
+refuses them with a NobrokerError naming the capability. Mixed into QueueContract
+(test_queue_contract.py), so it runs wherever that does. Time is a FakeClock.
+"""
+
+from __future__ import annotations
+
+import unittest
+from typing import Any
+
+from harness.support import FakeClock
+
+from nobroker import BackoffPolicy, JobState, NobrokerError, Queue
+
+
+def noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class LimitsContract:
+    """Needs the QueueContract plumbing: clocked(), needs()."""
+
+    def clocked(self, **kwargs: Any) -> tuple[Queue, FakeClock]:
+        raise NotImplementedError
+
+    def needs(self, q: Queue, capability: str) -> None:
+        raise NotImplementedError
+
+    def limited(self, **kwargs: Any) -> tuple[Queue, FakeClock]:
+        q, clock = self.clocked(**kwargs)
+        self.needs(q, "limits")
+        return q, clock
+
+    @property
+    def t(self) -> unittest.TestCase:
+        return self  # type: ignore[return-value]
+
+    def test_a_backend_without_limits_refuses_them_when_declared(self) -> None:
+        q, _ = self.clocked()
+        if q.capabilities.limits:
+            self.t.skipTest("the backend has limits")
+        with self.t.assertRaises(NobrokerError) as refused:
+            q.task(name="t", rate_limit="1/s")(noop)
+        self.t.assertIn("'limits' capability", str(refused.exception))
+        with self.t.assertRaises(NobrokerError) as refused:
+            self.clocked(rate_limit="1/s")
+        self.t.assertIn("'limits' capability", str(refused.exception))
+
+    def test_a_rate_limit_lets_the_first_jobs_through_at_once_and_no_more(self) -> None:
+        q, clock = self.limited()
+        task = q.task(name="t", rate_limit="2/s")(noop)
+        for n in range(5):
+            task.delay(n)
+        self.t.assertEqual([j.payload["args"] for j in q.lease(10)], [[0], [1]])
+        self.t.assertEqual(q.lease(10), [])
+        clock.advance(0.999)
+        self.t.assertEqual(q.lease(10), [])
+        clock.advance(0.002)
+        self.t.assertEqual(len(q.lease(10)), 2)
+
+    def test_a_window_slides_rather_than_following_the_calendar(self) -> None:
+        q, clock = self.limited()
+        task = q.task(name="t", rate_limit="2/m")(noop)
+        for n in range(6):
+            task.delay(n)
+        self.t.assertEqual(len(q.lease(1)), 1)  # at 0
+        clock.advance(50)
+        self.t.assertEqual(len(q.lease(5)), 1)  # at 50: two in (-10, 50]
+        clock.advance(11)  # 61: the first left the window, the one at 50 did not
+        self.t.assertEqual(len(q.lease(5)), 1)
+        self.t.assertEqual(q.lease(5), [])
+        clock.advance(50)  # 111: the start at 50 left
+        self.t.assertEqual(len(q.lease(5)), 1)
+
+    def test_a_held_back_job_stays_pending_and_costs_no_attempt(self) -> None:
+        q, clock = self.limited(max_attempts=1)
+        task = q.task(name="t", rate_limit=(1, 10.0))(noop)
+        first, second = task.delay(1), task.delay(2)
+        q.ack(q.lease(5)[0])
+        for _ in range(20):
+            self.t.assertEqual(q.lease(5), [])
+            clock.advance(0.4)
+        job = q.get(second.id)
+        self.t.assertEqual((job.state, job.attempts), (JobState.PENDING, 0))
+        self.t.assertEqual(q.stats().dead, 0)
+        clock.advance(2.0)
+        self.t.assertEqual([j.id for j in q.lease(5)], [second.id])
+        self.t.assertNotEqual(first.id, second.id)
+
+    def test_a_redelivery_after_lease_expiry_counts_as_a_start(self) -> None:
+        quick = BackoffPolicy(base=0.1, factor=1.0, max_delay=0.1, jitter=0.0)
+        q, clock = self.limited(visibility_timeout=1.0, backoff=quick)
+        task = q.task(name="t", rate_limit=(2, 10.0))(noop)
+        lost = task.delay(1)
+        self.t.assertEqual([j.id for j in q.lease(1)], [lost.id])
+        clock.advance(1.5)  # its lease ran out; reclaimed by the next write
+        later = task.delay(2)
+        clock.advance(0.2)  # past its retry delay: the redelivery is the second start
+        self.t.assertEqual([j.id for j in q.lease(5)], [lost.id])
+        self.t.assertEqual(q.lease(5), [])
+        clock.advance(10.0)
+        self.t.assertEqual([j.id for j in q.lease(5)], [later.id])
+
+    def test_tasks_sharing_a_rate_limit_key_share_its_window(self) -> None:
+        q, _ = self.limited()
+        one = q.task(name="one", rate_limit="3/s", rate_limit_key="api")(noop)
+        two = q.task(name="two", rate_limit="3/s", rate_limit_key="api")(noop)
+        for n in range(3):
+            one.delay(n)
+            two.delay(n)
+        self.t.assertEqual(len(q.lease(10)), 3)
+        self.t.assertEqual(q.lease(10), [])
+        with self.t.assertRaises(ValueError) as refused:
+            q.task(name="three", rate_limit="5/s", rate_limit_key="api")(noop)
+        self.t.assertIn("'api'", str(refused.exception))
+
+    def test_a_queue_rate_limit_counts_every_lease_and_a_task_limit_applies_too(self) -> None:
+        self.limited()  # skipped where the backend has no limits
+        q, clock = self.limited(rate_limit=(3, 1.0))
+        task = q.task(name="t", rate_limit=(1, 1.0))(noop)
+        for n in range(3):
+            task.delay(n)
+            q.enqueue({"plain": n})
+        leased = q.lease(10)
+        self.t.assertEqual(len(leased), 3)  # the queue's limit
+        self.t.assertEqual(sum(isinstance(j.payload, dict) and "task" in j.payload
+                               for j in leased), 1)  # the task's
+        clock.advance(1.0)  # two task jobs and a plain one left: one of each
+        self.t.assertEqual(len(q.lease(10)), 2)
+
+    def test_a_rate_limit_spec_is_checked(self) -> None:
+        q, _ = self.limited()
+        for bad in ("10/d", "ten/s", (0, 1.0), (1, 0), "0/s", 5):
+            with self.t.subTest(bad=bad), self.t.assertRaises(ValueError):
+                q.task(name=f"bad{bad!r}", rate_limit=bad)(noop)
+
+    def test_concurrency_caps_the_jobs_of_a_key_leased_at_once(self) -> None:
+        q, _ = self.limited()
+        task = q.task(name="t", concurrency=2)(noop)
+        for n in range(5):
+            task.delay(n)
+        held = q.lease(10)
+        self.t.assertEqual(len(held), 2)
+        self.t.assertEqual(q.lease(10), [])
+        q.ack(held[0])
+        self.t.assertEqual(len(q.lease(10)), 1)
+        q.nack(held[1], delay=0)
+        self.t.assertEqual(len(q.lease(10)), 1)
+
+    def test_a_concurrency_key_function_of_the_arguments_limits_each_value(self) -> None:
+        q, _ = self.limited()
+        task = q.task(name="t", concurrency=1,
+                      concurrency_key=lambda customer, n: customer)(noop)
+        for n in range(3):
+            task.delay("a", n)
+            task.delay("b", n)
+        held = q.lease(10)
+        self.t.assertEqual(sorted(j.payload["args"][0] for j in held), ["a", "b"])
+        self.t.assertEqual(q.lease(10), [])
+
+    def test_a_saturated_key_does_not_hold_back_another_keys_job(self) -> None:
+        q, _ = self.limited()
+        task = q.task(name="t", concurrency=1, concurrency_key=lambda key: key)(noop)
+        q.enqueue_many([{"task": "t", "args": ["busy"], "kwargs": {}}] * 2000)
+        self.t.assertEqual(len(q.lease(1)), 1)
+        other = task.delay("free")
+        plain = q.enqueue("plain")
+        self.t.assertEqual({j.id for j in q.lease(5)}, {other.id, plain.id})
+
+    def test_a_killed_holder_frees_its_slot_when_its_lease_expires(self) -> None:
+        q, clock = self.limited(visibility_timeout=5.0)
+        task = q.task(name="t", concurrency=1)(noop)
+        task.delay(1)
+        task.delay(2)
+        q.lease(1)  # its holder dies: no ack
+        self.t.assertEqual(q.lease(5), [])
+        clock.advance(5.0)
+        self.t.assertEqual(len(q.lease(5)), 1)  # one holder again
+
+    def test_wait_sleeps_until_the_window_opens(self) -> None:
+        q, clock = self.limited()
+        task = q.task(name="t", rate_limit=(1, 10.0))(noop)
+        task.delay(1)
+        task.delay(2)
+        q.lease(1)
+        self.t.assertFalse(q.wait(0))
+        clock.advance(10.0)
+        self.t.assertTrue(q.wait(0))
+        self.t.assertEqual(len(q.lease(5)), 1)
+
+    def test_wait_sleeps_while_every_holder_of_a_key_is_busy(self) -> None:
+        q, _ = self.limited()
+        task = q.task(name="t", concurrency=1)(noop)
+        task.delay(1)
+        task.delay(2)
+        held = q.lease(1)[0]
+        self.t.assertFalse(q.wait(0))
+        q.ack(held)
+        self.t.assertTrue(q.wait(0))
+
+    def test_a_process_that_declared_no_limit_leases_limited_jobs_freely(self) -> None:
+        q, _ = self.limited()
+        task = q.task(name="t", concurrency=1)(noop)
+        task.delay(1)
+        task.delay(2)
+        other, _ = self.clocked()  # another Queue object: no task declared on it
+        self.t.assertEqual(len(other.lease(5)), 2)

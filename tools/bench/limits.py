@@ -1,0 +1,66 @@
+"""The limits' row: what a rate limit and a concurrency limit on an unsaturated key
+cost a lease, next to the same lease of an unlimited job (issue 24: <= 1.1x).
+
+Both sides run the same loop (`job = q.ack_and_lease(job)`, one fsync per job)
+on a queue of their own, interleaved in rounds (A B A B ...). The limited
+queue's jobs are calls of a task declared with `rate_limit=` and
+`concurrency=` high enough never to hold one back: the row measures the
+bookkeeping (a LIMIT record once, the job's keys on its ENQUEUE, its key's due
+index, the window and the holders counted on every lease), not waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from statistics import median
+from typing import Any
+
+from tools.bench.common import fmt_per_op, interleave
+from tools.bench.context import Context, Row, nobroker_api, verdict
+
+
+def _noop(n: int) -> int:
+    return n
+
+
+def wl_limits(ctx: Context) -> list[Row]:
+    """ack_and_lease round trips: limited (unsaturated) vs unlimited jobs."""
+    nb = nobroker_api()
+    cfg = ctx.cfg
+    n = cfg.ack_ops
+    need = cfg.rounds * n + 50
+    queues: dict[str, Any] = {}
+    for label, limited in (("unlimited", False), ("limited", True)):
+        q = nb.Queue(str(ctx.new_dir(f"limits-{label}")))
+        if limited:
+            q.task(name="limited", rate_limit=(100_000, 1.0), concurrency=100_000)(_noop)
+        q.enqueue_many([{"task": "limited" if limited else "plain", "args": [i], "kwargs": {}}
+                        for i in range(need)])
+        queues[label] = q
+
+    def loop(q: Any) -> Callable[[], float]:
+        def run() -> float:
+            job = q.lease_one()
+            t = time.perf_counter()
+            for _ in range(n):
+                job = q.ack_and_lease(job)
+                if job is None:
+                    raise RuntimeError("queue ran dry during ack_and_lease")
+            elapsed = time.perf_counter() - t
+            q.ack(job)
+            return elapsed
+        return run
+
+    try:
+        res = interleave(cfg.rounds, [(label, loop(q)) for label, q in queues.items()])
+    finally:
+        for q in queues.values():
+            q.close()
+    limited_t, plain_t = median(res["limited"]), median(res["unlimited"])
+    ratio = limited_t / plain_t
+    return [Row("limits", "lease of a rate- and concurrency-limited job (unsaturated)",
+                fmt_per_op(limited_t, n), f"unlimited: {fmt_per_op(plain_t, n)}", ratio,
+                "<= 1.1x (time)", verdict(ratio <= 1.1),
+                note=f"{n} ack_and_lease round trips/round, one consumer",
+                data={"ops": n, **res})]

@@ -1,0 +1,213 @@
+"""Where a Worker process's CPU per job goes: lease, ack, replay, fsync, the loop.
+
+bench-realistic (tools/bench/realistic/) says how much of a worker's CPU the
+queue takes per job; this says on what. P worker processes (each a Worker of
+T slots, as `nobroker work` runs it) drain N jobs enqueued up front, with
+every queue call and the file engine's phases timed by thread CPU
+(`time.thread_time`) and wall clock, in each process:
+
+* `ack+lease`, `lease`, `ack`, `ack_many`: the Queue calls the worker makes (their CPU
+  less the phases below, which they contain);
+* `replay`: reading forward under the lock (following.refresh: applying
+  what the other processes wrote);
+* `lock`: taking the queue's lock (wall: waiting for another process);
+* `fsync`: the commit's fsync wait after the lock (wall; CPU beside it);
+* `worker`: everything else the process spent, less the jobs' own CPU: the
+  Worker's Python (slots, dispatcher, heartbeats, handing jobs over).
+
+The wrappers cost about a microsecond a call, so the figures are a little
+high; compare rows of one run. `--cprofile` adds a cProfile of the slot
+threads of the first process (Python slowed several times: shares only).
+
+    python -m tools.profile.worker --kind noop --processes 2
+    python -m tools.profile.worker --kind cpu --processes 1 --jobs 2000 --prefetch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tools.bench.common import REPO
+
+CPU_SECONDS = 0.0021  # bench-realistic's W-cpu job
+PHASES = ("ack+lease", "lease", "ack", "ack_many", "replay", "lock", "fsync")
+
+
+class Timers:
+    """Thread CPU and wall seconds per phase, summed over threads."""
+
+    def __init__(self) -> None:
+        self.cpu = dict.fromkeys(PHASES, 0.0)
+        self.wall = dict.fromkeys(PHASES, 0.0)
+        self.calls = dict.fromkeys(PHASES, 0)
+        self._lock = threading.Lock()
+
+    def wrap(self, owner: Any, attribute: str, phase: str) -> None:
+        original: Callable[..., Any] = getattr(owner, attribute)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+                with self._lock:
+                    self.cpu[phase] += cpu
+                    self.wall[phase] += wall
+                    self.calls[phase] += 1
+
+        setattr(owner, attribute, timed)
+
+
+def burn(seconds: float) -> None:
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+def child(args: argparse.Namespace) -> None:
+    """One worker process: drain until idle, write what it measured as JSON."""
+    import nobroker
+    from nobroker.file import commit, following
+    from nobroker.file.disk.lock import SharedLock
+    from nobroker.worker import slots
+
+    timers = Timers()
+    timers.wrap(nobroker.Queue, "ack_and_lease", "ack+lease")
+    timers.wrap(nobroker.Queue, "lease", "lease")
+    timers.wrap(nobroker.Queue, "ack", "ack")
+    timers.wrap(nobroker.Queue, "ack_many", "ack_many")
+    timers.wrap(following, "refresh", "replay")
+    timers.wrap(SharedLock, "acquire", "lock")
+    timers.wrap(commit.syncing, "sync", "fsync")
+    job_cpu = [0.0]
+    first_job: list[float] = []
+
+    def handler(job: Any) -> None:
+        if not first_job:
+            first_job.append(time.process_time())
+        if args.kind == "cpu":
+            t = time.thread_time()
+            burn(CPU_SECONDS)
+            job_cpu[0] += time.thread_time() - t
+
+    profiles: list[cProfile.Profile] = []
+    if args.cprofile:
+        original = slots.Slots._slot_loop
+
+        def profiled(self: Any, number: int) -> None:
+            profile = cProfile.Profile()
+            profiles.append(profile)
+            profile.enable()
+            try:
+                original(self, number)
+            finally:
+                profile.disable()
+
+        slots.Slots._slot_loop = profiled  # type: ignore[method-assign]
+    queue = nobroker.Queue(args.child)
+    worker = nobroker.Worker(queue, handler, concurrency=args.threads, idle_timeout=0.3,
+                             handle_signals=False, prefetch=args.prefetch)
+    began = time.process_time()
+    wall = time.perf_counter()
+    stats = worker.run()
+    cpu = time.process_time() - (first_job[0] if first_job else began)
+    wall = time.perf_counter() - wall
+    queue.close()
+    out: dict[str, Any] = {"jobs": stats.succeeded, "cpu": cpu, "job_cpu": job_cpu[0],
+                           "wall": wall, "phase_cpu": timers.cpu,
+                           "phase_wall": timers.wall, "calls": timers.calls}
+    if profiles:
+        merged = pstats.Stats(profiles[0])
+        for profile in profiles[1:]:
+            merged.add(profile)
+        text = io.StringIO()
+        merged.stream = text  # type: ignore[attr-defined]
+        merged.sort_stats("tottime").print_stats(30)
+        out["cprofile"] = text.getvalue()
+    Path(args.out).write_text(json.dumps(out), encoding="utf-8")
+
+
+def per_job(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Microseconds per job, over every process."""
+    jobs = sum(r["jobs"] for r in results) or 1
+    cpu = {p: sum(r["phase_cpu"][p] for r in results) for p in PHASES}
+    wall = {p: sum(r["phase_wall"][p] for r in results) for p in PHASES}
+    total = sum(r["cpu"] for r in results) - sum(r["job_cpu"] for r in results)
+    inner = cpu["replay"] + cpu["lock"] + cpu["fsync"]
+    calls = cpu["ack+lease"] + cpu["lease"] + cpu["ack"] + cpu["ack_many"]
+    us = 1e6 / jobs
+    return {
+        "queue CPU (all but the job)": total * us,
+        "queue calls' own CPU": (calls - inner) * us,
+        "  of which ack+lease": cpu["ack+lease"] * us,
+        "replay CPU": cpu["replay"] * us,
+        "lock CPU": cpu["lock"] * us,
+        "lock wait (wall)": wall["lock"] * us,
+        "fsync CPU": cpu["fsync"] * us,
+        "fsync wait (wall)": wall["fsync"] * us,
+        "worker Python (the rest)": (total - calls) * us,
+        "jobs/s": jobs / max(r["wall"] for r in results),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="profile-worker", description=__doc__.split("\n\n")[0])
+    p.add_argument("--kind", choices=("noop", "cpu"), default="noop")
+    p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=3000)
+    p.add_argument("--prefetch", type=int, default=0, help="Worker(prefetch=K)")
+    p.add_argument("--cprofile", action="store_true")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args)
+        return 0
+    import nobroker
+
+    root = Path(tempfile.mkdtemp(prefix="profile-worker-", dir=REPO / ".bench"))
+    try:
+        with nobroker.Queue(root / "q") as q:
+            for start in range(0, args.jobs, 500):
+                q.enqueue_many([{"i": i} for i in range(start, min(args.jobs, start + 500))])
+        outs = [root / f"out-{k}.json" for k in range(args.processes)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]))
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "tools.profile.worker", "--child", str(root / "q"),
+             "--out", str(out), "--kind", args.kind, "--threads", str(args.threads),
+             "--prefetch", str(args.prefetch)]
+            + (["--cprofile"] if args.cprofile and k == 0 else []), env=env, cwd=REPO)
+            for k, out in enumerate(outs)]
+        for proc in procs:
+            proc.wait()
+        results = [json.loads(out.read_text()) for out in outs]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"{args.kind}, {args.processes} process(es) x {args.threads} thread(s), "
+          f"prefetch {args.prefetch}, "
+          f"{sum(r['jobs'] for r in results)} jobs; load {os.getloadavg()[0]:.1f}")
+    for name, value in per_job(results).items():
+        print(f"  {name:32} {value:10,.1f}" + ("" if name == "jobs/s" else " us/job"))
+    if results and "cprofile" in results[0]:
+        print(results[0]["cprofile"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
