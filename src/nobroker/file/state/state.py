@@ -10,11 +10,13 @@ only through `apply_batch`.
 How the jobs are stored (columns, ids, the indexes of due jobs) is the job
 table's business (jobtable.py); the state owns one (`table`), applies the
 rules to it and keeps the counters. What each job record does is in
-transitions.py and what a snapshot's records do in snapshots.py (functions of
-the state, called here by record type); the checks of a record's fields are
+transitions.py, what the records naming no job the table holds do (ENQUEUE among
+them) in other_records.py, and what a snapshot's records do in snapshots.py (functions
+of the state, called here by record type); the checks of a record's fields are
 in fieldchecks.py, and the jobs by id (`jobs`) in jobindex.py. The running jobs'
 progress and metadata (format 1.2) are in notes.py; the records that end a job drop
-its note (an ACK or DELETE in transitions.py; PURGE, FORGET and ENQUEUE here).
+its note (an ACK or DELETE in transitions.py; PURGE, FORGET and ENQUEUE in
+other_records.py).
 
 Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
@@ -37,7 +39,6 @@ from ..log.records import (
     BATCH,
     CONCURRENCY_KEY,
     ID,
-    META,
     RATE_KEY,
     TIME,
     TOKEN,
@@ -50,21 +51,12 @@ from .checkpointcolumns import table_columns, table_from_columns
 from .fieldchecks import check_totals, field
 from .jobindex import JobIndex
 from .jobtable import JobTable
-from .limited import LimitedJobs, record_keys
+from .limited import LimitedJobs
 from .listing import entries
-from .notes import Notes, note_of
+from .notes import Notes
+from .other_records import adopt_limited, apply_enqueue_run, apply_other
 from .relocation import relocate
-from .snapshots import apply_snapshot_end, apply_snapshot_finished, apply_snapshot_job
-from .transitions import (
-    ALLOWED,
-    FENCED,
-    JOB_RECORDS,
-    TRANSITIONS,
-    apply_enqueue,
-    apply_enqueue_run,
-    apply_forget,
-    expect_state,
-)
+from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, expect_state
 from .vocabulary import (
     CANCELLED,
     DEAD,
@@ -193,7 +185,7 @@ class QueueState:
                 latest = stamp if stamp > latest else latest
                 for _, rec, offset, _ in batch[:run]:  # limited jobs: to their keys' index
                     if RATE_KEY in rec or CONCURRENCY_KEY in rec:
-                        self._adopt(rec[ID], rec, offset)
+                        adopt_limited(self, rec[ID], rec, offset)
                 batch = batch[run:]
         for rtype, rec, offset, size in batch:
             if rec.get(BATCH) != number:
@@ -207,7 +199,8 @@ class QueueState:
         table.pack_if_sparse()
 
     def _apply(self, rtype: int, rec: Record, offset: int, size: int) -> None:
-        """One record: the job records through the TRANSITIONS table, the rest here."""
+        """One record: the job records through the TRANSITIONS table, the rest through
+        `_apply_other`."""
         allowed = ALLOWED.get(rtype)
         if allowed is None:
             self._apply_other(rtype, rec, offset, size)
@@ -239,62 +232,8 @@ class QueueState:
             return
         JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
 
-    def _adopt(self, job_id: str, rec: Record, offset: int) -> None:
-        """A job just added by `rec`, if it has limit keys: into its keys' index."""
-        keys = record_keys(rec, offset)
-        if keys is not None:
-            self.limited.adopt(self.table, self.table.find(job_id), keys)
-
-    def _apply_other(self, rtype: int, rec: Record, offset: int, size: int) -> None:
-        """The records that name no job the table holds: a new job, PURGE, PAUSE and
-        RESUME, the keys, and a snapshot's records."""
-        if rtype == RecordType.PURGE:
-            removed, freed = self.table.remove_pending()
-            self.pending -= removed
-            self.live_bytes -= freed
-            for noted in list(self.notes.by_job):
-                self.settle_notes(noted)
-            if self.limited.keys:
-                self.limited.purged(self.table)
-            if self.waits:  # purged prerequisites (the writer settles their dependents next)
-                for gone in [p for p in self.waits.dependents if self.table.find(p) < 0]:
-                    self.waits.finished(gone)
-            return
-        if rtype == RecordType.SNAPSHOT:
-            apply_snapshot_end(self, rec, offset)
-            return
-        if rtype == RecordType.PAUSE or rtype == RecordType.RESUME:
-            field(rec, TIME, float, offset)
-            self.paused = rtype == RecordType.PAUSE
-            return
-        if rtype == RecordType.LIMIT:
-            self.limited.declare(rec, offset)
-            return
-        job_id = field(rec, ID, str, offset)
-        if rtype == RecordType.FORGET:
-            apply_forget(self, job_id, offset)
-            self.settle_notes(job_id)
-            return
-        if rtype == RecordType.ENQUEUE:
-            note = note_of(rec, offset) if META in rec else None  # enqueue(meta=), 1.2
-            apply_enqueue(self, job_id, rec, offset, size)
-        else:
-            note = note_of(rec, offset)  # a snapshot record's note (1.2), checked first
-            if rtype == RecordType.JOB:
-                apply_snapshot_job(self, job_id, rec, offset, size)
-            elif rtype == RecordType.KEY:
-                if job_id in self.done_keys:
-                    raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
-                self.remember(job_id, field(rec, ACKED, float, offset))
-            elif rtype == RecordType.FINISHED:
-                apply_snapshot_finished(self, job_id, rec, offset, size)
-            else:
-                raise ReplayError(offset, f"unknown record type {rtype}")
-        if note is not None or self.notes:  # a remembered key's note is not its new job's
-            self.notes.set(job_id, note)
-        if (rtype == RecordType.ENQUEUE or rtype == RecordType.JOB) and (
-                RATE_KEY in rec or CONCURRENCY_KEY in rec):  # a limited job (limited.py)
-            self._adopt(job_id, rec, offset)
+    # The records that name no job the table holds (other_records.py), as a method.
+    _apply_other = apply_other
 
     # -- bookkeeping (the record functions' too) --------------------------
 
