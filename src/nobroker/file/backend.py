@@ -31,7 +31,6 @@ from ..models import (
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
-from .log.readback import finished_outcome
 from .log.records import ID, TIME, TOKEN, RecordType
 from .options import FileOptions
 from .state.batch import Batch
@@ -54,7 +53,7 @@ from .state.dependencies import plan_dependents
 from .state.graphs import graph_jobs, plan_graph
 from .state.notes import Note
 from .state.state import Entry, QueueState
-from .views import note_view, read_payload
+from .views import MISSING, entry_view, note_view
 
 if TYPE_CHECKING:
     from ..dependencies import GraphNode
@@ -65,7 +64,6 @@ T = TypeVar("T")
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
                             exports=True, dependencies=True, limits=True)
-_MISSING: Any = object()
 _FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until retention ends
 _LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
@@ -93,33 +91,9 @@ class FileBackend:
 
     # -- views --------------------------------------------------------------
 
-    def _view(self, entry: Entry, payload: Any = _MISSING, source: LogFile | None = None
+    def _view(self, entry: Entry, payload: Any = MISSING, source: LogFile | None = None
               ) -> Job:
-        state = entry.state
-        if state is JobState.DONE or state is JobState.CANCELLED:
-            # Kept with its outcome: no payload; the result and the finishing time are
-            # read from the record that holds them.
-            log = self.handle.live_log()
-            finished_at, result = finished_outcome(log.record_at(entry.loc), log.path,
-                                                   entry.loc, entry.id)
-            return Job(id=entry.id, payload=None, priority=entry.priority,
-                       attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
-                       available_at=finished_at, enqueued_at=entry.enqueued_at,
-                       last_error=entry.last_error, result=result, finished_at=finished_at,
-                       **note_view(self.handle.state.notes, entry.id))
-        leased = state is JobState.LEASED
-        waits = self.handle.state.waits
-        return Job(
-            id=entry.id,
-            payload=(read_payload(self.handle.live_log() if source is None else source, entry)
-                     if payload is _MISSING else payload),
-            priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
-            state=state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
-            last_error=entry.last_error, token=entry.token if leased else None,
-            lease_expires_at=entry.lease_until if leased else None,
-            finished_at=entry.available_at if state is JobState.DEAD else None,
-            waiting_for=waits.waiting_for(entry.id) if waits else (),
-            **note_view(self.handle.state.notes, entry.id))
+        return entry_view(self.handle.state, self.handle.live_log, entry, payload, source)
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
         """Under the lock: what builds the views of jobs just leased once it is released

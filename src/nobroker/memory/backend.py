@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from ..backend import Capabilities, Settings
 from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
-from ..errors import JobNotFoundError, NobrokerError, NotLeasedError, QueueClosedError
+from ..errors import NobrokerError, NotLeasedError, QueueClosedError
 from ..models import (
     CompactionResult,
     Job,
@@ -35,7 +35,7 @@ from ..models import (
 from .graphs import add_graph, prerequisites
 from .sets import SharedQueue, attach, detach, queue_names
 from .table import MemoryJob, MemoryTable
-from .views import done_view, job_view, stats_view
+from .views import find_view, job_view, stats_view
 
 __all__ = ["MemoryBackend", "CAPABILITIES"]
 
@@ -43,7 +43,6 @@ CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process
                             dependencies=True, limits=True)
 T = TypeVar("T")
 _ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
-_KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until keep_until
 
 
 class MemoryBackend:
@@ -129,19 +128,9 @@ class MemoryBackend:
     # -- views --------------------------------------------------------------
 
     _view = staticmethod(job_view)
-    _done_view = staticmethod(done_view)
 
     def _find(self, table: MemoryTable, job_id: str, now: float) -> Job:
-        job = table.jobs.get(job_id)
-        if job is not None:
-            # Forgotten at the next write, past its retention: not returned before it.
-            if job.state in _KEPT and job.keep_until <= now:
-                raise JobNotFoundError(job_id)
-            return self._view(job)
-        done_at = table.done_keys.get(job_id)
-        if done_at is not None and done_at + self.settings.key_retention > now:
-            return self._done_view(job_id, done_at, table.key_notes.get(job_id))
-        raise JobNotFoundError(job_id)
+        return find_view(table, job_id, now, self.settings.key_retention)
 
     # -- producing ----------------------------------------------------------
 

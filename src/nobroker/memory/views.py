@@ -1,14 +1,16 @@
-"""The in-memory backend's views: a MemoryJob as the `Job` the API hands out."""
+"""The in-memory backend's views: a MemoryJob (or a remembered key) as the `Job` the API
+hands out, and the queue's counts as its `QueueStats`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..codec import dumps, loads
+from ..errors import JobNotFoundError
 from ..models import Job, JobState, QueueStats
 from .table import FINISHED, MemoryJob, MemoryTable, Note
 
-__all__ = ["job_view", "done_view", "stats_view"]
+__all__ = ["job_view", "done_view", "find_view", "stats_view"]
 
 
 def job_view(job: MemoryJob) -> Job:
@@ -37,6 +39,21 @@ def done_view(job_id: str, done_at: float, note: Note | None = None) -> Job:
     return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
                last_error=None, finished_at=done_at, **note_view(note))
+
+
+def find_view(table: MemoryTable, job_id: str, now: float, key_retention: float) -> Job:
+    """`job_id` as `get` hands it out: a job the table holds, or the remembered key of a
+    finished keyed job; JobNotFoundError for neither, and for a kept finished job past
+    its retention (forgotten at the next write: not returned before it)."""
+    job = table.jobs.get(job_id)
+    if job is not None:
+        if job.state in FINISHED and job.keep_until <= now:
+            raise JobNotFoundError(job_id)
+        return job_view(job)
+    done_at = table.done_keys.get(job_id)
+    if done_at is not None and done_at + key_retention > now:
+        return done_view(job_id, done_at, table.key_notes.get(job_id))
+    raise JobNotFoundError(job_id)
 
 
 def note_view(note: Note | None) -> dict[str, Any]:
