@@ -256,7 +256,7 @@ PG_VENV = DEV / "pg-venv"
 PG_BENCH_VENV = DEV / "pg-bench-venv"
 PG_TESTS = ("test_postgres", "test_postgres_connections", "test_postgres_processes",
             "test_postgres_tasks", "test_postgres_dashboard", "test_postgres_multiqueue",
-            "test_postgres_transactions")
+            "test_postgres_transactions", "test_postgres_dependencies")
 
 
 @task("test-postgres")
@@ -287,7 +287,10 @@ def bench_postgres(args: list[str]) -> int:
 CELERY_VENV = DEV / "celery-venv"
 OTEL_VENV = DEV / "otel-venv"
 OTEL_TESTS = ("test_otel",)
-CELERY_TESTS = ("test_celery_hook", "test_celery_app", "test_celery_crash")
+# Celery's own suite needs pytest and its plugins: a venv of its own, so that the
+# test-celery venv stays as a user's (Celery and nobroker only)
+CELERY_SUITE_VENV = DEV / "celery-suite-venv"
+CELERY_TESTS = ("test_celery_hook", "test_celery_app", "test_celery_control", "test_celery_crash")
 # what installing nobroker puts in site-packages besides the code run from src/
 CELERY_INSTALL_INPUTS = ("pyproject.toml", "setup.py", "src/nobroker-celery.pth",
                          "src/_nobroker_celery.py")
@@ -315,21 +318,36 @@ def test_celery(args: list[str]) -> int:
 @task("test-celery-suite")
 def test_celery_suite(args: list[str]) -> int:
     """Run Celery's own integration tests (tasks, canvas) on nobroker (tools/suites/)."""
-    python = ensure_celery_venv()
-    if python is None or ensure_venv(CELERY_VENV, REPO / "requirements-celery-suite.txt") is None:
+    python = ensure_celery_venv(CELERY_SUITE_VENV, REPO / "requirements-celery-suite.txt")
+    if python is None:
         return 1
     return python_tool("tools/suites/celery_suite.py", ["--python", str(python), *args])
 
 
-def ensure_celery_venv() -> Path | None:
-    """The Celery venv, with nobroker installed in it when its install inputs changed."""
-    python = ensure_venv(CELERY_VENV, REPO / "requirements-celery.txt")
+CELERY_PG_VENV = DEV / "celery-pg-venv"
+
+
+@task("test-celery-postgres")
+def test_celery_postgres(args: list[str]) -> int:
+    """Run Celery on nobroker+postgresql:// (a throwaway cluster, tools/postgres/cluster.py)."""
+    python = ensure_celery_venv(CELERY_PG_VENV, REPO / "requirements-celery-postgres.txt")
+    if python is None:
+        return 1
+    return run([sys.executable, "-m", "tools.postgres.cluster", "run", "--",
+                str(python), str(REPO / "tests/run.py"), "-j", "1",
+                *(args or ("test_celery_postgres",))])
+
+
+def ensure_celery_venv(venv: Path = CELERY_VENV,
+                       requirements: Path = REPO / "requirements-celery.txt") -> Path | None:
+    """A Celery venv, with nobroker installed in it when its install inputs changed."""
+    python = ensure_venv(venv, requirements)
     if python is None:
         return None
     digest = hashlib.sha256()
     for name in CELERY_INSTALL_INPUTS:
         digest.update((REPO / name).read_bytes())
-    stamp = CELERY_VENV / "nobroker-install.sha256"
+    stamp = venv / "nobroker-install.sha256"
     if stamp.exists() and stamp.read_text().strip() == digest.hexdigest():
         return python
     code = run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
@@ -376,7 +394,8 @@ def clean(args: list[str]) -> int:
     doomed += SRC.glob("*.egg-info")
     doomed += pycache_dirs(REPO)
     if "--all" in args:
-        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV, DRAMATIQ_VENV, OTEL_VENV]
+        doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV, CELERY_SUITE_VENV,
+                   CELERY_PG_VENV, DRAMATIQ_VENV, OTEL_VENV]
     for path in sorted(set(doomed)):
         if path.is_dir():
             print(f"removing {path.relative_to(REPO)}/")

@@ -270,6 +270,28 @@ class DjangoBackendTest(unittest.TestCase):
         self.assertIn("serving site (registered tasks)", done.stdout)
         self.assertEqual(site.get(result.id).result, "restocked vase")
 
+    def test_the_periodic_task_ticks_once_under_registered_workers(self) -> None:
+        from nobroker.models import JobState
+
+        site = self.site_queue()
+        self.order("unpaid lamp")
+
+        def ticks() -> list[Any]:
+            return [job for state in JobState for job in site.list_jobs(state)
+                    if job.id.startswith("periodic:shop.tasks.unpaid_report:")]
+
+        # Two workers one after the other: each one's scheduler enqueues last night's
+        # tick (started within a day of it); its key makes the second one a no-op.
+        for _ in range(2):
+            done = work("--registered", "--idle-timeout", "1")
+            self.assertEqual(done.returncode, 0, done.stderr)
+        found = ticks()
+        self.assertEqual(len(found), 1, found)
+        tick = found[0]
+        self.assertIs(tick.state, JobState.DONE)
+        self.assertGreaterEqual(tick.result["unpaid"], 1)
+        self.assertTrue(tick.id.endswith("T03:00:00Z"), tick.id)
+
     def test_delay_on_commit_enqueues_at_the_commit_never_on_rollback(self) -> None:
         from django.db import transaction
         from django.test import Client

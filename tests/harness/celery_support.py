@@ -47,10 +47,14 @@ class CeleryTestCase(TempDirTestCase):
                         PYTHONPATH=os.pathsep.join([str(SRC), str(HERE)]))
         # celery_app reads them when a test imports it in this process, too
         for name in ("NOBROKER_CELERY_DIR", "NOBROKER_CELERY_TRACE", "NOBROKER_CELERY_VT"):
-            self.addCleanup(_restore, name, os.environ.get(name))
-            os.environ[name] = self.env[name]
+            self.set_env(name, self.env[name])
         self.workers: list[subprocess.Popen[bytes]] = []
         self.addCleanup(self.stop_workers)
+
+    def set_env(self, name: str, value: str) -> None:
+        """Set an environment variable of this process until the test ends."""
+        self.addCleanup(_restore, name, os.environ.get(name))
+        os.environ[name] = value
 
     def app(self) -> Any:
         """celery_app, imported fresh for this test's directory."""

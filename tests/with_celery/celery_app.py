@@ -1,7 +1,8 @@
 """A small, ordinary Celery application: the two nobroker URLs are its only nobroker.
 
 The tests run it with `celery -A celery_app worker`; the queue directory comes
-from NOBROKER_CELERY_DIR, the visibility timeout from NOBROKER_CELERY_VT, and
+from NOBROKER_CELERY_DIR (or the whole URL, nobroker+postgresql://..., from
+NOBROKER_CELERY_URL), the visibility timeout from NOBROKER_CELERY_VT, and
 the tasks that must leave traces write them under NOBROKER_CELERY_TRACE.
 """
 
@@ -17,11 +18,12 @@ from celery import Celery, group
 
 DIRECTORY = os.environ.get("NOBROKER_CELERY_DIR", "/tmp/nobroker-celery-app")
 TRACE = Path(os.environ.get("NOBROKER_CELERY_TRACE", DIRECTORY + "-trace"))
+URL = os.environ.get("NOBROKER_CELERY_URL") or f"nobroker://{DIRECTORY}"
 
 app = Celery("celery_app")
 app.conf.update(
-    broker_url=f"nobroker://{DIRECTORY}",
-    result_backend=f"nobroker://{DIRECTORY}",
+    broker_url=URL,
+    result_backend=URL,
     broker_transport_options={"visibility_timeout": float(os.environ.get("NOBROKER_CELERY_VT",
                                                                         "30"))},
     task_default_queue="a",

@@ -2,7 +2,7 @@
 registers `nobroker://` with kombu when kombu is imported (and not before); the
 core and nobroker.celery's top import neither kombu nor Celery; Celery queue
 names map one-to-one to nobroker queue names; messages round-trip and pickle is
-refused."""
+refused; bindings shared through the directory live while they are written again."""
 
 from __future__ import annotations
 
@@ -14,8 +14,18 @@ import unittest
 
 from harness.support import SRC, TempDirTestCase
 
+from nobroker import Queue
 from nobroker.celery import MessageRefusedError, directory_from_url, queue_name_for
-from nobroker.celery.messages import job_id_of, message_from, payload_for
+from nobroker.celery.bindings import BINDINGS_QUEUE, LIFETIME, PERIOD, Binding, SharedBindings
+from nobroker.celery.messages import (
+    CommandNotServedError,
+    expires_at,
+    has_expired,
+    job_id_of,
+    message_from,
+    payload_for,
+    refuse_unserved,
+)
 from nobroker.errors import NobrokerError
 
 
@@ -114,6 +124,57 @@ class MessagesTest(unittest.TestCase):
                 payload_for(self.message(**{"content-type": content_type}), "a")
         with self.assertRaises(MessageRefusedError):
             payload_for(self.message(body=b"\x1f\x8b\x08"), "a")  # gzip
+
+    def test_a_message_stamped_with_its_queue_ttl_expires_after_it(self) -> None:
+        payload = payload_for(self.message(), "a")
+        self.assertIs(expires_at(payload, None, 100.0), payload)
+        stamped = expires_at(payload, 300.0, 100.0)
+        self.assertFalse(has_expired(stamped, 399.0))
+        self.assertTrue(has_expired(stamped, 400.0))
+        self.assertFalse(has_expired(payload, 10**12))
+
+    def test_a_broadcast_of_an_unserved_command_is_refused(self) -> None:
+        refuse_unserved(self.message(body=json.dumps({"method": "ping", "arguments": {}})))
+        refuse_unserved(self.message(body="not json"))
+        with self.assertRaisesRegex(CommandNotServedError, "enable_events.*events"):
+            refuse_unserved(self.message(body=json.dumps({"method": "enable_events"})))
+
+
+class SharedBindingsTest(TempDirTestCase):
+    """Two processes' views of the bindings (two Queue objects), on a fake clock."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.now = 1_000_000.0
+
+    def bindings(self) -> SharedBindings:
+        queue = Queue(self.tmp, BINDINGS_QUEUE, clock=lambda: self.now)
+        shared = SharedBindings(queue)
+        self.addCleanup(queue.close)
+        self.addCleanup(shared.close)
+        return shared
+
+    def test_a_binding_declared_in_one_process_is_seen_in_another(self) -> None:
+        worker, caller = self.bindings(), self.bindings()
+        pidbox = Binding("celery.pidbox", "", "", "w1@h.celery.pidbox", 300.0)
+        worker.declare(pidbox)
+        worker.declare(Binding("reply.celery.pidbox", "oid", "", "oid.reply.celery.pidbox"))
+        self.assertEqual(caller.table("celery.pidbox"), [pidbox])
+        self.assertEqual(caller.table("other"), [])
+
+    def test_a_binding_not_written_again_dies_after_its_lifetime(self) -> None:
+        worker, caller = self.bindings(), self.bindings()
+        alive = Binding("celery.pidbox", "", "", "w1@h.celery.pidbox")
+        dead = Binding("celery.pidbox", "", "", "w2@h.celery.pidbox")
+        worker.declare(alive)
+        caller.declare(dead)
+        caller.close()  # the process that declared `dead` stops writing it
+        for _ in range(int(LIFETIME / PERIOD) + 1):
+            self.now += PERIOD
+            worker.refresh()
+        self.assertEqual(self.bindings().table("celery.pidbox"), [alive])
+        # the dead rows, its own old ones included, were leased and acked away
+        self.assertLessEqual(worker.queue.stats().pending, int(LIFETIME / PERIOD) + 1)
 
 
 if __name__ == "__main__":

@@ -47,3 +47,11 @@ def restock(order_id: int) -> str:
     so it never runs before the order it reads is committed."""
     order = Order.objects.get(pk=order_id)
     return f"restocked {order.item}"
+
+
+@site.periodic(cron="0 3 * * *", priority=-10)
+def unpaid_report() -> dict:
+    """A periodic task: every night at 03:00 UTC, run once however many workers serve
+    `site` (each tick's job id is its key). A worker started later runs the latest
+    night's missed tick; its priority keeps it behind the shop's own work."""
+    return {"unpaid": Order.objects.filter(paid=False).count()}

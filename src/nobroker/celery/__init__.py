@@ -11,11 +11,11 @@ nothing in the core imports this subpackage. How the two names are found:
 result backend through Celery's `celery.result_backends` entry point.
 See docs/CELERY.md.
 
-Layers, top first: transport, backend (kombu/Celery) -> leases, results,
-messages -> locations (URL and queue names) -> nobroker's Queue.
+Layers, top first: transport, backend (kombu/Celery) -> bindings, leases,
+results, messages -> locations (URL and queue names) -> nobroker's Queue.
 """
 
-from .locations import directory_from_url, queue_name_for
+from .locations import directory_from_url, location_from_url, queue_name_for
 from .messages import MessageRefusedError
 
-__all__ = ["MessageRefusedError", "directory_from_url", "queue_name_for"]
+__all__ = ["MessageRefusedError", "directory_from_url", "location_from_url", "queue_name_for"]

@@ -44,7 +44,7 @@ from celery.result import GroupResult, allow_join_result
 from celery.utils.log import get_logger
 
 from ..queue import Queue
-from .locations import RESULTS_QUEUE, directory_from_url
+from .locations import RESULTS_QUEUE, location_from_url
 from .messages import JOB_ID_HEADER
 from .results import FOREVER, ResultStore
 
@@ -72,8 +72,9 @@ class NobrokerBackend(KeyValueStoreBackend):
                 f"'json' (not {self.serializer!r})")
         location = url or app.conf.result_backend
         if not isinstance(location, str):
-            raise ImproperlyConfigured("result_backend must be a nobroker:///path URL")
-        self.directory = directory_from_url(location)
+            raise ImproperlyConfigured("result_backend must be a nobroker:///path or "
+                                       "nobroker+postgresql://... URL")
+        self.directory = location_from_url(location)  # a directory or a PostgreSQL URL
         self._store: ResultStore | None = None
         self._pid = 0
 
@@ -136,11 +137,13 @@ class NobrokerBackend(KeyValueStoreBackend):
         self._ensure_not_eager()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if on_interval:
+                # first: it raises a failed parent's error (get(follow_parents=True)), which
+                # must win over this task's own, a ChordError that says the same later
+                on_interval()
             meta = self.get_task_meta(task_id)
             if meta["status"] in states.READY_STATES:
                 return meta
-            if on_interval:
-                on_interval()
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError("The operation timed out.")
             self._wait_slice(deadline)

@@ -1,7 +1,9 @@
-"""Where Celery's names land in nobroker: a URL's directory, a Celery queue's name.
+"""Where Celery's names land in nobroker: a URL's location, a Celery queue's name.
 
 Stdlib only. `nobroker:///var/lib/jobs` is the directory /var/lib/jobs;
-`nobroker://jobs` is ./jobs, relative to the process's working directory.
+`nobroker://jobs` is ./jobs, relative to the process's working directory;
+`nobroker+postgresql://user@host/db` is that PostgreSQL database (kombu and
+Celery hand the part after the '+' on as the URL: `postgresql://...`).
 A Celery queue name may hold any character ("celery.pidbox", "a@host"); a
 nobroker queue name is letters, digits, '_' and '-': `queue_name_for` maps
 one to the other one-to-one, escaping with '_' (see its docstring).
@@ -9,17 +11,26 @@ one to the other one-to-one, escaping with '_' (see its docstring).
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Final
 
 from ..errors import NobrokerError
 
-__all__ = ["SCHEME", "directory_from_url", "queue_name_for", "RESULTS_QUEUE"]
+__all__ = ["SCHEME", "directory_from_url", "location_from_url", "queue_name_for",
+           "RESULTS_QUEUE", "REPLIES_PREFIX", "is_reply_queue"]
 
 SCHEME: Final = "nobroker"
+_POSTGRES: Final = ("postgresql", "postgres")
 # The result backend's queue. Its '_' is escaped in every Celery queue name
 # ("celery_results" becomes "celery__results"), so no Celery queue can land on it.
 RESULTS_QUEUE: Final = "celery_results"
+# A connection's store for the reply queues it declares ('_r' never occurs in an
+# escaped Celery name either): see is_reply_queue.
+REPLIES_PREFIX: Final = "celery_replies-"
+# kombu's mailbox names a reply queue OID.reply.NAMESPACE.pidbox, with a fresh OID (a
+# UUID) for each control call.
+_REPLY_QUEUE: Final = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.reply\..+\.pidbox")
 _PLAIN: Final = frozenset(string.ascii_letters + string.digits + "-")
 _MAX_NAME: Final = 100
 
@@ -34,6 +45,27 @@ def directory_from_url(url: str) -> str:
         raise NobrokerError(f"the URL {url!r} names no directory "
                             f"(use nobroker:///absolute/path or nobroker://relative/path)")
     return path
+
+
+def location_from_url(url: str) -> str:
+    """What a Celery URL names, as `Queue(location, ...)` takes it: a directory, or a
+    PostgreSQL URL (from `nobroker+postgresql://...`, or its `postgresql://...` part)."""
+    scheme, sep, rest = url.partition("://")
+    engine = scheme.lower().removeprefix(f"{SCHEME}+")
+    if sep and engine in _POSTGRES:
+        if not rest.strip("/"):
+            raise NobrokerError(f"the URL {url!r} names no PostgreSQL server "
+                                f"(use nobroker+postgresql://user@host/dbname)")
+        return f"{engine}://{rest}"
+    return directory_from_url(url)
+
+
+def is_reply_queue(celery_queue: str) -> bool:
+    """Whether a queue is one of kombu's mailbox reply queues. Each control call that
+    waits for replies declares a new one, so a connection keeps them all in one nobroker
+    queue of its own (named REPLIES_PREFIX and a UUID) rather than one each: kombu tells
+    the replies of different calls apart by their ticket."""
+    return _REPLY_QUEUE.fullmatch(celery_queue) is not None
 
 
 def queue_name_for(celery_queue: str) -> str:

@@ -17,8 +17,10 @@ from typing import Any, Final
 
 from ..errors import NobrokerError
 
-__all__ = ["MessageRefusedError", "JOB_ID_HEADER", "JSON", "payload_for", "message_from",
-           "is_celery_payload", "priority_of", "delay_of", "job_id_of"]
+__all__ = ["MessageRefusedError", "CommandNotServedError", "JOB_ID_HEADER", "JSON",
+           "UNSERVED_COMMANDS", "payload_for", "message_from", "is_celery_payload",
+           "priority_of", "delay_of", "job_id_of", "expires_at", "has_expired",
+           "refuse_unserved"]
 
 JSON: Final = "application/json"
 _PICKLE: Final = frozenset({"application/x-python-serialize", "application/python-pickle"})
@@ -29,11 +31,34 @@ _PICKLE: Final = frozenset({"application/x-python-serialize", "application/pytho
 # retry (RETRIES + 1) or a replacement (Task.replace keeps the task id, NESTING + 1)
 # is a new message, not a copy.
 JOB_ID_HEADER: Final = "x-nobroker-dedup"
+# A stored message's expiry (seconds since the epoch), from its queue's message TTL
+_EXPIRES: Final = "expires_at"
+_NO_EVENTS: Final = ("worker events are not delivered by the nobroker transport (no "
+                     "`celery events`, Flower's live view or -E): docs/CELERY.md")
+# Remote-control commands that the workers would run but that serve nothing here.
+UNSERVED_COMMANDS: Final = {"enable_events": _NO_EVENTS, "heartbeat": _NO_EVENTS}
 
 
 class MessageRefusedError(NobrokerError, ValueError):
     """A Celery message cannot be stored as a nobroker job (pickle, non-JSON); nothing
     was written."""
+
+
+class CommandNotServedError(NobrokerError, NotImplementedError):
+    """A remote-control command (`app.control`) the nobroker transport cannot serve;
+    nothing was sent."""
+
+
+def refuse_unserved(message: dict[str, Any]) -> None:
+    """Raise CommandNotServedError if a broadcast carries a command in UNSERVED_COMMANDS."""
+    try:
+        body = json.loads(message.get("body") or "null")
+    except (TypeError, ValueError):
+        return
+    method = body.get("method") if isinstance(body, dict) else None
+    if isinstance(method, str) and method in UNSERVED_COMMANDS:
+        raise CommandNotServedError(f"the control command {method!r} is not served: "
+                                    f"{UNSERVED_COMMANDS[method]}")
 
 
 def payload_for(message: dict[str, Any], queue: str) -> dict[str, Any]:
@@ -107,6 +132,17 @@ def delay_of(message: dict[str, Any], now: float | None = None) -> float:
     if when.tzinfo is None:
         return 0.0
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def expires_at(payload: dict[str, Any], ttl: float | None, now: float) -> dict[str, Any]:
+    """`payload` stamped to expire `ttl` seconds from `now` (unchanged without a ttl)."""
+    return payload if ttl is None else {**payload, _EXPIRES: now + ttl}
+
+
+def has_expired(payload: dict[str, Any], now: float) -> bool:
+    """Whether a stored message's queue TTL ran out before it was delivered."""
+    expiry = payload.get(_EXPIRES)
+    return isinstance(expiry, (int, float)) and expiry <= now
 
 
 def job_id_of(message: dict[str, Any]) -> str | None:

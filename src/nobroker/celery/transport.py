@@ -12,10 +12,13 @@ kombu's other virtual transports do. Closing a channel gives back its unacked
 messages untried. An idle consumer blocks in `Queue.wait` (waiting.py):
 woken by a producer in any process, no polling.
 
-Queues declared transient (auto_delete, exclusive or not durable: Celery's
-pidbox, reply and event queues) are never stored: messages to them are
-dropped and consuming them finds nothing, so broadcasts (`inspect`, `control`,
-`revoke`), mingle and gossip do not work over this transport (docs/CELERY.md).
+Broadcasts (`revoke`, `ping`, `inspect`, `control`): the bindings of fanout and
+non-durable exchanges (kombu's mailbox: `celery.pidbox`, `reply.celery.pidbox`)
+are shared through the directory (bindings.py), so a message published to the
+fanout exchange is copied into each live worker's pidbox queue, and a reply
+reaches the caller's reply queue. A queue's message TTL (`x-message-ttl`) is
+stamped on each message routed to it; an expired one is dropped when read.
+Worker events (a durable topic exchange) are not shared: they reach no one.
 
 Transport options (`broker_transport_options`): `visibility_timeout` (seconds,
 default 30: how long a killed worker's messages stay invisible).
@@ -25,18 +28,37 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from queue import Empty
 from typing import Any
 
 from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from .. import __version__
 from ..errors import NotLeasedError
 from ..queue import Queue
+from .bindings import BINDINGS_QUEUE, Binding, SharedBindings
 from .leases import LeaseKeeper
-from .locations import directory_from_url, queue_name_for
-from .messages import delay_of, is_celery_payload, job_id_of, message_from, payload_for, priority_of
+from .locations import (
+    REPLIES_PREFIX,
+    directory_from_url,
+    is_reply_queue,
+    location_from_url,
+    queue_name_for,
+)
+from .messages import (
+    delay_of,
+    expires_at,
+    has_expired,
+    is_celery_payload,
+    job_id_of,
+    message_from,
+    payload_for,
+    priority_of,
+    refuse_unserved,
+)
 from .waiting import AnyQueueWaiter
 
 __all__ = ["Transport", "Channel", "QoS"]
@@ -79,7 +101,7 @@ class Channel(virtual.Channel):
     QoS = QoS
     connection: Transport
     body_encoding = None  # JSON text stays text: no base64
-    supports_fanout = False
+    supports_fanout = True  # through the shared bindings (bindings.py)
 
     def __init__(self, connection: Transport, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
@@ -88,55 +110,101 @@ class Channel(virtual.Channel):
     # -- queues -------------------------------------------------------------
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
-        transient = (kwargs.get("auto_delete") or kwargs.get("exclusive")
-                     or kwargs.get("durable") is False)
-        if transient:
-            self.connection.transient.add(queue)
+        transport = self.connection
+        if kwargs.get("auto_delete") or kwargs.get("exclusive") or kwargs.get("durable") is False:
+            transport.transient.add(queue)
+            if is_reply_queue(queue):
+                transport.store_of[queue] = transport.replies
         else:
-            self.connection.transient.discard(queue)
-            self.connection.queue(queue)
+            transport.transient.discard(queue)
+        ttl = (kwargs.get("arguments") or {}).get("x-message-ttl")
+        if isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+            transport.message_ttl[queue] = ttl / 1000.0  # AMQP's milliseconds
+        transport.queue(queue)
+
+    def prepare_queue_arguments(self, arguments: dict[str, Any], **kwargs: Any) -> Any:
+        # AMQP's names (x-message-ttl, ...), so that _new_queue sees the message TTL
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return True  # every name is a queue in the directory
 
     def _size(self, queue: str) -> int:
-        if queue in self.connection.transient:
-            return 0
         return self.connection.queue(queue).stats().pending
 
     def _purge(self, queue: str) -> int:
-        if queue in self.connection.transient:
-            return 0
         return self.connection.queue(queue).purge()
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        # A nobroker queue cannot be deleted through its API: its jobs stay.
-        self.connection.transient.discard(queue)
+        # A nobroker queue cannot be deleted through its API: its jobs stay. A transient
+        # one (a reply queue, deleted by kombu after each collect) drops what is left in
+        # it, as AMQP and Redis do, so that late replies do not pile up.
+        if queue in self.connection.transient:
+            self.connection.queue(queue).purge()
+
+    # -- bindings shared through the directory (bindings.py) ----------------
+
+    def _shared(self, exchange: str) -> bool:
+        """Whether `exchange`'s bindings are shared: fanout, or declared non-durable."""
+        declared = self.state.exchanges.get(exchange) or {}
+        return declared.get("type") == "fanout" or declared.get("durable") is False
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        if self._shared(exchange):
+            transport = self.connection
+            transport.bindings.declare(Binding(exchange, routing_key or "", pattern or "",
+                                               queue, transport.message_ttl.get(queue),
+                                               transport.store_of.get(queue)))
+
+    def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
+        local: list[tuple[str, str, str]] = list(super().get_table(exchange))
+        if not self._shared(exchange):
+            return local
+        transport = self.connection
+        for binding in transport.bindings.table(exchange):
+            row = (binding.routing_key, binding.pattern, binding.queue)
+            if row not in local:
+                local.append(row)
+                transport.remote.add(binding.queue)
+            if binding.message_ttl is not None:
+                transport.message_ttl.setdefault(binding.queue, binding.message_ttl)
+            if binding.store is not None:
+                transport.store_of.setdefault(binding.queue, binding.store)
+        return local
+
+    def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str,
+                    **kwargs: Any) -> None:
+        """A copy for each queue bound to `exchange`, in any process."""
+        refuse_unserved(message)
+        self.connection.bindings.refresh()  # our own reply binding, before anyone replies
+        for queue in dict.fromkeys(row[2] for row in self.get_table(exchange)):
+            self._put(queue, message)
 
     def _lookup(self, exchange: str, routing_key: str, default: Any = None) -> list[str]:
         found: list[str] = super()._lookup(exchange, routing_key, default)
         if not found and routing_key and getattr(self.typeof(exchange), "type", "") == "direct":
-            # Bindings live in each process's memory; a producer that never declared
-            # the queue still reaches it by its routing key (Celery's default queues).
+            # Bindings of durable exchanges live in each process's memory; a producer
+            # that never declared the queue still reaches it by its routing key.
             return [routing_key]
         return found
 
     # -- messages -----------------------------------------------------------
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        if queue in self.connection.transient:
-            return  # a broadcast or reply queue: not served (see the module docstring)
-        payload = payload_for(message, queue)
-        self.connection.queue(queue).enqueue(
-            payload, priority=priority_of(message), delay=delay_of(message),
-            job_id=job_id_of(message))
+        transport = self.connection
+        payload = expires_at(payload_for(message, queue), transport.message_ttl.get(queue),
+                             time.time())
+        transport.enqueue(queue, payload, priority=priority_of(message),
+                          delay=delay_of(message), job_id=job_id_of(message))
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        if queue in self.connection.transient:
-            raise Empty()
         transport = self.connection
         nobroker_queue = transport.queue(queue)
         job = nobroker_queue.lease_one(visibility_timeout=transport.visibility_timeout)
+        while job is not None and isinstance(job.payload, dict) and \
+                has_expired(job.payload, time.time()):
+            # its queue's message TTL ran out: an unanswered reply, an old broadcast
+            job = nobroker_queue.ack_and_lease(job)
         if job is None:
             raise Empty()
         if not is_celery_payload(job.payload):
@@ -192,8 +260,7 @@ class Channel(virtual.Channel):
             return []
         if not self.qos.can_consume():
             return None
-        return [self.connection.queue(name) for name in self._active_queues
-                if name not in self.connection.transient]
+        return [self.connection.queue(name) for name in self._active_queues]
 
 
 class Transport(virtual.Transport):
@@ -203,7 +270,8 @@ class Transport(virtual.Transport):
     driver_type = "nobroker"
     driver_name = "nobroker"
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "topic"]), heartbeats=False)
+        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"]),
+        heartbeats=False)
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
@@ -213,17 +281,49 @@ class Transport(virtual.Transport):
                                                     DEFAULT_VISIBILITY_TIMEOUT))
         self.leases = LeaseKeeper(self.visibility_timeout)
         self.waiter = AnyQueueWaiter()
-        self.transient: set[str] = set()
+        self.transient: set[str] = set()  # declared auto_delete, exclusive or not durable
+        self.message_ttl: dict[str, float] = {}  # queue -> seconds (its x-message-ttl)
         self._queues: dict[str, Queue] = {}
+        self._bindings: SharedBindings | None = None
+        # queues this process only routes to through another process's binding (a
+        # caller's reply queue): opened for each message, not kept open
+        self.remote: set[str] = set()
+        # Celery queue -> the nobroker queue holding it, where that is not the queue of
+        # its own name: kombu's reply queues, one store per connection (is_reply_queue)
+        self.store_of: dict[str, str] = {}
+        self.replies = f"{REPLIES_PREFIX}{uuid.uuid4().hex}"
+
+    @property
+    def bindings(self) -> SharedBindings:
+        """The shared bindings (bindings.py), opened on first use."""
+        if self._bindings is None:
+            self._bindings = SharedBindings(Queue(self.directory, BINDINGS_QUEUE))
+        return self._bindings
 
     def queue(self, celery_queue: str) -> Queue:
         """The nobroker queue of a Celery queue, opened once per connection."""
-        opened = self._queues.get(celery_queue)
+        name = self.store_name(celery_queue)
+        opened = self._queues.get(name)
         if opened is None:
-            opened = Queue(self.directory, queue_name_for(celery_queue),
-                           visibility_timeout=self.visibility_timeout)
-            self._queues[celery_queue] = opened
+            opened = Queue(self.directory, name, visibility_timeout=self.visibility_timeout)
+            self._queues[name] = opened
         return opened
+
+    def store_name(self, celery_queue: str) -> str:
+        """The name of the nobroker queue holding a Celery queue."""
+        return self.store_of.get(celery_queue) or queue_name_for(celery_queue)
+
+    def enqueue(self, celery_queue: str, payload: Any, **options: Any) -> None:
+        """Store one message in a Celery queue."""
+        name = self.store_name(celery_queue)
+        if name in self._queues or celery_queue not in self.remote:
+            self.queue(celery_queue).enqueue(payload, **options)
+            return
+        once = Queue(self.directory, name)
+        try:
+            once.enqueue(payload, **options)
+        finally:
+            once.close()
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         """Deliver one message; while none is ready, block in nobroker's wait."""
@@ -246,10 +346,9 @@ class Transport(virtual.Transport):
                     full = True
                 else:
                     queues.extend(q for q in found if q not in queues)
-            if full and not queues:
-                time.sleep(min(step, _FULL_PAUSE))
-            else:
-                self.waiter.wait(queues, step)
+            # A full channel's acks wake no queue: re-check it soon, while waiting on
+            # the others (a worker's pidbox beside its task queues)
+            self.waiter.wait(queues, min(step, _FULL_PAUSE) if full else step)
 
     def close_connection(self, connection: Any) -> None:
         super().close_connection(connection)  # channels give back their unacked messages
@@ -260,6 +359,10 @@ class Transport(virtual.Transport):
                 pass
         self.leases.close()
         self.waiter.close()
+        if self._bindings is not None:
+            self._bindings.close()
+            self._bindings.queue.close()
+            self._bindings = None
         for queue in self._queues.values():
             queue.close()
         self._queues.clear()
@@ -269,8 +372,11 @@ class Transport(virtual.Transport):
 
 
 def _directory_of(client: Any) -> str:
-    """The directory a kombu Connection names: kombu splits `nobroker:///a/b` into
-    no host and the virtual host "a/b", and `nobroker://a/b` into host "a", "b"."""
+    """The location a kombu Connection names: kombu splits `nobroker:///a/b` into
+    no host and the virtual host "a/b", and `nobroker://a/b` into host "a", "b";
+    `nobroker+postgresql://...` leaves "postgresql://..." whole as the host."""
+    if isinstance(client.hostname, str) and "://" in client.hostname:
+        return location_from_url(client.hostname)
     host = client.hostname if client.hostname not in (None, "", "localhost") else None
     vhost = (client.virtual_host or "").lstrip("/")
     path = f"{host}/{vhost}" if host else f"/{vhost}"

@@ -35,6 +35,7 @@ from typing import Any
 import psycopg
 
 from ..backend import Capabilities, Settings
+from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
     JobNotFoundError,
@@ -43,6 +44,7 @@ from ..errors import (
     NotLeasedError,
 )
 from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
+from . import graphs
 from .connection import Link, LinkBusy, changed
 from .namedlocks import LockConnections
 from .rows import (
@@ -59,7 +61,7 @@ from .rows import (
 from .session import Session
 from .statements import Statements, backoff_params
 from .sweeping import EVERY, OVERDUE, Sweeper, retention
-from .transactional import Transactional, enqueue_rows
+from .transactional import Conflict, Transactional, enqueue_rows, retried
 from .url import Target
 from .wakeups import Wakeups
 
@@ -72,7 +74,8 @@ class PostgresBackend:
     """One queue in a PostgreSQL schema. Safe to share between threads."""
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
-                                local=False, listing=True, imports=True, transactions=True)
+                                local=False, listing=True, imports=True, transactions=True,
+                                dependencies=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
@@ -106,8 +109,7 @@ class PostgresBackend:
         return not_leased(job, conn.execute(self._sql.lease_of, self._params(id=job.id)).fetchone())
 
     def _fenced(self, operation: str, sql: bytes, params: dict[str, Any], job: Job) -> Any:
-        """Run a statement that changes `job` only under its lease (the token in
-        `params`): its one row, or NotLeasedError saying whose lease it is now."""
+        """Run `sql` under `job`'s lease (its token in `params`): its row, or NotLeasedError."""
 
         def run(conn: Conn) -> Any:
             row = conn.execute(sql, params).fetchone()
@@ -120,9 +122,14 @@ class PostgresBackend:
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
-                max_attempts: int, job_id: str | None, meta: dict[str, Any] | None = None) -> Job:
+                max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
+                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
         params = self._params(**enqueue_params(job_id, priority, delay, max_attempts,
                                                payload_text, meta))
+        if depends_on:  # waiting, pending or cancelled at once (graphs.py)
+            node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
+                               priority, delay, max_attempts, job_id, params["m"])
+            return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
 
         def run(conn: Conn) -> Job:
             if job_id is None:  # one statement: no transaction needed
@@ -140,21 +147,21 @@ class PostgresBackend:
                               ps=list(payload_texts))
 
         def run(conn: Conn) -> list[Job]:
-            while True:
-                with conn.transaction():
-                    rows = conn.execute(self._sql.enqueue_many, params).fetchall()
-                    if len(rows) == len(payload_texts):
-                        break
-                    raise _Retry  # rolls the transaction back
+            with conn.transaction():
+                rows = conn.execute(self._sql.enqueue_many, params).fetchall()
+                if len(rows) != len(payload_texts):
+                    raise Conflict  # rolls the transaction back
             rows.sort(key=lambda r: r[1])  # by seq: the order of the payloads
             return [job_enqueued(row, p, max_attempts)
                     for row, p in zip(rows, payloads, strict=True)]
 
-        while True:
-            try:
-                return self._link.run("enqueue_many", run)
-            except _Retry:
-                continue
+        return retried(self._link, "enqueue_many", run)
+
+    def enqueue_graph(self, payload_texts: Sequence[str],
+                      nodes: Sequence[GraphNode]) -> list[Job]:
+        """Every node as a job, in one transaction (graphs.py); nodes come checked."""
+        return graphs.enqueue(self._link, self._sql, self._params(), graphs.nodes_of(
+            payload_texts, nodes, self.settings.max_attempts))
 
     # -- in a transaction not ours (transactional.py) -------------------------
 
@@ -223,7 +230,7 @@ class PostgresBackend:
             stale = rollback.job
         else:
             return
-        self._link.run("ack_many", lambda conn: _raise(self._not_leased(conn, stale)))
+        raise self._link.run("ack_many", lambda conn: self._not_leased(conn, stale))
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -275,7 +282,7 @@ class PostgresBackend:
     # -- job control --------------------------------------------------------
 
     def cancel(self, job_id: str) -> bool:
-        params = self._params(id=job_id, ttl=self.settings.result_ttl)
+        params = self._params(id=job_id)  # ttl: the settings' result_ttl (session.py)
         return self._link.run("cancel", lambda conn: conn.execute(
             self._sql.cancel, params).fetchone() is not None)
 
@@ -387,15 +394,7 @@ class PostgresBackend:
         self._link.close()
 
 
-class _Retry(Exception):
-    """A generated id clashed with a key: the batch was rolled back, take new ids."""
-
-
 class _Rollback(Exception):
     def __init__(self, job: Job) -> None:
         super().__init__(job.id)
         self.job = job
-
-
-def _raise(error: Exception) -> None:
-    raise error

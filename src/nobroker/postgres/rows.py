@@ -15,21 +15,25 @@ from typing import Any, Final
 from ..errors import NotLeasedError
 from ..models import Job, JobState, Progress, QueueStats
 
-__all__ = ["STATE_CODES", "WAITING", "STATES", "CODES_OF", "job_from_row", "job_enqueued",
-           "not_leased", "codes_listed", "stats_from_row", "import_params", "note_params",
-           "enqueue_params"]
+__all__ = ["STATE_CODES", "WAITING", "BLOCKED", "STATES", "CODES_OF", "job_from_row",
+           "job_enqueued", "not_leased", "codes_listed", "stats_from_row", "import_params",
+           "note_params", "enqueue_params"]
 
 STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
                       JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column
 WAITING: Final = -1  # pending, not due when written (schema.py)
-STATES: Final = {WAITING: JobState.PENDING} | {code: state for state, code in STATE_CODES.items()}
+BLOCKED: Final = -2  # JobState.WAITING: waiting for prerequisites (migrations/0004)
+STATES: Final = ({WAITING: JobState.PENDING, BLOCKED: JobState.WAITING}
+                 | {code: state for state, code in STATE_CODES.items()})
 CODES_OF: Final = {state: tuple(c for c, s in STATES.items() if s is state) for state in JobState}
 
 
 def job_from_row(row: Sequence[Any]) -> Job:
-    """The Job a row read in job_columns order describes."""
+    """The Job a row read in job_columns order describes (followed, where the query
+    reads it, by parts/waiting_for.sql's column)."""
     (job_id, _seq, code, priority, available_at, enqueued_at, max_attempts, attempts,
-     token, lease_until, last_error, payload, result, finished_at, progress, meta) = row
+     token, lease_until, last_error, payload, result, finished_at, progress, meta) = row[:16]
+    waiting_for = row[16] if len(row) > 16 else None
     leased = code == 1
     noted: dict[str, Any] = {}  # its progress and metadata (migration 0005), if any
     if progress is not None:
@@ -43,7 +47,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
                token=token if leased else None,
                lease_expires_at=lease_until if leased else None,
                result=None if result is None else json.loads(result),
-               finished_at=finished_at, **noted)
+               finished_at=finished_at, waiting_for=tuple(waiting_for or ()), **noted)
 
 
 def enqueue_params(job_id: str | None, priority: int, delay: float, max_attempts: int,
@@ -79,16 +83,19 @@ def not_leased(job: Job, row: Sequence[Any] | None) -> NotLeasedError:
 
 def codes_listed(state: JobState | None) -> list[int]:
     """The state codes list_jobs.sql reads for `state` (None: the live ones and dead)."""
-    states = (JobState.PENDING, JobState.LEASED, JobState.DEAD) if state is None else (state,)
+    states = ((JobState.PENDING, JobState.LEASED, JobState.DEAD, JobState.WAITING)
+              if state is None else (state,))
     return [code for each in states for code in CODES_OF[each]]
 
 
 def stats_from_row(row: Sequence[Any]) -> QueueStats:
-    """The QueueStats of stats.sql's row: pending, leased, dead, done, paused, kept."""
+    """The QueueStats of stats.sql's row: pending, leased, dead, done, paused, kept,
+    waiting (counted in total, not in pending)."""
     pending, leased, dead, done = (int(v) for v in row[:4])
+    waiting = int(row[6])
     return QueueStats(pending=pending, leased=leased, dead=dead, done=done,
-                      total=pending + leased + dead, generation=0, log_bytes=0,
-                      paused=bool(row[4]), kept=int(row[5]))
+                      total=pending + leased + dead + waiting, waiting=waiting,
+                      generation=0, log_bytes=0, paused=bool(row[4]), kept=int(row[5]))
 
 
 def import_params(jobs: Sequence[Job], keyed: Sequence[bool]) -> dict[str, list[Any]]:

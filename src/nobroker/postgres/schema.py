@@ -17,12 +17,17 @@ What the tables hold (the backend's docstring says why):
   (a delay, a retry's backoff, an expired lease). Waiting rows have an
   index of their own by due time, so that a lease looks only at those now
   due instead of reading past every delayed row in the ready index
-  (100,000 delayed jobs made each lease read 100,000 rows); `state <= 0`
-  is pending. Times are float8 seconds since the epoch, like `Job`'s, so a
+  (100,000 delayed jobs made each lease read 100,000 rows); `state IN (-1, 0)`
+  is pending (-2 is not: since version 4, a job waiting for prerequisites,
+  `JobState.WAITING`). Times are float8 seconds since the epoch, like `Job`'s, so a
   value read back is the float that was written. Payloads and results are
   JSON text, stored as the Queue encoded it (text, not jsonb: jsonb would
   reorder keys). A finished row (done, cancelled) is kept until
   `expires_at` for its key and result, then deleted by a sweep.
+- waits and prerequisites (version 4): a waiting job's count of unmet
+  prerequisites and what it waits for, one row; one row per unmet
+  prerequisite. The statement that finishes a job settles its dependents
+  (nb_settle, in migrations/0004, which says how and why exactly once).
 - counters: per queue, one row per connection *slot* that ever wrote
   (connection.SLOTS, plus shared overflow rows); `stats()` sums those rows
   whatever the queue's size: live jobs (pending or leased; stats() takes

@@ -105,6 +105,8 @@ class Session:
     def params(self, **values: Any) -> dict[str, Any]:
         values["q"] = self.name
         values["t"] = self.now()
+        # how long a dependent that a finish cancels is kept (sql/parts/settled.sql)
+        values.setdefault("ttl", self.settings.result_ttl)
         return values
 
 

@@ -61,6 +61,9 @@ class Statements:
     live: bytes
     import_jobs: bytes
     bump_seq: bytes
+    lock_prerequisites: bytes
+    job_seqs: bytes
+    enqueue_graph: bytes
 
     @classmethod
     def load(cls, schema: str) -> Statements:

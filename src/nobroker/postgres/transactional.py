@@ -20,9 +20,9 @@ Two uses (backend.Transactions; nobroker.transactions is the public side):
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import psycopg
 
@@ -36,9 +36,10 @@ from .statements import Statements
 from .sweeping import retention
 from .url import Target
 
-__all__ = ["Transactional", "enqueue_rows"]
+__all__ = ["Transactional", "enqueue_rows", "Conflict", "retried"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+T = TypeVar("T")
 _SLOT_FOR_TRANSACTION: Final = (b"SELECT set_config('nobroker.slot', "
                                 b"(%(s)s + pg_backend_pid() %% %(s)s)::text, true)")
 
@@ -59,6 +60,20 @@ def enqueue_rows(conn: Conn, sql: Statements, params: dict[str, Any],
         row = conn.execute(sql.get, params).fetchone()
         assert row is not None, "a key that conflicts is visible"
     return job_from_row(row)
+
+
+class Conflict(Exception):
+    """A new job's id was taken meanwhile (a generated one by a key): the transaction
+    was rolled back; try again (`retried`), with new ids."""
+
+
+def retried(link: Link, operation: str, run: Callable[[Conn], T]) -> T:
+    """`link.run(operation, run)`, again for as long as it raises Conflict."""
+    while True:
+        try:
+            return link.run(operation, run)
+        except Conflict:
+            continue
 
 
 class Transactional:

@@ -17,6 +17,7 @@ lost and duplicated jobs are counted for every drain.
 
 Systems: nobroker (``nobroker work``), Huey (SqliteHuey, ``huey_consumer``),
 Dramatiq + Redis (``dramatiq``), Celery + Redis (``celery worker -P threads``),
+Celery + nobroker (the same app and worker, ``broker_url = nobroker:///DIR``),
 RQ + Redis (``rq worker``, SimpleWorker: no threads, so no W-io rows). A
 "process" is one worker command; P processes are P commands on one store.
 The peers live in ``.dev/bench-venv`` (requirements-bench.txt; the script
@@ -52,7 +53,7 @@ from tools.bench.common import (
 from tools.bench.peers.redis_systems import RedisServer, ensure_redis_server
 from tools.bench.peers.run import bootstrap, in_bench_venv
 from tools.bench.peers.systems import Skip, skip_text
-from tools.bench.realistic.celery_system import CeleryRealistic
+from tools.bench.realistic.celery_system import CeleryNobrokerRealistic, CeleryRealistic
 from tools.bench.realistic.drain import drain
 from tools.bench.realistic.dramatiq_system import DramatiqRealistic
 from tools.bench.realistic.huey_system import HueyRealistic
@@ -64,7 +65,7 @@ from tools.bench.realistic.systems import RealisticSystem
 Log = Callable[[str], None]
 SYSTEMS: dict[str, type[RealisticSystem]] = {
     "nobroker": NobrokerRealistic, "huey": HueyRealistic, "dramatiq": DramatiqRealistic,
-    "celery": CeleryRealistic, "rq": RQRealistic,
+    "celery": CeleryRealistic, "celery-nobroker": CeleryNobrokerRealistic, "rq": RQRealistic,
 }
 KINDS = ("io", "cpu", "noop")
 REDIS_FSYNC = {"always": "always: fsync per write, before the reply",

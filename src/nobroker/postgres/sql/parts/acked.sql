@@ -9,4 +9,4 @@ acked AS (
     FROM t
     WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1
       AND j.token = %(tok)s
-    RETURNING j.id, j.result IS NOT NULL AS kept)
+    RETURNING j.id, j.result IS NOT NULL AS kept, j.dependents)

@@ -30,4 +30,4 @@ reclaimed AS (
         last_error = 'lease expired (attempt ' || j.attempts || ')',
         token = NULL, lease_until = NULL
     FROM expired, t WHERE j.queue = %(q)s AND j.id = expired.id
-    RETURNING j.id, j.state)
+    RETURNING j.id, j.state, j.dependents)

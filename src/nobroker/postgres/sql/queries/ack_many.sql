@@ -1,5 +1,6 @@
 -- Leased jobs acked without results: the ids of those whose lease was current
--- (the caller rolls back unless all were).
+-- (the caller rolls back unless all were). Their waiting dependents are
+-- settled in the same statement (parts/settled.sql).
 WITH acked AS (
     UPDATE {schema}.jobs AS j SET
         state = 3, finished_at = t.now, available_at = t.now, token = NULL,
@@ -8,12 +9,12 @@ WITH acked AS (
     FROM unnest(%(ids)s::text[], %(toks)s::bigint[]) AS a(id, tok),
          (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
     WHERE j.queue = %(q)s AND j.id = a.id AND j.state = 1 AND j.token = a.tok
-    RETURNING j.id),
-finishing AS (SELECT acked.id FROM acked),
+    RETURNING j.id, j.dependents),
+finishing AS (SELECT acked.id, 3 AS st, acked.dependents FROM acked),
+{settled},
 tally AS MATERIALIZED (
-    SELECT c0.p, c0.d, c0.f, c0.k,
-           (SELECT {schema}.nb_finished(%(q)s, array_agg(f.id)) FROM finishing AS f
-            HAVING count(*) > 0) AS told
-    FROM (SELECT -count(*) AS p, 0 AS d, count(*) AS f, 0 AS k FROM acked) AS c0),
+    SELECT c0.p - settled.n AS p, c0.d, c0.f, c0.k + settled.n AS k
+    FROM (SELECT -count(*) AS p, 0 AS d, count(*) AS f, 0 AS k FROM acked) AS c0,
+         settled),
 {counted}
 SELECT id FROM acked

@@ -1,9 +1,10 @@
--- A live job (waiting, ready or leased) cancelled, kept `ttl` seconds. Its
+-- A live job (waiting for prerequisites or its time, ready or leased) cancelled,
+-- kept `ttl` seconds, and its dependents settled (parts/settled.sql). Its
 -- state before is read under the row's lock (a lease committed meanwhile is
 -- seen): the UPDATE's RETURNING has only the new one.
 WITH live AS (
-    SELECT j.id, j.state FROM {schema}.jobs AS j
-    WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state IN (-1, 0, 1)
+    SELECT j.id, j.state, j.dependents FROM {schema}.jobs AS j
+    WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state IN (-2, -1, 0, 1)
     FOR UPDATE),
 cancelled AS (
     UPDATE {schema}.jobs AS j SET state = 4, finished_at = t.now, token = NULL,
@@ -11,11 +12,13 @@ cancelled AS (
     FROM live, (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
     WHERE j.queue = %(q)s AND j.id = live.id
     RETURNING j.id, live.state),
-finishing AS (SELECT cancelled.id FROM cancelled),
+finishing AS (
+    SELECT live.id, 4 AS st, live.dependents OR live.state = -2 AS dependents
+    FROM live JOIN cancelled USING (id)),
+{settled},
 tally AS MATERIALIZED (
-    SELECT c0.p, c0.d, c0.f, c0.k,
-           (SELECT {schema}.nb_finished(%(q)s, array_agg(f.id)) FROM finishing AS f
-            HAVING count(*) > 0) AS told
-    FROM (SELECT -count(*) AS p, 0 AS d, 0 AS f, count(*) AS k FROM cancelled) AS c0),
+    SELECT c0.p - settled.n AS p, c0.d, c0.f, c0.k + settled.n AS k
+    FROM (SELECT -count(*) AS p, 0 AS d, 0 AS f, count(*) AS k FROM cancelled) AS c0,
+         settled),
 {counted}
 SELECT id FROM cancelled

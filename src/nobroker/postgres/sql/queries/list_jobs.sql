@@ -1,5 +1,5 @@
 -- Jobs in the given states, oldest first; a done job only if kept.
-SELECT {job_columns}
+SELECT {job_columns}, {waiting_for}
 FROM {schema}.jobs AS j, (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
 WHERE j.queue = %(q)s AND j.state = ANY(%(codes)s::smallint[])
   AND (j.state < 3 OR j.expires_at > t.now)

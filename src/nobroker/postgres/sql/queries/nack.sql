@@ -1,6 +1,6 @@
 -- A leased job failed: dead if that was its last attempt or the caller said so
 -- (`dl`: Queue.nack(dead=True)), else pending again after `delay` (waiting) or at
--- once (ready).
+-- once (ready). A death settles its waiting dependents (parts/settled.sql).
 WITH nacked AS (
     UPDATE {schema}.jobs AS j SET
         state = CASE WHEN (j.attempts >= j.max_attempts OR %(dl)s::boolean) THEN 2
@@ -11,18 +11,19 @@ WITH nacked AS (
         last_error = %(err)s::text, token = NULL, lease_until = NULL
     FROM (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
     WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
-    RETURNING {job_columns}),
-finishing AS (SELECT nacked.id FROM nacked WHERE nacked.state = 2),
+    RETURNING {job_columns}, j.dependents),
+finishing AS (
+    SELECT nacked.id, 2 AS st, nacked.dependents FROM nacked WHERE nacked.state = 2),
+{settled},
 tally AS MATERIALIZED (
-    SELECT c0.p, c0.d, c0.f, c0.k,
+    SELECT c0.p - settled.n AS p, c0.d, c0.f, c0.k + settled.n AS k,
            CASE WHEN c0.w0 > 0 OR c0.w1 > 0
-                THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text END AS woke,
-           (SELECT {schema}.nb_finished(%(q)s, array_agg(f.id)) FROM finishing AS f
-            HAVING count(*) > 0) AS told
+                THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text END AS woke
     FROM (SELECT -count(*) FILTER (WHERE nacked.state = 2) AS p,
                  count(*) FILTER (WHERE nacked.state = 2) AS d, 0 AS f, 0 AS k,
                  count(*) FILTER (WHERE nacked.state = -1) AS w0,
                  count(*) FILTER (WHERE nacked.state = 0) AS w1
-          FROM nacked) AS c0),
+          FROM nacked) AS c0, settled),
 {counted}
-SELECT * FROM nacked
+SELECT id, seq, state, priority, available_at, enqueued_at, max_attempts, attempts,
+       token, lease_until, last_error, payload, result, finished_at FROM nacked

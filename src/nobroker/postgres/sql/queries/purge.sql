@@ -1,13 +1,13 @@
--- Every pending job (waiting or ready) deleted; leased ones stay. A waiter for
--- a deleted job learns it is gone.
+-- Every pending job (delayed or ready) deleted; leased ones stay, and so do
+-- jobs waiting for prerequisites. A waiter for a deleted job learns it is
+-- gone; its dependents are settled as a cancelled job's (parts/settled.sql).
 WITH gone AS (
-    DELETE FROM {schema}.jobs WHERE queue = %(q)s AND state <= 0
-    RETURNING id),
-finishing AS (SELECT gone.id FROM gone),
+    DELETE FROM {schema}.jobs WHERE queue = %(q)s AND state IN (-1, 0)
+    RETURNING id, dependents),
+finishing AS (SELECT gone.id, 4 AS st, gone.dependents FROM gone),
+{settled},
 tally AS MATERIALIZED (
-    SELECT c0.p, c0.d, c0.f, c0.k,
-           (SELECT {schema}.nb_finished(%(q)s, array_agg(f.id)) FROM finishing AS f
-            HAVING count(*) > 0) AS told
-    FROM (SELECT -count(*) AS p, 0 AS d, 0 AS f, 0 AS k FROM gone) AS c0),
+    SELECT c0.p - settled.n AS p, c0.d, c0.f, c0.k + settled.n AS k
+    FROM (SELECT -count(*) AS p, 0 AS d, 0 AS f, 0 AS k FROM gone) AS c0, settled),
 {counted}
 SELECT count(*) FROM gone
