@@ -285,6 +285,8 @@ def bench_postgres(args: list[str]) -> int:
 # with nobroker installed there as a user installs it (its .pth hook and entry point).
 
 CELERY_VENV = DEV / "celery-venv"
+OTEL_VENV = DEV / "otel-venv"
+OTEL_TESTS = ("test_otel",)
 # Celery's own suite needs pytest and its plugins: a venv of its own, so that the
 # test-celery venv stays as a user's (Celery and nobroker only)
 CELERY_SUITE_VENV = DEV / "celery-suite-venv"
@@ -292,6 +294,16 @@ CELERY_TESTS = ("test_celery_hook", "test_celery_app", "test_celery_control", "t
 # what installing nobroker puts in site-packages besides the code run from src/
 CELERY_INSTALL_INPUTS = ("pyproject.toml", "setup.py", "src/nobroker-celery.pth",
                          "src/_nobroker_celery.py")
+
+
+@task("test-otel")
+def test_otel(args: list[str]) -> int:
+    """Test nobroker.otel's spans with the OpenTelemetry SDK's in-memory exporter
+    (tests/otel; installs requirements-otel.txt into .dev/otel-venv)."""
+    python = ensure_venv(OTEL_VENV, REPO / "requirements-otel.txt")
+    if python is None:
+        return 1
+    return run([str(python), "tests/run.py", "-j", "1", "-v", *(args or OTEL_TESTS)])
 
 
 @task("test-celery")
@@ -383,7 +395,7 @@ def clean(args: list[str]) -> int:
     doomed += pycache_dirs(REPO)
     if "--all" in args:
         doomed += [VENV, DOCS_VENV, WEB_VENV, NPM_DIR, CELERY_VENV, CELERY_SUITE_VENV,
-                   CELERY_PG_VENV, DRAMATIQ_VENV]
+                   CELERY_PG_VENV, DRAMATIQ_VENV, OTEL_VENV]
     for path in sorted(set(doomed)):
         if path.is_dir():
             print(f"removing {path.relative_to(REPO)}/")

@@ -145,7 +145,10 @@ class Backend(Protocol):
 
     # -- producing
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
-                max_attempts: int, job_id: str | None) -> Job: ...
+                max_attempts: int, job_id: str | None,
+                meta: dict[str, Any] | None = None) -> Job:
+        """`meta`: the job's metadata from the start (checked: codec.metadata)."""
+        ...
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
                      priority: int, delay: float, max_attempts: int) -> list[Job]: ...
@@ -177,6 +180,13 @@ class Backend(Protocol):
         ...
 
     def extend(self, job: Job, seconds: float) -> Job: ...
+
+    def write_notes(self, job: Job, progress: tuple[float, str | None] | None,
+                    meta: dict[str, Any]) -> None:
+        """The holder's report on its leased `job`: its progress and its whole metadata
+        (merged by the caller), replacing what the job had; NotLeasedError as nack.
+        Kept as long as the job is (its result, its key, the dead-letter queue)."""
+        ...
 
     def wait(self, timeout: float) -> bool:
         """Block until a job may be leasable (True) or `timeout` passes (False); never
@@ -265,7 +275,7 @@ class Dependencies(Protocol):
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False) -> Job: ...
+                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job: ...
 
     def enqueue_graph(self, payload_texts: Sequence[str],
                       nodes: Sequence[GraphNode]) -> list[Job]:
@@ -303,7 +313,7 @@ class Transactions(Protocol):
 
     def enqueue_in(self, connection: Any, payload_text: str, payload: Any, *,
                    priority: int, delay: float, max_attempts: int,
-                   job_id: str | None) -> Job:
+                   job_id: str | None, meta: dict[str, Any] | None = None) -> Job:
         """`enqueue`, run on the caller's `connection` and inside its transaction:
         committed (and its wake-up sent) by the caller's commit, or never."""
         ...

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from .errors import SerializationError
 
-__all__ = ["dumps", "loads", "encode_payload", "encode_payloads", "MAX_DEPTH",
-           "MAX_PAYLOAD_BYTES"]
+__all__ = ["dumps", "loads", "encode_payload", "encode_payloads", "metadata", "MAX_DEPTH",
+           "MAX_PAYLOAD_BYTES", "MAX_META_BYTES"]
 
 # A payload the writer accepts must stay readable: replay decodes it from whatever
 # stack depth the reader happens to be at, so nesting is capped far below the
@@ -29,6 +29,9 @@ __all__ = ["dumps", "loads", "encode_payload", "encode_payloads", "MAX_DEPTH",
 # (an error text of up to 4000 escaped chars).
 MAX_DEPTH: Final = 128
 MAX_PAYLOAD_BYTES: Final = (16 << 20) - (64 << 10)
+# A job's metadata (enqueue(meta=), set_meta) rides beside its payload in every
+# snapshot record, inside those 64 KiB of room; its progress note is 1,000 chars.
+MAX_META_BYTES: Final = 16 << 10
 
 
 class _Rejected(ValueError):
@@ -168,3 +171,17 @@ def _too_deep(text: str) -> bool:
         else:
             depth -= 1
     return False
+
+
+def metadata(value: object) -> dict[str, Any]:
+    """A job's metadata: a mapping with string keys and JSON values, at most
+    MAX_META_BYTES as JSON; returns a copy (the caller's objects may change later).
+    TypeError for a wrong type, SerializationError (a ValueError) for what is not JSON."""
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise TypeError("metadata must be a mapping with string keys")
+    text = encode_payload(dict(value), "metadata")
+    if len(text.encode()) > MAX_META_BYTES:
+        raise ValueError(f"a job's metadata is limited to {MAX_META_BYTES} bytes of JSON, "
+                         f"not {len(text.encode())}")
+    copy: dict[str, Any] = loads(text)
+    return copy

@@ -209,12 +209,13 @@ def enqueuer(queue: object, backend: Backend, connection: Any, depends_on: Any,
         raise TypeError("allow_failure must be a bool")
 
     def write(payload_text: str, payload: Any, *, priority: int, delay: float,
-              max_attempts: int, job_id: str | None) -> Job:
+              max_attempts: int, job_id: str | None, meta: dict[str, Any] | None = None
+              ) -> Job:
         if job_id is not None and job_id in ids:
             raise ValueError(f"job {job_id!r} cannot depend on itself")
         return cast("Dependencies", backend).enqueue(
             payload_text, payload, priority=priority, delay=delay,
             max_attempts=max_attempts, job_id=job_id, depends_on=ids,
-            allow_failure=allow_failure or allow)
+            allow_failure=allow_failure or allow, meta=meta)
 
     return write

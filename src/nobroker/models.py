@@ -8,12 +8,15 @@ a live view. To act on a job (ack, nack, extend), pass the Job back; its
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Final
 
 __all__ = ["JobState", "Job", "new_pending_jobs", "QueueStats", "RecoveryReport",
            "CompactionResult"]
+
+
+Progress = tuple[float, str | None]  # how far a running job got (0..1), and a note
 
 
 class JobState(StrEnum):
@@ -42,14 +45,17 @@ class Job:
     finished_at: float | None = None  # when it was acked, dead-lettered or cancelled
     # WAITING: the prerequisites (depends_on=) it still waits for, in the order given.
     waiting_for: tuple[str, ...] = ()
-
+    # What its holder reported (current_job().progress): (fraction 0..1, note), or None.
+    progress: Progress | None = None
+    # Its metadata (current_job().set_meta, merged): kept as long as the job is.
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 # A frozen dataclass's __init__ goes through object.__setattr__ once per field:
 # for enqueue_many's thousands of new jobs that is most of the call. These are
 # the slots' own setters, in field order (the same ones __init__ ends up in).
 _JOB_SETTERS: Final = tuple(getattr(Job, f.name).__set__ for f in fields(Job))
-assert len(_JOB_SETTERS) == 14, "new_pending_jobs sets every field of Job"
+assert len(_JOB_SETTERS) == 16, "new_pending_jobs sets every field of Job"
 _new_object: Final = object.__new__
 
 
@@ -59,7 +65,7 @@ def new_pending_jobs(ids: Sequence[str], payloads: Sequence[Any], priority: int,
     None) for each id and payload, built at about twice the constructor's speed."""
     (set_id, set_payload, set_priority, set_attempts, set_max_attempts, set_state,
      set_available_at, set_enqueued_at, set_last_error, set_token, set_lease_expires_at,
-     set_result, set_finished_at, set_waiting_for) = _JOB_SETTERS
+     set_result, set_finished_at, set_waiting_for, set_progress, set_meta) = _JOB_SETTERS
     pending = JobState.PENDING
     jobs: list[Job] = []
     append = jobs.append
@@ -79,6 +85,8 @@ def new_pending_jobs(ids: Sequence[str], payloads: Sequence[Any], priority: int,
         set_result(job, None)
         set_finished_at(job, None)
         set_waiting_for(job, ())
+        set_progress(job, None)
+        set_meta(job, {})
         append(job)
     return jobs
 

@@ -19,7 +19,7 @@ from typing import Any
 from . import dependencies, limits, transactions, validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
-from .codec import encode_payload, encode_payloads
+from .codec import encode_payload, encode_payloads, metadata
 from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
@@ -111,20 +111,20 @@ class Queue:
 
     def enqueue(self, payload: Any, *, priority: int = 0, delay: float = 0.0,
                 max_attempts: int | None = None, job_id: str | None = None, connection: Any = None,
-                depends_on: Any = None, allow_failure: bool = False) -> Job:
+                depends_on: Any = None, allow_failure: bool = False, meta: Any = None) -> Job:
         """Add a job; durable when this returns. A higher `priority` is leased first;
         `delay` seconds hide it until then. With `job_id`, a second enqueue of a known id
         (pending, leased, dead, or done less than `key_retention` seconds ago) writes
         nothing and returns the existing job. With `connection` (PostgreSQL: psycopg's or
-        Django's), the job is written in that connection's open transaction and exists
-        once the caller commits it (nobroker.transactions). `depends_on`: docs/TASKS.md."""
+        Django's), the job is written in that transaction, to exist once the caller commits
+        (nobroker.transactions). `depends_on`: docs/TASKS.md; `meta`: docs/FLOW.md."""
         text = encode_payload(payload)
         priority, delay, attempts = validation.job_options(
             priority, delay, max_attempts, self.max_attempts)
         key = validation.job_id(job_id) if job_id is not None else None
         write = dependencies.enqueuer(self, self._backend, connection, depends_on, allow_failure)
         job = write(text, payload, priority=priority, delay=delay, max_attempts=attempts,
-                    job_id=key)
+                    job_id=key, meta=None if meta is None else metadata(meta))
         transactions.announce(self, connection, job)  # now, or at the caller's commit
         return job
 

@@ -19,11 +19,13 @@ import re
 from typing import Any, Final
 
 __all__ = ["number", "seconds", "integer", "flag", "job_options", "fraction", "job_id",
-           "queue_name", "error_text", "INT_LIMIT", "MAX_ID_LENGTH", "MAX_ERROR_LENGTH"]
+           "queue_name", "error_text", "progress", "INT_LIMIT", "MAX_ID_LENGTH",
+           "MAX_ERROR_LENGTH", "MAX_NOTE_LENGTH"]
 
 INT_LIMIT: Final = 2**53  # larger integers do not survive a round trip through most JSON readers
 MAX_ID_LENGTH: Final = 256
 MAX_ERROR_LENGTH: Final = 4000  # a nack's error text is cut to this many characters
+MAX_NOTE_LENGTH: Final = 1000  # a progress note is cut to this many characters
 _QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
 
@@ -89,6 +91,15 @@ def fraction(name: str, value: object) -> float:
     if not 0 < checked < 1:
         raise ValueError(f"{name} must be between 0 and 1 (or None), not {value!r}")
     return checked
+
+
+def progress(fraction: object, note: object) -> tuple[float, str | None]:
+    """A running job's progress: a fraction from 0 to 1, and a note (text, cut to
+    MAX_NOTE_LENGTH characters) or None."""
+    checked = number("fraction", fraction, minimum=0, maximum=1)
+    if note is not None and not isinstance(note, str):
+        raise ValueError(f"note must be a string or None, not {type(note).__name__}")
+    return checked, None if note is None else note[:MAX_NOTE_LENGTH]
 
 
 def job_id(value: object) -> str:

@@ -26,9 +26,9 @@ from harness.support import SRC
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
                                 "dashboard", "transfer", "django", "testing", "celery",
-                                "dramatiq"})),
+                                "dramatiq", "otel"})),
     # transfer: `nobroker migrate`; django, celery, dramatiq: loaded by Django, kombu and
-    # Celery, a Dramatiq app
+    # Celery, a Dramatiq app; otel: by an application calling nobroker.otel.instrument()
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",
@@ -45,7 +45,7 @@ DEFERRED = frozenset({("queue", "tasks"), ("tasks", "testing")})
 # Inside the file engine, top first: each tier imports its own and the tiers after it.
 # A tier is a folder of file/ (disk/, log/, ...), or modules at file/'s top level.
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
-    ("the backend", frozenset({"__init__", "backend"})),
+    ("the backend", frozenset({"__init__", "backend", "views"})),
     ("a live handle", frozenset({"handle", "opening", "following", "checkpointer",
                                  "compactor", "inspection", "options", "syncing", "counters",
                                  "commit", "handleapi"})),

@@ -29,6 +29,7 @@ from harness.support import FakeClock, TempDirTestCase
 from contract.dependency_contract import DependencyContract
 from contract.graph_contract import GraphContract
 from contract.limits_contract import LimitsContract
+from contract.progress_contract import ProgressContract
 from contract.workflow_contract import WorkflowContract
 from nobroker import (
     BackoffPolicy,
@@ -61,7 +62,8 @@ def nested_dict(depth: int) -> dict[str, Any]:
     return value
 
 
-class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsContract):
+class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsContract,
+                    ProgressContract):
     """Public queue semantics. Mix into a TestCase that defines make_queue()."""
 
     # -- what a backend supplies ---------------------------------------------

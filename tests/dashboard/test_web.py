@@ -28,6 +28,7 @@ from harness.support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
 from nobroker import Queue, chain, chord
 from nobroker.dashboard import Dashboard
 from nobroker.dashboard.handler import CSP, MAX_BODY, TOKEN_HEADER
+from nobroker.tasks import RunningJob
 
 TOKEN = "test-token-0123456789abcdef"
 XSS = "<script>alert(1)</script>"
@@ -376,6 +377,62 @@ class ReadApiTest(WebCase):
             q.enqueue({"late": True})
         wait_until(lambda: next_event()["queue"]["stats"]["pending"] == 121, 30.0,
                    "an update")
+
+
+class ProgressAndWaitingTest(WebCase):
+    """A job's progress and metadata (current_job().progress / set_meta), and the jobs
+    waiting for prerequisites: in the job list, on the job page's data, in /metrics."""
+
+    def seed(self) -> None:
+        super().seed()
+        with Queue(self.qdir, "reports") as q:
+            first = q.enqueue({"report": "sales"})
+            q.enqueue({"report": "summary"}, job_id="summary", depends_on=[first.id])
+            q.enqueue({"report": "running"}, job_id="running", priority=9)
+            leased = q.lease_one()
+            assert leased is not None and leased.id == "running"
+            note = "page 40 of 100 " + "x" * 300
+            running = RunningJob(leased, q.backend)
+            running.set_meta({"pages": 100, "html": XSS})
+            running.progress(0.4, note)
+            running.flush()
+            self.first_id = first.id
+
+    def test_the_job_page_data_carries_progress_metadata_and_what_it_waits_for(self) -> None:
+        job = self.get("/api/queues/reports/jobs/running").json()["job"]
+        self.assertEqual(job["progress"], {"fraction": 0.4,
+                                           "note": "page 40 of 100 " + "x" * 300})
+        self.assertEqual(job["meta"], {"pages": 100, "html": XSS})
+        self.assertEqual(job["waiting_for"], [])
+        waiting = self.get("/api/queues/reports/jobs/summary").json()["job"]
+        self.assertEqual((waiting["state"], waiting["waiting_for"], waiting["progress"]),
+                         ("waiting", [self.first_id], None))
+        self.assertNotIn(b"<script>", self.get("/api/queues/reports/jobs/running").body)
+
+    def test_the_job_list_shows_progress_and_lists_waiting_jobs(self) -> None:
+        page = self.get("/api/queues/reports/jobs").json()
+        self.assertEqual(page["total"], 3)
+        listed = {j["id"]: j for j in page["jobs"]}
+        self.assertEqual(listed["running"]["progress"]["fraction"], 0.4)
+        self.assertLessEqual(len(listed["running"]["progress"]["note"]), 80, "clipped")
+        self.assertNotIn("meta", listed["running"], "the metadata is the job page's")
+        self.assertEqual(listed["summary"]["waiting_for"], [self.first_id])
+        waiting = self.get("/api/queues/reports/jobs?state=waiting").json()
+        self.assertEqual((waiting["total"], [j["id"] for j in waiting["jobs"]]),
+                         (1, ["summary"]))
+        self.assertEqual(self.get("/api/queues/emails/jobs?state=waiting").json()["total"], 0)
+
+    def test_metrics_count_the_waiting_jobs(self) -> None:
+        samples = self.parse_metrics(self.get("/metrics").body.decode())
+        self.assertEqual(samples[("nobroker_jobs", 'queue="reports",state="waiting"')], 1)
+        self.assertEqual(samples[("nobroker_jobs", 'queue="reports",state="pending"')], 1)
+        self.assertEqual(samples[("nobroker_jobs", 'queue="emails",state="waiting"')], 0)
+
+    def test_the_page_lists_the_waiting_state_and_follows_a_running_job(self) -> None:
+        script = (STATIC / "app.js").read_text("utf-8")
+        self.assertIn('const STATES = ["", "pending", "leased", "waiting", "dead"];', script)
+        self.assertIn("function followJob(", script)  # the job page re-reads an unfinished job
+        self.assertIn('el("pre", {id: "meta"}', script)
 
 
 class MetricsTest(WebCase):

@@ -42,7 +42,7 @@ SCENARIOS = [name for name in explorer.WORKLOADS if name != "mixed50"]
 DIRECTORY_SCENARIOS = {"first_enqueue", "compaction", "keyed_compaction", "big_compaction",
                        "two_handles", "fsync_fails_reopen", "fsync_false", "checkpoints",
                        "results_compaction", "cancel_pause", "shared_fsync_compaction",
-                       "racing_compactions", "checkpoint_after_switch"}
+                       "racing_compactions", "checkpoint_after_switch", "progress"}
 
 
 # The default run's bounds for the scenario library (the long run: explorer.long_run).
@@ -307,7 +307,7 @@ class AceTest(ExplorerTestCase):
         for key in chosen:
             report = explore(workloads[key], ("ext4ish", "weak"), Bounds.quick(), name=key)
             total.merge(report)
-        self.assertEqual(len(singles), 17)
+        self.assertEqual(len(singles), 18)
         self.assertClean(total)
 
 

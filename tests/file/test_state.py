@@ -23,6 +23,7 @@ from nobroker.errors import JobNotFoundError
 from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType, dumps, loads
 from nobroker.file.state import state as state_module
+from nobroker.file.state.notes import note_fields
 from nobroker.file.state.state import (
     TRANSITIONS,
     Applied,
@@ -63,10 +64,13 @@ class Log:
 
 
 def enq(job_id: str, *, pr: int = 0, at: float = 0.0, t: float = 0.0, ma: int = 3,
-        keyed: bool | None = None, p: Any = "x") -> tuple[int, dict[str, Any]]:
+        keyed: bool | None = None, p: Any = "x", m: dict[str, Any] | None = None
+        ) -> tuple[int, dict[str, Any]]:
     fields: dict[str, Any] = {"id": job_id, "pr": pr, "at": at, "t": t, "ma": ma}
     if keyed is not None:
         fields["k"] = keyed
+    if m is not None:  # enqueue(meta=), format 1.2
+        fields["m"] = m
     fields["p"] = p
     return RT.ENQUEUE, fields
 
@@ -108,6 +112,17 @@ def snooze(job_id: str, tok: int, at: float = 5.0, err: str | None = "not yet"
 
 def extend(job_id: str, tok: int, until: float = 200.0) -> tuple[int, dict[str, Any]]:
     return RT.EXTEND, {"id": job_id, "tok": tok, "until": until}
+
+
+def progress(job_id: str, tok: int, pg: list[Any] | None = None,
+             m: dict[str, Any] | None = None, t: float = 3.0) -> tuple[int, dict[str, Any]]:
+    """A PROGRESS record (format 1.2): the holder's note on its job."""
+    fields: dict[str, Any] = {"id": job_id, "tok": tok, "t": t}
+    if pg is not None:
+        fields["pg"] = pg
+    if m is not None:
+        fields["m"] = m
+    return RT.PROGRESS, fields
 
 
 def expire(job_id: str, tok: int, at: float = 5.0) -> tuple[int, dict[str, Any]]:
@@ -168,7 +183,8 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
             finished: dict[str, Any] = {
                 "id": e.id, "pr": e.priority, "t": e.enqueued_at, "ma": e.max_attempts,
                 "a": e.attempts, "s": str(e.state), "fin": e.available_at, "keep": 0.0,
-                "err": e.last_error, "k": e.keyed, "r": None}
+                "err": e.last_error, "k": e.keyed,
+                **note_fields(state.notes.get(e.id)), "r": None}
             sleeper = state.dormant.by_job.get(e.id)
             if sleeper is not None:  # revivable: what it waits for, its payload
                 finished.update({"w": list(sleeper.unmet), "wf": list(sleeper.failed),
@@ -186,9 +202,11 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
             fields.update({"w": list(wait.unmet), "af": wait.mode == "any"})
             if wait.mode == "failure":
                 fields["of"] = True
+        fields.update(note_fields(state.notes.get(e.id)))  # format 1.2
         out.append((RT.JOB, {**fields, "p": None}))
     for job_id, done in state.done_keys.items():
-        out.append((RT.KEY, {"id": job_id, "done": done}))
+        out.append((RT.KEY, {"id": job_id, "done": done,
+                             **note_fields(state.notes.get(job_id))}))
     out.append((RT.SNAPSHOT, {"tok": state.next_token, "done": state.done,
                               "jobs": len(state.jobs), "kept": state.kept,
                               "paused": state.paused}))
@@ -235,7 +253,8 @@ def record_for(rtype: RecordType, job_id: str = "j") -> tuple[int, dict[str, Any
         RT.REQUEUE: lambda: requeue(job_id), RT.PURGE: purge,
         RT.FORGET: lambda: forget(job_id), RT.CANCEL: lambda: cancel(job_id),
         RT.DELETE: lambda: delete(job_id), RT.SNOOZE: lambda: snooze(job_id, 1),
-        RT.RELEASE: lambda: release(job_id), RT.REVIVE: lambda: revive(job_id, ["p"])}
+        RT.RELEASE: lambda: release(job_id), RT.REVIVE: lambda: revive(job_id, ["p"]),
+        RT.PROGRESS: lambda: progress(job_id, 1, [0.5, "half"], {"k": 1})}
     return makers[rtype]()
 
 
@@ -685,7 +704,8 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
             if by_state[JobState.PENDING]:
                 choices += ["lease", "lease", "cancel"]
             if by_state[JobState.LEASED]:
-                choices += ["ack", "ack_result", "nack", "extend", "expire", "cancel"]
+                choices += ["ack", "ack_result", "nack", "extend", "expire", "cancel",
+                            "progress"]
             if by_state[JobState.DEAD]:
                 choices += ["requeue", "delete"]
             if by_state[JobState.DONE] or by_state[JobState.CANCELLED]:
@@ -703,12 +723,13 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
                     assert reserved is not None
                     job_id = reserved if rng.random() < 0.8 else f"{rng.getrandbits(64):016x}"
                 records.append(enq(job_id, pr=rng.randrange(-2, 3), at=t, t=t,
-                                   ma=rng.randrange(1, 4), keyed=keyed))
+                                   ma=rng.randrange(1, 4), keyed=keyed,
+                                   m={"e": serial} if rng.random() < 0.1 else None))
             elif what == "lease":
                 job_id = rng.choice(by_state[JobState.PENDING])
                 records.append(lease(job_id, token, until=t + 30))
                 token += 1
-            elif what in ("ack", "ack_result", "nack", "extend", "expire"):
+            elif what in ("ack", "ack_result", "nack", "extend", "expire", "progress"):
                 job_id = rng.choice(by_state[JobState.LEASED])
                 tok = model.jobs[job_id].token
                 if what == "ack":
@@ -720,6 +741,9 @@ def random_history(rng: random.Random, steps: int, generated: bool = False
                     records.append(nack(job_id, tok, t, rng.choice((None, "e"))))
                 elif what == "extend":
                     records.append(extend(job_id, tok, t + 60))
+                elif what == "progress":  # format 1.2: a note kept as long as the job
+                    records.append(progress(job_id, tok, rng.choice((None, [0.5, None])),
+                                            rng.choice((None, {"n": t})), t))
                 else:
                     records.append(expire(job_id, tok, t))
             elif what == "requeue":

@@ -428,6 +428,37 @@ class WorkerTaskTest(InProcessCase):
         self.assertEqual(seen, ids)
         self.assertIsNone(current_job())
 
+    def test_progress_is_visible_while_the_task_runs_and_the_last_report_is_kept(self
+                                                                                ) -> None:
+        seen = threading.Event()
+        self.addCleanup(seen.set)
+
+        @self.q.task(name="resize")
+        def resize(pages: int) -> int:
+            job = current_job()
+            assert job is not None
+            job.set_meta({"pages": pages})
+            job.progress(0.5, "half way")
+            seen.wait(20)  # until another handle has seen it
+            for page in range(pages):  # many reports within a second: coalesced
+                job.progress((page + 1) / pages, f"page {page + 1}")
+            job.set_meta({"last": "page"})
+            return pages
+
+        result = resize.delay(40)
+        finish = self.run_worker(Worker(self.q, max_jobs=1, handle_signals=False))
+        with Queue(self.location("q")) as other:  # another handle: as another process
+            wait_until(lambda: other.get(result.id).progress == (0.5, "half way"),
+                       what="the running task's progress on another handle")
+            self.assertEqual(other.get(result.id).meta, {"pages": 40})
+            seen.set()
+            finish()
+            done = other.get(result.id)
+        self.assertEqual((done.state, done.result), (JobState.DONE, 40))
+        self.assertEqual(done.progress, (1.0, "page 40"), "the worker writes the last")
+        self.assertEqual(result.info.meta, {"pages": 40, "last": "page"})
+        self.assertIsNone(current_job())
+
     def test_raising_retry_nacks_the_job_after_the_delay_it_names(self) -> None:
         # Inline, in a thread under a time limit, and on the event loop: each way a
         # call can fail must carry the delay to the nack (the backoff is 0.05 s).

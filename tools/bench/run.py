@@ -91,6 +91,7 @@ from tools.bench.common import (
 )
 from tools.bench.context import Config, Context, Missing, Row
 from tools.bench.limits import wl_limits
+from tools.bench.progress import wl_progress
 from tools.bench.tasks import wl_periodic_idle, wl_process_pool, wl_task_delay, wl_task_roundtrip
 from tools.bench.throughput import (
     wl_enqueue,
@@ -126,6 +127,7 @@ WORKLOADS = (
     "group_enqueue",
     "chord_drain",
     "chain_run",
+    "progress",
 )
 RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "enqueue": wl_enqueue,
@@ -150,6 +152,7 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "group_enqueue": wl_group_enqueue,
     "chord_drain": wl_chord_drain,
     "chain_run": wl_chain_run,
+    "progress": wl_progress,
 }
 TITLES = {
     "enqueue": "durable single enqueue",
@@ -174,6 +177,7 @@ TITLES = {
     "group_enqueue": "group(...).delay() vs enqueue_many",
     "chord_drain": "draining a chord vs plain task jobs",
     "chain_run": "a chain of 100 steps vs 100 delay().get()",
+    "progress": "current_job().progress()",
 }
 
 TARGETS = {
@@ -199,6 +203,7 @@ TARGETS = {
     "group_enqueue": "<= 1.3x (time)",
     "chord_drain": ">= 0.8x (speed)",
     "chain_run": "<= 1.3x (time)",
+    "progress": "info",
 }
 
 

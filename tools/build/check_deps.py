@@ -19,9 +19,10 @@ The policy, checked here and nowhere else:
   import ``psycopg`` inside functions only. The extra that installs it is
   read from pyproject.toml and named in the report.
 - Framework integrations (``INTEGRATIONS``: ``src/nobroker/django/``, ``celery/``,
-  ``dramatiq/``) may import their framework anywhere in their subpackage: only
-  the framework's own processes load them (Django's INSTALLED_APPS and TASKS
-  settings, kombu and Celery, a Dramatiq app's broker line), and
+  ``dramatiq/``, ``otel/``) may import their framework anywhere in their subpackage:
+  only the framework's own processes load them (Django's INSTALLED_APPS and TASKS
+  settings, kombu and Celery, a Dramatiq app's broker line; an application that calls
+  ``nobroker.otel.instrument()``), and
   the rest of ``src/nobroker`` never imports them (checked). Their example
   projects (``examples/django_site/``) may import the framework too.
 - Development tools under ``tools/`` (peer benchmarks) may import third-party
@@ -72,7 +73,9 @@ INTEGRATIONS = {"src/nobroker/django/": frozenset({"django", "asgiref"}),
                 # through the celery.result_backends entry point
                 "src/nobroker/celery/": frozenset({"kombu", "celery"}),
                 # a Dramatiq application imports it (its one broker line)
-                "src/nobroker/dramatiq/": frozenset({"dramatiq"})}
+                "src/nobroker/dramatiq/": frozenset({"dramatiq"}),
+                # imported only when instrument() is called, by the application
+                "src/nobroker/otel/": frozenset({"opentelemetry"})}
 INTEGRATION_EXAMPLES = {"examples/django_site/": frozenset({"django"})}
 FRAMEWORKS = frozenset().union(*INTEGRATIONS.values())  # tests may import them lazily
 # The applications the tests' `celery worker` and `dramatiq` processes load import their

@@ -25,6 +25,10 @@ def job_dict(job: Job) -> dict[str, Any]:
              "payload": job.payload}
     if job.state is JobState.WAITING:  # what it waits for (depends_on=)
         found["waiting_for"] = list(job.waiting_for)
+    if job.progress is not None:  # what its holder reported (current_job().progress)
+        found["progress"] = {"fraction": job.progress[0], "note": job.progress[1]}
+    if job.meta:
+        found["meta"] = job.meta
     if job.finished_at is not None:  # done, dead or cancelled: say so, and when
         found.update(finished_at=job.finished_at, result=job.result,
                      finished=_finished_line(job))

@@ -30,7 +30,7 @@ __all__ = ["ApiError", "PAGE_MAX", "job_dict", "queue_summary", "features"]
 
 PAGE_MAX = 500  # jobs per page at most
 PAGE_DEFAULT = 50
-LISTED_STATES = ("pending", "leased", "dead")
+LISTED_STATES = ("pending", "leased", "dead", "waiting")
 
 
 class ApiError(Exception):
@@ -64,9 +64,17 @@ def job_dict(job: Job, *, full: bool = True) -> dict[str, Any]:
         "lease_expires_at": job.lease_expires_at, "last_error": job.last_error,
         "result": getattr(job, "result", None), "finished_at": getattr(job, "finished_at", None),
         "payload": job.payload,
+        # what its holder reported (current_job().progress), and what a waiting job waits for
+        "progress": None if job.progress is None else {"fraction": job.progress[0],
+                                                       "note": job.progress[1]},
+        "waiting_for": list(job.waiting_for),
     }
-    if not full:
+    if full:
+        out["meta"] = job.meta  # its metadata (set_meta): on the job page only
+    else:
         out["last_error"] = _clip(job.last_error)
+        if job.progress is not None:
+            out["progress"]["note"] = _clip(job.progress[1], 80)
     return out
 
 

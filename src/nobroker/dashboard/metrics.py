@@ -1,12 +1,12 @@
 """`/metrics`: every queue of the directory in the Prometheus text format (0.0.4).
 
-Gauges for what a queue holds now (jobs by state, oldest pending age, log
-bytes, paused) and counters for what it has done since it was created
-(enqueued, succeeded, retried, dead-lettered), each read from `stats()` in
-O(1). A counter the queue's backend does not keep is left out rather than
-reported as 0. Label values are escaped as the format requires (backslash,
-double quote, newline); queue names cannot hold those, but the escaping does
-not rely on it.
+Gauges for what a queue holds now (jobs by state: pending, leased, dead, and
+waiting for their prerequisites; oldest pending age, log bytes, paused) and
+counters for what it has done since it was created (enqueued, succeeded,
+retried, dead-lettered), each read from `stats()` in O(1). A counter the
+queue's backend does not keep is left out rather than reported as 0. Label
+values are escaped as the format requires (backslash, double quote, newline);
+queue names cannot hold those, but the escaping does not rely on it.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _lines(hub: Hub) -> Iterator[str]:
             rows["nobroker_up"].append(f"nobroker_up{{{q}}} 0")
             continue
         rows["nobroker_up"].append(f"nobroker_up{{{q}}} 1")
-        for state in ("pending", "leased", "dead"):
+        for state in ("pending", "leased", "dead", "waiting"):
             rows["nobroker_jobs"].append(f'nobroker_jobs{{{q},state="{state}"}} '
                                          f"{getattr(stats, state)}")
         rows["nobroker_oldest_pending_age_seconds"].append(

@@ -58,7 +58,8 @@ def run_task(*args: Any, **kwargs: Any) -> dict[str, Any]:
 
     from .backend import NobrokerBackend, load_task
 
-    job = current_job()
+    running = current_job()
+    job = None if running is None else running.job
     if job is None or not isinstance(job.payload, dict):
         raise RuntimeError("run_task runs only inside a nobroker worker, for a task job")
     path = job.payload["task"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backend import Capabilities, Settings
 from ..dependencies import ANY, SUCCESS
-from ..errors import CorruptLogError, JobNotFoundError, NobrokerError, NotLeasedError
+from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
 from ..models import (
     CompactionResult,
     Job,
@@ -31,8 +31,7 @@ from ..models import (
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
-from .log.readback import finished_outcome
-from .log.records import ID, TIME, TOKEN, RecordType, loads
+from .log.records import ID, TIME, TOKEN, RecordType
 from .options import FileOptions
 from .state.batch import Batch
 from .state.commands import (
@@ -52,7 +51,9 @@ from .state.commands import (
 )
 from .state.dependencies import plan_dependents
 from .state.graphs import graph_jobs, plan_graph
+from .state.notes import Note
 from .state.state import Entry, QueueState
+from .views import MISSING, entry_view, note_view
 
 if TYPE_CHECKING:
     from ..dependencies import GraphNode
@@ -91,31 +92,9 @@ class FileBackend:
 
     # -- views --------------------------------------------------------------
 
-    def _view(self, entry: Entry, payload: Any = _MISSING, source: LogFile | None = None
+    def _view(self, entry: Entry, payload: Any = MISSING, source: LogFile | None = None
               ) -> Job:
-        state = entry.state
-        if state is JobState.DONE or state is JobState.CANCELLED:
-            # Kept with its outcome: no payload; the result and the finishing time are
-            # read from the record that holds them.
-            log = self.handle.live_log()
-            finished_at, result = finished_outcome(log.record_at(entry.loc), log.path,
-                                                   entry.loc, entry.id)
-            return Job(id=entry.id, payload=None, priority=entry.priority,
-                       attempts=entry.attempts, max_attempts=entry.max_attempts, state=state,
-                       available_at=finished_at, enqueued_at=entry.enqueued_at,
-                       last_error=entry.last_error, result=result, finished_at=finished_at)
-        leased = state is JobState.LEASED
-        waits = self.handle.state.waits
-        return Job(
-            id=entry.id,
-            payload=(read_payload(self.handle.live_log() if source is None else source, entry)
-                     if payload is _MISSING else payload),
-            priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
-            state=state, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
-            last_error=entry.last_error, token=entry.token if leased else None,
-            lease_expires_at=entry.lease_until if leased else None,
-            finished_at=entry.available_at if state is JobState.DEAD else None,
-            waiting_for=waits.waiting_for(entry.id) if waits else ())
+        return entry_view(self.handle.state, self.handle.live_log, entry, payload, source)
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
         """Under the lock: what builds the views of jobs just leased once it is released
@@ -133,17 +112,18 @@ class FileBackend:
         """Tell `listener` the ids of jobs our writes' lease reclaims dead-letter."""
         self.handle.dead_listener = listener
 
-    @staticmethod
-    def _done_view(job_id: str, done_at: float) -> Job:  # a keyed job acked without a result
+    def _done_view(self, job_id: str, done_at: float) -> Job:
+        """A finished keyed job acked without a result: only its id, time and note are known."""
         return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                    state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
-                   last_error=None, finished_at=done_at)
+                   last_error=None, finished_at=done_at,
+                   **note_view(self.handle.state.notes, job_id))
 
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False) -> Job:
+                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
         keys = self._limits.keys_of(payload) if self._limits.tasks else None
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
@@ -151,13 +131,13 @@ class FileBackend:
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
                                  depends_on=depends_on, mode=ANY if allow_failure else SUCCESS,
-                                 keys=keys)
+                                 keys=keys, meta=meta)
             if isinstance(found, Entry):
                 return lambda: self._view(found)
             if isinstance(found, float):
                 return lambda: self._done_view(job_id or "", found)
             new_id = batch.last_id()
-            if depends_on:  # waiting, pending or cancelled: as the batch left it
+            if depends_on or meta:  # as the batch left it: waiting, pending or cancelled
                 return lambda: self._view(self.handle.state.jobs[new_id], payload)
             return lambda: self._new_view(new_id, payload, priority, max_attempts,
                                           now + delay, now)
@@ -270,6 +250,15 @@ class FileBackend:
             return lambda: self._view(state.jobs[job.id])  # entries are snapshots
 
         return self.handle.write(plan, spare=job.id)
+
+    def write_notes(self, job: Job, progress: tuple[float, str | None] | None,
+                    meta: dict[str, Any]) -> None:
+        def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
+            plan_settle(state, batch, now, RecordType.PROGRESS, job.id, job.token,
+                        **{TIME: now, **Note(progress, meta).fields()})
+            return lambda: None
+
+        self.handle.write(plan, spare=job.id)
 
     def wait(self, timeout: float) -> bool:
         handle = self.handle
@@ -390,12 +379,3 @@ class FileBackend:
 
     def close(self) -> None:
         self.handle.close()
-
-
-def read_payload(source: LogFile, entry: Entry) -> Any:
-    """The payload of a job in the state, decoded, from its generation: the live log
-    under the lock, or the one pinned when `entry` was taken (write_then_read)."""
-    try:
-        return loads(source.read_payload(entry.loc))
-    except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug
-        raise CorruptLogError(source.path, entry.loc, "payload is not JSON") from None

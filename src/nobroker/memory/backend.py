@@ -21,9 +21,9 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from ..backend import Capabilities, Settings
-from ..codec import encode_payload
+from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
-from ..errors import JobNotFoundError, NobrokerError, NotLeasedError, QueueClosedError
+from ..errors import NobrokerError, NotLeasedError, QueueClosedError
 from ..models import (
     CompactionResult,
     Job,
@@ -36,7 +36,7 @@ from .graphs import add_graph, prerequisites
 from .revivals import requeue_dead
 from .sets import SharedQueue, attach, detach, queue_names
 from .table import MemoryJob, MemoryTable
-from .views import done_view, job_view, stats_view
+from .views import find_view, job_view, stats_view
 
 __all__ = ["MemoryBackend", "CAPABILITIES"]
 
@@ -44,7 +44,6 @@ CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process
                             dependencies=True, limits=True, revival=True)
 T = TypeVar("T")
 _ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
-_KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until keep_until
 
 
 class MemoryBackend:
@@ -130,25 +129,15 @@ class MemoryBackend:
     # -- views --------------------------------------------------------------
 
     _view = staticmethod(job_view)
-    _done_view = staticmethod(done_view)
 
     def _find(self, table: MemoryTable, job_id: str, now: float) -> Job:
-        job = table.jobs.get(job_id)
-        if job is not None:
-            # Forgotten at the next write, past its retention: not returned before it.
-            if job.state in _KEPT and job.keep_until <= now:
-                raise JobNotFoundError(job_id)
-            return self._view(job)
-        done_at = table.done_keys.get(job_id)
-        if done_at is not None and done_at + self.settings.key_retention > now:
-            return self._done_view(job_id, done_at)
-        raise JobNotFoundError(job_id)
+        return find_view(table, job_id, now, self.settings.key_retention)
 
     # -- producing ----------------------------------------------------------
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False) -> Job:
+                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
         keys = self.settings.limits.keys_of(payload)
 
         def change(table: MemoryTable, now: float) -> Job:
@@ -164,10 +153,11 @@ class MemoryBackend:
             released, error = verdict(mode, failed, died, not unmet)
             job = table.add(new_id, job_id is not None, payload_text, priority, now + delay,
                             now, max_attempts, None if released or error else unmet, mode, keys)
+            job.note = (None, meta) if meta else None
             if error is not None:  # settled at once
                 job.last_error = error
                 table.finish(job, JobState.CANCELLED, now, self.settings.result_ttl)
-            if depends_on:
+            if depends_on or meta:
                 return self._view(job)
             return Job(new_id, payload, priority, 0, max_attempts, JobState.PENDING,
                        now + delay, now, None)
@@ -258,6 +248,13 @@ class MemoryBackend:
             return self._view(held)
 
         return self._write(change, spare=(job.id,))
+
+    def write_notes(self, job: Job, progress: tuple[float, str | None] | None,
+                    meta: dict[str, Any]) -> None:
+        def change(table: MemoryTable, now: float) -> None:
+            table.held(job.id, job.token).note = (progress, loads(dumps(meta)))
+
+        self._write(change, spare=(job.id,))
 
     def wait(self, timeout: float) -> bool:
         shared = self._shared

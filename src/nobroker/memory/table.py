@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..dependencies import SUCCESS, verdict
 from ..errors import JobNotFoundError, NotLeasedError
@@ -26,10 +27,11 @@ from ..models import JobState
 from ..revivals import Dormant
 from .limited import LimitedReady
 
-__all__ = ["MemoryJob", "MemoryTable", "FINISHED"]
+__all__ = ["MemoryJob", "MemoryTable", "FINISHED", "Note"]
 
 FINISHED = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome for a while
 _LIVE = (JobState.PENDING, JobState.LEASED, JobState.DEAD, JobState.WAITING)
+Note = tuple[tuple[float, str | None] | None, dict[str, Any]]  # progress, metadata
 
 
 @dataclass(slots=True)
@@ -56,6 +58,7 @@ class MemoryJob:
     waiting_for: dict[str, None] | None = None  # WAITING: its unfinished prerequisites
     mode: str = SUCCESS  # what releases it (nobroker.dependencies.verdict)
     keys: JobKeys | None = None  # its rate and concurrency limit keys (nobroker.limits)
+    note: Note | None = None  # its holder's progress and metadata (write_notes)
 
 
 class MemoryTable:
@@ -64,6 +67,7 @@ class MemoryTable:
     def __init__(self) -> None:
         self.jobs: dict[str, MemoryJob] = {}  # live and kept jobs, in enqueue order
         self.done_keys: dict[str, float] = {}  # finished keyed job -> when it finished
+        self.key_notes: dict[str, Note] = {}  # a remembered key's job's note, if it had one
         self.paused = False
         self.counts = dict.fromkeys(JobState, 0)
         self.done = self.enqueued = self.retried = self.dead_lettered = 0
@@ -99,6 +103,7 @@ class MemoryTable:
         """A new pending job (its id is free: the caller checked), or with `waits_for`
         (prerequisites not finished yet) a waiting one; `keys`: its limit keys."""
         self.done_keys.pop(job_id, None)
+        self.key_notes.pop(job_id, None)
         job = MemoryJob(job_id, self._next_seq, keyed, payload_text, priority, available_at,
                         enqueued_at, max_attempts, keys=keys)
         self._next_seq += 1
@@ -195,6 +200,8 @@ class MemoryTable:
         self._remove(job)
         if job.keyed:
             self.done_keys[job.id] = now
+            if job.note is not None:  # kept with its key
+                self.key_notes[job.id] = job.note
             heapq.heappush(self._key_times, (now, job.id))
         self._settle_dependents(job.id, JobState.DONE, now)
 
@@ -340,6 +347,7 @@ class MemoryTable:
             done_at, job_id = heapq.heappop(keys)
             if self.done_keys.get(job_id) == done_at:
                 del self.done_keys[job_id]
+                self.key_notes.pop(job_id, None)
                 forgotten += 1
         return forgotten
 

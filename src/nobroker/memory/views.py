@@ -1,12 +1,16 @@
-"""The in-memory backend's views: a MemoryJob as the `Job` the API hands out."""
+"""The in-memory backend's views: a MemoryJob (or a remembered key) as the `Job` the API
+hands out, and the queue's counts as its `QueueStats`."""
 
 from __future__ import annotations
 
-from ..codec import loads
-from ..models import Job, JobState, QueueStats
-from .table import FINISHED, MemoryJob, MemoryTable
+from typing import Any
 
-__all__ = ["job_view", "done_view", "stats_view"]
+from ..codec import dumps, loads
+from ..errors import JobNotFoundError
+from ..models import Job, JobState, QueueStats
+from .table import FINISHED, MemoryJob, MemoryTable, Note
+
+__all__ = ["job_view", "done_view", "find_view", "stats_view"]
 
 
 def job_view(job: MemoryJob) -> Job:
@@ -17,7 +21,8 @@ def job_view(job: MemoryJob) -> Job:
                    max_attempts=job.max_attempts, state=state,
                    available_at=job.finished_at or 0.0, enqueued_at=job.enqueued_at,
                    last_error=job.last_error, finished_at=job.finished_at,
-                   result=None if job.result_text is None else loads(job.result_text))
+                   result=None if job.result_text is None else loads(job.result_text),
+                   **note_view(job.note))
     leased = state is JobState.LEASED
     return Job(id=job.id, payload=loads(job.payload_text or "null"),
                priority=job.priority, attempts=job.attempts,
@@ -26,14 +31,34 @@ def job_view(job: MemoryJob) -> Job:
                last_error=job.last_error, token=job.token if leased else None,
                lease_expires_at=job.lease_until if leased else None,
                finished_at=job.available_at if state is JobState.DEAD else None,
-               waiting_for=tuple(job.waiting_for or ()))
+               waiting_for=tuple(job.waiting_for or ()), **note_view(job.note))
 
 
-def done_view(job_id: str, done_at: float) -> Job:
-    """A finished keyed job acked without a result: only its id and time are known."""
+def done_view(job_id: str, done_at: float, note: Note | None = None) -> Job:
+    """A finished keyed job acked without a result: only its id, time and note are known."""
     return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
                state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
-               last_error=None, finished_at=done_at)
+               last_error=None, finished_at=done_at, **note_view(note))
+
+
+def find_view(table: MemoryTable, job_id: str, now: float, key_retention: float) -> Job:
+    """`job_id` as `get` hands it out: a job the table holds, or the remembered key of a
+    finished keyed job; JobNotFoundError for neither, and for a kept finished job past
+    its retention (forgotten at the next write: not returned before it)."""
+    job = table.jobs.get(job_id)
+    if job is not None:
+        if job.state in FINISHED and job.keep_until <= now:
+            raise JobNotFoundError(job_id)
+        return job_view(job)
+    done_at = table.done_keys.get(job_id)
+    if done_at is not None and done_at + key_retention > now:
+        return done_view(job_id, done_at, table.key_notes.get(job_id))
+    raise JobNotFoundError(job_id)
+
+
+def note_view(note: Note | None) -> dict[str, Any]:
+    """The Job fields `progress` and `meta` of a note (a copy: callers may change it)."""
+    return {} if note is None else {"progress": note[0], "meta": loads(dumps(note[1]))}
 
 
 def stats_view(table: MemoryTable) -> QueueStats:

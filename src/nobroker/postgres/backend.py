@@ -42,7 +42,7 @@ from ..errors import (
     NobrokerError,
     NotLeasedError,
 )
-from ..models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
+from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
 from . import graphs
 from .connection import Link, LinkBusy, changed
 from .limited import LimitedLeases, key_params, keys_params
@@ -50,10 +50,12 @@ from .namedlocks import LockConnections
 from .rows import (
     STATES,
     codes_listed,
+    enqueue_params,
     import_params,
     job_enqueued,
     job_from_row,
     not_leased,
+    note_params,
     stats_from_row,
 )
 from .session import Session
@@ -105,12 +107,10 @@ class PostgresBackend:
         return f"PostgresBackend({self.location!r}, name={self.name!r})"
 
     def _not_leased(self, conn: Conn, job: Job) -> NotLeasedError:
-        return not_leased(job, conn.execute(self._sql.lease_of,
-                                            self._params(id=job.id)).fetchone())
+        return not_leased(job, conn.execute(self._sql.lease_of, self._params(id=job.id)).fetchone())
 
     def _fenced(self, operation: str, sql: bytes, params: dict[str, Any], job: Job) -> Any:
-        """Run a statement that changes `job` only under its lease (the token in
-        `params`): its one row, or NotLeasedError saying whose lease it is now."""
+        """Run `sql` under `job`'s lease (its token in `params`): its row, or NotLeasedError."""
 
         def run(conn: Conn) -> Any:
             row = conn.execute(sql, params).fetchone()
@@ -124,13 +124,14 @@ class PostgresBackend:
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False) -> Job:
+                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
+        params = self._params(**enqueue_params(job_id, priority, delay, max_attempts,
+                                               payload_text, meta),
+                              **key_params(self.settings.limits, payload))
         if depends_on:  # waiting, pending or cancelled at once (graphs.py)
             node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
-                               priority, delay, max_attempts, job_id)
+                               priority, delay, max_attempts, job_id, params["m"])
             return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
-        params = self._params(id=job_id, pr=priority, delay=delay, ma=max_attempts,
-                              p=payload_text, **key_params(self.settings.limits, payload))
 
         def run(conn: Conn) -> Job:
             if job_id is None:  # one statement: no transaction needed
@@ -167,9 +168,10 @@ class PostgresBackend:
     # -- in a transaction not ours (transactional.py) -------------------------
 
     def enqueue_in(self, connection: Any, payload_text: str, payload: Any, *, priority: int,
-                   delay: float, max_attempts: int, job_id: str | None) -> Job:
-        return self._transactional.enqueue_in(connection, self._params(
-            id=job_id, pr=priority, delay=delay, ma=max_attempts, p=payload_text,
+                   delay: float, max_attempts: int, job_id: str | None,
+                   meta: dict[str, Any] | None = None) -> Job:
+        return self._transactional.enqueue_in(connection, self._params(**enqueue_params(
+            job_id, priority, delay, max_attempts, payload_text, meta),
             **key_params(self.settings.limits, payload)), job_id)
 
     def atomic(self) -> AbstractContextManager[Conn]:
@@ -266,6 +268,10 @@ class PostgresBackend:
     def extend(self, job: Job, seconds: float) -> Job:
         params = self._params(id=job.id, tok=job.token, s=seconds)
         return job_from_row(self._fenced("extend", self._sql.extend, params, job))
+
+    def write_notes(self, job: Job, progress: Progress | None, meta: dict[str, Any]) -> None:
+        params = self._params(id=job.id, tok=job.token, **note_params(progress, meta))
+        self._fenced("write_notes", self._sql.write_notes, params, job)
 
     def wait(self, timeout: float) -> bool:
         try:

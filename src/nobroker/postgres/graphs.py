@@ -48,6 +48,7 @@ class Node:
     delay: float
     max_attempts: int
     job_id: str | None
+    meta: str | None = None  # its metadata from the start, JSON text (rows.enqueue_params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +139,8 @@ def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[N
         "ids": ids, "seqs": seqs, "states": [p.state for p in planned],
         "prs": [n.priority for n in nodes], "delays": [n.delay for n in nodes],
         "mas": [n.max_attempts for n in nodes], "ks": [n.job_id is not None for n in nodes],
-        "ps": [n.payload_text for n in nodes], "errs": [p.error for p in planned],
+        "ps": [n.payload_text for n in nodes], "ms": [n.meta for n in nodes],
+        "errs": [p.error for p in planned],
         "deps": [job_id in prerequisites for job_id in ids],
         "flag": sorted(prerequisites.intersection(known)),
         "w_ids": [w[0] for w in waiting], "w_unmet": [w[1] for w in waiting],

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ..errors import NotLeasedError
-from ..models import Job, JobState, QueueStats
+from ..models import Job, JobState, Progress, QueueStats
 
 __all__ = ["STATE_CODES", "WAITING", "BLOCKED", "STATES", "CODES_OF", "job_from_row",
-           "job_enqueued", "not_leased", "codes_listed", "stats_from_row", "import_params"]
+           "job_enqueued", "not_leased", "codes_listed", "stats_from_row", "import_params",
+           "note_params", "enqueue_params"]
 
 STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
                       JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column
@@ -31,16 +32,35 @@ def job_from_row(row: Sequence[Any]) -> Job:
     """The Job a row read in job_columns order describes (followed, where the query
     reads it, by parts/waiting_for.sql's column)."""
     (job_id, _seq, code, priority, available_at, enqueued_at, max_attempts, attempts,
-     token, lease_until, last_error, payload, result, finished_at) = row[:14]
-    waiting_for = row[14] if len(row) > 14 else None
+     token, lease_until, last_error, payload, result, finished_at, progress, meta) = row[:16]
+    waiting_for = row[16] if len(row) > 16 else None
     leased = code == 1
+    noted: dict[str, Any] = {}  # its progress and metadata (migration 0005), if any
+    if progress is not None:
+        fraction, note = json.loads(progress)
+        noted["progress"] = (float(fraction), note)
+    if meta is not None:
+        noted["meta"] = json.loads(meta)
     return Job(id=job_id, payload=json.loads(payload), priority=priority,
                attempts=attempts, max_attempts=max_attempts, state=STATES[code],
                available_at=available_at, enqueued_at=enqueued_at, last_error=last_error,
                token=token if leased else None,
                lease_expires_at=lease_until if leased else None,
                result=None if result is None else json.loads(result),
-               finished_at=finished_at, waiting_for=tuple(waiting_for or ()))
+               finished_at=finished_at, waiting_for=tuple(waiting_for or ()), **noted)
+
+
+def enqueue_params(job_id: str | None, priority: int, delay: float, max_attempts: int,
+                   payload_text: str, meta: dict[str, Any] | None) -> dict[str, Any]:
+    """The parameters of enqueue.sql: the job, and its metadata from the start."""
+    return {"id": job_id, "pr": priority, "delay": delay, "ma": max_attempts,
+            "p": payload_text, "m": note_params(None, meta or {})["m"]}
+
+
+def note_params(progress: Progress | None, meta: dict[str, Any]) -> dict[str, str | None]:
+    """The parameters of write_notes.sql: JSON text, NULL for what the job has not."""
+    return {"pg": None if progress is None else json.dumps(list(progress)),
+            "m": json.dumps(meta, ensure_ascii=False, allow_nan=False) if meta else None}
 
 
 def job_enqueued(row: Sequence[Any], payload: Any, max_attempts: int) -> Job:

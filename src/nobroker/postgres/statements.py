@@ -49,6 +49,7 @@ class Statements:
     nack: bytes
     snooze: bytes
     extend: bytes
+    write_notes: bytes
     next_due: bytes
     watch: bytes
     hold: bytes

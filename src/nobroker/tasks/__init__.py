@@ -15,6 +15,7 @@ is given no handler (worker/slots.py).
     cron.py      the five-field cron parser and its next/previous times
     zones.py     time zones for cron: names, and the instants of a local minute (DST)
     schedule.py  periodic schedules and the Scheduler that enqueues their ticks
+    running.py   RunningJob: current_job(), with progress() and set_meta()
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .registry import (
     registered_queues,
     registry_of,
 )
+from .running import RunningJob
 from .schedule import Schedule, tick_job_id
 from .scheduler import Scheduler
 from .steps import step_call
@@ -46,8 +48,8 @@ from .workflow_results import GroupResult
 if TYPE_CHECKING:
     from ..queue import Queue
 
-__all__ = ["Cron", "Schedule", "Scheduler", "Task", "TaskCall", "TaskRegistry", "TaskResult",
-           "call_as", "current_job", "parse_payload", "periodic", "queue_clock",
+__all__ = ["Cron", "RunningJob", "Schedule", "Scheduler", "Task", "TaskCall", "TaskRegistry",
+           "TaskResult", "call_as", "current_job", "parse_payload", "periodic", "queue_clock",
            "registered_queues", "registry_of", "task", "tick_job_id",
            "Signature", "chain", "group", "chord", "GroupResult", "compile_canvas",
            "step_call"]

@@ -20,6 +20,7 @@ here reads a clock except through the queue's (for `eta=`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -36,6 +37,7 @@ from ..errors import SerializationError
 from ..models import Job, JobState
 from ..transactions import after_commit, transactional
 from .canvas import Signature
+from .running import RunningJob, enter_wrappers
 from .task_result import TaskResult
 
 if TYPE_CHECKING:
@@ -49,36 +51,48 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _REGISTRIES: weakref.WeakKeyDictionary[Queue, TaskRegistry] = weakref.WeakKeyDictionary()
-_CURRENT: contextvars.ContextVar[Job | None] = contextvars.ContextVar("nobroker_job",
-                                                                      default=None)
+_CURRENT: contextvars.ContextVar[RunningJob | None] = contextvars.ContextVar("nobroker_job",
+                                                                             default=None)
 
 
-def current_job() -> Job | None:
+def current_job() -> RunningJob | None:
     """The job a Worker is running this task or handler for (None outside one).
 
     What Celery's `self.request` and RQ's `get_current_job()` give: the job's
-    id, attempts and payload, e.g. to make a side effect idempotent.
+    id, attempts and payload, e.g. to make a side effect idempotent; and
+    `progress(fraction, note)` and `set_meta(mapping)` to report on it
+    (running.py). `current_job().job` is the Job itself.
     """
     return _CURRENT.get()
 
 
-def call_as(job: Job, fn: Callable[..., Any], args: Sequence[Any],
+def call_as(job: Job | RunningJob, fn: Callable[..., Any], args: Sequence[Any],
             kwargs: Mapping[str, Any]) -> Any:
     """Call `fn` with `current_job()` returning `job`; an awaitable it returns is
-    wrapped so that `current_job()` holds while it runs too."""
+    wrapped so that `current_job()` holds while it runs too. A plain Job (a child
+    process's) cannot report progress."""
+    if not isinstance(job, RunningJob):
+        job = RunningJob(job, None)
+    deferred = inspect.iscoroutinefunction(fn)  # its wrappers go around the await
     token = _CURRENT.set(job)
     try:
-        value = fn(*args, **kwargs)
+        with contextlib.ExitStack() as around:
+            if not deferred:
+                enter_wrappers(around, job)
+            value = fn(*args, **kwargs)
     finally:
         _CURRENT.reset(token)
     if inspect.isawaitable(value):
-        return _awaited_as(job, value)
+        return _awaited_as(job, value, deferred)
     return value
 
 
-async def _awaited_as(job: Job, awaitable: Any) -> Any:
+async def _awaited_as(job: RunningJob, awaitable: Any, wrapped: bool) -> Any:
     _CURRENT.set(job)  # in the asyncio task's own copy of the context
-    return await awaitable
+    with contextlib.ExitStack() as around:
+        if wrapped:
+            enter_wrappers(around, job)
+        return await awaitable
 
 
 def queue_clock(queue: Queue) -> Callable[[], float]:

@@ -39,6 +39,12 @@ class TaskResult:
         return self.queue.get(self.id)
 
     @property
+    def info(self) -> Job:
+        """`job`, by the name RQ and Celery users look for: its `progress` and `meta`
+        (what the running task reported) among the rest."""
+        return self.queue.get(self.id)
+
+    @property
     def state(self) -> JobState:
         """pending, leased, done, dead or cancelled, as of now."""
         return self.job.state

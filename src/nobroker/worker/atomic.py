@@ -24,9 +24,8 @@ from typing import Any
 
 from ..codec import encode_payload
 from ..errors import NobrokerError, NotLeasedError
-from ..models import Job
 from ..queue import Queue
-from ..tasks import call_as
+from ..tasks import RunningJob, call_as
 from ..transactions import opener_of, transactional, with_connection
 from .pool import Outcome
 from .shared import PASSING, log
@@ -38,21 +37,25 @@ class _RolledBack(Exception):
     """The task failed: leave the transaction, rolling its writes back."""
 
 
-def run_atomic(queue: Queue, job: Job, target: Callable[..., Any], args: tuple[Any, ...],
-               kwargs: dict[str, Any], result_ttl: float | None) -> Outcome:
+def run_atomic(queue: Queue, running: RunningJob, target: Callable[..., Any],
+               args: tuple[Any, ...], kwargs: dict[str, Any],
+               result_ttl: float | None) -> Outcome:
     """Run the call and write its ack in one transaction; an Outcome that is `settled`
     ("succeeded", "lost") unless the call failed (then the caller nacks it)."""
     backend = transactional(queue.backend, "atomic=True")
+    job = running.job
     opener = opener_of(queue)  # the application's transaction (Django's), if it gave one
     failed = Outcome()
     try:
         with (opener() if opener is not None else backend.atomic()) as connection:
             try:
-                result = call_as(with_connection(job, connection), target, args, kwargs)
+                result = call_as(running.around(with_connection(job, connection)), target,
+                                 args, kwargs)
                 text = encode_payload(result, "result")
             except BaseException as exc:  # whatever a task raises is its job's failure
                 failed = Outcome.failed(exc)
                 raise _RolledBack from None
+            running.flush()  # its last progress report, before the ack ends its lease
             backend.ack_in(connection, job, text, result_ttl, joined=opener is not None)
     except _RolledBack:
         return failed

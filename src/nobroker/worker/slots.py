@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import NobrokerError, NotLeasedError, SerializationError, TaskLockedError
 from ..models import Job, JobState
 from ..queue import Queue
-from ..tasks import call_as, step_call
+from ..tasks import RunningJob, call_as, step_call
 from .atomic import run_atomic
 from .joblog import log_job
 from .leasing import Leasing
@@ -85,11 +85,7 @@ class Slots(Leasing, Prefetching):
             flight.child, flight.began, flight.task = child, began, plan.name
         if queue.hooks is not None:
             queue.hooks.fire("started", job)
-        try:
-            outcome = self._execute(job, queue, plan, child)
-        except Exception as exc:  # a bug of ours: fail the job, keep the slot alive
-            log.exception("job %s: running it failed inside the worker", job.id)
-            outcome = Outcome.failed(exc)
+        outcome = self._run(job, queue, plan, child)
         error = outcome.error_text
         chain = False
         with self._cond:
@@ -141,11 +137,7 @@ class Slots(Leasing, Prefetching):
         began = self._clock()
         if queue.hooks is not None:
             queue.hooks.fire("started", job)
-        try:
-            outcome = self._execute(job, queue, plan, None)
-        except Exception as exc:  # a bug of ours: fail the job, as _work_on does
-            log.exception("job %s: running it failed inside the worker", job.id)
-            outcome = Outcome.failed(exc)
+        outcome = self._run(job, queue, plan, None)
         counter = self._settle(flight, outcome, plan, False, [])
         log_job(queue, job, plan.name, counter, self._clock() - began)
         with self._cond:
@@ -252,7 +244,19 @@ class Slots(Leasing, Prefetching):
                     result_ttl=task.result_ttl, spec=task.spec, lock=task.lock,
                     name=call.name, atomic=task.atomic)
 
-    def _execute(self, job: Job, queue: Queue, plan: Plan,
+    def _run(self, job: Job, queue: Queue, plan: Plan, child: ChildProcess | None) -> Outcome:
+        """_execute, with `current_job()` the job's RunningJob, whose last progress
+        report is written before the job is settled."""
+        running = RunningJob(job, queue.backend)
+        try:
+            return self._execute(running, queue, plan, child)
+        except Exception as exc:  # a bug of ours: fail the job, keep the slot alive
+            log.exception("job %s: running it failed inside the worker", job.id)
+            return Outcome.failed(exc)
+        finally:
+            running.flush()
+
+    def _execute(self, job: RunningJob, queue: Queue, plan: Plan,
                  child: ChildProcess | None) -> Outcome:
         """Run the plan's call where the pool says, under its time limit and its named
         lock (a run that finds the lock held fails with TaskLockedError)."""
@@ -269,7 +273,7 @@ class Slots(Leasing, Prefetching):
                            snooze_delay=queue.backoff.delay(1))
         return self._call(job, queue, plan, child, release)
 
-    def _call(self, job: Job, queue: Queue, plan: Plan, child: ChildProcess | None,
+    def _call(self, job: RunningJob, queue: Queue, plan: Plan, child: ChildProcess | None,
               release: Callable[[], None] | None) -> Outcome:
         """Make the call. `release` (of the run's lock) is called once the call really
         ended: here, or by a thread or coroutine that runs on past its time limit."""
@@ -281,7 +285,7 @@ class Slots(Leasing, Prefetching):
             if child is not None:  # a child over its limit is dead when call() returns
                 handler = self.handler is not None
                 request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
-                                           "job": job_to_json(job), "handler": handler,
+                                           "job": job_to_json(job.job), "handler": handler,
                                            "args": [] if handler else plan.args,
                                            "kwargs": plan.kwargs or {}}
                 return child.call(request, plan.timeout)

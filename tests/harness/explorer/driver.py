@@ -85,11 +85,14 @@ class Driver:
         return -1
 
     def call(self, handle: int, op: str, *args: Any, **kwargs: Any) -> Any:
-        """Call `op` on a handle; returns its result, or the exception it raised."""
+        """Call `op` on a handle ("backend.NAME": its backend's operation NAME, for what
+        only a worker calls); returns its result, or the exception it raised."""
         queue = self.handles[handle]
         if queue is None or handle in self.dead:
             return QueueClosedErrorStub()
-        result = self._run(handle, op, args, kwargs, lambda: getattr(queue, op)(*args, **kwargs))
+        owner, _, name = op.rpartition(".")
+        target = queue.backend if owner == "backend" else queue
+        result = self._run(handle, op, args, kwargs, lambda: getattr(target, name)(*args, **kwargs))
         self._observe(self.calls[-1], queue)
         return result
 

@@ -97,6 +97,8 @@ _ACE_OPS: dict[str, Callable[[Driver, int, list[Job]], None]] = {
         GraphNode(payload(7, 200)), GraphNode(payload(8, 200), (0,)),
         GraphNode(payload(9, 100), (0, *([held[-1].id] if held else [])), "failure")]),
     "extend": lambda d, h, held: d.call(h, "extend", held[-1], 30) if held else None,
+    "progress": lambda d, h, held: d.call(h, "backend.write_notes", held[-1], (0.5, "half"),
+                                          {"step": 1}) if held else None,
     "expire": lambda d, h, held: _ace_expire(d, h),
     "compact": lambda d, h, held: d.call(h, "compact"),
     "requeue_dead": lambda d, h, held: d.call(h, "requeue_dead"),

@@ -142,6 +142,30 @@ def _w_extend(d: Driver) -> None:
             d.call(h, "ack", extended)
 
 
+@workload("progress")
+def _w_progress(d: Driver) -> None:
+    """PROGRESS records and ENQUEUE's "m" (format 1.2): a note kept with a result, with
+    a key, across a compaction, and one refused from a stale holder."""
+    h = d.open()
+    d.call(h, "enqueue", payload(1, 100), meta={"otel": {"traceparent": "00-ab-cd-01"}})
+    d.call(h, "enqueue", payload(2, 100), job_id="keyed")
+    leased = _held(d.call(h, "lease", 2, visibility_timeout=10))
+    for step, job in enumerate(leased):
+        d.call(h, "backend.write_notes", job, (0.5, f"step {step}"), {"n": step})
+    if leased:
+        d.call(h, "ack", leased[0], result={"r": 1})
+    d.call(h, "compact")
+    for job in leased[1:]:
+        d.call(h, "backend.write_notes", job, (1.0, None), {})
+        d.call(h, "ack", job)
+    d.call(h, "enqueue", payload(3, 100))
+    stale = _held(d.call(h, "lease", 1, visibility_timeout=5))
+    d.advance(10)
+    d.call(h, "lease", 1)  # reclaims the lease: the old holder's note is refused
+    for job in stale:
+        d.call(h, "backend.write_notes", job, (0.1, "stale"), {})
+
+
 @workload("compaction")
 def _w_compaction(d: Driver) -> None:
     h = d.open()

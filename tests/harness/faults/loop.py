@@ -57,6 +57,8 @@ class _Driver:
         self.results: dict[str, tuple[str, str, Any]] = {}  # tag -> (status, id, result)
         self.cancels: dict[str, tuple[str, str]] = {}  # tag -> (status, id)
         self.paused: tuple[str, bool] | None = None  # the last pause/resume: status, flag
+        # tag -> (status, id, progress) of the last note written on its job (format 1.2)
+        self.notes: dict[str, tuple[str, str, tuple[float, str | None]]] = {}
         self.poisoned_by: str | None = None
 
     def open(self) -> bool:
@@ -189,6 +191,18 @@ class _Driver:
         if status not in ("skipped", "failed", "refused"):
             self.purged.update(self.enq)  # any pending job enqueued so far may be gone
 
+    def note(self) -> None:
+        """The first held job's progress and metadata (a PROGRESS record), each unique."""
+        if not self.held:
+            return
+        job = self.held[0]
+        tag = job.payload["tag"]
+        progress = (0.5, f"{tag} note {len(self.notes)}")
+        status, _ = self.call(f"note {tag}", lambda q: q.backend.write_notes(
+            job, progress, {"tag": tag}))
+        if status not in ("skipped", "refused"):
+            self.notes[tag] = (_status(status), job.id, progress)
+
     def settle(self, how: str) -> None:
         if not self.held:
             return
@@ -259,6 +273,7 @@ def workload(d: _Driver, seed: int = 0) -> None:
     d.enqueue("e")
     d.settle("ack")
     d.lease(1)
+    d.note()  # kept with the job and its result
     d.settle("ack_result")  # kept with its result
     d.cancel("e")
     d.pause(True)
@@ -291,6 +306,8 @@ def random_workload(d: _Driver, seed: int) -> None:
         elif op < 0.55:
             d.lease(rng.randint(1, 3))
         elif op < 0.8:
+            if rng.random() < 0.2:
+                d.note()
             d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "nack_dead", "snooze",
                                  "extend")))
         elif op < 0.88:
@@ -368,6 +385,13 @@ def audit(directory: str, d: _Driver, out: FaultOutcome) -> None:
         # result before or after it (the results check above covers that).
         if status == "failed" and got is not None and got.state is JobState.CANCELLED:
             v.append(f"cancel of {tag!r} definitely failed, yet {got} is kept")
+    noted = {job.id: job for job in jobs} | kept
+    for tag, (status, job_id, progress) in d.notes.items():
+        got = noted.get(job_id)
+        if status == "ok" and got is not None and got.progress != progress:
+            v.append(f"note on {tag!r} returned, yet the queue holds {got.progress}")
+        if status == "failed" and got is not None and got.progress == progress:
+            v.append(f"note on {tag!r} definitely failed, yet the queue holds it")
     if d.paused is not None and d.paused[0] == "ok" and stats.paused != d.paused[1]:
         v.append(f"the last pause/resume returned, yet paused is {stats.paused}")
     if stats.kept != len(kept):

@@ -105,6 +105,14 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
         q.enqueue({"n": 13}, depends_on=chain)  # its death cancels it, revivable
         for job in q.lease(1):
             q.nack(job, error="dead")  # a CANCEL with "p"; compacted: FINISHED with "wf"
+        # PROGRESS records (format 1.2): notes the snapshot then carries in a FINISHED
+        # record (kept with a result) and a JOB record (still leased).
+        noted = q.enqueue_many([{"n": 12}, {"n": 13}], priority=100)
+        q.enqueue({"n": 14}, meta={"otel": {"traceparent": "00-ab-cd-01"}})  # ENQUEUE's "m"
+        for job in q.lease(2):
+            q.backend.write_notes(job, (0.5, "half \u00e9"), {"step": [1, {"a": None}]})
+            if job.id == noted[0].id:
+                q.ack(job, result="noted")
         q.pause()
 
 

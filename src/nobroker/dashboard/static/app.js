@@ -20,7 +20,7 @@ const CSRF = meta("nobroker-csrf");
 
 const TOKEN_KEY = "nobroker-dashboard-token";
 const PAGE = 50;
-const STATES = ["", "pending", "leased", "dead"];
+const STATES = ["", "pending", "leased", "waiting", "dead"];
 const SERIES = [["enqueued", "enqueued"], ["succeeded", "succeeded"],
                 ["dead_lettered", "dead-lettered"], ["retried", "retried"]];
 
@@ -84,6 +84,22 @@ function short(value, width) {
   let text = JSON.stringify(value);
   if (text === undefined) text = "";
   return text.length <= width ? text : text.slice(0, width - 1) + "\u2026";
+}
+
+// A job's progress (current_job().progress): a bar, the percentage and its note.
+function progressOf(progress) {
+  const percent = (progress.fraction * 100).toFixed(progress.fraction < 0.1 ? 1 : 0) + "%";
+  return el("span", {class: "progress", "data-fraction": progress.fraction},
+    el("progress", {max: "1", value: String(progress.fraction)}), " " + percent,
+    progress.note ? " \u2013 " + progress.note : "");
+}
+
+// What a waiting job waits for: links to those jobs, in the order given.
+function waitsFor(name, ids) {
+  const links = el("span", {class: "mono waits-for"}, "after ");
+  ids.forEach((id, i) => links.append(i ? ", " : "",
+    el("a", {href: jobHref(name, id), "data-nav": true}, id)));
+  return links;
 }
 
 function queueHref(name) { return BASE + "/q/" + encodeURIComponent(name); }
@@ -325,7 +341,8 @@ function drawQueue(summary) {
   const card = (label, value, key) => el("div", {class: "card", "data-count": key},
     el("div", {class: "n"}, value), el("div", {class: "l"}, label));
   cards.append(card("pending", fmt(s.pending), "pending"), card("leased", fmt(s.leased), "leased"),
-               card("dead", fmt(s.dead), "dead"), card("done", fmt(s.done), "done"),
+               card("waiting", fmt(s.waiting), "waiting"), card("dead", fmt(s.dead), "dead"),
+               card("done", fmt(s.done), "done"),
                card("oldest pending", age(summary.oldest_pending_age), "oldest"));
   const controls = document.getElementById("queue-controls");
   clear(controls);
@@ -370,7 +387,7 @@ function drawQueue(summary) {
   } else {
     comp.append(el("p", {class: "note"}, "This queue's backend does not compact."));
   }
-  const counts = [s.pending, s.leased, s.dead].join(",");
+  const counts = [s.pending, s.leased, s.waiting, s.dead].join(",");
   if (lastCounts && counts !== lastCounts) loadJobs();  // the first draw has its own load
   lastCounts = counts;
 }
@@ -462,6 +479,8 @@ function drawJobs(page, f) {
       el("td", {}, el("span", {class: "state " + job.state}, job.state)),
       el("td", {class: "num"}, job.priority),
       el("td", {class: "num"}, job.attempts + "/" + job.max_attempts),
+      el("td", {"data-progress": ""}, job.state === "waiting" && job.waiting_for.length
+        ? waitsFor(name, job.waiting_for) : job.progress ? progressOf(job.progress) : ""),
       el("td", {}, when(job.enqueued_at)),
       el("td", {class: "mono"}, short(job.payload, 80)),
       el("td", {class: "mono"}, job.last_error || ""),
@@ -478,7 +497,8 @@ function drawJobs(page, f) {
       onclick: () => go(base + "offset=" + (page.offset + PAGE))}, "later \u2192"));
   if (!f.cancel) pager.append(el("span", {class: "note"}, "cancel: not offered by this queue's backend yet."));
   holder.append(pager, el("table", {id: "job-table"},
-    head(["id", "state", "priority", "attempts", "enqueued", "payload", "last error", ""], [2, 3]),
+    head(["id", "state", "priority", "attempts", "progress", "enqueued", "payload", "last error",
+          ""], [2, 3]),
     el("tbody", {}, ...rows)));
   if (!rows.length) holder.append(el("p", {class: "muted"}, "No job here."));
 }
@@ -504,6 +524,7 @@ function loadJob() {
   const name = view.queue, id = view.job;
   getJSON(apiQueue(name) + "/jobs/" + encodeURIComponent(id)).then((answer) => {
     drawJob(answer);
+    followJob(answer);
     if (answer.features.inspection) loadRecords(name, id);
     else {
       const holder = document.getElementById("records");
@@ -532,6 +553,8 @@ function drawJob(answer) {
   if (job.lease_expires_at) add("lease ends", when(job.lease_expires_at));
   if (job.finished_at) add("finished", when(job.finished_at));
   add("last error", job.last_error || "\u2013", true);
+  if (job.waiting_for.length) add("waits for", waitsFor(name, job.waiting_for));
+  add("progress", job.progress ? progressOf(job.progress) : "\u2013");
   holder.append(fields);
   if (answer.workflow) holder.append(workflowPart(name, answer.workflow));
   const actions = el("div", {class: "toolbar"});
@@ -544,16 +567,40 @@ function drawJob(answer) {
         if (confirmed("Delete dead job " + job.id + "?"))
           change(apiQueue(name) + "/delete-dead", {id: job.id}, (a) => "deleted " + a.deleted + " job(s)");
       }}, "delete"));
-  } else if ((job.state === "pending" || job.state === "leased") && f.cancel) {
+  } else if (["pending", "leased", "waiting"].includes(job.state) && f.cancel) {
     actions.append(el("button", {type: "button", class: "danger", id: "job-cancel", onclick: () => {
       if (confirmed("Cancel job " + job.id + "?"))
         change(apiQueue(name) + "/cancel", {id: job.id}, (a) => a.cancelled ? "cancelled" : "not cancelled");
     }}, "cancel"));
   }
   holder.append(actions,
+    el("h2", {}, "Metadata"), el("pre", {id: "meta"},
+      Object.keys(job.meta || {}).length ? JSON.stringify(job.meta, null, 2) : "(none)"),
     el("h2", {}, "Payload"), el("pre", {id: "payload"}, JSON.stringify(job.payload, null, 2)),
     el("h2", {}, "Result"), el("pre", {id: "result"},
       job.result === null || job.result === undefined ? "(none)" : JSON.stringify(job.result, null, 2)));
+}
+
+// The job page follows an unfinished job: its state, progress and metadata (and its
+// workflow part: a bounded scan) are read again every second until it finishes or the
+// page moves on.
+let jobTimer = null;
+function followJob(answer) {
+  if (jobTimer) { clearTimeout(jobTimer); jobTimer = null; }
+  const running = ["pending", "leased", "waiting"].includes(answer.job.state);
+  const live = document.getElementById("live");
+  live.textContent = running ? "live" : "finished: reload to refresh";
+  live.className = running ? "live on" : "live";
+  if (!running) return;
+  const name = answer.queue, id = answer.job.id;
+  const here = () => view && view.kind === "job" && view.queue === name && view.job === id;
+  jobTimer = setTimeout(() => {
+    jobTimer = null;
+    if (!here()) return;
+    getJSON(apiQueue(name) + "/jobs/" + encodeURIComponent(id))
+      .then((next) => { if (here()) { drawJob(next); followJob(next); } })
+      .catch(() => { if (here()) followJob(answer); });  // again in a second
+  }, 1000);
 }
 
 const LINKS_SHOWN = 100;  // links per list at most: a chord of 10,000 says "and 9,900 more"

@@ -17,7 +17,8 @@ Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
       meta     JSON: generation, end, crc of the log before end, counters, byte order,
                "waits": [[id, [unmet prerequisite ids], allow_failure(, "failure")], ...],
                "limits": {"keys": [[index, rate key, concurrency key], ...],
-                          "windows": [[rate key, count, period, [starts]], ...]}
+                          "windows": [[rate key, count, period, [starts]], ...]},
+               "notes": [[id, [fraction, note] or null, {metadata}], ...] (05),
                "dormant": [[id, [unmet], [failed], rate key, concurrency key], ...]
                (the revivable cancelled dependents, nobroker.revivals; absent: none)
       names    JSON object {index: id} for the jobs whose id is not seq_id(seq)
@@ -52,7 +53,8 @@ ENABLED = True  # tests switch it off to compare against a full replay
 # Older magics are ignored (a full replay): 01 stored ids as JSON; 02 had no finished
 # jobs and no "paused" (a reader of 02 would take a paused queue for a running one).
 # 03 had no waiting jobs: its state codes 3 and 4 were done and cancelled, now 4 and 5.
-# 04 had no limited jobs' keys and no rate windows (format 1.2).
+# 04 had no limited jobs' keys, no rate windows and no "notes" (the jobs' progress and
+# metadata): format 1.2.
 MAGIC: Final = b"NBCKPT05"
 _HEAD: Final = struct.Struct("<8sI")
 _LEN: Final = struct.Struct("<Q")
@@ -82,6 +84,7 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
             "next_seq": state.next_seq, "done": state.done, "snapshot": state.snapshot_seen,
             "paused": state.paused, "totals": list(state.totals), "source": source,
             "waits": state.waits.items(), "limits": state.limited.columns(columns.seqs),
+            "notes": state.notes.items(),
             "dormant": state.dormant.items()}
     sections = [
         json.dumps(meta).encode(),
@@ -145,6 +148,7 @@ def _decode(data: bytes, generation: int, log_size: int,
         state.waits.restore(meta["waits"])
         state.dormant.restore(meta.get("dormant", []))  # absent: written before revivals
         state.limited.restore(state.table, meta["limits"])
+        state.notes.restore(meta["notes"])
     except (ReplayError, ValueError) as exc:
         raise CheckpointError(getattr(exc, "reason", str(exc))) from None
     if len(state.waits.by_job) != state.waiting:

@@ -90,6 +90,7 @@ from ..log.records import (
 )
 from ..state.batch import Batch
 from ..state.limited import key_fields
+from ..state.notes import note_fields
 from ..state.reviving import sleeper_fields
 from ..state.state import Entry, JobState, QueueState
 from ..state.waits import mode_fields
@@ -234,6 +235,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
         # batches copied after it continue the sequence unchanged.
         batch = Batch(state.last_batch)
         entries = list(state.entries(finished=True))
+        notes = state.notes
         live = [entry for entry in entries if entry.state not in _FINISHED]
         # Enqueue order is also log order, so this reads the old log front to back.
         texts = old.payload_texts([entry.loc for entry in live])
@@ -243,6 +245,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
             if entry.state in _FINISHED:
                 rtype, record, result = next(outcomes)
                 fields = _finished_fields(old, entry, rtype, record)
+                fields.update(note_fields(notes.get(entry.id)))  # progress, metadata (1.2)
                 sleeper = state.dormant.by_job.get(entry.id)
                 if sleeper is not None:  # revivable: what it waits for, and its payload
                     fields.update(sleeper_fields(list(sleeper.unmet), list(sleeper.failed),
@@ -260,12 +263,14 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                 if wait is not None:  # a waiting job: what it still waits for
                     fields[WAIT] = list(wait.unmet)
                     mode_fields(fields, wait.mode)
+                fields.update(note_fields(notes.get(entry.id)))
                 batch.add_payload(RecordType.JOB, fields, next(texts))
         for window in state.limited.window_records():  # the rate windows, starts and all
             batch.add(RecordType.LIMIT, window)
         keys = dict(state.done_keys)  # expired keys were forgotten by FORGET records
         for job_id, done_at in keys.items():
-            batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at})
+            batch.add(RecordType.KEY, {ID: job_id, ACKED: done_at,
+                                       **note_fields(notes.get(job_id))})
         end: Record = {TOKEN: state.next_token, ACKED: state.done, JOBS: len(state.jobs),
                        NEXT_SEQ: state.next_seq, TOTALS: list(state.totals), NONCE: nonce}
         if state.kept:
@@ -303,6 +308,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
     snapshot.set_totals(state.totals)
     snapshot.waits.restore(state.waits.items())  # as the JOB records' "w" say
     snapshot.dormant.restore(state.dormant.items())  # as the FINISHED records' "wf" say
+    snapshot.notes.by_job.update(state.notes.by_job)  # and their "pg" and "m"
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 

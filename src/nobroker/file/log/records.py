@@ -25,6 +25,7 @@ __all__ = [
     "BATCH", "DURABLE", "ID", "PRIORITY", "AT", "TIME", "MAX_ATTEMPTS", "IS_KEY", "PAYLOAD",
     "TOKEN", "UNTIL", "RESULT", "KEEP", "ERROR", "STATE", "ATTEMPTS", "FINISHED_AT", "ACKED",
     "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE", "WAIT", "ALLOW_FAILURE",
+    "FRACTION", "META",
     "RATE_KEY", "CONCURRENCY_KEY", "LIMIT_COUNT", "PERIOD", "STARTS",
     "DEAD_LETTER", "FAILED_PREREQUISITES",
 ]
@@ -74,6 +75,7 @@ class RecordType(IntEnum):
     FINISHED = 17  # snapshot: a finished job kept with its outcome (done or cancelled)
     SNOOZE = 18  # the holder gave the job back untried: pending again, attempt not counted
     RELEASE = 19  # a waiting job's prerequisites all finished: pending (format 1.1)
+    PROGRESS = 20  # the holder's progress and metadata of its job (format 1.2)
     LIMIT = 21  # a rate limit's window: its key, count and period (format 1.2)
     REVIVE = 22  # a dependent a death cancelled waits again: the death was requeued (1.2)
 
@@ -107,6 +109,8 @@ TOTALS: Final = "tot"  # SNAPSHOT: jobs enqueued, retried, dead-lettered so far
 NONCE: Final = "n"  # SNAPSHOT: a random name for it; replay ignores it
 WAIT: Final = "w"  # ENQUEUE, JOB: the prerequisites a waiting job waits for (format 1.1)
 ALLOW_FAILURE: Final = "af"  # ENQUEUE, JOB: a failed prerequisite counts as done for it
+FRACTION: Final = "pg"  # PROGRESS, JOB, FINISHED, KEY: [fraction, note or null] (1.2)
+META: Final = "m"  # PROGRESS, JOB, FINISHED, KEY: the job's metadata, a JSON object (format 1.2)
 ON_FAILURE: Final = "of"  # ENQUEUE, JOB: released by a prerequisite's death (format 1.2)
 RATE_KEY: Final = "rk"  # ENQUEUE, JOB: the job's rate limit key; LIMIT: the window's (1.2)
 CONCURRENCY_KEY: Final = "ck"  # ENQUEUE, JOB: the job's concurrency key (format 1.2)
@@ -124,9 +128,9 @@ PAYLOAD_KEY_TEXT: Final = f',"{PAYLOAD}":'
 RESULT_KEY_TEXT: Final = f',"{RESULT}":'
 FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, PAYLOAD, TOKEN,
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
-                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, ON_FAILURE, RATE_KEY,
-                 CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS, DEAD_LETTER,
-                 FAILED_PREREQUISITES)
+                 PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, FRACTION, META,
+                 ON_FAILURE, RATE_KEY, CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS,
+                 DEAD_LETTER, FAILED_PREREQUISITES)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

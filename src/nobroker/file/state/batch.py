@@ -23,6 +23,7 @@ from ..log.records import (
     ID,
     IS_KEY,
     MAX_ATTEMPTS,
+    META,
     PAYLOAD,
     PAYLOAD_KEY_TEXT,
     PRIORITY,
@@ -129,6 +130,16 @@ class Batch:
         self._items.append((RecordType.ENQUEUE, enqueue_text(
             self.number, job_id, priority, at, t, max_attempts, keyed, payload_text,
             durable), record))
+
+    def add_meta(self, job_id: str, meta: Record) -> None:
+        """The ENQUEUE of `job_id` added last carries the job's metadata too (format
+        1.2): under "m", before its payload, which stays the last key."""
+        index = max(i for i, (rtype, _, record) in enumerate(self._items)
+                    if rtype == RecordType.ENQUEUE and record[ID] == job_id)
+        rtype, text, record = self._items[index]
+        cut = text.index(PAYLOAD_KEY_TEXT)  # the first: a quote in a string is escaped
+        self._items[index] = (rtype, f'{text[:cut]},"{META}":{dumps(meta)}{text[cut:]}',
+                              {**record, META: meta})
 
     def add_ack(self, job_id: str, token: int, t: float) -> None:
         """An ACK record without a result (add()'s text, without a dumps call)."""

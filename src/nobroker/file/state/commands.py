@@ -104,15 +104,16 @@ def plan_reclaim(state: QueueState, batch: Batch, now: float, backoff: BackoffPo
 def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str, *,
                  priority: int, delay: float, max_attempts: int, job_id: str | None,
                  key_retention: float, rng: Rng, depends_on: Sequence[str] = (),
-                 mode: str = SUCCESS, keys: JobKeys | None = None
-                 ) -> Entry | float | None:
+                 mode: str = SUCCESS, keys: JobKeys | None = None,
+                 meta: Record | None = None) -> Entry | float | None:
     """Add an ENQUEUE record, unless `job_id` is already known.
 
     Returns the existing Entry, or the done time (float) of a finished keyed
     job still remembered, or None when a record was added. A cancelled job
     does not hold its key: it is forgotten, in the same batch, and the key
     enqueued anew. With `depends_on`, the job waits for those jobs as `mode` says
-    (dependencies.plan_waiting_enqueue); with `keys`, it is limited by them.
+    (dependencies.plan_waiting_enqueue); with `keys`, it is limited by them. `meta`: its
+    metadata (format 1.2).
     """
     if job_id is not None:
         existing = state.jobs.get(job_id)
@@ -126,19 +127,19 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
     if depends_on and keys is not None:
         raise NobrokerError("depends_on= for a task with rate or concurrency limits is not "
                             "supported on files yet")
+    new_id = job_id or new_job_id(state.jobs, rng)
     if depends_on:
-        plan_waiting_enqueue(state, batch, now, job_id or new_job_id(state.jobs, rng),
-                             payload_text, priority=priority, delay=delay,
-                             max_attempts=max_attempts, keyed=job_id is not None,
+        plan_waiting_enqueue(state, batch, now, new_id, payload_text, priority=priority,
+                             delay=delay, max_attempts=max_attempts, keyed=job_id is not None,
                              depends_on=depends_on, mode=mode)
-        return None
-    if keys is not None:
-        plan_limited_enqueue(batch, job_id or new_job_id(state.jobs, rng), priority,
-                             now + delay, now, max_attempts, job_id is not None,
-                             payload_text, keys)
-        return None
-    batch.add_enqueue(job_id or new_job_id(state.jobs, rng), priority, now + delay, now,
-                      max_attempts, job_id is not None, payload_text)
+    elif keys is not None:
+        plan_limited_enqueue(batch, new_id, priority, now + delay, now, max_attempts,
+                             job_id is not None, payload_text, keys)
+    else:
+        batch.add_enqueue(new_id, priority, now + delay, now, max_attempts, job_id is not None,
+                          payload_text)
+    if meta:
+        batch.add_meta(new_id, meta)
     return None
 
 

@@ -10,9 +10,13 @@ only through `apply_batch`.
 How the jobs are stored (columns, ids, the indexes of due jobs) is the job
 table's business (jobtable.py); the state owns one (`table`), applies the
 rules to it and keeps the counters. What each job record does is in
-transitions.py and what a snapshot's records do in snapshots.py (functions of
-the state, called here by record type); the checks of a record's fields are
-in fieldchecks.py, and the jobs by id (`jobs`) in jobindex.py.
+transitions.py, what the records naming no job the table holds do (ENQUEUE among
+them) in other_records.py, and what a snapshot's records do in snapshots.py (functions
+of the state, called here by record type); the checks of a record's fields are
+in fieldchecks.py, and the jobs by id (`jobs`) in jobindex.py. The running jobs'
+progress and metadata (format 1.2) are in notes.py; the records that end a job drop
+its note (an ACK or DELETE in transitions.py; PURGE, FORGET and ENQUEUE in
+other_records.py).
 
 Rules it enforces, each a ReplayError (the caller turns it into
 CorruptLogError) when a record breaks it:
@@ -48,20 +52,12 @@ from .checkpointcolumns import table_columns, table_from_columns
 from .fieldchecks import check_totals, field
 from .jobindex import JobIndex
 from .jobtable import JobTable
-from .limited import LimitedJobs, record_keys
+from .limited import LimitedJobs
 from .listing import entries
+from .notes import Notes
+from .other_records import adopt_limited, apply_enqueue_run, apply_other
 from .relocation import relocate
-from .snapshots import apply_snapshot_end, apply_snapshot_finished, apply_snapshot_job
-from .transitions import (
-    ALLOWED,
-    FENCED,
-    JOB_RECORDS,
-    TRANSITIONS,
-    apply_enqueue,
-    apply_enqueue_run,
-    apply_forget,
-    expect_state,
-)
+from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, expect_state
 from .vocabulary import (
     CANCELLED,
     DEAD,
@@ -96,6 +92,7 @@ class QueueState:
         self.done_keys: dict[str, float] = {} if done_keys is None else dict(done_keys)
         self.jobs = JobIndex(self.table, self.done_keys, self.live)
         self.waits = Waits()  # the waiting jobs' unmet prerequisites (depends_on=)
+        self.notes = Notes()  # the jobs' progress and metadata, for those that have any
         self.limited = LimitedJobs()  # limited jobs' keys, due indexes and windows
         self.dormant = Dormant()  # cancelled dependents a requeue revives (revivals.py)
         self.waiting = 0
@@ -190,7 +187,7 @@ class QueueState:
                 latest = stamp if stamp > latest else latest
                 for _, rec, offset, _ in batch[:run]:  # limited jobs: to their keys' index
                     if RATE_KEY in rec or CONCURRENCY_KEY in rec:
-                        self.adopt_keys(rec[ID], rec, offset)
+                        adopt_limited(self, rec[ID], rec, offset)
                 batch = batch[run:]
         for rtype, rec, offset, size in batch:
             if rec.get(BATCH) != number:
@@ -204,7 +201,8 @@ class QueueState:
         table.pack_if_sparse()
 
     def _apply(self, rtype: int, rec: Record, offset: int, size: int) -> None:
-        """One record: the job records through the TRANSITIONS table, the rest here."""
+        """One record: the job records through the TRANSITIONS table, the rest through
+        `_apply_other`."""
         allowed = ALLOWED.get(rtype)
         if allowed is None:
             self._apply_other(rtype, rec, offset, size)
@@ -237,53 +235,12 @@ class QueueState:
         JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
 
     def adopt_keys(self, job_id: str, rec: Record, offset: int) -> None:
-        """A job just added by `rec`, if it has limit keys: into its keys' index."""
-        keys = record_keys(rec, offset)
-        if keys is not None:
-            self.limited.adopt(self.table, self.table.find(job_id), keys)
+        """A job just added by `rec` (or revived with its keys), if it has limit keys:
+        into its keys' index (other_records.adopt_limited)."""
+        adopt_limited(self, job_id, rec, offset)
 
-    def _apply_other(self, rtype: int, rec: Record, offset: int, size: int) -> None:
-        """The records that name no job the table holds: a new job, PURGE, PAUSE and
-        RESUME, the keys, and a snapshot's records."""
-        if rtype == RecordType.PURGE:
-            removed, freed = self.table.remove_pending()
-            self.pending -= removed
-            self.live_bytes -= freed
-            if self.limited.keys:
-                self.limited.purged(self.table)
-            if self.waits:  # purged prerequisites (the writer settles their dependents next)
-                for gone in [p for p in self.waits.dependents if self.table.find(p) < 0]:
-                    self.waits.finished(gone, failed=True)
-            if self.dormant:  # purged prerequisites never succeed
-                for gone in [p for p in self.dormant.watching if self.table.find(p) < 0]:
-                    self.dormant.gone(gone)
-            return
-        if rtype == RecordType.SNAPSHOT:
-            apply_snapshot_end(self, rec, offset)
-            return
-        if rtype == RecordType.PAUSE or rtype == RecordType.RESUME:
-            field(rec, TIME, float, offset)
-            self.paused = rtype == RecordType.PAUSE
-            return
-        if rtype == RecordType.LIMIT:
-            self.limited.declare(rec, offset)
-            return
-        job_id = field(rec, ID, str, offset)
-        if rtype == RecordType.ENQUEUE or rtype == RecordType.JOB:
-            adding = apply_enqueue if rtype == RecordType.ENQUEUE else apply_snapshot_job
-            adding(self, job_id, rec, offset, size)
-            if RATE_KEY in rec or CONCURRENCY_KEY in rec:  # a limited job (limited.py)
-                self.adopt_keys(job_id, rec, offset)
-        elif rtype == RecordType.KEY:
-            if job_id in self.done_keys:
-                raise ReplayError(offset, f"key {job_id!r} twice in a snapshot")
-            self.remember(job_id, field(rec, ACKED, float, offset))
-        elif rtype == RecordType.FORGET:
-            apply_forget(self, job_id, offset)
-        elif rtype == RecordType.FINISHED:
-            apply_snapshot_finished(self, job_id, rec, offset, size)
-        else:
-            raise ReplayError(offset, f"unknown record type {rtype}")
+    # The records that name no job the table holds (other_records.py), as a method.
+    _apply_other = apply_other
 
     # -- bookkeeping (the record functions' too) --------------------------
 
@@ -309,6 +266,11 @@ class QueueState:
         """Keyed job `job_id`, finished at `done_at`: its key is kept for a while."""
         self.done_keys[job_id] = done_at
         heapq.heappush(self._key_times, (done_at, job_id))
+
+    def settle_notes(self, job_id: str) -> None:
+        """Drop `job_id`'s note once the queue keeps neither the job nor its key."""
+        if self.table.find(job_id) < 0 and job_id not in self.done_keys:
+            self.notes.set(job_id, None)
 
     def relocate(self, source_offset: int, shift: int, seqs: array[int],
                  names: dict[int, str], locs: array[int], sizes: array[int]) -> bool:
@@ -386,7 +348,7 @@ class QueueState:
         return (jobs, tuple(sorted(self.done_keys.items())), self.pending, self.leased,
                 self.dead, self.kept, self.done, self.next_token, self.paused,
                 self.waiting, self.waits.fingerprint(), self.limited.fingerprint(),
-                self.dormant.fingerprint())
+                self.notes.fingerprint(), self.dormant.fingerprint())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QueueState):

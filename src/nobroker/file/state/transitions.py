@@ -1,51 +1,43 @@
 """The job records: what each does to its job, by the TRANSITIONS table.
 
-TRANSITIONS says, for every record type that names a job, the states it may
-find the job in and leave it in; replay (state.py's `_apply`) looks the
-allowed states up in ALLOWED, checks a holder's fencing token (FENCED), and
-calls the record's function from JOB_RECORDS; ENQUEUE and FORGET, which may
-find no job, come through `_apply_other`. A batch that starts with a run of
-ENQUEUE records as enqueue_many writes them (the next generated ids, all
-other fields alike) has that run applied in one step (`apply_enqueue_run`),
-each record checked as it would be one by one, to the same state.
-docs/FORMAT.md shows the same table; tests/file/test_state.py keeps them equal.
+TRANSITIONS says, for every record type that names a job, the states it may find the job
+in and leave it in; replay (state.py's `_apply`) looks the allowed states up in ALLOWED,
+checks a holder's fencing token (FENCED), and calls the record's function from
+JOB_RECORDS; ENQUEUE and FORGET, which may find no job, come through `_apply_other`
+(other_records.py, which also applies a batch's leading run of enqueue_many's ENQUEUE
+records in one step, and FORGET's `apply_forget` from here). docs/FORMAT.md shows the
+same table; tests/file/test_state.py keeps them equal.
 
-Functions of the replay state (QueueState, state.py; typed here by what they
-use of it, ReplayState): they change its job table and its counters, nothing
-else. Pure: no os, time, random or threads.
+Functions of the replay state (QueueState, state.py; typed here by what they use
+of it, ReplayState): they change its job table, counters and notes, nothing else.
+Pure: no os, time, random or threads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final, Protocol
 
 from ...dependencies import FAILURE, SUCCESS
 from ...revivals import Dormant
 from ..log.records import (
     AT,
-    BATCH,
     DEAD_LETTER,
     ERROR,
-    ID,
-    IS_KEY,
     KEEP,
-    MAX_ATTEMPTS,
     PAYLOAD,
-    PRIORITY,
     RESULT,
     TIME,
     TOKEN,
     UNTIL,
-    WAIT,
-    Applied,
     Record,
     RecordType,
     ReplayError,
 )
-from .fieldchecks import INT64, field, max_attempts_field, opt_str
+from .fieldchecks import INT64, field, opt_str
 from .jobtable import JobTable
 from .limited import key_fields, record_keys
+from .notes import Notes, apply_progress
 from .reviving import revive_wait
 from .vocabulary import (
     CANCELLED,
@@ -55,14 +47,13 @@ from .vocabulary import (
     DONE,
     FINISHED_CODES,
     KEYED,
-    PENDING,
     WAITING,
     JobState,
 )
-from .waits import Waits, prerequisites_field
+from .waits import Waits
 
-__all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "apply_enqueue",
-           "apply_enqueue_run", "apply_forget", "expect_state"]
+__all__ = ["TRANSITIONS", "FENCED", "JOB_RECORDS", "ALLOWED", "ReplayState", "apply_forget",
+           "expect_state"]
 
 
 # (record type, the job's state before) -> the states it may be in after (None: the
@@ -87,10 +78,11 @@ TRANSITIONS: Final[dict[tuple[RecordType, JobState | None], tuple[JobState | Non
     (RecordType.CANCEL, JobState.WAITING): (JobState.CANCELLED,),
     (RecordType.DELETE, JobState.DEAD): (None,),
     (RecordType.REVIVE, JobState.CANCELLED): (JobState.WAITING,),
+    (RecordType.PROGRESS, JobState.LEASED): (JobState.LEASED,),  # format 1.2
 }
 # The records a job's holder writes: they must carry its current fencing token.
 FENCED: Final = frozenset({RecordType.ACK, RecordType.NACK, RecordType.EXTEND,
-                            RecordType.EXPIRE, RecordType.SNOOZE})
+                            RecordType.EXPIRE, RecordType.SNOOZE, RecordType.PROGRESS})
 
 
 class ReplayState(Protocol):
@@ -100,6 +92,7 @@ class ReplayState(Protocol):
     table: JobTable
     waits: Waits  # the waiting jobs' unmet prerequisites
     dormant: Dormant  # the cancelled dependents a requeue revives
+    notes: Notes  # the jobs' progress and metadata (format 1.2)
     done_keys: dict[str, float]  # finished keyed job id -> when acked
     pending: int
     leased: int
@@ -116,9 +109,7 @@ class ReplayState(Protocol):
     snapshot_seen: bool
 
     def count(self, code: int, delta: int) -> None: ...
-
     def set_state(self, slot: int, code: int) -> None: ...
-
     def remember(self, job_id: str, done_at: float) -> None: ...
 
     def adopt_keys(self, job_id: str, rec: Record, offset: int) -> None: ...
@@ -129,8 +120,7 @@ class ReplayState(Protocol):
 
 def apply_lease(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
                 size: int) -> None:
-    # Every lease, a peer's too, passes here: check both fields in one expression,
-    # and only when one is off, walk the checks that name it.
+    # Every lease passes here: both fields checked at once, one by one only when off.
     token, until = rec.get(TOKEN), rec.get(UNTIL)
     if not (type(token) is int and 1 <= token < INT64 and type(until) is float):
         token = field(rec, TOKEN, int, offset)
@@ -162,13 +152,14 @@ def apply_ack(state: ReplayState, slot: int, job_id: str, rec: Record, offset: i
     keyed = table.flags[slot] & KEYED
     state.live_bytes -= table.remove(slot, job_id)
     if keyed:
-        state.remember(job_id, done_at)
+        state.remember(job_id, done_at)  # its note (if any) is kept with its key
+    elif state.notes.by_job:
+        state.notes.set(job_id, None)
 
 
 def _finish(state: ReplayState, slot: int, job_id: str, code: int, finished_at: float,
             rec: Record, offset: int, size: int) -> None:
-    """Job `slot` (counted out of its old state already) is kept as finished for
-    the record's "keep" seconds; the record at `offset` holds its outcome."""
+    """Job `slot` (counted out already) is kept "keep" s, its outcome in the record."""
     keep = field(rec, KEEP, float, offset)
     if keep < 0:
         raise ReplayError(offset, f"negative retention {keep!r}")
@@ -210,6 +201,7 @@ def apply_delete(state: ReplayState, slot: int, job_id: str, rec: Record, offset
     state.live_bytes -= state.table.remove(slot, job_id)
     if state.dormant:  # it never succeeds: what its death cancelled stays cancelled
         state.dormant.gone(job_id)
+    state.notes.set(job_id, None)
 
 
 def apply_forget(state: ReplayState, job_id: str, offset: int) -> None:
@@ -325,101 +317,6 @@ def apply_revive(state: ReplayState, slot: int, job_id: str, rec: Record, offset
         state.adopt_keys(job_id, key_fields(sleeper.keys), offset)
 
 
-def apply_enqueue_waiting(state: ReplayState, job_id: str, rec: Record, offset: int,
-                          size: int) -> None:
-    """An ENQUEUE with prerequisites (`w`, `af`): waiting, not leased until a RELEASE."""
-    unmet, mode = prerequisites_field(rec, job_id, offset)
-    keyed = rec.get(IS_KEY, False)
-    if PAYLOAD not in rec or state.table.find(job_id) >= 0 or type(keyed) is not bool:
-        raise ReplayError(offset, f"enqueue of {job_id!r}: no payload, a bad 'k', or twice")
-    fields = (field(rec, PRIORITY, int, offset), field(rec, AT, float, offset),
-              field(rec, TIME, float, offset), max_attempts_field(rec, offset))
-    state.done_keys.pop(job_id, None)
-    state.table.add(job_id, keyed, WAITING, *fields, 0, offset, size)
-    state.waits.add(job_id, unmet, mode)
-    state.waiting += 1
-    state.enqueued += 1
-    state.live_bytes += size
-
-
-def apply_enqueue(state: ReplayState, job_id: str, rec: Record, offset: int, size: int) -> None:
-    if WAIT in rec:
-        apply_enqueue_waiting(state, job_id, rec, offset, size)
-        return
-    # The hot path of replay: check every field in one expression, and only
-    # when something is off, walk the checks one by one to name it. A writer's
-    # generated id is the next seq's, which no live job can hold.
-    table = state.table
-    pr, at, t = rec.get(PRIORITY), rec.get(AT), rec.get(TIME)
-    ma, keyed = rec.get(MAX_ATTEMPTS), rec.get(IS_KEY, False)
-    if (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
-            and 1 <= ma < INT64 and type(at) is float and type(t) is float
-            and type(keyed) is bool and PAYLOAD in rec
-            and ((job_id == table.expect and job_id not in table.ids)
-                 or table.find(job_id) < 0)):
-        state.done_keys.pop(job_id, None)
-        table.add(job_id, keyed, PENDING, pr, at, t, ma, 0, offset, size, recent=True)
-        state.pending += 1
-        state.enqueued += 1
-        state.live_bytes += size
-        return
-    if table.find(job_id) >= 0:
-        raise ReplayError(offset, f"job {job_id!r} enqueued twice")
-    if PAYLOAD not in rec:
-        raise ReplayError(offset, f"enqueue of {job_id!r} has no payload")
-    state.done_keys.pop(job_id, None)
-    keyed = rec.get(IS_KEY, False)
-    if type(keyed) is not bool:
-        raise ReplayError(offset, "field 'k' must be a boolean")
-    table.add(job_id, keyed, PENDING, field(rec, PRIORITY, int, offset),
-              field(rec, AT, float, offset), field(rec, TIME, float, offset),
-              max_attempts_field(rec, offset), 0, offset, size)
-    state.pending += 1
-    state.enqueued += 1
-    state.live_bytes += size
-
-
-def apply_enqueue_run(state: ReplayState, batch: Sequence[Applied], number: int) -> int:
-    """The leading ENQUEUE records of `batch` that enqueue_many writes (unkeyed,
-    the next generated ids in order, every other field equal to the first's),
-    applied in one step: how many (0: none, and the records go one by one).
-    Each record is checked as apply_enqueue's fast path checks it."""
-    first = batch[0][1]
-    pr, at, t, ma = first.get(PRIORITY), first.get(AT), first.get(TIME), first.get(MAX_ATTEMPTS)
-    if not (type(pr) is int and -INT64 <= pr < INT64 and type(ma) is int
-            and 1 <= ma < INT64 and type(at) is float and type(t) is float):
-        return 0
-    table = state.table
-    seq, named = table.next_seq, table.ids
-    enqueue = RecordType.ENQUEUE
-    locs: list[int] = []
-    sizes: list[int] = []
-    for rtype, rec, offset, size in batch:
-        if (rtype != enqueue or rec.get(BATCH) != number or IS_KEY in rec or PAYLOAD not in rec
-                or WAIT in rec
-                or rec.get(ID) != f"{seq:016x}" or rec.get(PRIORITY) != pr
-                or type(rec.get(PRIORITY)) is not int or rec.get(MAX_ATTEMPTS) != ma
-                or type(rec.get(MAX_ATTEMPTS)) is not int or rec.get(AT) != at
-                or type(rec.get(AT)) is not float or rec.get(TIME) != t
-                or type(rec.get(TIME)) is not float):
-            break
-        if named and rec[ID] in named:
-            break
-        locs.append(offset)
-        sizes.append(size)
-        seq += 1
-    count = len(locs)
-    if count < 2 or not table.add_run(count, pr, at, t, ma, locs, sizes):
-        return 0
-    if state.done_keys:
-        for run_seq in range(seq - count, seq):
-            state.done_keys.pop(f"{run_seq:016x}", None)
-    state.pending += count
-    state.enqueued += count
-    state.live_bytes += sum(sizes)
-    return count
-
-
 def expect_state(table: JobTable, slot: int, job_id: str, codes: tuple[int, ...],
                  offset: int) -> None:
     actual = table.code[slot]
@@ -442,6 +339,7 @@ JOB_RECORDS: Final[dict[int, Callable[[ReplayState, int, str, Record, int, int],
     RecordType.CANCEL: apply_cancel,
     RecordType.DELETE: apply_delete,
     RecordType.REVIVE: apply_revive,
+    RecordType.PROGRESS: apply_progress,
 }
 # The states each of them may find its job in, read off TRANSITIONS.
 ALLOWED: Final[dict[int, tuple[int, ...]]] = {

@@ -1,14 +1,14 @@
 -- One job: the key `id` if given (nothing inserted if a row has it), else a
 -- generated id from the sequence. Waiting (-1) when delayed, else ready (0):
--- both count as live and wake the idle workers alike.
+-- both count as live and wake the idle workers alike. `m`: its metadata, if any.
 WITH added AS (
     INSERT INTO {schema}.jobs AS j (queue, id, seq, state, priority, available_at,
-                                    enqueued_at, max_attempts, keyed, payload,
+                                    enqueued_at, max_attempts, keyed, payload, meta,
                                     rate_key, conc_key)
     SELECT %(q)s, coalesce(%(id)s::text, lpad(to_hex(n.seq), 16, '0')), n.seq,
            CASE WHEN %(delay)s::float8 > 0 THEN -1 ELSE 0 END, %(pr)s,
            t.now + %(delay)s,
-           t.now, %(ma)s, %(id)s::text IS NOT NULL, %(p)s, %(rk)s, %(ck)s
+           t.now, %(ma)s, %(id)s::text IS NOT NULL, %(p)s, %(m)s::text, %(rk)s, %(ck)s
     FROM (SELECT nextval('{schema}.job_seq') AS seq) AS n,
          (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
     ON CONFLICT (queue, id) DO NOTHING

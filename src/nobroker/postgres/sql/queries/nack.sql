@@ -26,4 +26,5 @@ tally AS MATERIALIZED (
           FROM nacked) AS c0, settled),
 {counted}
 SELECT id, seq, state, priority, available_at, enqueued_at, max_attempts, attempts,
-       token, lease_until, last_error, payload, result, finished_at FROM nacked
+       token, lease_until, last_error, payload, result, finished_at, progress, meta
+FROM nacked

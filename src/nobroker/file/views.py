@@ -1,0 +1,71 @@
+"""The file engine's views: a job as the `Job` the API hands out (`entry_view`), and its
+parts that are not in the state's columns.
+
+A job's payload stays on disk in the record that holds it: read_payload reads it
+back (under the lock, or from the generation pinned when the entry was taken); a
+kept finished job's result and finishing time are log/readback.py's. A job's
+progress and metadata (format 1.2) are in the replay state's notes, and go into a
+Job as a copy, so that a caller changing a Job's `meta` changes nothing here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CorruptLogError
+from ..models import Job, JobState
+from .log.logfile import LogFile
+from .log.readback import finished_outcome
+from .log.records import loads
+from .state.notes import Notes
+from .state.state import Entry, QueueState
+
+__all__ = ["entry_view", "read_payload", "note_view", "MISSING"]
+
+MISSING: Any = object()  # entry_view's payload when the caller has none: read it
+
+def entry_view(state: QueueState, live_log: Callable[[], LogFile], entry: Entry,
+               payload: Any = MISSING, source: LogFile | None = None) -> Job:
+    """The Job of `entry`: its payload read from `source` (else the live log) unless
+    given, a kept finished job's outcome from the live log, its note from `state`."""
+    code = entry.state
+    if code is JobState.DONE or code is JobState.CANCELLED:
+        # Kept with its outcome: no payload; the result and the finishing time are
+        # read from the record that holds them.
+        log = live_log()
+        finished_at, result = finished_outcome(log.record_at(entry.loc), log.path,
+                                               entry.loc, entry.id)
+        return Job(id=entry.id, payload=None, priority=entry.priority,
+                   attempts=entry.attempts, max_attempts=entry.max_attempts, state=code,
+                   available_at=finished_at, enqueued_at=entry.enqueued_at,
+                   last_error=entry.last_error, result=result, finished_at=finished_at,
+                   **note_view(state.notes, entry.id))
+    leased = code is JobState.LEASED
+    waits = state.waits
+    return Job(
+        id=entry.id,
+        payload=(read_payload(live_log() if source is None else source, entry)
+                 if payload is MISSING else payload),
+        priority=entry.priority, attempts=entry.attempts, max_attempts=entry.max_attempts,
+        state=code, available_at=entry.available_at, enqueued_at=entry.enqueued_at,
+        last_error=entry.last_error, token=entry.token if leased else None,
+        lease_expires_at=entry.lease_until if leased else None,
+        finished_at=entry.available_at if code is JobState.DEAD else None,
+        waiting_for=waits.waiting_for(entry.id) if waits else (),
+        **note_view(state.notes, entry.id))
+
+
+def note_view(notes: Notes, job_id: str) -> dict[str, Any]:
+    """The Job fields `progress` and `meta` of `job_id` (none if it has no note)."""
+    note = notes.get(job_id) if notes.by_job else None
+    return {} if note is None else {"progress": note.progress, "meta": dict(note.meta)}
+
+
+def read_payload(source: LogFile, entry: Entry) -> Any:
+    """The payload of a job in the state, decoded, from its generation: the live log
+    under the lock, or the one pinned when `entry` was taken (write_then_read)."""
+    try:
+        return loads(source.read_payload(entry.loc))
+    except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug
+        raise CorruptLogError(source.path, entry.loc, "payload is not JSON") from None
