@@ -341,12 +341,11 @@ class CompactionTest(FileQueueTestCase):
         q.compact()
         self.assertEqual(q.list_jobs()[0].payload, "\ud800 lone")
 
-
     def test_a_lease_reads_its_payloads_from_its_generation_after_a_compaction(self) -> None:
         # Leased jobs' payloads are read after the lock is released (FileBackend.
         # _leased_views); a compaction in between retires their generation, which
         # must stay open for them until they are read.
-        from nobroker.file import backend as file_backend
+        from nobroker.file import views as file_views
         from nobroker.file.backend import FileBackend
         from nobroker.file.log.logfile import LogFile
 
@@ -355,7 +354,7 @@ class CompactionTest(FileQueueTestCase):
         for job in q.lease(30):
             q.ack(job)
         views_of, close = FileBackend._leased_views, LogFile.close
-        payload = file_backend.read_payload
+        payload = file_views.read_payload
         compactions: list[int] = []
         closed: set[int] = set()
         kept: list[LogFile] = []  # alive, so that no later log takes a closed one's id
@@ -381,7 +380,7 @@ class CompactionTest(FileQueueTestCase):
 
         with mock.patch.object(FileBackend, "_leased_views", compact_first), \
                 mock.patch.object(LogFile, "close", closing), \
-                mock.patch.object(file_backend, "read_payload", reading):
+                mock.patch.object(file_views, "read_payload", reading):
             leased = q.lease(3)
             following = q.ack_and_lease(leased[0])
         self.assertEqual(compactions, [1, 2])
