@@ -26,9 +26,10 @@ from harness.support import SRC
 PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry points", frozenset({"__init__", "__main__", "cli", "worker", "tasks",
                                 "dashboard", "transfer", "django", "testing", "celery",
-                                "dramatiq", "otel"})),
+                                "dramatiq", "otel", "stored_values"})),
     # transfer: `nobroker migrate`; django, celery, dramatiq: loaded by Django, kombu and
-    # Celery, a Dramatiq app; otel: by an application calling nobroker.otel.instrument()
+    # Celery, a Dramatiq app; otel: by an application calling nobroker.otel.instrument();
+    # stored_values: what the Celery and Dramatiq result backends share, over the facade
     ("facade", frozenset({"queue", "opener"})),  # opener: which backend a location names
     ("backends", frozenset({"file", "postgres", "memory"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",

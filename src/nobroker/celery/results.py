@@ -26,6 +26,7 @@ from typing import Any, Final
 from ..errors import JobNotFoundError
 from ..models import JobState
 from ..queue import Queue
+from ..stored_values import settle
 
 __all__ = ["ResultStore", "FOREVER"]
 
@@ -68,16 +69,8 @@ class ResultStore:
         return isinstance(job.payload, dict) and job.payload.get("nonce") == nonce
 
     def settle(self) -> None:
-        """Lease every pending value and ack it with itself as the result, kept for its
-        ttl: each ack and the next lease are one write."""
-        jobs = self.queue.lease(1)
-        job = jobs[0] if jobs else None
-        while job is not None:
-            payload = job.payload if isinstance(job.payload, dict) else {}
-            ttl = payload.get("ttl")
-            job = self.queue.ack_and_lease(
-                job, result=payload,
-                result_ttl=float(ttl) if isinstance(ttl, (int, float)) else None)
+        """Settle every pending value (stored_values.settle)."""
+        settle(self.queue)
 
     # -- reading ------------------------------------------------------------
 

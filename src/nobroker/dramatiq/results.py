@@ -32,6 +32,7 @@ from dramatiq.results.errors import ResultMissing, ResultTimeout
 from ..errors import JobNotFoundError
 from ..models import JobState
 from ..queue import Queue
+from ..stored_values import settle
 from .messages import check_json_encoder
 from .names import RESULTS_QUEUE
 
@@ -85,16 +86,8 @@ class NobrokerResultBackend(ResultBackend):
         return self.encoder.decode(json.dumps(holder["value"]).encode("utf-8"))
 
     def _settle(self) -> None:
-        """Lease every pending value and ack it with itself as the result, kept for its
-        ttl: each ack and the next lease are one write."""
-        jobs = self.queue.lease(1)
-        job = jobs[0] if jobs else None
-        while job is not None:
-            payload = job.payload if isinstance(job.payload, dict) else {}
-            ttl = payload.get("ttl")
-            job = self.queue.ack_and_lease(
-                job, result=payload,
-                result_ttl=float(ttl) if isinstance(ttl, (int, float)) else None)
+        """Settle every pending value (stored_values.settle)."""
+        settle(self.queue)
 
     def get_result(self, message: Any, *, block: bool = False,
                    timeout: int | None = None) -> Any:
