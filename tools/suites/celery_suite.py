@@ -106,6 +106,11 @@ KNOWN_FAILURES: dict[str, str] = {
         "misses the test's own 60 s limit under load"),
     "test_canvas.py::test_chord::test_chain_to_a_chord_with_large_header": (
         "timing, as test_large_header (a 1000-task chord)"),
+    "test_tasks.py::test_task_replacement::test_replaced_task_nesting_level_0": (
+        "a race in the test: it sets `assertion_result = False` after `.delay()`, so a "
+        "worker that receives the task before that line runs has its handler's True "
+        "overwritten; the quicker the pickup, the likelier it fails (passed in one CI run, "
+        "failed in the next, on the same code)"),
     "test_tasks.py::test_trace_log_arguments::*": (
         "expects the worker's INFO records (\"Task ... received\") in pytest's caplog; the "
         "suite's in-process worker logs at ERROR, so they are never emitted on any broker "
