@@ -944,6 +944,27 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
             t.assertRaises(JobNotFoundError, q.result, done.id)
             t.assertRaises(JobNotFoundError, q.get, cancelled.id)
 
+    def test_a_result_acked_with_result_ttl_0_is_not_kept_even_for_a_keyed_job(self) -> None:
+        # A keyed job's id outlives its ack for key_retention (so a second enqueue of the
+        # key writes nothing); its result must not: result_ttl=0 keeps none to return.
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(key_retention=100)
+        keyed = q.enqueue("x", job_id="order-0")
+        plain = q.enqueue("y")
+        for job in (q.lease_one(), q.lease_one()):
+            assert job is not None
+            q.ack(job, result={"total": 3}, result_ttl=0)
+        t.assertIsNone(q.result(keyed.id))  # done, remembered by its key, no result
+        t.assertIs(q.get(keyed.id).state, JobState.DONE)
+        t.assertIsNone(q.get(keyed.id).result)
+        t.assertEqual(q.enqueue("x", job_id="order-0").state, JobState.DONE)  # remembered
+        t.assertRaises(JobNotFoundError, q.result, plain.id)
+        again = q.enqueue("z", job_id="order-1")
+        leased = q.lease_one()
+        assert leased is not None and leased.id == again.id
+        t.assertIsNone(q.ack_and_lease(leased, result="r", result_ttl=0))
+        t.assertIsNone(q.result(again.id))
+
     def test_result_waits_with_a_timeout_and_names_a_dead_job_s_error(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q = self.queue(max_attempts=1)

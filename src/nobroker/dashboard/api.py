@@ -22,7 +22,6 @@ from typing import Any
 from ..errors import JobNotFoundError, NobrokerError
 from ..models import Job, JobState, QueueStats
 from ..queue import Queue
-from ..tasks.lineage import lineage
 from . import records
 from .hub import Hub, UnknownQueue
 
@@ -153,7 +152,7 @@ def get_job(hub: Hub, name: str, job_id: str) -> dict[str, Any]:
         job = queue.get(job_id)
     except JobNotFoundError:
         raise ApiError(404, f"no job {job_id!r} in queue {name!r}") from None
-    place = lineage(queue, job)  # falsy for a job in no workflow: null
+    place = hub.places.of(queue, name, job)  # falsy for a job in no workflow: null
     return {"queue": name, "job": job_dict(job), "features": features(queue),
             "workflow": place.as_dict() if place else None}
 

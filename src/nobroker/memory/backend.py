@@ -194,7 +194,8 @@ class MemoryBackend:
         held = table.held(job.id, job.token)
         ttl = self.settings.result_ttl if result_ttl is None else result_ttl
         keep = max(ttl, self.settings.key_retention) if held.keyed else ttl
-        table.ack(held, now, result_text, keep)
+        # A result kept for no time is none: a keyed job's remembered id must not carry it.
+        table.ack(held, now, result_text if ttl > 0 else None, keep)
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:

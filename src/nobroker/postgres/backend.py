@@ -60,7 +60,7 @@ from .rows import (
 )
 from .session import Session
 from .statements import Statements, backoff_params
-from .sweeping import EVERY, OVERDUE, Sweeper, retention
+from .sweeping import EVERY, OVERDUE, Sweeper, kept_result, retention
 from .transactional import Conflict, Transactional, enqueue_rows, retried
 from .url import Target
 from .wakeups import Wakeups
@@ -205,6 +205,7 @@ class PostgresBackend:
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
+        result_text = kept_result(self.settings, result_text, result_ttl)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed)
         self._fenced("ack", self._sql.ack, params, job)
@@ -241,6 +242,7 @@ class PostgresBackend:
         if self.settings.limits:  # the limited lease is a transaction of its own
             self.ack(job, result_text, result_ttl)
             return next(iter(self.lease(1, visibility_timeout)), None)
+        result_text = kept_result(self.settings, result_text, result_ttl)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
                               n=1, vt=visibility_timeout, **self._backoff)

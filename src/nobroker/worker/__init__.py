@@ -58,7 +58,10 @@ cannot kill a thread, so a handler still running at the deadline is
 is delivered again (counting an attempt) once its lease runs out. Slot
 threads are daemons, so an abandoned handler does not keep the process
 alive. A second SIGINT/SIGTERM skips the wait entirely; the in-flight jobs
-come back the same way.
+come back the same way. A thread of the worker's own that raises (a bug, or
+a backend raising what it should not) stops it the same way, loudly: the
+traceback is logged, `run()` raises WorkerCrashedError, and the job that
+thread held comes back when its lease runs out.
 
 Rules: signal handlers only set flags and wake the dispatcher; no queue call
 is ever made while holding the worker's condition; the library prints

@@ -147,14 +147,14 @@ class Worker(Slots, Heartbeats, SignalHandling):
             self._started = True
             self._began = self._last_busy = self._clock()
         previous = self._install_signal_handlers()
-        heartbeat = _spawn(self._heartbeat_loop, "nobroker-heartbeat")
+        heartbeat = self._guarded(self._heartbeat_loop, "nobroker-heartbeat")
         if self.pool == "process":
             self._children = [ChildProcess(self._preload, f"nobroker-child-{n}")
                               for n in range(self.concurrency)]
-        slots = [_spawn(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
+        slots = [self._guarded(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
                  for n in range(self.concurrency)]
         if self.prefetch:
-            slots.append(_spawn(self._ack_loop, "nobroker-acker"))
+            slots.append(self._guarded(self._ack_loop, "nobroker-acker"))
         for queue, registry in zip(self.queues, self._registries, strict=True):
             periodic = registry.periodic() if registry is not None else []
             if periodic:
@@ -297,6 +297,17 @@ class Worker(Slots, Heartbeats, SignalHandling):
             else:
                 child.close()
         self._loop.close()
+
+    def _guarded(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """Start a thread of ours that stops the worker if it raises: the others would
+        otherwise wait for it forever."""
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:  # a bug, or a backend raising what it should not
+                self._crash(name, exc)
+
+        return _spawn(run, name)
 
     # -- periodic tasks -----------------------------------------------------
 

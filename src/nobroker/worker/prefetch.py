@@ -60,7 +60,12 @@ class Prefetching(Shared):
             for flight in batch:
                 by_queue.setdefault(flight.queue_index, []).append(flight)
             for index, flights in by_queue.items():
-                counters = self._ack_batch(index, flights)
+                try:
+                    counters = self._ack_batch(index, flights)
+                except BaseException:  # the worker stops (dispatcher._guarded)
+                    for flight in batch:
+                        self._drop(flight)
+                    raise
                 now = self._clock()
                 with self._cond:
                     for flight, counter in zip(flights, counters, strict=True):

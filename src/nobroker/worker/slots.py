@@ -73,7 +73,12 @@ class Slots(Leasing, Prefetching):
                 if self.prefetch and not self._inbox:
                     self._cond.notify_all()  # the dispatcher: time to prefetch again
             while flight is not None:
-                flight = self._work_on(flight, child)
+                current = flight
+                try:
+                    flight = self._work_on(current, child)
+                except BaseException:  # a bug, or a backend raising what it should not
+                    self._drop(current)
+                    raise  # the worker stops (dispatcher._guarded)
 
     def _work_on(self, flight: Flight, child: ChildProcess | None) -> Flight | None:
         """Run the handler on one job and settle it; returns the next job, if one was leased."""

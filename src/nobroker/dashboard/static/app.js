@@ -582,8 +582,9 @@ function drawJob(answer) {
 }
 
 // The job page follows an unfinished job: its state, progress and metadata (and its
-// workflow part: a bounded scan) are read again every second until it finishes or the
-// page moves on.
+// workflow part, which the server scans for again only when the queue moved:
+// dashboard/places.py) are read again every second until it finishes or the page
+// moves on.
 let jobTimer = null;
 function followJob(answer) {
   if (jobTimer) { clearTimeout(jobTimer); jobTimer = null; }

@@ -202,12 +202,13 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
              key_retention: float = 0.0) -> Entry:
     """ACK for a job the caller holds; with `result_text`, the job is kept with its
     result for `result_ttl` seconds (a keyed one at least `key_retention`, so that
-    its id is remembered as long as a plain ack would remember it)."""
+    its id is remembered as long as a plain ack would remember it). A result kept
+    for no time is acked as none: a keyed job's remembered id must not carry it."""
     entry = check_lease(state, job_id, token)
     batch.finishes += 1
     if state.limited.keys:  # a concurrency slot frees: idle workers may take it
         batch.wakes += state.limited.frees(job_id, state.table)
-    if result_text is None:
+    if result_text is None or result_ttl <= 0:
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
     else:
         keep = max(result_ttl, key_retention) if entry.keyed else result_ttl
