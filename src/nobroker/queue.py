@@ -19,7 +19,7 @@ from typing import Any
 from . import dependencies, limits, transactions, validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
-from .codec import encode_payload, encode_payloads, metadata
+from .codec import encode_payload, encode_payloads, metadata, metadata_each
 from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
@@ -129,17 +129,19 @@ class Queue:
         return job
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0,
-                     max_attempts: int | None = None) -> list[Job]:
-        """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
+                     max_attempts: int | None = None, meta: Any = None) -> list[Job]:
+        """Add many jobs in one batch: one write, one fsync, all or none after a crash.
+        `meta`: one mapping for every job, or one mapping (or None) per payload."""
         transactions.refuse_in_block(self, "enqueue_many")
         items = list(payloads)
         prio, wait, attempts = validation.job_options(
             priority, delay, max_attempts, self.max_attempts)
         texts = encode_payloads(items)
+        metas = metadata_each(meta, len(items))
         if not items:
             return []
         jobs = self._backend.enqueue_many(texts, items, priority=prio, delay=wait,
-                                          max_attempts=attempts)
+                                          max_attempts=attempts, metas=metas)
         if self.hooks is not None:
             self.hooks.fire_each("enqueued", jobs)
         return jobs

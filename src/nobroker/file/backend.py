@@ -145,15 +145,16 @@ class FileBackend:
         return self.handle.write(plan)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
         keys = [self._limits.keys_of(payload) for payload in payloads] if self._limits else []
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
                                     delay=delay, max_attempts=max_attempts, rng=self._rng,
-                                    keys=keys)
+                                    keys=keys, metas=metas)
             return lambda: new_pending_jobs(ids, payloads, priority, max_attempts,
-                                            now + delay, now)
+                                            now + delay, now, metas)
 
         # Thousands of records, Applied tuples and Jobs, none in a cycle: the collector
         # would only scan them again and again as they pile up (paused_gc).

@@ -165,14 +165,18 @@ class MemoryBackend:
         return self._write(change)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
         def change(table: MemoryTable, now: float) -> list[Job]:
             ids = []
-            for text, payload in zip(payload_texts, payloads, strict=True):
+            for i, (text, payload) in enumerate(zip(payload_texts, payloads, strict=True)):
                 ids.append(table.new_id())
-                table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
-                          keys=self.settings.limits.keys_of(payload))
-            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now)
+                job = table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
+                                keys=self.settings.limits.keys_of(payload))
+                if metas and metas[i]:
+                    job.note = (None, metas[i])
+            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now,
+                                    metas)
 
         return self._write(change)
 

@@ -54,6 +54,7 @@ from .rows import (
     import_params,
     job_enqueued,
     job_from_row,
+    meta_texts,
     not_leased,
     note_params,
     stats_from_row,
@@ -142,11 +143,13 @@ class PostgresBackend:
         return self._link.run("enqueue", run)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
         if not payload_texts:
             return []
         params = self._params(pr=priority, delay=delay, ma=max_attempts,
-                              ps=list(payload_texts), **keys_params(self.settings.limits, payloads))
+                              ps=list(payload_texts), ms=meta_texts(metas, len(payload_texts)),
+                              **keys_params(self.settings.limits, payloads))
 
         def run(conn: Conn) -> list[Job]:
             with conn.transaction():
@@ -154,8 +157,8 @@ class PostgresBackend:
                 if len(rows) != len(payload_texts):
                     raise Conflict  # rolls the transaction back
             rows.sort(key=lambda r: r[1])  # by seq: the order of the payloads
-            return [job_enqueued(row, p, max_attempts)
-                    for row, p in zip(rows, payloads, strict=True)]
+            return [job_enqueued(row, p, max_attempts, metas[i] if metas else None)
+                    for i, (row, p) in enumerate(zip(rows, payloads, strict=True))]
 
         return retried(self._link, "enqueue_many", run)
 
