@@ -44,7 +44,8 @@ from ..errors import (
 )
 from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
 from . import graphs
-from .connection import Link, LinkBusy, changed
+from .connection import Link, changed
+from .leasing import Leasing
 from .limited import LimitedLeases, key_params, keys_params
 from .namedlocks import LockConnections
 from .rows import (
@@ -61,7 +62,7 @@ from .rows import (
 )
 from .session import Session
 from .statements import Statements, backoff_params
-from .sweeping import EVERY, OVERDUE, Sweeper, retention
+from .sweeping import EVERY, Sweeper, retention
 from .transactional import Conflict, Transactional, enqueue_rows, retried
 from .url import Target
 from .wakeups import Wakeups
@@ -88,7 +89,6 @@ class PostgresBackend:
         assert settings.rng is not None  # filled() gave it one
         self._rng = settings.rng
         self._sql = Statements.load(target.schema)
-        self._backoff = backoff_params(settings.backoff)  # bound by the leasing statements
         self.session = Session(target, name, settings, clock, self._sql.ensure_queue)
         self._params = self.session.params
         self._link = Link(target, setup=self.session.setup, lock_timeout=settings.lock_timeout)
@@ -98,6 +98,9 @@ class PostgresBackend:
         self._locks = LockConnections(target, name, settings.lock_timeout)
         self._transactional = Transactional(target, self._sql, self.session, settings)
         self._limited = LimitedLeases(self._sql, settings.limits)  # used once declared
+        self._leasing = Leasing(self._sql, self._params, self._link, self._wakeups,
+                                self._sweeper, self._limited, settings.limits,
+                                backoff_params(settings.backoff))
         try:
             self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
         except BaseException:
@@ -187,24 +190,11 @@ class PostgresBackend:
     # -- consuming ----------------------------------------------------------
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
-        params = self._params(n=count, vt=visibility_timeout, **self._backoff)
+        return self._leasing.lease(count, visibility_timeout)
 
-        def run(conn: Conn) -> list[Job]:
-            if self.settings.limits:  # declared: the limited lease (limited.py)
-                rows = self._limited.lease(conn, params, count)
-            elif (rows := conn.execute(self._sql.lease_ready, params).fetchall())[0][0]:
-                rows = [row[1:] for row in rows if row[1] is not None]
-            else:
-                rows = conn.execute(self._sql.lease, params).fetchall()
-            rows.sort(key=lambda r: (-r[3], r[1]))
-            return [job_from_row(row) for row in rows]
-
-        try:
-            jobs = self._wakeups.run_warm("lease", run)
-        except LinkBusy:
-            jobs = self._link.run("lease", run)
-        self._sweeper.maybe(EVERY if not jobs else OVERDUE)  # idle, or a busy one overdue
-        return jobs
+    def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
+        """Tell `listener` the ids of jobs our lease reclaims dead-letter (leasing.py)."""
+        self._leasing.report_reclaimed(listener)
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
@@ -246,16 +236,8 @@ class PostgresBackend:
             return next(iter(self.lease(1, visibility_timeout)), None)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
-                              n=1, vt=visibility_timeout, **self._backoff)
-
-        def run(conn: Conn) -> Job | None:
-            rows = conn.execute(self._sql.ack_and_lease, params).fetchall()
-            if not rows or not rows[0][0]:
-                raise self._not_leased(conn, job)
-            row = rows[0][1:]
-            return job_from_row(row) if row[0] is not None else None
-
-        return self._link.run("ack_and_lease", run)
+                              n=1, vt=visibility_timeout)
+        return self._leasing.ack_and_lease(params, lambda conn: self._not_leased(conn, job))
 
     def nack(self, job: Job, error: str | None, delay: float | None,
              dead: bool = False) -> Job:
@@ -313,13 +295,9 @@ class PostgresBackend:
         return self._link.run("requeue_dead", run)
 
     def purge(self) -> int:
-        params = self._params(n=0, vt=1.0, **self._backoff)
-
-        def run(conn: Conn) -> int:
-            conn.execute(self._sql.lease, params)  # count 0: reclaims expired leases only
-            return changed(conn, self._sql.purge, params)
-
-        return self._link.run("purge", run)
+        params = self._params()
+        return self._leasing.reclaim_then("purge", lambda conn: changed(
+            conn, self._sql.purge, params))
 
     def delete_dead(self, job_id: str | None) -> int:
         params = self._params(id=job_id)

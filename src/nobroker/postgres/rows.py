@@ -17,8 +17,8 @@ from ..errors import NotLeasedError
 from ..models import Job, JobState, Progress, QueueStats
 
 __all__ = ["STATE_CODES", "WAITING", "BLOCKED", "STATES", "CODES_OF", "job_from_row",
-           "job_enqueued", "meta_texts", "not_leased", "codes_listed", "stats_from_row",
-           "import_params", "note_params", "enqueue_params"]
+           "job_enqueued", "meta_texts", "lease_rows", "not_leased", "codes_listed",
+           "stats_from_row", "import_params", "note_params", "enqueue_params"]
 
 STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
                       JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column
@@ -62,6 +62,13 @@ def note_params(progress: Progress | None, meta: dict[str, Any]) -> dict[str, st
     """The parameters of write_notes.sql: JSON text, NULL for what the job has not."""
     return {"pg": None if progress is None else json.dumps(list(progress)),
             "m": json.dumps(meta, ensure_ascii=False, allow_nan=False) if meta else None}
+
+
+def lease_rows(rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """lease.sql's or lease_chosen.sql's rows split: the leased jobs' rows (job_columns),
+    and the ids of the jobs its reclaim dead-lettered (every row's last column)."""
+    dead = list(rows[0][-1] or ()) if rows else []
+    return [row[:-1] for row in rows if row[0] is not None], dead
 
 
 def meta_texts(metas: Sequence[dict[str, Any]] | None, count: int) -> list[str | None]:
