@@ -30,7 +30,7 @@ from . import validation
 from .errors import NobrokerError
 
 __all__ = ["Rate", "parse_rate", "Limits", "JobKeys", "Window", "Budget", "QUEUE_KEY",
-           "family", "require", "require_for_queue"]
+           "family", "require", "require_for_queue", "KeyUse", "key_use"]
 
 QUEUE_KEY: Final = ""  # the queue-wide rate limit's window (no declared key is empty)
 _SEPARATOR: Final = "\x00"  # a computed concurrency key: FAMILY + _SEPARATOR + value
@@ -261,3 +261,41 @@ class Budget:
             if rate is not None and window is not None and self._room(key) <= 0:
                 times.append(window.opens_at(rate))
         return max(times)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyUse:
+    """One limit key's use now (`Queue.limit_use()`, the dashboard's limits view)."""
+
+    kind: str  # "rate" or "concurrency"
+    key: str  # the rate key ("": the queue's own) or the concurrency key's declared name
+    value: str | None  # a concurrency key computed by a function: its value for these jobs
+    used: int  # rate: starts in the window ending now; concurrency: jobs leased now
+    limit: int | None  # the count or holders at once (None: not declared in this process)
+    period: float | None  # a rate's window, in seconds
+    opens_at: float | None  # a full rate window: when a start is next allowed
+
+
+def key_use(limits: Limits, windows: Mapping[str, Window], in_use: Mapping[str, int],
+            now: float) -> list[KeyUse]:
+    """Each rate key's use (declared here, or with a window in storage: its limit as last
+    recorded) and each concurrency key's (declared, or held now), by kind then key."""
+    uses: list[KeyUse] = []
+    for key in sorted({*limits.rates, *windows}):
+        window = windows.get(key)
+        rate = limits.rates.get(key) or (
+            None if window is None else Rate(window.count, window.period))
+        if rate is None:
+            continue
+        used = 0 if window is None else rate.count - window.room(rate, now)
+        opens = window.opens_at(rate) if window is not None and used >= rate.count else None
+        uses.append(KeyUse("rate", key, None, used, rate.count, rate.period, opens))
+    held = {key: n for key, n in in_use.items() if n > 0}
+    for name in sorted(set(limits.concurrency) - {family(key) for key in held}):
+        uses.append(KeyUse("concurrency", name, None, 0, limits.concurrency[name], None, None))
+    for key in sorted(held):
+        name, _, value = key.partition(_SEPARATOR)
+        uses.append(KeyUse("concurrency", name, value if _SEPARATOR in key else None,
+                           held[key], limits.concurrency.get(name), None, None))
+    uses.sort(key=lambda use: (use.kind != "rate", use.key, use.value or ""))
+    return uses

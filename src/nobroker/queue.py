@@ -22,6 +22,7 @@ from .backoff import BackoffPolicy
 from .codec import encode_payload, encode_payloads, metadata, metadata_each
 from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
+from .limits import KeyUse
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .opener import open_backend
 from .results import await_outcome, outcome, result_text
@@ -80,17 +81,13 @@ class Queue:
     def _attach(self, backend: Backend) -> None:
         settings = backend.settings
         self._backend = backend
-        self.name = backend.name
+        self.name, self.capabilities = backend.name, backend.capabilities
         self.directory = backend.location  # the queue's directory, or its database URL
-        self.visibility_timeout = settings.visibility_timeout
-        self.max_attempts = settings.max_attempts
-        self.lock_timeout = settings.lock_timeout
-        self.key_retention = settings.key_retention
-        self.result_ttl = settings.result_ttl
-        self.backoff = settings.backoff
-        self.fsync = settings.fsync
-        self.readonly = settings.readonly
-        self.capabilities = backend.capabilities
+        self.visibility_timeout, self.max_attempts = settings.visibility_timeout, \
+            settings.max_attempts
+        self.lock_timeout, self.key_retention = settings.lock_timeout, settings.key_retention
+        self.result_ttl, self.backoff = settings.result_ttl, settings.backoff
+        self.fsync, self.readonly = settings.fsync, settings.readonly
         assert settings.clock is not None  # a backend keeps Settings.filled()
         self.clock: Callable[[], float] = settings.clock  # the queue's time, as it records it
         # What opening repaired; None where the backend has no such thing.
@@ -321,6 +318,10 @@ class Queue:
 
     def stats(self) -> QueueStats:
         return self._backend.stats()
+
+    def limit_use(self) -> list[KeyUse]:
+        """Each rate and concurrency key's use now (nobroker.limits.KeyUse); [] if none."""
+        return self._backend.limit_use() if self.capabilities.limits else []
 
     def list_jobs(self, state: JobState | str | None = None, *,
                   limit: int | None = None, offset: int = 0) -> list[Job]:

@@ -207,3 +207,41 @@ class LimitsContract:
         task.delay(2)
         other, _ = self.clocked()  # another Queue object: no task declared on it
         self.t.assertEqual(len(other.lease(5)), 2)
+
+    def test_limit_use_shows_each_keys_current_use_and_limit(self) -> None:
+        q, clock = self.limited(rate_limit="10/m")
+        rated = q.task(name="rated", rate_limit=(2, 10.0))(noop)
+        capped = q.task(name="capped", concurrency=2,
+                        concurrency_key=lambda customer: customer)(noop)
+        q.task(name="idle", concurrency=3)(noop)
+        start = clock.now
+        self.t.assertEqual(
+            [(u.kind, u.key, u.value, u.used, u.limit, u.period, u.opens_at)
+             for u in q.limit_use()],
+            [("rate", "", None, 0, 10, 60.0, None), ("rate", "rated", None, 0, 2, 10.0, None),
+             ("concurrency", "capped", None, 0, 2, None, None),
+             ("concurrency", "idle", None, 0, 3, None, None)])
+        for n in range(3):
+            rated.delay(n)
+        capped.delay("acme")
+        capped.delay("acme")
+        capped.delay("zeta")
+        self.t.assertEqual(len(q.lease(10)), 5)  # rated: 2 of 3; capped: all three
+        clock.advance(1.0)
+        self.t.assertEqual(
+            [(u.kind, u.key, u.value, u.used, u.limit, u.period, u.opens_at)
+             for u in q.limit_use()],
+            [("rate", "", None, 5, 10, 60.0, None),
+             ("rate", "rated", None, 2, 2, 10.0, start + 10.0),
+             ("concurrency", "capped", "acme", 2, 2, None, None),
+             ("concurrency", "capped", "zeta", 1, 2, None, None),
+             ("concurrency", "idle", None, 0, 3, None, None)])
+        clock.advance(10.0)  # the window slid past both starts
+        use = {(u.kind, u.key, u.value): u for u in q.limit_use()}
+        self.t.assertEqual((use["rate", "rated", None].used, use["rate", "rated", None].opens_at),
+                           (0, None))
+        other, _ = self.clocked()  # declares nothing: sees the stored windows and holders
+        seen = {(u.kind, u.key, u.value): (u.used, u.limit) for u in other.limit_use()}
+        self.t.assertEqual(seen.get(("concurrency", "capped", "acme")), (2, None))
+        if other.capabilities.local or other.capabilities.in_process:  # not PostgreSQL's
+            self.t.assertEqual(seen.get(("rate", "", None)), (5, 10), "the recorded limit")

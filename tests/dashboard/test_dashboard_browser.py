@@ -64,6 +64,10 @@ MISSING = _missing()
 REQUIRED = os.environ.get("NOBROKER_REQUIRE_BROWSER") == "1"
 SKIP_REASON = f"browser suite skipped ({MISSING}): run python3 make.py test-web"
 
+def _noop(*args: Any) -> None:
+    return None
+
+
 HANDLER = textwrap.dedent('''
     import time
 
@@ -275,6 +279,31 @@ class DashboardBrowserTest(TempDirTestCase):
                          ["ENQUEUE", "LEASE", "NACK"])
         self.shot("xss-as-text")
         self.assertEqual(self.problems, [])
+
+    def test_the_limits_view_shows_each_keys_use_and_marks_a_full_one(self) -> None:
+        with Queue(self.qdir, "limited") as q:
+            rated = q.task(name="rated", rate_limit="2/h")(_noop)
+            capped = q.task(name="capped", concurrency=1,
+                            concurrency_key=lambda customer: customer)(_noop)
+            for n in range(3):
+                rated.delay(n)
+            capped.delay(XSS)
+            self.assertEqual(len(q.lease(10)), 3)
+        self.page.goto(f"{self.base}/q/limited")
+        self.page.wait_for_selector("#limits tr[data-limit]", timeout=WAIT_MS)
+        rated_row = self.page.locator("#limits tr[data-limit='rate:rated']")
+        self.assertEqual(rated_row.locator("td[data-use]").inner_text(), "2 / 2")
+        self.assertEqual(rated_row.get_attribute("class"), "full")
+        self.assertIn("next start", rated_row.inner_text())
+        capped_row = self.page.locator("#limits tr[data-limit^='concurrency:capped']")
+        self.assertEqual(capped_row.locator("td[data-use]").inner_text(), "1 / \u2013")
+        self.assertIn(f"capped = {XSS}", capped_row.inner_text(), "the key shown as text")
+        self.assertIsNone(self.page.evaluate("window.__xss"))
+        self.shot("limits")
+        self.page.goto(f"{self.base}/q/default")  # a queue without limits: no view
+        self.page.wait_for_selector("#cards [data-count=dead]", timeout=WAIT_MS)
+        self.assertEqual(self.page.locator("#limits *").count(), 0)
+        self.assertEqual((self.problems, self.dialogs), ([], []))
 
     def test_metrics_parse_with_prometheus_clients_parser(self) -> None:
         from prometheus_client.parser import text_string_to_metric_families

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..backend import Capabilities, Settings
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ..limits import KeyUse, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -277,6 +278,11 @@ class FileBackend:
             if not (paused and woken):
                 return woken or (due is not None and due <= handle.peek_now())
             # Paused: a producer's poke makes nothing leasable yet; wait on for RESUME.
+
+    def limit_use(self) -> list[KeyUse]:
+        handle = self.handle
+        return handle.read(lambda state: key_use(self._limits, state.limited.windows,
+                                                 state.limited.in_use, handle.peek_now()))
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         deadline = None if timeout is None else time.monotonic() + timeout

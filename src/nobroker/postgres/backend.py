@@ -42,6 +42,7 @@ from ..errors import (
     NobrokerError,
     NotLeasedError,
 )
+from ..limits import KeyUse
 from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
 from . import graphs
 from .connection import Link, changed
@@ -264,6 +265,10 @@ class PostgresBackend:
         except (ConnectionLostError, LockTimeoutError):
             pass  # housekeeping: the wait below deals with a server that is away
         return self._wakeups.wait(timeout, self._limited.due if self.settings.limits else None)
+
+    def limit_use(self) -> list[KeyUse]:
+        params = self._params()
+        return self._link.run("limit_use", lambda conn: self._limited.use(conn, params))
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         if self.settings.readonly:  # no watch row may be written: read until finished

@@ -36,7 +36,7 @@ from typing import Any
 
 import psycopg
 
-from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Window
+from ..limits import QUEUE_KEY, Budget, JobKeys, KeyUse, Limits, Window, key_use
 from .rows import lease_rows
 from .statements import Statements
 
@@ -169,6 +169,11 @@ class LimitedLeases:
             conn.execute(self._sql.limited_windows, {
                 **params, "keys": names,
                 "starts": ["{" + ",".join(map(repr, windows[k].starts)) + "}" for k in names]})
+
+    def use(self, conn: Conn, params: dict[str, Any]) -> list[KeyUse]:
+        """Each key's use now (limits.key_use): the rate keys this process declared."""
+        state = _State(conn, self._sql, params, self._limits)
+        return key_use(self._limits, state.windows, state.in_use, state.now)
 
     def due(self, conn: Conn, params: dict[str, Any]) -> tuple[float, float | None]:
         """(now, when a job may next be leased within the limits, or None: nothing
