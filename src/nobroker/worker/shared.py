@@ -21,7 +21,8 @@ from ..errors import ConnectionLostError, LockTimeoutError, NobrokerError
 from ..models import Job
 from ..queue import Queue
 from ..tasks import TaskRegistry
-from .pool import ChildProcess, EventLoop
+from .children import ChildProcess
+from .pool import EventLoop
 
 # Worth waiting out, not stopping for: another process's lock, a database server away
 # for a moment (a PostgreSQL queue reconnects on its next call, with a backoff).

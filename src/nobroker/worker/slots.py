@@ -28,9 +28,10 @@ from ..models import Job, JobState
 from ..queue import Queue
 from ..tasks import RunningJob, call_as, step_call
 from .atomic import run_atomic
+from .children import ChildProcess
 from .joblog import log_job
 from .leasing import Leasing
-from .pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
+from .pool import Outcome, describe_error, job_to_json, run_in_thread
 from .prefetch import Prefetching
 from .shared import PASSING, Flight, log
 
