@@ -8,7 +8,10 @@ call starts a fresh child.
 
 Rules for the child: it imports the handler or task by name
 ("module:qualname"), never receives a pickled callable or pickled job data:
-each request and each reply is one JSON text over a pipe. It ignores
+each request and each reply is one JSON text over a pipe. While a call runs,
+its `current_job().progress()` and `set_meta()` go up the same pipe as
+`{"report": ...}` messages (coalesced in the child, as in a thread); the parent
+writes each under the job's lease and answers it before reading on. It ignores
 SIGINT, since the parent decides when work stops, and it exits when the
 parent closes the pipe (or dies).
 """
@@ -22,17 +25,20 @@ import json
 import multiprocessing
 import signal
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
-from ..errors import SerializationError
-from ..models import Job, JobState
-from ..tasks import call_as
+from ..errors import NobrokerError, SerializationError
+from ..models import Job, JobState, Progress
+from ..tasks import RunningJob, call_as
 from .pool import Outcome, describe_error, error_delays, timed_out
 
 __all__ = ["ChildProcess", "child_main"]
 
 _CONTEXT = "spawn"
+NoteWrite = Callable[[Progress | None, dict[str, Any]], None]  # the parent's write of a report
 
 
 class ChildProcess:
@@ -65,8 +71,11 @@ class ChildProcess:
             child_end.close()
             self._process, self._conn, self._ready = process, parent_end, False
 
-    def call(self, request: dict[str, Any], timeout: float | None) -> Outcome:
-        """Send one request; wait for the reply, at most `timeout` seconds.
+    def call(self, request: dict[str, Any], timeout: float | None,
+             write_notes: NoteWrite | None = None) -> Outcome:
+        """Send one request; wait for the reply, at most `timeout` seconds, meanwhile
+        writing each progress report the call makes with `write_notes(progress, meta)`
+        and answering it (None: a report is refused as having nowhere to go).
 
         The limit counts from the request, not from the child's start: a fresh
         child first reports that it has imported its modules.
@@ -81,12 +90,18 @@ class ChildProcess:
                 conn.recv_bytes()  # the child's "ready", once its imports are done
                 self._ready = True
             conn.send_bytes(text)
-            if not conn.poll(timeout):
-                self.kill()
-                self.start()  # the replacement starts its imports now, not at the next job
-                assert timeout is not None
-                return timed_out(timeout)
-            reply = json.loads(conn.recv_bytes())
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not conn.poll(left):
+                    self.kill()
+                    self.start()  # the replacement starts its imports now, not at the next job
+                    assert timeout is not None
+                    return timed_out(timeout)
+                reply = json.loads(conn.recv_bytes())
+                if "report" not in reply:
+                    break
+                conn.send_bytes(_written(reply["report"], write_notes))
         except (EOFError, OSError):
             how = self._reap()
             self.start()  # its replacement
@@ -155,7 +170,39 @@ class ChildProcess:
         return process
 
 
+def _written(report: dict[str, Any], write_notes: NoteWrite | None) -> bytes:
+    """A child's report written in the parent: the answer the child waits for."""
+    progress = report["progress"]
+    try:
+        if write_notes is None:
+            raise NobrokerError("this job's reports have nowhere to go")
+        write_notes(None if progress is None else (progress[0], progress[1]), report["meta"])
+    except NobrokerError as exc:  # raised in the child's progress() or set_meta()
+        return json.dumps({"ok": False, "error": describe_error(exc)}).encode()
+    return b'{"ok": true}'
+
+
 # -- the child's side ------------------------------------------------------
+
+
+class _PipeNotes:
+    """A child's RunningJob writes its reports through this: each one sent to the
+    parent, which writes it under the lease (ChildProcess.call), and its answer
+    awaited, so a report fails in the child as it would in the parent. The lock keeps
+    a held report's timer thread and the call's own thread from interleaving."""
+
+    def __init__(self, conn: Any, name: str) -> None:
+        self.conn, self.name = conn, name
+        self.lock = threading.Lock()
+
+    def write_notes(self, job: Job, progress: Progress | None, meta: dict[str, Any]) -> None:
+        report = {"progress": None if progress is None else list(progress), "meta": meta}
+        with self.lock:
+            self.conn.send_bytes(json.dumps({"report": report}).encode())
+            answer = json.loads(self.conn.recv_bytes())
+        if not answer["ok"]:
+            raise NobrokerError(f"the worker could not write the report: {answer['error']}")
+
 
 def child_main(conn: Any, preload: tuple[str, ...]) -> None:
     """A child process's loop: one JSON request in, one JSON reply out, until EOF."""
@@ -176,12 +223,16 @@ def child_main(conn: Any, preload: tuple[str, ...]) -> None:
             request = json.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
+        running = _running(request, conn)
         try:
-            value = _child_call(request)
-            if inspect.isawaitable(value):
-                if loop is None:
-                    loop = asyncio.new_event_loop()
-                value = loop.run_until_complete(value)
+            try:
+                value = _child_call(request, running)
+                if inspect.isawaitable(value):
+                    if loop is None:
+                        loop = asyncio.new_event_loop()
+                    value = loop.run_until_complete(value)
+            finally:
+                running.flush()  # the last report, before the reply that settles the job
             if not request["keep"]:
                 value = None
             try:
@@ -199,14 +250,20 @@ def child_main(conn: Any, preload: tuple[str, ...]) -> None:
             return
 
 
-def _child_call(request: dict[str, Any]) -> Any:
+def _running(request: dict[str, Any], conn: Any) -> RunningJob:
+    """The call's `current_job()`: the job as leased, its reports sent to the parent."""
+    fields = dict(request["job"])
+    fields["state"] = JobState(fields["state"])
+    if fields.get("progress") is not None:
+        fields["progress"] = tuple(fields["progress"])
+    return RunningJob(Job(**fields), _PipeNotes(conn, str(request.get("queue") or "")))
+
+
+def _child_call(request: dict[str, Any], running: RunningJob) -> Any:
     module_name, _, qualname = str(request["spec"]).partition(":")
     target: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         target = getattr(target, part)
-    fields = dict(request["job"])
-    fields["state"] = JobState(fields["state"])
-    job = Job(**fields)
     if request["handler"]:
-        return call_as(job, target, (job,), {})
-    return call_as(job, target, request["args"], request["kwargs"])
+        return call_as(running, target, (running.job,), {})
+    return call_as(running, target, request["args"], request["kwargs"])

@@ -199,4 +199,5 @@ def job_to_json(job: Job) -> dict[str, Any]:
             "attempts": job.attempts, "max_attempts": job.max_attempts,
             "state": str(job.state), "available_at": job.available_at,
             "enqueued_at": job.enqueued_at, "last_error": job.last_error, "token": job.token,
-            "lease_expires_at": job.lease_expires_at}
+            "lease_expires_at": job.lease_expires_at,
+            "progress": None if job.progress is None else list(job.progress), "meta": job.meta}

@@ -288,8 +288,9 @@ class Slots(Leasing, Prefetching):
                 request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
                                            "job": job_to_json(job.job), "handler": handler,
                                            "args": [] if handler else plan.args,
-                                           "kwargs": plan.kwargs or {}}
-                return child.call(request, plan.timeout)
+                                           "kwargs": plan.kwargs or {}, "queue": queue.name}
+                return child.call(request, plan.timeout, lambda progress, meta:
+                                  queue.backend.write_notes(job.job, progress, meta))
             target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
             assert target is not None  # _execute returned for a refused plan
             if plan.timeout is not None and not inspect.iscoroutinefunction(target):
