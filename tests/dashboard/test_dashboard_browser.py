@@ -31,7 +31,7 @@ import unittest
 import urllib.request
 from typing import Any
 
-from harness.support import REPO, SRC, TempDirTestCase, tree_digest
+from harness.support import REPO, SRC, TempDirTestCase, seed_limited_queue, tree_digest
 
 from nobroker import Queue
 from nobroker.dashboard import Dashboard
@@ -63,10 +63,6 @@ MISSING = _missing()
 # make.py test-web sets this: there, a missing browser is a failure, not a skip.
 REQUIRED = os.environ.get("NOBROKER_REQUIRE_BROWSER") == "1"
 SKIP_REASON = f"browser suite skipped ({MISSING}): run python3 make.py test-web"
-
-def _noop(*args: Any) -> None:
-    return None
-
 
 HANDLER = textwrap.dedent('''
     import time
@@ -281,14 +277,7 @@ class DashboardBrowserTest(TempDirTestCase):
         self.assertEqual(self.problems, [])
 
     def test_the_limits_view_shows_each_keys_use_and_marks_a_full_one(self) -> None:
-        with Queue(self.qdir, "limited") as q:
-            rated = q.task(name="rated", rate_limit="2/h")(_noop)
-            capped = q.task(name="capped", concurrency=1,
-                            concurrency_key=lambda customer: customer)(_noop)
-            for n in range(3):
-                rated.delay(n)
-            capped.delay(XSS)
-            self.assertEqual(len(q.lease(10)), 3)
+        seed_limited_queue(self.qdir, XSS)
         self.page.goto(f"{self.base}/q/limited")
         self.page.wait_for_selector("#limits tr[data-limit]", timeout=WAIT_MS)
         rated_row = self.page.locator("#limits tr[data-limit='rate:rated']")

@@ -23,7 +23,14 @@ import unittest
 import urllib.parse
 from typing import Any, ClassVar
 
-from harness.support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
+from harness.support import (
+    REPO,
+    SRC,
+    TempDirTestCase,
+    seed_limited_queue,
+    tree_digest,
+    wait_until,
+)
 
 from nobroker import Queue, chain, chord
 from nobroker.dashboard import Dashboard
@@ -435,26 +442,13 @@ class ProgressAndWaitingTest(WebCase):
         self.assertIn('el("pre", {id: "meta"}', script)
 
 
-def _noop(*args: Any) -> None:
-    return None
-
-
 class LimitsViewTest(WebCase):
     """The limits view: each rate and concurrency key's use / limit in a queue's summary
     (the queue page and the event stream), read by a dashboard that declares nothing."""
 
     def seed(self) -> None:
         super().seed()
-        with Queue(self.qdir, "limited", rate_limit="100/m") as q:
-            rated = q.task(name="rated", rate_limit="2/h")(_noop)
-            capped = q.task(name="capped", concurrency=1,
-                            concurrency_key=lambda customer: customer)(_noop)
-            for n in range(3):
-                rated.delay(n)
-            capped.delay(XSS)
-            capped.delay(XSS)
-            self.assertEqual(len(q.lease(10)), 3)  # rated: 2 of 3; capped: 1 of 2
-            self.held_at = q.clock()
+        self.held_at = seed_limited_queue(self.qdir, XSS)
 
     def test_a_queue_summary_lists_each_keys_use_and_its_recorded_limit(self) -> None:
         limits = self.get("/api/queues/limited").json()["limits"]
