@@ -194,8 +194,8 @@ def metadata_each(value: object, count: int) -> list[dict[str, Any]] | None:
     if value is None:
         return None
     if isinstance(value, Mapping):
-        one = metadata(value) if value else {}
-        return [dict(one) for _ in range(count)]  # a copy each: a Job's meta is its own
+        text = dumps(metadata(value))
+        return [loads(text) for _ in range(count)]  # each job's own, nested values too
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError("meta must be a mapping, or a sequence of one mapping (or None) "
                         f"per payload, not {type(value).__name__}")

@@ -83,8 +83,8 @@ class Queue:
         self._backend = backend
         self.name, self.capabilities = backend.name, backend.capabilities
         self.directory = backend.location  # the queue's directory, or its database URL
-        self.visibility_timeout, self.max_attempts = settings.visibility_timeout, \
-            settings.max_attempts
+        self.visibility_timeout, self.max_attempts = (settings.visibility_timeout,
+                                                      settings.max_attempts)
         self.lock_timeout, self.key_retention = settings.lock_timeout, settings.key_retention
         self.result_ttl, self.backoff = settings.result_ttl, settings.backoff
         self.fsync, self.readonly = settings.fsync, settings.readonly
