@@ -24,6 +24,29 @@ def _noop(n: int) -> int:
     return n
 
 
+def _interleaved_loops(queues: dict[str, Any], n: int, rounds: int) -> dict[str, list[float]]:
+    """Each queue's time for `n` ack_and_lease round trips, interleaved over `rounds`;
+    the queues are closed afterwards."""
+    def loop(q: Any) -> Callable[[], float]:
+        def run() -> float:
+            job = q.lease_one()
+            t = time.perf_counter()
+            for _ in range(n):
+                job = q.ack_and_lease(job)
+                if job is None:
+                    raise RuntimeError("queue ran dry during ack_and_lease")
+            elapsed = time.perf_counter() - t
+            q.ack(job)
+            return elapsed
+        return run
+
+    try:
+        return interleave(rounds, [(label, loop(q)) for label, q in queues.items()])
+    finally:
+        for q in queues.values():
+            q.close()
+
+
 def wl_limits(ctx: Context) -> list[Row]:
     """ack_and_lease round trips: limited (unsaturated) vs unlimited jobs."""
     nb = nobroker_api()
@@ -39,24 +62,7 @@ def wl_limits(ctx: Context) -> list[Row]:
                         for i in range(need)])
         queues[label] = q
 
-    def loop(q: Any) -> Callable[[], float]:
-        def run() -> float:
-            job = q.lease_one()
-            t = time.perf_counter()
-            for _ in range(n):
-                job = q.ack_and_lease(job)
-                if job is None:
-                    raise RuntimeError("queue ran dry during ack_and_lease")
-            elapsed = time.perf_counter() - t
-            q.ack(job)
-            return elapsed
-        return run
-
-    try:
-        res = interleave(cfg.rounds, [(label, loop(q)) for label, q in queues.items()])
-    finally:
-        for q in queues.values():
-            q.close()
+    res = _interleaved_loops(queues, n, cfg.rounds)
     limited_t, plain_t = median(res["limited"]), median(res["unlimited"])
     ratio = limited_t / plain_t
     return [Row("limits", "lease of a rate- and concurrency-limited job (unsaturated)",
@@ -88,24 +94,7 @@ def wl_limits_many_keys(ctx: Context) -> list[Row]:
         q.enqueue_many([{"task": "plain", "args": [i], "kwargs": {}} for i in range(need)])
         queues[label] = q
 
-    def loop(q: Any) -> Callable[[], float]:
-        def run() -> float:
-            job = q.lease_one()
-            t = time.perf_counter()
-            for _ in range(n):
-                job = q.ack_and_lease(job)
-                if job is None:
-                    raise RuntimeError("queue ran dry during ack_and_lease")
-            elapsed = time.perf_counter() - t
-            q.ack(job)
-            return elapsed
-        return run
-
-    try:
-        res = interleave(cfg.rounds, [(label, loop(q)) for label, q in queues.items()])
-    finally:
-        for q in queues.values():
-            q.close()
+    res = _interleaved_loops(queues, n, cfg.rounds)
     full_t, plain_t = median(res["10,000 full keys"]), median(res["no full keys"])
     ratio = full_t / plain_t
     return [Row("limits_many_keys", "lease beside 10,000 full concurrency keys",
