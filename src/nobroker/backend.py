@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .backoff import BackoffPolicy
-from .limits import Limits
+from .limits import KeyUse, Limits
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .validation import INT_LIMIT, integer, number
 
@@ -151,7 +151,10 @@ class Backend(Protocol):
         ...
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]: ...
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
+        """`metas`: each job's metadata from the start ({}: none), or None for none."""
+        ...
 
     # -- consuming
     def lease(self, count: int, visibility_timeout: float) -> list[Job]: ...
@@ -192,6 +195,11 @@ class Backend(Protocol):
         """Block until a job may be leasable (True) or `timeout` passes (False); never
         polls faster than the backend must, and never leases. While the queue is
         paused nothing is leasable: it returns at RESUME or at the timeout."""
+        ...
+
+    def limit_use(self) -> list[KeyUse]:
+        """Each rate and concurrency key's use now (limits.key_use); [] for a backend
+        without `capabilities.limits`."""
         ...
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:

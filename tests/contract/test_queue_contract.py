@@ -268,6 +268,39 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
         t.assertEqual([j.id for j in q.dlq()], [job.id])
         t.assertEqual(q.stats().dead, 1)
 
+    def test_a_lease_that_reclaims_a_last_attempt_fires_dead_there_once(self) -> None:
+        """`dead` for an expired lease on its last attempt: on the Queue object whose
+        lease (an ack-and-lease, a purge) took it back, once, with the job as it died."""
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, max_attempts=1)
+        other = self.queue(clock=clock, visibility_timeout=10)  # as another process's
+        seen: list[tuple[str, str, JobState, str | None]] = []
+        for name, handle in (("q", q), ("other", other)):
+            handle.on("dead", lambda job, name=name: seen.append(
+                (name, job.id, job.state, job.last_error)))
+
+        def died(name: str, *jobs: Job) -> list[tuple[str, str, JobState, str | None]]:
+            return [(name, job.id, JobState.DEAD, "lease expired (attempt 1)") for job in jobs]
+
+        first, second, third = (q.enqueue(n) for n in ("first", "second", "third"))
+        q.lease(2)  # their holder dies: no ack
+        clock.advance(10)
+        t.assertEqual([job.id for job in other.lease()], [third.id])  # reclaims, then leases
+        t.assertEqual(sorted(seen), sorted(died("other", first, second)))
+        fourth, fifth = q.enqueue("fourth"), q.enqueue("fifth")
+        held = q.lease_one(visibility_timeout=100)
+        assert held is not None and held.id == fourth.id
+        clock.advance(10)  # the third's lease ran out
+        nxt = q.ack_and_lease(held)
+        t.assertEqual(nxt and nxt.id, fifth.id)
+        t.assertEqual(seen[2:], died("q", third))
+        clock.advance(10)  # the fifth's too
+        other.purge()
+        t.assertEqual(seen[3:], died("other", fifth))
+        clock.advance(10)
+        t.assertEqual((q.lease(), other.lease(), len(seen)), ([], [], 4), "once")
+        t.assertEqual(q.stats().dead, 4)
+
     # -- nack and backoff -----------------------------------------------------
 
     def test_nack_retries_after_the_backoff_delay_then_dead_letters(self) -> None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..backend import Capabilities, Settings
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ..limits import KeyUse, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -145,15 +146,16 @@ class FileBackend:
         return self.handle.write(plan)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
         keys = [self._limits.keys_of(payload) for payload in payloads] if self._limits else []
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
                                     delay=delay, max_attempts=max_attempts, rng=self._rng,
-                                    keys=keys)
+                                    keys=keys, metas=metas)
             return lambda: new_pending_jobs(ids, payloads, priority, max_attempts,
-                                            now + delay, now)
+                                            now + delay, now, metas)
 
         # Thousands of records, Applied tuples and Jobs, none in a cycle: the collector
         # would only scan them again and again as they pile up (paused_gc).
@@ -276,6 +278,11 @@ class FileBackend:
             if not (paused and woken):
                 return woken or (due is not None and due <= handle.peek_now())
             # Paused: a producer's poke makes nothing leasable yet; wait on for RESUME.
+
+    def limit_use(self) -> list[KeyUse]:
+        handle = self.handle
+        return handle.read(lambda state: key_use(self._limits, state.limited.windows,
+                                                 state.limited.in_use, handle.peek_now()))
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -24,6 +24,7 @@ from ..backend import Capabilities, Settings
 from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import NobrokerError, NotLeasedError, QueueClosedError
+from ..limits import KeyUse, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -32,6 +33,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from .copies import add_copies
 from .graphs import add_graph, prerequisites
 from .revivals import requeue_dead
 from .sets import SharedQueue, attach, detach, queue_names
@@ -165,14 +167,18 @@ class MemoryBackend:
         return self._write(change)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
         def change(table: MemoryTable, now: float) -> list[Job]:
             ids = []
-            for text, payload in zip(payload_texts, payloads, strict=True):
+            for i, (text, payload) in enumerate(zip(payload_texts, payloads, strict=True)):
                 ids.append(table.new_id())
-                table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
-                          keys=self.settings.limits.keys_of(payload))
-            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now)
+                job = table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
+                                keys=self.settings.limits.keys_of(payload))
+                if metas and metas[i]:
+                    job.note = (None, metas[i])
+            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now,
+                                    metas)
 
         return self._write(change)
 
@@ -330,6 +336,10 @@ class MemoryBackend:
 
         return self._read(question)
 
+    def limit_use(self) -> list[KeyUse]:
+        return self._read(lambda table, now: key_use(
+            self.settings.limits, table.limited.windows, table.limited.in_use, now))
+
     def queue_names(self) -> list[str]:
         """QueueListing: the queues of this set that a handle has open."""
         self._read(lambda table, now: None)  # QueueClosedError on a closed handle
@@ -351,20 +361,7 @@ class MemoryBackend:
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
         texts = [encode_payload(job.payload) for job in jobs]
-
-        def change(table: MemoryTable, now: float) -> list[JobState]:
-            states: list[JobState] = []
-            for job, text, is_key in zip(jobs, texts, keyed, strict=True):
-                if job.id in table.jobs or job.id in table.done_keys:
-                    continue
-                dead = job.state is JobState.DEAD
-                table.add_copy(job.id, is_key, text, job.priority, job.available_at,
-                               job.enqueued_at, job.max_attempts, job.attempts,
-                               job.last_error, dead)
-                states.append(JobState.DEAD if dead else JobState.PENDING)
-            return states
-
-        return self._write(change)
+        return self._write(lambda table, now: add_copies(table, jobs, texts, keyed))
 
     # -- named locks and lifecycle ------------------------------------------
 

@@ -36,7 +36,8 @@ from typing import Any
 
 import psycopg
 
-from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Window
+from ..limits import QUEUE_KEY, Budget, JobKeys, KeyUse, Limits, Window, key_use
+from .rows import lease_rows
 from .statements import Statements
 
 __all__ = ["LimitedLeases", "key_params", "keys_params"]
@@ -121,28 +122,31 @@ class LimitedLeases:
     def __init__(self, sql: Statements, limits: Limits) -> None:
         self._sql, self._limits = sql, limits
 
-    def lease(self, conn: Conn, params: dict[str, Any], count: int) -> list[tuple[Any, ...]]:
-        """Up to `count` jobs leased within the limits: their rows (job_columns)."""
+    def lease(self, conn: Conn, params: dict[str, Any], count: int
+              ) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """Up to `count` jobs leased within the limits: their rows (job_columns), and
+        the ids of the jobs whose expired leases this dead-lettered (rows.lease_rows)."""
         sql, limits = self._sql, self._limits
         with conn.transaction():
             conn.execute(sql.limited_lock, params)
-            conn.execute(sql.lease, {**params, "n": 0})  # expired leases free their slots
+            # Expired leases first: they free their slots.
+            _, dead = lease_rows(conn.execute(sql.lease, {**params, "n": 0}).fetchall())
             state = _State(conn, sql, params, limits)
             params = {**params, "t": state.now}  # the lease's time: its starts' (_State)
             budget = state.budget
             if count <= 0 or not budget.allows(None):  # the queue's own window is full
-                return []
+                return [], dead
             chosen: dict[str, JobKeys | None] = {}
             for job_id, keys in state.candidates(conn, sql, params, limits, count):
                 if len(chosen) < count and budget.allows(keys):
                     budget.take(keys)
                     chosen[job_id] = keys
             if not chosen:
-                return []
-            rows = conn.execute(sql.lease_chosen,
-                                {**params, "ids": list(chosen), "n": len(chosen)}).fetchall()
+                return [], dead
+            rows, more = lease_rows(conn.execute(sql.lease_chosen, {
+                **params, "ids": list(chosen), "n": len(chosen)}).fetchall())
             self._started(conn, params, state, [chosen[row[0]] for row in rows])
-            return rows
+            return rows, dead + more
 
     def _started(self, conn: Conn, params: dict[str, Any], state: _State,
                  started: list[JobKeys | None]) -> None:
@@ -165,6 +169,11 @@ class LimitedLeases:
             conn.execute(self._sql.limited_windows, {
                 **params, "keys": names,
                 "starts": ["{" + ",".join(map(repr, windows[k].starts)) + "}" for k in names]})
+
+    def use(self, conn: Conn, params: dict[str, Any]) -> list[KeyUse]:
+        """Each key's use now (limits.key_use): the rate keys this process declared."""
+        state = _State(conn, self._sql, params, self._limits)
+        return key_use(self._limits, state.windows, state.in_use, state.now)
 
     def due(self, conn: Conn, params: dict[str, Any]) -> tuple[float, float | None]:
         """(now, when a job may next be leased within the limits, or None: nothing

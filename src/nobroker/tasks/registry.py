@@ -69,8 +69,8 @@ def current_job() -> RunningJob | None:
 def call_as(job: Job | RunningJob, fn: Callable[..., Any], args: Sequence[Any],
             kwargs: Mapping[str, Any]) -> Any:
     """Call `fn` with `current_job()` returning `job`; an awaitable it returns is
-    wrapped so that `current_job()` holds while it runs too. A plain Job (a child
-    process's) cannot report progress."""
+    wrapped so that `current_job()` holds while it runs too. A plain Job has nowhere
+    to write reports: its progress() and set_meta() raise NobrokerError."""
     if not isinstance(job, RunningJob):
         job = RunningJob(job, None)
     deferred = inspect.iscoroutinefunction(fn)  # its wrappers go around the await

@@ -22,11 +22,12 @@ from .. import validation
 from ..errors import NobrokerError
 from ..queue import Queue
 from ..tasks import Scheduler, TaskRegistry, queue_clock, registry_of
+from .children import ChildProcess
 from .heartbeat import Heartbeats
 from .joblog import log_job
 from .leasing import TICK
 from .picking import QueuePicker
-from .pool import ChildProcess, EventLoop
+from .pool import EventLoop
 from .shared import Flight, Handler, WorkerStats, log
 from .signals import SignalHandling, restore_signal_handlers
 from .slots import Slots, spec_of

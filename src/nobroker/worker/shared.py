@@ -22,7 +22,8 @@ from ..errors import ConnectionLostError, LockTimeoutError, NobrokerError, Worke
 from ..models import Job
 from ..queue import Queue
 from ..tasks import TaskRegistry
-from .pool import ChildProcess, EventLoop, describe_error
+from .children import ChildProcess
+from .pool import EventLoop, describe_error
 
 # Worth waiting out, not stopping for: another process's lock, a database server away
 # for a moment (a PostgreSQL queue reconnects on its next call, with a backoff).

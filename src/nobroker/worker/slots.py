@@ -28,9 +28,10 @@ from ..models import Job, JobState
 from ..queue import Queue
 from ..tasks import RunningJob, call_as, step_call
 from .atomic import run_atomic
+from .children import ChildProcess
 from .joblog import log_job
 from .leasing import Leasing
-from .pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
+from .pool import Outcome, describe_error, job_to_json, run_in_thread
 from .prefetch import Prefetching
 from .shared import PASSING, Flight, log
 
@@ -292,8 +293,9 @@ class Slots(Leasing, Prefetching):
                 request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
                                            "job": job_to_json(job.job), "handler": handler,
                                            "args": [] if handler else plan.args,
-                                           "kwargs": plan.kwargs or {}}
-                return child.call(request, plan.timeout)
+                                           "kwargs": plan.kwargs or {}, "queue": queue.name}
+                return child.call(request, plan.timeout, lambda progress, meta:
+                                  queue.backend.write_notes(job.job, progress, meta))
             target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
             assert target is not None  # _execute returned for a refused plan
             if plan.timeout is not None and not inspect.iscoroutinefunction(target):

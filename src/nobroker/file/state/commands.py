@@ -145,17 +145,24 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
 
 def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
                       payload_texts: Sequence[str], *, priority: int, delay: float,
-                      max_attempts: int, rng: Rng,
-                      keys: Sequence[JobKeys | None] = ()) -> list[str]:
+                      max_attempts: int, rng: Rng, keys: Sequence[JobKeys | None] = (),
+                      metas: Sequence[Record] | None = None) -> list[str]:
     """ENQUEUE records for new unkeyed jobs (plan_enqueue in a loop, without its
-    per-job checks for keys); returns their ids. `keys`: each job's limit keys."""
+    per-job checks for keys); returns their ids. `keys`: each job's limit keys;
+    `metas`: each job's metadata ({}: none)."""
     ids = new_job_ids(state.jobs, len(payload_texts), rng)
-    if any(keys):  # limited jobs: one record each, with their keys
-        for job_id, text, job_keys in zip(ids, payload_texts, keys, strict=True):
-            plan_limited_enqueue(batch, job_id, priority, now + delay, now, max_attempts,
-                                 False, text, job_keys or (None, None))
+    if not any(keys) and not (metas and any(metas)):  # the common case, in bulk
+        batch.add_enqueues(ids, priority, now + delay, now, max_attempts, payload_texts)
         return ids
-    batch.add_enqueues(ids, priority, now + delay, now, max_attempts, payload_texts)
+    limited = any(keys)  # then every job: one record each, with its keys
+    for i, (job_id, text) in enumerate(zip(ids, payload_texts, strict=True)):
+        if limited:
+            plan_limited_enqueue(batch, job_id, priority, now + delay, now, max_attempts,
+                                 False, text, keys[i] or (None, None))
+        else:
+            batch.add_enqueue(job_id, priority, now + delay, now, max_attempts, False, text)
+        if metas and metas[i]:
+            batch.add_meta(job_id, metas[i])  # onto the record just added: O(1)
     return ids
 
 
