@@ -164,6 +164,12 @@ class Backend(Protocol):
 
     def ack_many(self, jobs: Sequence[Job]) -> None: ...
 
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        """Ack `jobs` as ack_many does (a stale lease: nothing written, nothing leased)
+        and lease up to `count` ready jobs, as one write where the backend can."""
+        ...
+
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None: ...

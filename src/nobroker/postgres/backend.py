@@ -43,6 +43,7 @@ from ..errors import (
     NotLeasedError,
 )
 from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
+from ..validation import distinct_leases
 from . import graphs
 from .connection import Link, LinkBusy, changed
 from .limited import LimitedLeases, key_params, keys_params
@@ -212,11 +213,7 @@ class PostgresBackend:
     def ack_many(self, jobs: Sequence[Job]) -> None:
         if not jobs:
             return
-        seen: set[str] = set()
-        for job in jobs:
-            if job.id in seen:
-                raise NotLeasedError(job.id, "it appears twice in one ack_many")
-            seen.add(job.id)
+        distinct_leases(jobs)
         keyed, unkeyed = retention(self.settings, None, None)
         params = self._params(ids=[j.id for j in jobs], toks=[j.token or 0 for j in jobs],
                               kr=keyed, ur=unkeyed)
@@ -234,6 +231,11 @@ class PostgresBackend:
         else:
             return
         raise self._link.run("ack_many", lambda conn: self._not_leased(conn, stale))
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        self.ack_many(jobs)  # two transactions; the lease sees the freed limit slots
+        return self.lease(count, visibility_timeout)
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,

@@ -116,6 +116,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._inbox: deque[Flight] = deque()
         self._to_ack: list[Flight] = []  # succeeded, for the acker (prefetch only)
         self._acker_idle = False
+        self._sending = 0  # jobs being leased, by the dispatcher or the acker
         self._reserved = 0  # leases taken (or being taken), for max_jobs
         self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "snoozed",
                                       "lost", "abandoned", "heartbeats", "timed_out",
@@ -221,18 +222,20 @@ class Worker(Slots, Heartbeats, SignalHandling):
             with self._cond:
                 if self._stop_reason is not None:
                     return
-                free = self.concurrency + self.prefetch - len(self._flights)
+                free = self.concurrency + self.prefetch - len(self._flights) - self._sending
                 if self.prefetch and self._inbox and free < self.prefetch:
                     free = 0  # the slots have work: lease K at a time
                 want = self._reserve(free) if free > 0 else 0
                 if want == 0:
-                    if free > 0 and not self._flights:  # max_jobs reached, all settled
-                        self._request_stop("max_jobs", deadline=False)
+                    if free > 0 and not self._flights and not self._sending:
+                        self._request_stop("max_jobs", deadline=False)  # all settled
                         return
                     self._cond.wait(TICK)  # a slot finishing, or a stop, wakes us
                     continue
+                self._sending += want
             leased = self._lease_into_slots(want)
             with self._cond:
+                self._sending -= want
                 self._reserved -= want - leased
                 if leased:
                     self._woken = False

@@ -29,7 +29,6 @@ from ..queue import Queue
 from ..tasks import RunningJob, call_as, step_call
 from .atomic import run_atomic
 from .joblog import log_job
-from .leasing import Leasing
 from .pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
 from .prefetch import Prefetching
 from .shared import PASSING, Flight, log
@@ -52,9 +51,9 @@ class Plan:
     atomic: bool = False  # run and ack in one transaction (atomic.py)
 
 
-class Slots(Leasing, Prefetching):
+class Slots(Prefetching):
     """The slot threads' part of the Worker (a slot leases its next job: Leasing;
-    with prefetch, hands its succeeded job to the acker: Prefetching)."""
+    with prefetch, hands its succeeded job to the acker: Prefetching, a Leasing)."""
 
     def _slot_loop(self, number: int) -> None:
         child = self._children[number] if self._children else None
