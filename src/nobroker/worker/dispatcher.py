@@ -86,6 +86,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._children: list[ChildProcess] = []
         self.concurrency = validation.integer("concurrency", concurrency, 1)
         self.prefetch = validation.integer("prefetch", prefetch, 0)
+        self._batching = self.prefetch > 0  # slots hand succeeded jobs to the acker
         self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
         self.idle_timeout = None if idle_timeout is None else validation.seconds(
@@ -154,7 +155,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
                               for n in range(self.concurrency)]
         slots = [_spawn(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
                  for n in range(self.concurrency)]
-        if self.prefetch:
+        if self._batching:
             slots.append(_spawn(self._ack_loop, "nobroker-acker"))
         for queue, registry in zip(self.queues, self._registries, strict=True):
             periodic = registry.periodic() if registry is not None else []
@@ -172,7 +173,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  self.concurrency, self.visibility_timeout)
         try:
             self._dispatch()
-            if self.prefetch and not self._forced:
+            if self._batching and not self._forced:
                 self._give_back()
             self._drain()
         finally:

@@ -85,6 +85,7 @@ class Shared:
     timeout: float | None
     concurrency: int
     prefetch: int  # jobs leased beyond the running ones (prefetch.py); 0: none
+    _batching: bool  # succeeded jobs go to the acker thread (prefetch.py)
     max_jobs: int | None
     visibility_timeout: float
     heartbeat_interval: float

@@ -69,7 +69,7 @@ class Slots(Prefetching):
                 if not self._inbox:
                     return
                 flight: Flight | None = self._inbox.popleft()
-                if self.prefetch and not self._inbox:
+                if self._batching and not self._inbox:
                     self._cond.notify_all()  # the dispatcher: time to prefetch again
             while flight is not None:
                 flight = self._work_on(flight, child)
@@ -95,7 +95,7 @@ class Slots(Prefetching):
             else:
                 gave_up = False
                 flight.settling = True
-                if self.prefetch:
+                if self._batching:
                     if error is None and not flight.lost and not plan.keep \
                             and outcome.settled is None:
                         self._defer_ack(flight)  # acked in a batch by the acker
