@@ -168,9 +168,10 @@ class Worker(Slots, Heartbeats, SignalHandling):
         if len(self.queues) > 1 and self._picker.weights is not None:
             self._acks = ThreadPoolExecutor(self.concurrency, "nobroker-ack")
         names = ", ".join(repr(q.name) for q in self.queues)
-        log.info("worker started on queue%s %s in %s: concurrency %d, visibility timeout %gs",
+        log.info("worker started on queue%s %s in %s: concurrency %d%s, visibility timeout %gs",
                  "s" if len(self.queues) > 1 else "", names, self.queue.directory,
-                 self.concurrency, self.visibility_timeout)
+                 self.concurrency, f", prefetch {self.prefetch}" if self.prefetch else "",
+                 self.visibility_timeout)
         try:
             self._dispatch()
             if self._batching and not self._forced:
