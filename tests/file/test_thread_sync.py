@@ -26,7 +26,7 @@ import threading
 
 from harness.support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
-from file.test_shared_sync import AUDITED_FS, audit_problems, start_together
+from file.test_process_sync import AUDITED_FS, audit_problems, start_together
 from nobroker import Queue
 from nobroker.file.log.groupcommit import GroupCommit
 
