@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from typing import Any, Final
 
-from .errors import NotLeasedError
-from .models import Job
-
 __all__ = ["number", "seconds", "integer", "flag", "job_options", "fraction", "job_id",
-           "queue_name", "error_text", "progress", "distinct_leases", "INT_LIMIT", "MAX_ID_LENGTH",
+           "queue_name", "error_text", "progress", "INT_LIMIT", "MAX_ID_LENGTH",
            "MAX_ERROR_LENGTH", "MAX_NOTE_LENGTH"]
 
 INT_LIMIT: Final = 2**53  # larger integers do not survive a round trip through most JSON readers
@@ -136,13 +132,3 @@ def queue_name(value: object) -> str:
 def error_text(error: Any) -> str | None:
     """A nack's error as stored: text, cut to MAX_ERROR_LENGTH characters."""
     return None if error is None else str(error)[:MAX_ERROR_LENGTH]
-
-
-def distinct_leases(jobs: Sequence[Job]) -> None:
-    """One ack_many names each job once: a job listed twice is a stale lease the
-    second time (NotLeasedError), checked before anything is written."""
-    seen: set[str] = set()
-    for job in jobs:
-        if job.id in seen:
-            raise NotLeasedError(job.id, "it appears twice in one ack_many")
-        seen.add(job.id)

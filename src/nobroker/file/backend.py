@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError
 from ..models import (
@@ -28,7 +28,6 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
-from ..validation import distinct_leases
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc

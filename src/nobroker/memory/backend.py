@@ -20,7 +20,7 @@ from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, Settings, distinct_leases
 from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import NobrokerError, QueueClosedError
@@ -32,7 +32,6 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
-from ..validation import distinct_leases
 from .graphs import add_graph, prerequisites
 from .revivals import requeue_dead
 from .sets import SharedQueue, attach, detach, queue_names

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, Settings, distinct_leases
 from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
@@ -43,7 +43,6 @@ from ..errors import (
     NotLeasedError,
 )
 from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
-from ..validation import distinct_leases
 from . import graphs
 from .connection import Link, LinkBusy, changed
 from .limited import LimitedLeases, key_params, keys_params
