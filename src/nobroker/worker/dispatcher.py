@@ -87,6 +87,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self.concurrency = validation.integer("concurrency", concurrency, 1)
         self.prefetch = validation.integer("prefetch", prefetch, 0)
         self._batching = self.prefetch > 0  # slots hand succeeded jobs to the acker
+        self._acker_leases = True  # ... which leases the next jobs in its ack's write
         self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
         self.idle_timeout = None if idle_timeout is None else validation.seconds(

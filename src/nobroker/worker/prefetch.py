@@ -94,7 +94,8 @@ class Prefetching(Leasing):
     def _room_after(self, acking: int) -> int:
         """How many jobs the acker leases with an ack of `acking` jobs: the room the
         acks make, up to `concurrency + K` held (reserved here; under _cond)."""
-        if not self._one_queue or self._stop_reason is not None or self._closing:
+        if (not self._acker_leases or not self._one_queue or self._stop_reason is not None
+                or self._closing):
             return 0
         room = self.concurrency + self.prefetch + acking - len(self._flights) - self._sending
         want = self._reserve(room) if room > 0 else 0
