@@ -1,4 +1,7 @@
-"""Group commit across processes (NAME.sync, file/syncfile.py), with real processes.
+"""Durable calls from several processes at once, with real processes.
+
+Each process syncs for itself (group commit shares an fdatasync between the
+threads of one process: test_thread_sync.py).
 
 - The audit: four processes enqueue and ack through a FileSystem that
   appends, to one O_APPEND file shared by all, a line after each write to
@@ -6,36 +9,24 @@
   after each call returned. An O_APPEND write is atomic and ordered, so the
   file is a real-time order of those moments: every returned call must have
   its last log write before the start of an fdatasync (anyone's, of the same
-  inode) that ended before the call returned. And the fdatasyncs must be
-  shared: well below one per call in total (without sharing: one per call).
+  inode) that ended before the call returned.
 - kill -9: several processes enqueue and ack while all of them are killed
   at random moments; every call that returned is there, no returned ack comes
   back.
-- A process killed with SIGKILL inside its fdatasync, holding the flock on
-  NAME.sync, published nothing and blocks nobody.
-- NAME.sync's slots: a torn, foreign (another generation, another boot) or
-  missing slot is never trusted; a cut lowers them; no flock or no boot id
-  (and fsync=False, read-only) means no sync file and one fdatasync per call.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import random
-import struct
 import time
 import unittest
 from typing import Any
-from unittest import mock
 
 from harness.support import TempDirTestCase, file_queue, spawn_python, store_of
 
 from file.test_crash import Child
-from nobroker import Queue, StorageError
-from nobroker.file.disk.fs import FileSystem
-from nobroker.file.log.syncfile import DURABLE, SLOT, WRITTEN, SharedSync, sync_filename
+from nobroker import Queue
 
 SEED = int(os.environ.get("NOBROKER_CRASH_SEED", "20261129"))
 
@@ -79,8 +70,7 @@ def me():
 """ + AUDITED_FS + r"""
 
 q = Queue.from_backend(FileBackend(directory, "default", Settings(),
-                                   FileOptions(fs=Audited(), auto_compact=None,
-                                               share_fsyncs=True)))
+                                   FileOptions(fs=Audited(), auto_compact=None)))
 sys.stdout.write("ready\n"); sys.stdout.flush()
 sys.stdin.readline()  # everyone starts at once
 done = 0
@@ -143,7 +133,7 @@ class AuditTest(TempDirTestCase):
         directory = str(self.tmp / "q")
         audit = str(self.tmp / "audit")
         open(audit, "w").close()
-        with file_queue(directory, share_fsyncs=True) as q:
+        with file_queue(directory) as q:
             q.enqueue_many(range(calls * roles.count("work")))
         children = [spawn_python(AUDITED, directory, audit, role, str(calls))
                     for role in roles]
@@ -160,17 +150,12 @@ class AuditTest(TempDirTestCase):
         with open(audit, encoding="ascii") as f:
             return audit_problems(f.read().splitlines())
 
-    def test_every_returned_call_was_covered_by_an_fdatasync_and_four_processes_share_them(
-            self) -> None:
+    def test_every_returned_call_of_four_processes_was_covered_by_an_fdatasync(self) -> None:
         problems, syncs, calls = self.run_audited(["produce", "produce", "work", "work"], 400)
         print(f"4 processes: {syncs} fdatasyncs for {calls} calls "
               f"({syncs / calls:.2f} per call)", flush=True)
         self.assertGreaterEqual(calls, 1600 + 200)  # 800 enqueues, 800 acks, the leases
         self.assertEqual(problems[:5], [])
-        # Without sharing it is one per call and more (file growth); the children's
-        # fdatasyncs take 2 ms longer, as on a slow disk, so that the others' writes
-        # land while one runs: with 4 processes most calls are covered by a peer's.
-        self.assertLess(syncs, 0.7 * calls, "the processes did not share fdatasyncs")
 
     def test_the_audit_catches_a_call_that_returned_uncovered(self) -> None:
         # The checker itself can fail: a return before the fdatasync that began after
@@ -187,7 +172,7 @@ from nobroker import Queue
 from nobroker.backend import Settings
 from nobroker.file.backend import FileBackend, FileOptions
 q = Queue.from_backend(FileBackend(sys.argv[1], "default", Settings(visibility_timeout=3600),
-                                   FileOptions(share_fsyncs=True)))
+                                   FileOptions()))
 os.write(1, b"ready\n")
 i = 0
 while True:
@@ -233,210 +218,3 @@ class KilledTogetherTest(TempDirTestCase):
             self.assertEqual(enqueued - present - acked - leased, set(),
                              f"round {round_}: a returned enqueue was lost")
             self.assertEqual(acked & present, set(), f"round {round_}: an acked job came back")
-
-
-DIES_IN_FDATASYNC = r"""
-import os, signal, sys
-from nobroker.file.disk.fs import FileSystem
-from nobroker.file.backend import FileBackend, FileOptions
-from nobroker.backend import Settings
-from nobroker import Queue
-
-class Dies(FileSystem):
-    def fdatasync(self, fd):
-        if ".log" in os.readlink(f"/proc/self/fd/{fd}") and self.armed:
-            os.write(1, b"dying\n")
-            os.kill(os.getpid(), signal.SIGKILL)  # holding NAME.sync's flock
-        super().fdatasync(fd)
-
-fs = Dies()
-fs.armed = False
-q = Queue.from_backend(FileBackend(sys.argv[1], "default", Settings(),
-                                   FileOptions(fs=fs, share_fsyncs=True)))
-q.enqueue({"warm": 1})  # grows the file: later enqueues fdatasync only in the claim
-fs.armed = True
-q.enqueue({"never": "returns"})
-"""
-
-
-class CountingFS(FileSystem):
-    def __init__(self) -> None:
-        self.fdatasyncs = 0
-
-    def fdatasync(self, fd: int) -> None:
-        self.fdatasyncs += 1
-        super().fdatasync(fd)
-
-
-class KilledHolderTest(TempDirTestCase):
-    def test_a_syncer_killed_holding_the_flock_blocks_nobody_and_published_nothing(
-            self) -> None:
-        directory = str(self.tmp / "q")
-        child = spawn_python(DIES_IN_FDATASYNC, directory)
-        out, err = child.communicate(timeout=60)
-        self.assertEqual(out, b"dying\n", err.decode()[-2000:])
-        self.assertEqual(child.returncode, -9)
-        fs = CountingFS()
-        q = file_queue(directory, fs=fs, share_fsyncs=True)
-        try:
-            # The kernel dropped the flock: it can be taken without waiting.
-            fd = os.open(os.path.join(directory, sync_filename("default")), os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-            # Its batch is in the log (the page cache survived), but no claim covers it.
-            store = store_of(q)
-            self.assertLess(store.shared._read(store.log)[1], store.log.end)
-            before = fs.fdatasyncs
-            q.enqueue({"after": "the kill"})
-            # Nothing claimed the dead syncer's batch durable: this call synced itself.
-            self.assertEqual(fs.fdatasyncs - before, 1)
-        finally:
-            q.close()
-
-
-class FailingWriteFS(FileSystem):
-    """ENOSPC for the next write to a log, once armed."""
-
-    fail_next = False
-
-    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
-        if self.fail_next and ".log" in os.readlink(f"/proc/self/fd/{fd}"):
-            self.fail_next = False
-            raise OSError(errno.ENOSPC, "no space left (injected)")
-        return super().pwrite(fd, data, offset)
-
-
-class NoBootIdFS(FileSystem):
-    def boot_id(self) -> bytes | None:
-        return None
-
-
-class SyncFileTest(TempDirTestCase):
-    def open(self, **kwargs: Any) -> Any:
-        q = file_queue(self.tmp / "q", share_fsyncs=True, **kwargs)
-        self.addCleanup(q.close)
-        return q
-
-    def slots(self) -> bytes:
-        return (self.tmp / "q" / sync_filename("default")).read_bytes()
-
-    def test_a_write_publishes_written_and_a_sync_durable_naming_this_log(self) -> None:
-        q = self.open()
-        q.enqueue({"a": 1})
-        store = store_of(q)
-        shared, log = store.shared, store.log
-        self.assertEqual(shared._read(log), (log.end, log.end))
-        self.assertEqual(log.durable, log.end)
-
-    def test_a_covered_call_makes_no_fdatasync_and_an_uncovered_one_does(self) -> None:
-        fs_a, fs_b = CountingFS(), CountingFS()
-        a, b = self.open(fs=fs_a), self.open(fs=fs_b)  # two descriptors: two "processes"
-        a.enqueue({"warm": 1})
-        b.enqueue({"warm": 2})
-        store_a, store_b = store_of(a), store_of(b)
-        # a writes without syncing; b's sync then covers a's batch too.
-        before_a, before_b = fs_a.fdatasyncs, fs_b.fdatasyncs
-        real = store_a.log.sync_to
-        pending: list[int] = []
-        with mock.patch.object(store_a.log, "sync_to",
-                               lambda offset, shared=None: pending.append(offset)):
-            a.enqueue({"a": 3})
-        b.enqueue({"b": 4})
-        real(pending[0], store_a.shared)
-        self.assertEqual((fs_a.fdatasyncs - before_a, fs_b.fdatasyncs - before_b), (0, 1))
-        self.assertGreaterEqual(store_a.log.durable, pending[0])
-        # Nobody synced what a writes next: it fdatasyncs itself.
-        a.enqueue({"a": 5})
-        self.assertEqual(fs_a.fdatasyncs - before_a, 1)
-        del store_b
-
-    def test_torn_foreign_or_stale_slots_are_never_trusted(self) -> None:
-        q = self.open()
-        q.enqueue({"a": 1})
-        store = store_of(q)
-        shared, log = store.shared, store.log
-        path = self.tmp / "q" / sync_filename("default")
-        good = self.slots()
-        for where in range(0, 2 * SLOT, 7):  # a flipped byte anywhere in either slot
-            damaged = bytearray(good)
-            damaged[where] ^= 0x40
-            path.write_bytes(bytes(damaged))
-            found = shared._read(log)
-            slot = where // SLOT
-            if where % SLOT < 60:  # the body and its CRC; the padding is not read
-                self.assertIsNone(found[slot], f"byte {where} flipped was trusted")
-            self.assertIsNotNone(found[1 - slot])
-        path.write_bytes(good)
-        other = SharedSync(store.fs, shared.fd, b"another boot!!!!")
-        self.assertEqual(other._read(log), (None, None))  # written before a reboot
-        log.sync_identity = (log.generation + 1, *log.sync_identity[1:])
-        self.assertEqual(shared._read(log), (None, None))  # another generation's
-        path.write_bytes(b"")
-        log.sync_identity = None
-        self.assertEqual(shared._read(log), (None, None))
-
-    def test_a_cut_lowers_both_slots(self) -> None:
-        q = self.open()
-        q.enqueue({"a": 1})
-        store = store_of(q)
-        log = store.log
-        start = log.end
-        q.enqueue({"b": 2})
-        self.assertEqual(store.shared._read(log), (log.end, log.end))
-        with store.locked():
-            store.shared.lower(log, start)
-        self.assertEqual(store.shared._read(log), (start, start))
-
-    def test_a_failed_write_lowers_what_the_sync_file_claims_past_its_cut(self) -> None:
-        fs = FailingWriteFS()
-        q = self.open(fs=fs)
-        q.enqueue({"a": 1})
-        store = store_of(q)
-        log, shared = store.log, store.shared
-        start = log.end
-        # As a thread of ours could have claimed (the batch a failed apply then cuts):
-        fs.write_all(shared.fd, shared._encode(DURABLE, log, start + 500), DURABLE * SLOT)
-        fs.fail_next = True
-        with self.assertRaises(StorageError):
-            q.enqueue({"b": 2})
-        self.assertEqual(shared._read(log)[1], start)
-
-    def test_no_sync_file_without_a_boot_id_with_fsync_false_or_read_only(self) -> None:
-        for kwargs in ({"fs": NoBootIdFS(), "share_fsyncs": True},
-                       {"fsync": False, "share_fsyncs": True}, {}):  # {}: off by default
-            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
-                directory = self.tmp / str(len(os.listdir(self.tmp)))
-                fs = CountingFS() if "fs" not in kwargs else kwargs["fs"]
-                q = file_queue(directory, **kwargs)
-                try:
-                    q.enqueue({"a": 1})
-                    self.assertIsNone(store_of(q).shared)
-                finally:
-                    q.close()
-                self.assertFalse((directory / sync_filename("default")).exists())
-                del fs
-        with file_queue(self.tmp / "ro-src", share_fsyncs=True) as q:
-            q.enqueue({"a": 1})
-        os.unlink(self.tmp / "ro-src" / sync_filename("default"))
-        reader = file_queue(self.tmp / "ro-src", readonly=True, share_fsyncs=True)
-        try:
-            self.assertIsNone(store_of(reader).shared)
-        finally:
-            reader.close()
-        self.assertFalse((self.tmp / "ro-src" / sync_filename("default")).exists())
-
-    def test_each_slot_is_a_checksummed_record_of_64_bytes(self) -> None:
-        q = self.open()
-        q.enqueue({"a": 1})
-        data = self.slots()
-        self.assertEqual(len(data), 2 * SLOT)
-        for which in (WRITTEN, DURABLE):
-            magic, version, kind = struct.unpack_from("<4sHH", data, which * SLOT)
-            self.assertEqual((magic, version, kind), (b"NBSY", 1, which))
-
-
-if __name__ == "__main__":
-    unittest.main()

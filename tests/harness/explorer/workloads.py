@@ -305,52 +305,6 @@ def _w_group_commit(d: Driver) -> None:
         d.call(b, "ack", job)
 
 
-@workload("shared_fsync")
-def _w_shared_fsync(d: Driver) -> None:
-    # Two processes, as far as NAME.sync can tell (two descriptors on it).
-    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
-    d.call(a, "enqueue", payload(1, 100))
-    # a writes its batch; before it claims, b writes, fdatasyncs (covering a's batch
-    # too) and publishes; a then finds itself covered and returns without an fsync.
-    d.before_next_claim(lambda: d.call(b, "enqueue_many", [payload(10 + i, 300)
-                                                            for i in range(2)]))
-    d.call(a, "enqueue", payload(2, 700))
-    d.before_next_claim(lambda: (d.call(b, "lease", 2), None)[1])
-    leased = _held(d.call(a, "lease", 1))
-    for job in leased:
-        d.call(b, "ack", job)
-    d.call(a, "enqueue", payload(3, 500))
-
-
-@workload("shared_fsync_peer_dies")
-def _w_shared_fsync_peer_dies(d: Driver) -> None:
-    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
-    d.call(a, "enqueue", payload(1, 100))
-    # b dies in its fdatasync, holding the flock: it published nothing, so a must
-    # fdatasync for itself (a durable published first would let a return unsynced).
-    d.before_next_claim(lambda: (d.crash_next("fsync"), d.call(b, "enqueue", payload(2, 300)),
-                                 None)[2])
-    d.call(a, "enqueue", payload(3, 700))
-    for job in _held(d.call(a, "lease", 3)):
-        d.call(a, "ack", job)
-
-
-@workload("shared_fsync_compaction")
-def _w_shared_fsync_compaction(d: Driver) -> None:
-    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
-    d.call(a, "enqueue", payload(1, 100))
-    d.call(b, "enqueue", payload(2, 100))
-    d.call(a, "compact")
-    # a's claim in the new generation is covered by b's, which must not be confused
-    # with what NAME.sync said of the old one.
-    d.before_next_claim(lambda: d.call(b, "enqueue", payload(3, 400)))
-    d.call(a, "enqueue", payload(4, 400))
-    d.call(b, "compact")
-    d.before_next_claim(lambda: (d.call(a, "lease", 2), None)[1])
-    for job in _held(d.call(b, "lease", 2)):
-        d.call(b, "ack", job)
-
-
 @workload("checkpoints")
 def _w_checkpoints(d: Driver) -> None:
     # Checkpoints at every close and every 1 KiB logged, instead of after MiBs.

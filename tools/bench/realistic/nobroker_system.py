@@ -2,12 +2,13 @@
 ``nobroker work --concurrency T``, one command per process, on one queue
 directory.
 
-A *variant* (``--variants base,share_fsyncs,prefetch=4``) runs the same
+A *variant* (``--variants base,checkpoints=0,prefetch=4``) runs the same
 Worker with options `nobroker work` does not take: file engine options
-(FileOptions fields, such as ``share_fsyncs``) and Worker options (such as
-``prefetch=K``), joined by ``+``. Every variant, ``base`` (no options)
-included, runs through this module's own small worker command, so that two
-variants differ in their options alone.
+(bool FileOptions fields, such as ``checkpoints``), Worker options (such as
+``prefetch=K``) and Worker switches (``batch_acks=1``), joined by ``+``.
+Every variant, ``base`` (no options) included, runs through this module's
+own small worker command, so that two variants differ in their options
+alone.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def enqueue(n):
 """
 WORKER_OPTIONS = ("prefetch",)  # a variant's other options are FileOptions fields
 # Worker internals a variant may switch, to measure a design before it is an option:
-# batch_acks=1 hands succeeded jobs to the acker thread also without prefetch.
-WORKER_SWITCHES = ("batch_acks",)
+# batch_acks=1 hands succeeded jobs to the acker thread also without prefetch;
+# acker_leases=0 has the acker ack only, leaving every lease to the dispatcher.
+WORKER_SWITCHES = ("batch_acks", "acker_leases")
 
 
 class NobrokerRealistic(RealisticSystem):
@@ -109,6 +111,8 @@ def work(store: str, threads: int, spec: str, handler_spec: str) -> None:
         worker = Worker(queue, handler, concurrency=threads, **worker_options)
         if "batch_acks" in switches:
             worker._batching = bool(switches["batch_acks"])
+        if "acker_leases" in switches:
+            worker._acker_leases = bool(switches["acker_leases"])
         worker.run()
     finally:
         queue.close()
