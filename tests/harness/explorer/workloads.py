@@ -61,6 +61,16 @@ def _w_enqueue_many(d: Driver) -> None:
     d.call(h, "enqueue_many", [payload(100 + i, 500) for i in range(3)])
 
 
+@workload("ack_many_and_lease")
+def _w_ack_many_and_lease(d: Driver) -> None:
+    """The prefetch acker's write: a batch of ACKs and the next LEASE together."""
+    h = d.open()
+    d.call(h, "enqueue_many", [payload(i, 120 + 60 * i) for i in range(6)])
+    leased = _held(d.call(h, "lease", 2))
+    leased = _held(d.call(h, "ack_many_and_lease", leased, 3))  # acks 2, leases 3
+    d.call(h, "ack_many_and_lease", leased, 5)  # acks 3, leases the one left
+
+
 @workload("enqueue_many_keyed")
 def _w_enqueue_many_keyed(d: Driver) -> None:
     """enqueue_many's runs beside keyed jobs: a key spelling an id the first run would
