@@ -65,8 +65,10 @@ class PrefetchTest(WorkerTestCase):
         self.assertEqual(sum(sizes), 60)
         self.assertEqual(q.stats().pending + q.stats().leased, 0)
         self.assertLess(len(sizes), 60)  # at least one write acked several jobs
-        # The acks' writes leased the next jobs: 12 held at first, the rest with acks.
-        self.assertEqual(sum(leased), 60 - 12)
+        # Some acks' writes leased the next jobs too (K at a time, as the dispatcher;
+        # it leases the rest): an acker's batch sees the room its acks make first.
+        self.assertGreater(sum(leased), 0)
+        self.assertLessEqual(sum(leased), 60 - 12)  # 12 held before any ack
 
     def test_failures_and_task_results_settle_in_their_slot(self) -> None:
         q = self.queue(backoff=NO_BACKOFF, max_attempts=2)

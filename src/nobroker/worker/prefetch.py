@@ -93,11 +93,14 @@ class Prefetching(Leasing):
 
     def _room_after(self, acking: int) -> int:
         """How many jobs the acker leases with an ack of `acking` jobs: the room the
-        acks make, up to `concurrency + K` held (reserved here; under _cond)."""
+        acks make, up to `concurrency + K` held, and K at a time while the slots have
+        work, as the dispatcher leases (reserved here; under _cond)."""
         if (not self._acker_leases or not self._one_queue or self._stop_reason is not None
                 or self._closing):
             return 0
         room = self.concurrency + self.prefetch + acking - len(self._flights) - self._sending
+        if self._inbox and room < self.prefetch:
+            return 0  # a small lease in every ack's write costs more than it saves
         want = self._reserve(room) if room > 0 else 0
         self._sending += want
         return want
