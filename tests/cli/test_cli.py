@@ -256,13 +256,17 @@ class ModuleCliTest(CliCase):
         self.assertIn("clean", self.ok("recover"))
         self.assertEqual(self.counts()["pending"], 1)
 
-    def test_work_runs_a_handler_from_the_current_directory(self) -> None:
+    def recording_handler(self) -> None:
+        """tasks:handle, which appends each job's payload to done.txt."""
         self.handler_module("""\
             import json
             def handle(job):
                 with open("done.txt", "a") as f:
                     f.write(json.dumps(job.payload) + "\\n")
             """)
+
+    def test_work_runs_a_handler_from_the_current_directory(self) -> None:
+        self.recording_handler()
         for n in range(3):
             self.enqueue({"n": n})
         result = self.nb("work", "tasks:handle", "--max-jobs", "3", "--concurrency", "2")
@@ -273,12 +277,7 @@ class ModuleCliTest(CliCase):
         self.assertIn("3 succeeded", result.stderr)  # the worker logs to stderr
 
     def test_work_prefetch_acks_in_batches_and_is_checked(self) -> None:
-        self.handler_module("""\
-            import json
-            def handle(job):
-                with open("done.txt", "a") as f:
-                    f.write(json.dumps(job.payload) + "\\n")
-            """)
+        self.recording_handler()
         for n in range(6):
             self.enqueue({"n": n})
         result = self.nb("work", "tasks:handle", "--prefetch", "4", "--concurrency", "2",
