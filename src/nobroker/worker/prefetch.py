@@ -8,11 +8,11 @@ write (`Queue.ack_and_lease`): a write and an fsync per job. With it:
   the inbox is empty), so a lease record carries up to K jobs;
 - a slot whose job succeeded hands it to the *acker* thread and takes its
   next job from the inbox at once; the acker writes every job handed to it
-  meanwhile in one `Queue.ack_many_and_lease` (one write and one fsync),
-  which also leases as many jobs as the acks make room for (a one-queue
-  worker without caps; else a plain `ack_many`, and the dispatcher leases),
-  so while one batch's fsync runs, the next batch gathers, and the inbox is
-  refilled without a write of its own. A job is acked only after its
+  meanwhile in one write and one fsync, so while one batch's fsync runs,
+  the next batch gathers; once the acks make room for K more jobs (or the
+  slots run dry), that write leases them too (`Queue.ack_many_and_lease`;
+  a one-queue worker without caps, else the dispatcher leases), so the
+  inbox is refilled without a write of its own. A job is acked only after its
   handler returned, as before: a crash before the ack redelivers it;
 - prefetched jobs are flights like running ones: heartbeated, counted
   against caps, abandoned at a forced stop. On a graceful stop, those no
