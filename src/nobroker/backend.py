@@ -30,13 +30,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .backoff import BackoffPolicy
+from .errors import NotLeasedError
 from .limits import KeyUse, Limits
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .validation import INT_LIMIT, integer, number
 
 __all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
            "JobImport", "JobExport", "Transactions", "Dependencies", "Settings",
-           "is_postgres_url", "is_memory_url"]
+           "is_postgres_url", "is_memory_url", "distinct_leases"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
@@ -166,6 +167,12 @@ class Backend(Protocol):
         ...
 
     def ack_many(self, jobs: Sequence[Job]) -> None: ...
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        """Ack `jobs` as ack_many does (a stale lease: nothing written, nothing leased)
+        and lease up to `count` ready jobs, as one write where the backend can."""
+        ...
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -337,3 +344,13 @@ class Transactions(Protocol):
         opened on its own connection); NotLeasedError if the lease is no longer current
         (the caller then rolls the transaction back)."""
         ...
+
+
+def distinct_leases(jobs: Sequence[Job]) -> None:
+    """ack_many's rule on every backend: each job once. A job listed twice is a
+    stale lease the second time (NotLeasedError), found before anything is written."""
+    seen: set[str] = set()
+    for job in jobs:
+        if job.id in seen:
+            raise NotLeasedError(job.id, "it appears twice in one ack_many")
+        seen.add(job.id)

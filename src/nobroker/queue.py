@@ -186,6 +186,17 @@ class Queue:
             if self.hooks is not None:
                 self.hooks.fire_each("succeeded", jobs)
 
+    def ack_many_and_lease(self, jobs: list[Job], count: int, *,
+                           visibility_timeout: float | None = None) -> list[Job]:
+        """`ack_many(jobs)` and `lease(count)` in one batch (one fsync on a directory);
+        if any lease is stale, nothing is acked nor leased (NotLeasedError)."""
+        timeout = self._visibility(visibility_timeout)
+        leased = self._backend.ack_many_and_lease(jobs, validation.integer("count", count, 0),
+                                                  timeout)
+        if self.hooks is not None:
+            self.hooks.fire_each("succeeded", jobs)
+        return leased
+
     def ack_and_lease(self, job: Job, *, result: Any = _MISSING,
                       result_ttl: float | None = None,
                       visibility_timeout: float | None = None) -> Job | None:

@@ -679,6 +679,35 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
             t.assertRaises(NotLeasedError, q.ack_and_lease, first)
         t.assertEqual(q.stats().pending, 1)
 
+    def test_ack_many_and_lease_acks_every_job_and_leases_the_next_ones(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(["a", "b", "c", "d", "e"])
+        first = q.lease(2)
+        following = q.ack_many_and_lease(first, 2)
+        t.assertEqual([j.payload for j in following], ["c", "d"])
+        t.assertTrue(all(j.state is JobState.LEASED and j.token for j in following))
+        t.assertEqual((q.stats().done, q.stats().leased, q.stats().pending), (2, 2, 1))
+        last = q.ack_many_and_lease(following, 5)  # fewer ready than asked for
+        t.assertEqual([j.payload for j in last], ["e"])
+        t.assertEqual(q.ack_many_and_lease(last, 0), [])
+        t.assertEqual(q.ack_many_and_lease([], 1), [])
+        t.assertEqual((q.stats().done, q.stats().total), (5, 0))
+
+    def test_ack_many_and_lease_with_a_stale_token_neither_acks_nor_leases(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(range(4))
+        a, b = q.lease(2)
+        q.ack(b)
+        with self.assertWritesNothing(q):
+            with t.assertRaises(NotLeasedError) as caught:
+                q.ack_many_and_lease([a, b], 2)
+            t.assertRaises(NotLeasedError, q.ack_many_and_lease, [a, a], 2)
+        t.assertEqual(caught.exception.job_id, b.id)
+        t.assertEqual((q.stats().leased, q.stats().pending), (1, 2))
+        t.assertRaises(ValueError, q.ack_many_and_lease, [a], -1)
+
     # -- views ----------------------------------------------------------------
 
     def test_list_jobs_is_in_enqueue_order_filtered_by_state_and_limited(self) -> None:

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
-from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ..errors import JobNotFoundError, NobrokerError
 from ..limits import KeyUse, key_use
 from ..models import (
     CompactionResult,
@@ -197,20 +197,22 @@ class FileBackend:
 
     def ack_many(self, jobs: Sequence[Job]) -> None:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            seen: set[str] = set()
-            for job in jobs:
-                if job.id in seen:
-                    raise NotLeasedError(job.id, "it appears twice in one ack_many")
-                seen.add(job.id)
-                check_lease(state, job.id, job.token)
-            for job in jobs:
-                batch.wakes += state.limited.frees(job.id, state.table)  # a freed slot wakes
-                batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
-                plan_dependents(state, batch, now, job.id, JobState.DONE)
-            batch.finishes += len(jobs)
+            _plan_ack_many(state, batch, now, jobs)
             return lambda: None
 
         self.handle.write(plan, spare=frozenset(job.id for job in jobs))
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        def plan(state: QueueState, batch: Batch, now: float
+                 ) -> Callable[[], Callable[[LogFile], list[Job]]]:
+            _plan_ack_many(state, batch, now, jobs)
+            # The acked jobs are still leased while we plan, so ready() cannot offer them.
+            leased = plan_lease(state, batch, now, count, visibility_timeout, self._limits)
+            table = state.jobs
+            return lambda: self._leased_views([table[r[ID]] for r in leased])
+
+        return self.handle.write_then_read(plan, spare=frozenset(job.id for job in jobs))
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -386,3 +388,15 @@ class FileBackend:
 
     def close(self) -> None:
         self.handle.close()
+
+
+def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[Job]) -> None:
+    """ACK records for `jobs`, every lease checked before any is planned."""
+    distinct_leases(jobs)
+    for job in jobs:
+        check_lease(state, job.id, job.token)
+    for job in jobs:
+        batch.wakes += state.limited.frees(job.id, state.table)  # a freed slot wakes
+        batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
+        plan_dependents(state, batch, now, job.id, JobState.DONE)
+    batch.finishes += len(jobs)

@@ -20,10 +20,10 @@ from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, Settings, distinct_leases
 from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
-from ..errors import NobrokerError, NotLeasedError, QueueClosedError
+from ..errors import NobrokerError, QueueClosedError
 from ..limits import KeyUse, key_use
 from ..models import (
     CompactionResult,
@@ -208,18 +208,25 @@ class MemoryBackend:
         self._write(lambda table, now: self._ack(table, now, job, result_text, result_ttl),
                     spare=(job.id,))
 
-    def ack_many(self, jobs: Sequence[Job]) -> None:
-        def change(table: MemoryTable, now: float) -> None:
-            seen: set[str] = set()
-            for job in jobs:  # every lease checked before anything changes
-                if job.id in seen:
-                    raise NotLeasedError(job.id, "it appears twice in one ack_many")
-                seen.add(job.id)
-                table.held(job.id, job.token)
-            for job in jobs:
-                self._ack(table, now, job, None, None)
+    def _ack_all(self, table: MemoryTable, now: float, jobs: Sequence[Job]) -> None:
+        distinct_leases(jobs)
+        for job in jobs:  # every lease checked before anything changes
+            table.held(job.id, job.token)
+        for job in jobs:
+            self._ack(table, now, job, None, None)
 
-        self._write(change, spare=[job.id for job in jobs])
+    def ack_many(self, jobs: Sequence[Job]) -> None:
+        self._write(lambda table, now: self._ack_all(table, now, jobs),
+                    spare=[job.id for job in jobs])
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        def change(table: MemoryTable, now: float) -> list[Job]:
+            self._ack_all(table, now, jobs)
+            return [self._view(job) for job in table.lease(now, count, now + visibility_timeout,
+                                                           self.settings.limits)]
+
+        return self._write(change, spare=[job.id for job in jobs])
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, Settings, distinct_leases
 from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
@@ -207,11 +207,7 @@ class PostgresBackend:
     def ack_many(self, jobs: Sequence[Job]) -> None:
         if not jobs:
             return
-        seen: set[str] = set()
-        for job in jobs:
-            if job.id in seen:
-                raise NotLeasedError(job.id, "it appears twice in one ack_many")
-            seen.add(job.id)
+        distinct_leases(jobs)
         keyed, unkeyed = retention(self.settings, None, None)
         params = self._params(ids=[j.id for j in jobs], toks=[j.token or 0 for j in jobs],
                               kr=keyed, ur=unkeyed)
@@ -229,6 +225,11 @@ class PostgresBackend:
         else:
             return
         raise self._link.run("ack_many", lambda conn: self._not_leased(conn, stale))
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        self.ack_many(jobs)  # two transactions; the lease sees the freed limit slots
+        return self.lease(count, visibility_timeout)
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,

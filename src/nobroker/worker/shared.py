@@ -87,6 +87,8 @@ class Shared:
     timeout: float | None
     concurrency: int
     prefetch: int  # jobs leased beyond the running ones (prefetch.py); 0: none
+    _batching: bool  # succeeded jobs go to the acker thread (prefetch.py)
+    _acker_leases: bool  # the acker leases in its ack's write (prefetch.py)
     max_jobs: int | None
     visibility_timeout: float
     heartbeat_interval: float

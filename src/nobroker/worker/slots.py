@@ -30,7 +30,6 @@ from ..tasks import RunningJob, call_as, step_call
 from .atomic import run_atomic
 from .children import ChildProcess
 from .joblog import log_job
-from .leasing import Leasing
 from .pool import Outcome, describe_error, job_to_json, run_in_thread
 from .prefetch import Prefetching
 from .shared import PASSING, Flight, log
@@ -53,9 +52,9 @@ class Plan:
     atomic: bool = False  # run and ack in one transaction (atomic.py)
 
 
-class Slots(Leasing, Prefetching):
+class Slots(Prefetching):
     """The slot threads' part of the Worker (a slot leases its next job: Leasing;
-    with prefetch, hands its succeeded job to the acker: Prefetching)."""
+    with prefetch, hands its succeeded job to the acker: Prefetching, a Leasing)."""
 
     def _slot_loop(self, number: int) -> None:
         child = self._children[number] if self._children else None
@@ -71,7 +70,7 @@ class Slots(Leasing, Prefetching):
                 if not self._inbox:
                     return
                 flight: Flight | None = self._inbox.popleft()
-                if self.prefetch and not self._inbox:
+                if self._batching and not self._inbox:
                     self._cond.notify_all()  # the dispatcher: time to prefetch again
             while flight is not None:
                 current = flight
@@ -102,7 +101,7 @@ class Slots(Leasing, Prefetching):
             else:
                 gave_up = False
                 flight.settling = True
-                if self.prefetch:
+                if self._batching:
                     if error is None and not flight.lost and not plan.keep \
                             and outcome.settled is None:
                         self._defer_ack(flight)  # acked in a batch by the acker
