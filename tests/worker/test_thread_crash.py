@@ -72,6 +72,10 @@ class FlakyQueue(Queue):
         self._count()
         super().ack_many(jobs)
 
+    def ack_many_and_lease(self, jobs: Any, *args: Any, **kwargs: Any) -> Any:
+        self._count()
+        return super().ack_many_and_lease(jobs, *args, **kwargs)
+
 
 def still_leased(queue: Queue, ids: list[str]) -> list[str]:
     """Which of `ids` are leased (an acked job is forgotten)."""
