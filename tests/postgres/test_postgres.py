@@ -61,12 +61,13 @@ def _counted(queue: Any) -> tuple[int, int, int, int]:
 
 
 def _truth(queue: Any) -> tuple[int, int, int, int]:
-    """(pending, leased, dead, kept) counted over the job rows themselves (kept: the
-    finished rows kept with an outcome that have not expired)."""
+    """(pending, leased, dead, kept) counted over the job rows themselves (pending:
+    delayed or ready, not waiting for prerequisites; kept: the finished rows kept with
+    an outcome that have not expired)."""
     s = queue.backend.target.schema
     now = queue.backend.session.now()
     row = queue.backend._link.run("test", lambda conn: conn.execute(
-        f"""SELECT count(*) FILTER (WHERE state <= 0), count(*) FILTER (WHERE state = 1),
+        f"""SELECT count(*) FILTER (WHERE state IN (-1, 0)), count(*) FILTER (WHERE state = 1),
                    count(*) FILTER (WHERE state = 2),
                    count(*) FILTER (WHERE "{s}".nb_kept(state, result)
                                     AND expires_at > "{s}".nb_now(%s))

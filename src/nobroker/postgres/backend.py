@@ -75,7 +75,7 @@ class PostgresBackend:
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
                                 local=False, listing=True, imports=True, transactions=True,
-                                dependencies=True, limits=True)
+                                dependencies=True, limits=True, revival=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
