@@ -286,6 +286,11 @@ class Dependencies(Protocol):
         anything is written. The Jobs in node order."""
         ...
 
+    def wait_modes(self) -> dict[str, str]:
+        """Each waiting job's mode (dependencies.SUCCESS, ANY or FAILURE), by id: what
+        `nobroker migrate` copies with its prerequisites (Job.waiting_for)."""
+        ...
+
 
 class JobImport(Protocol):
     """What a backend with `capabilities.imports` also has (`nobroker migrate`)."""

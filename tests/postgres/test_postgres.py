@@ -856,6 +856,36 @@ class PostgresMigrateTest(_Schema):
         self.assertEqual((there.copied, there.not_copied), ({"pending": 3}, {"dead": 1}))
         self.assertEqual(transfer(self.url, back, "q").skipped, 3)
 
+    def test_migrate_carries_a_half_done_chord_with_its_modes_both_ways(self) -> None:
+        import tempfile
+
+        from nobroker import Queue
+        from nobroker.dependencies import FAILURE, NO_FAILURE, GraphNode
+        from nobroker.transfer import transfer
+
+        directory = tempfile.mkdtemp()
+        with Queue(directory, "q") as source:
+            members = source.enqueue_many([{"m": i} for i in range(4)])
+            callback, notify = source.enqueue_graph([
+                GraphNode("callback", tuple(m.id for m in members)),
+                GraphNode("notify", (members[3].id,), mode=FAILURE)])
+            for job in source.lease(2):
+                source.ack(job, result=job.payload)
+        self.assertEqual(transfer(directory, self.url, "q").copied,
+                         {"pending": 2, "waiting": 2})
+        memory = f"memory://{self.id()}"
+        with Queue(memory, "q") as there:  # from PostgreSQL (no export: list_jobs)
+            self.assertEqual(transfer(self.url, memory, "q").copied,
+                             {"pending": 2, "waiting": 2})
+            for q in (self.open("q"), there):
+                got = q.get(callback.id)
+                self.assertEqual((got.state, got.waiting_for),
+                                 (JobState.WAITING, (members[2].id, members[3].id)))
+                q.ack_many(q.lease(5))  # the members left
+                self.assertEqual(q.get(callback.id).state, JobState.PENDING)
+                self.assertEqual(q.get(notify.id).last_error, NO_FAILURE, "its mode came")
+                self.assertEqual([j.payload for j in q.lease(5)], ["callback"])
+
 
 # A released migration ran on databases as written: a change is a new file.
 RELEASED_MIGRATIONS = {

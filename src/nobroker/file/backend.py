@@ -369,6 +369,11 @@ class FileBackend:
         return self.handle.read(lambda replay: [(self._view(entry), entry.keyed)
                                                for entry in replay.entries()])
 
+    def wait_modes(self) -> dict[str, str]:
+        """Dependencies.wait_modes: each waiting job's mode, by id."""
+        return self.handle.read(lambda state: {job_id: wait.mode for job_id, wait
+                                               in state.waits.by_job.items()})
+
     def compact(self) -> CompactionResult:
         return self.handle.compact()
 

@@ -32,6 +32,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from . import copying
 from .graphs import add_graph, prerequisites
 from .revivals import requeue_dead
 from .sets import SharedQueue, attach, detach, queue_names
@@ -350,20 +351,10 @@ class MemoryBackend:
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
         texts = [encode_payload(job.payload) for job in jobs]
+        return self._write(lambda table, now: copying.import_copies(table, jobs, texts, keyed))
 
-        def change(table: MemoryTable, now: float) -> list[JobState]:
-            states: list[JobState] = []
-            for job, text, is_key in zip(jobs, texts, keyed, strict=True):
-                if job.id in table.jobs or job.id in table.done_keys:
-                    continue
-                dead = job.state is JobState.DEAD
-                table.add_copy(job.id, is_key, text, job.priority, job.available_at,
-                               job.enqueued_at, job.max_attempts, job.attempts,
-                               job.last_error, dead)
-                states.append(JobState.DEAD if dead else JobState.PENDING)
-            return states
-
-        return self._write(change)
+    def wait_modes(self) -> dict[str, str]:
+        return self._read(lambda table, now: copying.wait_modes(table))
 
     # -- named locks and lifecycle ------------------------------------------
 

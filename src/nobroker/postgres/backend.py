@@ -43,15 +43,13 @@ from ..errors import (
     NotLeasedError,
 )
 from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
-from . import graphs
+from . import copying, graphs
 from .connection import Link, LinkBusy, changed
 from .limited import LimitedLeases, key_params, keys_params
 from .namedlocks import LockConnections
 from .rows import (
-    STATES,
     codes_listed,
     enqueue_params,
-    import_params,
     job_enqueued,
     job_from_row,
     not_leased,
@@ -373,17 +371,11 @@ class PostgresBackend:
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
         """Insert copied jobs as they were (backend.JobImport); ids known are skipped."""
-        if not jobs:
-            return []
-        params = self._params(**import_params(jobs, keyed))
+        return copying.import_jobs(self._link, self._sql, self._params(), jobs, keyed)
 
-        def run(conn: Conn) -> list[JobState]:
-            with conn.transaction():
-                rows = conn.execute(self._sql.import_jobs, params).fetchall()
-                conn.execute(self._sql.bump_seq, params)
-            return [STATES[row[0]] for row in rows]
-
-        return self._link.run("import", run)
+    def wait_modes(self) -> dict[str, str]:
+        """Dependencies.wait_modes: each waiting job's mode, by id."""
+        return copying.wait_modes(self._link, self._sql, self._params())
 
     def try_lock(self, key: str) -> Callable[[], None] | None:
         if self.settings.readonly:

@@ -69,6 +69,7 @@ class Statements:
     lock_prerequisites: bytes
     job_seqs: bytes
     enqueue_graph: bytes
+    wait_modes: bytes
 
     @classmethod
     def load(cls, schema: str) -> Statements:
