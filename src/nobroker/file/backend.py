@@ -162,9 +162,13 @@ class FileBackend:
 
     def enqueue_graph(self, payload_texts: Sequence[str],
                       nodes: Sequence[GraphNode]) -> list[Job]:
+        keys = [self._limits.keys_of(node.payload) for node in nodes] if self._limits.tasks \
+            else []
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             attempts = self.settings.max_attempts
-            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts)
+            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts,
+                                 keys)
             return lambda: graph_jobs(nodes, planned, now, attempts, lambda job_id, payload:
                                       self._view(self.handle.state.jobs[job_id], payload))
 

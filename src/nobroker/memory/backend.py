@@ -181,7 +181,7 @@ class MemoryBackend:
                       nodes: Sequence[GraphNode]) -> list[Job]:
         return self._write(lambda table, now: [self._view(job) for job in add_graph(
             table, now, payload_texts, nodes, self.settings.result_ttl,
-            self.settings.max_attempts)])
+            self.settings.max_attempts, self.settings.limits)])
 
     # -- consuming ----------------------------------------------------------
 

@@ -128,7 +128,8 @@ class PostgresBackend:
                               **key_params(self.settings.limits, payload))
         if depends_on:  # waiting, pending or cancelled at once (graphs.py)
             node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
-                               priority, delay, max_attempts, job_id, params["m"])
+                               priority, delay, max_attempts, job_id, params["m"],
+                               params["rk"], params["ck"])
             return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
 
         def run(conn: Conn) -> Job:
@@ -161,7 +162,7 @@ class PostgresBackend:
                       nodes: Sequence[GraphNode]) -> list[Job]:
         """Every node as a job, in one transaction (graphs.py); nodes come checked."""
         return graphs.enqueue(self._link, self._sql, self._params(), graphs.nodes_of(
-            payload_texts, nodes, self.settings.max_attempts))
+            payload_texts, nodes, self.settings.max_attempts, self.settings.limits))
 
     # -- in a transaction not ours (transactional.py) -------------------------
 
