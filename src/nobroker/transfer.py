@@ -9,8 +9,10 @@ under its id as a keyed enqueue: so a chord half done on the source still
 waits on the target for the members left, and runs after them. A waiting job
 whose prerequisite the target does not hold (nor copies) is counted as not
 copied. What it does not copy: finished jobs and the keys they leave behind
-(so a cancelled dependent that a requeue would revive stays behind), and the
-acks count.
+and the acks count; but a cancelled dependent that a requeue of its failed
+prerequisite would revive (Revival.export_dormant) is copied as such into a
+target that imports and revives (PostgreSQL, memory://), so that the requeue
+there revives it: counted as copied "cancelled".
 
 Idempotent: a job whose id the target already holds is skipped, so a second
 run copies nothing twice; the counts say what happened. Run it with the
@@ -30,7 +32,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import cast
 
-from .backend import Backend, Dependencies, GraphNode, JobExport, JobImport, Settings
+from .backend import (
+    Backend,
+    Dependencies,
+    DormantJob,
+    GraphNode,
+    JobExport,
+    JobImport,
+    Revival,
+    Settings,
+)
 from .codec import encode_payload
 from .dependencies import SUCCESS, checked_nodes
 from .errors import JobNotFoundError
@@ -67,6 +78,8 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
                                    else (job for job, _ in keyed_jobs))
                    if job.state is JobState.WAITING]
         modes = cast(Dependencies, reader).wait_modes() if waiting else {}
+        dormant = (cast(Revival, reader).export_dormant() if reader.capabilities.revival
+                   else [])
     finally:
         reader.close()
     jobs = [job for job in jobs if job.state is not JobState.WAITING]
@@ -82,6 +95,8 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
                                else [job for job, _ in keyed_jobs])
         if waiting:
             report = _waiting(writer, waiting, modes, report)
+        if dormant:
+            report = _dormant(writer, dormant, report)
     finally:
         writer.close()
     return report
@@ -150,6 +165,24 @@ def _waiting(target: Backend, waiting: list[Job], modes: dict[str, str],
     lost = len(waiting) - len(skipped) - len(nodes)
     return replace(report, copied=copied, skipped=report.skipped + len(skipped),
                    not_copied={**report.not_copied, "waiting": lost} if lost
+                   else report.not_copied)
+
+
+def _dormant(target: Backend, dormant: list[DormantJob],
+             report: TransferReport) -> TransferReport:
+    """`report` and the revivable cancelled dependents, copied as such into a target
+    that imports them and revives (counted as copied "cancelled"); one whose
+    prerequisites the target does not hold is not copied (it would wait for nothing)."""
+    if not (target.capabilities.imports and target.capabilities.revival):
+        return replace(report, not_copied={**report.not_copied, "cancelled": len(dormant)})
+    ids = {copy.job.id for copy in dormant}
+    whole = [copy for copy in dormant
+             if all(p in ids or _holds(target, p) for p in (*copy.unmet, *copy.failed))]
+    added = cast(JobImport, target).import_dormant(whole)
+    lost = len(dormant) - len(whole)
+    return replace(report, copied={**report.copied, "cancelled": len(added)} if added
+                   else report.copied, skipped=report.skipped + len(whole) - len(added),
+                   not_copied={**report.not_copied, "cancelled": lost} if lost
                    else report.not_copied)
 
 

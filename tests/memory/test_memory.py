@@ -210,6 +210,35 @@ class TransferTest(MemoryCase, TempDirTestCase):
             target.ack(job)
 
 
+    def test_a_chain_cancelled_by_a_death_is_revived_by_a_requeue_after_the_copy(self
+                                                                                ) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory) as source:
+            a = source.enqueue("a", max_attempts=1)
+            x = source.enqueue("x")
+            b = source.enqueue({"step": "b"}, depends_on=[a, x])
+            c = source.enqueue("c", depends_on=b)
+            (leased,) = source.lease(1)
+            source.nack(leased, error="boom")  # a dies: b and c cancelled, revivable
+        target = self.open()
+        report = transfer(directory, self.location(), "default")
+        self.assertEqual(report.copied, {"pending": 1, "dead": 1, "cancelled": 2})
+        self.assertEqual(transfer(directory, self.location(), "default").skipped, 4)
+        self.assertEqual(target.get(c.id).state, JobState.CANCELLED)
+        back = str(self.tmp / "back")  # a directory holds no dead job: nothing to revive
+        self.assertEqual(transfer(self.location(), back, "default").not_copied,
+                         {"dead": 1, "cancelled": 2})
+        self.assertEqual(target.requeue_dead(a.id), 1)
+        got = target.get(b.id)
+        self.assertEqual((got.state, got.waiting_for, got.payload),
+                         (JobState.WAITING, (x.id, a.id), {"step": "b"}))
+        self.assertEqual(target.get(c.id).waiting_for, (b.id,))
+        for step in ([a.id, x.id], [b.id], [c.id]):
+            leased = target.lease(5)
+            self.assertEqual(sorted(j.id for j in leased), sorted(step))
+            target.ack_many(leased)
+
+
 class OpenerTest(MemoryCase):
     def test_memory_takes_the_queue_s_directory_arguments_and_refuses_others(self) -> None:
         self.open(auto_compact=None, allow_network_fs=True)

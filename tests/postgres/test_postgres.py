@@ -887,6 +887,37 @@ class PostgresMigrateTest(_Schema):
                 self.assertEqual([j.payload for j in q.lease(5)], ["callback"])
 
 
+    def test_migrate_carries_revivable_cancelled_dependents_that_a_requeue_revives(self
+                                                                                  ) -> None:
+        import tempfile
+
+        from nobroker import Queue
+        from nobroker.transfer import transfer
+
+        directory = tempfile.mkdtemp()
+        with Queue(directory, "q") as source:
+            a = source.enqueue("a", max_attempts=1)
+            x = source.enqueue("x")
+            b = source.enqueue({"step": "b"}, depends_on=[a, x])
+            c = source.enqueue("c", depends_on=b)
+            (leased,) = source.lease(1)
+            source.nack(leased, error="boom")  # a dies: b and c cancelled, revivable
+        report = transfer(directory, self.url, "q")
+        self.assertEqual(report.copied, {"pending": 1, "dead": 1, "cancelled": 2})
+        self.assertEqual(transfer(directory, self.url, "q").skipped, 4)
+        q = self.open("q")
+        self.assertEqual((q.get(c.id).state, _counted(q)), (JobState.CANCELLED, _truth(q)))
+        self.assertEqual(q.requeue_dead(a.id), 1)
+        got = q.get(b.id)
+        self.assertEqual((got.state, got.waiting_for, got.payload),
+                         (JobState.WAITING, (x.id, a.id), {"step": "b"}))
+        self.assertEqual(q.get(c.id).waiting_for, (b.id,))
+        for step in ([a.id, x.id], [b.id], [c.id]):
+            leased = q.lease(5)
+            self.assertEqual(sorted(j.id for j in leased), sorted(step))
+            q.ack_many(leased)
+        self.assertEqual((q.stats().total, _counted(q)), (0, _truth(q)))
+
 # A released migration ran on databases as written: a change is a new file.
 RELEASED_MIGRATIONS = {
     "0001_tables": "d39c43d9ad3d6bc43d71d1292512b388df123ae292a205d9fea18856d0f91989",

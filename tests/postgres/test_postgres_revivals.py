@@ -59,6 +59,10 @@ class PostgresRevivalsTest(unittest.TestCase):
                          + [(m.id, callback.id, False) for m in members[1:]])
         q.ack(q.lease_one())  # type: ignore[arg-type]  # member 2 succeeds: struck off
         kill(q, members[2])  # member 3 dies too: failed
+        (copy,) = q.backend.export_dormant()  # type: ignore[attr-defined]  # migrate's view
+        self.assertEqual((copy.job.id, copy.job.payload, copy.unmet, copy.failed),
+                         (callback.id, "callback", (members[3].id, members[4].id),
+                          (members[0].id, members[2].id)))
         self.assertEqual(q.requeue_dead(members[0].id), 1)
         self.assertEqual(q.get(callback.id).state, JobState.CANCELLED, "member 3 is dead")
         self.assertEqual(q.requeue_dead(), 1)

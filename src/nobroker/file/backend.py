@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, DormantJob, Settings
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
 from ..models import (
@@ -53,7 +53,7 @@ from .state.dependencies import plan_dependents
 from .state.graphs import graph_jobs, plan_graph
 from .state.notes import Note
 from .state.state import Entry, QueueState
-from .views import MISSING, entry_view, note_view
+from .views import MISSING, dormant_views, entry_view, note_view
 
 if TYPE_CHECKING:
     from ..dependencies import GraphNode
@@ -372,6 +372,10 @@ class FileBackend:
         """JobExport (nobroker migrate): the live jobs, each with whether its id is a key."""
         return self.handle.read(lambda replay: [(self._view(entry), entry.keyed)
                                                for entry in replay.entries()])
+
+    def export_dormant(self) -> list[DormantJob]:
+        """Revival.export_dormant (nobroker migrate): QueueState.dormant's jobs."""
+        return self.handle.read(lambda state: dormant_views(state, self.handle.live_log))
 
     def wait_modes(self) -> dict[str, str]:
         """Dependencies.wait_modes: each waiting job's mode, by id."""

@@ -20,7 +20,7 @@ from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, DormantJob, Settings
 from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import NobrokerError, NotLeasedError, QueueClosedError
@@ -355,6 +355,14 @@ class MemoryBackend:
 
     def wait_modes(self) -> dict[str, str]:
         return self._read(lambda table, now: copying.wait_modes(table))
+
+    def export_dormant(self) -> list[DormantJob]:
+        return self._read(lambda table, now: copying.export_dormant(table, self._view))
+
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        texts = [encode_payload(copy.job.payload) for copy in jobs]
+        return self._write(lambda table, now: copying.import_dormant(
+            table, jobs, texts, now, self.settings.result_ttl))
 
     # -- named locks and lifecycle ------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, DormantJob, Settings
 from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
@@ -229,7 +229,7 @@ class PostgresBackend:
         try:
             self._link.run("ack_many", run)
         except _Rollback as rollback:
-            stale = rollback.job
+            stale: Job = rollback.args[0]
         else:
             return
         raise self._link.run("ack_many", lambda conn: self._not_leased(conn, stale))
@@ -371,11 +371,15 @@ class PostgresBackend:
     # -- transfer (nobroker migrate) -----------------------------------------
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
-        """Insert copied jobs as they were (backend.JobImport); ids known are skipped."""
         return copying.import_jobs(self._link, self._sql, self._params(), jobs, keyed)
 
-    def wait_modes(self) -> dict[str, str]:
-        """Dependencies.wait_modes: each waiting job's mode, by id."""
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        return copying.import_dormant(self._link, self._sql, self._params(), jobs)
+
+    def export_dormant(self) -> list[DormantJob]:  # Revival.export_dormant
+        return copying.export_dormant(self._link, self._sql, self._params())
+
+    def wait_modes(self) -> dict[str, str]:  # Dependencies.wait_modes
         return copying.wait_modes(self._link, self._sql, self._params())
 
     def try_lock(self, key: str) -> Callable[[], None] | None:
@@ -393,6 +397,4 @@ class PostgresBackend:
 
 
 class _Rollback(Exception):
-    def __init__(self, job: Job) -> None:
-        super().__init__(job.id)
-        self.job = job
+    """Rolls ack_many's transaction back; args[0]: the job whose lease was stale."""

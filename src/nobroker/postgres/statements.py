@@ -70,6 +70,8 @@ class Statements:
     job_seqs: bytes
     enqueue_graph: bytes
     wait_modes: bytes
+    export_dormant: bytes
+    import_dormant: bytes
 
     @classmethod
     def load(cls, schema: str) -> Statements:
