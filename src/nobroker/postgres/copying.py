@@ -46,13 +46,13 @@ def import_jobs(link: Link, sql: Statements, params: dict[str, Any], jobs: Seque
 
 def wait_modes(link: Link, sql: Statements, params: dict[str, Any]) -> dict[str, str]:
     """Each waiting job's mode (dependencies.SUCCESS, ANY or FAILURE), by id."""
-    rows = link.run("wait_modes", lambda conn: conn.execute(sql.wait_modes, params).fetchall())
+    rows = _rows(link, "wait_modes", sql.wait_modes, params)
     return {str(job_id): _MODES[int(code)] for job_id, code in rows}
 
 
 def export_dormant(link: Link, sql: Statements, params: dict[str, Any]) -> list[DormantJob]:
     """The revivable cancelled dependents still kept, in enqueue order."""
-    rows = link.run("export", lambda conn: conn.execute(sql.export_dormant, params).fetchall())
+    rows = _rows(link, "export", sql.export_dormant, params)
     return [DormantJob(job_from_row(row[:16]), bool(row[16]), keys_of_columns(row[17], row[18]),
                        tuple(row[19]), tuple(row[20])) for row in rows]
 
@@ -84,3 +84,11 @@ def import_dormant(link: Link, sql: Statements, params: dict[str, Any],
         return [str(row[0]) for row in rows]
 
     return link.run("import", run)
+
+
+def _rows(link: Link, operation: str, query: bytes,
+          params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def run(conn: Conn) -> list[tuple[Any, ...]]:
+        return conn.execute(query, params).fetchall()
+
+    return link.run(operation, run)
