@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import unittest
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from harness.postgres import (
     restart_server,
 )
 from harness.support import FakeClock, TempDirTestCase, slow, wait_until
+from workflows import test_lineage
 
 from nobroker import JobNotFoundError, JobState, NobrokerError, NotLeasedError, Queue
 from nobroker.dependencies import GraphNode as Node
@@ -203,6 +205,29 @@ class PostgresDependenciesTest(unittest.TestCase):
             self.assertEqual(scans, 0, f"a sequential scan of {table}")
             self.assertLessEqual(fetched, 3, f"{table}: {fetched} rows read for one finish")
         self.assertEqual(len(q.get(chord.id).waiting_for), 9_999)
+
+
+@needs_postgres
+class PostgresLineageTest(test_lineage.LineageTest):
+    """tasks/lineage.py's tests (parents, children, chord progress) on PostgreSQL, which
+    keeps a finished row's payload (lineage reads it as the others keep it: without)."""
+
+    finished_payload_kept = True
+
+    def _each(self) -> Iterator[tuple[Queue, Any, Any]]:
+        url = fresh_schema_url()
+        self.addCleanup(drop_schema, url)
+        with open_queue(url, "q") as queue:
+
+            @queue.task(name="add")
+            def add(a: int, b: int) -> int:
+                return a + b
+
+            @queue.task(name="tsum")
+            def tsum(values: list[int]) -> int:
+                return sum(values)
+
+            yield queue, add, tsum
 
 
 # A process holding leases it is told about: at "go" it acks them, one after another
