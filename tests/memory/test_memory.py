@@ -13,6 +13,7 @@ import time
 import unittest
 from typing import cast
 
+from harness.copies import copy_and_revive, dead_chain_in
 from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import JobState, NobrokerError, Queue, TaskLockedError, Worker
@@ -213,30 +214,15 @@ class TransferTest(MemoryCase, TempDirTestCase):
     def test_a_chain_cancelled_by_a_death_is_revived_by_a_requeue_after_the_copy(self
                                                                                 ) -> None:
         directory = str(self.tmp / "q")
-        with Queue(directory) as source:
-            a = source.enqueue("a", max_attempts=1)
-            x = source.enqueue("x")
-            b = source.enqueue({"step": "b"}, depends_on=[a, x])
-            c = source.enqueue("c", depends_on=b)
-            (leased,) = source.lease(1)
-            source.nack(leased, error="boom")  # a dies: b and c cancelled, revivable
-        target = self.open()
-        report = transfer(directory, self.location(), "default")
-        self.assertEqual(report.copied, {"pending": 1, "dead": 1, "cancelled": 2})
-        self.assertEqual(transfer(directory, self.location(), "default").skipped, 4)
-        self.assertEqual(target.get(c.id).state, JobState.CANCELLED)
-        back = str(self.tmp / "back")  # a directory holds no dead job: nothing to revive
+        copy_and_revive(self, directory, self.open(), self.location())
+
+    def test_a_directory_target_takes_no_revivable_dependent(self) -> None:
+        directory, back = str(self.tmp / "q"), str(self.tmp / "back")
+        dead_chain_in(directory, "default")
+        self.open()  # the memory queue lives while a handle is open
+        transfer(directory, self.location(), "default")
         self.assertEqual(transfer(self.location(), back, "default").not_copied,
-                         {"dead": 1, "cancelled": 2})
-        self.assertEqual(target.requeue_dead(a.id), 1)
-        got = target.get(b.id)
-        self.assertEqual((got.state, got.waiting_for, got.payload),
-                         (JobState.WAITING, (x.id, a.id), {"step": "b"}))
-        self.assertEqual(target.get(c.id).waiting_for, (b.id,))
-        for step in ([a.id, x.id], [b.id], [c.id]):
-            leased = target.lease(5)
-            self.assertEqual(sorted(j.id for j in leased), sorted(step))
-            target.ack_many(leased)
+                         {"dead": 1, "cancelled": 2}, "it holds no dead job to requeue")
 
 
 class OpenerTest(MemoryCase):

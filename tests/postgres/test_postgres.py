@@ -891,31 +891,10 @@ class PostgresMigrateTest(_Schema):
                                                                                   ) -> None:
         import tempfile
 
-        from nobroker import Queue
-        from nobroker.transfer import transfer
+        from harness.copies import copy_and_revive
 
-        directory = tempfile.mkdtemp()
-        with Queue(directory, "q") as source:
-            a = source.enqueue("a", max_attempts=1)
-            x = source.enqueue("x")
-            b = source.enqueue({"step": "b"}, depends_on=[a, x])
-            c = source.enqueue("c", depends_on=b)
-            (leased,) = source.lease(1)
-            source.nack(leased, error="boom")  # a dies: b and c cancelled, revivable
-        report = transfer(directory, self.url, "q")
-        self.assertEqual(report.copied, {"pending": 1, "dead": 1, "cancelled": 2})
-        self.assertEqual(transfer(directory, self.url, "q").skipped, 4)
         q = self.open("q")
-        self.assertEqual((q.get(c.id).state, _counted(q)), (JobState.CANCELLED, _truth(q)))
-        self.assertEqual(q.requeue_dead(a.id), 1)
-        got = q.get(b.id)
-        self.assertEqual((got.state, got.waiting_for, got.payload),
-                         (JobState.WAITING, (x.id, a.id), {"step": "b"}))
-        self.assertEqual(q.get(c.id).waiting_for, (b.id,))
-        for step in ([a.id, x.id], [b.id], [c.id]):
-            leased = q.lease(5)
-            self.assertEqual(sorted(j.id for j in leased), sorted(step))
-            q.ack_many(leased)
+        copy_and_revive(self, tempfile.mkdtemp(), q, self.url)
         self.assertEqual((q.stats().total, _counted(q)), (0, _truth(q)))
 
 # A released migration ran on databases as written: a change is a new file.

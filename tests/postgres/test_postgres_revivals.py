@@ -16,8 +16,9 @@ from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open
 from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import Job, JobState, Queue
+from postgres import test_postgres_dependencies as dependencies
 from postgres import test_postgres_processes as processes
-from postgres.test_postgres_dependencies import _reads
+from postgres.test_postgres_dependencies import ACKER, _reads
 
 TESTS = str(Path(__file__).resolve().parent.parent)
 
@@ -40,14 +41,8 @@ def kill(q: Queue, job: Job) -> None:
 
 @needs_postgres
 class PostgresRevivalsTest(unittest.TestCase):
-    def setUp(self) -> None:
-        self.url = fresh_schema_url()
-        self.addCleanup(drop_schema, self.url)
-
-    def open(self, **options: Any) -> Queue:
-        q = open_queue(self.url, "q", **options)
-        self.addCleanup(q.close)
-        return q
+    setUp = dependencies.PostgresDependenciesTest.setUp  # a fresh queue set each
+    open = dependencies.PostgresDependenciesTest.open
 
     def test_a_chord_whose_member_died_runs_after_the_requeue_and_the_rest(self) -> None:
         q = self.open()
@@ -142,8 +137,6 @@ class PostgresRevivalProcessesTest(TempDirTestCase):
 
     def test_a_revival_racing_the_ack_of_the_other_prerequisite_waits_for_what_is_left(
             self) -> None:
-        from postgres.test_postgres_dependencies import ACKER
-
         q = self.queue
         n = 100
         deads = q.enqueue_many([f"a{i}" for i in range(n)], max_attempts=1)

@@ -25,9 +25,13 @@ _sets = itertools.count()
 class LineageTest(TempDirTestCase):
     finished_payload_kept = False  # the backend's get() hands a finished job's payload out
 
+    def locations(self) -> list[str]:
+        """Where the fresh queues are, one per backend."""
+        return [f"memory://lineage-{next(_sets)}", str(self.tmp / f"q{next(_sets)}")]
+
     def _each(self) -> Iterator[tuple[Queue, Any, Any]]:
         """Each backend in turn: a fresh queue and its tasks add and tsum."""
-        for location in (f"memory://lineage-{next(_sets)}", str(self.tmp / f"q{next(_sets)}")):
+        for location in self.locations():
             with Queue(location) as queue:
 
                 @queue.task(name="add")
