@@ -123,12 +123,9 @@ def _enqueued(target: Backend, jobs: list[Job]) -> TransferReport:
         if job.state is JobState.DEAD:
             dead += 1
             continue
-        try:
-            target.get(job.id)
+        if _holds(target, job.id):
             skipped += 1
             continue
-        except JobNotFoundError:
-            pass
         target.enqueue(encode_payload(job.payload), job.payload, job_id=job.id,
                        priority=job.priority, max_attempts=job.max_attempts,
                        delay=max(0.0, job.available_at - target.settings.clock()))
