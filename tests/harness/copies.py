@@ -1,5 +1,6 @@
-"""What `nobroker migrate`'s tests on every target share: a source queue whose chain a
-death cancelled (revivable), and the check that a requeue on the target revives it.
+"""What `nobroker migrate`'s tests on every target share: a source queue with a chord half
+done, and the check that it finishes on the target; a source queue whose chain a death
+cancelled (revivable), and the check that a requeue on the target revives it.
 """
 
 from __future__ import annotations
@@ -7,9 +8,38 @@ from __future__ import annotations
 import unittest
 
 from nobroker import Job, JobState, Queue
+from nobroker.dependencies import FAILURE, NO_FAILURE, GraphNode
 from nobroker.transfer import transfer
 
-__all__ = ["dead_chain_in", "copy_and_revive"]
+__all__ = ["half_done_chord_in", "finish_chord", "dead_chain_in", "copy_and_revive"]
+
+
+def half_done_chord_in(directory: str, name: str) -> list[Job]:
+    """A queue at `directory`: four members, a callback waiting for them all and an
+    on_error handler (mode "failure") for the last; the first two members acked.
+    [callback, handler, *members]."""
+    with Queue(directory, name) as source:
+        members = source.enqueue_many([{"m": i} for i in range(4)])
+        callback, handler = source.enqueue_graph([
+            GraphNode("callback", tuple(m.id for m in members)),
+            GraphNode("notify", (members[3].id,), mode=FAILURE)])
+        for job in source.lease(2):
+            source.ack(job, result=job.payload)
+    return [callback, handler, *members]
+
+
+def finish_chord(test: unittest.TestCase, q: Queue, jobs: list[Job]) -> None:
+    """Where half_done_chord_in's `jobs` were copied: the callback waits for the two
+    members left, runs after them, and the handler, its mode kept, is cancelled."""
+    callback, handler, *members = jobs
+    got = q.get(callback.id)
+    test.assertEqual((got.state, got.waiting_for),
+                     (JobState.WAITING, (members[2].id, members[3].id)))
+    q.ack_many(q.lease(5))  # the members left
+    test.assertEqual(q.get(callback.id).state, JobState.PENDING)
+    test.assertEqual((q.get(handler.id).state, q.get(handler.id).last_error),
+                     (JobState.CANCELLED, NO_FAILURE), "its mode came along")
+    test.assertEqual([j.payload for j in q.lease(5)], ["callback"])
 
 
 def dead_chain_in(directory: str, name: str) -> list[Job]:

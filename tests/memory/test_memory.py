@@ -13,12 +13,11 @@ import time
 import unittest
 from typing import cast
 
-from harness.copies import copy_and_revive, dead_chain_in
+from harness.copies import copy_and_revive, dead_chain_in, finish_chord, half_done_chord_in
 from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import JobState, NobrokerError, Queue, TaskLockedError, Worker
 from nobroker.backend import QueueListing
-from nobroker.dependencies import FAILURE, NO_FAILURE, GraphNode
 from nobroker.memory import MemoryBackend
 from nobroker.opener import open_backend
 from nobroker.transfer import transfer
@@ -170,13 +169,7 @@ class TransferTest(MemoryCase, TempDirTestCase):
     def test_a_chord_half_done_waits_after_a_round_trip_and_runs_after_the_rest(self
                                                                                  ) -> None:
         directory, back = str(self.tmp / "q"), str(self.tmp / "back")
-        with Queue(directory) as source:
-            members = source.enqueue_many([{"m": i} for i in range(4)])
-            callback, notify = source.enqueue_graph([
-                GraphNode("callback", tuple(m.id for m in members)),
-                GraphNode("notify", (members[3].id,), mode=FAILURE)])
-            for job in source.lease(2):
-                source.ack(job, result=job.payload)
+        jobs = half_done_chord_in(directory, "default")
         target = self.open()
         self.assertEqual(transfer(directory, self.location(), "default").copied,
                          {"pending": 2, "waiting": 2})
@@ -184,14 +177,7 @@ class TransferTest(MemoryCase, TempDirTestCase):
                          {"pending": 2, "waiting": 2})
         target.close()
         with Queue(back) as there:
-            got = there.get(callback.id)
-            self.assertEqual((got.state, got.waiting_for),
-                             (JobState.WAITING, (members[2].id, members[3].id)))
-            there.ack_many(there.lease(5))  # the members left
-            self.assertEqual(there.get(callback.id).state, JobState.PENDING)
-            self.assertEqual((there.get(notify.id).state, there.get(notify.id).last_error),
-                             (JobState.CANCELLED, NO_FAILURE), "its mode came along")
-            self.assertEqual([j.payload for j in there.lease(5)], ["callback"])
+            finish_chord(self, there, jobs)
 
     def test_a_chain_of_waiting_jobs_is_copied_in_order_once(self) -> None:
         directory = str(self.tmp / "q")

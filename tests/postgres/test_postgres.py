@@ -859,18 +859,13 @@ class PostgresMigrateTest(_Schema):
     def test_migrate_carries_a_half_done_chord_with_its_modes_both_ways(self) -> None:
         import tempfile
 
+        from harness.copies import finish_chord, half_done_chord_in
+
         from nobroker import Queue
-        from nobroker.dependencies import FAILURE, NO_FAILURE, GraphNode
         from nobroker.transfer import transfer
 
         directory = tempfile.mkdtemp()
-        with Queue(directory, "q") as source:
-            members = source.enqueue_many([{"m": i} for i in range(4)])
-            callback, notify = source.enqueue_graph([
-                GraphNode("callback", tuple(m.id for m in members)),
-                GraphNode("notify", (members[3].id,), mode=FAILURE)])
-            for job in source.lease(2):
-                source.ack(job, result=job.payload)
+        jobs = half_done_chord_in(directory, "q")
         self.assertEqual(transfer(directory, self.url, "q").copied,
                          {"pending": 2, "waiting": 2})
         memory = f"memory://{self.id()}"
@@ -878,14 +873,7 @@ class PostgresMigrateTest(_Schema):
             self.assertEqual(transfer(self.url, memory, "q").copied,
                              {"pending": 2, "waiting": 2})
             for q in (self.open("q"), there):
-                got = q.get(callback.id)
-                self.assertEqual((got.state, got.waiting_for),
-                                 (JobState.WAITING, (members[2].id, members[3].id)))
-                q.ack_many(q.lease(5))  # the members left
-                self.assertEqual(q.get(callback.id).state, JobState.PENDING)
-                self.assertEqual(q.get(notify.id).last_error, NO_FAILURE, "its mode came")
-                self.assertEqual([j.payload for j in q.lease(5)], ["callback"])
-
+                finish_chord(self, q, jobs)
 
     def test_migrate_carries_revivable_cancelled_dependents_that_a_requeue_revives(self
                                                                                   ) -> None:

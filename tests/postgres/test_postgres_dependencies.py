@@ -253,8 +253,10 @@ Worker(q, handle, concurrency=2, poll_interval=0.05).run()
 """
 
 
-@needs_postgres
-class PostgresDependencyProcessesTest(TempDirTestCase):
+class ProcessesCase(TempDirTestCase):
+    """A fresh queue set with queue "q" open, and child processes (no tests of its own:
+    test_postgres_revivals's process tests use it too)."""
+
     def setUp(self) -> None:
         super().setUp()
         self.url = fresh_schema_url()
@@ -266,6 +268,10 @@ class PostgresDependencyProcessesTest(TempDirTestCase):
     spawn = processes.PostgresProcessesTest.spawn
     go = staticmethod(processes.PostgresProcessesTest.go)
     _reap = staticmethod(processes.PostgresProcessesTest._reap)
+
+
+@needs_postgres
+class PostgresDependencyProcessesTest(ProcessesCase):
 
     def ack_at_once(self, parts: list[list[Any]], *how: str) -> None:
         """One ACKER per part of the leased jobs, all started together; each must exit 0."""

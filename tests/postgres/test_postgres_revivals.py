@@ -9,18 +9,14 @@ test_postgres runs here too.
 from __future__ import annotations
 
 import unittest
-from pathlib import Path
 from typing import Any
 
-from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
-from harness.support import FakeClock, TempDirTestCase
+from harness.postgres import needs_postgres
+from harness.support import FakeClock
 
 from nobroker import Job, JobState, Queue
 from postgres import test_postgres_dependencies as dependencies
-from postgres import test_postgres_processes as processes
 from postgres.test_postgres_dependencies import ACKER, _reads
-
-TESTS = str(Path(__file__).resolve().parent.parent)
 
 
 def dormant_rows(q: Queue) -> list[tuple[str, str, bool]]:
@@ -123,18 +119,7 @@ print("done", flush=True)
 
 
 @needs_postgres
-class PostgresRevivalProcessesTest(TempDirTestCase):
-    def setUp(self) -> None:
-        super().setUp()
-        self.url = fresh_schema_url()
-        self.addCleanup(drop_schema, self.url)
-        self.queue = open_queue(self.url, "q")
-        self.addCleanup(self.queue.close)
-
-    spawn = processes.PostgresProcessesTest.spawn
-    go = staticmethod(processes.PostgresProcessesTest.go)
-    _reap = staticmethod(processes.PostgresProcessesTest._reap)
-
+class PostgresRevivalProcessesTest(dependencies.ProcessesCase):
     def test_a_revival_racing_the_ack_of_the_other_prerequisite_waits_for_what_is_left(
             self) -> None:
         q = self.queue
