@@ -31,13 +31,13 @@ from typing import Any, Protocol
 
 from .backoff import BackoffPolicy
 from .errors import NotLeasedError
-from .limits import KeyUse, Limits
+from .limits import JobKeys, KeyUse, Limits
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .validation import INT_LIMIT, integer, number
 
 __all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
-           "JobImport", "JobExport", "Transactions", "Dependencies", "Settings",
-           "is_postgres_url", "is_memory_url", "distinct_leases"]
+           "JobImport", "JobExport", "Transactions", "Dependencies", "Revival", "DormantJob",
+           "Settings", "is_postgres_url", "is_memory_url", "distinct_leases"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
@@ -301,6 +301,34 @@ class Dependencies(Protocol):
         anything is written. The Jobs in node order."""
         ...
 
+    def wait_modes(self) -> dict[str, str]:
+        """Each waiting job's mode (dependencies.SUCCESS, ANY or FAILURE), by id: what
+        `nobroker migrate` copies with its prerequisites (Job.waiting_for)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DormantJob:
+    """A cancelled dependent that a requeue of its failed prerequisites would revive
+    (nobroker.revivals), as `nobroker migrate` copies it: the job (payload kept),
+    whether its id is a caller's key, its limit keys, what it still waits for, and
+    the dead or cancelled prerequisites that keep it cancelled (never empty)."""
+
+    job: Job
+    keyed: bool
+    keys: JobKeys | None
+    unmet: tuple[str, ...]
+    failed: tuple[str, ...]
+
+
+class Revival(Protocol):
+    """What a backend with `capabilities.revival` also has (`nobroker migrate`)."""
+
+    def export_dormant(self) -> list[DormantJob]:
+        """Every revivable cancelled dependent still kept, in enqueue order; one whose
+        failed prerequisite is gone (never to be requeued) is not revivable."""
+        ...
+
 
 class JobImport(Protocol):
     """What a backend with `capabilities.imports` also has (`nobroker migrate`)."""
@@ -310,6 +338,13 @@ class JobImport(Protocol):
         attempts, errors and times; a dead job arrives dead, a leased one pending.
         `keyed[i]` says whether `jobs[i].id` is a caller's idempotency key. Ids
         already here are skipped: returns the states of the jobs inserted."""
+        ...
+
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        """Insert revivable cancelled dependents copied from another queue (a backend
+        with `capabilities.revival`), kept for result_ttl from now, revived by a
+        requeue here as they would have been there. Ids already here are skipped:
+        returns the ids of those inserted."""
         ...
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.support import FakeClock
 
-from nobroker import BackoffPolicy, JobState, NobrokerError, Queue
+from nobroker import BackoffPolicy, JobState, NobrokerError, Queue, group
 
 
 def noop(*args: Any, **kwargs: Any) -> None:
@@ -208,6 +208,32 @@ class LimitsContract:
         other, _ = self.clocked()  # another Queue object: no task declared on it
         self.t.assertEqual(len(other.lease(5)), 2)
 
+    # -- jobs with prerequisites keep their limit keys while they wait ---------
+
+    def test_a_dependent_of_a_limited_task_waits_unleased_and_is_limited_once_released(
+            self) -> None:
+        q, _ = self.limited()
+        self.needs(q, "dependencies")
+        task = q.task(name="t", concurrency=1)(noop)
+        a = q.enqueue("a")
+        dependent = task.apply_async([2], depends_on=[a.id], priority=9)
+        first = task.delay(1)
+        q.compact()  # files: the waiting job's keys go into the snapshot with it
+        leased = q.lease(5)
+        self.t.assertEqual({j.id for j in leased}, {a.id, first.id},
+                           "a waiting job is never a candidate, whatever its priority")
+        q.ack(next(j for j in leased if j.id == a.id))
+        self.t.assertEqual(q.get(dependent.id).state, JobState.PENDING)
+        self.t.assertEqual(q.lease(5), [], "first holds its key: the dependent has it too")
+        q.ack(next(j for j in leased if j.id == first.id))
+        self.t.assertEqual([j.id for j in q.lease(5)], [dependent.id])
+
+    def test_a_group_of_a_limited_task_is_limited(self) -> None:
+        q, _ = self.limited()
+        self.needs(q, "dependencies")
+        task = q.task(name="t", concurrency=1)(noop)
+        group(task.s(n) for n in range(3)).delay()
+        self.t.assertEqual(len(q.lease(10)), 1)
     def test_limit_use_shows_each_keys_current_use_and_limit(self) -> None:
         q, clock = self.limited(rate_limit="10/m")
         rated = q.task(name="rated", rate_limit=(2, 10.0))(noop)

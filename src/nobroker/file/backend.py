@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..backend import Capabilities, Settings, distinct_leases
+from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError
 from ..limits import KeyUse, key_use
@@ -54,7 +54,7 @@ from .state.dependencies import plan_dependents
 from .state.graphs import graph_jobs, plan_graph
 from .state.notes import Note
 from .state.state import Entry, QueueState
-from .views import MISSING, entry_view, note_view
+from .views import MISSING, dormant_views, entry_view, note_view
 
 if TYPE_CHECKING:
     from ..dependencies import GraphNode
@@ -164,9 +164,13 @@ class FileBackend:
 
     def enqueue_graph(self, payload_texts: Sequence[str],
                       nodes: Sequence[GraphNode]) -> list[Job]:
+        keys = [self._limits.keys_of(node.payload) for node in nodes] if self._limits.tasks \
+            else []
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             attempts = self.settings.max_attempts
-            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts)
+            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts,
+                                 keys)
             return lambda: graph_jobs(nodes, planned, now, attempts, lambda job_id, payload:
                                       self._view(self.handle.state.jobs[job_id], payload))
 
@@ -377,6 +381,15 @@ class FileBackend:
         """JobExport (nobroker migrate): the live jobs, each with whether its id is a key."""
         return self.handle.read(lambda replay: [(self._view(entry), entry.keyed)
                                                for entry in replay.entries()])
+
+    def export_dormant(self) -> list[DormantJob]:
+        """Revival.export_dormant (nobroker migrate): QueueState.dormant's jobs."""
+        return self.handle.read(lambda state: dormant_views(state, self.handle.live_log))
+
+    def wait_modes(self) -> dict[str, str]:
+        """Dependencies.wait_modes: each waiting job's mode, by id."""
+        return self.handle.read(lambda state: {job_id: wait.mode for job_id, wait
+                                               in state.waits.by_job.items()})
 
     def compact(self) -> CompactionResult:
         return self.handle.compact()

@@ -20,7 +20,7 @@ from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from ..backend import Capabilities, Settings, distinct_leases
+from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import NobrokerError, QueueClosedError
@@ -33,7 +33,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
-from .copies import add_copies
+from . import copying
 from .graphs import add_graph, prerequisites
 from .revivals import requeue_dead
 from .sets import SharedQueue, attach, detach, queue_names
@@ -186,7 +186,7 @@ class MemoryBackend:
                       nodes: Sequence[GraphNode]) -> list[Job]:
         return self._write(lambda table, now: [self._view(job) for job in add_graph(
             table, now, payload_texts, nodes, self.settings.result_ttl,
-            self.settings.max_attempts)])
+            self.settings.max_attempts, self.settings.limits)])
 
     # -- consuming ----------------------------------------------------------
 
@@ -368,7 +368,18 @@ class MemoryBackend:
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
         texts = [encode_payload(job.payload) for job in jobs]
-        return self._write(lambda table, now: add_copies(table, jobs, texts, keyed))
+        return self._write(lambda table, now: copying.import_copies(table, jobs, texts, keyed))
+
+    def wait_modes(self) -> dict[str, str]:
+        return self._read(lambda table, now: copying.wait_modes(table))
+
+    def export_dormant(self) -> list[DormantJob]:
+        return self._read(lambda table, now: copying.export_dormant(table, self._view))
+
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        texts = [encode_payload(copy.job.payload) for copy in jobs]
+        return self._write(lambda table, now: copying.import_dormant(
+            table, jobs, texts, now, self.settings.result_ttl))
 
     # -- named locks and lifecycle ------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from ..backend import Capabilities, Settings, distinct_leases
+from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
@@ -44,16 +44,14 @@ from ..errors import (
 )
 from ..limits import KeyUse
 from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
-from . import graphs
+from . import copying, graphs
 from .connection import Link, changed
 from .leasing import Leasing
 from .limited import LimitedLeases, key_params, keys_params
 from .namedlocks import LockConnections
 from .rows import (
-    STATES,
     codes_listed,
     enqueue_params,
-    import_params,
     job_enqueued,
     job_from_row,
     meta_texts,
@@ -78,7 +76,7 @@ class PostgresBackend:
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
                                 local=False, listing=True, imports=True, transactions=True,
-                                dependencies=True, limits=True)
+                                dependencies=True, limits=True, revival=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
@@ -135,7 +133,8 @@ class PostgresBackend:
                               **key_params(self.settings.limits, payload))
         if depends_on:  # waiting, pending or cancelled at once (graphs.py)
             node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
-                               priority, delay, max_attempts, job_id, params["m"])
+                               priority, delay, max_attempts, job_id, params["m"],
+                               params["rk"], params["ck"])
             return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
 
         def run(conn: Conn) -> Job:
@@ -170,7 +169,7 @@ class PostgresBackend:
                       nodes: Sequence[GraphNode]) -> list[Job]:
         """Every node as a job, in one transaction (graphs.py); nodes come checked."""
         return graphs.enqueue(self._link, self._sql, self._params(), graphs.nodes_of(
-            payload_texts, nodes, self.settings.max_attempts))
+            payload_texts, nodes, self.settings.max_attempts, self.settings.limits))
 
     # -- in a transaction not ours (transactional.py) -------------------------
 
@@ -221,7 +220,7 @@ class PostgresBackend:
         try:
             self._link.run("ack_many", run)
         except _Rollback as rollback:
-            stale = rollback.job
+            stale: Job = rollback.args[0]
         else:
             return
         raise self._link.run("ack_many", lambda conn: self._not_leased(conn, stale))
@@ -361,18 +360,16 @@ class PostgresBackend:
     # -- transfer (nobroker migrate) -----------------------------------------
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
-        """Insert copied jobs as they were (backend.JobImport); ids known are skipped."""
-        if not jobs:
-            return []
-        params = self._params(**import_params(jobs, keyed))
+        return copying.import_jobs(self._link, self._sql, self._params(), jobs, keyed)
 
-        def run(conn: Conn) -> list[JobState]:
-            with conn.transaction():
-                rows = conn.execute(self._sql.import_jobs, params).fetchall()
-                conn.execute(self._sql.bump_seq, params)
-            return [STATES[row[0]] for row in rows]
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        return copying.import_dormant(self._link, self._sql, self._params(), jobs)
 
-        return self._link.run("import", run)
+    def export_dormant(self) -> list[DormantJob]:  # Revival.export_dormant
+        return copying.export_dormant(self._link, self._sql, self._params())
+
+    def wait_modes(self) -> dict[str, str]:  # Dependencies.wait_modes
+        return copying.wait_modes(self._link, self._sql, self._params())
 
     def try_lock(self, key: str) -> Callable[[], None] | None:
         if self.settings.readonly:
@@ -389,6 +386,4 @@ class PostgresBackend:
 
 
 class _Rollback(Exception):
-    def __init__(self, job: Job) -> None:
-        super().__init__(job.id)
-        self.job = job
+    """Rolls ack_many's transaction back; args[0]: the job whose lease was stale."""

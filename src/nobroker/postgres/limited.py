@@ -40,7 +40,7 @@ from ..limits import QUEUE_KEY, Budget, JobKeys, KeyUse, Limits, Window, key_use
 from .rows import lease_rows
 from .statements import Statements
 
-__all__ = ["LimitedLeases", "key_params", "keys_params"]
+__all__ = ["LimitedLeases", "key_params", "keys_params", "keys_of_columns", "columns_of"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 _ESCAPED = re.compile(r"\\(.)", re.DOTALL)  # a key's escaped NUL (\0) or backslash (\\)
@@ -70,7 +70,13 @@ def keys_params(limits: Limits, payloads: Sequence[Any]) -> dict[str, list[str]]
     return {"rks": [k["rk"] for k in keys], "cks": [k["ck"] for k in keys]}
 
 
-def _keys(rate_key: str, concurrency_key: str) -> JobKeys | None:
+def columns_of(keys: JobKeys | None) -> tuple[str, str]:
+    """The (rate_key, conc_key) columns of a job with `keys` (keys_of_columns reads
+    them back)."""
+    return (_stored(keys[0]), _stored(keys[1])) if keys else ("", "")
+
+
+def keys_of_columns(rate_key: str, concurrency_key: str) -> JobKeys | None:
     """The keys of a job from its columns."""
     if not rate_key and not concurrency_key:
         return None
@@ -113,7 +119,7 @@ class _State:
             "full_conc": [_stored(k) for k in self.in_use if not budget.allows((None, k))],
         }).fetchall()
         rows.sort(key=lambda row: (-row[1], row[2]))
-        return [(row[0], _keys(row[3], row[4])) for row in rows]
+        return [(row[0], keys_of_columns(row[3], row[4])) for row in rows]
 
 
 class LimitedLeases:
@@ -186,7 +192,7 @@ class LimitedLeases:
         rows = conn.execute(sql.limited_candidates,
                             {**params, "n": 1, "full_rates": [], "full_conc": []}).fetchall()
         for row in rows:
-            opens = state.budget.opens_at(_keys(row[3], row[4]))
+            opens = state.budget.opens_at(keys_of_columns(row[3], row[4]))
             if opens is not None:
                 times.append(max(opens, state.now))
         return state.now, min(times) if times else None

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from ...backoff import BackoffPolicy, Rng
 from ...dependencies import SUCCESS
-from ...errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ...errors import JobNotFoundError, NotLeasedError
 from ...limits import JobKeys, Limits
 from ..log.records import (
     AT,
@@ -124,14 +124,11 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
-    if depends_on and keys is not None:
-        raise NobrokerError("depends_on= for a task with rate or concurrency limits is not "
-                            "supported on files yet")
     new_id = job_id or new_job_id(state.jobs, rng)
     if depends_on:
         plan_waiting_enqueue(state, batch, now, new_id, payload_text, priority=priority,
                              delay=delay, max_attempts=max_attempts, keyed=job_id is not None,
-                             depends_on=depends_on, mode=mode)
+                             depends_on=depends_on, mode=mode, keys=keys)
     elif keys is not None:
         plan_limited_enqueue(batch, new_id, priority, now + delay, now, max_attempts,
                              job_id is not None, payload_text, keys)
