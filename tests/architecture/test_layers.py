@@ -46,7 +46,7 @@ DEFERRED = frozenset({("queue", "tasks"), ("tasks", "testing")})
 # Inside the file engine, top first: each tier imports its own and the tiers after it.
 # A tier is a folder of file/ (disk/, log/, ...), or modules at file/'s top level.
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
-    ("the backend", frozenset({"__init__", "backend", "views"})),
+    ("the backend", frozenset({"__init__", "backend", "views", "blocking"})),
     ("a live handle", frozenset({"handle", "opening", "following", "checkpointer",
                                  "compactor", "inspection", "options", "syncing", "counters",
                                  "commit", "handleapi"})),
