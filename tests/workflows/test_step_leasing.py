@@ -15,13 +15,13 @@ from __future__ import annotations
 import itertools
 import json
 import unittest
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from harness.support import TempDirTestCase
 
-from nobroker import JobState, Queue, chain
+from nobroker import Job, JobState, Queue, chain
 from nobroker.file.log import framing
 from nobroker.file.log.records import RecordType
 from nobroker.worker import Worker
@@ -134,17 +134,21 @@ class StepLeasingTest(TempDirTestCase):
         for queue, add, _ in self._each():
             last = chain([add.s(0, 1), *(add.s(1) for _ in range(19))]).delay()
             leased: list[str] = []
-            lease = queue.lease
-
-            def counting_lease(*args: Any, **kwargs: Any) -> list[Any]:
-                jobs = lease(*args, **kwargs)
-                leased.extend(job.id for job in jobs)
-                return jobs
-
-            queue.lease = counting_lease  # type: ignore[method-assign]
+            queue.lease = _counting(queue.lease, leased)  # type: ignore[method-assign]
             Worker(queue, max_jobs=20, handle_signals=False).run()
             self.assertEqual(last.get(timeout=5), 20)
             self.assertEqual(leased, [_first_of(last)])
+
+
+def _counting(lease: Callable[..., list[Job]], leased: list[str]
+              ) -> Callable[..., list[Job]]:
+    """`lease`, noting the id of each job it hands out in `leased`."""
+    def counting_lease(*args: Any, **kwargs: Any) -> list[Job]:
+        jobs = lease(*args, **kwargs)
+        leased.extend(job.id for job in jobs)
+        return jobs
+
+    return counting_lease
 
 
 def _first_of(result: Any) -> str:

@@ -54,19 +54,20 @@ def plan_graph(state: QueueState, batch: Batch, now: float, payload_texts: Seque
                nodes: Sequence[GraphNode], rng: Rng, default_attempts: int) -> Planned:
     """The ENQUEUE (and CANCEL) records of every node, in node order (Planned); a node's
     max_attempts None is `default_attempts`."""
-    for node in nodes:
-        if node.job_id is not None and (node.job_id in state.jobs
-                                        or node.job_id in state.done_keys):
-            raise NobrokerError(f"job {node.job_id!r} is already in the queue: a graph's "
+    given = [node.job_id for node in nodes if node.job_id is not None]
+    for job_id in given:
+        if job_id in state.jobs or job_id in state.done_keys:
+            raise NobrokerError(f"job {job_id!r} is already in the queue: a graph's "
                                 "job ids must be new")
     # What the queue knows of each node's prerequisites by id (JobNotFoundError now).
     known = {index: prerequisites(state, [p for p in node.depends_on if isinstance(p, str)])
              for index, node in enumerate(nodes) if node.depends_on}
-    generated = iter(new_job_ids(state.jobs, sum(node.job_id is None for node in nodes),
-                                 rng))
-    ids = [next(generated) if node.job_id is None else node.job_id for node in nodes]
-    if len(set(ids)) != len(ids):  # a caller's id that the next generated one matches
-        raise NobrokerError("a graph's job id is one the queue is about to generate")
+    ids = new_job_ids(state.jobs, len(nodes) - len(given), rng)
+    if given:  # a group's members, a chain's steps: mostly none (a lineage names some)
+        generated = iter(ids)
+        ids = [next(generated) if node.job_id is None else node.job_id for node in nodes]
+        if len(set(ids)) != len(ids):  # a caller's id that the next generated one matches
+            raise NobrokerError("a graph's job id is one the queue is about to generate")
     runs = plain_runs(nodes)
     starts = dict(runs)
     outcomes: list[JobState] = []
