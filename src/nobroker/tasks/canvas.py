@@ -29,7 +29,7 @@ from .. import validation
 from ..codec import encode_payload
 from ..dependencies import SUCCESS, GraphNode
 from ..errors import SerializationError
-from .graph_builder import Compiled, Exit, GraphBuilder, GroupOut, Out, StepOut, StepSpec
+from .graph_builder import Compiled, Exit, GraphBuilder, GroupOut, Out, StepSpec
 from .step_payloads import step_payload
 from .workflow_results import GroupResult, enqueue_workflow
 
@@ -284,7 +284,7 @@ class Group(Canvas):
         before = None if after is None else after.result
         deps: list[int] = []
         values: list[Any] = []
-        members: list[Out] = []
+        members: list[Out | int] = []
         for plain, run in itertools.groupby(self.tasks, key=_plain):
             if plain:  # the common case: a run of signatures, added at once, no Exit each
                 calls = [member for member in run if isinstance(member, Signature)]
@@ -292,7 +292,7 @@ class Group(Canvas):
                                           [not call.immutable for call in calls])
                 deps += added
                 values += added
-                members += [StepOut(index, before) for index in added]
+                members += added
                 continue
             for member in run:
                 end = member.emit(builder, after)

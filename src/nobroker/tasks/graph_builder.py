@@ -70,9 +70,11 @@ class StepOut:
 
 @dataclass(slots=True)
 class GroupOut:
-    """The handle of a group: its members' handles, in member order."""
+    """The handle of a group: its members' handles, in member order; a member that is
+    one step right after what came before the group is its node's index (a StepOut
+    with the group's parent, made only when results are: a group makes thousands)."""
 
-    members: tuple[Out, ...]
+    members: tuple[Out | int, ...]
     nodes: range  # every node the group's members made
     parent: Out | None = None
 
