@@ -13,7 +13,6 @@ files (PostgreSQL leases a released step with the worker's next lease).
 from __future__ import annotations
 
 import itertools
-import json
 import unittest
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,24 +21,20 @@ from typing import Any
 from harness.support import TempDirTestCase
 
 from nobroker import Job, JobState, Queue, chain
-from nobroker.file.log import framing
-from nobroker.file.log.records import RecordType
+from nobroker.file.inspection import current_log_path, read_records
 from nobroker.worker import Worker
 
 _names = itertools.count()
 
 
-def log_records(directory: Path) -> list[tuple[RecordType, dict[str, Any]]]:
-    """Every record of the queue's newest log file, in order: (type, fields)."""
-    path = max(directory.glob("*.log"))
-    data = path.read_bytes()
-    found: list[tuple[RecordType, dict[str, Any]]] = []
-    pos = framing.FILE_HEADER.size
-    while True:
-        outcome, type_byte, payload, pos = framing.decode_record(data, pos)
-        if outcome != framing.RECORD:
-            return found
-        found.append((RecordType(type_byte & framing.TYPE_MASK), json.loads(payload)))
+def batches_of(directory: Path) -> list[list[tuple[str, str]]]:
+    """The (type, job id) of every record of the queue's log, batch by batch."""
+    batches: list[list[tuple[str, str]]] = [[]]
+    for raw in read_records(current_log_path(str(directory))):
+        batches[-1].append((raw.type, raw.payload.get("id")))
+        if not raw.more:
+            batches.append([])
+    return batches
 
 
 class StepLeasingTest(TempDirTestCase):
@@ -68,11 +63,8 @@ class StepLeasingTest(TempDirTestCase):
             self.assertEqual(last.get(timeout=5), 4)
             if directory is None:
                 continue
-            batches: dict[int, list[tuple[RecordType, str]]] = {}
-            for rtype, fields in log_records(directory):
-                batches.setdefault(fields["b"], []).append((rtype, fields["id"]))
-            self.assertIn([(RecordType.ACK, first.id), (RecordType.RELEASE, last.id),
-                           (RecordType.LEASE, last.id)], batches.values())
+            self.assertIn([("ACK", first.id), ("RELEASE", last.id), ("LEASE", last.id)],
+                          batches_of(directory))
             with Queue(str(directory)) as reopened:  # replay agrees with the writer
                 self.assertEqual(reopened.get(last.id).state, JobState.DONE)
                 self.assertEqual(reopened.result(last.id), 4)

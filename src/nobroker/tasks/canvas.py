@@ -23,7 +23,7 @@ import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, Self, cast
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from .. import validation
 from ..codec import encode_payload
@@ -285,6 +285,7 @@ class Group(Canvas):
         deps: list[int] = []
         values: list[Any] = []
         members: list[Out | int] = []
+        nested = False  # deps from plain runs are new nodes, each once: no dedupe needed
         for plain, run in itertools.groupby(self.tasks, key=_plain):
             if plain:  # the common case: a run of signatures, added at once, no Exit each
                 calls = [member for member in run if isinstance(member, Signature)]
@@ -294,6 +295,7 @@ class Group(Canvas):
                 values += added
                 members += added
                 continue
+            nested = True
             for member in run:
                 end = member.emit(builder, after)
                 deps.extend(end.deps)
@@ -302,13 +304,13 @@ class Group(Canvas):
                     members.append(end.result)
         if not self.tasks and after is not None:
             deps = list(after.deps)  # an empty group: what follows waits for what came before
-        return Exit(tuple(dict.fromkeys(deps)), values,
+        return Exit(tuple(dict.fromkeys(deps) if nested else deps), values,
                     GroupOut(tuple(members), range(start, builder.count), before))
 
     def find_queues(self, found: dict[int, Queue]) -> None:
         for member in self.tasks:
-            if _plain(member):  # Signature.find_queues, without two calls per member
-                queue = cast(Signature, member).queue
+            if type(member) is Signature and not member.errbacks:  # Signature.find_queues,
+                queue = member.queue  # without two calls per member
                 if queue is not None:
                     found[id(queue)] = queue
             else:

@@ -36,15 +36,25 @@ Planned = tuple[list[str], list[JobState], list[tuple[int, int]]]
 def plain_runs(nodes: Sequence[GraphNode]) -> list[tuple[int, int]]:
     """[start, end) of each run of nodes enqueue_many could write together."""
     runs: list[tuple[int, int]] = []
-    start, options = -1, None
+    start = -1
+    priority: object = None
+    delay: object = None
+    attempts: object = None
     for index, node in enumerate(nodes):
-        plain = not node.depends_on and node.job_id is None
-        mine = (node.priority, node.delay, node.max_attempts) if plain else None
-        if start >= 0 and mine != options:
+        if node.depends_on or node.job_id is not None:
+            if start >= 0:
+                runs.append((start, index))
+                start = -1
+            continue
+        if start >= 0:
+            # the same option objects (a group of one task's signatures), or equal ones
+            if (node.priority is priority and node.delay is delay
+                    and node.max_attempts is attempts) or (
+                    (node.priority, node.delay, node.max_attempts) == (priority, delay,
+                                                                       attempts)):
+                continue
             runs.append((start, index))
-            start = -1
-        if plain and start < 0:
-            start, options = index, mine
+        start, priority, delay, attempts = index, node.priority, node.delay, node.max_attempts
     if start >= 0:
         runs.append((start, len(nodes)))
     return runs
