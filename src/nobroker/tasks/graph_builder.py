@@ -71,8 +71,8 @@ class StepOut:
 @dataclass(slots=True)
 class GroupOut:
     """The handle of a group: its members' handles, in member order; a member that is
-    one step right after what came before the group is its node's index (a StepOut
-    with the group's parent, made only when results are: a group makes thousands)."""
+    one step right after what came before the group is just its node's index (its
+    result is made when the group's results are read: a group may have thousands)."""
 
     members: tuple[Out | int, ...]
     nodes: range  # every node the group's members made
