@@ -1,8 +1,9 @@
 """Broadcasts on a nobroker directory, with real `celery worker` processes: ping and
 inspect reach every worker and each replies, a destination narrows them, revoke of a
 task still waiting in the queue keeps it from running, an unserved command is refused
-before anything is sent; and, in this process through kombu, a reply not read within
-its queue's message TTL is dropped."""
+before anything is sent, a prefork worker whose processes are all busy still answers
+(the transport runs Celery's event loop); and, in this process through kombu, a reply
+not read within its queue's message TTL is dropped."""
 
 from __future__ import annotations
 
@@ -127,6 +128,40 @@ class CeleryControlTest(CeleryTestCase):
             self.control.enable_events()
         after = self.pidbox("w1").stats()
         self.assertEqual((after.pending, after.done), (before.pending, before.done))
+
+
+@needs_celery
+class PreforkControlTest(CeleryControlTest):
+    """`-P prefork`: a worker whose one process is busy still reads its control
+    messages. Without an event loop (kombu's `asynchronous`) Celery's consumer blocks
+    handing the next task to the full pool, and reads nothing until a process is free."""
+
+    def start(self, *names: str, options: tuple[str, ...] = ()) -> None:
+        for name in names:
+            self.start_worker(name, "-P", "prefork", "-c", "1", *options)
+        self.wait_until_answering(*names)
+
+    def test_a_busy_prefork_worker_answers_and_revokes_what_it_holds(self) -> None:
+        from celery.exceptions import TaskRevokedError
+
+        self.start("w1")
+        self.mod.slow.delay("busy", 8)
+        self.wait_for_trace("started", "busy", TIMEOUT)
+        waiting = self.mod.record.delay("waiting", 0)  # received while the pool is full
+        time.sleep(1.0)
+        started = time.monotonic()
+        self.assertEqual(self.pinged(), {f"w1@{HOST}"})
+        active = self.control.inspect(timeout=2.0).active() or {}
+        self.assertEqual([task["name"] for task in active[f"w1@{HOST}"]], ["celery_app.slow"])
+        replies = self.control.revoke(waiting.id, reply=True, timeout=2.0)
+        self.assertEqual([name for reply in replies for name in reply], [f"w1@{HOST}"])
+        self.assertLess(time.monotonic() - started, 6.0)  # answered while `busy` ran
+        self.assertNotIn("busy", self.traces("done"))
+        with self.assertRaises(TaskRevokedError):
+            waiting.get(timeout=TIMEOUT)
+        after = self.mod.record.delay("after", 0)  # the worker runs on
+        self.assertEqual(after.get(timeout=TIMEOUT), "after")
+        self.assertNotIn("waiting", self.traces("done"))
 
 
 @needs_celery

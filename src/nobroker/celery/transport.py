@@ -9,8 +9,11 @@ that a daemon thread extends while Celery holds it (leases.py); Celery's ack
 is nobroker's ack, a reject with requeue gives the job back untried
 (`Queue.snooze(job, 0)`), a reject without requeue drops it (acks it), as
 kombu's other virtual transports do. Closing a channel gives back its unacked
-messages untried. An idle consumer blocks in `Queue.wait` (waiting.py):
-woken by a producer in any process, no polling.
+messages untried. An idle consumer blocks in `Queue.wait` (waiting.py); a
+Celery worker runs its event loop on this transport (kombu's `asynchronous`),
+watching a pipe that a thread pokes when a consumed queue may have a message
+(eventloop.py), so a prefork worker with every process busy reads control
+messages. Either way: woken by a producer in any process, no polling.
 
 Broadcasts (`revoke`, `ping`, `inspect`, `control`): the bindings of fanout and
 non-durable exchanges (kombu's mailbox: `celery.pidbox`, `reply.celery.pidbox`)
@@ -20,13 +23,14 @@ reaches the caller's reply queue. A queue's message TTL (`x-message-ttl`) is
 stamped on each message routed to it; an expired one is dropped when read.
 Worker events (a durable topic exchange) are not shared: they reach no one.
 
-Transport options (`broker_transport_options`): `visibility_timeout` (seconds,
+Transport option (`broker_transport_options`): `visibility_timeout` (seconds,
 default 30: how long a killed worker's messages stay invisible).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -40,12 +44,13 @@ from .. import __version__
 from ..errors import NotLeasedError
 from ..queue import Queue
 from .bindings import BINDINGS_QUEUE, Binding, SharedBindings
+from .eventloop import LoopWaker
+from .qos import QoS
 from .leases import LeaseKeeper
 from .locations import (
     REPLIES_PREFIX,
-    directory_from_url,
     is_reply_queue,
-    location_from_url,
+    location_of_connection,
     queue_name_for,
 )
 from .messages import (
@@ -70,29 +75,6 @@ _IDLE_SLICE = 1.0  # an idle drain_events re-checks its consumers this often
 _FULL_PAUSE = 0.05  # prefetch full: nothing to lease until Celery acks something
 # the last_error of a job given back untried: its next delivery says `redelivered`
 REQUEUED = "given back unacked by a Celery consumer (reject with requeue, channel closed)"
-
-
-class QoS(virtual.QoS):
-    """kombu's prefetch accounting, with acks and rejects that reach nobroker."""
-
-    channel: Channel
-
-    def ack(self, delivery_tag: str) -> None:
-        self.channel.settle(delivery_tag, requeue=False)
-        super().ack(delivery_tag)
-
-    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel.settle(delivery_tag, requeue=requeue)
-        self._quick_ack(delivery_tag)  # not super(): it would publish a copy
-
-    def restore_unacked(self) -> list[Any]:
-        """Give every unacked message back untried (kombu's default republishes)."""
-        self._flush()
-        tags = list(self._delivered)
-        self._delivered.clear()
-        for tag in tags:
-            self.channel.settle(tag, requeue=True)
-        return []
 
 
 class Channel(virtual.Channel):
@@ -270,12 +252,12 @@ class Transport(virtual.Transport):
     driver_type = "nobroker"
     driver_name = "nobroker"
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"]),
+        asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"]),
         heartbeats=False)
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
-        self.directory = _directory_of(client)
+        self.directory = location_of_connection(client.hostname, client.virtual_host)
         options = client.transport_options
         self.visibility_timeout = float(options.get("visibility_timeout",
                                                     DEFAULT_VISIBILITY_TIMEOUT))
@@ -284,6 +266,8 @@ class Transport(virtual.Transport):
         self.transient: set[str] = set()  # declared auto_delete, exclusive or not durable
         self.message_ttl: dict[str, float] = {}  # queue -> seconds (its x-message-ttl)
         self._queues: dict[str, Queue] = {}
+        self._opening = threading.Lock()  # the event loop's waker opens queues too
+        self._waker: LoopWaker | None = None  # while registered with an event loop
         self._bindings: SharedBindings | None = None
         # queues this process only routes to through another process's binding (a
         # caller's reply queue): opened for each message, not kept open
@@ -303,11 +287,12 @@ class Transport(virtual.Transport):
     def queue(self, celery_queue: str) -> Queue:
         """The nobroker queue of a Celery queue, opened once per connection."""
         name = self.store_name(celery_queue)
-        opened = self._queues.get(name)
-        if opened is None:
-            opened = Queue(self.directory, name, visibility_timeout=self.visibility_timeout)
-            self._queues[name] = opened
-        return opened
+        with self._opening:
+            opened = self._queues.get(name)
+            if opened is None:
+                opened = Queue(self.directory, name, visibility_timeout=self.visibility_timeout)
+                self._queues[name] = opened
+            return opened
 
     def store_name(self, celery_queue: str) -> str:
         """The name of the nobroker queue holding a Celery queue."""
@@ -338,17 +323,40 @@ class Transport(virtual.Transport):
             if left <= 0:
                 raise TimeoutError()  # socket.timeout, which kombu's callers expect
             step = min(left, _IDLE_SLICE)
-            queues: list[Queue] = []
-            full = False
-            for channel in list(self.channels):
-                found = channel.consumable_queues()
-                if found is None:
-                    full = True
-                else:
-                    queues.extend(q for q in found if q not in queues)
-            # A full channel's acks wake no queue: re-check it soon, while waiting on
-            # the others (a worker's pidbox beside its task queues)
+            queues, full = self.consumed_queues()
             self.waiter.wait(queues, min(step, _FULL_PAUSE) if full else step)
+
+    def consumed_queues(self) -> tuple[list[Queue], bool]:
+        """The queues to wait on, and whether a channel's prefetch is full: its acks wake
+        no queue, so it is left out and re-checked soon, while the others are waited on
+        (a worker's pidbox beside its task queues)."""
+        queues: list[Queue] = []
+        full = False
+        for channel in list(self.channels):
+            found = channel.consumable_queues()
+            if found is None:
+                full = True
+            else:
+                queues.extend(q for q in found if q not in queues)
+        return queues, full
+
+    # -- kombu's event loop (Celery's hub): eventloop.py ---------------------
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        self.unregister_from_event_loop(connection, loop)  # a reconnect: a fresh waker
+        self._waker = LoopWaker(self.consumed_queues)
+        loop.add_reader(self._waker.fileno(), self.on_readable, self._waker.fileno())
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._waker is not None:
+            loop.remove_reader(self._waker.fileno())
+            self._waker.close()
+            self._waker = None
+
+    def on_readable(self, fileno: int) -> None:
+        """A consumed queue may have messages: deliver what is ready."""
+        if self._waker is not None and self._waker.fileno() == fileno:
+            self._waker.serve(lambda: self.cycle.get(self._deliver, timeout=0))
 
     def close_connection(self, connection: Any) -> None:
         super().close_connection(connection)  # channels give back their unacked messages
@@ -359,6 +367,9 @@ class Transport(virtual.Transport):
                 pass
         self.leases.close()
         self.waiter.close()
+        if self._waker is not None:  # the loop is going away without unregistering us
+            self._waker.close()
+            self._waker = None
         if self._bindings is not None:
             self._bindings.close()
             self._bindings.queue.close()
@@ -370,14 +381,3 @@ class Transport(virtual.Transport):
     def driver_version(self) -> str:
         return __version__
 
-
-def _directory_of(client: Any) -> str:
-    """The location a kombu Connection names: kombu splits `nobroker:///a/b` into
-    no host and the virtual host "a/b", and `nobroker://a/b` into host "a", "b";
-    `nobroker+postgresql://...` leaves "postgresql://..." whole as the host."""
-    if isinstance(client.hostname, str) and "://" in client.hostname:
-        return location_from_url(client.hostname)
-    host = client.hostname if client.hostname not in (None, "", "localhost") else None
-    vhost = (client.virtual_host or "").lstrip("/")
-    path = f"{host}/{vhost}" if host else f"/{vhost}"
-    return directory_from_url(f"nobroker://{path}")

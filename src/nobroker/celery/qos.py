@@ -1,0 +1,36 @@
+"""kombu's prefetch accounting for the `nobroker://` transport, whose acks and rejects
+reach nobroker (through `Channel.settle`, transport.py) instead of kombu's memory."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kombu.transport import virtual
+
+if TYPE_CHECKING:
+    from .transport import Channel
+
+__all__ = ["QoS"]
+
+
+class QoS(virtual.QoS):
+    """kombu's prefetch accounting, with acks and rejects that reach nobroker."""
+
+    channel: Channel
+
+    def ack(self, delivery_tag: str) -> None:
+        self.channel.settle(delivery_tag, requeue=False)
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        self.channel.settle(delivery_tag, requeue=requeue)
+        self._quick_ack(delivery_tag)  # not super(): it would publish a copy
+
+    def restore_unacked(self) -> list[Any]:
+        """Give every unacked message back untried (kombu's default republishes)."""
+        self._flush()
+        tags = list(self._delivered)
+        self._delivered.clear()
+        for tag in tags:
+            self.channel.settle(tag, requeue=True)
+        return []
