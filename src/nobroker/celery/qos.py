@@ -23,7 +23,7 @@ class QoS(virtual.QoS):
         super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel.settle(delivery_tag, requeue=requeue)
+        self.channel.settle(delivery_tag, requeue=requeue, dead=not requeue)
         self._quick_ack(delivery_tag)  # not super(): it would publish a copy
 
     def restore_unacked(self) -> list[Any]:

@@ -7,8 +7,9 @@ Each Celery queue is a nobroker queue in that directory (named by
 (pickle refused: messages.py); consuming leases it with a visibility timeout
 that a daemon thread extends while Celery holds it (leases.py); Celery's ack
 is nobroker's ack, a reject with requeue gives the job back untried
-(`Queue.snooze(job, 0)`), a reject without requeue drops it (acks it), as
-kombu's other virtual transports do. Closing a channel gives back its unacked
+(`Queue.snooze(job, 0)`), a reject without requeue (Celery's
+`Reject(requeue=False)`) dead-letters it (`Queue.nack(job, dead=True)`), as
+AMQP does with a dead-letter exchange. Closing a channel gives back its unacked
 messages untried. An idle consumer blocks in `Queue.wait` (waiting.py); a
 Celery worker runs its event loop on this transport (kombu's `asynchronous`),
 watching a pipe that a thread pokes when a consumed queue may have a message
@@ -75,6 +76,7 @@ _IDLE_SLICE = 1.0  # an idle drain_events re-checks its consumers this often
 _FULL_PAUSE = 0.05  # prefetch full: nothing to lease until Celery acks something
 # the last_error of a job given back untried: its next delivery says `redelivered`
 REQUEUED = "given back unacked by a Celery consumer (reject with requeue, channel closed)"
+REJECTED = "rejected by a Celery consumer without requeue (Reject(requeue=False))"
 
 
 class Channel(virtual.Channel):
@@ -221,8 +223,8 @@ class Channel(virtual.Channel):
             self.settle(message.delivery_tag, requeue=False)
         return message
 
-    def settle(self, delivery_tag: str, requeue: bool) -> None:
-        """Finish a delivery in nobroker: ack it, or give it back untried."""
+    def settle(self, delivery_tag: str, requeue: bool, dead: bool = False) -> None:
+        """Finish a delivery in nobroker: ack it, give it back untried, or dead-letter it."""
         held = self.connection.leases.release(delivery_tag)
         if held is None:
             return  # settled already, or never held (no_ack)
@@ -230,6 +232,8 @@ class Channel(virtual.Channel):
         try:
             if requeue:
                 queue.snooze(job, 0.0, error=REQUEUED)
+            elif dead:
+                queue.nack(job, error=REJECTED, dead=True)
             else:
                 queue.ack(job)
         except NotLeasedError:
