@@ -166,6 +166,19 @@ class CeleryWithoutWorkerTest(CeleryTestCase):
         fresh = Celery("reader", backend=f"nobroker://{self.directory}", result_expires=1)
         self.assertEqual(fresh.AsyncResult("t-1").state, "PENDING")
 
+    def test_a_value_past_its_ttl_reads_as_none_while_its_queue_stays_open(self) -> None:
+        # Queue.get still hands back a keyed job's result after its result_ttl (until the
+        # queue's next write): the result store checks the ttl itself.
+        from nobroker.celery.results import ResultStore
+
+        queue = Queue(self.directory, "results")
+        self.addCleanup(queue.close)
+        store = ResultStore(queue)
+        store.put("t-1", {"answer": 42}, ttl=0.3)
+        self.assertEqual(store.get("t-1"), {"answer": 42})
+        time.sleep(0.5)
+        self.assertIsNone(store.get("t-1"))
+
     def test_incr_counts_atomically_across_backends(self) -> None:
         from celery import Celery
 
