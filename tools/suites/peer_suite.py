@@ -1,7 +1,6 @@
 """What running a peer's own test suite against nobroker takes, whichever the peer:
 fetching its pinned sdist, and judging the run against the failures already explained.
-Standard library only. Used by dramatiq_suite.py (celery_suite.py predates it and keeps
-its own copy).
+Standard library only. Used by celery_suite.py and dramatiq_suite.py.
 """
 
 from __future__ import annotations

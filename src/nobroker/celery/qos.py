@@ -3,20 +3,23 @@ reach nobroker (through `Channel.settle`, transport.py) instead of kombu's memor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kombu.transport import virtual
 
-if TYPE_CHECKING:
-    from .transport import Channel
+__all__ = ["QoS", "Settling"]
 
-__all__ = ["QoS"]
+
+class Settling(Protocol):
+    """What QoS needs of its channel (transport.Channel)."""
+
+    def settle(self, delivery_tag: str, requeue: bool, dead: bool = False) -> None: ...
 
 
 class QoS(virtual.QoS):
     """kombu's prefetch accounting, with acks and rejects that reach nobroker."""
 
-    channel: Channel
+    channel: Settling
 
     def ack(self, delivery_tag: str) -> None:
         self.channel.settle(delivery_tag, requeue=False)
