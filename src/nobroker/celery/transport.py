@@ -46,7 +46,6 @@ from ..errors import NotLeasedError
 from ..queue import Queue
 from .bindings import BINDINGS_QUEUE, Binding, SharedBindings
 from .eventloop import LoopWaker
-from .qos import QoS
 from .leases import LeaseKeeper
 from .locations import (
     REPLIES_PREFIX,
@@ -65,6 +64,7 @@ from .messages import (
     priority_of,
     refuse_unserved,
 )
+from .qos import QoS
 from .waiting import AnyQueueWaiter
 
 __all__ = ["Transport", "Channel", "QoS"]

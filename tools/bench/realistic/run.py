@@ -18,8 +18,9 @@ lost and duplicated jobs are counted for every drain.
 Systems: nobroker (``nobroker work``), Huey (SqliteHuey, ``huey_consumer``),
 Dramatiq + Redis (``dramatiq``), Celery + Redis (``celery worker -P threads``),
 Celery + nobroker (the same app and worker, ``broker_url = nobroker:///DIR``),
-Dramatiq + nobroker (the same app and worker, ``NobrokerBroker(DIR)``), RQ + Redis (``rq worker``, SimpleWorker: no threads, so no W-io rows). A
-"process" is one worker command; P processes are P commands on one store.
+Dramatiq + nobroker (the same app and worker, ``NobrokerBroker(DIR)``), RQ +
+Redis (``rq worker``, SimpleWorker: no threads, so no W-io rows). A "process"
+is one worker command; P processes are P commands on one store.
 The peers live in ``.dev/bench-venv`` (requirements-bench.txt; the script
 creates it and re-executes itself there, as tools/bench/peers/run.py does).
 Redis is Debian's ``redis-server`` (apt-get installed if missing), started
