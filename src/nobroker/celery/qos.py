@@ -15,6 +15,8 @@ class Settling(Protocol):
 
     def settle(self, delivery_tag: str, requeue: bool, dead: bool = False) -> None: ...
 
+    def made_room(self) -> None: ...
+
 
 class QoS(virtual.QoS):
     """kombu's prefetch accounting, with acks and rejects that reach nobroker."""
@@ -22,12 +24,18 @@ class QoS(virtual.QoS):
     channel: Settling
 
     def ack(self, delivery_tag: str) -> None:
+        full = not self.can_consume()
         self.channel.settle(delivery_tag, requeue=False)
         super().ack(delivery_tag)
+        if full:
+            self.channel.made_room()
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        full = not self.can_consume()
         self.channel.settle(delivery_tag, requeue=requeue, dead=not requeue)
         self._quick_ack(delivery_tag)  # not super(): it would publish a copy
+        if full:
+            self.channel.made_room()
 
     def restore_unacked(self) -> list[Any]:
         """Give every unacked message back untried (kombu's default republishes)."""

@@ -240,6 +240,11 @@ class Channel(virtual.Channel):
             log.warning("job %s in %s: its lease ran out before Celery settled it; another "
                         "worker may have run it too (at-least-once)", job.id, queue)
 
+    def made_room(self) -> None:
+        """An ack made room in a full prefetch: an event loop leases again at once (an
+        ack wakes no queue, and the loop's waker leaves a full channel's queues out)."""
+        self.connection.poke_loop()
+
     def consumable_queues(self) -> list[Queue] | None:
         """The stored queues this channel consumes, or None when its prefetch is full."""
         if not self._consumers:
@@ -356,6 +361,12 @@ class Transport(virtual.Transport):
             loop.remove_reader(self._waker.fileno())
             self._waker.close()
             self._waker = None
+
+    def poke_loop(self) -> None:
+        """Have the event loop, if any, look at the queues again soon (any thread)."""
+        waker = self._waker
+        if waker is not None:
+            waker.poke()
 
     def on_readable(self, fileno: int) -> None:
         """A consumed queue may have messages: deliver what is ready."""
