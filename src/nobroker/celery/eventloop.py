@@ -10,8 +10,8 @@ nobroker's wait is a blocking call (`Queue.wait`, on every backend), so it
 runs in one daemon thread here: while the loop is armed, the thread waits on
 the queues the connection consumes and, when one may have a message, writes a
 byte into a pipe whose read end the hub watches, then disarms until the loop
-has taken what was ready (`taken`). Waiting and leasing stay apart: the thread
-never leases, the loop's thread does all the leasing and acking, as before.
+has taken what was ready (`serve`). Waiting and leasing stay apart: the thread
+never leases; the loop's thread does the leasing, as it did without a loop.
 """
 
 from __future__ import annotations
@@ -106,11 +106,12 @@ class LoopWaker:
                 try:
                     queues, full = self._watched()
                     ready = self._waiter.wait(queues, _FULL_PAUSE if full else _SLICE)
-                except NobrokerError as exc:
+                except Exception as exc:  # the thread must not die: the worker would go deaf
                     if self._closed.is_set():
                         return  # a queue closed under the wait: the connection is closing
                     # Let the loop lease: an error that lasts reaches Celery from there.
-                    log.warning("waiting for the next Celery message: %s", exc)
+                    log.warning("waiting for the next Celery message: %s", exc,
+                                exc_info=not isinstance(exc, NobrokerError))
                     ready = not self._closed.wait(_SLICE)
                 if ready:
                     self._armed.clear()  # until the loop has leased what is ready

@@ -18,8 +18,7 @@ from typing import Final
 from ..errors import NobrokerError
 
 __all__ = ["SCHEME", "directory_from_url", "location_from_url", "location_of_connection",
-           "queue_name_for",
-           "RESULTS_QUEUE", "REPLIES_PREFIX", "is_reply_queue"]
+           "queue_name_for", "RESULTS_QUEUE", "REPLIES_PREFIX", "is_reply_queue"]
 
 SCHEME: Final = "nobroker"
 _POSTGRES: Final = ("postgresql", "postgres")
@@ -61,7 +60,6 @@ def location_from_url(url: str) -> str:
     return directory_from_url(url)
 
 
-
 def location_of_connection(hostname: str | None, virtual_host: str | None) -> str:
     """The location a kombu Connection names: kombu splits `nobroker:///a/b` into
     no host and the virtual host "a/b", and `nobroker://a/b` into host "a", "b";
@@ -72,6 +70,7 @@ def location_of_connection(hostname: str | None, virtual_host: str | None) -> st
     vhost = (virtual_host or "").lstrip("/")
     path = f"{host}/{vhost}" if host else f"/{vhost}"
     return directory_from_url(f"{SCHEME}://{path}")
+
 
 def is_reply_queue(celery_queue: str) -> bool:
     """Whether a queue is one of kombu's mailbox reply queues. Each control call that
