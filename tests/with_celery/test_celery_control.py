@@ -3,12 +3,14 @@ inspect reach every worker and each replies, a destination narrows them, revoke 
 task still waiting in the queue keeps it from running, an unserved command is refused
 before anything is sent, a prefork worker whose processes are all busy still answers
 (the transport runs Celery's event loop); and, in this process through kombu, a reply
-not read within its queue's message TTL is dropped."""
+not read within its queue's message TTL is dropped, and reply stores are reused by later
+connections rather than left one per connection."""
 
 from __future__ import annotations
 
 import socket
 import time
+import uuid
 from typing import Any
 
 from harness.celery_support import CeleryTestCase, needs_celery
@@ -196,3 +198,39 @@ class ReplyExpiryTest(CeleryTestCase):
         queue = Queue(self.directory, queue_name_for("oid.reply.test.pidbox"))
         self.addCleanup(queue.close)
         self.assertEqual(queue.stats().pending, 0)
+
+
+@needs_celery
+class ReplyStoreTest(CeleryTestCase):
+    """A connection claims the first free reply store (replies.py) and lets it go when it
+    closes: the directory holds as many as were in use at once."""
+
+    def declare_reply_queue(self, connection: Any) -> None:
+        from kombu import Exchange
+        from kombu import Queue as KombuQueue
+
+        exchange = Exchange("reply.test.pidbox", type="direct", durable=False)
+        oid = str(uuid.uuid4())  # kombu's mailbox names each call's reply queue so
+        KombuQueue(f"{oid}.reply.test.pidbox", exchange=exchange, routing_key=oid,
+                   durable=False, auto_delete=True)(connection.channel()).declare()
+
+    def stores(self) -> list[str]:
+        return sorted({path.name.split(".")[0] for path in self.directory.iterdir()
+                       if path.name.startswith("celery_replies-")})
+
+    def test_reply_stores_are_reused_not_left_one_per_connection(self) -> None:
+        from kombu import Connection
+
+        url = f"nobroker://{self.directory}"
+        with Connection(url) as first, Connection(url) as second:
+            self.declare_reply_queue(first)
+            self.declare_reply_queue(second)  # both open: two stores
+        self.assertEqual(self.stores(), ["celery_replies-0", "celery_replies-1"])
+        left = Queue(self.directory, "celery_replies-0")
+        self.addCleanup(left.close)
+        left.enqueue({"a reply": "for a connection that is gone"})
+        for _ in range(3):
+            with Connection(url) as later:
+                self.declare_reply_queue(later)
+                self.assertEqual(left.stats().pending, 0)  # purged when claimed
+        self.assertEqual(self.stores(), ["celery_replies-0", "celery_replies-1"])

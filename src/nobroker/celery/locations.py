@@ -75,8 +75,8 @@ def location_of_connection(hostname: str | None, virtual_host: str | None) -> st
 def is_reply_queue(celery_queue: str) -> bool:
     """Whether a queue is one of kombu's mailbox reply queues. Each control call that
     waits for replies declares a new one, so a connection keeps them all in one nobroker
-    queue of its own (named REPLIES_PREFIX and a UUID) rather than one each: kombu tells
-    the replies of different calls apart by their ticket."""
+    queue it claims (REPLIES_PREFIX and a number: replies.py) rather than one each: kombu
+    tells the replies of different calls apart by their ticket."""
     return _REPLY_QUEUE.fullmatch(celery_queue) is not None
 
 

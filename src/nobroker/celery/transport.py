@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from queue import Empty
 from typing import Any
@@ -48,7 +47,6 @@ from .bindings import BINDINGS_QUEUE, Binding, SharedBindings
 from .eventloop import LoopWaker
 from .leases import LeaseKeeper
 from .locations import (
-    REPLIES_PREFIX,
     is_reply_queue,
     location_of_connection,
     queue_name_for,
@@ -65,6 +63,7 @@ from .messages import (
     refuse_unserved,
 )
 from .qos import QoS
+from .replies import ReplyStore
 from .waiting import AnyQueueWaiter
 
 __all__ = ["Transport", "Channel", "QoS"]
@@ -98,7 +97,7 @@ class Channel(virtual.Channel):
         if kwargs.get("auto_delete") or kwargs.get("exclusive") or kwargs.get("durable") is False:
             transport.transient.add(queue)
             if is_reply_queue(queue):
-                transport.store_of[queue] = transport.replies
+                transport.store_of[queue] = transport.replies.claim()
         else:
             transport.transient.discard(queue)
         ttl = (kwargs.get("arguments") or {}).get("x-message-ttl")
@@ -284,7 +283,7 @@ class Transport(virtual.Transport):
         # Celery queue -> the nobroker queue holding it, where that is not the queue of
         # its own name: kombu's reply queues, one store per connection (is_reply_queue)
         self.store_of: dict[str, str] = {}
-        self.replies = f"{REPLIES_PREFIX}{uuid.uuid4().hex}"
+        self.replies = ReplyStore(self.directory)  # claimed by the first reply queue
 
     @property
     def bindings(self) -> SharedBindings:
@@ -392,6 +391,7 @@ class Transport(virtual.Transport):
         for queue in self._queues.values():
             queue.close()
         self._queues.clear()
+        self.replies.release()
 
     def driver_version(self) -> str:
         return __version__
