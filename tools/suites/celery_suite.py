@@ -80,20 +80,7 @@ CI_LEFT_OUT: dict[str, str] = {
 }
 
 # Why each of these cannot pass on nobroker; a pattern ending in "*" covers a prefix.
-BLOCKED_CONSUMER = (
-    "a gap: the worker's consumer blocks while every prefork process is busy. This "
-    "transport has no event loop (kombu's `asynchronous`), so Celery runs its synchronous "
-    "loop, where handing a task to a full prefork pool waits for a free process; the "
-    "sleeping tasks this test queues keep the suite's one process busy, so its control "
-    "messages wait too: a revoke by stamped headers is handled after the stamped task "
-    "was received (DID NOT RAISE TaskRevokedError), and an inspect with Celery's 1 s "
-    "timeout gets no reply. Redis and RabbitMQ run Celery's event loop; -P threads does "
-    "not block")
 KNOWN_FAILURES: dict[str, str] = {
-    "test_tasks.py::test_tasks::test_revoked_by_headers_complex_canvas": BLOCKED_CONSUMER,
-    "test_tasks.py::test_tasks::test_revoke_by_stamped_headers_no_match": (
-        "runs after test_revoked_by_headers_complex_canvas, whose queued sleeping tasks "
-        "still block the worker's consumer (see that test); passes alone"),
     "test_canvas.py::test_chain::test_chord_header_id_duplicated_on_rabbitmq_msg_duplication*": (
         "needs a Redis server: its tasks write the chord ids to a Redis list (it imports redis)"),
     "test_canvas.py::test_chord::test_error_propagates_from_chord": (
