@@ -74,12 +74,15 @@ class LoopWaker:
         """The read end is readable: deliver what is ready (`deliver_one` raises
         queue.Empty when nothing is), a batch at most, then watch again."""
         self._take_pokes()
-        for _ in range(_BATCH):
-            try:
+        try:
+            for _ in range(_BATCH):
                 deliver_one()
-            except Empty:
-                self._armed.set()  # all taken: watch the queues again
-                return
+        except Empty:
+            self._armed.set()  # all taken: watch the queues again
+            return
+        except BaseException:
+            self._armed.set()  # watch again whatever the loop makes of the error
+            raise
         self.poke()  # more may be ready: back here after the loop's other work
 
     def _take_pokes(self) -> None:
