@@ -26,14 +26,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tools.suites.peer_suite import judge, pinned, unpack_sdist
+from tools.suites.peer_suite import judge, pinned, run_capped, unpack_sdist
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / ".dev" / "celery-suite"
@@ -160,13 +158,7 @@ def main(argv: list[str] | None = None) -> int:
            "-p", "no:rerunfailures", f"--timeout={args.timeout:g}", f"--junitxml={junit}",
            "-q", "-rfE", *targets, *args.pytest_args]
     print(f"$ TEST_BROKER={url} TEST_BACKEND={url} {' '.join(cmd)}", flush=True)
-    started = time.monotonic()
-    try:
-        subprocess.run(cmd, cwd=root, env=env, timeout=args.cap, check=False)
-        capped = False
-    except subprocess.TimeoutExpired:
-        capped = True
-    took = time.monotonic() - started
+    took, capped = run_capped(cmd, root, env, args.cap)
     results = outcomes(junit)
     shutil.rmtree(scratch, ignore_errors=True)
     if args.ci:  # CI's log lists every test's outcome
