@@ -79,6 +79,16 @@ CI_LEFT_OUT: dict[str, str] = {
 
 # Why each of these cannot pass on nobroker; a pattern ending in "*" covers a prefix.
 KNOWN_FAILURES: dict[str, str] = {
+    "test_tasks.py::test_tasks::test_revoked_by_headers_complex_canvas": (
+        "timing: every revoke works (its 11 subtests pass), then the second round waits "
+        "for the worker's one prefork process to finish the canvases' unrevoked sleeping "
+        "tasks and misses the test's own 20 s limit; it fails the same way on Redis "
+        "(appendfsync always) on this shared 2-core machine"),
+    "test_tasks.py::test_task_replacement::test_replaced_task_nesting_level_0": (
+        "a race in the test: it sets assertion_result = False after delay(), so when the "
+        "worker receives the message (and its task_received handler sets True) before that "
+        "line runs, the True is overwritten; a worker woken at once by the write loses it "
+        "more often. Passes on re-runs"),
     "test_canvas.py::test_chain::test_chord_header_id_duplicated_on_rabbitmq_msg_duplication*": (
         "needs a Redis server: its tasks write the chord ids to a Redis list (it imports redis)"),
     "test_canvas.py::test_chord::test_error_propagates_from_chord": (
