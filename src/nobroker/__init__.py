@@ -30,6 +30,7 @@ from .errors import (
     TaskFailed,
     TaskLockedError,
     UnsafeFilesystemError,
+    WorkerCrashedError,
 )
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .queue import Queue
@@ -65,6 +66,7 @@ __all__ = [
     "TaskLockedError",
     "UnsafeFilesystemError",
     "Worker",
+    "WorkerCrashedError",
     "WorkerStats",
     "chain",
     "chord",

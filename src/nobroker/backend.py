@@ -30,13 +30,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .backoff import BackoffPolicy
-from .limits import Limits
+from .errors import NotLeasedError
+from .limits import JobKeys, KeyUse, Limits
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .validation import INT_LIMIT, integer, number
 
 __all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
-           "JobImport", "JobExport", "Transactions", "Dependencies", "Settings",
-           "is_postgres_url", "is_memory_url"]
+           "JobImport", "JobExport", "Transactions", "Dependencies", "Revival", "DormantJob",
+           "Settings", "is_postgres_url", "is_memory_url", "distinct_leases"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
@@ -151,7 +152,10 @@ class Backend(Protocol):
         ...
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]: ...
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
+        """`metas`: each job's metadata from the start ({}: none), or None for none."""
+        ...
 
     # -- consuming
     def lease(self, count: int, visibility_timeout: float) -> list[Job]: ...
@@ -163,6 +167,12 @@ class Backend(Protocol):
         ...
 
     def ack_many(self, jobs: Sequence[Job]) -> None: ...
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        """Ack `jobs` as ack_many does (a stale lease: nothing written, nothing leased)
+        and lease up to `count` ready jobs, as one write where the backend can."""
+        ...
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -192,6 +202,11 @@ class Backend(Protocol):
         """Block until a job may be leasable (True) or `timeout` passes (False); never
         polls faster than the backend must, and never leases. While the queue is
         paused nothing is leasable: it returns at RESUME or at the timeout."""
+        ...
+
+    def limit_use(self) -> list[KeyUse]:
+        """Each rate and concurrency key's use now (limits.key_use); [] for a backend
+        without `capabilities.limits`."""
         ...
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
@@ -286,6 +301,34 @@ class Dependencies(Protocol):
         anything is written. The Jobs in node order."""
         ...
 
+    def wait_modes(self) -> dict[str, str]:
+        """Each waiting job's mode (dependencies.SUCCESS, ANY or FAILURE), by id: what
+        `nobroker migrate` copies with its prerequisites (Job.waiting_for)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DormantJob:
+    """A cancelled dependent that a requeue of its failed prerequisites would revive
+    (nobroker.revivals), as `nobroker migrate` copies it: the job (payload kept),
+    whether its id is a caller's key, its limit keys, what it still waits for, and
+    the dead or cancelled prerequisites that keep it cancelled (never empty)."""
+
+    job: Job
+    keyed: bool
+    keys: JobKeys | None
+    unmet: tuple[str, ...]
+    failed: tuple[str, ...]
+
+
+class Revival(Protocol):
+    """What a backend with `capabilities.revival` also has (`nobroker migrate`)."""
+
+    def export_dormant(self) -> list[DormantJob]:
+        """Every revivable cancelled dependent still kept, in enqueue order; one whose
+        failed prerequisite is gone (never to be requeued) is not revivable."""
+        ...
+
 
 class JobImport(Protocol):
     """What a backend with `capabilities.imports` also has (`nobroker migrate`)."""
@@ -295,6 +338,13 @@ class JobImport(Protocol):
         attempts, errors and times; a dead job arrives dead, a leased one pending.
         `keyed[i]` says whether `jobs[i].id` is a caller's idempotency key. Ids
         already here are skipped: returns the states of the jobs inserted."""
+        ...
+
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        """Insert revivable cancelled dependents copied from another queue (a backend
+        with `capabilities.revival`), kept for result_ttl from now, revived by a
+        requeue here as they would have been there. Ids already here are skipped:
+        returns the ids of those inserted."""
         ...
 
 
@@ -329,3 +379,13 @@ class Transactions(Protocol):
         opened on its own connection); NotLeasedError if the lease is no longer current
         (the caller then rolls the transaction back)."""
         ...
+
+
+def distinct_leases(jobs: Sequence[Job]) -> None:
+    """ack_many's rule on every backend: each job once. A job listed twice is a
+    stale lease the second time (NotLeasedError), found before anything is written."""
+    seen: set[str] = set()
+    for job in jobs:
+        if job.id in seen:
+            raise NotLeasedError(job.id, "it appears twice in one ack_many")
+        seen.add(job.id)

@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from .errors import SerializationError
 
-__all__ = ["dumps", "loads", "encode_payload", "encode_payloads", "metadata", "MAX_DEPTH",
-           "MAX_PAYLOAD_BYTES", "MAX_META_BYTES"]
+__all__ = ["dumps", "loads", "encode_payload", "encode_payloads", "metadata", "metadata_each",
+           "MAX_DEPTH", "MAX_PAYLOAD_BYTES", "MAX_META_BYTES"]
 
 # A payload the writer accepts must stay readable: replay decodes it from whatever
 # stack depth the reader happens to be at, so nesting is capped far below the
@@ -185,3 +185,20 @@ def metadata(value: object) -> dict[str, Any]:
                          f"not {len(text.encode())}")
     copy: dict[str, Any] = loads(text)
     return copy
+
+
+def metadata_each(value: object, count: int) -> list[dict[str, Any]] | None:
+    """The metadata of each of `count` jobs enqueued together: None for none, one mapping
+    for every job, or a sequence of one mapping (or None: none) per job; each checked
+    and copied as `metadata`. TypeError for another type, ValueError for a wrong count."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        text = dumps(metadata(value))
+        return [loads(text) for _ in range(count)]  # each job's own, nested values too
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError("meta must be a mapping, or a sequence of one mapping (or None) "
+                        f"per payload, not {type(value).__name__}")
+    if len(value) != count:
+        raise ValueError(f"meta has {len(value)} items for {count} payloads")
+    return [{} if item is None else metadata(item) for item in value]

@@ -30,6 +30,7 @@ __all__ = [
     "DatabaseError",
     "ConnectionLostError",
     "TaskLockedError",
+    "WorkerCrashedError",
     "Retry",
     "Snooze",
 ]
@@ -171,6 +172,17 @@ class TaskLockedError(NobrokerError):
     def __init__(self, key: str) -> None:
         super().__init__(f"the lock {key!r} is held by another run")
         self.key = key
+
+
+class WorkerCrashedError(NobrokerError):
+    """A Worker's own thread (a slot, the acker, the heartbeat) raised what nothing
+    expected; the worker stopped. The traceback was logged and is chained as
+    `__cause__`; a job that thread held comes back once its lease runs out."""
+
+    def __init__(self, thread: str, reason: str) -> None:
+        super().__init__(f"the worker's thread {thread} failed: {reason}")
+        self.thread = thread
+        self.reason = reason
 
 
 class Retry(Exception):

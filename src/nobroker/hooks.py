@@ -20,8 +20,9 @@ on disk: a worker runs the hooks registered on the Queue objects it works.
 Registering is rare and firing is frequent, so the registry is a dict of
 tuples replaced on each registration: firing reads it without a lock.
 
-A backend reports its reclaims through `report_reclaimed(listener)` (files and
-memory:// have it; on PostgreSQL `dead` fires for nacks only).
+A backend reports its reclaims through `report_reclaimed(listener)` (files,
+memory:// and PostgreSQL have it: a lease that takes an expired lease back on
+its last attempt reports the job, after its write is durable).
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 What it owns: reading a limit (`"100/m"`, `(5, 0.5)`), the `Limits` a Queue
 keeps in its Settings (the queue's rate limit, and what each task declared),
 a job's limit keys computed at enqueue from its payload, the sliding window
-of one rate key (`Window`, the starts a backend's replayed state holds), and
-the `Budget` one lease decision spends.
+of one rate key (`Window`, the starts a backend's replayed state holds), the
+`Budget` one lease decision spends, which groups of keys a lease looks at
+(`Parking`: not those of a full concurrency key), and each key's use now
+(`key_use`, `KeyUse`).
 
 Rules: the configuration is code. Each process declares its limits (its
 `@q.task` options, `Queue(rate_limit=)`) and passes them to every lease
@@ -30,7 +32,7 @@ from . import validation
 from .errors import NobrokerError
 
 __all__ = ["Rate", "parse_rate", "Limits", "JobKeys", "Window", "Budget", "QUEUE_KEY",
-           "family", "require", "require_for_queue"]
+           "family", "require", "require_for_queue", "KeyUse", "key_use", "Parking"]
 
 QUEUE_KEY: Final = ""  # the queue-wide rate limit's window (no declared key is empty)
 _SEPARATOR: Final = "\x00"  # a computed concurrency key: FAMILY + _SEPARATOR + value
@@ -261,3 +263,98 @@ class Budget:
             if rate is not None and window is not None and self._room(key) <= 0:
                 times.append(window.opens_at(rate))
         return max(times)
+
+
+class Parking:
+    """Which pairs of keys a lease looks at: the groups of limited jobs (a backend's
+    index per pair of keys), less those set aside while their concurrency key is full.
+
+    Computed concurrency keys (one per customer, say) can be many, and most of them
+    full: a lease that asked each group would cost O(keys). A group whose key is full
+    (`in_use` at the declared limit) is parked under that key the first time a lease
+    finds it so, and comes back when a holder of the key lets go (`freed`, on an ack,
+    nack, expiry...), or when the limits asked with differ from those it was parked
+    under (another declaration: every group comes back). So a lease reads the groups
+    that may have room, and each parking is paid for by the finishing that undoes it.
+    A cache over the backend's state, never stored: rebuilt empty, it parks again."""
+
+    __slots__ = ("_by_key", "_under", "active")
+
+    def __init__(self) -> None:
+        self.active: dict[JobKeys, None] = {}  # the groups a lease looks at, as a set
+        self._by_key: dict[str, set[JobKeys]] = {}  # concurrency key -> groups parked
+        self._under: dict[str, int] = {}  # the concurrency limits they were parked under
+
+    def add(self, keys: JobKeys) -> None:
+        """A new group (it has jobs now)."""
+        self.active[keys] = None
+
+    def remove(self, keys: JobKeys) -> None:
+        """A group with no job left."""
+        self.active.pop(keys, None)
+        parked = self._by_key.get(keys[1] or "")
+        if parked is not None:
+            parked.discard(keys)
+
+    def asked_under(self, limits: Limits) -> None:
+        """Before a lease or a wait decides under `limits`: parked under others, every
+        group comes back."""
+        if limits.concurrency != self._under:
+            for parked in self._by_key.values():
+                self.active.update(dict.fromkeys(parked))
+            self._by_key.clear()
+            self._under = dict(limits.concurrency)
+
+    def park_if_full(self, keys: JobKeys, limits: Limits, in_use: Mapping[str, int]) -> bool:
+        """Set `keys`' group aside if its concurrency key is full now; whether it was."""
+        key = keys[1]
+        limit = None if key is None else limits.concurrency.get(family(key))
+        if key is None or limit is None or in_use.get(key, 0) < limit:
+            return False
+        del self.active[keys]
+        self._by_key.setdefault(key, set()).add(keys)
+        return True
+
+    def freed(self, key: str) -> None:
+        """A holder of concurrency key `key` let go: its groups come back."""
+        parked = self._by_key.pop(key, None)
+        if parked:
+            self.active.update(dict.fromkeys(parked))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyUse:
+    """One limit key's use now (`Queue.limit_use()`, the dashboard's limits view)."""
+
+    kind: str  # "rate" or "concurrency"
+    key: str  # the rate key ("": the queue's own) or the concurrency key's declared name
+    value: str | None  # a concurrency key computed by a function: its value for these jobs
+    used: int  # rate: starts in the window ending now; concurrency: jobs leased now
+    limit: int | None  # the count or holders at once (None: not declared in this process)
+    period: float | None  # a rate's window, in seconds
+    opens_at: float | None  # a full rate window: when a start is next allowed
+
+
+def key_use(limits: Limits, windows: Mapping[str, Window], in_use: Mapping[str, int],
+            now: float) -> list[KeyUse]:
+    """Each rate key's use (declared here, or with a window in storage: its limit as last
+    recorded) and each concurrency key's (declared, or held now), by kind then key."""
+    uses: list[KeyUse] = []
+    for key in sorted({*limits.rates, *windows}):
+        window = windows.get(key)
+        rate = limits.rates.get(key) or (
+            None if window is None else Rate(window.count, window.period))
+        if rate is None:
+            continue
+        used = 0 if window is None else rate.count - window.room(rate, now)
+        opens = window.opens_at(rate) if window is not None and used >= rate.count else None
+        uses.append(KeyUse("rate", key, None, used, rate.count, rate.period, opens))
+    held = {key: n for key, n in in_use.items() if n > 0}
+    for name in sorted(set(limits.concurrency) - {family(key) for key in held}):
+        uses.append(KeyUse("concurrency", name, None, 0, limits.concurrency[name], None, None))
+    for key in sorted(held):
+        name, _, value = key.partition(_SEPARATOR)
+        uses.append(KeyUse("concurrency", name, value if _SEPARATOR in key else None,
+                           held[key], limits.concurrency.get(name), None, None))
+    uses.sort(key=lambda use: (use.kind != "rate", use.key, use.value or ""))
+    return uses

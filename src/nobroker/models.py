@@ -7,6 +7,7 @@ a live view. To act on a job (ack, nack, extend), pass the Job back; its
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -60,9 +61,11 @@ _new_object: Final = object.__new__
 
 
 def new_pending_jobs(ids: Sequence[str], payloads: Sequence[Any], priority: int,
-                     max_attempts: int, available_at: float, enqueued_at: float) -> list[Job]:
+                     max_attempts: int, available_at: float, enqueued_at: float,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
     """Job(id, payload, priority, 0, max_attempts, PENDING, available_at, enqueued_at,
-    None) for each id and payload, built at about twice the constructor's speed."""
+    None) for each id and payload (and a deep copy of its `metas` item: the caller's
+    stays the backend's), built at about twice the constructor's speed."""
     (set_id, set_payload, set_priority, set_attempts, set_max_attempts, set_state,
      set_available_at, set_enqueued_at, set_last_error, set_token, set_lease_expires_at,
      set_result, set_finished_at, set_waiting_for, set_progress, set_meta) = _JOB_SETTERS
@@ -88,6 +91,9 @@ def new_pending_jobs(ids: Sequence[str], payloads: Sequence[Any], priority: int,
         set_progress(job, None)
         set_meta(job, {})
         append(job)
+    if metas is not None:
+        for job, meta in zip(jobs, metas, strict=True):
+            set_meta(job, copy.deepcopy(meta))
     return jobs
 
 @dataclass(frozen=True, slots=True)

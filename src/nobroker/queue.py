@@ -19,9 +19,10 @@ from typing import Any
 from . import dependencies, limits, transactions, validation
 from .backend import POSTGRES_SCHEMES, Backend, Settings
 from .backoff import BackoffPolicy
-from .codec import encode_payload, encode_payloads, metadata
+from .codec import encode_payload, encode_payloads, metadata, metadata_each
 from .errors import NobrokerError, TaskLockedError
 from .hooks import Hook, Hooks
+from .limits import KeyUse
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .opener import open_backend
 from .results import await_outcome, outcome, result_text
@@ -80,17 +81,13 @@ class Queue:
     def _attach(self, backend: Backend) -> None:
         settings = backend.settings
         self._backend = backend
-        self.name = backend.name
+        self.name, self.capabilities = backend.name, backend.capabilities
         self.directory = backend.location  # the queue's directory, or its database URL
-        self.visibility_timeout = settings.visibility_timeout
-        self.max_attempts = settings.max_attempts
-        self.lock_timeout = settings.lock_timeout
-        self.key_retention = settings.key_retention
-        self.result_ttl = settings.result_ttl
-        self.backoff = settings.backoff
-        self.fsync = settings.fsync
-        self.readonly = settings.readonly
-        self.capabilities = backend.capabilities
+        self.visibility_timeout, self.max_attempts = (settings.visibility_timeout,
+                                                      settings.max_attempts)
+        self.lock_timeout, self.key_retention = settings.lock_timeout, settings.key_retention
+        self.result_ttl, self.backoff = settings.result_ttl, settings.backoff
+        self.fsync, self.readonly = settings.fsync, settings.readonly
         assert settings.clock is not None  # a backend keeps Settings.filled()
         self.clock: Callable[[], float] = settings.clock  # the queue's time, as it records it
         # What opening repaired; None where the backend has no such thing.
@@ -129,17 +126,19 @@ class Queue:
         return job
 
     def enqueue_many(self, payloads: Iterable[Any], *, priority: int = 0, delay: float = 0.0,
-                     max_attempts: int | None = None) -> list[Job]:
-        """Add many jobs in one batch: one write, one fsync, all or none after a crash."""
+                     max_attempts: int | None = None, meta: Any = None) -> list[Job]:
+        """Add many jobs in one batch: one write, one fsync, all or none after a crash.
+        `meta`: one mapping for every job, or one mapping (or None) per payload."""
         transactions.refuse_in_block(self, "enqueue_many")
         items = list(payloads)
         prio, wait, attempts = validation.job_options(
             priority, delay, max_attempts, self.max_attempts)
         texts = encode_payloads(items)
+        metas = metadata_each(meta, len(items))
         if not items:
             return []
         jobs = self._backend.enqueue_many(texts, items, priority=prio, delay=wait,
-                                          max_attempts=attempts)
+                                          max_attempts=attempts, metas=metas)
         if self.hooks is not None:
             self.hooks.fire_each("enqueued", jobs)
         return jobs
@@ -186,6 +185,17 @@ class Queue:
             self._backend.ack_many(jobs)
             if self.hooks is not None:
                 self.hooks.fire_each("succeeded", jobs)
+
+    def ack_many_and_lease(self, jobs: list[Job], count: int, *,
+                           visibility_timeout: float | None = None) -> list[Job]:
+        """`ack_many(jobs)` and `lease(count)` in one batch (one fsync on a directory);
+        if any lease is stale, nothing is acked nor leased (NotLeasedError)."""
+        timeout = self._visibility(visibility_timeout)
+        leased = self._backend.ack_many_and_lease(jobs, validation.integer("count", count, 0),
+                                                  timeout)
+        if self.hooks is not None:
+            self.hooks.fire_each("succeeded", jobs)
+        return leased
 
     def ack_and_lease(self, job: Job, *, result: Any = _MISSING,
                       result_ttl: float | None = None,
@@ -319,6 +329,10 @@ class Queue:
 
     def stats(self) -> QueueStats:
         return self._backend.stats()
+
+    def limit_use(self) -> list[KeyUse]:
+        """Each rate and concurrency key's use now (nobroker.limits.KeyUse); [] if none."""
+        return self._backend.limit_use() if self.capabilities.limits else []
 
     def list_jobs(self, state: JobState | str | None = None, *,
                   limit: int | None = None, offset: int = 0) -> list[Job]:

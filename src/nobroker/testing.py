@@ -114,6 +114,16 @@ def _next_due(queue: Queue) -> float | None:
     return min((job.available_at for job in queue.list_jobs(JobState.PENDING)), default=None)
 
 
+def _window_opening(queue: Queue) -> float | None:
+    """When the first full rate window of `queue` lets a job start again (None: no window
+    is full, or the queue is paused; a concurrency key held elsewhere has no such time)."""
+    if queue.stats().paused:
+        return None
+    now = queue.clock()
+    return min((use.opens_at for use in queue.limit_use()
+                if use.opens_at is not None and use.opens_at > now), default=None)
+
+
 def _worker(queue: Queue, handler: Handler | None = None) -> Worker:
     """A Worker that is never run: its run_here settles jobs in the calling thread."""
     return Worker(queue, handler, handle_signals=False)
@@ -188,7 +198,8 @@ def _lease_this(queue: Queue, worker: Worker, job_id: str) -> Job | None:
 
 def drain(queue: Queue, handler: Handler | None = None) -> list[Job]:
     """Run every job of `queue` in the calling thread until none is left, jumping the
-    queue's time to each delayed job, retry and snooze instead of waiting; returns
+    queue's time to each delayed job, retry and snooze, and past each full rate limit
+    window (to when it lets the next job start), instead of waiting; returns
     the jobs it finished (done or dead), in the order they finished, as `q.get`
     shows them then. Runs the queue's registered tasks, or `handler(job)` for each
     job if given (as `Worker(q, handler)`). Jobs leased by someone else are left to
@@ -203,8 +214,10 @@ def drain(queue: Queue, handler: Handler | None = None) -> list[Job]:
                     finished.append(_as_finished(queue, leased[0]))
                 continue
             due = _next_due(queue)
-            if due is None or due <= queue.clock():
-                return finished  # nothing pending, or nothing leasable: paused
+            if due is not None and due <= queue.clock():
+                due = _window_opening(queue)  # due, yet not leased: a rate limit holds it?
+            if due is None:
+                return finished  # nothing pending, or nothing leasable: paused, or held
             _jump(queue, due)
         raise RuntimeError(f"drain ran {MAX_RUNS} jobs and the queue is not empty yet "
                            f"(a task that enqueues itself for ever?)")

@@ -28,7 +28,9 @@ process sees the commit (the worker's hooks, from "started" on, still fire).
 
 `Task.delay_on_commit` defers its `delay` with the framework's on-commit
 (`use_on_commit`: the nobroker.django app gives Django's), so that the core
-imports no framework; without one it raises NobrokerError.
+imports no framework; without one it raises NobrokerError. A queue whose
+jobs are written in a database of the application's own (a Django backend's
+OPTIONS "database") is given that database's on-commit (`commit_with`).
 
 `atomic_in(queue, opener)` lets atomic tasks run in transactions the
 application opens (Django's `transaction.atomic()`, so the ORM's writes are in
@@ -50,8 +52,8 @@ from .errors import NobrokerError
 from .models import Job
 
 __all__ = ["Opener", "TransactionJob", "active", "after_commit", "announce", "atomic_in",
-           "enqueuer", "opener_of", "raw_connection", "refuse_in_block", "transaction",
-           "transactional", "use_on_commit", "with_connection"]
+           "commit_with", "enqueuer", "opener_of", "raw_connection", "refuse_in_block",
+           "transaction", "transactional", "use_on_commit", "with_connection"]
 
 # The `q.transaction()` blocks this context is in: (queue, psycopg connection, the
 # connection as given: Django's, whose on_commit says when the hook may fire).
@@ -65,7 +67,10 @@ _OPENERS: weakref.WeakKeyDictionary[object, Opener] = weakref.WeakKeyDictionary(
 
 # What runs a function when the application's transaction commits (Task.delay_on_commit):
 # Django's transaction.on_commit, set by the nobroker.django app; empty elsewhere.
-_ON_COMMIT: list[Callable[[Callable[[], object]], object]] = []
+OnCommit: TypeAlias = Callable[[Callable[[], object]], object]
+_ON_COMMIT: list[OnCommit] = []
+# ... and per queue, where its jobs live in one database of the application's: that one's.
+_QUEUE_ON_COMMIT: weakref.WeakKeyDictionary[object, OnCommit] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,16 +195,31 @@ def opener_of(queue: object) -> Opener | None:
     return _OPENERS.get(queue)
 
 
-def use_on_commit(on_commit: Callable[[Callable[[], object]], object] | None) -> None:
+def use_on_commit(on_commit: OnCommit | None) -> None:
     """What `after_commit` defers to: a framework's on-commit (Django's), or none."""
     _ON_COMMIT[:] = [] if on_commit is None else [on_commit]
 
 
-def after_commit(what: str, fn: Callable[[], object]) -> None:
+def commit_with(queue: object, on_commit: OnCommit | None) -> None:
+    """What `after_commit` defers to for `queue`: the on-commit of the application's
+    database its jobs live in (Django's for OPTIONS "database"), or the framework's
+    again (None)."""
+    if on_commit is None:
+        _QUEUE_ON_COMMIT.pop(queue, None)
+    else:
+        _QUEUE_ON_COMMIT[queue] = on_commit
+
+
+def after_commit(what: str, fn: Callable[[], object], queue: object = None) -> None:
     """Call `fn` when the application's transaction commits (never if it rolls back),
-    through the framework's on-commit; NobrokerError naming `what` without one."""
-    if not _ON_COMMIT:
-        raise NobrokerError(f"{what} needs a framework that says when a transaction "
-                            f"commits: add 'nobroker.django' to INSTALLED_APPS (on "
-                            f"PostgreSQL without Django, enqueue inside q.transaction(conn))")
-    _ON_COMMIT[0](fn)
+    through `queue`'s on-commit (commit_with) or else the framework's; NobrokerError
+    naming `what` without one."""
+    on_commit = None if queue is None else _QUEUE_ON_COMMIT.get(queue)
+    if on_commit is None:
+        if not _ON_COMMIT:
+            raise NobrokerError(
+                f"{what} needs a framework that says when a transaction commits: add "
+                f"'nobroker.django' to INSTALLED_APPS (on PostgreSQL without Django, "
+                f"enqueue inside q.transaction(conn))")
+        on_commit = _ON_COMMIT[0]
+    on_commit(fn)

@@ -2,8 +2,17 @@
 
 What it copies: every job the source holds -- pending, leased (arriving
 pending: its holder's lease does not move with it) and dead -- with its id,
-payload, priority, attempts, max_attempts, last error and times. What it
-does not: finished jobs and the keys they leave behind, and the acks count.
+payload, priority, attempts, max_attempts, last error and times; and the jobs
+waiting for prerequisites, after those, with what they still wait for and
+their mode (Dependencies.wait_modes), all in one enqueue_graph write, each
+under its id as a keyed enqueue: so a chord half done on the source still
+waits on the target for the members left, and runs after them. A waiting job
+whose prerequisite the target does not hold (nor copies) is counted as not
+copied. What it does not copy: finished jobs and the keys they leave behind
+and the acks count; but a cancelled dependent that a requeue of its failed
+prerequisite would revive (Revival.export_dormant) is copied as such into a
+target that imports and revives (PostgreSQL, memory://), so that the requeue
+there revives it: counted as copied "cancelled".
 
 Idempotent: a job whose id the target already holds is skipped, so a second
 run copies nothing twice; the counts say what happened. Run it with the
@@ -20,11 +29,21 @@ counted as not copied.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
-from .backend import Backend, JobExport, JobImport, Settings
+from .backend import (
+    Backend,
+    Dependencies,
+    DormantJob,
+    GraphNode,
+    JobExport,
+    JobImport,
+    Revival,
+    Settings,
+)
 from .codec import encode_payload
+from .dependencies import SUCCESS, checked_nodes
 from .errors import JobNotFoundError
 from .models import Job, JobState
 from .opener import open_backend
@@ -55,12 +74,14 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
         keyed_jobs = (cast(JobExport, reader).export_jobs() if reader.capabilities.exports
                       else None)
         jobs = reader.list_jobs(None, None) if keyed_jobs is None else []
+        waiting = [job for job in (jobs if keyed_jobs is None
+                                   else (job for job, _ in keyed_jobs))
+                   if job.state is JobState.WAITING]
+        modes = cast(Dependencies, reader).wait_modes() if waiting else {}
+        dormant = (cast(Revival, reader).export_dormant() if reader.capabilities.revival
+                   else [])
     finally:
         reader.close()
-    # A waiting job would arrive without what it waits for and run too early: it
-    # is not copied (a migration is for a queue whose workflows have drained).
-    waiting = sum(1 for job in jobs if job.state is JobState.WAITING) + sum(
-        1 for job, _ in keyed_jobs or () if job.state is JobState.WAITING)
     jobs = [job for job in jobs if job.state is not JobState.WAITING]
     if keyed_jobs is not None:
         keyed_jobs = [(job, keyed) for job, keyed in keyed_jobs
@@ -72,10 +93,12 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
         else:
             report = _enqueued(writer, jobs if keyed_jobs is None
                                else [job for job, _ in keyed_jobs])
+        if waiting:
+            report = _waiting(writer, waiting, modes, report)
+        if dormant:
+            report = _dormant(writer, dormant, report)
     finally:
         writer.close()
-    if waiting:
-        report.not_copied["waiting"] = waiting
     return report
 
 
@@ -100,14 +123,69 @@ def _enqueued(target: Backend, jobs: list[Job]) -> TransferReport:
         if job.state is JobState.DEAD:
             dead += 1
             continue
-        try:
-            target.get(job.id)
+        if _holds(target, job.id):
             skipped += 1
             continue
-        except JobNotFoundError:
-            pass
         target.enqueue(encode_payload(job.payload), job.payload, job_id=job.id,
                        priority=job.priority, max_attempts=job.max_attempts,
                        delay=max(0.0, job.available_at - target.settings.clock()))
         copied["pending"] = copied.get("pending", 0) + 1
     return TransferReport(copied, skipped, {"dead": dead} if dead else {})
+
+
+def _waiting(target: Backend, waiting: list[Job], modes: dict[str, str],
+             report: TransferReport) -> TransferReport:
+    """`report` and the waiting jobs, enqueued with their prerequisites and modes in one
+    graph, prerequisites first; those the target holds already skipped."""
+    if not target.capabilities.dependencies:
+        return replace(report, not_copied={**report.not_copied, "waiting": len(waiting)})
+    skipped = {job.id for job in waiting if _holds(target, job.id)}
+    left = [job for job in waiting if job.id not in skipped]
+    left_ids = {job.id for job in left}
+    index: dict[str, int] = {}
+    nodes: list[GraphNode] = []
+    assert target.settings.clock is not None  # a backend keeps Settings.filled()
+    now = target.settings.clock()
+    for job in left:  # in enqueue order: a job's prerequisites come before it
+        if not all(p in index or (p not in left_ids and _holds(target, p))
+                   for p in job.waiting_for):
+            continue  # it waits for a job the target will not hold
+        index[job.id] = len(nodes)
+        nodes.append(GraphNode(job.payload, tuple(index.get(p, p) for p in job.waiting_for),
+                               modes.get(job.id, SUCCESS), job.priority,
+                               max(0.0, job.available_at - now), job.max_attempts, job.id))
+    copied = dict(report.copied)
+    if nodes:
+        texts = [encode_payload(node.payload) for node in nodes]
+        for job in cast(Dependencies, target).enqueue_graph(texts, checked_nodes(nodes)):
+            copied[str(job.state)] = copied.get(str(job.state), 0) + 1
+    lost = len(waiting) - len(skipped) - len(nodes)
+    return replace(report, copied=copied, skipped=report.skipped + len(skipped),
+                   not_copied={**report.not_copied, "waiting": lost} if lost
+                   else report.not_copied)
+
+
+def _dormant(target: Backend, dormant: list[DormantJob],
+             report: TransferReport) -> TransferReport:
+    """`report` and the revivable cancelled dependents, copied as such into a target
+    that imports them and revives (counted as copied "cancelled"); one whose
+    prerequisites the target does not hold is not copied (it would wait for nothing)."""
+    if not (target.capabilities.imports and target.capabilities.revival):
+        return replace(report, not_copied={**report.not_copied, "cancelled": len(dormant)})
+    ids = {copy.job.id for copy in dormant}
+    whole = [copy for copy in dormant
+             if all(p in ids or _holds(target, p) for p in (*copy.unmet, *copy.failed))]
+    added = cast(JobImport, target).import_dormant(whole)
+    lost = len(dormant) - len(whole)
+    return replace(report, copied={**report.copied, "cancelled": len(added)} if added
+                   else report.copied, skipped=report.skipped + len(whole) - len(added),
+                   not_copied={**report.not_copied, "cancelled": lost} if lost
+                   else report.not_copied)
+
+
+def _holds(target: Backend, job_id: str) -> bool:
+    try:
+        target.get(job_id)
+    except JobNotFoundError:
+        return False
+    return True

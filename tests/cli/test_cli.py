@@ -256,13 +256,17 @@ class ModuleCliTest(CliCase):
         self.assertIn("clean", self.ok("recover"))
         self.assertEqual(self.counts()["pending"], 1)
 
-    def test_work_runs_a_handler_from_the_current_directory(self) -> None:
+    def recording_handler(self) -> None:
+        """tasks:handle, which appends each job's payload to done.txt."""
         self.handler_module("""\
             import json
             def handle(job):
                 with open("done.txt", "a") as f:
                     f.write(json.dumps(job.payload) + "\\n")
             """)
+
+    def test_work_runs_a_handler_from_the_current_directory(self) -> None:
+        self.recording_handler()
         for n in range(3):
             self.enqueue({"n": n})
         result = self.nb("work", "tasks:handle", "--max-jobs", "3", "--concurrency", "2")
@@ -271,6 +275,20 @@ class ModuleCliTest(CliCase):
         self.assertEqual(sorted(json.loads(line)["n"] for line in lines), [0, 1, 2])
         self.assertEqual((self.counts()["done"], self.counts()["total"]), (3, 0))
         self.assertIn("3 succeeded", result.stderr)  # the worker logs to stderr
+
+    def test_work_prefetch_acks_in_batches_and_is_checked(self) -> None:
+        self.recording_handler()
+        for n in range(6):
+            self.enqueue({"n": n})
+        result = self.nb("work", "tasks:handle", "--prefetch", "4", "--concurrency", "2",
+                         "--max-jobs", "6")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("concurrency 2, prefetch 4,", result.stderr)
+        lines = (self.home / "done.txt").read_text().splitlines()
+        self.assertEqual(sorted(json.loads(line)["n"] for line in lines), list(range(6)))
+        self.assertEqual((self.counts()["done"], self.counts()["total"]), (6, 0))
+        self.assertIn("6 succeeded", result.stderr)
+        self.fails(2, "work", "tasks:handle", "--prefetch", "-1", mentions="--prefetch")
 
     def test_a_failing_job_goes_to_the_dlq_and_can_be_requeued(self) -> None:
         self.handler_module("""\

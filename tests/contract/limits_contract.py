@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.support import FakeClock
 
-from nobroker import BackoffPolicy, JobState, NobrokerError, Queue
+from nobroker import BackoffPolicy, JobState, NobrokerError, Queue, group
 
 
 def noop(*args: Any, **kwargs: Any) -> None:
@@ -207,3 +207,119 @@ class LimitsContract:
         task.delay(2)
         other, _ = self.clocked()  # another Queue object: no task declared on it
         self.t.assertEqual(len(other.lease(5)), 2)
+
+    # -- jobs with prerequisites keep their limit keys while they wait ---------
+
+    def test_a_dependent_of_a_limited_task_waits_unleased_and_is_limited_once_released(
+            self) -> None:
+        q, _ = self.limited()
+        self.needs(q, "dependencies")
+        task = q.task(name="t", concurrency=1)(noop)
+        a = q.enqueue("a")
+        dependent = task.apply_async([2], depends_on=[a.id], priority=9)
+        first = task.delay(1)
+        q.compact()  # files: the waiting job's keys go into the snapshot with it
+        leased = q.lease(5)
+        self.t.assertEqual({j.id for j in leased}, {a.id, first.id},
+                           "a waiting job is never a candidate, whatever its priority")
+        q.ack(next(j for j in leased if j.id == a.id))
+        self.t.assertEqual(q.get(dependent.id).state, JobState.PENDING)
+        self.t.assertEqual(q.lease(5), [], "first holds its key: the dependent has it too")
+        q.ack(next(j for j in leased if j.id == first.id))
+        self.t.assertEqual([j.id for j in q.lease(5)], [dependent.id])
+
+    def test_a_group_of_a_limited_task_is_limited(self) -> None:
+        q, _ = self.limited()
+        self.needs(q, "dependencies")
+        task = q.task(name="t", concurrency=1)(noop)
+        group(task.s(n) for n in range(3)).delay()
+        self.t.assertEqual(len(q.lease(10)), 1)
+    def test_limit_use_shows_each_keys_current_use_and_limit(self) -> None:
+        q, clock = self.limited(rate_limit="10/m")
+        rated = q.task(name="rated", rate_limit=(2, 10.0))(noop)
+        capped = q.task(name="capped", concurrency=2,
+                        concurrency_key=lambda customer: customer)(noop)
+        q.task(name="idle", concurrency=3)(noop)
+        start = clock.now
+        self.t.assertEqual(
+            [(u.kind, u.key, u.value, u.used, u.limit, u.period, u.opens_at)
+             for u in q.limit_use()],
+            [("rate", "", None, 0, 10, 60.0, None), ("rate", "rated", None, 0, 2, 10.0, None),
+             ("concurrency", "capped", None, 0, 2, None, None),
+             ("concurrency", "idle", None, 0, 3, None, None)])
+        for n in range(3):
+            rated.delay(n)
+        capped.delay("acme")
+        capped.delay("acme")
+        capped.delay("zeta")
+        self.t.assertEqual(len(q.lease(10)), 5)  # rated: 2 of 3; capped: all three
+        clock.advance(1.0)
+        self.t.assertEqual(
+            [(u.kind, u.key, u.value, u.used, u.limit, u.period, u.opens_at)
+             for u in q.limit_use()],
+            [("rate", "", None, 5, 10, 60.0, None),
+             ("rate", "rated", None, 2, 2, 10.0, start + 10.0),
+             ("concurrency", "capped", "acme", 2, 2, None, None),
+             ("concurrency", "capped", "zeta", 1, 2, None, None),
+             ("concurrency", "idle", None, 0, 3, None, None)])
+        clock.advance(10.0)  # the window slid past both starts
+        use = {(u.kind, u.key, u.value): u for u in q.limit_use()}
+        self.t.assertEqual((use["rate", "rated", None].used, use["rate", "rated", None].opens_at),
+                           (0, None))
+        other, _ = self.clocked()  # declares nothing: sees the stored windows and holders
+        seen = {(u.kind, u.key, u.value): (u.used, u.limit) for u in other.limit_use()}
+        self.t.assertEqual(seen.get(("concurrency", "capped", "acme")), (2, None))
+        if other.capabilities.local or other.capabilities.in_process:  # not PostgreSQL's
+            self.t.assertEqual(seen.get(("rate", "", None)), (5, 10), "the recorded limit")
+
+    def test_a_lease_past_10000_full_concurrency_keys_reads_a_bounded_number(self) -> None:
+        """Many per-customer keys, each at its limit: once a lease has found them full,
+        the next ones ask about a bounded number of keys (a count of Budget.allows,
+        not a time), until a holder of a key lets go. Files and memory:// (PostgreSQL
+        passes the full keys to its candidates query)."""
+        q, _ = self.limited(visibility_timeout=600)
+        if not (q.capabilities.local or q.capabilities.in_process):
+            self.t.skipTest("PostgreSQL's limited lease sends the full keys to the server")
+        task = q.task(name="t", concurrency=1, concurrency_key=lambda customer: customer)(noop)
+        customers = 10_000
+        q.enqueue_many([{"task": "t", "args": [f"c{n}"], "kwargs": {}}
+                        for n in range(customers) for _ in range(2)])
+        held = q.lease(customers)
+        self.t.assertEqual(len({job.payload["args"][0] for job in held}), customers)
+        self.t.assertEqual(q.lease(5), [])  # finds every key full: sets them aside
+        asked = _counting_allows()
+        with asked:
+            self.t.assertEqual(q.lease(5), [])
+            self.t.assertEqual(q.wait(0), False)
+            fresh = task.delay("new customer")
+            self.t.assertEqual([job.id for job in q.lease(5)], [fresh.id])
+            q.ack(held[0])  # a holder lets go: its key's next job comes back
+            again = q.lease(5)
+            self.t.assertEqual([job.payload["args"][0] for job in again],
+                               [held[0].payload["args"][0]])
+        self.t.assertLess(asked.calls, 100, "a lease read the full keys one by one")
+
+
+class _counting_allows:
+    """Counts Budget.allows calls while entered (every backend's lease asks it once
+    per group of keys it considers)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __enter__(self) -> None:
+        from nobroker.limits import Budget
+
+        original = Budget.allows
+
+        def counted(budget: Budget, keys: Any) -> bool:
+            self.calls += 1
+            return original(budget, keys)
+
+        self._original = original
+        Budget.allows = counted  # type: ignore[method-assign]
+
+    def __exit__(self, *exc: object) -> None:
+        from nobroker.limits import Budget
+
+        Budget.allows = self._original  # type: ignore[method-assign]

@@ -184,6 +184,45 @@ class ProgressContract:
         t.assertEqual((keyed.meta, again.meta), ({"first": True}, {"first": True}))
         t.assertEqual(q.enqueue("plain").meta, {})
 
+    def test_enqueue_many_gives_metadata_to_every_job_or_to_each(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked()
+        shared = {"batch": "b-1", "nested": {"n": [1]}}
+        same = q.enqueue_many(["a", "b"], meta=shared)
+        shared["nested"]["n"].append(2)  # a copy was taken
+        t.assertEqual([job.meta for job in same], [{"batch": "b-1", "nested": {"n": [1]}},
+                                                   {"batch": "b-1", "nested": {"n": [1]}}])
+        same[0].meta["nested"]["n"].append(3)  # each Job has its own, apart from storage
+        t.assertEqual(same[1].meta["nested"], {"n": [1]})
+        each = q.enqueue_many(["c", "d", "e"], meta=[{"i": 0}, None, {"i": 2}])
+        t.assertEqual([job.meta for job in each], [{"i": 0}, {}, {"i": 2}])
+        plain = q.enqueue_many(["f"])
+        t.assertEqual(plain[0].meta, {})
+        stored = {job.payload: job.meta for job in q.list_jobs()}
+        t.assertEqual(stored, {"a": {"batch": "b-1", "nested": {"n": [1]}},
+                               "b": {"batch": "b-1", "nested": {"n": [1]}},
+                               "c": {"i": 0}, "d": {}, "e": {"i": 2}, "f": {}})
+        with self.make_queue(readonly=True) as other:
+            t.assertEqual(other.get(each[2].id).meta, {"i": 2})
+        leased = q.lease(6, visibility_timeout=30)
+        t.assertEqual({job.payload: job.meta for job in leased}, stored, "the worker sees it")
+        running = RunningJob(next(j for j in leased if j.payload == "c"), q.backend,
+                             clock=clock)
+        running.set_meta({"step": 1})
+        t.assertEqual(q.get(each[0].id).meta, {"i": 0, "step": 1}, "merged into it")
+
+    def test_enqueue_many_refuses_bad_metadata_and_writes_nothing(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, _ = self.clocked()
+        for bad, error in (([{"i": 0}], ValueError),  # one item for two payloads
+                           ("text", TypeError), (5, TypeError), ([{1: "x"}, None], TypeError),
+                           ([None, {"x": float("nan")}], SerializationError),
+                           ({"x": "y" * 20000}, ValueError)):
+            with t.subTest(meta=bad), t.assertRaises(error):
+                q.enqueue_many(["a", "b"], meta=bad)
+        t.assertEqual(q.stats().total, 0)
+        t.assertEqual(q.enqueue_many([], meta=[]), [])
+
     def test_bad_metadata_at_enqueue_is_refused_and_writes_nothing(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q, _ = self.clocked()

@@ -268,6 +268,39 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
         t.assertEqual([j.id for j in q.dlq()], [job.id])
         t.assertEqual(q.stats().dead, 1)
 
+    def test_a_lease_that_reclaims_a_last_attempt_fires_dead_there_once(self) -> None:
+        """`dead` for an expired lease on its last attempt: on the Queue object whose
+        lease (an ack-and-lease, a purge) took it back, once, with the job as it died."""
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(visibility_timeout=10, max_attempts=1)
+        other = self.queue(clock=clock, visibility_timeout=10)  # as another process's
+        seen: list[tuple[str, str, JobState, str | None]] = []
+        for name, handle in (("q", q), ("other", other)):
+            handle.on("dead", lambda job, name=name: seen.append(
+                (name, job.id, job.state, job.last_error)))
+
+        def died(name: str, *jobs: Job) -> list[tuple[str, str, JobState, str | None]]:
+            return [(name, job.id, JobState.DEAD, "lease expired (attempt 1)") for job in jobs]
+
+        first, second, third = (q.enqueue(n) for n in ("first", "second", "third"))
+        q.lease(2)  # their holder dies: no ack
+        clock.advance(10)
+        t.assertEqual([job.id for job in other.lease()], [third.id])  # reclaims, then leases
+        t.assertEqual(sorted(seen), sorted(died("other", first, second)))
+        fourth, fifth = q.enqueue("fourth"), q.enqueue("fifth")
+        held = q.lease_one(visibility_timeout=100)
+        assert held is not None and held.id == fourth.id
+        clock.advance(10)  # the third's lease ran out
+        nxt = q.ack_and_lease(held)
+        t.assertEqual(nxt and nxt.id, fifth.id)
+        t.assertEqual(seen[2:], died("q", third))
+        clock.advance(10)  # the fifth's too
+        other.purge()
+        t.assertEqual(seen[3:], died("other", fifth))
+        clock.advance(10)
+        t.assertEqual((q.lease(), other.lease(), len(seen)), ([], [], 4), "once")
+        t.assertEqual(q.stats().dead, 4)
+
     # -- nack and backoff -----------------------------------------------------
 
     def test_nack_retries_after_the_backoff_delay_then_dead_letters(self) -> None:
@@ -646,6 +679,35 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
             t.assertRaises(NotLeasedError, q.ack_and_lease, first)
         t.assertEqual(q.stats().pending, 1)
 
+    def test_ack_many_and_lease_acks_every_job_and_leases_the_next_ones(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(["a", "b", "c", "d", "e"])
+        first = q.lease(2)
+        following = q.ack_many_and_lease(first, 2)
+        t.assertEqual([j.payload for j in following], ["c", "d"])
+        t.assertTrue(all(j.state is JobState.LEASED and j.token for j in following))
+        t.assertEqual((q.stats().done, q.stats().leased, q.stats().pending), (2, 2, 1))
+        last = q.ack_many_and_lease(following, 5)  # fewer ready than asked for
+        t.assertEqual([j.payload for j in last], ["e"])
+        t.assertEqual(q.ack_many_and_lease(last, 0), [])
+        t.assertEqual(q.ack_many_and_lease([], 1), [])
+        t.assertEqual((q.stats().done, q.stats().total), (5, 0))
+
+    def test_ack_many_and_lease_with_a_stale_token_neither_acks_nor_leases(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue()
+        q.enqueue_many(range(4))
+        a, b = q.lease(2)
+        q.ack(b)
+        with self.assertWritesNothing(q):
+            with t.assertRaises(NotLeasedError) as caught:
+                q.ack_many_and_lease([a, b], 2)
+            t.assertRaises(NotLeasedError, q.ack_many_and_lease, [a, a], 2)
+        t.assertEqual(caught.exception.job_id, b.id)
+        t.assertEqual((q.stats().leased, q.stats().pending), (1, 2))
+        t.assertRaises(ValueError, q.ack_many_and_lease, [a], -1)
+
     # -- views ----------------------------------------------------------------
 
     def test_list_jobs_is_in_enqueue_order_filtered_by_state_and_limited(self) -> None:
@@ -943,6 +1005,27 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
             t.assertRaises(JobNotFoundError, q.get, done.id)
             t.assertRaises(JobNotFoundError, q.result, done.id)
             t.assertRaises(JobNotFoundError, q.get, cancelled.id)
+
+    def test_a_result_acked_with_result_ttl_0_is_not_kept_even_for_a_keyed_job(self) -> None:
+        # A keyed job's id outlives its ack for key_retention (so a second enqueue of the
+        # key writes nothing); its result must not: result_ttl=0 keeps none to return.
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q = self.queue(key_retention=100)
+        keyed = q.enqueue("x", job_id="order-0")
+        plain = q.enqueue("y")
+        for job in (q.lease_one(), q.lease_one()):
+            assert job is not None
+            q.ack(job, result={"total": 3}, result_ttl=0)
+        t.assertIsNone(q.result(keyed.id))  # done, remembered by its key, no result
+        t.assertIs(q.get(keyed.id).state, JobState.DONE)
+        t.assertIsNone(q.get(keyed.id).result)
+        t.assertEqual(q.enqueue("x", job_id="order-0").state, JobState.DONE)  # remembered
+        t.assertRaises(JobNotFoundError, q.result, plain.id)
+        again = q.enqueue("z", job_id="order-1")
+        leased = q.lease_one()
+        assert leased is not None and leased.id == again.id
+        t.assertIsNone(q.ack_and_lease(leased, result="r", result_ttl=0))
+        t.assertIsNone(q.result(again.id))
 
     def test_result_waits_with_a_timeout_and_names_a_dead_job_s_error(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]

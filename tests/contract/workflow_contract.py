@@ -227,6 +227,29 @@ class WorkflowContract:
         self.drain(q)
         t.assertEqual((result.get(timeout=5), len(tries)), (9, 2))
 
+    def test_a_requeue_of_a_dead_member_resumes_the_chord_and_the_chain_after_it(self
+                                                                                ) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, tasks = self.workflow_queue()
+        self.needs(q, "revival")
+        first_time = [True]
+
+        @q.task(name="once", max_attempts=1)
+        def once(x: int) -> int:
+            if first_time:
+                first_time.pop()
+                raise ValueError("not this time")
+            return x
+
+        result = chord([tasks.add.s(1, 1), once.s(5)], tasks.tsum.s() | tasks.add.s(100)).delay()
+        self.drain(q)
+        with t.assertRaises(TaskFailed):
+            result.get(timeout=5)
+        t.assertEqual(q.requeue_dead(), 1)  # the callback and the step after it wait again
+        self.drain(q)
+        t.assertEqual(result.get(timeout=5), 107)
+        t.assertEqual(tasks.ran.count("tsum"), 1)
+
     # -- nesting --------------------------------------------------------------
 
     def test_signatures_nest_as_in_celery(self) -> None:

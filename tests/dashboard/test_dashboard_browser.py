@@ -31,7 +31,7 @@ import unittest
 import urllib.request
 from typing import Any
 
-from harness.support import REPO, SRC, TempDirTestCase, tree_digest
+from harness.support import REPO, SRC, TempDirTestCase, seed_limited_queue, tree_digest
 
 from nobroker import Queue
 from nobroker.dashboard import Dashboard
@@ -275,6 +275,24 @@ class DashboardBrowserTest(TempDirTestCase):
                          ["ENQUEUE", "LEASE", "NACK"])
         self.shot("xss-as-text")
         self.assertEqual(self.problems, [])
+
+    def test_the_limits_view_shows_each_keys_use_and_marks_a_full_one(self) -> None:
+        seed_limited_queue(self.qdir, XSS)
+        self.page.goto(f"{self.base}/q/limited")
+        self.page.wait_for_selector("#limits tr[data-limit]", timeout=WAIT_MS)
+        rated_row = self.page.locator("#limits tr[data-limit='rate:rated']")
+        self.assertEqual(rated_row.locator("td[data-use]").inner_text(), "2 / 2")
+        self.assertEqual(rated_row.get_attribute("class"), "full")
+        self.assertIn("next start", rated_row.inner_text())
+        capped_row = self.page.locator("#limits tr[data-limit^='concurrency:capped']")
+        self.assertEqual(capped_row.locator("td[data-use]").inner_text(), "1 / \u2013")
+        self.assertIn(f"capped = {XSS}", capped_row.inner_text(), "the key shown as text")
+        self.assertIsNone(self.page.evaluate("window.__xss"))
+        self.shot("limits")
+        self.page.goto(f"{self.base}/q/default")  # a queue without limits: no view
+        self.page.wait_for_selector("#cards [data-count=dead]", timeout=WAIT_MS)
+        self.assertEqual(self.page.locator("#limits *").count(), 0)
+        self.assertEqual((self.problems, self.dialogs), ([], []))
 
     def test_metrics_parse_with_prometheus_clients_parser(self) -> None:
         from prometheus_client.parser import text_string_to_metric_families

@@ -23,7 +23,14 @@ import unittest
 import urllib.parse
 from typing import Any, ClassVar
 
-from harness.support import REPO, SRC, TempDirTestCase, tree_digest, wait_until
+from harness.support import (
+    REPO,
+    SRC,
+    TempDirTestCase,
+    seed_limited_queue,
+    tree_digest,
+    wait_until,
+)
 
 from nobroker import Queue, chain, chord
 from nobroker.dashboard import Dashboard
@@ -433,6 +440,39 @@ class ProgressAndWaitingTest(WebCase):
         self.assertIn('const STATES = ["", "pending", "leased", "waiting", "dead"];', script)
         self.assertIn("function followJob(", script)  # the job page re-reads an unfinished job
         self.assertIn('el("pre", {id: "meta"}', script)
+
+
+class LimitsViewTest(WebCase):
+    """The limits view: each rate and concurrency key's use / limit in a queue's summary
+    (the queue page and the event stream), read by a dashboard that declares nothing."""
+
+    def seed(self) -> None:
+        super().seed()
+        self.held_at = seed_limited_queue(self.qdir, XSS)
+
+    def test_a_queue_summary_lists_each_keys_use_and_its_recorded_limit(self) -> None:
+        limits = self.get("/api/queues/limited").json()["limits"]
+        by_key = {(u["kind"], u["key"], u["value"]): u for u in limits}
+        self.assertEqual(set(by_key), {("rate", "", None), ("rate", "rated", None),
+                                       ("concurrency", "capped", XSS)})
+        queue_rate, rated = by_key["rate", "", None], by_key["rate", "rated", None]
+        self.assertEqual((queue_rate["used"], queue_rate["limit"], queue_rate["period"],
+                          queue_rate["opens_at"]), (3, 100, 60.0, None))
+        self.assertEqual((rated["used"], rated["limit"], rated["period"]), (2, 2, 3600.0))
+        self.assertAlmostEqual(rated["opens_at"], self.held_at + 3600.0, delta=60.0)
+        capped = by_key["concurrency", "capped", XSS]
+        self.assertEqual((capped["used"], capped["limit"]), (1, None),
+                         "a concurrency limit lives in the code that declared it")
+        self.assertEqual(self.get("/api/queues/emails").json()["limits"], [])
+        self.assertNotIn(b"<script>", self.get("/api/queues/limited").body)
+        overview = {q["name"]: q for q in self.get("/api/overview").json()["queues"]}
+        self.assertEqual(overview["limited"]["limits"], limits)
+
+    def test_the_page_draws_the_limits_view(self) -> None:
+        script = (STATIC / "app.js").read_text("utf-8")
+        self.assertIn("function drawLimits(", script)
+        self.assertIn("drawLimits(summary.limits || [])", script)
+        self.assertIn('"in use / limit"', script)
 
 
 class MetricsTest(WebCase):

@@ -41,7 +41,7 @@ SCENARIOS = [name for name in explorer.WORKLOADS if name != "mixed50"]
 # (no directory fsync) differs from ext4ish.
 DIRECTORY_SCENARIOS = {"first_enqueue", "compaction", "keyed_compaction", "big_compaction",
                        "two_handles", "fsync_fails_reopen", "fsync_false", "checkpoints",
-                       "results_compaction", "cancel_pause", "shared_fsync_compaction",
+                       "results_compaction", "cancel_pause",
                        "racing_compactions", "checkpoint_after_switch", "progress"}
 
 

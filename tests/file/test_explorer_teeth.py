@@ -32,11 +32,9 @@ The planted bugs:
 - no generation re-check under the lock (following.refresh reads forward in its
   own generation only): a handle that missed a peer's compaction appends to
   the unlinked old generation and its returned ack is lost (I2/I3/I4);
-- NAME.sync's `durable` published before the fdatasync it speaks of
-  (SharedSync.flush): a peer that dies in that fdatasync leaves a claim that
-  lets another call return unsynced, and a crash loses it (I2/I3);
-- a claim that skips the fdatasync whenever a peer ever published (the skip
-  made unconditional): a returned call nobody synced is lost (I2/I3).
+- a group commit that counts a call's records durable without an fdatasync
+  that began after they were written (GroupCommit.sync_to): a returned call
+  nobody synced is lost (I2/I3).
 """
 
 from __future__ import annotations
@@ -61,8 +59,8 @@ import nobroker.file.log.tail
 from nobroker.file import following
 from nobroker.file.disk.fs import FileSystem
 from nobroker.file.handleapi import HandleAPI
+from nobroker.file.log.groupcommit import GroupCommit
 from nobroker.file.log.logfile import LogFile
-from nobroker.file.log.syncfile import DURABLE, SLOT, SharedSync
 from nobroker.file.log.tail import decode_payload
 
 
@@ -265,37 +263,21 @@ class GenerationTest(TeethTestCase):
         self.assertIn("h1.ack", violation.message)
 
 
-class SharedSyncTest(TeethTestCase):
-    def test_publishing_durable_before_the_fdatasync_lets_a_peer_return_unsynced(self
-                                                                                 ) -> None:
-        def publish_first(self: SharedSync, log: Any, need: int, own: int,
-                          fdatasync: Callable[[], None]) -> int:
-            self.fs.lock(self.fd)
-            try:
-                written, durable = self._read(log)
-                if durable is not None and durable >= need:
-                    return durable
-                reached = max(own, written or 0, durable or 0)
-                # The planted bug: the claim is published before the fdatasync returned.
-                self.fs.write_all(self.fd, self._encode(DURABLE, log, reached), DURABLE * SLOT)
-                fdatasync()
-                return reached
-            finally:
-                self.fs.unlock(self.fd)
+class GroupCommitTest(TeethTestCase):
+    def test_a_group_commit_that_trusts_the_fdatasync_in_flight_loses_a_returned_call(
+            self) -> None:
+        correct = GroupCommit.sync_to
 
-        with mock.patch.object(SharedSync, "flush", publish_first):
-            report = self.explore("shared_fsync_peer_dies", ("process", "ext4ish"), rot=False)
-        violation = caught(report, {"I2", "I3"}, "LogFile.append")
-        self.assertIn("publish_first", str(violation))
+        def trusts_the_running_one(self: GroupCommit, log: Any, offset: int) -> bool:
+            # The planted bug: a thread whose records were written after another
+            # thread's (or handle's) fdatasync began takes that one as covering them.
+            self._durable = max(self._durable, offset)
+            return correct(self, log, offset)
 
-    def test_a_claim_that_always_skips_the_fdatasync_loses_a_returned_call(self) -> None:
-        def always_covered(self: SharedSync, log: Any, need: int, own: int,
-                           fdatasync: Callable[[], None]) -> int:
-            return need  # the planted bug: the skip made unconditional
-
-        with mock.patch.object(SharedSync, "flush", always_covered):
-            report = self.explore("shared_fsync", ("ext4ish",), rot=False)
+        with mock.patch.object(GroupCommit, "sync_to", trusts_the_running_one):
+            report = self.explore("group_commit", ("ext4ish",), rot=False)
         caught(report, {"I2", "I3"}, "LogFile.append")
+
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ with tens of thousands of cases.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import unittest
 
 from harness.fuzz import (
@@ -46,10 +48,13 @@ from harness.fuzz import (
     fuzz,
     make_case,
     materialise,
+    run_case,
 )
 from harness.fuzz.corpus import CKPT1, CURRENT, LOG0, LOG1
 from harness.support import FakeClock, TempDirTestCase
 
+from nobroker import Queue
+from nobroker.errors import CorruptLogError
 from nobroker.file.log.framing import FILE_HEADER
 
 # --------------------------------------------------------------------------
@@ -115,6 +120,25 @@ class FuzzTest(unittest.TestCase):
         self.assertGreater(report.outcomes["clean"] + report.outcomes["repaired"], 20,
                            report.summary())
         self.assertLess(report.peak_memory, MEMORY_LIMIT)
+
+    def test_a_batch_that_lost_the_release_it_owed_is_refused(self) -> None:
+        # Found by `make.py torture` (corpus seed 933986): a record dropped from the
+        # batch that acked a prerequisite took the dependent's RELEASE with it. The
+        # log opened "clean" with a job waiting for nothing, and the next compaction
+        # raised ValueError. Now the open refuses the batch, naming it.
+        with tempfile.TemporaryDirectory() as root:
+            corpus = build_corpus(os.path.join(root, "corpus"), 933986)
+            files, steps = make_case(corpus, 943986, 7016)
+            self.assertIn("records drop at 33 in default.000001.log", steps)
+            report = FuzzReport()
+            run_case(corpus, 943986, 7016, root, report)
+            self.assertEqual(report.failures, [])
+            self.assertEqual(dict(report.outcomes), {"corrupt": 1})
+            directory = os.path.join(root, "again")
+            materialise(directory, files)
+            with self.assertRaisesRegex(CorruptLogError, "waiting although its "
+                                        "prerequisites settle it"):
+                Queue(directory, auto_compact=None)
 
 
 if __name__ == "__main__":

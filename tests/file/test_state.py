@@ -1305,6 +1305,43 @@ class DependenciesReplayTest(unittest.TestCase):
         self.assertEqual((s.dead, s.pending, s.waiting, s.kept), (1, 1, 0, 1))
         self.assertEqual((s.waits.by_job, s.waits.dependents), ({}, {}))
 
+    def test_a_batch_must_settle_the_dependents_it_frees(self) -> None:
+        # The writer releases or cancels a dependent in the batch that settles it; a
+        # batch without that record (a damaged log) is refused, never left waiting
+        # for nothing (which a snapshot could not even say).
+        cases = {
+            "released": ([enq_waiting("c", ["a"])], ack("a", 1)),
+            "released (allow_failure)": ([enq_waiting("c", ["a"], af=True)], nack("a", 1)),
+            "cancelled": ([enq_waiting("c", ["a"])], nack("a", 1)),
+            "released (on_error)": ([enq_waiting("c", ["a", "b"], of=True)], nack("a", 1)),
+        }
+        for label, (waiting, finish) in cases.items():
+            with self.subTest(label):
+                log = Log()
+                s = replay([log.batch(enq("a", ma=1), enq("b"), *waiting),
+                            log.batch(lease("a", 1))])
+                with self.assertRaisesRegex(ReplayError, "leaves job 'c' waiting"):
+                    s.apply_batch(log.batch(finish))
+        log = Log()  # a prerequisite of two finished, the other unfinished: still waits
+        s = replay([log.batch(enq("a"), enq("b"), enq_waiting("c", ["a", "b"])),
+                    log.batch(lease("a", 1))])
+        s.apply_batch(log.batch(ack("a", 1)))
+        self.assertEqual(s.waits.waiting_for("c"), ("b",))
+
+    def test_a_waiting_enqueue_names_only_unfinished_jobs(self) -> None:
+        # A `w` naming a job never enqueued, or one already finished, would wait for
+        # ever: writers never write it, so replay refuses it as damage.
+        for label, earlier in {"unknown": [enq("x")],
+                               "acked": [enq("a"), lease("a", 1), ack("a", 1)]}.items():
+            with self.subTest(label):
+                log = Log()
+                s = replay([log.batch(*earlier)])
+                with self.assertRaisesRegex(ReplayError, "waits for 'a', which is not"):
+                    s.apply_batch(log.batch(enq_waiting("c", ["a"])))
+        log = Log()  # earlier in the same batch is fine (enqueue_graph)
+        s = replay([log.batch(enq("a"), enq_waiting("b", ["a"]), enq_waiting("c", ["b"]))])
+        self.assertEqual(s.waits.waiting_for("c"), ("b",))
+
     def test_snapshot_records_keep_the_waits(self) -> None:
         log = Log()
         s = replay([log.batch(enq("a"), enq("b"), enq_waiting("c", ["a", "b"], af=True)),

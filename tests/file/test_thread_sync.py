@@ -1,6 +1,6 @@
 """Group commit between threads (log/groupcommit.py), audited with real threads and processes.
 
-The audit of test_shared_sync.py, per thread: two processes, four threads
+The audit of test_process_sync.py, per thread: two processes, four threads
 each (three enqueue, one runs an ack_and_lease loop), write through a
 FileSystem that appends to one O_APPEND file shared by all a line after
 each write to the log, one before and one after each fdatasync of it, and
@@ -26,7 +26,7 @@ import threading
 
 from harness.support import TempDirTestCase, file_queue, spawn_python, store_of, wait_until
 
-from file.test_shared_sync import AUDITED_FS, audit_problems, start_together
+from file.test_process_sync import AUDITED_FS, audit_problems, start_together
 from nobroker import Queue
 from nobroker.file.log.groupcommit import GroupCommit
 
@@ -50,12 +50,12 @@ if broken == "1":
     # waits for it and returns, though that one may have begun before its write.
     # (sync_to's bookkeeping done right, its check of what the wait covered skipped.)
     correct = GroupCommit.sync_to
-    def sync_to(self, log, offset, shared=None):
+    def sync_to(self, log, offset):
         with self._sync_mutex:
             busy = self._syncing
         if not busy:
-            return correct(self, log, offset, shared)
-        correct(self, log, self._durable + 1, shared)  # wait for the fdatasync in flight only
+            return correct(self, log, offset)
+        correct(self, log, self._durable + 1)  # wait for the fdatasync in flight only
         return False
     GroupCommit.sync_to = sync_to
 

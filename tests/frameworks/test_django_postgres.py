@@ -34,7 +34,8 @@ SCHEMA = "t_" + uuid.uuid4().hex[:12]
 # A worker process (`manage.py nobroker_work` as a command) that, with "hold", says
 # "wrote ID" once the task's row is written and sleeps before the commit; with
 # "after", says "committed ID" once the ack committed (the "succeeded" hook) and
-# sleeps; with "run", works on.
+# sleeps; with "signals", says what each task_finished's receiver sees; with "run",
+# works on.
 WORKER = """
 import sys, time
 import django
@@ -44,6 +45,18 @@ from django.db.models.signals import post_save
 from django.tasks import task_backends
 from shop.models import Shipment
 mode = sys.argv[1]
+
+if mode == "signals":  # what task_finished's receivers see: the transaction ended?
+    from django.db import connection
+    from django.tasks.signals import task_finished
+    jobs = task_backends["default"].queue("default")
+
+    def finished(sender, task_result, **kwargs):
+        print("finished", task_result.id, str(task_result.status).rpartition(".")[2],
+              connection.in_atomic_block, jobs.get(task_result.id).state,
+              Shipment.objects.filter(job_id=task_result.id).count(), flush=True)
+
+    task_finished.connect(finished)
 
 def wrote(sender, instance, **kwargs):
     print("wrote", instance.job_id, flush=True)
@@ -273,6 +286,24 @@ class AtomicTaskKillTest(unittest.TestCase):
         self.assertEqual([e.exception_class for e in failed.errors], [LookupError] * 3)
         self.assertEqual(Shipment.objects.filter(job_id=result.id).count(), 0)
 
+    def test_task_finished_is_sent_after_the_commit_or_after_the_rollback(self) -> None:
+        from shop.atomic_tasks import ship
+        from shop.models import Order
+
+        [shipped] = self.ship(1)
+        lost = ship.enqueue(Order.objects.create(item="lost parcel").id).id
+        proc = self.spawn("signals")
+        assert proc.stdout is not None
+        seen: dict[str, list[str]] = {}
+        while not (shipped in seen and lost in seen):
+            words = proc.stdout.readline().split()
+            self.assertEqual(words[:1], ["finished"], "the worker ended early")
+            seen.setdefault(words[1], words[2:])
+        # (status, in an atomic block, the job's state, its shipment rows) at the signal:
+        # the success's ack committed; the failure's row rolled back, its nack to come.
+        self.assertEqual(seen[shipped], ["SUCCESSFUL", "False", "done", "1"])
+        self.assertEqual(seen[lost], ["READY", "False", "leased", "0"])
+
     def test_killed_after_the_write_before_the_commit_leaves_neither(self) -> None:
         [job_id] = self.ship(1)
         proc = self.spawn("hold")
@@ -327,6 +358,46 @@ class AtomicTaskKillTest(unittest.TestCase):
             if job.state == "dead":
                 self.assertEqual(job.attempts, job.max_attempts)
         self.assertGreater(sum(job.state == "done" for job in jobs), 6)
+
+
+def noop(n: int) -> int:
+    """A task of DelayOnCommitTest (a module-level function, as tasks are)."""
+    return n
+
+
+@unittest.skipUnless(RUNNABLE, SKIP_REASON)
+class DelayOnCommitTest(unittest.TestCase):
+    """`delay_on_commit` on a queue of a backend with OPTIONS "database": at the commit
+    of that alias's transaction, not the default database's."""
+
+    def setUp(self) -> None:
+        from django.db import connections
+
+        from nobroker.django import NobrokerBackend
+        connections.settings["jobs"] = dict(connections.settings["default"])
+        self.addCleanup(connections.settings.pop, "jobs")
+        self.addCleanup(connections.__delitem__, "jobs")
+        self.addCleanup(lambda: connections["jobs"].close())
+        backend = NobrokerBackend("on_jobs", {"QUEUES": ["on_jobs"], "OPTIONS": {
+            "database": "jobs", "schema": SCHEMA}})
+        self.addCleanup(backend.close)
+        self.queue = backend.queue("on_jobs")
+        self.task = self.queue.task(noop, name="test.noop")
+
+    def test_delay_on_commit_waits_for_the_commit_of_the_queues_database(self) -> None:
+        from django.db import transaction
+
+        class Rollback(Exception):
+            pass
+
+        with transaction.atomic(using="jobs"):
+            self.task.delay_on_commit(1)
+            self.assertEqual(self.queue.stats().pending, 0, "enqueued before the commit")
+        self.assertEqual(self.queue.stats().pending, 1)
+        with self.assertRaises(Rollback), transaction.atomic(using="jobs"):
+            self.task.delay_on_commit(2)
+            raise Rollback
+        self.assertEqual(self.queue.stats().pending, 1)
 
 
 if __name__ == "__main__":

@@ -158,6 +158,28 @@ def file_queue(path: os.PathLike[str] | str, name: str = "default", **kwargs: ob
     return Queue.from_backend(backend)
 
 
+def seed_limited_queue(directory: os.PathLike[str] | str, customer: str) -> float:
+    """Queue "limited" of `directory` (the dashboard's limits view): a queue rate limit of
+    100/m, task "rated" (2/h) with 2 of its 3 jobs leased (full), task "capped" (one at a
+    time per customer) with 1 of `customer`'s 2 jobs leased. Returns when it leased."""
+    from nobroker import Queue
+
+    def noop(*args: Any) -> None:
+        return None
+
+    with Queue(directory, "limited", rate_limit="100/m") as q:
+        rated = q.task(name="rated", rate_limit="2/h")(noop)
+        capped = q.task(name="capped", concurrency=1,
+                        concurrency_key=lambda who: who)(noop)
+        for n in range(3):
+            rated.delay(n)
+        capped.delay(customer)
+        capped.delay(customer)
+        leased = q.lease(10)
+        assert len(leased) == 3, leased  # rated: 2 of 3; capped: 1 of 2
+        return q.clock()
+
+
 def store_of(queue: Any) -> Any:
     """The QueueHandle under a file-backed Queue (its replay state, lock, log)."""
     from nobroker.file.backend import FileBackend

@@ -13,9 +13,10 @@ import time
 import unittest
 from typing import cast
 
+from harness.copies import copy_and_revive, dead_chain_in, finish_chord, half_done_chord_in
 from harness.support import FakeClock, TempDirTestCase
 
-from nobroker import JobNotFoundError, JobState, NobrokerError, Queue, TaskLockedError, Worker
+from nobroker import JobState, NobrokerError, Queue, TaskLockedError, Worker
 from nobroker.backend import QueueListing
 from nobroker.memory import MemoryBackend
 from nobroker.opener import open_backend
@@ -142,13 +143,13 @@ class TransferTest(MemoryCase, TempDirTestCase):
                 if job.id == doomed.id:
                     source.nack(job, error="boom twice")
             expected = {job.id: job for job in source.list_jobs()}
-            waiting = source.enqueue({"n": 4}, depends_on="order-1")  # would run too early
+            waiting = source.enqueue({"n": 4}, depends_on="order-1")  # with what it waits for
         target = self.open()  # the memory queue lives while a handle is open
         first = transfer(directory, self.location(), "default")
         self.assertEqual((first.copied, first.not_copied),
-                         ({"pending": 2, "dead": 1}, {"waiting": 1}))
-        self.assertRaises(JobNotFoundError, target.get, waiting.id)
-        self.assertEqual(transfer(directory, self.location(), "default").skipped, 3)
+                         ({"pending": 2, "dead": 1, "waiting": 1}, {}))
+        self.assertEqual(target.get(waiting.id).waiting_for, ("order-1",))
+        self.assertEqual(transfer(directory, self.location(), "default").skipped, 4)
         for job_id, job in expected.items():
             got = target.get(job_id)
             self.assertEqual((got.payload, got.priority, got.attempts, got.last_error),
@@ -162,7 +163,52 @@ class TransferTest(MemoryCase, TempDirTestCase):
         self.assertEqual((keyed["order-1"], keyed[doomed.id]), (True, False))
         back = str(self.tmp / "back")  # a directory imports nothing: keyed enqueues
         there = transfer(self.location(), back, "default")
-        self.assertEqual((there.copied, there.not_copied), ({"pending": 3}, {"dead": 1}))
+        self.assertEqual((there.copied, there.not_copied),
+                         ({"pending": 3, "waiting": 1}, {"dead": 1}))
+
+    def test_a_chord_half_done_waits_after_a_round_trip_and_runs_after_the_rest(self
+                                                                                 ) -> None:
+        directory, back = str(self.tmp / "q"), str(self.tmp / "back")
+        jobs = half_done_chord_in(directory, "default")
+        target = self.open()
+        self.assertEqual(transfer(directory, self.location(), "default").copied,
+                         {"pending": 2, "waiting": 2})
+        self.assertEqual(transfer(self.location(), back, "default").copied,
+                         {"pending": 2, "waiting": 2})
+        target.close()
+        with Queue(back) as there:
+            finish_chord(self, there, jobs)
+
+    def test_a_chain_of_waiting_jobs_is_copied_in_order_once(self) -> None:
+        directory = str(self.tmp / "q")
+        with Queue(directory) as source:
+            first = source.enqueue("first")
+            second = source.enqueue("second", depends_on=first)
+            third = source.enqueue("third", depends_on=second, allow_failure=True)
+        target = self.open()
+        self.assertEqual(transfer(directory, self.location(), "default").copied,
+                         {"pending": 1, "waiting": 2})
+        again = transfer(directory, self.location(), "default")
+        self.assertEqual((again.copied, again.skipped), ({}, 3))
+        self.assertEqual(target.get(third.id).waiting_for, (second.id,))
+        for step in ("first", "second", "third"):
+            (job,) = target.lease()
+            self.assertEqual(job.payload, step)
+            target.ack(job)
+
+
+    def test_a_chain_cancelled_by_a_death_is_revived_by_a_requeue_after_the_copy(self
+                                                                                ) -> None:
+        directory = str(self.tmp / "q")
+        copy_and_revive(self, directory, self.open(), self.location())
+
+    def test_a_directory_target_takes_no_revivable_dependent(self) -> None:
+        directory, back = str(self.tmp / "q"), str(self.tmp / "back")
+        dead_chain_in(directory, "default")
+        self.open()  # the memory queue lives while a handle is open
+        transfer(directory, self.location(), "default")
+        self.assertEqual(transfer(self.location(), back, "default").not_copied,
+                         {"dead": 1, "cancelled": 2}, "it holds no dead job to requeue")
 
 
 class OpenerTest(MemoryCase):

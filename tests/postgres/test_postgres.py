@@ -61,12 +61,13 @@ def _counted(queue: Any) -> tuple[int, int, int, int]:
 
 
 def _truth(queue: Any) -> tuple[int, int, int, int]:
-    """(pending, leased, dead, kept) counted over the job rows themselves (kept: the
-    finished rows kept with an outcome that have not expired)."""
+    """(pending, leased, dead, kept) counted over the job rows themselves (pending:
+    delayed or ready, not waiting for prerequisites; kept: the finished rows kept with
+    an outcome that have not expired)."""
     s = queue.backend.target.schema
     now = queue.backend.session.now()
     row = queue.backend._link.run("test", lambda conn: conn.execute(
-        f"""SELECT count(*) FILTER (WHERE state <= 0), count(*) FILTER (WHERE state = 1),
+        f"""SELECT count(*) FILTER (WHERE state IN (-1, 0)), count(*) FILTER (WHERE state = 1),
                    count(*) FILTER (WHERE state = 2),
                    count(*) FILTER (WHERE "{s}".nb_kept(state, result)
                                     AND expires_at > "{s}".nb_now(%s))
@@ -855,6 +856,34 @@ class PostgresMigrateTest(_Schema):
         self.assertEqual((there.copied, there.not_copied), ({"pending": 3}, {"dead": 1}))
         self.assertEqual(transfer(self.url, back, "q").skipped, 3)
 
+    def test_migrate_carries_a_half_done_chord_with_its_modes_both_ways(self) -> None:
+        import tempfile
+
+        from harness.copies import finish_chord, half_done_chord_in
+
+        from nobroker import Queue
+        from nobroker.transfer import transfer
+
+        directory = tempfile.mkdtemp()
+        jobs = half_done_chord_in(directory, "q")
+        self.assertEqual(transfer(directory, self.url, "q").copied,
+                         {"pending": 2, "waiting": 2})
+        memory = f"memory://{self.id()}"
+        with Queue(memory, "q") as there:  # from PostgreSQL (no export: list_jobs)
+            self.assertEqual(transfer(self.url, memory, "q").copied,
+                             {"pending": 2, "waiting": 2})
+            for q in (self.open("q"), there):
+                finish_chord(self, q, jobs)
+
+    def test_migrate_carries_revivable_cancelled_dependents_that_a_requeue_revives(self
+                                                                                  ) -> None:
+        import tempfile
+
+        from harness.copies import copy_and_revive
+
+        q = self.open("q")
+        copy_and_revive(self, tempfile.mkdtemp(), q, self.url)
+        self.assertEqual((q.stats().total, _counted(q)), (0, _truth(q)))
 
 # A released migration ran on databases as written: a change is a new file.
 RELEASED_MIGRATIONS = {

@@ -28,6 +28,7 @@ from harness.postgres import (
     restart_server,
 )
 from harness.support import FakeClock, TempDirTestCase, slow, wait_until
+from workflows import test_lineage
 
 from nobroker import JobNotFoundError, JobState, NobrokerError, NotLeasedError, Queue
 from nobroker.dependencies import GraphNode as Node
@@ -205,6 +206,19 @@ class PostgresDependenciesTest(unittest.TestCase):
         self.assertEqual(len(q.get(chord.id).waiting_for), 9_999)
 
 
+@needs_postgres
+class PostgresLineageTest(test_lineage.LineageTest):
+    """tasks/lineage.py's tests (parents, children, chord progress) on PostgreSQL, which
+    keeps a finished row's payload (lineage reads it as the others keep it: without)."""
+
+    finished_payload_kept = True
+
+    def locations(self) -> list[str]:
+        url = fresh_schema_url()
+        self.addCleanup(drop_schema, url)
+        return [url]
+
+
 # A process holding leases it is told about: at "go" it acks them, one after another
 # (or all in one ack_many).
 ACKER = """
@@ -239,8 +253,10 @@ Worker(q, handle, concurrency=2, poll_interval=0.05).run()
 """
 
 
-@needs_postgres
-class PostgresDependencyProcessesTest(TempDirTestCase):
+class ProcessesCase(TempDirTestCase):
+    """A fresh queue set with queue "q" open, and child processes (no tests of its own:
+    test_postgres_revivals's process tests use it too)."""
+
     def setUp(self) -> None:
         super().setUp()
         self.url = fresh_schema_url()
@@ -252,6 +268,10 @@ class PostgresDependencyProcessesTest(TempDirTestCase):
     spawn = processes.PostgresProcessesTest.spawn
     go = staticmethod(processes.PostgresProcessesTest.go)
     _reap = staticmethod(processes.PostgresProcessesTest._reap)
+
+
+@needs_postgres
+class PostgresDependencyProcessesTest(ProcessesCase):
 
     def ack_at_once(self, parts: list[list[Any]], *how: str) -> None:
         """One ACKER per part of the leased jobs, all started together; each must exit 0."""

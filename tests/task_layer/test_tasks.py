@@ -769,6 +769,36 @@ class WorkerProcessTest(WorkerProcessCase):
         self.assertNotEqual(pid, proc.pid)
         self.assertEqual(q.stats().done, 1)
 
+    def test_progress_and_metadata_from_the_process_pool_reach_the_queue(self) -> None:
+        self.module("reporting", '''
+            from nobroker import NobrokerError
+
+            @q.task(name="report")
+            def report():
+                job = current_job()
+                note("started", job.meta, job.queue_name, os.getpid())
+                job.set_meta({"step": 1})
+                job.progress(0.5, "half")  # held: within a second of the first write
+                job.set_meta({"step": 2})
+                try:
+                    job.set_meta({1: "not a string key"})
+                except TypeError:
+                    note("refused in the child")
+                return "done"
+        ''')
+        q = self.queue()
+        job = q.enqueue({"task": "report"}, meta={"given": True})
+        proc = self.work("reporting", "--pool", "process", "--max-jobs", "1")
+        self.assertEqual(proc.wait(30), 0)
+        started, refused = self.notes()
+        self.assertEqual(started[:3], ["started", {"given": True}, "default"])
+        self.assertNotEqual(started[3], proc.pid, "it ran in a child")
+        self.assertEqual(refused, ["refused in the child"])
+        done = q.get(job.id)
+        self.assertEqual((done.progress, done.meta),
+                         ((0.5, "half"), {"given": True, "step": 2}),
+                         "written by the worker, the last report flushed before the ack")
+
     def test_async_tasks_overlap_up_to_the_concurrency_limit(self) -> None:
         # Each call waits at a barrier for a second call to arrive: run one at a time,
         # the first would time out (and fail). With concurrency 2 they meet; a third

@@ -268,6 +268,38 @@ class DrainTest(MemoryCase):
         self.assertEqual(seen, [{"n": 1}, {"n": 2}])
         self.assertEqual([job.state for job in finished], [JobState.DONE, JobState.DONE])
 
+    def test_drain_jumps_past_a_full_rate_window_to_when_it_lets_the_next_start(
+            self) -> None:
+        clock = FakeClock(START)
+        q = self.open(clock=clock, rate_limit=(10, 1.0))  # the queue's own: 10 a second
+        runs: list[tuple[int, float]] = []
+
+        @q.task(rate_limit="2/m")
+        def ping(n: int) -> None:
+            runs.append((n, clock()))
+
+        results = [ping.delay(n) for n in range(5)]
+        mark = self.timed()
+        finished = drain(q)
+        self.assert_quick(mark)
+        self.assertEqual(runs, [(0, START), (1, START), (2, START + 60), (3, START + 60),
+                                (4, START + 120)])
+        self.assertEqual([job.id for job in finished], [r.id for r in results])
+        self.assertEqual(enqueued(q), [])
+
+    def test_drain_stops_at_a_concurrency_key_held_elsewhere(self) -> None:
+        q = self.open(clock=FakeClock(START))
+
+        @q.task(concurrency=1)
+        def one() -> None:
+            return None
+
+        one.delay()
+        waiting = one.delay()
+        self.assertEqual(len(q.lease(1)), 1)  # its holder is another worker
+        self.assertEqual(drain(q), [], "no time frees it: only the holder's ack")
+        self.assertEqual([job.id for job in enqueued(q)], [waiting.id])
+
     def test_a_paused_queue_runs_nothing(self) -> None:
         q = self.open(clock=FakeClock(START))
         q.enqueue("x")

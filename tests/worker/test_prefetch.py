@@ -25,22 +25,31 @@ from worker.test_worker import NO_BACKOFF, WorkerTestCase
 
 
 class PrefetchTest(WorkerTestCase):
-    def counting_ack_many(self, q: Queue) -> list[int]:
-        """Wrap q.ack_many: the size of every batch it wrote."""
+    def counting_acks(self, q: Queue) -> tuple[list[int], list[int]]:
+        """Wrap q.ack_many and q.ack_many_and_lease: the size of every batch acked,
+        and how many jobs each ack_many_and_lease leased."""
         sizes: list[int] = []
-        original = q.ack_many
+        leased: list[int] = []
+        plain, coalesced = q.ack_many, q.ack_many_and_lease
 
         def ack_many(jobs: list[Job]) -> None:
             sizes.append(len(jobs))
-            original(jobs)
+            plain(jobs)
+
+        def ack_many_and_lease(jobs: list[Job], count: int, **options: Any) -> list[Job]:
+            sizes.append(len(jobs))
+            following = coalesced(jobs, count, **options)
+            leased.append(len(following))
+            return following
 
         q.ack_many = ack_many  # type: ignore[method-assign]
-        return sizes
+        q.ack_many_and_lease = ack_many_and_lease  # type: ignore[method-assign]
+        return sizes, leased
 
     def test_every_job_runs_once_and_is_acked_in_batches(self) -> None:
         q = self.queue()
         q.enqueue_many([{"i": i} for i in range(60)])
-        sizes = self.counting_ack_many(q)
+        sizes, leased = self.counting_acks(q)
         seen: list[int] = []
         lock = threading.Lock()
 
@@ -56,6 +65,10 @@ class PrefetchTest(WorkerTestCase):
         self.assertEqual(sum(sizes), 60)
         self.assertEqual(q.stats().pending + q.stats().leased, 0)
         self.assertLess(len(sizes), 60)  # at least one write acked several jobs
+        # Some acks' writes leased the next jobs too (K at a time, as the dispatcher;
+        # it leases the rest): an acker's batch sees the room its acks make first.
+        self.assertGreater(sum(leased), 0)
+        self.assertLessEqual(sum(leased), 60 - 12)  # 12 held before any ack
 
     def test_failures_and_task_results_settle_in_their_slot(self) -> None:
         q = self.queue(backoff=NO_BACKOFF, max_attempts=2)

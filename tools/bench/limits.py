@@ -24,6 +24,29 @@ def _noop(n: int) -> int:
     return n
 
 
+def _interleaved_loops(queues: dict[str, Any], n: int, rounds: int) -> dict[str, list[float]]:
+    """Each queue's time for `n` ack_and_lease round trips, interleaved over `rounds`;
+    the queues are closed afterwards."""
+    def loop(q: Any) -> Callable[[], float]:
+        def run() -> float:
+            job = q.lease_one()
+            t = time.perf_counter()
+            for _ in range(n):
+                job = q.ack_and_lease(job)
+                if job is None:
+                    raise RuntimeError("queue ran dry during ack_and_lease")
+            elapsed = time.perf_counter() - t
+            q.ack(job)
+            return elapsed
+        return run
+
+    try:
+        return interleave(rounds, [(label, loop(q)) for label, q in queues.items()])
+    finally:
+        for q in queues.values():
+            q.close()
+
+
 def wl_limits(ctx: Context) -> list[Row]:
     """ack_and_lease round trips: limited (unsaturated) vs unlimited jobs."""
     nb = nobroker_api()
@@ -39,28 +62,43 @@ def wl_limits(ctx: Context) -> list[Row]:
                         for i in range(need)])
         queues[label] = q
 
-    def loop(q: Any) -> Callable[[], float]:
-        def run() -> float:
-            job = q.lease_one()
-            t = time.perf_counter()
-            for _ in range(n):
-                job = q.ack_and_lease(job)
-                if job is None:
-                    raise RuntimeError("queue ran dry during ack_and_lease")
-            elapsed = time.perf_counter() - t
-            q.ack(job)
-            return elapsed
-        return run
-
-    try:
-        res = interleave(cfg.rounds, [(label, loop(q)) for label, q in queues.items()])
-    finally:
-        for q in queues.values():
-            q.close()
+    res = _interleaved_loops(queues, n, cfg.rounds)
     limited_t, plain_t = median(res["limited"]), median(res["unlimited"])
     ratio = limited_t / plain_t
     return [Row("limits", "lease of a rate- and concurrency-limited job (unsaturated)",
                 fmt_per_op(limited_t, n), f"unlimited: {fmt_per_op(plain_t, n)}", ratio,
                 "<= 1.1x (time)", verdict(ratio <= 1.1),
                 note=f"{n} ack_and_lease round trips/round, one consumer",
+                data={"ops": n, **res})]
+
+
+FULL_KEYS = 10_000  # computed concurrency keys (customers), each at its limit
+
+
+def wl_limits_many_keys(ctx: Context) -> list[Row]:
+    """ack_and_lease round trips of one free key's jobs beside 10,000 full concurrency
+    keys, vs the same without them: what the full keys cost a lease (limits.Parking)."""
+    nb = nobroker_api()
+    cfg = ctx.cfg
+    n = cfg.ack_ops
+    need = cfg.rounds * n + 50
+    queues: dict[str, Any] = {}
+    for label, full in (("no full keys", False), ("10,000 full keys", True)):
+        q = nb.Queue(str(ctx.new_dir("limits-keys")), visibility_timeout=3600)
+        q.task(name="per_customer", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        if full:
+            q.enqueue_many([{"task": "per_customer", "args": [f"c{i}"], "kwargs": {}}
+                            for i in range(FULL_KEYS) for _ in range(2)])
+            if len(q.lease(FULL_KEYS)) != FULL_KEYS:
+                raise RuntimeError("the full keys were not all leased")
+        q.enqueue_many([{"task": "plain", "args": [i], "kwargs": {}} for i in range(need)])
+        queues[label] = q
+
+    res = _interleaved_loops(queues, n, cfg.rounds)
+    full_t, plain_t = median(res["10,000 full keys"]), median(res["no full keys"])
+    ratio = full_t / plain_t
+    return [Row("limits_many_keys", "lease beside 10,000 full concurrency keys",
+                fmt_per_op(full_t, n), f"no full keys: {fmt_per_op(plain_t, n)}", ratio,
+                "<= 1.1x (time)", verdict(ratio <= 1.1),
+                note=f"{n} ack_and_lease round trips/round; the full keys' groups parked",
                 data={"ops": n, **res})]

@@ -11,7 +11,8 @@ at most picks). A Worker with concurrency 1 and a no-op handler then drains
 it (`max_jobs`); the time of `run()` is the figure. The contenders take
 turns, round after round (bench_common.interleave), and the ratio is of the
 medians. The issue's target is >= 0.9x. On a loaded machine, say so next to
-any number it prints.
+any number it prints. `make.py bench --only multiqueue` runs the strict-priority
+shape as one row of the benchmark table (`wl_multiqueue`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from nobroker import Queue, Worker
 from tools.bench.common import interleave, median
+from tools.bench.context import Context, Row, verdict
 
 TARGET = 0.9
 SHAPES = {"one queue": (["default"], None),
@@ -54,6 +56,22 @@ def drain(location: str, names: list[str], weights: dict[str, int] | None,
     finally:
         for queue in queues:
             queue.close()
+
+
+def wl_multiqueue(ctx: Context) -> list[Row]:
+    """`make.py bench`'s row: a Worker over 3 queues by strict priority vs over one."""
+    jobs = ctx.cfg.drain_jobs
+    times = interleave(ctx.cfg.rounds, [
+        (label, lambda names=names, weights=weights: drain(
+            str(ctx.new_dir("multiqueue")), names, weights, jobs))
+        for label, (names, weights) in SHAPES.items() if label != "3 queues, weights 3:2:1"])
+    single, multi = median(times["one queue"]), median(times["3 queues, priority"])
+    ratio = single / multi
+    return [Row("multiqueue", f"drain of {jobs:,} no-op jobs by a Worker over 3 queues "
+                "(strict priority)", f"{jobs / multi:,.0f} jobs/s",
+                f"one queue: {jobs / single:,.0f} jobs/s", ratio, f">= {TARGET}x (speed)",
+                verdict(ratio >= TARGET), note="Worker concurrency 1; weights: "
+                "make.py bench-multiqueue", data=times)]
 
 
 def fresh_location(url: str | None, scratch: Path) -> str:

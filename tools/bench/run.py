@@ -90,7 +90,8 @@ from tools.bench.common import (
     render_text_table,
 )
 from tools.bench.context import Config, Context, Missing, Row
-from tools.bench.limits import wl_limits
+from tools.bench.limits import wl_limits, wl_limits_many_keys
+from tools.bench.multiqueue import wl_multiqueue
 from tools.bench.progress import wl_progress
 from tools.bench.tasks import wl_periodic_idle, wl_process_pool, wl_task_delay, wl_task_roundtrip
 from tools.bench.throughput import (
@@ -113,6 +114,8 @@ WORKLOADS = (
     "enqueue_many",
     "lease_ack",
     "limits",
+    "limits_many_keys",
+    "multiqueue",
     "cold_open",
     "memory",
     "stats",
@@ -138,6 +141,8 @@ RUNNERS: dict[str, Callable[[Context], list[Row]]] = {
     "enqueue_many": wl_enqueue_many,
     "lease_ack": wl_lease_ack,
     "limits": wl_limits,
+    "limits_many_keys": wl_limits_many_keys,
+    "multiqueue": wl_multiqueue,
     "cold_open": wl_cold_open,
     "memory": wl_memory,
     "stats": wl_stats,
@@ -163,6 +168,8 @@ TITLES = {
     "enqueue_many": "enqueue_many",
     "lease_ack": "lease + durable ack",
     "limits": "a limited job's lease (unsaturated)",
+    "limits_many_keys": "a lease beside 10,000 full concurrency keys",
+    "multiqueue": "a Worker over 3 queues vs over one",
     "cold_open": "cold open to first job",
     "memory": "resident memory per pending job",
     "stats": "stats()",
@@ -189,6 +196,8 @@ TARGETS = {
     "enqueue_many": "<= 1.5x (time)",
     "lease_ack": ">= 1.0x; batch >= 20x",
     "limits": "<= 1.1x (time)",
+    "limits_many_keys": "<= 1.1x (time)",
+    "multiqueue": ">= 0.9x (speed)",
     "cold_open": "<= 1.0x (time)",
     "memory": "<= 150 B",
     "stats": "<= 20 us, O(1)",

@@ -6,8 +6,8 @@ T slots, as `nobroker work` runs it) drain N jobs enqueued up front, with
 every queue call and the file engine's phases timed by thread CPU
 (`time.thread_time`) and wall clock, in each process:
 
-* `ack+lease`, `lease`, `ack`, `ack_many`: the Queue calls the worker makes (their CPU
-  less the phases below, which they contain);
+* `ack+lease`, `lease`, `ack`, `ack_many`, `ack_many+lease`: the Queue calls
+  the worker makes (their CPU less the phases below, which they contain);
 * `replay`: reading forward under the lock (following.refresh: applying
   what the other processes wrote);
 * `lock`: taking the queue's lock (wall: waiting for another process);
@@ -44,7 +44,8 @@ from typing import Any
 from tools.bench.common import REPO
 
 CPU_SECONDS = 0.0021  # bench-realistic's W-cpu job
-PHASES = ("ack+lease", "lease", "ack", "ack_many", "replay", "lock", "fsync")
+PHASES = ("ack+lease", "lease", "ack", "ack_many", "ack_many+lease", "replay", "lock",
+          "fsync")
 
 
 class Timers:
@@ -91,6 +92,7 @@ def child(args: argparse.Namespace) -> None:
     timers.wrap(nobroker.Queue, "lease", "lease")
     timers.wrap(nobroker.Queue, "ack", "ack")
     timers.wrap(nobroker.Queue, "ack_many", "ack_many")
+    timers.wrap(nobroker.Queue, "ack_many_and_lease", "ack_many+lease")
     timers.wrap(following, "refresh", "replay")
     timers.wrap(SharedLock, "acquire", "lock")
     timers.wrap(commit.syncing, "sync", "fsync")
@@ -149,7 +151,7 @@ def per_job(results: list[dict[str, Any]]) -> dict[str, float]:
     wall = {p: sum(r["phase_wall"][p] for r in results) for p in PHASES}
     total = sum(r["cpu"] for r in results) - sum(r["job_cpu"] for r in results)
     inner = cpu["replay"] + cpu["lock"] + cpu["fsync"]
-    calls = cpu["ack+lease"] + cpu["lease"] + cpu["ack"] + cpu["ack_many"]
+    calls = sum(cpu[p] for p in ("ack+lease", "lease", "ack", "ack_many", "ack_many+lease"))
     us = 1e6 / jobs
     return {
         "queue CPU (all but the job)": total * us,

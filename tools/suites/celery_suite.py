@@ -84,11 +84,6 @@ KNOWN_FAILURES: dict[str, str] = {
         "for the worker's one prefork process to finish the canvases' unrevoked sleeping "
         "tasks and misses the test's own 20 s limit; it fails the same way on Redis "
         "(appendfsync always) on this shared 2-core machine"),
-    "test_tasks.py::test_task_replacement::test_replaced_task_nesting_level_0": (
-        "a race in the test: it sets assertion_result = False after delay(), so when the "
-        "worker receives the message (and its task_received handler sets True) before that "
-        "line runs, the True is overwritten; a worker woken at once by the write loses it "
-        "more often. Passes on re-runs"),
     "test_canvas.py::test_chain::test_chord_header_id_duplicated_on_rabbitmq_msg_duplication*": (
         "needs a Redis server: its tasks write the chord ids to a Redis list (it imports redis)"),
     "test_canvas.py::test_chord::test_error_propagates_from_chord": (
@@ -102,6 +97,11 @@ KNOWN_FAILURES: dict[str, str] = {
         "misses the test's own 60 s limit under load"),
     "test_canvas.py::test_chord::test_chain_to_a_chord_with_large_header": (
         "timing, as test_large_header (a 1000-task chord)"),
+    "test_tasks.py::test_task_replacement::test_replaced_task_nesting_level_0": (
+        "a race in the test: it sets `assertion_result = False` after `.delay()`, so a "
+        "worker that receives the task before that line runs has its handler's True "
+        "overwritten; the quicker the pickup, the likelier it fails (passed in one CI run, "
+        "failed in the next, on the same code)"),
     "test_tasks.py::test_trace_log_arguments::*": (
         "expects the worker's INFO records (\"Task ... received\") in pytest's caplog; the "
         "suite's in-process worker logs at ERROR, so they are never emitted on any broker "

@@ -10,8 +10,7 @@ version of a bounded test in the normal suite:
     faults    tests/harness/faults/: the SQLite-style I/O-error loop (every
               mutating call x EIO/ENOSPC/EDQUOT x once/persist/short/drop)
               over random workloads;
-    fuzz      tests/harness/fuzz/: tens of thousands of damaged queues, and
-              damaged NAME.sync files;
+    fuzz      tests/harness/fuzz/: tens of thousands of damaged queues;
     soak      tests/harness/soak/: producers, workers and a compactor under kill -9,
               audited like Jepsen's queue checker.
 
@@ -149,14 +148,11 @@ def run_faults(budget: float, seed: int, scratch: str) -> Phase:
 
 def run_fuzz(budget: float, seed: int) -> Phase:
     phase = Phase("fuzz")
-    from harness.fuzz import fuzz, fuzz_sync
+    from harness.fuzz import fuzz
 
-    # A tenth of the budget to NAME.sync's own fuzzer (its cases are cheaper).
-    sync_deadline = time.monotonic() + budget * 0.1
-    synced = fuzz_sync(10**9, seed=10_000 + seed, deadline=sync_deadline)
-    deadline = time.monotonic() + budget * 0.9
+    deadline = time.monotonic() + budget
     report = fuzz(10**9, seed=10_000 + seed, deadline=deadline)
-    phase.failures = list(report.failures) + list(synced.failures)
+    phase.failures = list(report.failures)
     outcomes = report.outcomes
     phase.rows = [
         ("fuzz cases", f"{report.cases}"),
@@ -167,11 +163,8 @@ def run_fuzz(budget: float, seed: int) -> Phase:
          f"{sum(v for k, v in outcomes.items() if k.startswith('used-then'))}"),
         ("crashes / hangs", f"{outcomes['crash']} / {outcomes['hang']}"),
         ("peak traced memory (sampled)", f"{report.peak_memory / 1e6:.1f} MB"),
-        ("NAME.sync cases (damaged slots; each call still fdatasynced)",
-         f"{synced.cases}"),
     ]
     say("  " + report.summary())
-    say("  " + synced.summary())
     return phase
 
 

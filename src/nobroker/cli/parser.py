@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "nacked, and under --pool process its child is killed")
     sub.add_argument("--concurrency", type=positive_int_arg, default=1, metavar="N",
                      help="handlers running at once, in threads (default: 1)")
+    sub.add_argument("--prefetch", type=non_negative_int_arg, metavar="K",
+                     help="keep K jobs leased beyond the running ones, and ack finished "
+                     "jobs in batches with the next leases (default: the Worker's, 0)")
     sub.add_argument("--max-jobs", type=positive_int_arg, metavar="N",
                      help="stop after N jobs")
     sub.add_argument("--idle-timeout", type=seconds_arg, metavar="S",

@@ -32,6 +32,8 @@ def cmd_work(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, poll_interval=args.poll_interval, max_jobs=args.max_jobs,
         idle_timeout=args.idle_timeout, shutdown_timeout=args.shutdown_timeout,
         visibility_timeout=args.visibility_timeout, timeout=args.timeout, pool=args.pool)
+    if args.prefetch is not None:  # else the Worker's default
+        options["prefetch"] = args.prefetch
     if args.queues is not None:
         return _exit_code(_work_queues(args, options))
     if args.weights is not None:

@@ -22,7 +22,6 @@ from typing import Any
 from ..errors import JobNotFoundError, NobrokerError
 from ..models import Job, JobState, QueueStats
 from ..queue import Queue
-from ..tasks.lineage import lineage
 from . import records
 from .hub import Hub, UnknownQueue
 
@@ -92,12 +91,20 @@ def oldest_pending_age(queue: Queue, now: float) -> float | None:
     return max(0.0, now - first[0].enqueued_at) if first else None
 
 
+def limits_list(queue: Queue) -> list[dict[str, Any]]:
+    """Each rate and concurrency key's use / limit now (Queue.limit_use): the
+    dashboard's process declares none, so a limit is the one storage recorded (a rate
+    key's window, on files and memory://) or None (shown as unknown)."""
+    return [dataclasses.asdict(use) for use in queue.limit_use()]
+
+
 def queue_summary(hub: Hub, name: str) -> dict[str, Any]:
     queue = hub.queue(name)
     stats = queue.stats()
     now = time.time()
     return {"name": name, "stats": _stats_dict(stats), "paused": bool(stats.paused),
-            "oldest_pending_age": oldest_pending_age(queue, now), "features": features(queue)}
+            "oldest_pending_age": oldest_pending_age(queue, now), "features": features(queue),
+            "limits": limits_list(queue)}
 
 
 # -- reading ----------------------------------------------------------------
@@ -153,7 +160,7 @@ def get_job(hub: Hub, name: str, job_id: str) -> dict[str, Any]:
         job = queue.get(job_id)
     except JobNotFoundError:
         raise ApiError(404, f"no job {job_id!r} in queue {name!r}") from None
-    place = lineage(queue, job)  # falsy for a job in no workflow: null
+    place = hub.places.of(queue, name, job)  # falsy for a job in no workflow: null
     return {"queue": name, "job": job_dict(job), "features": features(queue),
             "workflow": place.as_dict() if place else None}
 

@@ -31,6 +31,7 @@ from typing import Any, cast
 from ..backend import QueueListing
 from ..models import QueueStats
 from ..queue import POSTGRES_SCHEMES, Queue
+from .places import Places
 
 __all__ = ["Hub", "Sample", "UnknownQueue", "queue_names", "WINDOW"]
 
@@ -93,6 +94,7 @@ class Hub:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changed = threading.Condition()  # notified after every sampling round
+        self.places = Places()  # the job pages' lineage, read again only when it may change
         if self._url:
             self.directory = self._open(self._seeds[0]).directory  # the redacted URL
 

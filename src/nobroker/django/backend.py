@@ -39,7 +39,8 @@ from ..codec import encode_payload
 from ..errors import JobNotFoundError, SerializationError
 from ..models import Job
 from ..queue import Queue
-from .database import connection_of, database_url
+from ..transactions import commit_with
+from .database import connection_of, database_url, on_commit_of
 from .records import OUTCOME_MARK, STATUS_OF, History, timestamp
 
 __all__ = ["NobrokerBackend", "NobrokerTask"]
@@ -90,6 +91,8 @@ class NobrokerBackend(BaseTaskBackend):
                     raise InvalidTask(f"TASKS[{self.alias!r}] needs OPTIONS['location']: a "
                                       f"directory, a postgresql:// URL or 'memory://'")
                 queue = Queue(location, name, **self.queue_options)
+                if self.database is not None:  # delay_on_commit: at that alias's commit
+                    commit_with(queue, on_commit_of(self.database))
                 self._queues[name] = queue
             return queue
 

@@ -8,17 +8,21 @@ the backend's queues live in that database (schema `nobroker`, or OPTIONS
   (Queue.enqueue(connection=...)): inside `transaction.atomic()` it is part
   of the transaction and exists if and only if it commits; outside, Django's
   connection autocommits and the job is written at once;
+- a `@q.task` on one of its queues defers `delay_on_commit` to the commit of
+  that alias's transaction (`on_commit_of`), not the default database's;
 - `nobroker_work` runs `@task(atomic=True)` tasks inside
   `transaction.atomic(using=alias)` and writes their ack in that transaction
   (transactions.atomic_in): the task's ORM writes and its completion are one
-  commit.
+  commit, and Django's `task_finished` is sent after that commit (never if it
+  rolls back), or after the rollback of a failed attempt (`after_rollback`).
 
 Any other vendor is refused with ImproperlyConfigured naming the alias.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -30,7 +34,11 @@ from django.db import close_old_connections, connections, transaction
 from ..errors import DatabaseError
 from ..transactions import raw_connection
 
-__all__ = ["atomic_transaction", "connection_of", "database_url"]
+__all__ = ["after_rollback", "atomic_transaction", "connection_of", "database_url",
+           "on_commit_of"]
+
+# Per worker slot thread: what to call once its atomic task's transaction rolled back.
+_rollbacks = threading.local()
 
 # Django's own OPTIONS keys for PostgreSQL, not libpq parameters.
 _DJANGO_ONLY: Final = frozenset({"isolation_level", "pool", "server_side_binding",
@@ -70,16 +78,44 @@ def database_url(alias: str, schema: str | None) -> str:
     return f"postgresql://{auth}{host}{port}/{quote(str(settings.get('NAME') or ''))}{query}"
 
 
+def on_commit_of(alias: str) -> Callable[[Callable[[], object]], None]:
+    """Django's `transaction.on_commit` on `alias`: at its transaction's commit (at
+    once outside `atomic(using=alias)`), never on its rollback."""
+    def on_commit(fn: Callable[[], object]) -> None:
+        transaction.on_commit(fn, using=alias)
+
+    return on_commit
+
+
+def after_rollback(fn: Callable[[], object]) -> None:
+    """Call `fn` once this thread's atomic task transaction (atomic_transaction) has
+    rolled back, never if it commits; at once outside one."""
+    pending: list[Callable[[], object]] | None = getattr(_rollbacks, "pending", None)
+    if pending is None:
+        fn()
+    else:
+        pending.append(fn)
+
+
 @contextmanager
 def atomic_transaction(alias: str) -> Iterator[Any]:
     """An atomic task's transaction: `transaction.atomic(using=alias)`, yielding the
     psycopg connection under Django's (transactions.atomic_in's opener). A failed
     commit is nobroker's DatabaseError, which the worker treats as a lost run."""
     close_old_connections()  # as a request would: a dropped connection is reopened
+    pending: list[Callable[[], object]] = []
+    _rollbacks.pending = pending
     try:
-        with transaction.atomic(using=alias):
-            yield raw_connection(connections[alias])
+        try:
+            with transaction.atomic(using=alias):
+                yield raw_connection(connections[alias])
+        except BaseException:
+            _rollbacks.pending = None
+            for fn in pending:  # rolled back now: what the failed attempt announces
+                fn()
+            raise
     except DjangoDatabaseError as exc:
         raise DatabaseError(f"Django database {alias!r}", "atomic task", str(exc)) from exc
     finally:
+        _rollbacks.pending = None
         close_old_connections()

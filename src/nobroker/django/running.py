@@ -11,11 +11,14 @@ are closed before and after, so a worker whose connection dropped keeps
 working (an `atomic=True` task's are checked by database.atomic_transaction,
 around the transaction it runs in). Django's signals fire here, in the worker: `task_started`, then
 `task_finished` after every attempt, with the status the result has after it
-(SUCCESSFUL; READY when it will be retried; FAILED after the last attempt).
+(SUCCESSFUL; READY when it will be retried; FAILED after the last attempt);
+an atomic task's once its transaction ended: after the commit of its ack
+(never if that rolls back), or after the rollback of a failed attempt.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -51,12 +54,13 @@ def run_task(*args: Any, **kwargs: Any) -> dict[str, Any]:
     Snooze pass through untouched.
     """
     _ready()
-    from django.db import close_old_connections
+    from django.db import DEFAULT_DB_ALIAS, close_old_connections, transaction
     from django.tasks import TaskContext
     from django.tasks.signals import task_finished, task_started
     from django.utils.json import normalize_json
 
     from .backend import NobrokerBackend, load_task
+    from .database import after_rollback
 
     running = current_job()
     job = None if running is None else running.job
@@ -94,11 +98,21 @@ def run_task(*args: Any, **kwargs: Any) -> dict[str, Any]:
                                      "".join(traceback.format_exception(exc)))
             last = job.attempts >= job.max_attempts
             after = backend.result_of(job, "FAILED" if last else "READY", history)
-            task_finished.send(sender=sender, task_result=after)
+            failed = functools.partial(task_finished.send, sender=sender, task_result=after)
+            if in_transaction:  # its writes are rolled back first: receivers see that
+                after_rollback(failed)
+            else:
+                failed()
             raise TaskAttemptFailed(history.error_text()[len(ERROR_PREFIX):]) from exc
         done = backend.result_of(job, "SUCCESSFUL", history)
         object.__setattr__(done, "_return_value", value)
-        task_finished.send(sender=sender, task_result=done)
+        finished = functools.partial(task_finished.send, sender=sender, task_result=done)
+        if in_transaction:  # once the ack's transaction committed; never on its rollback
+            # robust: a raising receiver is logged; the job is done, committed already
+            transaction.on_commit(finished, using=backend.database or DEFAULT_DB_ALIAS,
+                                  robust=True)
+        else:
+            finished()
         return {OUTCOME_MARK: 1, "task": path, "args": list(args), "kwargs": dict(kwargs),
                 "value": value, **history.as_mapping()}
     finally:

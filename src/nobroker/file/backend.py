@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
-from ..errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ..errors import JobNotFoundError, NobrokerError
+from ..limits import KeyUse, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -53,7 +54,7 @@ from .state.dependencies import plan_dependents
 from .state.graphs import graph_jobs, plan_graph
 from .state.notes import Note
 from .state.state import Entry, QueueState
-from .views import MISSING, entry_view, note_view
+from .views import MISSING, dormant_views, entry_view, note_view
 
 if TYPE_CHECKING:
     from ..dependencies import GraphNode
@@ -145,15 +146,16 @@ class FileBackend:
         return self.handle.write(plan)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
         keys = [self._limits.keys_of(payload) for payload in payloads] if self._limits else []
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
                                     delay=delay, max_attempts=max_attempts, rng=self._rng,
-                                    keys=keys)
+                                    keys=keys, metas=metas)
             return lambda: new_pending_jobs(ids, payloads, priority, max_attempts,
-                                            now + delay, now)
+                                            now + delay, now, metas)
 
         # Thousands of records, Applied tuples and Jobs, none in a cycle: the collector
         # would only scan them again and again as they pile up (paused_gc).
@@ -162,9 +164,13 @@ class FileBackend:
 
     def enqueue_graph(self, payload_texts: Sequence[str],
                       nodes: Sequence[GraphNode]) -> list[Job]:
+        keys = [self._limits.keys_of(node.payload) for node in nodes] if self._limits.tasks \
+            else []
+
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
             attempts = self.settings.max_attempts
-            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts)
+            planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts,
+                                 keys)
             return lambda: graph_jobs(nodes, planned, now, attempts, lambda job_id, payload:
                                       self._view(self.handle.state.jobs[job_id], payload))
 
@@ -195,20 +201,22 @@ class FileBackend:
 
     def ack_many(self, jobs: Sequence[Job]) -> None:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            seen: set[str] = set()
-            for job in jobs:
-                if job.id in seen:
-                    raise NotLeasedError(job.id, "it appears twice in one ack_many")
-                seen.add(job.id)
-                check_lease(state, job.id, job.token)
-            for job in jobs:
-                batch.wakes += state.limited.frees(job.id, state.table)  # a freed slot wakes
-                batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
-                plan_dependents(state, batch, now, job.id, JobState.DONE)
-            batch.finishes += len(jobs)
+            _plan_ack_many(state, batch, now, jobs)
             return lambda: None
 
         self.handle.write(plan, spare=frozenset(job.id for job in jobs))
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        def plan(state: QueueState, batch: Batch, now: float
+                 ) -> Callable[[], Callable[[LogFile], list[Job]]]:
+            _plan_ack_many(state, batch, now, jobs)
+            # The acked jobs are still leased while we plan, so ready() cannot offer them.
+            leased = plan_lease(state, batch, now, count, visibility_timeout, self._limits)
+            table = state.jobs
+            return lambda: self._leased_views([table[r[ID]] for r in leased])
+
+        return self.handle.write_then_read(plan, spare=frozenset(job.id for job in jobs))
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -276,6 +284,11 @@ class FileBackend:
             if not (paused and woken):
                 return woken or (due is not None and due <= handle.peek_now())
             # Paused: a producer's poke makes nothing leasable yet; wait on for RESUME.
+
+    def limit_use(self) -> list[KeyUse]:
+        handle = self.handle
+        return handle.read(lambda state: key_use(self._limits, state.limited.windows,
+                                                 state.limited.in_use, handle.peek_now()))
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -369,6 +382,15 @@ class FileBackend:
         return self.handle.read(lambda replay: [(self._view(entry), entry.keyed)
                                                for entry in replay.entries()])
 
+    def export_dormant(self) -> list[DormantJob]:
+        """Revival.export_dormant (nobroker migrate): QueueState.dormant's jobs."""
+        return self.handle.read(lambda state: dormant_views(state, self.handle.live_log))
+
+    def wait_modes(self) -> dict[str, str]:
+        """Dependencies.wait_modes: each waiting job's mode, by id."""
+        return self.handle.read(lambda state: {job_id: wait.mode for job_id, wait
+                                               in state.waits.by_job.items()})
+
     def compact(self) -> CompactionResult:
         return self.handle.compact()
 
@@ -379,3 +401,15 @@ class FileBackend:
 
     def close(self) -> None:
         self.handle.close()
+
+
+def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[Job]) -> None:
+    """ACK records for `jobs`, every lease checked before any is planned."""
+    distinct_leases(jobs)
+    for job in jobs:
+        check_lease(state, job.id, job.token)
+    for job in jobs:
+        batch.wakes += state.limited.frees(job.id, state.table)  # a freed slot wakes
+        batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
+        plan_dependents(state, batch, now, job.id, JobState.DONE)
+    batch.finishes += len(jobs)

@@ -13,8 +13,8 @@ follows the same beats, under the queue's lock:
   3. plan the call's records against the state (errors here write nothing);
   4. write them as one batch and apply them to the in-memory state.
 Then, outside the lock, fdatasync the log before returning, so that
-concurrent threads share one fsync instead of queueing for it (processes
-too, through NAME.sync, only with FileOptions.share_fsyncs: off by default).
+concurrent threads share one fsync instead of queueing for it (each process
+syncs for itself).
 A call returns only after an fsync that began after its records were
 written; if that fsync fails, the handle is poisoned, because the kernel may
 have dropped the pages and a second fsync would prove nothing.
@@ -45,7 +45,6 @@ from .disk.fs import FileSystem
 from .disk.lock import SharedLock, release_shared_lock, shared_lock
 from .disk.wake import WakeChannel
 from .log.logfile import LogFile
-from .log.syncfile import SharedSync
 from .options import FileOptions
 from .state.batch import Batch
 from .state.state import QueueState
@@ -108,12 +107,9 @@ class QueueHandle:
             raise StorageError(self._lock_path, "opening the lock file", exc) from None
         if self._lock.degraded:
             log.warning("%s: opened read-only: %s", self._lock_path, self._lock.degraded)
-        self._shared = self._open_shared()  # group commit across processes
         try:
             with self.locked(refresh=False):
                 self.recovery: RecoveryReport = self.reload()
-                self._shared = syncing.bound_shared(self._shared, self.live_log(),
-                                                    directory, name)
                 rescue = syncing.rescue_key(directory, name)
                 if rescue in syncing.FSYNC_FAILED and not self.readonly:
                     # An fsync of this queue failed in this process: the kernel may have
@@ -163,15 +159,6 @@ class QueueHandle:
     def poisoned(self) -> str | None:
         """Why the handle must be reopened, if it must."""
         return self._poisoned
-
-    @property
-    def shared(self) -> SharedSync | None:
-        """The descriptor on NAME.sync, if this handle shares fsyncs across processes."""
-        return self._shared
-
-    def _open_shared(self) -> SharedSync | None:
-        return syncing.open_shared(self.options, self.directory, self.name, fsync=self.fsync,
-                                   readonly=self.readonly, network_fs=self.network_fs)
 
     # -- the beats ----------------------------------------------------------
 
@@ -246,7 +233,7 @@ class QueueHandle:
             current.append(data)
         except OSError as exc:
             try:  # leave the log ending on a batch boundary, durably
-                syncing.cut(self._shared, current, start)
+                syncing.cut(current, start)
             except OSError as second:
                 self.poison(f"could not undo a failed write: {second}")
             raise StorageError(current.path, "write", exc) from None
@@ -255,7 +242,7 @@ class QueueHandle:
         except ValueError as exc:  # a planning bug; memory may be half-applied
             self.poison(f"internal error applying our own batch: {exc}")
             try:  # replay would refuse this batch too: never leave it on disk
-                syncing.cut(self._shared, current, start)
+                syncing.cut(current, start)
             except OSError:
                 pass
             raise QueueClosedError(f"queue {self.name!r} must be reopened: internal error "
@@ -339,13 +326,9 @@ class QueueHandle:
         self._pid = os.getpid()
         self._lock = shared_lock(self.fs, self._lock_path, readonly=self.readonly)
         self.compactor.forget_inherited()
-        # The parent's NAME.sync descriptor shares its flock with the parent.
-        self._shared = self._open_shared()
         self._log = None
         with self.locked(refresh=False):
             self.reload()
-            self._shared = syncing.bound_shared(self._shared, self.live_log(),
-                                                self.directory, self.name)
 
     def compact(self) -> CompactionResult:
         """Rewrite the live jobs into a new log generation and switch to it atomically
@@ -395,5 +378,3 @@ class QueueHandle:
             self._retire(self._log)
             release_shared_lock(self._lock)
             self.compactor.close()
-            if self._shared is not None:
-                self._shared.close()

@@ -23,7 +23,6 @@ from .counters import HandleCounters
 from .disk.fs import FileSystem
 from .disk.lock import SharedLock
 from .log.logfile import LogFile
-from .log.syncfile import SharedSync
 from .options import FileOptions
 from .state.batch import Batch
 from .state.state import QueueState
@@ -71,8 +70,6 @@ class HandleAPI(Protocol):
     def checkpointed(self) -> int: ...
     @property
     def poisoned(self) -> str | None: ...
-    @property
-    def shared(self) -> SharedSync | None: ...
     @property
     def counters(self) -> HandleCounters: ...
 

@@ -25,8 +25,3 @@ class FileOptions:
     checkpoint_every_bytes: int = 8 << 20  # a live handle checkpoints at least this far apart
     checkpoint_after_bytes: int = 1 << 20  # close() checkpoints when this much was logged since
     min_compact_bytes: int = 1 << 20  # auto-compaction never bothers below this log size
-    # Share fdatasyncs between processes through NAME.sync (syncfile.py). Off: where it
-    # was measured (a virtio disk that overlaps concurrent flushes), 4 processes taking
-    # turns ran slower than 4 syncing for themselves (docs/FORMAT.md, "Group commit
-    # across processes").
-    share_fsyncs: bool = False

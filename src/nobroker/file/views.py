@@ -11,8 +11,10 @@ Job as a copy, so that a caller changing a Job's `meta` changes nothing here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from ..backend import DormantJob
 from ..errors import CorruptLogError
 from ..models import Job, JobState
 from .log.logfile import LogFile
@@ -21,7 +23,7 @@ from .log.records import loads
 from .state.notes import Notes
 from .state.state import Entry, QueueState
 
-__all__ = ["entry_view", "read_payload", "note_view", "MISSING"]
+__all__ = ["entry_view", "read_payload", "note_view", "dormant_views", "MISSING"]
 
 MISSING: Any = object()  # entry_view's payload when the caller has none: read it
 
@@ -69,3 +71,13 @@ def read_payload(source: LogFile, entry: Entry) -> Any:
         return loads(source.read_payload(entry.loc))
     except ValueError:  # UnicodeDecodeError too: the CRC matched, so a writer bug
         raise CorruptLogError(source.path, entry.loc, "payload is not JSON") from None
+
+
+def dormant_views(state: QueueState, live_log: Callable[[], LogFile]) -> list[DormantJob]:
+    """The revivable cancelled dependents (QueueState.dormant), in enqueue order, each
+    Job with the payload its CANCEL (or FINISHED) record kept."""
+    by_job, log = state.dormant.by_job, live_log()
+    entries = sorted((state.jobs[job_id] for job_id in by_job), key=lambda e: e.seq)
+    return [DormantJob(replace(entry_view(state, live_log, e), payload=read_payload(log, e)),
+                       e.keyed, by_job[e.id].keys, tuple(by_job[e.id].unmet),
+                       tuple(by_job[e.id].failed)) for e in entries]

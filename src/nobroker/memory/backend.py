@@ -20,10 +20,11 @@ from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
-from ..errors import NobrokerError, NotLeasedError, QueueClosedError
+from ..errors import NobrokerError, QueueClosedError
+from ..limits import KeyUse, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -32,6 +33,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from . import copying
 from .graphs import add_graph, prerequisites
 from .revivals import requeue_dead
 from .sets import SharedQueue, attach, detach, queue_names
@@ -165,14 +167,18 @@ class MemoryBackend:
         return self._write(change)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
         def change(table: MemoryTable, now: float) -> list[Job]:
             ids = []
-            for text, payload in zip(payload_texts, payloads, strict=True):
+            for i, (text, payload) in enumerate(zip(payload_texts, payloads, strict=True)):
                 ids.append(table.new_id())
-                table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
-                          keys=self.settings.limits.keys_of(payload))
-            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now)
+                job = table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
+                                keys=self.settings.limits.keys_of(payload))
+                if metas and metas[i]:
+                    job.note = (None, metas[i])
+            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now,
+                                    metas)
 
         return self._write(change)
 
@@ -180,7 +186,7 @@ class MemoryBackend:
                       nodes: Sequence[GraphNode]) -> list[Job]:
         return self._write(lambda table, now: [self._view(job) for job in add_graph(
             table, now, payload_texts, nodes, self.settings.result_ttl,
-            self.settings.max_attempts)])
+            self.settings.max_attempts, self.settings.limits)])
 
     # -- consuming ----------------------------------------------------------
 
@@ -194,25 +200,33 @@ class MemoryBackend:
         held = table.held(job.id, job.token)
         ttl = self.settings.result_ttl if result_ttl is None else result_ttl
         keep = max(ttl, self.settings.key_retention) if held.keyed else ttl
-        table.ack(held, now, result_text, keep)
+        # A result kept for no time is none: a keyed job's remembered id must not carry it.
+        table.ack(held, now, result_text if ttl > 0 else None, keep)
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
         self._write(lambda table, now: self._ack(table, now, job, result_text, result_ttl),
                     spare=(job.id,))
 
-    def ack_many(self, jobs: Sequence[Job]) -> None:
-        def change(table: MemoryTable, now: float) -> None:
-            seen: set[str] = set()
-            for job in jobs:  # every lease checked before anything changes
-                if job.id in seen:
-                    raise NotLeasedError(job.id, "it appears twice in one ack_many")
-                seen.add(job.id)
-                table.held(job.id, job.token)
-            for job in jobs:
-                self._ack(table, now, job, None, None)
+    def _ack_all(self, table: MemoryTable, now: float, jobs: Sequence[Job]) -> None:
+        distinct_leases(jobs)
+        for job in jobs:  # every lease checked before anything changes
+            table.held(job.id, job.token)
+        for job in jobs:
+            self._ack(table, now, job, None, None)
 
-        self._write(change, spare=[job.id for job in jobs])
+    def ack_many(self, jobs: Sequence[Job]) -> None:
+        self._write(lambda table, now: self._ack_all(table, now, jobs),
+                    spare=[job.id for job in jobs])
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        def change(table: MemoryTable, now: float) -> list[Job]:
+            self._ack_all(table, now, jobs)
+            return [self._view(job) for job in table.lease(now, count, now + visibility_timeout,
+                                                           self.settings.limits)]
+
+        return self._write(change, spare=[job.id for job in jobs])
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -329,6 +343,10 @@ class MemoryBackend:
 
         return self._read(question)
 
+    def limit_use(self) -> list[KeyUse]:
+        return self._read(lambda table, now: key_use(
+            self.settings.limits, table.limited.windows, table.limited.in_use, now))
+
     def queue_names(self) -> list[str]:
         """QueueListing: the queues of this set that a handle has open."""
         self._read(lambda table, now: None)  # QueueClosedError on a closed handle
@@ -350,20 +368,18 @@ class MemoryBackend:
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
         texts = [encode_payload(job.payload) for job in jobs]
+        return self._write(lambda table, now: copying.import_copies(table, jobs, texts, keyed))
 
-        def change(table: MemoryTable, now: float) -> list[JobState]:
-            states: list[JobState] = []
-            for job, text, is_key in zip(jobs, texts, keyed, strict=True):
-                if job.id in table.jobs or job.id in table.done_keys:
-                    continue
-                dead = job.state is JobState.DEAD
-                table.add_copy(job.id, is_key, text, job.priority, job.available_at,
-                               job.enqueued_at, job.max_attempts, job.attempts,
-                               job.last_error, dead)
-                states.append(JobState.DEAD if dead else JobState.PENDING)
-            return states
+    def wait_modes(self) -> dict[str, str]:
+        return self._read(lambda table, now: copying.wait_modes(table))
 
-        return self._write(change)
+    def export_dormant(self) -> list[DormantJob]:
+        return self._read(lambda table, now: copying.export_dormant(table, self._view))
+
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        texts = [encode_payload(copy.job.payload) for copy in jobs]
+        return self._write(lambda table, now: copying.import_dormant(
+            table, jobs, texts, now, self.settings.result_ttl))
 
     # -- named locks and lifecycle ------------------------------------------
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from ..dependencies import GraphNode, verdict, with_graph_nodes
 from ..errors import JobNotFoundError, NobrokerError
+from ..limits import Limits
 from ..models import JobState
 from .table import MemoryJob, MemoryTable
 
@@ -21,10 +22,11 @@ __all__ = ["add_graph", "prerequisites"]
 
 
 def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
-              nodes: Sequence[GraphNode], keep: float, default_attempts: int
-              ) -> list[MemoryJob]:
+              nodes: Sequence[GraphNode], keep: float, default_attempts: int,
+              limits: Limits) -> list[MemoryJob]:
     """The nodes' jobs, in node order; a node cancelled at once is kept `keep` seconds,
-    a node's max_attempts None is `default_attempts`."""
+    a node's max_attempts None is `default_attempts`; each has the limit keys
+    `limits` computes from its payload (a waiting one is limited once released)."""
     for node in nodes:
         if node.job_id is not None and (node.job_id in table.jobs
                                         or node.job_id in table.done_keys):
@@ -46,7 +48,8 @@ def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
             released, error = verdict(node.mode, failed, died, not unmet)
         job = table.add(job_id, node.job_id is not None, text, node.priority,
                         now + node.delay, now, node.max_attempts or default_attempts,
-                        None if released or error else unmet, node.mode)
+                        None if released or error else unmet, node.mode,
+                        limits.keys_of(node.payload))
         if error is not None:
             job.last_error = error
             table.finish(job, JobState.CANCELLED, now, keep)

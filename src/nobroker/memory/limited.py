@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 from typing import Protocol
 
-from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Window
+from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window
 
 __all__ = ["LimitedReady", "Ready"]
 
@@ -31,12 +31,17 @@ class LimitedReady:
 
     def __init__(self) -> None:
         self.groups: dict[JobKeys, list[Ready]] = {}
+        self.parking = Parking()  # the groups a lease looks at (limits.Parking: a cache)
         self.in_use: dict[str, int] = {}
         self.windows: dict[str, Window] = {}
 
     def heap(self, keys: JobKeys) -> list[Ready]:
         """The ready heap of `keys`' jobs."""
-        return self.groups.setdefault(keys, [])
+        heap = self.groups.get(keys)
+        if heap is None:
+            heap = self.groups[keys] = []
+            self.parking.add(keys)
+        return heap
 
     def held(self, keys: JobKeys, delta: int) -> int:
         """A job of `keys` starts (+1) or stops (-1) holding its concurrency key;
@@ -48,6 +53,8 @@ class LimitedReady:
             self.in_use[keys[1]] = held
         else:
             self.in_use.pop(keys[1], None)
+        if delta < 0:  # a slot of the key is free: its parked groups come back
+            self.parking.freed(keys[1])
         return int(delta < 0)
 
     def started(self, keys: JobKeys | None, limits: Limits, now: float) -> None:
@@ -73,10 +80,14 @@ class LimitedReady:
                 if valid(item[3], item[2]):
                     taken.append(item)
             return taken
+        parking, groups = self.parking, self.groups
+        parking.asked_under(limits)
         budget = Budget(limits, self.windows, self.in_use, now)
         found: list[tuple[Ready, JobKeys | None, list[Ready]]] = []
-        for keys, heap in [(None, ready), *self.groups.items()]:
+        for keys, heap in [(None, ready), *((k, groups[k]) for k in list(parking.active))]:
             if not budget.allows(keys):
+                if keys is not None:  # a full concurrency key's group: set aside
+                    parking.park_if_full(keys, limits, self.in_use)
                 continue
             looked = 0
             while heap and looked < count:
@@ -92,17 +103,20 @@ class LimitedReady:
                 chosen.append(item)
             else:
                 heapq.heappush(heap, item)
-        for keys in [keys for keys, heap in self.groups.items() if not heap]:
-            del self.groups[keys]
+        for keys in [keys for keys in parking.active if not groups[keys]]:
+            del groups[keys]
+            parking.remove(keys)
         return chosen
 
     def next_ready(self, limits: Limits, now: float, ready: list[Ready],
                    valid: _Valid) -> list[float]:
         """When a ready job may next start within `limits`: [-inf] (now), [a window's
         opening], or [] (no ready job, or only keys whose holders are all busy)."""
+        self.parking.asked_under(limits)
         budget = Budget(limits, self.windows, self.in_use, now)
         times: list[float] = []
-        for keys, heap in [(None, ready), *self.groups.items()]:
+        groups = self.groups  # a parked group waits for an ack's wake-up
+        for keys, heap in [(None, ready), *((k, groups[k]) for k in self.parking.active)]:
             while heap and not valid(heap[0][3], heap[0][2]):
                 heapq.heappop(heap)
             if heap:

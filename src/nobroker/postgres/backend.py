@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from ..backend import Capabilities, Settings
+from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
@@ -42,25 +42,26 @@ from ..errors import (
     NobrokerError,
     NotLeasedError,
 )
+from ..limits import KeyUse
 from ..models import CompactionResult, Job, JobState, Progress, QueueStats, RecoveryReport
-from . import graphs
-from .connection import Link, LinkBusy, changed
+from . import copying, graphs
+from .connection import Link, changed
+from .leasing import Leasing
 from .limited import LimitedLeases, key_params, keys_params
 from .namedlocks import LockConnections
 from .rows import (
-    STATES,
     codes_listed,
     enqueue_params,
-    import_params,
     job_enqueued,
     job_from_row,
+    meta_texts,
     not_leased,
     note_params,
     stats_from_row,
 )
 from .session import Session
 from .statements import Statements, backoff_params
-from .sweeping import EVERY, OVERDUE, Sweeper, retention
+from .sweeping import EVERY, Sweeper, kept_result, retention
 from .transactional import Conflict, Transactional, enqueue_rows, retried
 from .url import Target
 from .wakeups import Wakeups
@@ -75,7 +76,7 @@ class PostgresBackend:
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
                                 local=False, listing=True, imports=True, transactions=True,
-                                dependencies=True, limits=True)
+                                dependencies=True, limits=True, revival=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
@@ -87,7 +88,6 @@ class PostgresBackend:
         assert settings.rng is not None  # filled() gave it one
         self._rng = settings.rng
         self._sql = Statements.load(target.schema)
-        self._backoff = backoff_params(settings.backoff)  # bound by the leasing statements
         self.session = Session(target, name, settings, clock, self._sql.ensure_queue)
         self._params = self.session.params
         self._link = Link(target, setup=self.session.setup, lock_timeout=settings.lock_timeout)
@@ -97,6 +97,9 @@ class PostgresBackend:
         self._locks = LockConnections(target, name, settings.lock_timeout)
         self._transactional = Transactional(target, self._sql, self.session, settings)
         self._limited = LimitedLeases(self._sql, settings.limits)  # used once declared
+        self._leasing = Leasing(self._sql, self._params, self._link, self._wakeups,
+                                self._sweeper, self._limited, settings.limits,
+                                backoff_params(settings.backoff))
         try:
             self._link.run("open", lambda conn: None)  # connect now: a bad URL fails here
         except BaseException:
@@ -130,7 +133,8 @@ class PostgresBackend:
                               **key_params(self.settings.limits, payload))
         if depends_on:  # waiting, pending or cancelled at once (graphs.py)
             node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
-                               priority, delay, max_attempts, job_id, params["m"])
+                               priority, delay, max_attempts, job_id, params["m"],
+                               params["rk"], params["ck"])
             return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
 
         def run(conn: Conn) -> Job:
@@ -142,11 +146,13 @@ class PostgresBackend:
         return self._link.run("enqueue", run)
 
     def enqueue_many(self, payload_texts: Sequence[str], payloads: Sequence[Any], *,
-                     priority: int, delay: float, max_attempts: int) -> list[Job]:
+                     priority: int, delay: float, max_attempts: int,
+                     metas: Sequence[dict[str, Any]] | None = None) -> list[Job]:
         if not payload_texts:
             return []
         params = self._params(pr=priority, delay=delay, ma=max_attempts,
-                              ps=list(payload_texts), **keys_params(self.settings.limits, payloads))
+                              ps=list(payload_texts), ms=meta_texts(metas, len(payload_texts)),
+                              **keys_params(self.settings.limits, payloads))
 
         def run(conn: Conn) -> list[Job]:
             with conn.transaction():
@@ -154,8 +160,8 @@ class PostgresBackend:
                 if len(rows) != len(payload_texts):
                     raise Conflict  # rolls the transaction back
             rows.sort(key=lambda r: r[1])  # by seq: the order of the payloads
-            return [job_enqueued(row, p, max_attempts)
-                    for row, p in zip(rows, payloads, strict=True)]
+            return [job_enqueued(row, p, max_attempts, metas[i] if metas else None)
+                    for i, (row, p) in enumerate(zip(rows, payloads, strict=True))]
 
         return retried(self._link, "enqueue_many", run)
 
@@ -163,7 +169,7 @@ class PostgresBackend:
                       nodes: Sequence[GraphNode]) -> list[Job]:
         """Every node as a job, in one transaction (graphs.py); nodes come checked."""
         return graphs.enqueue(self._link, self._sql, self._params(), graphs.nodes_of(
-            payload_texts, nodes, self.settings.max_attempts))
+            payload_texts, nodes, self.settings.max_attempts, self.settings.limits))
 
     # -- in a transaction not ours (transactional.py) -------------------------
 
@@ -184,27 +190,15 @@ class PostgresBackend:
     # -- consuming ----------------------------------------------------------
 
     def lease(self, count: int, visibility_timeout: float) -> list[Job]:
-        params = self._params(n=count, vt=visibility_timeout, **self._backoff)
+        return self._leasing.lease(count, visibility_timeout)
 
-        def run(conn: Conn) -> list[Job]:
-            if self.settings.limits:  # declared: the limited lease (limited.py)
-                rows = self._limited.lease(conn, params, count)
-            elif (rows := conn.execute(self._sql.lease_ready, params).fetchall())[0][0]:
-                rows = [row[1:] for row in rows if row[1] is not None]
-            else:
-                rows = conn.execute(self._sql.lease, params).fetchall()
-            rows.sort(key=lambda r: (-r[3], r[1]))
-            return [job_from_row(row) for row in rows]
-
-        try:
-            jobs = self._wakeups.run_warm("lease", run)
-        except LinkBusy:
-            jobs = self._link.run("lease", run)
-        self._sweeper.maybe(EVERY if not jobs else OVERDUE)  # idle, or a busy one overdue
-        return jobs
+    def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
+        """Tell `listener` the ids of jobs our lease reclaims dead-letter (leasing.py)."""
+        self._leasing.report_reclaimed(listener)
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:
+        result_text = kept_result(self.settings, result_text, result_ttl)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed)
         self._fenced("ack", self._sql.ack, params, job)
@@ -212,11 +206,7 @@ class PostgresBackend:
     def ack_many(self, jobs: Sequence[Job]) -> None:
         if not jobs:
             return
-        seen: set[str] = set()
-        for job in jobs:
-            if job.id in seen:
-                raise NotLeasedError(job.id, "it appears twice in one ack_many")
-            seen.add(job.id)
+        distinct_leases(jobs)
         keyed, unkeyed = retention(self.settings, None, None)
         params = self._params(ids=[j.id for j in jobs], toks=[j.token or 0 for j in jobs],
                               kr=keyed, ur=unkeyed)
@@ -230,10 +220,15 @@ class PostgresBackend:
         try:
             self._link.run("ack_many", run)
         except _Rollback as rollback:
-            stale = rollback.job
+            stale: Job = rollback.args[0]
         else:
             return
         raise self._link.run("ack_many", lambda conn: self._not_leased(conn, stale))
+
+    def ack_many_and_lease(self, jobs: Sequence[Job], count: int,
+                           visibility_timeout: float) -> list[Job]:
+        self.ack_many(jobs)  # two transactions; the lease sees the freed limit slots
+        return self.lease(count, visibility_timeout)
 
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
@@ -241,18 +236,11 @@ class PostgresBackend:
         if self.settings.limits:  # the limited lease is a transaction of its own
             self.ack(job, result_text, result_ttl)
             return next(iter(self.lease(1, visibility_timeout)), None)
+        result_text = kept_result(self.settings, result_text, result_ttl)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
-                              n=1, vt=visibility_timeout, **self._backoff)
-
-        def run(conn: Conn) -> Job | None:
-            rows = conn.execute(self._sql.ack_and_lease, params).fetchall()
-            if not rows or not rows[0][0]:
-                raise self._not_leased(conn, job)
-            row = rows[0][1:]
-            return job_from_row(row) if row[0] is not None else None
-
-        return self._link.run("ack_and_lease", run)
+                              n=1, vt=visibility_timeout)
+        return self._leasing.ack_and_lease(params, lambda conn: self._not_leased(conn, job))
 
     def nack(self, job: Job, error: str | None, delay: float | None,
              dead: bool = False) -> Job:
@@ -279,6 +267,10 @@ class PostgresBackend:
         except (ConnectionLostError, LockTimeoutError):
             pass  # housekeeping: the wait below deals with a server that is away
         return self._wakeups.wait(timeout, self._limited.due if self.settings.limits else None)
+
+    def limit_use(self) -> list[KeyUse]:
+        params = self._params()
+        return self._link.run("limit_use", lambda conn: self._limited.use(conn, params))
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         if self.settings.readonly:  # no watch row may be written: read until finished
@@ -310,13 +302,9 @@ class PostgresBackend:
         return self._link.run("requeue_dead", run)
 
     def purge(self) -> int:
-        params = self._params(n=0, vt=1.0, **self._backoff)
-
-        def run(conn: Conn) -> int:
-            conn.execute(self._sql.lease, params)  # count 0: reclaims expired leases only
-            return changed(conn, self._sql.purge, params)
-
-        return self._link.run("purge", run)
+        params = self._params()
+        return self._leasing.reclaim_then("purge", lambda conn: changed(
+            conn, self._sql.purge, params))
 
     def delete_dead(self, job_id: str | None) -> int:
         params = self._params(id=job_id)
@@ -372,18 +360,16 @@ class PostgresBackend:
     # -- transfer (nobroker migrate) -----------------------------------------
 
     def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
-        """Insert copied jobs as they were (backend.JobImport); ids known are skipped."""
-        if not jobs:
-            return []
-        params = self._params(**import_params(jobs, keyed))
+        return copying.import_jobs(self._link, self._sql, self._params(), jobs, keyed)
 
-        def run(conn: Conn) -> list[JobState]:
-            with conn.transaction():
-                rows = conn.execute(self._sql.import_jobs, params).fetchall()
-                conn.execute(self._sql.bump_seq, params)
-            return [STATES[row[0]] for row in rows]
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        return copying.import_dormant(self._link, self._sql, self._params(), jobs)
 
-        return self._link.run("import", run)
+    def export_dormant(self) -> list[DormantJob]:  # Revival.export_dormant
+        return copying.export_dormant(self._link, self._sql, self._params())
+
+    def wait_modes(self) -> dict[str, str]:  # Dependencies.wait_modes
+        return copying.wait_modes(self._link, self._sql, self._params())
 
     def try_lock(self, key: str) -> Callable[[], None] | None:
         if self.settings.readonly:
@@ -400,6 +386,4 @@ class PostgresBackend:
 
 
 class _Rollback(Exception):
-    def __init__(self, job: Job) -> None:
-        super().__init__(job.id)
-        self.job = job
+    """Rolls ack_many's transaction back; args[0]: the job whose lease was stale."""

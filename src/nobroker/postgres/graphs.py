@@ -20,8 +20,10 @@ import psycopg
 
 from ..dependencies import ANY, FAILURE, SUCCESS, GraphNode, verdict
 from ..errors import JobNotFoundError, NobrokerError
+from ..limits import Limits
 from ..models import Job, JobState
 from .connection import Link
+from .limited import keys_params
 from .rows import BLOCKED, job_from_row
 from .statements import Statements
 from .transactional import Conflict, retried
@@ -49,6 +51,8 @@ class Node:
     max_attempts: int
     job_id: str | None
     meta: str | None = None  # its metadata from the start, JSON text (rows.enqueue_params)
+    rate_key: str = ""  # its limit keys ('' for none: limited.key_params), kept while it
+    conc_key: str = ""  # waits, so that it is limited once released
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +71,15 @@ def mode_of(allow_failure: bool) -> str:
 
 
 def nodes_of(payload_texts: Sequence[str], nodes: Sequence[GraphNode],
-             max_attempts: int) -> list[Node]:
-    """enqueue_graph's GraphNodes (checked by the Queue) with their payloads' texts, a
-    max_attempts None being the queue's `max_attempts`."""
+             max_attempts: int, limits: Limits) -> list[Node]:
+    """enqueue_graph's GraphNodes (checked by the Queue) with their payloads' texts and
+    limit keys, a max_attempts None being the queue's `max_attempts`."""
+    keys = keys_params(limits, [n.payload for n in nodes])
     return [Node(text, tuple(n.depends_on), n.mode, n.priority, float(n.delay),
-                 max_attempts if n.max_attempts is None else n.max_attempts, n.job_id)
-            for text, n in zip(payload_texts, nodes, strict=True)]
+                 max_attempts if n.max_attempts is None else n.max_attempts, n.job_id,
+                 None, rate_key, conc_key)
+            for text, n, rate_key, conc_key in zip(payload_texts, nodes, keys["rks"],
+                                                   keys["cks"], strict=True)]
 
 
 def _planned(mode: str, failed: tuple[str, str] | None, died: bool,
@@ -140,6 +147,7 @@ def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[N
         "prs": [n.priority for n in nodes], "delays": [n.delay for n in nodes],
         "mas": [n.max_attempts for n in nodes], "ks": [n.job_id is not None for n in nodes],
         "ps": [n.payload_text for n in nodes], "ms": [n.meta for n in nodes],
+        "rks": [n.rate_key for n in nodes], "cks": [n.conc_key for n in nodes],
         "errs": [p.error for p in planned],
         "deps": [job_id in prerequisites for job_id in ids],
         "flag": sorted(prerequisites.intersection(known)),

@@ -36,10 +36,11 @@ from typing import Any
 
 import psycopg
 
-from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Window
+from ..limits import QUEUE_KEY, Budget, JobKeys, KeyUse, Limits, Window, key_use
+from .rows import lease_rows
 from .statements import Statements
 
-__all__ = ["LimitedLeases", "key_params", "keys_params"]
+__all__ = ["LimitedLeases", "key_params", "keys_params", "keys_of_columns", "columns_of"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 _ESCAPED = re.compile(r"\\(.)", re.DOTALL)  # a key's escaped NUL (\0) or backslash (\\)
@@ -69,7 +70,13 @@ def keys_params(limits: Limits, payloads: Sequence[Any]) -> dict[str, list[str]]
     return {"rks": [k["rk"] for k in keys], "cks": [k["ck"] for k in keys]}
 
 
-def _keys(rate_key: str, concurrency_key: str) -> JobKeys | None:
+def columns_of(keys: JobKeys | None) -> tuple[str, str]:
+    """The (rate_key, conc_key) columns of a job with `keys` (keys_of_columns reads
+    them back)."""
+    return (_stored(keys[0]), _stored(keys[1])) if keys else ("", "")
+
+
+def keys_of_columns(rate_key: str, concurrency_key: str) -> JobKeys | None:
     """The keys of a job from its columns."""
     if not rate_key and not concurrency_key:
         return None
@@ -112,7 +119,7 @@ class _State:
             "full_conc": [_stored(k) for k in self.in_use if not budget.allows((None, k))],
         }).fetchall()
         rows.sort(key=lambda row: (-row[1], row[2]))
-        return [(row[0], _keys(row[3], row[4])) for row in rows]
+        return [(row[0], keys_of_columns(row[3], row[4])) for row in rows]
 
 
 class LimitedLeases:
@@ -121,28 +128,31 @@ class LimitedLeases:
     def __init__(self, sql: Statements, limits: Limits) -> None:
         self._sql, self._limits = sql, limits
 
-    def lease(self, conn: Conn, params: dict[str, Any], count: int) -> list[tuple[Any, ...]]:
-        """Up to `count` jobs leased within the limits: their rows (job_columns)."""
+    def lease(self, conn: Conn, params: dict[str, Any], count: int
+              ) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """Up to `count` jobs leased within the limits: their rows (job_columns), and
+        the ids of the jobs whose expired leases this dead-lettered (rows.lease_rows)."""
         sql, limits = self._sql, self._limits
         with conn.transaction():
             conn.execute(sql.limited_lock, params)
-            conn.execute(sql.lease, {**params, "n": 0})  # expired leases free their slots
+            # Expired leases first: they free their slots.
+            _, dead = lease_rows(conn.execute(sql.lease, {**params, "n": 0}).fetchall())
             state = _State(conn, sql, params, limits)
             params = {**params, "t": state.now}  # the lease's time: its starts' (_State)
             budget = state.budget
             if count <= 0 or not budget.allows(None):  # the queue's own window is full
-                return []
+                return [], dead
             chosen: dict[str, JobKeys | None] = {}
             for job_id, keys in state.candidates(conn, sql, params, limits, count):
                 if len(chosen) < count and budget.allows(keys):
                     budget.take(keys)
                     chosen[job_id] = keys
             if not chosen:
-                return []
-            rows = conn.execute(sql.lease_chosen,
-                                {**params, "ids": list(chosen), "n": len(chosen)}).fetchall()
+                return [], dead
+            rows, more = lease_rows(conn.execute(sql.lease_chosen, {
+                **params, "ids": list(chosen), "n": len(chosen)}).fetchall())
             self._started(conn, params, state, [chosen[row[0]] for row in rows])
-            return rows
+            return rows, dead + more
 
     def _started(self, conn: Conn, params: dict[str, Any], state: _State,
                  started: list[JobKeys | None]) -> None:
@@ -166,6 +176,11 @@ class LimitedLeases:
                 **params, "keys": names,
                 "starts": ["{" + ",".join(map(repr, windows[k].starts)) + "}" for k in names]})
 
+    def use(self, conn: Conn, params: dict[str, Any]) -> list[KeyUse]:
+        """Each key's use now (limits.key_use): the rate keys this process declared."""
+        state = _State(conn, self._sql, params, self._limits)
+        return key_use(self._limits, state.windows, state.in_use, state.now)
+
     def due(self, conn: Conn, params: dict[str, Any]) -> tuple[float, float | None]:
         """(now, when a job may next be leased within the limits, or None: nothing
         will be leasable until a write, or the queue is paused)."""
@@ -177,7 +192,7 @@ class LimitedLeases:
         rows = conn.execute(sql.limited_candidates,
                             {**params, "n": 1, "full_rates": [], "full_conc": []}).fetchall()
         for row in rows:
-            opens = state.budget.opens_at(_keys(row[3], row[4]))
+            opens = state.budget.opens_at(keys_of_columns(row[3], row[4]))
             if opens is not None:
                 times.append(max(opens, state.now))
         return state.now, min(times) if times else None

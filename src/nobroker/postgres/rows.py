@@ -8,6 +8,7 @@ connection, no SQL text.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any, Final
@@ -16,8 +17,8 @@ from ..errors import NotLeasedError
 from ..models import Job, JobState, Progress, QueueStats
 
 __all__ = ["STATE_CODES", "WAITING", "BLOCKED", "STATES", "CODES_OF", "job_from_row",
-           "job_enqueued", "not_leased", "codes_listed", "stats_from_row", "import_params",
-           "note_params", "enqueue_params"]
+           "job_enqueued", "meta_texts", "lease_rows", "not_leased", "codes_listed",
+           "stats_from_row", "import_params", "note_params", "enqueue_params"]
 
 STATE_CODES: Final = {JobState.PENDING: 0, JobState.LEASED: 1, JobState.DEAD: 2,
                       JobState.DONE: 3, JobState.CANCELLED: 4}  # the jobs.state column
@@ -63,12 +64,28 @@ def note_params(progress: Progress | None, meta: dict[str, Any]) -> dict[str, st
             "m": json.dumps(meta, ensure_ascii=False, allow_nan=False) if meta else None}
 
 
-def job_enqueued(row: Sequence[Any], payload: Any, max_attempts: int) -> Job:
+def lease_rows(rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """lease.sql's or lease_chosen.sql's rows split: the leased jobs' rows (job_columns),
+    and the ids of the jobs its reclaim dead-lettered (every row's last column)."""
+    dead = list(rows[0][-1] or ()) if rows else []
+    return [row[:-1] for row in rows if row[0] is not None], dead
+
+
+def meta_texts(metas: Sequence[dict[str, Any]] | None, count: int) -> list[str | None]:
+    """enqueue_many.sql's `ms`: each job's metadata as JSON text, None for none."""
+    if metas is None:
+        return [None] * count
+    return [note_params(None, meta)["m"] for meta in metas]
+
+
+def job_enqueued(row: Sequence[Any], payload: Any, max_attempts: int,
+                 meta: dict[str, Any] | None = None) -> Job:
     """The Job of one row enqueue_many.sql returned (id, seq, state, priority,
-    available_at, enqueued_at), with the payload it was given."""
+    available_at, enqueued_at), with the payload (and metadata) it was given."""
     return Job(id=row[0], payload=payload, priority=row[3], attempts=0,
                max_attempts=max_attempts, state=JobState.PENDING,
-               available_at=row[4], enqueued_at=row[5], last_error=None)
+               available_at=row[4], enqueued_at=row[5], last_error=None,
+               meta=copy.deepcopy(meta) if meta else {})
 
 
 def not_leased(job: Job, row: Sequence[Any] | None) -> NotLeasedError:

@@ -28,6 +28,8 @@ What the tables hold (the backend's docstring says why):
   prerequisites and what it waits for, one row; one row per unmet
   prerequisite. The statement that finishes a job settles its dependents
   (nb_settle, in migrations/0004, which says how and why exactly once).
+- dormant (version 7): the prerequisites of a cancelled dependent that a
+  requeue of the death that cancelled it revives (nb_revive, migrations/0007).
 - counters: per queue, one row per connection *slot* that ever wrote
   (connection.SLOTS, plus shared overflow rows); `stats()` sums those rows
   whatever the queue's size: live jobs (pending or leased; stats() takes

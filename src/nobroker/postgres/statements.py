@@ -69,6 +69,9 @@ class Statements:
     lock_prerequisites: bytes
     job_seqs: bytes
     enqueue_graph: bytes
+    wait_modes: bytes
+    export_dormant: bytes
+    import_dormant: bytes
 
     @classmethod
     def load(cls, schema: str) -> Statements:

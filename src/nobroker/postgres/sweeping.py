@@ -42,6 +42,14 @@ EVERY: Final = 1.0  # seconds between a handle's sweeps while it is idle
 OVERDUE: Final = 10.0  # ... and while it is busy leasing
 
 
+def kept_result(settings: Settings, result_text: str | None,
+                result_ttl: float | None) -> str | None:
+    """The result an ack stores: none when it is kept for no time (a keyed row
+    outlives its ack for its key, and must not carry the result along)."""
+    ttl = settings.result_ttl if result_ttl is None else result_ttl
+    return result_text if ttl > 0 else None
+
+
 def retention(settings: Settings, result_text: str | None,
               result_ttl: float | None) -> tuple[float, float]:
     """(seconds a keyed row is kept, seconds an unkeyed row is kept) after its ack:

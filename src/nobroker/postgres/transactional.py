@@ -33,7 +33,7 @@ from .connection import SLOTS, Link, error_text
 from .rows import job_from_row, not_leased
 from .session import Session
 from .statements import Statements
-from .sweeping import retention
+from .sweeping import kept_result, retention
 from .url import Target
 
 __all__ = ["Transactional", "enqueue_rows", "Conflict", "retried"]
@@ -125,6 +125,7 @@ class Transactional:
 
     def ack_in(self, conn: Conn, job: Job, result_text: str | None,
                result_ttl: float | None, *, joined: bool = False) -> None:
+        result_text = kept_result(self._settings, result_text, result_ttl)
         keyed, unkeyed = retention(self._settings, result_text, result_ttl)
         params = self._session.params(id=job.id, tok=job.token, r=result_text, kr=keyed,
                                       ur=unkeyed)

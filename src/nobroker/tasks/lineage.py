@@ -68,7 +68,10 @@ class Lineage:
 
 def lineage(queue: Queue, job: Job, *, scan_limit: int = SCAN_LIMIT) -> Lineage:
     """`job`'s parents and children in `queue` (see the module's docstring)."""
-    received, watched = _payload_parents(job.payload)
+    # A backend may hand a finished job's payload out (PostgreSQL keeps the row's):
+    # read as the others keep it, without.
+    finished = job.state is JobState.DONE or job.state is JobState.CANCELLED
+    received, watched = _payload_parents(None if finished else job.payload)
     parents = tuple(dict.fromkeys([*received, *watched, *job.waiting_for]))
     children: list[str] = []
     complete = True

@@ -69,8 +69,8 @@ def current_job() -> RunningJob | None:
 def call_as(job: Job | RunningJob, fn: Callable[..., Any], args: Sequence[Any],
             kwargs: Mapping[str, Any]) -> Any:
     """Call `fn` with `current_job()` returning `job`; an awaitable it returns is
-    wrapped so that `current_job()` holds while it runs too. A plain Job (a child
-    process's) cannot report progress."""
+    wrapped so that `current_job()` holds while it runs too. A plain Job has nowhere
+    to write reports: its progress() and set_meta() raise NobrokerError."""
     if not isinstance(job, RunningJob):
         job = RunningJob(job, None)
     deferred = inspect.iscoroutinefunction(fn)  # its wrappers go around the await
@@ -212,7 +212,8 @@ class Task(Generic[P, R]):
     def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """`delay` once the application's transaction commits, never if it rolls back:
         under Django (the app nobroker.django), its `transaction.on_commit` on the
-        default database, at once outside `atomic()`. Elsewhere NobrokerError: nothing
+        database of the queue's backend's OPTIONS "database", else the default one;
+        at once outside `atomic()`. Elsewhere NobrokerError: nothing
         says when a transaction commits (on PostgreSQL, `with q.transaction(conn):`).
         The arguments are checked for JSON now; the job's id is not known until then."""
         try:
@@ -220,7 +221,8 @@ class Task(Generic[P, R]):
         except SerializationError as exc:
             raise SerializationError(f"task {self.name!r}: arguments are not JSON: "
                                      f"{exc}") from None
-        after_commit(f"{self.name}.delay_on_commit()", lambda: self.apply_async(args, kwargs))
+        after_commit(f"{self.name}.delay_on_commit()", lambda: self.apply_async(args, kwargs),
+                     self.queue)
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult:
         """`delay` for asyncio code: the write and its fsync run off the event loop."""

@@ -30,18 +30,29 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from ..backend import Backend
 from ..codec import metadata as checked_meta
 from ..errors import NobrokerError
 from ..models import Job, Progress
 from ..validation import progress as checked_progress
 
-__all__ = ["RunningJob", "INTERVAL", "RunWrapper", "wrap_runs", "unwrap_runs", "enter_wrappers"]
+__all__ = ["RunningJob", "NoteWriter", "INTERVAL", "RunWrapper", "wrap_runs", "unwrap_runs",
+           "enter_wrappers"]
 
 INTERVAL: Final = 1.0  # seconds between two writes of one job's progress and metadata
 log = logging.getLogger("nobroker")
+
+
+class NoteWriter(Protocol):
+    """Where a running job's reports are written: its queue's backend, or in a process
+    pool's child the pipe to the worker, which writes them (worker/children.py)."""
+
+    @property
+    def name(self) -> str: ...  # the queue's name
+
+    def write_notes(self, job: Job, progress: Progress | None,
+                    meta: dict[str, Any]) -> None: ...
 
 
 class RunningJob:
@@ -49,7 +60,7 @@ class RunningJob:
 
     __slots__ = ("_reports", "job")
 
-    def __init__(self, job: Job, backend: Backend | None, *, interval: float = INTERVAL,
+    def __init__(self, job: Job, backend: NoteWriter | None, *, interval: float = INTERVAL,
                  clock: Callable[[], float] = time.monotonic,
                  reports: _Reports | None = None) -> None:
         self.job = job  # the Job as leased; current_job().job for code that wants a Job
@@ -101,10 +112,10 @@ class RunningJob:
 class _Reports:
     """One running job's reports and their writes, shared by its contexts."""
 
-    def __init__(self, job: Job, backend: Backend | None, interval: float,
+    def __init__(self, job: Job, backend: NoteWriter | None, interval: float,
                  clock: Callable[[], float]) -> None:
         self.job = job
-        self.backend = backend  # None: reports cannot be written here (a child process)
+        self.backend = backend  # None: reports cannot be written here
         self.interval = interval
         self.clock = clock
         self.lock = threading.Lock()
@@ -120,8 +131,8 @@ class _Reports:
 
     def report(self, progress: Progress | None, mapping: Mapping[str, Any] | None) -> None:
         if self.backend is None:
-            raise NobrokerError("progress() and set_meta() are not available here: the "
-                                "job runs in a child process (pool='process')")
+            raise NobrokerError("progress() and set_meta() are not available here: this "
+                                "job was called without its queue (call_as with a plain Job)")
         with self.lock:
             if mapping is not None:
                 self.merged = checked_meta({**self.merged, **mapping})  # a copy

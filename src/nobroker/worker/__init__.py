@@ -27,7 +27,7 @@ Threads, and who does what:
 
 Handlers run in threads, which suits I/O-bound work. CPU-bound work wants
 processes: `pool="process"` runs each slot's calls in a child process of its
-own (pool.py), or run several `nobroker work` processes on one queue; the
+own (children.py), or run several `nobroker work` processes on one queue; the
 queue's file lock makes that safe. `async def` handlers and tasks run on
 one event loop per Worker, the slot thread waiting on each coroutine, so at
 most `concurrency` run at once.
@@ -58,7 +58,10 @@ cannot kill a thread, so a handler still running at the deadline is
 is delivered again (counting an attempt) once its lease runs out. Slot
 threads are daemons, so an abandoned handler does not keep the process
 alive. A second SIGINT/SIGTERM skips the wait entirely; the in-flight jobs
-come back the same way.
+come back the same way. A thread of the worker's own that raises (a bug, or
+a backend raising what it should not) stops it the same way, loudly: the
+traceback is logged, `run()` raises WorkerCrashedError, and the job that
+thread held comes back when its lease runs out.
 
 Rules: signal handlers only set flags and wake the dispatcher; no queue call
 is ever made while holding the worker's condition; the library prints
@@ -70,6 +73,7 @@ The package, a module per duty, each a part of the one `Worker` class:
                    loop, the drain and the stop order
     slots.py       the slot threads: what a job calls (its plan), running it
                    (pool.py), settling it: ack with its result, or nack
+    children.py    pool="process": a child process per slot, and its loop
     leasing.py     every lease, from one queue or several, and the idle wait
     prefetch.py    prefetch=K: the acker thread (acks in batches), and giving
                    the prefetched jobs back on a graceful stop

@@ -22,11 +22,12 @@ from .. import validation
 from ..errors import NobrokerError
 from ..queue import Queue
 from ..tasks import Scheduler, TaskRegistry, queue_clock, registry_of
+from .children import ChildProcess
 from .heartbeat import Heartbeats
 from .joblog import log_job
 from .leasing import TICK
 from .picking import QueuePicker
-from .pool import ChildProcess, EventLoop
+from .pool import EventLoop
 from .shared import Flight, Handler, WorkerStats, log
 from .signals import SignalHandling, restore_signal_handlers
 from .slots import Slots, spec_of
@@ -86,6 +87,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._children: list[ChildProcess] = []
         self.concurrency = validation.integer("concurrency", concurrency, 1)
         self.prefetch = validation.integer("prefetch", prefetch, 0)
+        self._batching = self.prefetch > 0  # slots hand succeeded jobs to the acker
+        self._acker_leases = True  # ... which leases the next jobs in its ack's write
         self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
         self.idle_timeout = None if idle_timeout is None else validation.seconds(
@@ -116,6 +119,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._inbox: deque[Flight] = deque()
         self._to_ack: list[Flight] = []  # succeeded, for the acker (prefetch only)
         self._acker_idle = False
+        self._sending = 0  # jobs being leased, by the dispatcher or the acker
         self._reserved = 0  # leases taken (or being taken), for max_jobs
         self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "snoozed",
                                       "lost", "abandoned", "heartbeats", "timed_out",
@@ -147,14 +151,14 @@ class Worker(Slots, Heartbeats, SignalHandling):
             self._started = True
             self._began = self._last_busy = self._clock()
         previous = self._install_signal_handlers()
-        heartbeat = _spawn(self._heartbeat_loop, "nobroker-heartbeat")
+        heartbeat = self._guarded(self._heartbeat_loop, "nobroker-heartbeat")
         if self.pool == "process":
             self._children = [ChildProcess(self._preload, f"nobroker-child-{n}")
                               for n in range(self.concurrency)]
-        slots = [_spawn(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
+        slots = [self._guarded(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
                  for n in range(self.concurrency)]
-        if self.prefetch:
-            slots.append(_spawn(self._ack_loop, "nobroker-acker"))
+        if self._batching:
+            slots.append(self._guarded(self._ack_loop, "nobroker-acker"))
         for queue, registry in zip(self.queues, self._registries, strict=True):
             periodic = registry.periodic() if registry is not None else []
             if periodic:
@@ -166,12 +170,13 @@ class Worker(Slots, Heartbeats, SignalHandling):
         if len(self.queues) > 1 and self._picker.weights is not None:
             self._acks = ThreadPoolExecutor(self.concurrency, "nobroker-ack")
         names = ", ".join(repr(q.name) for q in self.queues)
-        log.info("worker started on queue%s %s in %s: concurrency %d, visibility timeout %gs",
+        log.info("worker started on queue%s %s in %s: concurrency %d%s, visibility timeout %gs",
                  "s" if len(self.queues) > 1 else "", names, self.queue.directory,
-                 self.concurrency, self.visibility_timeout)
+                 self.concurrency, f", prefetch {self.prefetch}" if self.prefetch else "",
+                 self.visibility_timeout)
         try:
             self._dispatch()
-            if self.prefetch and not self._forced:
+            if self._batching and not self._forced:
                 self._give_back()
             self._drain()
         finally:
@@ -221,18 +226,20 @@ class Worker(Slots, Heartbeats, SignalHandling):
             with self._cond:
                 if self._stop_reason is not None:
                     return
-                free = self.concurrency + self.prefetch - len(self._flights)
+                free = self.concurrency + self.prefetch - len(self._flights) - self._sending
                 if self.prefetch and self._inbox and free < self.prefetch:
                     free = 0  # the slots have work: lease K at a time
                 want = self._reserve(free) if free > 0 else 0
                 if want == 0:
-                    if free > 0 and not self._flights:  # max_jobs reached, all settled
-                        self._request_stop("max_jobs", deadline=False)
+                    if free > 0 and not self._flights and not self._sending:
+                        self._request_stop("max_jobs", deadline=False)  # all settled
                         return
                     self._cond.wait(TICK)  # a slot finishing, or a stop, wakes us
                     continue
+                self._sending += want
             leased = self._lease_into_slots(want)
             with self._cond:
+                self._sending -= want
                 self._reserved -= want - leased
                 if leased:
                     self._woken = False
@@ -297,6 +304,17 @@ class Worker(Slots, Heartbeats, SignalHandling):
             else:
                 child.close()
         self._loop.close()
+
+    def _guarded(self, target: Callable[[], None], name: str) -> threading.Thread:
+        """Start a thread of ours that stops the worker if it raises: the others would
+        otherwise wait for it forever."""
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:  # a bug, or a backend raising what it should not
+                self._crash(name, exc)
+
+        return _spawn(run, name)
 
     # -- periodic tasks -----------------------------------------------------
 

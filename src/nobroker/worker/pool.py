@@ -12,42 +12,24 @@ four ways:
   handlers and tasks: the slot thread waits on the coroutine's future, so at
   most `concurrency` coroutines run at once; at a time limit the coroutine
   is cancelled;
-- in a child process (`ChildProcess`, `pool="process"`), one per slot,
-  started with the "spawn" context so no thread or lock of the parent is
-  copied: at a time limit the child is killed (SIGKILL), and a child that
-  dies (a segfault, the OOM killer) is reported with the signal's name; the
-  next call starts a fresh child.
-
-Rules for the child: it imports the handler or task by name
-("module:qualname"), never receives a pickled callable or pickled job data:
-each request and each reply is one JSON text over a pipe. It ignores
-SIGINT, since the parent decides when work stops, and it exits when the
-parent closes the pipe (or dies).
+- in a child process, one per slot (`pool="process"`): children.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib
-import inspect
-import json
-import multiprocessing
-import signal
 import threading
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Retry, SerializationError, Snooze
-from ..models import Job, JobState
-from ..tasks import call_as
+from ..errors import Retry, Snooze
+from ..models import Job
 
-__all__ = ["Outcome", "EventLoop", "ChildProcess", "run_in_thread", "timeout_text",
-           "describe_error", "job_to_json"]
-
-_CONTEXT = "spawn"
+__all__ = ["Outcome", "EventLoop", "run_in_thread", "timeout_text", "timed_out",
+           "describe_error", "error_delays", "job_to_json"]
 
 
 def describe_error(exc: BaseException) -> str:
@@ -76,7 +58,7 @@ class Outcome:
 
     @classmethod
     def failed(cls, exc: BaseException) -> Outcome:
-        retry, snooze = _delays(exc)
+        retry, snooze = error_delays(exc)
         return cls(error_text=describe_error(exc), error=exc, retry_delay=retry,
                    snooze_delay=snooze)
 
@@ -86,7 +68,7 @@ class Outcome:
         return self.detail or ""
 
 
-def _delays(exc: BaseException) -> tuple[float | None, float | None]:
+def error_delays(exc: BaseException) -> tuple[float | None, float | None]:
     """(retry_delay, snooze_delay) that an exception asks for."""
     if isinstance(exc, Retry):
         return exc.delay, None
@@ -95,7 +77,7 @@ def _delays(exc: BaseException) -> tuple[float | None, float | None]:
     return None, None
 
 
-def _timed_out(seconds: float) -> Outcome:
+def timed_out(seconds: float) -> Outcome:
     return Outcome(error_text=timeout_text(seconds), timed_out=True)
 
 
@@ -120,7 +102,7 @@ def run_in_thread(call: Callable[[], Any], timeout: float, name: str,
 
     threading.Thread(target=target, name=name, daemon=True).start()
     if not done.wait(timeout):
-        return _timed_out(timeout)
+        return timed_out(timeout)
     return box[0]
 
 
@@ -165,7 +147,7 @@ class EventLoop:
                 return Outcome.failed(exc)
             future.cancel()
             assert timeout is not None
-            return _timed_out(timeout)
+            return timed_out(timeout)
         except concurrent.futures.CancelledError:
             return Outcome(error_text="CancelledError: the coroutine was cancelled")
         except BaseException as exc:  # the coroutine's own failure
@@ -217,181 +199,5 @@ def job_to_json(job: Job) -> dict[str, Any]:
             "attempts": job.attempts, "max_attempts": job.max_attempts,
             "state": str(job.state), "available_at": job.available_at,
             "enqueued_at": job.enqueued_at, "last_error": job.last_error, "token": job.token,
-            "lease_expires_at": job.lease_expires_at}
-
-
-class ChildProcess:
-    """One child process that runs calls sent to it, one at a time.
-
-    Its slot thread calls `call`; the Worker's shutdown may `kill` or `close`
-    it from another thread meanwhile, so the handles change under a lock, and
-    once closed no replacement is started (it would outlive the Worker).
-    """
-
-    def __init__(self, preload: tuple[str, ...], name: str) -> None:
-        self.preload = preload
-        self.name = name
-        self._lock = threading.Lock()
-        self._process: Any = None  # multiprocessing's SpawnProcess
-        self._conn: Any = None  # the parent's end of the pipe
-        self._ready = False  # the child said it has imported its modules
-        self._closed = False  # the Worker is done with it: start nothing more
-
-    def start(self) -> None:
-        """Start the child if there is none (and the Worker is not done with it)."""
-        with self._lock:
-            if self._process is not None or self._closed:
-                return
-            context: Any = multiprocessing.get_context(_CONTEXT)
-            parent_end, child_end = context.Pipe(duplex=True)
-            process = context.Process(target=child_main, args=(child_end, self.preload),
-                                      name=self.name, daemon=False)
-            process.start()
-            child_end.close()
-            self._process, self._conn, self._ready = process, parent_end, False
-
-    def call(self, request: dict[str, Any], timeout: float | None) -> Outcome:
-        """Send one request; wait for the reply, at most `timeout` seconds.
-
-        The limit counts from the request, not from the child's start: a fresh
-        child first reports that it has imported its modules.
-        """
-        text = json.dumps(request).encode()
-        self.start()
-        conn = self._conn  # ours even if kill() from another thread forgets it
-        if conn is None:
-            return Outcome(error_text="WorkerLostError: the worker is stopping")
-        try:
-            if not self._ready:
-                conn.recv_bytes()  # the child's "ready", once its imports are done
-                self._ready = True
-            conn.send_bytes(text)
-            if not conn.poll(timeout):
-                self.kill()
-                self.start()  # the replacement starts its imports now, not at the next job
-                assert timeout is not None
-                return _timed_out(timeout)
-            reply = json.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            how = self._reap()
-            self.start()  # its replacement
-            return Outcome(error_text=f"WorkerLostError: the child process running the job "
-                                      f"{how}", crashed=True)
-        if reply["ok"]:
-            return Outcome(result=reply["result"])
-        return Outcome(error_text=reply["error"], detail=reply.get("traceback"),
-                       retry_delay=reply.get("retry_delay"),
-                       snooze_delay=reply.get("snooze_delay"))
-
-    def _reap(self) -> str:
-        """Wait for a dead child; say how it died."""
-        process = self._forget()
-        if process is None:
-            return "was gone"
-        process.join(5.0)
-        code = process.exitcode
-        if code is None:
-            process.kill()
-            process.join()
-            return "stopped answering and was killed"
-        if code < 0:
-            try:
-                return f"was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"was killed by signal {-code}"
-        return f"exited with status {code}"
-
-    def kill(self, *, final: bool = False) -> None:
-        """Kill the child now; `final`: and start no replacement.
-
-        The process dies before the pipe is closed: a slot thread blocked
-        reading the pipe then sees it end, whereas closing a descriptor under
-        another thread's select() would not wake it.
-        """
-        with self._lock:
-            process = self._process
-            self._closed = self._closed or final
-        if process is not None:
-            process.kill()
-            process.join()
-        self._forget(final, only=process)
-
-    def close(self, timeout: float = 1.0) -> None:
-        """Let the child exit (it sees the pipe close), kill it if it does not; final."""
-        process = self._forget(True)
-        if process is None:
-            return
-        process.join(timeout)
-        if process.is_alive():
-            process.kill()
-            process.join()
-
-    def _forget(self, final: bool = False, only: Any = None) -> Any:
-        """Drop the handles (closing the pipe); returns the process they were for.
-        With `only`, nothing is dropped unless they are still that process's."""
-        with self._lock:
-            self._closed = self._closed or final
-            if only is not None and self._process is not only:
-                return None  # the slot thread reaped it and started a replacement
-            process, conn = self._process, self._conn
-            self._process = self._conn = None
-        if conn is not None:
-            conn.close()
-        return process
-
-
-# -- the child's side ------------------------------------------------------
-
-def child_main(conn: Any, preload: tuple[str, ...]) -> None:
-    """A child process's loop: one JSON request in, one JSON reply out, until EOF."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the whole group
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent stops us by closing the pipe
-    for module in preload:
-        try:
-            importlib.import_module(module)
-        except Exception:  # reported with the first job that needs it
-            pass
-    loop: asyncio.AbstractEventLoop | None = None
-    try:
-        conn.send_bytes(b"ready")
-    except OSError:  # the parent let go of us before we were ready (it is stopping)
-        return
-    while True:
-        try:
-            request = json.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return
-        try:
-            value = _child_call(request)
-            if inspect.isawaitable(value):
-                if loop is None:
-                    loop = asyncio.new_event_loop()
-                value = loop.run_until_complete(value)
-            if not request["keep"]:
-                value = None
-            try:
-                text = json.dumps({"ok": True, "result": value}, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise SerializationError(f"the return value is not JSON: {exc}") from None
-        except BaseException as exc:  # the call's failure, sent back as its last_error
-            retry, snooze = _delays(exc)
-            text = json.dumps({"ok": False, "error": describe_error(exc),
-                               "traceback": "".join(traceback.format_exception(exc)),
-                               "retry_delay": retry, "snooze_delay": snooze})
-        try:
-            conn.send_bytes(text.encode())
-        except OSError:  # the parent is gone or gave up on this call
-            return
-
-
-def _child_call(request: dict[str, Any]) -> Any:
-    module_name, _, qualname = str(request["spec"]).partition(":")
-    target: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    fields = dict(request["job"])
-    fields["state"] = JobState(fields["state"])
-    job = Job(**fields)
-    if request["handler"]:
-        return call_as(job, target, (job,), {})
-    return call_as(job, target, request["args"], request["kwargs"])
+            "lease_expires_at": job.lease_expires_at,
+            "progress": None if job.progress is None else list(job.progress), "meta": job.meta}

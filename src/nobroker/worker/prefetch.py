@@ -8,8 +8,11 @@ write (`Queue.ack_and_lease`): a write and an fsync per job. With it:
   the inbox is empty), so a lease record carries up to K jobs;
 - a slot whose job succeeded hands it to the *acker* thread and takes its
   next job from the inbox at once; the acker writes every job handed to it
-  meanwhile in one `Queue.ack_many` (one write and one fsync), so while one
-  batch's fsync runs, the next batch gathers. A job is acked only after its
+  meanwhile in one write and one fsync, so while one batch's fsync runs,
+  the next batch gathers; once the acks make room for K more jobs (or the
+  slots run dry), that write leases them too (`Queue.ack_many_and_lease`;
+  a one-queue worker without caps, else the dispatcher leases), so the
+  inbox is refilled without a write of its own. A job is acked only after its
   handler returned, as before: a crash before the ack redelivers it;
 - prefetched jobs are flights like running ones: heartbeated, counted
   against caps, abandoned at a forced stop. On a graceful stop, those no
@@ -20,8 +23,12 @@ What is not coalesced settles as before, in its slot: a task's result (an
 ack with a result is a write of its own), a failure, a snooze.
 
 Rules: the acker holds no job's lease beyond its ack; a batch whose ack_many
-finds one lease gone (NotLeasedError writes nothing) is acked job by job,
-so the others still count as succeeded.
+finds one lease gone (NotLeasedError writes nothing, leases nothing) is
+acked job by job, so the others still count as succeeded; the acker and
+the dispatcher count the leases they are sending (`_sending`), so that
+together they never hold more than `concurrency + K` jobs; after a stop
+request the acker leases nothing, and what it admitted meanwhile is given
+back with the rest.
 """
 
 from __future__ import annotations
@@ -29,14 +36,16 @@ from __future__ import annotations
 from ..errors import NobrokerError, NotLeasedError
 from ..models import Job
 from .joblog import log_job
-from .shared import PASSING, Flight, Shared, log
+from .leasing import Leasing
+from .shared import PASSING, Flight, log
 
 
-class Prefetching(Shared):
+class Prefetching(Leasing):
     """The acker thread and the prefetched jobs' give-back; part of the Worker."""
 
     _to_ack: list[Flight]  # succeeded, waiting for the acker (_cond)
     _acker_idle: bool  # the acker waits for work (_cond)
+    _sending: int  # jobs being leased by the dispatcher or the acker (_cond)
 
     def _defer_ack(self, flight: Flight) -> None:
         """A slot's job succeeded: the acker acks it with the others (under _cond)."""
@@ -60,33 +69,68 @@ class Prefetching(Shared):
             for flight in batch:
                 by_queue.setdefault(flight.queue_index, []).append(flight)
             for index, flights in by_queue.items():
-                counters = self._ack_batch(index, flights)
+                with self._cond:
+                    want = self._room_after(len(flights))
+                try:
+                    counters, leased = self._ack_batch(index, flights, want)
+                except BaseException:  # the worker stops (dispatcher._guarded)
+                    for flight in batch:
+                        self._drop(flight)
+                    raise
                 now = self._clock()
                 with self._cond:
+                    self._sending -= want
+                    self._reserved -= want - len(leased)
+                    self._admit(leased, index, into_inbox=True)
                     for flight, counter in zip(flights, counters, strict=True):
                         if flight.abandoned:  # counted and logged by the shutdown
                             continue
                         self._counts[counter] += 1
                         self._flights.discard(flight)
                     self._last_busy = now
+                    stopping = self._stop_reason is not None
                     self._cond.notify_all()
                 for flight, counter in zip(flights, counters, strict=True):
                     log_job(self.queues[index], flight.job, flight.task, counter,
                             now - flight.began)
+                if leased and stopping:  # a stop came while leasing: these go back too
+                    self._give_back()
 
-    def _ack_batch(self, index: int, flights: list[Flight]) -> list[str]:
-        """Ack the jobs of one queue in one write; each one's counter."""
+    def _room_after(self, acking: int) -> int:
+        """How many jobs the acker leases with an ack of `acking` jobs: the room the
+        acks make, up to `concurrency + K` held, and K at a time while the slots have
+        work, as the dispatcher leases (reserved here; under _cond)."""
+        if (not self._acker_leases or not self._one_queue or self._stop_reason is not None
+                or self._closing):
+            return 0
+        room = self.concurrency + self.prefetch + acking - len(self._flights) - self._sending
+        if self._inbox and room < self.prefetch:
+            return 0  # a small lease in every ack's write costs more than it saves
+        want = self._reserve(room) if room > 0 else 0
+        self._sending += want
+        return want
+
+    def _ack_batch(self, index: int, flights: list[Flight],
+                   want: int) -> tuple[list[str], list[Job]]:
+        """Ack the jobs of one queue in one write, leasing `want` more in it; each
+        one's counter, and the jobs leased."""
         queue = self.queues[index]
+        jobs = [f.job for f in flights]
         try:
-            queue.ack_many([f.job for f in flights])
-            return ["succeeded"] * len(flights)
+            if want:
+                leased = queue.ack_many_and_lease(jobs, want,
+                                                  visibility_timeout=self.visibility_timeout)
+            else:
+                leased = []
+                queue.ack_many(jobs)
+            return ["succeeded"] * len(flights), leased
         except NotLeasedError:  # nothing was written: one by one, to find which
-            return [self._ack_one(index, f.job) for f in flights]
+            return [self._ack_one(index, f.job) for f in flights], []
         except PASSING as exc:
-            return [self._ack_failed(f.job, exc) for f in flights]
+            return [self._ack_failed(f.job, exc) for f in flights], []
         except NobrokerError as exc:
             self._fail(exc)
-            return ["lost"] * len(flights)
+            return ["lost"] * len(flights), []
 
     def _ack_one(self, index: int, job: Job) -> str:
         try:

@@ -1,9 +1,10 @@
 """What the worker's threads share: one condition and the state it guards.
 
 `Shared` declares that state for the parts of `Worker` (dispatcher.py,
-slots.py, heartbeat.py, signals.py) and holds the three operations more than
-one thread performs on it: reserving leases for max_jobs, recording a stop
-request, and stopping on a queue error. `Worker.__init__` sets it all.
+slots.py, heartbeat.py, signals.py) and holds the operations more than one
+thread performs on it: reserving leases for max_jobs, recording a stop
+request, stopping on a queue error or on a thread of ours that raised.
+`Worker.__init__` sets it all.
 
 Rules: every attribute below the condition is read and written only while
 holding `_cond`; no queue call is made while holding it.
@@ -17,11 +18,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import ConnectionLostError, LockTimeoutError, NobrokerError
+from ..errors import ConnectionLostError, LockTimeoutError, NobrokerError, WorkerCrashedError
 from ..models import Job
 from ..queue import Queue
 from ..tasks import TaskRegistry
-from .pool import ChildProcess, EventLoop
+from .children import ChildProcess
+from .pool import EventLoop, describe_error
 
 # Worth waiting out, not stopping for: another process's lock, a database server away
 # for a moment (a PostgreSQL queue reconnects on its next call, with a backoff).
@@ -85,6 +87,8 @@ class Shared:
     timeout: float | None
     concurrency: int
     prefetch: int  # jobs leased beyond the running ones (prefetch.py); 0: none
+    _batching: bool  # succeeded jobs go to the acker thread (prefetch.py)
+    _acker_leases: bool  # the acker leases in its ack's write (prefetch.py)
     max_jobs: int | None
     visibility_timeout: float
     heartbeat_interval: float
@@ -134,3 +138,25 @@ class Shared:
             self._request_stop("error", deadline=True)
         if first:
             log.error("the queue failed, stopping the worker: %s", exc)
+
+    def _crash(self, thread: str, exc: BaseException) -> None:
+        """A thread of ours raised what nothing expected: stop loudly rather than hang
+        waiting for it (the traceback logged, run() raising WorkerCrashedError)."""
+        log.error("the worker's thread %s failed, stopping the worker", thread,
+                  exc_info=(type(exc), exc, exc.__traceback__))
+        error = WorkerCrashedError(thread, describe_error(exc))
+        error.__cause__ = exc
+        with self._cond:
+            if self._fatal is None:
+                self._fatal = error
+            self._request_stop("error", deadline=True)
+
+    def _drop(self, flight: Flight) -> None:
+        """Give up a flight no thread will settle (its slot failed): no heartbeat keeps
+        it, so its job is delivered again once its lease runs out."""
+        with self._cond:
+            if flight in self._flights and not flight.abandoned:
+                flight.abandoned = True
+                self._flights.discard(flight)
+                self._counts["abandoned"] += 1
+            self._cond.notify_all()

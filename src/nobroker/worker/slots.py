@@ -28,9 +28,9 @@ from ..models import Job, JobState
 from ..queue import Queue
 from ..tasks import RunningJob, call_as, step_call
 from .atomic import run_atomic
+from .children import ChildProcess
 from .joblog import log_job
-from .leasing import Leasing
-from .pool import ChildProcess, Outcome, describe_error, job_to_json, run_in_thread
+from .pool import Outcome, describe_error, job_to_json, run_in_thread
 from .prefetch import Prefetching
 from .shared import PASSING, Flight, log
 
@@ -52,9 +52,9 @@ class Plan:
     atomic: bool = False  # run and ack in one transaction (atomic.py)
 
 
-class Slots(Leasing, Prefetching):
+class Slots(Prefetching):
     """The slot threads' part of the Worker (a slot leases its next job: Leasing;
-    with prefetch, hands its succeeded job to the acker: Prefetching)."""
+    with prefetch, hands its succeeded job to the acker: Prefetching, a Leasing)."""
 
     def _slot_loop(self, number: int) -> None:
         child = self._children[number] if self._children else None
@@ -70,10 +70,15 @@ class Slots(Leasing, Prefetching):
                 if not self._inbox:
                     return
                 flight: Flight | None = self._inbox.popleft()
-                if self.prefetch and not self._inbox:
+                if self._batching and not self._inbox:
                     self._cond.notify_all()  # the dispatcher: time to prefetch again
             while flight is not None:
-                flight = self._work_on(flight, child)
+                current = flight
+                try:
+                    flight = self._work_on(current, child)
+                except BaseException:  # a bug, or a backend raising what it should not
+                    self._drop(current)
+                    raise  # the worker stops (dispatcher._guarded)
 
     def _work_on(self, flight: Flight, child: ChildProcess | None) -> Flight | None:
         """Run the handler on one job and settle it; returns the next job, if one was leased."""
@@ -96,7 +101,7 @@ class Slots(Leasing, Prefetching):
             else:
                 gave_up = False
                 flight.settling = True
-                if self.prefetch:
+                if self._batching:
                     if error is None and not flight.lost and not plan.keep \
                             and outcome.settled is None:
                         self._defer_ack(flight)  # acked in a batch by the acker
@@ -287,8 +292,9 @@ class Slots(Leasing, Prefetching):
                 request: dict[str, Any] = {"spec": plan.spec, "keep": plan.keep,
                                            "job": job_to_json(job.job), "handler": handler,
                                            "args": [] if handler else plan.args,
-                                           "kwargs": plan.kwargs or {}}
-                return child.call(request, plan.timeout)
+                                           "kwargs": plan.kwargs or {}, "queue": queue.name}
+                return child.call(request, plan.timeout, lambda progress, meta:
+                                  queue.backend.write_notes(job.job, progress, meta))
             target, args, kwargs = plan.target, plan.args, plan.kwargs or {}
             assert target is not None  # _execute returned for a refused plan
             if plan.timeout is not None and not inspect.iscoroutinefunction(target):

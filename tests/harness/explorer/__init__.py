@@ -155,14 +155,9 @@ What it does not model: lying devices and bit rot in data that was once
 durable (only the E8 probe); reads of not-yet-durable data reported to a
 caller (P8); true concurrency (handles are serialised in one process, so
 group commit's overlapping batches are exercised through a writer that died
-before its fsync and through fsync=False, not through racing threads;
-group commit across processes through `before_next_claim`, which lets one
-handle's whole call run just before another takes NAME.sync's flock, whose
-exclusion itself is not modelled: tests/file/test_shared_sync.py's real
-processes own it); NAME.sync after a power cut only as another boot's (a
-crash state opens with RECOVERY_BOOT, so the recording's slots prove
-nothing, as the boot id makes them on a real reboot); the lock file's
-identity (the concurrency tests own that); a crash in the
+before its fsync and through fsync=False, not through racing threads:
+tests/file/test_thread_sync.py's real threads and processes own that); the
+lock file's identity (the concurrency tests own that); a crash in the
 middle of an fsync; Linux's per-descriptor fsync error reporting (errseq: an
 injected EIO reaches only the failing call); sector sizes other than 512
 (a 4096-byte device tears less finely, so 512 is the stricter case); the

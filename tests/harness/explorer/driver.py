@@ -118,11 +118,6 @@ class Driver:
         """Run `action` (other calls) when the next fsync is about to start: group commit."""
         self.fs._before_sync.append(action)
 
-    def before_next_claim(self, action: Callable[[], None]) -> None:
-        """Run `action` (other calls) when a handle is about to take NAME.sync's flock,
-        after its batch was written: group commit across processes."""
-        self.fs._before_claim.append(action)
-
     # -- internals ------------------------------------------------------------
 
     def _run(self, handle: int, op: str, args: Sequence[Any], kwargs: dict[str, Any],

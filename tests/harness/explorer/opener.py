@@ -15,7 +15,7 @@ from nobroker.file.disk.fs import FileSystem
 
 from .disk_model import _State
 from .driver import EPOCH, _ignored_name
-from .recording import QUEUE, RECOVERY_BOOT
+from .recording import QUEUE
 from .report import _Outcome
 
 
@@ -157,11 +157,7 @@ class _Opener:
 
 
 class _FastFS(FileSystem):
-    """The plain OS without fsyncs: checking states never waits on a disk. A crash
-    state opens in another boot: what NAME.sync says of the recording proves nothing."""
-
-    def boot_id(self) -> bytes | None:
-        return RECOVERY_BOOT
+    """The plain OS without fsyncs: checking states never waits on a disk."""
 
     def fsync(self, fd: int) -> None:
         pass

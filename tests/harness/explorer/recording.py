@@ -16,8 +16,6 @@ from typing import Any
 from nobroker.file.disk.fs import FileSystem
 
 SECTOR = 512
-RECORDING_BOOT = b"explorer-record!"  # what FileSystem.boot_id says while recording
-RECOVERY_BOOT = b"explorer-reboot!"  # ... and in the boot after the crash
 PROFILES = ("process", "ext4ish", "weak", "windows")
 QUEUE = "q"
 _HERE = os.path.dirname(os.path.abspath(__file__))  # the explorer package
@@ -88,7 +86,6 @@ class RecordingFS(FileSystem):
         self.frozen = False
         self._faults: list[_Fault] = []
         self._before_sync: list[Callable[[], None]] = []  # run just before the next fsync
-        self._before_claim: list[Callable[[], None]] = []  # ... the next NAME.sync flock
         self._next_ino = 1
         if adopt:  # every file already present is durable: the start of a compound trace
             for name in sorted(os.listdir(self.root)):
@@ -283,21 +280,6 @@ class RecordingFS(FileSystem):
         if self.frozen:
             raise SimulatedCrash("the process is dead")
         super().mkdir(path, mode)
-
-    def lock(self, fd: int) -> None:
-        # NAME.sync's flock. Handles run serialised in one thread, so a real flock
-        # would only deadlock a call made from inside another's claim; there is
-        # nothing to exclude. The hooks let another handle's call in just before.
-        if self._before_claim:
-            self._before_claim.pop(0)()
-        if self.frozen:
-            raise SimulatedCrash("the process is dead")
-
-    def unlock(self, fd: int) -> None:
-        pass  # a dead process's flock is dropped by the kernel: never refused
-
-    def boot_id(self) -> bytes | None:
-        return RECORDING_BOOT  # the same on every run: a trace's bytes stay reproducible
 
     # -- the shadow check ---------------------------------------------------
 

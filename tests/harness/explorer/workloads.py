@@ -61,6 +61,16 @@ def _w_enqueue_many(d: Driver) -> None:
     d.call(h, "enqueue_many", [payload(100 + i, 500) for i in range(3)])
 
 
+@workload("ack_many_and_lease")
+def _w_ack_many_and_lease(d: Driver) -> None:
+    """The prefetch acker's write: a batch of ACKs and the next LEASE together."""
+    h = d.open()
+    d.call(h, "enqueue_many", [payload(i, 120 + 60 * i) for i in range(6)])
+    leased = _held(d.call(h, "lease", 2))
+    leased = _held(d.call(h, "ack_many_and_lease", leased, 3))  # acks 2, leases 3
+    d.call(h, "ack_many_and_lease", leased, 5)  # acks 3, leases the one left
+
+
 @workload("enqueue_many_keyed")
 def _w_enqueue_many_keyed(d: Driver) -> None:
     """enqueue_many's runs beside keyed jobs: a key spelling an id the first run would
@@ -302,52 +312,6 @@ def _w_group_commit(d: Driver) -> None:
     d.before_next_fsync(lambda: (d.call(b, "lease", 2), None)[1])
     d.call(a, "enqueue", payload(3, 500))
     for job in _held(d.call(a, "lease", 5)):
-        d.call(b, "ack", job)
-
-
-@workload("shared_fsync")
-def _w_shared_fsync(d: Driver) -> None:
-    # Two processes, as far as NAME.sync can tell (two descriptors on it).
-    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
-    d.call(a, "enqueue", payload(1, 100))
-    # a writes its batch; before it claims, b writes, fdatasyncs (covering a's batch
-    # too) and publishes; a then finds itself covered and returns without an fsync.
-    d.before_next_claim(lambda: d.call(b, "enqueue_many", [payload(10 + i, 300)
-                                                            for i in range(2)]))
-    d.call(a, "enqueue", payload(2, 700))
-    d.before_next_claim(lambda: (d.call(b, "lease", 2), None)[1])
-    leased = _held(d.call(a, "lease", 1))
-    for job in leased:
-        d.call(b, "ack", job)
-    d.call(a, "enqueue", payload(3, 500))
-
-
-@workload("shared_fsync_peer_dies")
-def _w_shared_fsync_peer_dies(d: Driver) -> None:
-    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
-    d.call(a, "enqueue", payload(1, 100))
-    # b dies in its fdatasync, holding the flock: it published nothing, so a must
-    # fdatasync for itself (a durable published first would let a return unsynced).
-    d.before_next_claim(lambda: (d.crash_next("fsync"), d.call(b, "enqueue", payload(2, 300)),
-                                 None)[2])
-    d.call(a, "enqueue", payload(3, 700))
-    for job in _held(d.call(a, "lease", 3)):
-        d.call(a, "ack", job)
-
-
-@workload("shared_fsync_compaction")
-def _w_shared_fsync_compaction(d: Driver) -> None:
-    a, b = d.open(share_fsyncs=True), d.open(share_fsyncs=True)
-    d.call(a, "enqueue", payload(1, 100))
-    d.call(b, "enqueue", payload(2, 100))
-    d.call(a, "compact")
-    # a's claim in the new generation is covered by b's, which must not be confused
-    # with what NAME.sync said of the old one.
-    d.before_next_claim(lambda: d.call(b, "enqueue", payload(3, 400)))
-    d.call(a, "enqueue", payload(4, 400))
-    d.call(b, "compact")
-    d.before_next_claim(lambda: (d.call(a, "lease", 2), None)[1])
-    for job in _held(d.call(b, "lease", 2)):
         d.call(b, "ack", job)
 
 

@@ -219,6 +219,14 @@ class _Driver:
             if status not in ("skipped", "refused"):
                 self.acks[tag] = _status(status)
                 self.results[tag] = (_status(status), job.id, value)
+        elif how == "ack_many_and_lease":  # its ACK and the next LEASE in one batch
+            status, jobs = self.call(f"ack {tag} and lease 1",
+                                     lambda q: q.ack_many_and_lease([job], 1))
+            if status not in ("skipped", "refused"):
+                self.acks[tag] = _status(status)
+            if status == "ok":
+                self.held.extend(jobs)
+                self.seen.update(leased.payload["tag"] for leased in jobs)
         elif how == "nack":
             self.call(f"nack {tag}", lambda q: q.nack(job, error="boom", delay=0))
         elif how == "nack_dead":  # a NACK with dl
@@ -266,6 +274,7 @@ def workload(d: _Driver, seed: int = 0) -> None:
     d.settle("snooze")
     d.lease(1)
     d.settle("extend")
+    d.settle("ack_many_and_lease")  # the extended job, and the next one leased
     d.enqueue_after("w", ["k"])  # waits through the compaction below
     d.enqueue_after("w2", ["w"], allow_failure=True)
     d.graph(["g1", "g2"], ["w"])  # a chain after w, with its on_error handler
@@ -308,8 +317,8 @@ def random_workload(d: _Driver, seed: int) -> None:
         elif op < 0.8:
             if rng.random() < 0.2:
                 d.note()
-            d.settle(rng.choice(("ack", "ack", "ack_result", "nack", "nack_dead", "snooze",
-                                 "extend")))
+            d.settle(rng.choice(("ack", "ack", "ack_result", "ack_many_and_lease", "nack",
+                                 "nack_dead", "snooze", "extend")))
         elif op < 0.88:
             d.call("compact", lambda q: q.compact())
         elif op < 0.92:

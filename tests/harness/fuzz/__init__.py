@@ -1,8 +1,8 @@
-"""The fuzzers: damaged logs (corpus, mutations, cases) and damaged NAME.sync files (sync).
+"""The fuzzer of damaged logs (corpus, mutations, cases).
 
 A case is numbered (seed, index) and replays from those two numbers alone.
-tests/file/test_fuzz.py and tests/file/test_fuzz_sync.py run bounded numbers
-of cases and hold the theory; tools/torture/run.py runs tens of thousands.
+tests/file/test_fuzz.py runs a bounded number of cases and holds the theory;
+tools/torture/run.py runs tens of thousands.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from .corpus import (
     frames,
 )
 from .mutations import make_case
-from .sync import SyncFuzzReport, fuzz_sync, run_sync_case
 
 __all__ = ["CURRENT", "LOG0", "LOG1", "MEMORY_LIMIT", "NAME", "REGRESSIONS", "Corpus",
            "FuzzReport", "build_corpus", "digest", "exercise", "frames", "fuzz", "fuzz_root",
-           "make_case", "materialise", "run_case", "_trim", "SyncFuzzReport", "fuzz_sync",
-           "run_sync_case"]
+           "make_case", "materialise", "run_case", "_trim"]

@@ -144,7 +144,12 @@ def worker(args: argparse.Namespace, log: EventLog, rng: random.Random) -> None:
             log("acking", job.id, token)
             with_result = rng.random() < 0.3  # the job is then kept with its result
             result = {"tag": job.payload["tag"]}
-            if roll < 0.6 and not _stop:
+            if roll < 0.45 and not with_result and not _stop:
+                # The prefetch acker's write: the ACK and the next LEASE in one batch.
+                leased = q.ack_many_and_lease([job], 1, visibility_timeout=vt)
+                log("acked", job.id, token)
+                job = leased[0] if leased else None
+            elif roll < 0.6 and not _stop:
                 following = q.ack_and_lease(job, visibility_timeout=vt, result=result) \
                     if with_result else q.ack_and_lease(job, visibility_timeout=vt)
                 log("acked", job.id, token, *(("result",) if with_result else ()))

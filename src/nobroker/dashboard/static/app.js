@@ -286,6 +286,7 @@ function queuePage(app) {
   const cards = el("div", {class: "cards", id: "cards"});
   const controls = el("div", {class: "toolbar", id: "queue-controls"});
   const chart = el("div", {class: "chart", id: "chart"});
+  const limits = el("div", {id: "limits"});
   const compaction = el("div", {id: "compaction"});
   const search = el("form", {class: "toolbar", id: "search"},
     el("input", {id: "search-id", placeholder: "find a job by id", spellcheck: "false",
@@ -307,7 +308,7 @@ function queuePage(app) {
   const dlq = el("div", {class: "toolbar", id: "dlq-controls"});
   const jobs = el("div", {id: "jobs"}, el("p", {class: "muted"}, "loading\u2026"));
   app.append(el("p", {}, el("a", {href: BASE + "/", "data-nav": true}, "\u2190 all queues")),
-             title, cards, controls,
+             title, cards, controls, limits,
              el("h2", {}, "Last 15 minutes"), chart,
              el("h2", {}, "Jobs"), search, tabs, dlq, jobs,
              el("h2", {}, "Compaction"), compaction);
@@ -387,9 +388,33 @@ function drawQueue(summary) {
   } else {
     comp.append(el("p", {class: "note"}, "This queue's backend does not compact."));
   }
+  drawLimits(summary.limits || []);
   const counts = [s.pending, s.leased, s.waiting, s.dead].join(",");
   if (lastCounts && counts !== lastCounts) loadJobs();  // the first draw has its own load
   lastCounts = counts;
+}
+
+// Each rate and concurrency key: in use / its limit (unknown where only the code that
+// declared it knows it), a full one marked; nothing at all for a queue without limits.
+function drawLimits(uses) {
+  const holder = document.getElementById("limits");
+  clear(holder);
+  if (!uses.length) return;
+  const rows = uses.map((u) => {
+    const full = u.limit !== null && u.used >= u.limit;
+    const key = u.kind === "rate" && u.key === "" ? "(the queue)"
+      : u.value === null ? u.key : u.key + " = " + u.value;
+    return el("tr", {"data-limit": u.kind + ":" + u.key + (u.value === null ? "" : ":" + u.value),
+                     class: full ? "full" : null},
+      el("td", {}, u.kind), el("td", {class: "mono"}, key),
+      el("td", {class: "num", "data-use": ""}, fmt(u.used) + " / " + fmt(u.limit)),
+      el("td", {}, u.period === null ? "at once" : "per " + age(u.period)),
+      el("td", {}, u.opens_at === null ? (full ? "when a holder finishes" : "")
+        : "next start " + when(u.opens_at)));
+  });
+  holder.append(el("h2", {}, "Limits"),
+    el("table", {}, head(["limit", "key", "in use / limit", "window", "full until"], [2]),
+       el("tbody", {}, ...rows)));
 }
 
 function drawChart(holder, series) {
@@ -582,8 +607,9 @@ function drawJob(answer) {
 }
 
 // The job page follows an unfinished job: its state, progress and metadata (and its
-// workflow part: a bounded scan) are read again every second until it finishes or the
-// page moves on.
+// workflow part, which the server scans for again only when the queue moved:
+// dashboard/places.py) are read again every second until it finishes or the page
+// moves on.
 let jobTimer = null;
 function followJob(answer) {
   if (jobTimer) { clearTimeout(jobTimer); jobTimer = null; }

@@ -11,16 +11,9 @@ temporary file, fsync it, rename it over the target, fsync the directory.
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
-import uuid
 from typing import Final
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock, so no group commit across processes
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["FileSystem", "OS", "replace_durably", "filesystem_type", "NETWORK_FILESYSTEMS"]
 
@@ -100,28 +93,6 @@ class FileSystem:
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
-
-    def lock(self, fd: int) -> None:
-        """Block until `fd` holds an exclusive flock on its file (released at close,
-        or by the kernel when the process dies)."""
-        if fcntl is None:
-            raise OSError(errno.ENOSYS, "no flock on this platform")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-
-    def unlock(self, fd: int) -> None:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def boot_id(self) -> bytes | None:
-        """16 bytes that differ after every boot (Linux's boot_id); None where the OS
-        tells no such thing, or has no flock to go with it."""
-        if fcntl is None:
-            return None
-        try:
-            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as source:
-                return uuid.UUID(source.read().strip()).bytes
-        except (OSError, ValueError):
-            return None
 
     def write_all(self, fd: int, data: bytes, offset: int) -> None:
         """pwrite until every byte is written (a short write is not an error)."""

@@ -2,19 +2,27 @@
 were written before it started.
 
 The log file (logfile.py) owns one GroupCommit and asks it to make its bytes
-durable up to an offset. A failed fdatasync fails every later call. Given the
-queue's SharedSync (syncfile.py), the one thread that syncs asks it first
-whether another process's fdatasync already covered us, and publishes its own
-for them.
+durable up to an offset. A failed fdatasync fails every later call. Each
+process syncs for itself (sharing fdatasyncs between processes through a
+file was measured, and did not pay: docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
-from .syncfile import SharedSync, SyncedLog
+from ..disk.fs import FileSystem
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "SyncedLog"]
+
+
+class SyncedLog(Protocol):
+    """What group commit needs of a log file (logfile.LogFile)."""
+
+    fs: FileSystem
+    fd: int
+    end: int  # the logical end: after the last batch written
 
 
 class GroupCommit:
@@ -33,7 +41,6 @@ class GroupCommit:
         self._sync_waiters: list[tuple[int, threading.Lock]] = []  # (offset, until woken)
         self._durable = 0  # bytes before this offset are known to be on disk
         self._syncing = False
-        self._issued = False  # the shared path's fdatasync ran (see sync_to)
         self._sync_failed: OSError | None = None
 
     @property
@@ -42,16 +49,15 @@ class GroupCommit:
         process that covered them has returned (0 until one has)."""
         return self._durable
 
-    def sync_to(self, log: SyncedLog, offset: int, shared: SharedSync | None = None) -> bool:
+    def sync_to(self, log: SyncedLog, offset: int) -> bool:
         """Return once `log`'s bytes before `offset` are on disk; True if this thread
-        issued an fdatasync for it (False: another thread's, or process's, covered it).
+        issued an fdatasync for it (False: another thread's covered it).
 
         A thread that finds an fsync already running waits for it and, if
         that one did not cover its offset, runs the next (one waiter is woken
-        for it), covering everyone who wrote meanwhile; with `shared`, that
-        next one may be another process's. A failed fsync fails every waiter
-        and every later call: the kernel may have dropped the pages, so
-        retrying proves nothing.
+        for it), covering everyone who wrote meanwhile. A failed fsync fails
+        every waiter and every later call: the kernel may have dropped the
+        pages, so retrying proves nothing.
         """
         mutex = self._sync_mutex
         wake: list[threading.Lock] | None
@@ -82,19 +88,8 @@ class GroupCommit:
             if failed is not None:
                 raise failed
             return False
-        issued = True
         try:
-            if shared is None:
-                log.fs.fdatasync(log.fd)
-            else:  # what it returns was proven durable: ours, or a peer's fdatasync
-                self._issued = False  # only the one syncing thread touches it
-
-                def fdatasync() -> None:
-                    self._issued = True
-                    log.fs.fdatasync(log.fd)
-
-                target = shared.flush(log, offset, target, fdatasync)
-                issued = self._issued
+            log.fs.fdatasync(log.fd)
         except BaseException as exc:
             with mutex:
                 if isinstance(exc, OSError):
@@ -112,7 +107,7 @@ class GroupCommit:
             covered = self._wake_after_sync()
         for waiter in covered:
             waiter.release()
-        return issued
+        return True
 
     def _wake_after_sync(self) -> list[threading.Lock]:
         """Under the mutex, no fdatasync running: the waiters to wake (everyone now

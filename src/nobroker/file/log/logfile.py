@@ -42,7 +42,6 @@ from .records import (
     Record,
     ReplayError,
 )
-from .syncfile import SharedSync
 from .tail import decode_payload, later_batch
 
 __all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
@@ -106,8 +105,6 @@ class LogFile:
         self.inflight = 0  # fsyncs running outside the lock; close waits for them
         self.retired = False
         self.commits = GroupCommit()  # how far it is durable; the threads waiting for more
-        # (generation, st_dev, st_ino): what NAME.sync's slots name (SharedSync fills it in).
-        self.sync_identity: tuple[int, int, int] | None = None
 
     # -- opening ------------------------------------------------------------
 
@@ -189,10 +186,10 @@ class LogFile:
         """Make everything written so far durable."""
         self.commits.sync_to(self, self.end)
 
-    def sync_to(self, offset: int, shared: SharedSync | None = None) -> bool:
+    def sync_to(self, offset: int) -> bool:
         """Return once the bytes before `offset` are on disk; True if this thread
         issued the fdatasync that did it (GroupCommit.sync_to)."""
-        return self.commits.sync_to(self, offset, shared)
+        return self.commits.sync_to(self, offset)
 
     def cut(self, end: int) -> None:
         """Drop everything from `end` on (torn tail, failed write) and make it durable."""

@@ -36,6 +36,8 @@ from ..log.records import (
     ID,
     PAYLOAD,
     TOKEN,
+    WAIT,
+    Record,
     RecordType,
 )
 from ..log.tail import decode_payload
@@ -46,6 +48,7 @@ from ..state.state import TRANSITIONS, Applied, JobState, QueueState, ReplayErro
 _REQUIRED: dict[int, JobState] = {
     rtype: before for (rtype, before) in TRANSITIONS
     if before is not None and rtype not in (RecordType.PURGE, RecordType.FORGET)}
+_UNFINISHED = (JobState.PENDING, JobState.LEASED, JobState.WAITING)
 
 __all__ = ["Region", "Scan", "find_batches", "read_batch", "TolerantReplay", "Restart",
            "Skipped"]
@@ -209,6 +212,10 @@ class TolerantReplay:
 
     def apply_batch(self, batch: Sequence[Applied]) -> None:
         state = self.state
+        # Record by record, an ack comes before the RELEASE its batch holds: the strict
+        # check that a batch settles the dependents it frees cannot apply; salvage.py
+        # releases those left waiting for nothing (_release_freed).
+        state.waits.touched = None
         number = batch[0].record[BATCH]
         if not self.careful and self._plausible(batch):
             # The usual case: every record fits the state as it is, so the batch is
@@ -242,6 +249,7 @@ class TolerantReplay:
         against the state before the batch. False sends the batch down the careful
         path, record by record (also when its records depend on each other)."""
         jobs, keys = self.state.jobs, self.state.done_keys
+        added: set[object] = set()  # the batch's new jobs, which its later ones may wait for
         for rtype, record, _, _ in batch:
             job_id = record.get(ID)
             required = _REQUIRED.get(rtype)
@@ -258,6 +266,9 @@ class TolerantReplay:
             elif rtype in (RecordType.ENQUEUE, RecordType.JOB):
                 if not isinstance(job_id, str) or job_id in jobs:
                     return False
+                if rtype == RecordType.ENQUEUE and not self._can_wait(record, added):
+                    return False
+                added.add(job_id)
             elif rtype == RecordType.KEY:
                 if job_id in keys:
                     return False
@@ -267,6 +278,23 @@ class TolerantReplay:
             elif rtype != RecordType.PURGE:
                 # SNAPSHOT checks the batch's job count (a snapshot's tail fails it), and
                 # a record type this check does not know: both go carefully.
+                return False
+        return True
+
+    def _can_wait(self, record: Record, added: set[object]) -> bool:
+        """Whether a waiting ENQUEUE's prerequisites (`w`) are all jobs not finished
+        yet, as replay requires: known before the batch or added earlier in it."""
+        unmet = record.get(WAIT)
+        if unmet is None:
+            return True
+        if type(unmet) is not list:
+            return False
+        jobs = self.state.jobs
+        for prerequisite in unmet:
+            if prerequisite in added:
+                continue
+            entry = jobs.get(prerequisite) if isinstance(prerequisite, str) else None
+            if entry is None or entry.state not in _UNFINISHED:
                 return False
         return True
 

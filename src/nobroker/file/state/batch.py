@@ -134,8 +134,9 @@ class Batch:
     def add_meta(self, job_id: str, meta: Record) -> None:
         """The ENQUEUE of `job_id` added last carries the job's metadata too (format
         1.2): under "m", before its payload, which stays the last key."""
-        index = max(i for i, (rtype, _, record) in enumerate(self._items)
-                    if rtype == RecordType.ENQUEUE and record[ID] == job_id)
+        items = self._items  # from the end: the record is most often the last one
+        index = next(i for i in range(len(items) - 1, -1, -1)
+                     if items[i][0] == RecordType.ENQUEUE and items[i][2][ID] == job_id)
         rtype, text, record = self._items[index]
         cut = text.index(PAYLOAD_KEY_TEXT)  # the first: a quote in a string is escaped
         self._items[index] = (rtype, f'{text[:cut]},"{META}":{dumps(meta)}{text[cut:]}',

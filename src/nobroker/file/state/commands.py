@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from ...backoff import BackoffPolicy, Rng
 from ...dependencies import SUCCESS
-from ...errors import JobNotFoundError, NobrokerError, NotLeasedError
+from ...errors import JobNotFoundError, NotLeasedError
 from ...limits import JobKeys, Limits
 from ..log.records import (
     AT,
@@ -124,14 +124,11 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
         done_at = state.done_keys.get(job_id)
         if done_at is not None and done_at + key_retention > now:
             return done_at
-    if depends_on and keys is not None:
-        raise NobrokerError("depends_on= for a task with rate or concurrency limits is not "
-                            "supported on files yet")
     new_id = job_id or new_job_id(state.jobs, rng)
     if depends_on:
         plan_waiting_enqueue(state, batch, now, new_id, payload_text, priority=priority,
                              delay=delay, max_attempts=max_attempts, keyed=job_id is not None,
-                             depends_on=depends_on, mode=mode)
+                             depends_on=depends_on, mode=mode, keys=keys)
     elif keys is not None:
         plan_limited_enqueue(batch, new_id, priority, now + delay, now, max_attempts,
                              job_id is not None, payload_text, keys)
@@ -145,17 +142,24 @@ def plan_enqueue(state: QueueState, batch: Batch, now: float, payload_text: str,
 
 def plan_enqueue_many(state: QueueState, batch: Batch, now: float,
                       payload_texts: Sequence[str], *, priority: int, delay: float,
-                      max_attempts: int, rng: Rng,
-                      keys: Sequence[JobKeys | None] = ()) -> list[str]:
+                      max_attempts: int, rng: Rng, keys: Sequence[JobKeys | None] = (),
+                      metas: Sequence[Record] | None = None) -> list[str]:
     """ENQUEUE records for new unkeyed jobs (plan_enqueue in a loop, without its
-    per-job checks for keys); returns their ids. `keys`: each job's limit keys."""
+    per-job checks for keys); returns their ids. `keys`: each job's limit keys;
+    `metas`: each job's metadata ({}: none)."""
     ids = new_job_ids(state.jobs, len(payload_texts), rng)
-    if any(keys):  # limited jobs: one record each, with their keys
-        for job_id, text, job_keys in zip(ids, payload_texts, keys, strict=True):
-            plan_limited_enqueue(batch, job_id, priority, now + delay, now, max_attempts,
-                                 False, text, job_keys or (None, None))
+    if not any(keys) and not (metas and any(metas)):  # the common case, in bulk
+        batch.add_enqueues(ids, priority, now + delay, now, max_attempts, payload_texts)
         return ids
-    batch.add_enqueues(ids, priority, now + delay, now, max_attempts, payload_texts)
+    limited = any(keys)  # then every job: one record each, with its keys
+    for i, (job_id, text) in enumerate(zip(ids, payload_texts, strict=True)):
+        if limited:
+            plan_limited_enqueue(batch, job_id, priority, now + delay, now, max_attempts,
+                                 False, text, keys[i] or (None, None))
+        else:
+            batch.add_enqueue(job_id, priority, now + delay, now, max_attempts, False, text)
+        if metas and metas[i]:
+            batch.add_meta(job_id, metas[i])  # onto the record just added: O(1)
     return ids
 
 
@@ -202,12 +206,13 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
              key_retention: float = 0.0) -> Entry:
     """ACK for a job the caller holds; with `result_text`, the job is kept with its
     result for `result_ttl` seconds (a keyed one at least `key_retention`, so that
-    its id is remembered as long as a plain ack would remember it)."""
+    its id is remembered as long as a plain ack would remember it). A result kept
+    for no time is acked as none: a keyed job's remembered id must not carry it."""
     entry = check_lease(state, job_id, token)
     batch.finishes += 1
     if state.limited.keys:  # a concurrency slot frees: idle workers may take it
         batch.wakes += state.limited.frees(job_id, state.table)
-    if result_text is None:
+    if result_text is None or result_ttl <= 0:
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
     else:
         keep = max(result_ttl, key_retention) if entry.keyed else result_ttl

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from ...dependencies import SUCCESS, Known, verdict
 from ...errors import JobNotFoundError
+from ...limits import JobKeys
 from ..log.records import (
     AT,
     ERROR,
@@ -33,7 +34,7 @@ from ..log.records import (
     RecordType,
 )
 from .batch import Batch
-from .limited import key_fields
+from .limited import key_fields, plan_limited_enqueue
 from .state import JobState, QueueState
 from .waits import mode_fields
 
@@ -67,24 +68,30 @@ def prerequisites(state: QueueState, depends_on: Sequence[str]) -> Known:
 def plan_waiting_enqueue(state: QueueState, batch: Batch, now: float, job_id: str,
                          payload_text: str, *, priority: int, delay: float,
                          max_attempts: int, keyed: bool, depends_on: Sequence[str],
-                         mode: str) -> JobState:
+                         mode: str, keys: JobKeys | None = None) -> JobState:
     """The ENQUEUE of a new job with prerequisites in the queue (plan_dependent_enqueue)."""
     return plan_dependent_enqueue(batch, now, job_id, payload_text, priority=priority,
                                   delay=delay, max_attempts=max_attempts, keyed=keyed,
-                                  known=prerequisites(state, depends_on), mode=mode)
+                                  known=prerequisites(state, depends_on), mode=mode,
+                                  keys=keys)
 
 
 def plan_dependent_enqueue(batch: Batch, now: float, job_id: str, payload_text: str, *,
                            priority: int, delay: float, max_attempts: int, keyed: bool,
-                           known: Known, mode: str) -> JobState:
+                           known: Known, mode: str, keys: JobKeys | None = None) -> JobState:
     """The ENQUEUE of a new job with prerequisites: waiting for the unfinished ones
     (`w`, and its mode), pending when they settle it so already, or cancelled at once
-    (ENQUEUE then CANCEL, its error saying why). Returns which."""
+    (ENQUEUE then CANCEL, its error saying why). Returns which. With `keys` (its limit
+    keys, "rk"/"ck" on the ENQUEUE), it is limited by them once pending."""
     unmet, failed, died = known
     released, error = verdict(mode, failed, died, not unmet)
     if released or error is not None:
-        batch.add_enqueue(job_id, priority, now + delay, now, max_attempts, keyed,
-                          payload_text)
+        if keys is not None:
+            plan_limited_enqueue(batch, job_id, priority, now + delay, now, max_attempts,
+                                 keyed, payload_text, keys)
+        else:
+            batch.add_enqueue(job_id, priority, now + delay, now, max_attempts, keyed,
+                              payload_text)
         if released:
             return JobState.PENDING
         batch.finishes += 1
@@ -96,6 +103,7 @@ def plan_dependent_enqueue(batch: Batch, now: float, job_id: str, payload_text: 
         fields[IS_KEY] = True
     fields[WAIT] = unmet
     mode_fields(fields, mode)
+    fields.update(key_fields(keys))
     batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
     return JobState.WAITING
 

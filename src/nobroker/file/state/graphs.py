@@ -20,10 +20,12 @@ from typing import Any
 from ...backoff import Rng
 from ...dependencies import GraphNode, with_graph_nodes
 from ...errors import NobrokerError
+from ...limits import JobKeys
 from ...models import Job, new_pending_jobs
 from .batch import Batch
 from .commands import new_job_ids
 from .dependencies import plan_dependent_enqueue, prerequisites
+from .limited import plan_limited_enqueue
 from .state import JobState, QueueState
 
 __all__ = ["plan_graph", "graph_jobs", "Planned"]
@@ -33,12 +35,14 @@ __all__ = ["plan_graph", "graph_jobs", "Planned"]
 Planned = tuple[list[str], list[JobState], list[tuple[int, int]]]
 
 
-def plain_runs(nodes: Sequence[GraphNode]) -> list[tuple[int, int]]:
-    """[start, end) of each run of nodes enqueue_many could write together."""
+def plain_runs(nodes: Sequence[GraphNode],
+               keys: Sequence[JobKeys | None] = ()) -> list[tuple[int, int]]:
+    """[start, end) of each run of nodes enqueue_many could write together (none with
+    limit keys: `keys`, each node's)."""
     runs: list[tuple[int, int]] = []
     start, options = -1, None
     for index, node in enumerate(nodes):
-        plain = not node.depends_on and node.job_id is None
+        plain = not node.depends_on and node.job_id is None and not (keys and keys[index])
         mine = (node.priority, node.delay, node.max_attempts) if plain else None
         if start >= 0 and mine != options:
             runs.append((start, index))
@@ -51,9 +55,11 @@ def plain_runs(nodes: Sequence[GraphNode]) -> list[tuple[int, int]]:
 
 
 def plan_graph(state: QueueState, batch: Batch, now: float, payload_texts: Sequence[str],
-               nodes: Sequence[GraphNode], rng: Rng, default_attempts: int) -> Planned:
+               nodes: Sequence[GraphNode], rng: Rng, default_attempts: int,
+               keys: Sequence[JobKeys | None] = ()) -> Planned:
     """The ENQUEUE (and CANCEL) records of every node, in node order (Planned); a node's
-    max_attempts None is `default_attempts`."""
+    max_attempts None is `default_attempts`; `keys`: each node's limit keys (or none),
+    on its ENQUEUE, so that it is limited once pending."""
     for node in nodes:
         if node.job_id is not None and (node.job_id in state.jobs
                                         or node.job_id in state.done_keys):
@@ -67,7 +73,7 @@ def plan_graph(state: QueueState, batch: Batch, now: float, payload_texts: Seque
     ids = [next(generated) if node.job_id is None else node.job_id for node in nodes]
     if len(set(ids)) != len(ids):  # a caller's id that the next generated one matches
         raise NobrokerError("a graph's job id is one the queue is about to generate")
-    runs = plain_runs(nodes)
+    runs = plain_runs(nodes, keys)
     starts = dict(runs)
     outcomes: list[JobState] = []
     index = 0
@@ -81,9 +87,15 @@ def plan_graph(state: QueueState, batch: Batch, now: float, payload_texts: Seque
             outcomes.extend([JobState.PENDING] * (end - index))
             index = end
             continue
-        if index not in known:  # a keyed node without prerequisites
-            batch.add_enqueue(ids[index], node.priority, now + node.delay, now,
-                              attempts, True, payload_texts[index])
+        job_keys = keys[index] if keys else None
+        if index not in known:  # a keyed or limited node without prerequisites
+            if job_keys is not None:
+                plan_limited_enqueue(batch, ids[index], node.priority, now + node.delay,
+                                     now, attempts, node.job_id is not None,
+                                     payload_texts[index], job_keys)
+            else:
+                batch.add_enqueue(ids[index], node.priority, now + node.delay, now,
+                                  attempts, True, payload_texts[index])
             outcomes.append(JobState.PENDING)
         else:
             outcomes.append(plan_dependent_enqueue(
@@ -91,7 +103,8 @@ def plan_graph(state: QueueState, batch: Batch, now: float, payload_texts: Seque
                 delay=node.delay, max_attempts=attempts,
                 keyed=node.job_id is not None, mode=node.mode,
                 known=with_graph_nodes(node.depends_on, known[index], ids,
-                                       lambda i: outcomes[i] is JobState.CANCELLED)))
+                                       lambda i: outcomes[i] is JobState.CANCELLED),
+                keys=job_keys))
         index += 1
     return ids, outcomes, runs
 

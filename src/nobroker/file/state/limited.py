@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from ...limits import QUEUE_KEY, Budget, JobKeys, Limits, Window
+from ...limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window
 from ..log.records import (
     AT,
     CONCURRENCY_KEY,
@@ -108,6 +108,8 @@ class LimitedJobs:
         self._members: dict[JobKeys, int] = {}  # keys -> live jobs holding them
         self.in_use: dict[str, int] = {}  # concurrency key -> jobs leased now
         self.windows: dict[str, Window] = {}  # rate key -> its latest starts
+        # The groups a lease looks at: not those whose concurrency key is full (a cache).
+        self.parking = Parking()
 
     def __bool__(self) -> bool:
         return bool(self.keys or self.windows)
@@ -134,6 +136,7 @@ class LimitedJobs:
         group = self.groups.get(keys)
         if group is None:
             group = self.groups[keys] = DueJobs()
+            self.parking.add(keys)
         group.push(seq, table.available_at[slot])
 
     def after(self, table: JobTable, seq: int, before: int, lease: Record | None,
@@ -154,6 +157,8 @@ class LimitedJobs:
                 self.in_use[holder] = held
             else:
                 self.in_use.pop(holder, None)
+            if after != LEASED:  # a slot of the key is free: its parked groups come back
+                self.parking.freed(holder)
         if after == PENDING:
             self._take(table, slot, seq, keys)
         elif before == PENDING:
@@ -181,7 +186,8 @@ class LimitedJobs:
             self._members[keys] = left
         else:  # the last job of these keys: their index goes
             del self._members[keys]
-            self.groups.pop(keys, None)
+            if self.groups.pop(keys, None) is not None:
+                self.parking.remove(keys)
 
     def purged(self, table: JobTable) -> None:
         """PURGE removed every pending job, theirs included."""
@@ -213,15 +219,20 @@ class LimitedJobs:
     def ready(self, table: JobTable, now: float, count: int, limits: Limits) -> list[Entry]:
         """Up to `count` leasable jobs within `limits` (highest priority first, FIFO
         within one): the table's unlimited ones and those of each key with room,
-        never looking at a saturated key's jobs."""
+        never looking at a saturated key's jobs, nor (Parking) at the groups of a
+        concurrency key found full before, until a holder of it lets go."""
+        parking = self.parking
+        parking.asked_under(limits)
         budget = Budget(limits, self.windows, self.in_use, now)
         found: list[tuple[tuple[int, int], JobKeys | None, Entry]] = [
             ((-entry.priority, entry.seq), None, entry)
             for entry in table.due.ready(table, now, count)]
-        for keys, group in self.groups.items():
+        for keys in list(parking.active):
             if budget.allows(keys):
                 found += [((-entry.priority, entry.seq), keys, entry)
-                          for entry in group.ready(table, now, count)]
+                          for entry in self.groups[keys].ready(table, now, count)]
+            else:
+                parking.park_if_full(keys, limits, self.in_use)
         found.sort(key=lambda item: item[0])
         chosen: list[Entry] = []
         for _, job_keys, entry in found:
@@ -236,14 +247,15 @@ class LimitedJobs:
         """Earliest moment a job may become leasable within `limits`: as
         QueueState.next_wakeup, each key's jobs no sooner than its window allows,
         a key whose holders are all busy left to their acks' wake-ups."""
+        self.parking.asked_under(limits)
         budget = Budget(limits, self.windows, self.in_use, now)
         times: list[float] = []
         unlimited = table.due.next_wakeup(table)
         if unlimited is not None:
             opens = budget.opens_at(None)
             times.append(unlimited if opens is None else max(unlimited, opens))
-        for keys, group in self.groups.items():
-            due = group.next_wakeup(table)
+        for keys in self.parking.active:  # a parked group waits for an ack's wake-up
+            due = self.groups[keys].next_wakeup(table)
             opens = budget.opens_at(keys)
             if due is not None and opens is not None:
                 times.append(max(due, opens))

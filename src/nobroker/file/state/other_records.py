@@ -39,8 +39,10 @@ from .limited import LimitedJobs, record_keys
 from .notes import note_of
 from .snapshots import apply_snapshot_end, apply_snapshot_finished, apply_snapshot_job
 from .transitions import ReplayState, apply_forget
-from .vocabulary import PENDING, WAITING
+from .vocabulary import LEASED, PENDING, WAITING
 from .waits import prerequisites_field
+
+_UNFINISHED = (PENDING, LEASED, WAITING)  # what a waiting job's `w` may name
 
 __all__ = ["OtherState", "apply_other", "apply_enqueue", "apply_enqueue_run", "adopt_limited"]
 
@@ -119,6 +121,12 @@ def apply_enqueue_waiting(state: ReplayState, job_id: str, rec: Record, offset: 
                           size: int) -> None:
     """An ENQUEUE with prerequisites (`w`, `af`): waiting, not leased until a RELEASE."""
     unmet, mode = prerequisites_field(rec, job_id, offset)
+    table = state.table
+    for prerequisite in unmet:  # writers name only jobs not yet finished (FORMAT.md)
+        slot = table.find(prerequisite)
+        if slot < 0 or table.code[slot] not in _UNFINISHED:
+            raise ReplayError(offset, f"enqueue of {job_id!r} waits for "
+                                      f"{prerequisite!r}, which is not an unfinished job")
     keyed = rec.get(IS_KEY, False)
     if PAYLOAD not in rec or state.table.find(job_id) >= 0 or type(keyed) is not bool:
         raise ReplayError(offset, f"enqueue of {job_id!r}: no payload, a bad 'k', or twice")

@@ -180,6 +180,8 @@ class QueueState:
         latest = self.latest_time
         table = self.table
         table.start_batch()
+        if self.waits.touched:  # left over from a batch that failed half-way
+            self.waits.touched = {}
         if batch[0][0] == RecordType.ENQUEUE and len(batch) > 1:  # enqueue_many's
             run = apply_enqueue_run(self, batch, number)
             if run:
@@ -196,6 +198,13 @@ class QueueState:
             stamp = rec.get(TIME, rec.get(ACKED))
             if type(stamp) is float and stamp > latest:
                 latest = stamp
+        if self.waits.touched:
+            settled = self.waits.unsettled()
+            if settled is not None:
+                raise ReplayError(batch[-1][2] if batch else first_offset,
+                                  f"batch {number} leaves job {settled!r} waiting although "
+                                  "its prerequisites settle it (a RELEASE or CANCEL is "
+                                  "missing)")
         self.latest_time = latest
         self.last_batch = number
         table.pack_if_sparse()

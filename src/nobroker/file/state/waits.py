@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...dependencies import ANY, FAILURE, MODES, SUCCESS
+from ...dependencies import ANY, FAILURE, MODES, SUCCESS, verdict
 from ..log.records import ALLOW_FAILURE, ON_FAILURE, WAIT, Record, ReplayError
 
 __all__ = ["Wait", "Waits", "prerequisites_field", "mode_fields"]
@@ -64,6 +64,9 @@ class Waits:
     def __init__(self) -> None:
         self.by_job: dict[str, Wait] = {}
         self.dependents: dict[str, dict[str, None]] = {}  # prerequisite -> waiting jobs
+        # The dependents the batch being applied struck a prerequisite off (`settled`
+        # checks them at its end); None: not tracked (salvage's record-by-record replay).
+        self.touched: dict[str, None] | None = {}
 
     def __bool__(self) -> bool:
         return bool(self.by_job)
@@ -86,6 +89,8 @@ class Waits:
         if dependents is None:
             return []
         by_job = self.by_job
+        if self.touched is not None:
+            self.touched.update(dependents)
         for job_id in dependents:
             wait = by_job[job_id]
             del wait.unmet[prerequisite]
@@ -94,6 +99,26 @@ class Waits:
             if (died or failed) and wait.mode == SUCCESS:
                 wait.failed[prerequisite] = None
         return list(dependents)
+
+    def unsettled(self) -> str | None:
+        """After a batch: the first job it left waiting although its prerequisites
+        settle it (released or cancelled by verdict()), or None. The writer always
+        settles such a job in the batch that finishes the last prerequisite it needs, so
+        one left waiting means a record of the batch is missing: the log is damaged."""
+        touched = self.touched
+        if not touched:
+            return None
+        self.touched = {}
+        by_job = self.by_job
+        for job_id in touched:
+            wait = by_job.get(job_id)
+            if wait is None:
+                continue
+            failed = (next(iter(wait.failed)), "failed") if wait.failed else None
+            released, error = verdict(wait.mode, failed, wait.died, not wait.unmet)
+            if released or error is not None:
+                return job_id
+        return None
 
     def remove(self, job_id: str) -> Wait | None:
         """Waiting job `job_id` leaves the waiting state (released or cancelled)."""

@@ -2,6 +2,9 @@
 -- the best of `ready` and `due` picked, leased, counted and notified; a lease
 -- taken back on its last attempt dies and settles its waiting dependents
 -- (parts/settled.sql). Needs the CTEs `t`, `reclaimed`, `ready` and `due`.
+-- Rows: the leased jobs' columns, then the ids of the jobs this reclaim killed
+-- (NULL: none; the `dead` hook, rows.lease_rows), on every row; with nothing
+-- leased, one row of NULL job columns carries them.
 picked AS (
     SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS c
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues WHERE name = %(q)s AND paused)
@@ -21,4 +24,6 @@ tally AS MATERIALIZED (
                  count(*) FILTER (WHERE reclaimed.state = -1) AS w0
           FROM reclaimed) AS c0, settled),
 {counted}
-SELECT * FROM leased
+SELECT leased.*, dead.ids
+FROM (SELECT array_agg(id) AS ids FROM reclaimed WHERE state = 2) AS dead
+LEFT JOIN leased ON true

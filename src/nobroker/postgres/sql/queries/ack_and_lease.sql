@@ -1,6 +1,7 @@
 -- A worker's ack and its next lease (of one job) in one statement: the lease
 -- happens only if the ack did (its lease was current). First column: 1 if
--- acked; then the leased job's columns, or NULLs when none was leased. The
+-- acked; then the leased job's columns, or NULLs when none was leased; last,
+-- the ids of the jobs its reclaim killed (as parts/lease_tail.sql). The
 -- waiting dependents of the jobs it finished are settled in it (parts/settled.sql).
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 {acked},
@@ -18,15 +19,17 @@ finishing AS (
     UNION ALL SELECT id, 2, dependents FROM reclaimed WHERE state = 2),
 {settled},
 tally AS MATERIALIZED (
-    SELECT c0.p + c1.p - settled.n AS p, c1.d AS d, c0.f AS f, c0.k + settled.n AS k,
+    SELECT c0.p - c1.d - settled.n AS p, c1.d, c0.f, c0.k + settled.n AS k,
            CASE WHEN c1.w0 > 0 THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text
            END AS woke
-    -- c0 counts the ack (no deaths), c1 the leases taken back (no finishes, none kept)
-    FROM (SELECT -count(*) AS p, count(*) AS f, count(*) FILTER (WHERE acked.kept) AS k
+    -- c0 counts the ack (no deaths), c1 the leases taken back (no finishes, none
+    -- kept; each death one live job less)
+    FROM (SELECT -count(*) AS p, count(*) AS f, count(*) FILTER (WHERE kept) AS k
           FROM acked) AS c0,
-         (SELECT -count(*) FILTER (WHERE state = 2) AS p,
-                 count(*) FILTER (WHERE state = 2) AS d,
+         (SELECT count(*) FILTER (WHERE state = 2) AS d,
                  count(*) FILTER (WHERE state = -1) AS w0
           FROM reclaimed) AS c1, settled),
 {counted}
-SELECT (SELECT count(*) FROM acked), leased.* FROM (SELECT 1) AS one LEFT JOIN leased ON true
+SELECT (SELECT count(*) FROM acked), leased.*,
+       (SELECT array_agg(id) FROM finishing WHERE st = 2)
+FROM (SELECT 1) AS one LEFT JOIN leased ON true

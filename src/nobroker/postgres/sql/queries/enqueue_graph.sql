@@ -4,22 +4,24 @@
 -- 4 cancelled at once (a prerequisite had failed). Prerequisites already in
 -- the queue (locked by lock_prerequisites.sql) are flagged as having
 -- dependents. Ids already taken: no row (the caller rolls back). `ms`: each job's
--- metadata from the start (enqueue's meta=, migrations/0005), NULL for none.
+-- metadata from the start (enqueue's meta=, migrations/0005), NULL for none;
+-- `rks`, `cks`: its limit keys (migrations/0006), '' for none.
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 added AS (
     INSERT INTO {schema}.jobs AS j (queue, id, seq, state, priority, available_at,
                                     enqueued_at, max_attempts, keyed, payload, meta,
-                                    last_error, finished_at, expires_at, dependents)
+                                    last_error, finished_at, expires_at, dependents,
+                                    rate_key, conc_key)
     SELECT %(q)s, u.id, u.seq,
            CASE WHEN u.state = 0 AND u.delay > 0 THEN -1 ELSE u.state END, u.pr,
            t.now + u.delay, t.now, u.ma, u.keyed, u.p, u.m, u.err,
            CASE WHEN u.state = 4 THEN t.now END,
-           CASE WHEN u.state = 4 THEN t.now + %(ttl)s::float8 END, u.deps
+           CASE WHEN u.state = 4 THEN t.now + %(ttl)s::float8 END, u.deps, u.rk, u.ck
     FROM unnest(%(ids)s::text[], %(seqs)s::bigint[], %(states)s::smallint[],
                 %(prs)s::bigint[], %(delays)s::float8[], %(mas)s::bigint[],
                 %(ks)s::boolean[], %(ps)s::text[], %(ms)s::text[], %(errs)s::text[],
-                %(deps)s::boolean[])
-         AS u(id, seq, state, pr, delay, ma, keyed, p, m, err, deps), t
+                %(deps)s::boolean[], %(rks)s::text[], %(cks)s::text[])
+         AS u(id, seq, state, pr, delay, ma, keyed, p, m, err, deps, rk, ck), t
     ON CONFLICT (queue, id) DO NOTHING
     RETURNING {job_columns}),
 flagged AS (

@@ -1,14 +1,15 @@
--- A batch of jobs with generated ids, in the order given (ORDINALITY).
+-- A batch of jobs with generated ids, in the order given (ORDINALITY); `ms`:
+-- each job's metadata (JSON text, NULL for none).
 WITH added AS (
     INSERT INTO {schema}.jobs AS j (queue, id, seq, state, priority, available_at,
-                                    enqueued_at, max_attempts, keyed, payload,
+                                    enqueued_at, max_attempts, keyed, payload, meta,
                                     rate_key, conc_key)
     SELECT %(q)s, lpad(to_hex(n.seq), 16, '0'), n.seq,
            CASE WHEN %(delay)s::float8 > 0 THEN -1 ELSE 0 END, %(pr)s,
-           t.now + %(delay)s, t.now, %(ma)s, false, n.p, n.rk, n.ck
-    FROM (SELECT nextval('{schema}.job_seq') AS seq, u.p, u.rk, u.ck
-          FROM unnest(%(ps)s::text[], %(rks)s::text[], %(cks)s::text[])
-               WITH ORDINALITY AS u(p, rk, ck, o)
+           t.now + %(delay)s, t.now, %(ma)s, false, n.p, n.m, n.rk, n.ck
+    FROM (SELECT nextval('{schema}.job_seq') AS seq, u.p, u.m, u.rk, u.ck
+          FROM unnest(%(ps)s::text[], %(ms)s::text[], %(rks)s::text[], %(cks)s::text[])
+               WITH ORDINALITY AS u(p, m, rk, ck, o)
           ORDER BY u.o) AS n,
          (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
     ON CONFLICT (queue, id) DO NOTHING

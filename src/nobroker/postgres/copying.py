@@ -1,0 +1,94 @@
+"""Jobs copied in and out of a PostgreSQL queue (`nobroker migrate`, nobroker.transfer):
+copied jobs inserted as they were (backend.JobImport), the modes of the waiting jobs,
+which a copy gives the target with their prerequisites (Dependencies.wait_modes), and
+the revivable cancelled dependents (backend.DormantJob; the `dormant` rows of
+migrations/0007), both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from ..backend import DormantJob
+from ..codec import encode_payload
+from ..models import Job, JobState
+from .connection import Link
+from .graphs import MODE_CODES
+from .limited import columns_of, keys_of_columns
+from .rows import STATES, import_params, job_from_row
+from .statements import Statements
+
+__all__ = ["import_jobs", "wait_modes", "export_dormant", "import_dormant"]
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+_MODES = {code: mode for mode, code in MODE_CODES.items()}
+
+
+def import_jobs(link: Link, sql: Statements, params: dict[str, Any], jobs: Sequence[Job],
+                keyed: Sequence[bool]) -> list[JobState]:
+    """Insert copied jobs as they were, in one transaction; ids known are skipped."""
+    if not jobs:
+        return []
+    params = {**params, **import_params(jobs, keyed)}
+
+    def run(conn: Conn) -> list[JobState]:
+        with conn.transaction():
+            rows = conn.execute(sql.import_jobs, params).fetchall()
+            conn.execute(sql.bump_seq, params)
+        return [STATES[row[0]] for row in rows]
+
+    return link.run("import", run)
+
+
+def wait_modes(link: Link, sql: Statements, params: dict[str, Any]) -> dict[str, str]:
+    """Each waiting job's mode (dependencies.SUCCESS, ANY or FAILURE), by id."""
+    rows = _rows(link, "wait_modes", sql.wait_modes, params)
+    return {str(job_id): _MODES[int(code)] for job_id, code in rows}
+
+
+def export_dormant(link: Link, sql: Statements, params: dict[str, Any]) -> list[DormantJob]:
+    """The revivable cancelled dependents still kept, in enqueue order."""
+    rows = _rows(link, "export", sql.export_dormant, params)
+    return [DormantJob(job_from_row(row[:16]), bool(row[16]), keys_of_columns(row[17], row[18]),
+                       tuple(row[19]), tuple(row[20])) for row in rows]
+
+
+def import_dormant(link: Link, sql: Statements, params: dict[str, Any],
+                   jobs: Sequence[DormantJob]) -> list[str]:
+    """Insert copied revivable dependents, cancelled now and kept `ttl` seconds, with
+    their `dormant` rows; ids known are skipped. The ids of those inserted."""
+    if not jobs:
+        return []
+    edges = [(p, copy.job.id, pos, pos >= len(copy.unmet)) for copy in jobs
+             for pos, p in enumerate((*copy.unmet, *copy.failed))]
+    values = {**params,
+              "ids": [c.job.id for c in jobs], "prs": [c.job.priority for c in jobs],
+              "ats": [c.job.available_at for c in jobs],
+              "ts": [c.job.enqueued_at for c in jobs],
+              "mas": [c.job.max_attempts for c in jobs], "atts": [c.job.attempts for c in jobs],
+              "ks": [c.keyed for c in jobs], "errs": [c.job.last_error for c in jobs],
+              "ps": [encode_payload(c.job.payload) for c in jobs],
+              "rks": [columns_of(c.keys)[0] for c in jobs],
+              "cks": [columns_of(c.keys)[1] for c in jobs],
+              "e_pre": [e[0] for e in edges], "e_dep": [e[1] for e in edges],
+              "e_pos": [e[2] for e in edges], "e_failed": [e[3] for e in edges]}
+
+    def run(conn: Conn) -> list[str]:
+        with conn.transaction():
+            rows = conn.execute(sql.import_dormant, values).fetchall()
+            conn.execute(sql.bump_seq, values)
+        return [str(row[0]) for row in rows]
+
+    return link.run("import", run)
+
+
+def _rows(link: Link, operation: str, query: bytes,
+          params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def run(conn: Conn) -> list[tuple[Any, ...]]:
+        return conn.execute(query, params).fetchall()
+
+    return link.run(operation, run)
