@@ -15,17 +15,16 @@ records mean (state/), and reads records back by offset with readback.py.
 
 from __future__ import annotations
 
-import gc
 import os
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
 from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from . import framing
+from .gcpause import paused_gc
 from .groupcommit import GroupCommit
 from .readback import (
     READ_CHUNK,
@@ -44,30 +43,12 @@ from .records import (
 )
 from .tail import decode_payload, later_batch
 
-__all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
+__all__ = ["LogFile", "ScanResult", "log_filename", "paused_gc", "PREALLOCATE", "READ_CHUNK"]
 
 PREALLOCATE: Final = 1 << 20  # grow the file by up to this many zero bytes at a time
 MIN_PREALLOCATE: Final = 64 << 10
 
 _ZERO_HEADER: Final = bytes(framing.RECORD_HEADER.size)
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while bulk-building a state.
-
-    Replaying a large log creates millions of objects and no reference cycles;
-    the collector would scan them all again and again as they pile up (a
-    quarter of the time of a 200k-job replay). Its previous setting returns
-    afterwards; it is process-wide, so this is only for bounded bulk work.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def log_filename(name: str, generation: int) -> str:
