@@ -903,5 +903,51 @@ class MemoryWorkerTaskTest(MemoryTaskTests, WorkerTaskTest):
     pass
 
 
+class RunWrappersTest(unittest.TestCase):
+    """call_as enters the registered run wrappers around a plain call, and around the
+    await of a coroutine function's (it skips the ExitStack only when none is)."""
+
+    def test_wrappers_enter_around_plain_and_async_calls_and_stop_when_removed(self) -> None:
+        import contextlib
+
+        from nobroker.tasks.registry import call_as
+        from nobroker.tasks.running import RunningJob, unwrap_runs, wrap_runs
+
+        seen: list[str] = []
+
+        @contextlib.contextmanager
+        def wrapper(job: RunningJob) -> Any:
+            seen.append("enter")
+            yield
+            seen.append("exit")
+
+        def plain() -> str:
+            seen.append("call")
+            return "done"
+
+        async def deferred() -> str:
+            seen.append("await")
+            return "later"
+
+        class Fake:
+            progress = None
+            meta: dict[str, Any] = {}
+            id = "x"
+
+        job = RunningJob(Fake(), None)  # type: ignore[arg-type]
+        wrap_runs(wrapper)
+        try:
+            self.assertEqual(call_as(job, plain, (), {}), "done")
+            self.assertEqual(seen, ["enter", "call", "exit"])
+            seen.clear()
+            self.assertEqual(asyncio.run(call_as(job, deferred, (), {})), "later")
+            self.assertEqual(seen, ["enter", "await", "exit"])
+        finally:
+            unwrap_runs(wrapper)
+        seen.clear()
+        self.assertEqual(call_as(job, plain, (), {}), "done")
+        self.assertEqual(seen, ["call"])
+
+
 if __name__ == "__main__":
     unittest.main()
