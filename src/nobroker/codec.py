@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from .errors import SerializationError
 
-__all__ = ["dumps", "loads", "loads_object", "encode_payload", "encode_payloads", "metadata", "metadata_each",
-           "MAX_DEPTH", "MAX_PAYLOAD_BYTES", "MAX_META_BYTES"]
+__all__ = ["dumps", "loads", "loads_object", "encode_payload", "encode_payloads", "metadata",
+           "metadata_each", "MAX_DEPTH", "MAX_PAYLOAD_BYTES", "MAX_META_BYTES"]
 
 # A payload the writer accepts must stay readable: replay decodes it from whatever
 # stack depth the reader happens to be at, so nesting is capped far below the

@@ -22,7 +22,7 @@ import unittest
 import zoneinfo
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
 
@@ -931,7 +931,7 @@ class RunWrappersTest(unittest.TestCase):
 
         class Fake:
             progress = None
-            meta: dict[str, Any] = {}
+            meta: ClassVar[dict[str, Any]] = {}
             id = "x"
 
         job = RunningJob(Fake(), None)  # type: ignore[arg-type]

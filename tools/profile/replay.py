@@ -19,7 +19,6 @@ import json
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from tools.bench.common import REPO
 
