@@ -101,16 +101,21 @@ def checked_nodes(nodes: Iterable[GraphNode]) -> list[GraphNode]:
     quarter of enqueue_many's time."""
     checked: list[GraphNode] = []
     ids: dict[str, int] = {}
-    # Most nodes share their options: each distinct (type, value) triple checked once.
+    # Most nodes share their options: each distinct (type, value) triple checked once,
+    # and the very objects of the node before (a group of one task's signatures) at once.
     options: set[tuple[object, ...]] = set()
+    last: tuple[object, ...] = (options, options, options)  # matches no node
     for index, node in enumerate(nodes):
         if not isinstance(node, GraphNode):
             raise TypeError(f"node {index}: a GraphNode, not {type(node).__name__}")
-        given = (node.priority, node.delay, node.max_attempts, type(node.priority),
-                 type(node.delay), type(node.max_attempts))
-        if given not in options:
-            validation.job_options(node.priority, node.delay, node.max_attempts, 1)
-            options.add(given)
+        if (node.priority is not last[0] or node.delay is not last[1]
+                or node.max_attempts is not last[2]):
+            given = (node.priority, node.delay, node.max_attempts, type(node.priority),
+                     type(node.delay), type(node.max_attempts))
+            if given not in options:
+                validation.job_options(node.priority, node.delay, node.max_attempts, 1)
+                options.add(given)
+            last = given
         if node.mode not in MODES:
             raise ValueError(f"node {index}: mode must be one of {MODES}, not {node.mode!r}")
         if node.job_id is not None:

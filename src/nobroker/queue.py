@@ -25,7 +25,7 @@ from .hooks import Hook, Hooks
 from .limits import KeyUse
 from .models import CompactionResult, Job, JobState, QueueStats, RecoveryReport
 from .opener import open_backend
-from .results import await_outcome, outcome, result_text
+from .results import await_outcome, finished_outcome, result_text, wait_arguments
 
 __all__ = ["Queue", "POSTGRES_SCHEMES"]
 
@@ -95,8 +95,7 @@ class Queue:
             backend.recovery if backend.capabilities.recovery else None)
 
     @property
-    def backend(self) -> Backend:
-        """The storage this Queue stands on (tests and tools; not needed to use a Queue)."""
+    def backend(self) -> Backend:  # the storage under it (tests and tools)
         return self._backend
 
     @property
@@ -163,8 +162,7 @@ class Queue:
 
     def lease_one(self, *, visibility_timeout: float | None = None) -> Job | None:
         """Lease the next ready job, or None at once (`wait()` blocks until one may be)."""
-        jobs = self.lease(1, visibility_timeout=visibility_timeout)
-        return jobs[0] if jobs else None
+        return next(iter(self.lease(1, visibility_timeout=visibility_timeout)), None)
 
     def ack(self, job: Job, *, result: Any = _MISSING, result_ttl: float | None = None) -> None:
         """Finish a job. Raises NotLeasedError if `job`'s lease is no longer current.
@@ -190,9 +188,8 @@ class Queue:
                            visibility_timeout: float | None = None) -> list[Job]:
         """`ack_many(jobs)` and `lease(count)` in one batch (one fsync on a directory);
         if any lease is stale, nothing is acked nor leased (NotLeasedError)."""
-        timeout = self._visibility(visibility_timeout)
         leased = self._backend.ack_many_and_lease(jobs, validation.integer("count", count, 0),
-                                                  timeout)
+                                                  self._visibility(visibility_timeout))
         if self.hooks is not None:
             self.hooks.fire_each("succeeded", jobs)
         return leased
@@ -246,22 +243,16 @@ class Queue:
         cancelled, TimeoutError after `timeout` seconds (None: no limit), JobNotFoundError
         for an id the queue does not know (never enqueued, acked without a result, or
         forgotten after `result_ttl`). Woken by the ack, in any process: no polling."""
-        job = self.wait_finished(job_id, timeout)
-        if job is None:
-            raise TimeoutError(f"job {job_id!r} did not finish within {timeout:g}s")
-        return outcome(job)
+        return finished_outcome(self.wait_finished(job_id, timeout), job_id, timeout)
 
     async def aresult(self, job_id: str, timeout: float | None = None) -> Any:
         """`result` for asyncio code: waits in a worker thread, never on the loop."""
-        limit = None if timeout is None else validation.number("timeout", timeout, minimum=0)
-        return await await_outcome(self._backend.wait_finished, validation.job_id(job_id),
-                                   limit)
+        return await await_outcome(self._backend.wait_finished, *wait_arguments(job_id, timeout))
 
     def wait_finished(self, job_id: str, timeout: float | None = None) -> Job | None:
         """The job once it is done, dead or cancelled; None if `timeout` passed first.
         Raises JobNotFoundError for an id the queue does not know (or no longer)."""
-        limit = None if timeout is None else validation.number("timeout", timeout, minimum=0)
-        return self._backend.wait_finished(validation.job_id(job_id), limit)
+        return self._backend.wait_finished(*wait_arguments(job_id, timeout))
 
     # -- job control --------------------------------------------------------
 
@@ -327,7 +318,7 @@ class Queue:
         JobNotFoundError if it knows no such job."""
         return self._backend.get(job_id)
 
-    def stats(self) -> QueueStats:
+    def stats(self) -> QueueStats:  # counts by state, sizes, lifetime totals
         return self._backend.stats()
 
     def limit_use(self) -> list[KeyUse]:
@@ -339,13 +330,11 @@ class Queue:
         """Jobs in enqueue order, optionally of one state: at most `limit` of them,
         after skipping the first `offset` (a page)."""
         wanted = JobState(state) if state is not None else None
-        if limit is not None:
-            limit = validation.integer("limit", limit, 0)
-        offset = validation.integer("offset", offset, 0)
-        return self._backend.list_jobs(wanted, limit, offset)
+        limit = None if limit is None else validation.integer("limit", limit, 0)
+        return self._backend.list_jobs(wanted, limit, validation.integer("offset", offset, 0))
 
     def dlq(self, *, limit: int | None = None) -> list[Job]:
-        """The dead-letter queue: jobs that used up their attempts."""
+        """The dead-letter queue: jobs that used up their attempts (or nacked dead)."""
         return self.list_jobs(JobState.DEAD, limit=limit)
 
     def compact(self) -> CompactionResult:

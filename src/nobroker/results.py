@@ -19,7 +19,7 @@ from .codec import encode_payload
 from .errors import TaskFailed
 from .models import Job, JobState
 
-__all__ = ["outcome", "await_outcome", "result_text"]
+__all__ = ["outcome", "finished_outcome", "await_outcome", "result_text", "wait_arguments"]
 
 AWAIT_SLICE = 1.0  # seconds one worker-thread wait lasts at most
 
@@ -31,6 +31,19 @@ def result_text(result: Any, result_ttl: float | None,
     ttl = None if result_ttl is None else validation.number("result_ttl", result_ttl,
                                                              minimum=0)
     return (None if result is missing else encode_payload(result, "result")), ttl
+
+
+def wait_arguments(job_id: str, timeout: float | None) -> tuple[str, float | None]:
+    """A wait for a job to finish: its id and timeout (None: no limit), checked."""
+    limit = None if timeout is None else validation.number("timeout", timeout, minimum=0)
+    return validation.job_id(job_id), limit
+
+
+def finished_outcome(job: Job | None, job_id: str, timeout: float | None) -> Any:
+    """`outcome` of what a wait returned; TimeoutError if it returned nothing."""
+    if job is None:
+        raise TimeoutError(f"job {job_id!r} did not finish within {timeout:g}s")
+    return outcome(job)
 
 
 def outcome(job: Job) -> Any:

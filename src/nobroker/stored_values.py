@@ -5,14 +5,19 @@ payload is `{"value": ..., "ttl": seconds, ...}` (the first write of a key wins)
 and then settle it: lease it and ack it with its own payload as the result,
 kept for its ttl, so the queue forgets it when the ttl ends. Whoever stores or
 waits settles every pending value, not only its own, so a writer that died
-between its enqueue and its ack leaves nothing unsettled for long.
+between its enqueue and its ack leaves nothing unsettled for long. A value reads
+from its payload from the moment it is enqueued, and as None once its ttl ends.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from .errors import JobNotFoundError
+from .models import JobState
 from .queue import Queue
 
-__all__ = ["settle"]
+__all__ = ["settle", "read"]
 
 
 def settle(queue: Queue) -> None:
@@ -26,3 +31,21 @@ def settle(queue: Queue) -> None:
         job = queue.ack_and_lease(
             job, result=payload,
             result_ttl=float(ttl) if isinstance(ttl, (int, float)) else None)
+
+
+def read(queue: Queue, key: str) -> dict[str, Any] | None:
+    """The stored `{"value": ..., "ttl": ...}` under `key`; None if never stored,
+    forgotten, or past its ttl. The ttl is checked here: `Queue.get` still hands back
+    a keyed job's result after its result_ttl, until the queue's next write."""
+    try:
+        job = queue.get(key)
+    except JobNotFoundError:
+        return None
+    holder = job.result if job.state is JobState.DONE else job.payload
+    if not isinstance(holder, dict):
+        return None
+    ttl = holder.get("ttl")
+    if job.finished_at is not None and isinstance(ttl, (int, float)) and \
+            job.finished_at + ttl <= queue.clock():
+        return None
+    return holder

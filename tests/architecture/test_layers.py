@@ -46,7 +46,7 @@ DEFERRED = frozenset({("queue", "tasks"), ("tasks", "testing")})
 # Inside the file engine, top first: each tier imports its own and the tiers after it.
 # A tier is a folder of file/ (disk/, log/, ...), or modules at file/'s top level.
 FILE_TIERS: list[tuple[str, frozenset[str]]] = [
-    ("the backend", frozenset({"__init__", "backend", "views"})),
+    ("the backend", frozenset({"__init__", "backend", "views", "blocking"})),
     ("a live handle", frozenset({"handle", "opening", "following", "checkpointer",
                                  "compactor", "inspection", "options", "syncing", "counters",
                                  "commit", "handleapi"})),
@@ -362,6 +362,32 @@ class PlantedBackArrowTest(unittest.TestCase):
                           "nobroker/queue.py": "import importlib\n"
                                                "importlib.import_module('nobroker.file')\n"})
         self.assertEqual(violations(root), [])
+
+
+MAX_MODULE_LINES = 400  # STYLE.md: small modules; past this one has grown two jobs
+
+
+def long_modules(root: Path) -> list[str]:
+    """The modules under `root` longer than MAX_MODULE_LINES, with their length."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        with path.open(encoding="utf-8") as handle:
+            lines = sum(1 for _ in handle)
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{path.relative_to(root)}: {lines} lines")
+    return found
+
+
+class ModuleSizeTest(unittest.TestCase):
+    def test_no_module_is_longer_than_400_lines(self) -> None:
+        self.assertEqual(long_modules(SRC), [], "split it: a module with two jobs")
+
+    def test_a_long_module_is_reported(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            (root / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+            (root / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+            self.assertEqual(long_modules(root), ["long.py: 401 lines"])
 
 
 if __name__ == "__main__":

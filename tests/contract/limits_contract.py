@@ -163,7 +163,7 @@ class LimitsContract:
     def test_a_saturated_key_does_not_hold_back_another_keys_job(self) -> None:
         q, _ = self.limited()
         task = q.task(name="t", concurrency=1, concurrency_key=lambda key: key)(noop)
-        q.enqueue_many([{"task": "t", "args": ["busy"], "kwargs": {}}] * 2000)
+        q.enqueue_many([{"task": "t", "args": ["busy"], "kwargs": {}}] * 10_000)  # the backlog
         self.t.assertEqual(len(q.lease(1)), 1)
         other = task.delay("free")
         plain = q.enqueue("plain")

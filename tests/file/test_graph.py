@@ -21,7 +21,7 @@ from nobroker.file.inspection import read_records
 from nobroker.file.log.records import RecordType as RT
 from nobroker.file.state.batch import Batch
 from nobroker.file.state.commands import plan_ack, plan_nack
-from nobroker.file.state.graphs import plan_graph
+from nobroker.file.state.graphs import plain_runs, plan_graph
 from nobroker.file.state.state import QueueState, replay
 
 
@@ -62,6 +62,19 @@ class OneWriteTest(TempDirTestCase):
         self.assertEqual([r.payload["id"] for r in graph], [j.id for j in jobs])
         self.assertEqual({r.type for r in graph}, {"ENQUEUE"})
         self.assertEqual([("w" in r.payload) for r in graph], [i > 0 for i in range(200)])
+
+
+class PlainRunsTest(unittest.TestCase):
+    def test_runs_are_the_nodes_enqueue_many_could_write_together(self) -> None:
+        high, also_high = 1000, int("1000")  # equal options, other objects: one run
+        assert high is not also_high
+        nodes = [GraphNode("a"), GraphNode("b", priority=0), GraphNode("c", (0,)),
+                 GraphNode("d", priority=high), GraphNode("e", priority=also_high),
+                 GraphNode("f", delay=2.0), GraphNode("g", job_id="key"), GraphNode("h"),
+                 GraphNode("i", max_attempts=5)]
+        self.assertEqual(plain_runs(nodes), [(0, 2), (3, 5), (5, 6), (7, 8), (8, 9)])
+        self.assertEqual(plain_runs([GraphNode("x", (0,))]), [])
+        self.assertEqual(plain_runs([]), [])
 
 
 def plan(state: QueueState, nodes: list[GraphNode], now: float = 1.0

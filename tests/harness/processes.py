@@ -1,7 +1,6 @@
-"""Real worker processes for the framework tests (tests/with_dramatiq): started in their
-own session, logging to a file, killed with kill -9 as a whole, and the traces their
-tasks leave (one file per run) read back. celery_support.py predates it and keeps its
-own copy."""
+"""Real worker processes for the framework tests (tests/with_celery, tests/with_dramatiq):
+started in their own session, logging to a file, killed with kill -9 as a whole, and the
+traces their tasks leave (one file per run) read back."""
 
 from __future__ import annotations
 

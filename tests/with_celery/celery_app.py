@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery, group
+from celery.exceptions import Reject
 
 DIRECTORY = os.environ.get("NOBROKER_CELERY_DIR", "/tmp/nobroker-celery-app")
 TRACE = Path(os.environ.get("NOBROKER_CELERY_TRACE", DIRECTORY + "-trace"))
@@ -77,6 +78,13 @@ def slow(key: str, seconds: float) -> str:
         time.sleep(seconds)
     _trace("done", key)
     return key
+
+
+@app.task(acks_late=True)
+def refuse(key: str) -> None:
+    """Rejects its message without requeue (Celery's Reject): dead-lettered."""
+    _trace("started", key)
+    raise Reject(f"refused {key}", requeue=False)
 
 
 @app.task(acks_late=True)

@@ -1,5 +1,6 @@
 """An unchanged Celery app on a nobroker directory, run by a real `celery worker`:
-tasks, routing to two queues, retries, results, failures, chain, group, chord; a
+tasks, routing to two queues, retries, results, failures, chain, group, chord; a task
+that rejects its message without requeue dead-letters it; a
 pickle message refused; results that expire; get() that waits without polling."""
 
 from __future__ import annotations
@@ -50,6 +51,20 @@ class CeleryAppTest(CeleryTestCase):
         self.assertIn("no way", str(caught.exception))
         self.assertEqual(result.state, "FAILURE")
         self.assertIn("ValueError", result.traceback or "")
+
+    def test_reject_without_requeue_dead_letters_the_message(self) -> None:
+        from nobroker.celery.transport import REJECTED
+
+        self.mod.refuse.delay("refused")
+        self.wait_for_trace("started", "refused", TIMEOUT)
+        q = self.queue("a")
+        deadline = time.monotonic() + TIMEOUT
+        while not q.dlq() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [dead] = q.dlq()
+        self.assertEqual((dead.attempts, dead.last_error), (1, REJECTED))
+        self.assertEqual(q.stats().pending + q.stats().leased, 0)
+        self.assertEqual(self.traces("started"), ["refused"])  # run once, not requeued
 
     def test_a_job_that_is_not_a_celery_message_is_nacked_not_run(self) -> None:
         q = self.queue("a")
@@ -150,6 +165,19 @@ class CeleryWithoutWorkerTest(CeleryTestCase):
         time.sleep(1.5)
         fresh = Celery("reader", backend=f"nobroker://{self.directory}", result_expires=1)
         self.assertEqual(fresh.AsyncResult("t-1").state, "PENDING")
+
+    def test_a_value_past_its_ttl_reads_as_none_while_its_queue_stays_open(self) -> None:
+        # Queue.get still hands back a keyed job's result after its result_ttl (until the
+        # queue's next write): the result store checks the ttl itself.
+        from nobroker.celery.results import ResultStore
+
+        queue = Queue(self.directory, "results")
+        self.addCleanup(queue.close)
+        store = ResultStore(queue)
+        store.put("t-1", {"answer": 42}, ttl=0.3)
+        self.assertEqual(store.get("t-1"), {"answer": 42})
+        time.sleep(0.5)
+        self.assertIsNone(store.get("t-1"))
 
     def test_incr_counts_atomically_across_backends(self) -> None:
         from celery import Celery

@@ -1,13 +1,16 @@
 """Broadcasts on a nobroker directory, with real `celery worker` processes: ping and
 inspect reach every worker and each replies, a destination narrows them, revoke of a
 task still waiting in the queue keeps it from running, an unserved command is refused
-before anything is sent; and, in this process through kombu, a reply not read within
-its queue's message TTL is dropped."""
+before anything is sent, a prefork worker whose processes are all busy still answers
+(the transport runs Celery's event loop); and, in this process through kombu, a reply
+not read within its queue's message TTL is dropped, and reply stores are reused by later
+connections rather than left one per connection."""
 
 from __future__ import annotations
 
 import socket
 import time
+import uuid
 from typing import Any
 
 from harness.celery_support import CeleryTestCase, needs_celery
@@ -88,9 +91,13 @@ class CeleryControlTest(CeleryTestCase):
         after = self.mod.record.delay("after", 0)  # the worker runs on
         self.assertEqual(after.get(timeout=TIMEOUT), "after")
         self.assertNotIn("victim", self.traces("done"))
-        # the revoked message was acked, not left in the queue
+        # the revoked message was acked, not left in the queue (the ack of `after`, an
+        # acks_late task, may land just after its result: wait for it)
         queue = Queue(self.directory, queue_name_for("a"))
         self.addCleanup(queue.close)
+        deadline = time.monotonic() + TIMEOUT
+        while queue.stats().pending + queue.stats().leased and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.assertEqual(queue.stats().pending + queue.stats().leased, 0)
 
     def test_control_commands_change_the_running_worker(self) -> None:
@@ -103,7 +110,7 @@ class CeleryControlTest(CeleryTestCase):
         replies = self.control.rate_limit("celery_app.add", "100/m", reply=True, timeout=5.0)
         self.assertIn("ok", replies[0][name])
         self.control.shutdown(destination=[name])
-        self.assertEqual(self.workers[0].wait(TIMEOUT), 0)
+        self.assertEqual(self.procs[0].wait(TIMEOUT), 0)
 
     def test_a_full_prefetch_is_refilled_at_once_beside_the_pidbox(self) -> None:
         # One thread, one message held: each next task waits for the previous one's ack,
@@ -127,6 +134,40 @@ class CeleryControlTest(CeleryTestCase):
             self.control.enable_events()
         after = self.pidbox("w1").stats()
         self.assertEqual((after.pending, after.done), (before.pending, before.done))
+
+
+@needs_celery
+class PreforkControlTest(CeleryControlTest):
+    """`-P prefork`: a worker whose one process is busy still reads its control
+    messages. Without an event loop (kombu's `asynchronous`) Celery's consumer blocks
+    handing the next task to the full pool, and reads nothing until a process is free."""
+
+    def start(self, *names: str, options: tuple[str, ...] = ()) -> None:
+        for name in names:
+            self.start_worker(name, "-P", "prefork", "-c", "1", *options)
+        self.wait_until_answering(*names)
+
+    def test_a_busy_prefork_worker_answers_and_revokes_what_it_holds(self) -> None:
+        from celery.exceptions import TaskRevokedError
+
+        self.start("w1")
+        self.mod.slow.delay("busy", 8)
+        self.wait_for_trace("started", "busy", TIMEOUT)
+        waiting = self.mod.record.delay("waiting", 0)  # received while the pool is full
+        time.sleep(1.0)
+        started = time.monotonic()
+        self.assertEqual(self.pinged(), {f"w1@{HOST}"})
+        active = self.control.inspect(timeout=2.0).active() or {}
+        self.assertEqual([task["name"] for task in active[f"w1@{HOST}"]], ["celery_app.slow"])
+        replies = self.control.revoke(waiting.id, reply=True, timeout=2.0)
+        self.assertEqual([name for reply in replies for name in reply], [f"w1@{HOST}"])
+        self.assertLess(time.monotonic() - started, 6.0)  # answered while `busy` ran
+        self.assertNotIn("busy", self.traces("done"))
+        with self.assertRaises(TaskRevokedError):
+            waiting.get(timeout=TIMEOUT)
+        after = self.mod.record.delay("after", 0)  # the worker runs on
+        self.assertEqual(after.get(timeout=TIMEOUT), "after")
+        self.assertNotIn("waiting", self.traces("done"))
 
 
 @needs_celery
@@ -157,3 +198,39 @@ class ReplyExpiryTest(CeleryTestCase):
         queue = Queue(self.directory, queue_name_for("oid.reply.test.pidbox"))
         self.addCleanup(queue.close)
         self.assertEqual(queue.stats().pending, 0)
+
+
+@needs_celery
+class ReplyStoreTest(CeleryTestCase):
+    """A connection claims the first free reply store (replies.py) and lets it go when it
+    closes: the directory holds as many as were in use at once."""
+
+    def declare_reply_queue(self, connection: Any) -> None:
+        from kombu import Exchange
+        from kombu import Queue as KombuQueue
+
+        exchange = Exchange("reply.test.pidbox", type="direct", durable=False)
+        oid = str(uuid.uuid4())  # kombu's mailbox names each call's reply queue so
+        KombuQueue(f"{oid}.reply.test.pidbox", exchange=exchange, routing_key=oid,
+                   durable=False, auto_delete=True)(connection.channel()).declare()
+
+    def stores(self) -> list[str]:
+        return sorted({path.name.split(".")[0] for path in self.directory.iterdir()
+                       if path.name.startswith("celery_replies-")})
+
+    def test_reply_stores_are_reused_not_left_one_per_connection(self) -> None:
+        from kombu import Connection
+
+        url = f"nobroker://{self.directory}"
+        with Connection(url) as first, Connection(url) as second:
+            self.declare_reply_queue(first)
+            self.declare_reply_queue(second)  # both open: two stores
+        self.assertEqual(self.stores(), ["celery_replies-0", "celery_replies-1"])
+        left = Queue(self.directory, "celery_replies-0")
+        self.addCleanup(left.close)
+        left.enqueue({"a reply": "for a connection that is gone"})
+        for _ in range(3):
+            with Connection(url) as later:
+                self.declare_reply_queue(later)
+                self.assertEqual(left.stats().pending, 0)  # purged when claimed
+        self.assertEqual(self.stores(), ["celery_replies-0", "celery_replies-1"])

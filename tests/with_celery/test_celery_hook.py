@@ -2,21 +2,27 @@
 registers `nobroker://` with kombu when kombu is imported (and not before); the
 core and nobroker.celery's top import neither kombu nor Celery; Celery queue
 names map one-to-one to nobroker queue names; messages round-trip and pickle is
-refused; bindings shared through the directory live while they are written again."""
+refused; bindings shared through the directory live while they are written again; the
+event loop's pipe turns readable when a watched queue gets a job, once, until the loop
+has served it."""
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import subprocess
 import sys
 import textwrap
 import unittest
+from queue import Empty
 
 from harness.support import SRC, TempDirTestCase
 
 from nobroker import Queue
 from nobroker.celery import MessageRefusedError, directory_from_url, queue_name_for
 from nobroker.celery.bindings import BINDINGS_QUEUE, LIFETIME, PERIOD, Binding, SharedBindings
+from nobroker.celery.eventloop import LoopWaker
 from nobroker.celery.messages import (
     CommandNotServedError,
     expires_at,
@@ -175,6 +181,50 @@ class SharedBindingsTest(TempDirTestCase):
         self.assertEqual(self.bindings().table("celery.pidbox"), [alive])
         # the dead rows, its own old ones included, were leased and acked away
         self.assertLessEqual(worker.queue.stats().pending, int(LIFETIME / PERIOD) + 1)
+
+
+class LoopWakerTest(TempDirTestCase):
+    """The pipe kombu's event loop watches (eventloop.py), with a real queue."""
+
+    def test_a_job_pokes_the_pipe_once_and_the_loop_serves_it(self) -> None:
+        queue = Queue(self.tmp, "a")
+        self.addCleanup(queue.close)
+        waker = LoopWaker(lambda: ([queue], False))
+        self.addCleanup(waker.close)
+
+        def readable(seconds: float) -> bool:
+            return bool(select.select([waker.fileno()], [], [], seconds)[0])
+
+        def deliver_one() -> None:
+            job = queue.lease_one()
+            if job is None:
+                raise Empty()
+            delivered.append(job.payload)
+
+        delivered: list[int] = []
+        self.assertFalse(readable(0.3))
+        queue.enqueue(1)
+        self.assertTrue(readable(5.0))
+        # disarmed until the loop serves: one poke, although the job is still ready
+        self.assertTrue(readable(0.3))
+        self.assertEqual(os.read(waker.fileno(), 512), b"!")
+        waker.serve(deliver_one)
+        self.assertEqual(delivered, [1])
+        self.assertFalse(readable(0.3))  # watching again; nothing new
+        queue.enqueue(2)
+        self.assertTrue(readable(5.0))
+        waker.serve(deliver_one)
+        self.assertEqual(delivered, [1, 2])
+
+    def test_a_full_prefetch_is_not_watched_until_an_ack_pokes(self) -> None:
+        queue = Queue(self.tmp, "a")
+        self.addCleanup(queue.close)
+        waker = LoopWaker(lambda: ([], True))  # its one channel's prefetch is full
+        self.addCleanup(waker.close)
+        queue.enqueue(1)
+        self.assertFalse(select.select([waker.fileno()], [], [], 0.3)[0])
+        waker.poke()  # what Channel.made_room does
+        self.assertTrue(select.select([waker.fileno()], [], [], 0.3)[0])
 
 
 if __name__ == "__main__":

@@ -222,6 +222,22 @@ class BrokerTest(DramatiqTestCase):
         self.assertEqual(results, [2 * i for i in range(10)])
         self.assertIsInstance(broker.queue("default"), Queue)
 
+    def test_a_result_past_its_ttl_is_missing_to_a_reader_that_keeps_its_queue_open(
+            self) -> None:
+        # Queue.get still hands back a keyed job's result after its result_ttl (until the
+        # queue's next write), on files and memory://: the backend checks the ttl itself.
+        from dramatiq.results.backend import Missing
+
+        from nobroker.dramatiq import NobrokerResultBackend
+
+        for location in (str(self.tmp / "results"), "memory://dramatiq-ttl"):
+            backend = NobrokerResultBackend(location)
+            self.addCleanup(backend.close)
+            backend._store("key", {"answer": 42}, 300)  # ms
+            self.assertEqual(backend._get("key"), {"answer": 42})
+            time.sleep(0.5)
+            self.assertIs(backend._get("key"), Missing, location)
+
     def test_join_raises_what_was_dead_lettered_only_when_asked_to_keep_it(self) -> None:
         import dramatiq
         from dramatiq import Worker

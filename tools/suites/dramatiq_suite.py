@@ -24,14 +24,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tools.suites.peer_suite import judge, pinned, unpack_sdist
+from tools.suites.peer_suite import judge, pinned, run_capped, unpack_sdist
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / ".dev" / "dramatiq-suite"
@@ -113,16 +111,10 @@ def main(argv: list[str] | None = None) -> int:
            f"--timeout={args.timeout:g}", f"--junitxml={junit}", f"--basetemp={scratch / 't'}",
            "-q", "-rfE", *SELECTION, *args.pytest_args]
     print("$", " ".join(cmd), flush=True)
-    started = time.monotonic()
-    try:
-        subprocess.run(cmd, cwd=root, env=env, timeout=args.cap, check=False)
-        capped = False
-    except subprocess.TimeoutExpired:
-        capped = True
+    took, capped = run_capped(cmd, root, env, args.cap)
     results = outcomes(junit)
     shutil.rmtree(scratch, ignore_errors=True)
-    return judge("Dramatiq's suite", results, KNOWN_FAILURES.get,
-                 time.monotonic() - started, capped, args.cap)
+    return judge("Dramatiq's suite", results, KNOWN_FAILURES.get, took, capped, args.cap)
 
 
 if __name__ == "__main__":

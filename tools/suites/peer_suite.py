@@ -1,13 +1,13 @@
 """What running a peer's own test suite against nobroker takes, whichever the peer:
 fetching its pinned sdist, and judging the run against the failures already explained.
-Standard library only. Used by dramatiq_suite.py (celery_suite.py predates it and keeps
-its own copy).
+Standard library only. Used by celery_suite.py and dramatiq_suite.py.
 """
 
 from __future__ import annotations
 
 import subprocess
 import tarfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +41,19 @@ def unpack_sdist(python: str, package: str, version: str, work: Path, folder: st
         members = [m for m in archive.getmembers() if m.name.startswith(prefix)]
         archive.extractall(work, members=members, filter="data")
     return root
+
+
+def run_capped(cmd: list[str], cwd: Path, env: dict[str, str],
+               cap: float) -> tuple[float, bool]:
+    """Run the suite's command for at most `cap` seconds: (seconds taken, whether it was
+    stopped at the cap)."""
+    started = time.monotonic()
+    try:
+        subprocess.run(cmd, cwd=cwd, env=env, timeout=cap, check=False)
+        capped = False
+    except subprocess.TimeoutExpired:
+        capped = True
+    return time.monotonic() - started, capped
 
 
 def judge(title: str, results: dict[str, str], known: Callable[[str], str | None],

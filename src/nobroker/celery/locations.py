@@ -17,8 +17,8 @@ from typing import Final
 
 from ..errors import NobrokerError
 
-__all__ = ["SCHEME", "directory_from_url", "location_from_url", "queue_name_for",
-           "RESULTS_QUEUE", "REPLIES_PREFIX", "is_reply_queue"]
+__all__ = ["SCHEME", "directory_from_url", "location_from_url", "location_of_connection",
+           "queue_name_for", "RESULTS_QUEUE", "REPLIES_PREFIX", "is_reply_queue"]
 
 SCHEME: Final = "nobroker"
 _POSTGRES: Final = ("postgresql", "postgres")
@@ -60,11 +60,23 @@ def location_from_url(url: str) -> str:
     return directory_from_url(url)
 
 
+def location_of_connection(hostname: str | None, virtual_host: str | None) -> str:
+    """The location a kombu Connection names: kombu splits `nobroker:///a/b` into
+    no host and the virtual host "a/b", and `nobroker://a/b` into host "a", "b";
+    `nobroker+postgresql://...` leaves "postgresql://..." whole as the host."""
+    if isinstance(hostname, str) and "://" in hostname:
+        return location_from_url(hostname)
+    host = hostname if hostname not in (None, "", "localhost") else None
+    vhost = (virtual_host or "").lstrip("/")
+    path = f"{host}/{vhost}" if host else f"/{vhost}"
+    return directory_from_url(f"{SCHEME}://{path}")
+
+
 def is_reply_queue(celery_queue: str) -> bool:
     """Whether a queue is one of kombu's mailbox reply queues. Each control call that
     waits for replies declares a new one, so a connection keeps them all in one nobroker
-    queue of its own (named REPLIES_PREFIX and a UUID) rather than one each: kombu tells
-    the replies of different calls apart by their ticket."""
+    queue it claims (REPLIES_PREFIX and a number: replies.py) rather than one each: kombu
+    tells the replies of different calls apart by their ticket."""
     return _REPLY_QUEUE.fullmatch(celery_queue) is not None
 
 

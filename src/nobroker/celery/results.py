@@ -23,10 +23,8 @@ from __future__ import annotations
 import uuid
 from typing import Any, Final
 
-from ..errors import JobNotFoundError
-from ..models import JobState
 from ..queue import Queue
-from ..stored_values import settle
+from ..stored_values import read, settle
 
 __all__ = ["ResultStore", "FOREVER"]
 
@@ -76,18 +74,8 @@ class ResultStore:
 
     def get(self, key: str) -> Any:
         """The value stored under `key`, or None (never stored, or expired)."""
-        try:
-            job = self.queue.get(key)
-        except JobNotFoundError:
-            return None
-        holder = job.result if job.state is JobState.DONE else job.payload
-        if not isinstance(holder, dict):
-            return None
-        ttl = holder.get("ttl")
-        if job.finished_at is not None and isinstance(ttl, (int, float)) and \
-                job.finished_at + ttl <= self.queue.clock():
-            return None  # expired: the queue drops it at its next write
-        return holder.get("value")
+        holder = read(self.queue, key)
+        return None if holder is None else holder.get("value")
 
     def latest(self, key: str) -> Any:
         """The value in the last used slot of `key`, or None."""

@@ -7,10 +7,14 @@ Each Celery queue is a nobroker queue in that directory (named by
 (pickle refused: messages.py); consuming leases it with a visibility timeout
 that a daemon thread extends while Celery holds it (leases.py); Celery's ack
 is nobroker's ack, a reject with requeue gives the job back untried
-(`Queue.snooze(job, 0)`), a reject without requeue drops it (acks it), as
-kombu's other virtual transports do. Closing a channel gives back its unacked
-messages untried. An idle consumer blocks in `Queue.wait` (waiting.py):
-woken by a producer in any process, no polling.
+(`Queue.snooze(job, 0)`), a reject without requeue (Celery's
+`Reject(requeue=False)`) dead-letters it (`Queue.nack(job, dead=True)`), as
+AMQP does with a dead-letter exchange. Closing a channel gives back its unacked
+messages untried. An idle consumer blocks in `Queue.wait` (waiting.py); a
+Celery worker runs its event loop on this transport (kombu's `asynchronous`),
+watching a pipe that a thread pokes when a consumed queue may have a message
+(eventloop.py), so a prefork worker with every process busy reads control
+messages. Either way: woken by a producer in any process, no polling.
 
 Broadcasts (`revoke`, `ping`, `inspect`, `control`): the bindings of fanout and
 non-durable exchanges (kombu's mailbox: `celery.pidbox`, `reply.celery.pidbox`)
@@ -20,15 +24,15 @@ reaches the caller's reply queue. A queue's message TTL (`x-message-ttl`) is
 stamped on each message routed to it; an expired one is dropped when read.
 Worker events (a durable topic exchange) are not shared: they reach no one.
 
-Transport options (`broker_transport_options`): `visibility_timeout` (seconds,
+Transport option (`broker_transport_options`): `visibility_timeout` (seconds,
 default 30: how long a killed worker's messages stay invisible).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-import uuid
 from collections.abc import Callable
 from queue import Empty
 from typing import Any
@@ -40,12 +44,11 @@ from .. import __version__
 from ..errors import NotLeasedError
 from ..queue import Queue
 from .bindings import BINDINGS_QUEUE, Binding, SharedBindings
+from .eventloop import LoopWaker
 from .leases import LeaseKeeper
 from .locations import (
-    REPLIES_PREFIX,
-    directory_from_url,
     is_reply_queue,
-    location_from_url,
+    location_of_connection,
     queue_name_for,
 )
 from .messages import (
@@ -59,6 +62,8 @@ from .messages import (
     priority_of,
     refuse_unserved,
 )
+from .qos import QoS
+from .replies import ReplyStore
 from .waiting import AnyQueueWaiter
 
 __all__ = ["Transport", "Channel", "QoS"]
@@ -70,29 +75,7 @@ _IDLE_SLICE = 1.0  # an idle drain_events re-checks its consumers this often
 _FULL_PAUSE = 0.05  # prefetch full: nothing to lease until Celery acks something
 # the last_error of a job given back untried: its next delivery says `redelivered`
 REQUEUED = "given back unacked by a Celery consumer (reject with requeue, channel closed)"
-
-
-class QoS(virtual.QoS):
-    """kombu's prefetch accounting, with acks and rejects that reach nobroker."""
-
-    channel: Channel
-
-    def ack(self, delivery_tag: str) -> None:
-        self.channel.settle(delivery_tag, requeue=False)
-        super().ack(delivery_tag)
-
-    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel.settle(delivery_tag, requeue=requeue)
-        self._quick_ack(delivery_tag)  # not super(): it would publish a copy
-
-    def restore_unacked(self) -> list[Any]:
-        """Give every unacked message back untried (kombu's default republishes)."""
-        self._flush()
-        tags = list(self._delivered)
-        self._delivered.clear()
-        for tag in tags:
-            self.channel.settle(tag, requeue=True)
-        return []
+REJECTED = "rejected by a Celery consumer without requeue (Reject(requeue=False))"
 
 
 class Channel(virtual.Channel):
@@ -114,7 +97,7 @@ class Channel(virtual.Channel):
         if kwargs.get("auto_delete") or kwargs.get("exclusive") or kwargs.get("durable") is False:
             transport.transient.add(queue)
             if is_reply_queue(queue):
-                transport.store_of[queue] = transport.replies
+                transport.store_of[queue] = transport.replies.claim()
         else:
             transport.transient.discard(queue)
         ttl = (kwargs.get("arguments") or {}).get("x-message-ttl")
@@ -239,8 +222,8 @@ class Channel(virtual.Channel):
             self.settle(message.delivery_tag, requeue=False)
         return message
 
-    def settle(self, delivery_tag: str, requeue: bool) -> None:
-        """Finish a delivery in nobroker: ack it, or give it back untried."""
+    def settle(self, delivery_tag: str, requeue: bool, dead: bool = False) -> None:
+        """Finish a delivery in nobroker: ack it, give it back untried, or dead-letter it."""
         held = self.connection.leases.release(delivery_tag)
         if held is None:
             return  # settled already, or never held (no_ack)
@@ -248,11 +231,18 @@ class Channel(virtual.Channel):
         try:
             if requeue:
                 queue.snooze(job, 0.0, error=REQUEUED)
+            elif dead:
+                queue.nack(job, error=REJECTED, dead=True)
             else:
                 queue.ack(job)
         except NotLeasedError:
             log.warning("job %s in %s: its lease ran out before Celery settled it; another "
                         "worker may have run it too (at-least-once)", job.id, queue)
+
+    def made_room(self) -> None:
+        """An ack made room in a full prefetch: an event loop leases again at once (an
+        ack wakes no queue, and the loop's waker leaves a full channel's queues out)."""
+        self.connection.poke_loop()
 
     def consumable_queues(self) -> list[Queue] | None:
         """The stored queues this channel consumes, or None when its prefetch is full."""
@@ -270,12 +260,12 @@ class Transport(virtual.Transport):
     driver_type = "nobroker"
     driver_name = "nobroker"
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"]),
+        asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"]),
         heartbeats=False)
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
-        self.directory = _directory_of(client)
+        self.directory = location_of_connection(client.hostname, client.virtual_host)
         options = client.transport_options
         self.visibility_timeout = float(options.get("visibility_timeout",
                                                     DEFAULT_VISIBILITY_TIMEOUT))
@@ -284,6 +274,8 @@ class Transport(virtual.Transport):
         self.transient: set[str] = set()  # declared auto_delete, exclusive or not durable
         self.message_ttl: dict[str, float] = {}  # queue -> seconds (its x-message-ttl)
         self._queues: dict[str, Queue] = {}
+        self._opening = threading.Lock()  # the event loop's waker opens queues too
+        self._waker: LoopWaker | None = None  # while registered with an event loop
         self._bindings: SharedBindings | None = None
         # queues this process only routes to through another process's binding (a
         # caller's reply queue): opened for each message, not kept open
@@ -291,7 +283,7 @@ class Transport(virtual.Transport):
         # Celery queue -> the nobroker queue holding it, where that is not the queue of
         # its own name: kombu's reply queues, one store per connection (is_reply_queue)
         self.store_of: dict[str, str] = {}
-        self.replies = f"{REPLIES_PREFIX}{uuid.uuid4().hex}"
+        self.replies = ReplyStore(self.directory)  # claimed by the first reply queue
 
     @property
     def bindings(self) -> SharedBindings:
@@ -303,11 +295,12 @@ class Transport(virtual.Transport):
     def queue(self, celery_queue: str) -> Queue:
         """The nobroker queue of a Celery queue, opened once per connection."""
         name = self.store_name(celery_queue)
-        opened = self._queues.get(name)
-        if opened is None:
-            opened = Queue(self.directory, name, visibility_timeout=self.visibility_timeout)
-            self._queues[name] = opened
-        return opened
+        with self._opening:
+            opened = self._queues.get(name)
+            if opened is None:
+                opened = Queue(self.directory, name, visibility_timeout=self.visibility_timeout)
+                self._queues[name] = opened
+            return opened
 
     def store_name(self, celery_queue: str) -> str:
         """The name of the nobroker queue holding a Celery queue."""
@@ -338,17 +331,46 @@ class Transport(virtual.Transport):
             if left <= 0:
                 raise TimeoutError()  # socket.timeout, which kombu's callers expect
             step = min(left, _IDLE_SLICE)
-            queues: list[Queue] = []
-            full = False
-            for channel in list(self.channels):
-                found = channel.consumable_queues()
-                if found is None:
-                    full = True
-                else:
-                    queues.extend(q for q in found if q not in queues)
-            # A full channel's acks wake no queue: re-check it soon, while waiting on
-            # the others (a worker's pidbox beside its task queues)
+            queues, full = self.consumed_queues()
             self.waiter.wait(queues, min(step, _FULL_PAUSE) if full else step)
+
+    def consumed_queues(self) -> tuple[list[Queue], bool]:
+        """The queues to wait on, and whether a channel's prefetch is full: its acks wake
+        no queue, so it is left out and re-checked soon, while the others are waited on
+        (a worker's pidbox beside its task queues)."""
+        queues: list[Queue] = []
+        full = False
+        for channel in list(self.channels):
+            found = channel.consumable_queues()
+            if found is None:
+                full = True
+            else:
+                queues.extend(q for q in found if q not in queues)
+        return queues, full
+
+    # -- kombu's event loop (Celery's hub): eventloop.py ---------------------
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        self.unregister_from_event_loop(connection, loop)  # a reconnect: a fresh waker
+        self._waker = LoopWaker(self.consumed_queues)
+        loop.add_reader(self._waker.fileno(), self.on_readable, self._waker.fileno())
+
+    def unregister_from_event_loop(self, connection: Any, loop: Any) -> None:
+        if self._waker is not None:
+            loop.remove_reader(self._waker.fileno())
+            self._waker.close()
+            self._waker = None
+
+    def poke_loop(self) -> None:
+        """Have the event loop, if any, look at the queues again soon (any thread)."""
+        waker = self._waker
+        if waker is not None:
+            waker.poke()
+
+    def on_readable(self, fileno: int) -> None:
+        """A consumed queue may have messages: deliver what is ready."""
+        if self._waker is not None and self._waker.fileno() == fileno:
+            self._waker.serve(lambda: self.cycle.get(self._deliver, timeout=0))
 
     def close_connection(self, connection: Any) -> None:
         super().close_connection(connection)  # channels give back their unacked messages
@@ -359,6 +381,9 @@ class Transport(virtual.Transport):
                 pass
         self.leases.close()
         self.waiter.close()
+        if self._waker is not None:  # the loop is going away without unregistering us
+            self._waker.close()
+            self._waker = None
         if self._bindings is not None:
             self._bindings.close()
             self._bindings.queue.close()
@@ -366,18 +391,8 @@ class Transport(virtual.Transport):
         for queue in self._queues.values():
             queue.close()
         self._queues.clear()
+        self.replies.release()
 
     def driver_version(self) -> str:
         return __version__
 
-
-def _directory_of(client: Any) -> str:
-    """The location a kombu Connection names: kombu splits `nobroker:///a/b` into
-    no host and the virtual host "a/b", and `nobroker://a/b` into host "a", "b";
-    `nobroker+postgresql://...` leaves "postgresql://..." whole as the host."""
-    if isinstance(client.hostname, str) and "://" in client.hostname:
-        return location_from_url(client.hostname)
-    host = client.hostname if client.hostname not in (None, "", "localhost") else None
-    vhost = (client.virtual_host or "").lstrip("/")
-    path = f"{host}/{vhost}" if host else f"/{vhost}"
-    return directory_from_url(f"nobroker://{path}")

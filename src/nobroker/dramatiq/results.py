@@ -29,10 +29,8 @@ from dramatiq.encoder import Encoder
 from dramatiq.results.backend import DEFAULT_TIMEOUT, Missing, ResultBackend
 from dramatiq.results.errors import ResultMissing, ResultTimeout
 
-from ..errors import JobNotFoundError
-from ..models import JobState
 from ..queue import Queue
-from ..stored_values import settle
+from ..stored_values import read, settle
 from .messages import check_json_encoder
 from .names import RESULTS_QUEUE
 
@@ -72,17 +70,9 @@ class NobrokerResultBackend(ResultBackend):
         self._settle()
 
     def _get(self, message_key: str) -> Any:
-        try:
-            job = self.queue.get(message_key)
-        except JobNotFoundError:
-            return Missing
-        holder = job.result if job.state is JobState.DONE else job.payload
-        if not isinstance(holder, dict) or "value" not in holder:
-            return Missing  # forgotten: only the bare key is left
-        ttl = holder.get("ttl")
-        if job.finished_at is not None and isinstance(ttl, (int, float)) and \
-                job.finished_at + ttl <= self.queue.clock():
-            return Missing  # expired: the queue drops it at its next write
+        holder = read(self.queue, message_key)
+        if holder is None or "value" not in holder:
+            return Missing  # never stored, forgotten (only the bare key is left), expired
         return self.encoder.decode(json.dumps(holder["value"]).encode("utf-8"))
 
     def _settle(self) -> None:

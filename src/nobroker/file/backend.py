@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +28,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from . import blocking
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
 from .log.logfile import LogFile, paused_gc
@@ -66,9 +66,7 @@ T = TypeVar("T")
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
                             exports=True, dependencies=True, limits=True, revival=True)
 _MISSING: Any = object()
-_FINISHED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 _KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until retention ends
-_LONG_WAIT = 3600.0  # wait_finished without a timeout re-looks this often, for safety
 
 
 class FileBackend:
@@ -269,21 +267,7 @@ class FileBackend:
         self.handle.write(plan, spare=job.id)
 
     def wait(self, timeout: float) -> bool:
-        handle = self.handle
-        deadline = time.monotonic() + timeout
-        while True:
-            handle.prepare_wait()  # before looking, so a poke from now on is kept for us
-            paused, due, now = handle.read(
-                lambda state: (state.paused, None if state.paused else state.next_wakeup(
-                    self._limits, handle.peek_now()), handle.peek_now()))
-            if due is not None and due <= now:
-                return True
-            left = deadline - time.monotonic()
-            limit = left if due is None else min(left, due - now)
-            woken = handle.wait(limit)
-            if not (paused and woken):
-                return woken or (due is not None and due <= handle.peek_now())
-            # Paused: a producer's poke makes nothing leasable yet; wait on for RESUME.
+        return blocking.wait_leasable(self.handle, self._limits, timeout)
 
     def limit_use(self) -> list[KeyUse]:
         handle = self.handle
@@ -291,23 +275,7 @@ class FileBackend:
                                                  state.limited.in_use, handle.peek_now()))
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waiter = None
-        try:
-            while True:
-                job = self.get(job_id)
-                if job.state in _FINISHED:
-                    return job
-                if waiter is None:  # look again once writers can poke us (finished.py)
-                    waiter = self.handle.finish_waiter()
-                    continue
-                left = _LONG_WAIT if deadline is None else deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                waiter.wait(left)
-        finally:
-            if waiter is not None:
-                waiter.close()
+        return blocking.wait_finished(self.handle, self.get, job_id, timeout)
 
     # -- job control --------------------------------------------------------
 

@@ -35,9 +35,10 @@ from ..models import (
 )
 from . import copying
 from .graphs import add_graph, prerequisites
+from .jobs import MemoryJob
 from .revivals import requeue_dead
 from .sets import SharedQueue, attach, detach, queue_names
-from .table import MemoryJob, MemoryTable
+from .table import MemoryTable
 from .views import find_view, job_view, stats_view
 
 __all__ = ["MemoryBackend", "CAPABILITIES"]
@@ -337,11 +338,9 @@ class MemoryBackend:
 
     def list_jobs(self, state: JobState | None, limit: int | None,
                   offset: int = 0) -> list[Job]:
-        def question(table: MemoryTable, now: float) -> list[Job]:
-            stop = None if limit is None else offset + limit
-            return [self._view(job) for job in islice(table.entries(state), offset, stop)]
-
-        return self._read(question)
+        stop = None if limit is None else offset + limit
+        return self._read(lambda table, now: [
+            self._view(job) for job in islice(table.entries(state), offset, stop)])
 
     def limit_use(self) -> list[KeyUse]:
         return self._read(lambda table, now: key_use(
@@ -386,21 +385,7 @@ class MemoryBackend:
     def try_lock(self, key: str) -> Callable[[], None] | None:
         if self.settings.readonly:
             raise NobrokerError("queue was opened read-only")
-        shared = self._shared
-        with shared.lock:
-            self._open()
-            if key in shared.named_locks:
-                return None
-            shared.named_locks.add(key)
-            self._my_locks.add(key)
-
-        def release() -> None:
-            with shared.lock:
-                if key in self._my_locks:
-                    self._my_locks.discard(key)
-                    shared.named_locks.discard(key)
-
-        return release
+        return self._shared.try_lock(key, self._my_locks, self._open)
 
     def close(self) -> None:
         shared = self._shared

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from ..backend import DormantJob
 from ..dependencies import SUCCESS
 from ..models import Job, JobState
-from .table import MemoryJob, MemoryTable
+from .jobs import MemoryJob
+from .table import MemoryTable
 
 __all__ = ["import_copies", "wait_modes", "export_dormant", "import_dormant"]
 

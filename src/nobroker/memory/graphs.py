@@ -16,7 +16,8 @@ from ..dependencies import GraphNode, verdict, with_graph_nodes
 from ..errors import JobNotFoundError, NobrokerError
 from ..limits import Limits
 from ..models import JobState
-from .table import MemoryJob, MemoryTable
+from .jobs import MemoryJob
+from .table import MemoryTable
 
 __all__ = ["add_graph", "prerequisites"]
 

@@ -12,6 +12,7 @@ Nothing here crosses a process boundary.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from .table import MemoryTable
 
@@ -40,6 +41,26 @@ class SharedQueue:
         """peek(), recorded as the latest time (a write's)."""
         self._latest = self.peek(clock_now)
         return self._latest
+
+    def try_lock(self, key: str, mine: set[str], check: Callable[[], object]
+                 ) -> Callable[[], None] | None:
+        """Named lock `key` taken for the handle holding `mine` (the keys it holds; what
+        its close lets go), after `check()` under the lock; its release, or None if
+        another handle holds it."""
+        with self.lock:
+            check()
+            if key in self.named_locks:
+                return None
+            self.named_locks.add(key)
+            mine.add(key)
+
+        def release() -> None:
+            with self.lock:
+                if key in mine:
+                    mine.discard(key)
+                    self.named_locks.discard(key)
+
+        return release
 
     def notify(self, wakes: int, finishes: int) -> None:
         """Wake idle waiters if a move may have made a job leasable, and result

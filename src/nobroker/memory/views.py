@@ -8,7 +8,8 @@ from typing import Any
 from ..codec import dumps, loads
 from ..errors import JobNotFoundError
 from ..models import Job, JobState, QueueStats
-from .table import FINISHED, MemoryJob, MemoryTable, Note
+from .jobs import MemoryJob, Note
+from .table import FINISHED, MemoryTable
 
 __all__ = ["job_view", "done_view", "find_view", "stats_view"]
 

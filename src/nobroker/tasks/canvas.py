@@ -19,6 +19,7 @@ its inputs with steps.py.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from .. import validation
 from ..codec import encode_payload
+from ..dependencies import SUCCESS, GraphNode
 from ..errors import SerializationError
-from .graph_builder import Compiled, Exit, GraphBuilder, GroupOut, Out, StepOut, StepSpec
+from .graph_builder import Compiled, Exit, GraphBuilder, GroupOut, Out, StepSpec
 from .step_payloads import step_payload
 from .workflow_results import GroupResult, enqueue_workflow
 
@@ -174,11 +176,14 @@ class Signature(Canvas):
             self.options[key] = value
         priority, attempts = self._defaults
         get = self.options.get
-        # made now, with the plain payload, so that compiling a group of thousands of
-        # prepared signatures does little more than list them
-        self._spec = StepSpec(self.name, self.args, self.kwargs, get("priority", priority),
-                              get("delay", 0.0), get("max_attempts", attempts), get("job_id"),
-                              step_payload(self.name, self.args, self.kwargs))
+        priority, delay = get("priority", priority), get("delay", 0.0)
+        attempts, job_id = get("max_attempts", attempts), get("job_id")
+        # made now, with the plain payload and node, so that compiling a group of
+        # thousands of prepared signatures does little more than list them
+        payload = step_payload(self.name, self.args, self.kwargs)
+        self._spec = StepSpec(self.name, self.args, self.kwargs, priority, delay, attempts,
+                              job_id, payload, GraphNode(payload, (), SUCCESS, priority, delay,
+                                                         attempts, job_id))
         return self
 
     def clone(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
@@ -279,28 +284,37 @@ class Group(Canvas):
         before = None if after is None else after.result
         deps: list[int] = []
         values: list[Any] = []
-        members: list[Out] = []
-        for member in self.tasks:
-            if isinstance(member, Signature) and not member.errbacks:  # the common case,
-                index = builder.add(member.spec(), after,  # without an Exit each
-                                    receives=not member.immutable)
-                deps.append(index)
-                values.append(index)
-                members.append(StepOut(index, before))
+        members: list[Out | int] = []
+        nested = False  # deps from plain runs are new nodes, each once: no dedupe needed
+        for plain, run in itertools.groupby(self.tasks, key=_plain):
+            if plain:  # the common case: a run of signatures, added at once, no Exit each
+                calls = [member for member in run if isinstance(member, Signature)]
+                added = builder.add_steps([call.spec() for call in calls], after,
+                                          [not call.immutable for call in calls])
+                deps += added
+                values += added
+                members += added
                 continue
-            end = member.emit(builder, after)
-            deps.extend(end.deps)
-            values.append(end.value)
-            if end.result is not None:
-                members.append(end.result)
+            nested = True
+            for member in run:
+                end = member.emit(builder, after)
+                deps.extend(end.deps)
+                values.append(end.value)
+                if end.result is not None:
+                    members.append(end.result)
         if not self.tasks and after is not None:
             deps = list(after.deps)  # an empty group: what follows waits for what came before
-        return Exit(tuple(dict.fromkeys(deps)), values,
+        return Exit(tuple(dict.fromkeys(deps) if nested else deps), values,
                     GroupOut(tuple(members), range(start, builder.count), before))
 
     def find_queues(self, found: dict[int, Queue]) -> None:
         for member in self.tasks:
-            member.find_queues(found)
+            if type(member) is Signature and not member.errbacks:  # Signature.find_queues,
+                queue = member.queue  # without two calls per member
+                if queue is not None:
+                    found[id(queue)] = queue
+            else:
+                member.find_queues(found)
         super().find_queues(found)
 
     def __repr__(self) -> str:
@@ -359,6 +373,11 @@ def _members(kind: str, given: tuple[Canvas | Iterable[Canvas], ...]) -> list[Ca
             raise TypeError(f"a {kind} takes signatures (task.s(...)), chains, groups and "
                             f"chords, not {type(member).__name__}")
     return members
+
+
+def _plain(member: Canvas) -> bool:
+    """A signature without handlers: one node, nothing watching it."""
+    return type(member) is Signature and not member.errbacks
 
 
 def _check_json(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

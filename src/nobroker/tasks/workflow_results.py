@@ -215,12 +215,16 @@ def _handle(workflow: Workflow, top: Out, scope: range) -> Handle:
                     item.index, item.index + 1), parent)
             else:
                 assert isinstance(item, GroupOut)
-                made[id(item)] = GroupResult(functools.partial(make_all, item.members),
+                made[id(item)] = GroupResult(functools.partial(make_all, item),
                                              parent, workflow, own or item.nodes)
         return made[id(out)]
 
-    def make_all(members: tuple[Out, ...]) -> list[Handle]:
-        return [make(member) for member in members]
+    def make_all(group: GroupOut) -> list[Handle]:
+        # a member given as its node's index follows what came before the group, made
+        # by then (a handle is made after its parent's)
+        before = None if group.parent is None else made[id(group.parent)]
+        return [StepResult(workflow, member, range(member, member + 1), before)
+                if isinstance(member, int) else make(member) for member in group.members]
 
     return make(top, scope)
 

@@ -18,8 +18,9 @@ lost and duplicated jobs are counted for every drain.
 Systems: nobroker (``nobroker work``), Huey (SqliteHuey, ``huey_consumer``),
 Dramatiq + Redis (``dramatiq``), Celery + Redis (``celery worker -P threads``),
 Celery + nobroker (the same app and worker, ``broker_url = nobroker:///DIR``),
-RQ + Redis (``rq worker``, SimpleWorker: no threads, so no W-io rows). A
-"process" is one worker command; P processes are P commands on one store.
+Dramatiq + nobroker (the same app and worker, ``NobrokerBroker(DIR)``), RQ +
+Redis (``rq worker``, SimpleWorker: no threads, so no W-io rows). A "process"
+is one worker command; P processes are P commands on one store.
 The peers live in ``.dev/bench-venv`` (requirements-bench.txt; the script
 creates it and re-executes itself there, as tools/bench/peers/run.py does).
 Redis is Debian's ``redis-server`` (apt-get installed if missing), started
@@ -55,7 +56,7 @@ from tools.bench.peers.run import bootstrap, in_bench_venv
 from tools.bench.peers.systems import Skip, skip_text
 from tools.bench.realistic.celery_system import CeleryNobrokerRealistic, CeleryRealistic
 from tools.bench.realistic.drain import drain
-from tools.bench.realistic.dramatiq_system import DramatiqRealistic
+from tools.bench.realistic.dramatiq_system import DramatiqNobrokerRealistic, DramatiqRealistic
 from tools.bench.realistic.huey_system import HueyRealistic
 from tools.bench.realistic.nobroker_system import NobrokerRealistic, NobrokerVariant
 from tools.bench.realistic.report import CONFIGS, Config, Results, notes, rows
@@ -66,6 +67,7 @@ Log = Callable[[str], None]
 SYSTEMS: dict[str, type[RealisticSystem]] = {
     "nobroker": NobrokerRealistic, "huey": HueyRealistic, "dramatiq": DramatiqRealistic,
     "celery": CeleryRealistic, "celery-nobroker": CeleryNobrokerRealistic, "rq": RQRealistic,
+    "dramatiq-nobroker": DramatiqNobrokerRealistic,
 }
 KINDS = ("io", "cpu", "noop")
 REDIS_FSYNC = {"always": "always: fsync per write, before the reply",

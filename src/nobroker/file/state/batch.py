@@ -69,6 +69,9 @@ class Batch:
         self.keep = keep
         self.met: dict[str, int] = {}
         self.resolved: set[str] = set()
+        # The waiting jobs it releases, in order: a lease planned after their RELEASE
+        # may take them in the same batch (dependencies.with_released).
+        self.released: list[str] = []
         # The payload JSON text of the job whose record is at an offset of the live log
         # (the writer's, commit.py): a dependent a failure cancels keeps it, revivable.
         # None (a batch planned without the log): such dependents are not revivable.

@@ -32,7 +32,12 @@ from ..log.records import (
     RecordType,
 )
 from .batch import Batch
-from .dependencies import plan_dependents, plan_revivals, plan_waiting_enqueue
+from .dependencies import (
+    plan_dependents,
+    plan_revivals,
+    plan_waiting_enqueue,
+    with_released,
+)
 from .jobindex import JobIndex
 from .limited import declare_windows, plan_limited_enqueue
 from .state import Entry, JobState, QueueState
@@ -167,7 +172,9 @@ def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
                visibility_timeout: float, limits: Limits | None = None) -> list[Record]:
     """LEASE records for up to `count` ready jobs, each under a new fencing token;
     none while the queue is paused, none over the `limits` the caller declared (the
-    LIMIT records of rate limits the log does not hold yet first)."""
+    LIMIT records of rate limits the log does not hold yet first). Jobs released
+    earlier in `batch` (an ack_and_lease finishing their last prerequisite) count as
+    ready, unless limits are in play."""
     if state.paused:
         return []
     if limits:
@@ -175,7 +182,10 @@ def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
     token = state.next_token
     leased: list[Record] = []
     until = now + visibility_timeout
-    for entry in state.ready(now, count, limits):
+    ready = state.ready(now, count, limits)
+    if batch.released and not limits and not state.limited:
+        ready = with_released(state, batch, now, count, ready)
+    for entry in ready:
         leased.append(batch.add_lease(entry.id, token, until, now))
         token += 1
     return leased

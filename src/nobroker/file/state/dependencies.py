@@ -35,11 +35,11 @@ from ..log.records import (
 )
 from .batch import Batch
 from .limited import key_fields, plan_limited_enqueue
-from .state import JobState, QueueState
+from .state import Entry, JobState, QueueState
 from .waits import mode_fields
 
 __all__ = ["prerequisites", "plan_waiting_enqueue", "plan_dependent_enqueue",
-           "plan_dependents", "plan_revivals"]
+           "plan_dependents", "with_released", "plan_revivals"]
 
 _FAILED = (JobState.DEAD, JobState.CANCELLED)
 
@@ -134,6 +134,7 @@ def plan_dependents(state: QueueState, batch: Batch, now: float, job_id: str,
         released, error = verdict(wait.mode, failed, died, count == len(wait.unmet))
         if released:
             resolved.add(dependent)
+            batch.released.append(dependent)
             batch.add(RecordType.RELEASE, {ID: dependent})
         elif error is not None:
             resolved.add(dependent)
@@ -146,6 +147,20 @@ def plan_dependents(state: QueueState, batch: Batch, now: float, job_id: str,
             else:
                 batch.add(RecordType.CANCEL, fields)
             plan_dependents(state, batch, now, dependent, JobState.CANCELLED, revives)
+
+
+def with_released(state: QueueState, batch: Batch, now: float, count: int,
+                  ready: list[Entry]) -> list[Entry]:
+    """The first `count` of `ready` (state.ready's pick) and the jobs `batch` released
+    that are due at `now`, in state.ready's order (highest priority first, then
+    oldest): so that the ack of a chain's step and the lease of the next are one
+    write. The caller leaves limited queues out (their leases follow the limits)."""
+    jobs = state.jobs
+    due = [entry for entry in (jobs[job_id] for job_id in batch.released)
+           if entry.available_at <= now]
+    if not due:
+        return ready
+    return sorted([*ready, *due], key=lambda entry: (-entry.priority, entry.seq))[:count]
 
 
 def _add_revivable_cancel(state: QueueState, batch: Batch, job_id: str,

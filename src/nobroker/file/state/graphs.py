@@ -40,15 +40,25 @@ def plain_runs(nodes: Sequence[GraphNode],
     """[start, end) of each run of nodes enqueue_many could write together (none with
     limit keys: `keys`, each node's)."""
     runs: list[tuple[int, int]] = []
-    start, options = -1, None
+    start = -1
+    priority: object = None
+    delay: object = None
+    attempts: object = None
     for index, node in enumerate(nodes):
-        plain = not node.depends_on and node.job_id is None and not (keys and keys[index])
-        mine = (node.priority, node.delay, node.max_attempts) if plain else None
-        if start >= 0 and mine != options:
+        if node.depends_on or node.job_id is not None or (keys and keys[index]):
+            if start >= 0:
+                runs.append((start, index))
+                start = -1
+            continue
+        if start >= 0:
+            # the same option objects (a group of one task's signatures), or equal ones
+            if (node.priority is priority and node.delay is delay
+                    and node.max_attempts is attempts) or (
+                    (node.priority, node.delay, node.max_attempts) == (priority, delay,
+                                                                       attempts)):
+                continue
             runs.append((start, index))
-            start = -1
-        if plain and start < 0:
-            start, options = index, mine
+        start, priority, delay, attempts = index, node.priority, node.delay, node.max_attempts
     if start >= 0:
         runs.append((start, len(nodes)))
     return runs
@@ -60,19 +70,20 @@ def plan_graph(state: QueueState, batch: Batch, now: float, payload_texts: Seque
     """The ENQUEUE (and CANCEL) records of every node, in node order (Planned); a node's
     max_attempts None is `default_attempts`; `keys`: each node's limit keys (or none),
     on its ENQUEUE, so that it is limited once pending."""
-    for node in nodes:
-        if node.job_id is not None and (node.job_id in state.jobs
-                                        or node.job_id in state.done_keys):
-            raise NobrokerError(f"job {node.job_id!r} is already in the queue: a graph's "
+    given = [node.job_id for node in nodes if node.job_id is not None]
+    for job_id in given:
+        if job_id in state.jobs or job_id in state.done_keys:
+            raise NobrokerError(f"job {job_id!r} is already in the queue: a graph's "
                                 "job ids must be new")
     # What the queue knows of each node's prerequisites by id (JobNotFoundError now).
     known = {index: prerequisites(state, [p for p in node.depends_on if isinstance(p, str)])
              for index, node in enumerate(nodes) if node.depends_on}
-    generated = iter(new_job_ids(state.jobs, sum(node.job_id is None for node in nodes),
-                                 rng))
-    ids = [next(generated) if node.job_id is None else node.job_id for node in nodes]
-    if len(set(ids)) != len(ids):  # a caller's id that the next generated one matches
-        raise NobrokerError("a graph's job id is one the queue is about to generate")
+    ids = new_job_ids(state.jobs, len(nodes) - len(given), rng)
+    if given:  # a group's members, a chain's steps: mostly none (a lineage names some)
+        generated = iter(ids)
+        ids = [next(generated) if node.job_id is None else node.job_id for node in nodes]
+        if len(set(ids)) != len(ids):  # a caller's id that the next generated one matches
+            raise NobrokerError("a graph's job id is one the queue is about to generate")
     runs = plain_runs(nodes, keys)
     starts = dict(runs)
     outcomes: list[JobState] = []

@@ -1,31 +1,24 @@
-"""The job table: how the replay state stores its jobs, compactly.
+"""The job table: how the replay state stores its jobs, compactly. QueueState
+(state.py) decides what records mean; this module keeps the jobs they describe
+and finds them again. Pure: no os, time, random or threads.
 
-QueueState (state.py) decides what records mean; this module only keeps the
-jobs they describe and finds them again. Pure, like state.py: no os, time,
-random or threads.
+Jobs live in columns (arrays, one slot per job in enqueue order), not one
+object each: a pending job costs about 70 bytes. A job's sequence number `seq`
+rises in log order and a generated id *is* its seq (seq_id), so only other ids
+(idempotency keys, older versions' ids) need a dict; fields most jobs never use
+(lease, error) are sparse dicts by seq. The table keeps the index of what is
+due (a FIFO lane per priority, lazy heaps, lease deadlines: due.py).
 
-Jobs live in columns (arrays, one slot per job in enqueue order) rather than
-one object each: a pending job costs about 70 bytes. Every job has a
-sequence number `seq`, rising in log order; a generated id *is* its seq
-(seq_id), so only other ids (idempotency keys, ids of older versions) need
-a dict. Fields most jobs never use (lease, error) are sparse dicts by seq.
-The table owns the index that answers "which job is due" (a FIFO lane per
-priority, lazy heaps for the rest, and the lease deadlines: `due`, see
-due.py) and keeps it as it changes jobs.
+A finished job whose outcome is kept (acked with a result, or cancelled) stays
+in its slot, DONE or CANCELLED, until its retention ends (then in
+`available_at`); `record_offset`/`size` locate the record holding its result
+(an ACK, a CANCEL or a snapshot's FINISHED); `retention` (retention.py) orders
+these jobs by that end, with no Python object per job.
 
-A finished job whose outcome is kept (acked with a result, or cancelled)
-stays in its slot with the code DONE or CANCELLED until its retention ends:
-for it, `available_at` holds the moment its retention ends, and
-`record_offset`/`size` locate the record that holds its result and the time
-it finished (an ACK, a CANCEL or a snapshot's FINISHED record). The result
-stays on disk; the table's `retention` index (retention.py) holds these jobs
-by the end of their retention, with no Python object per job.
-
-Functions over the table read it out (a checkpoint's columns and back:
-checkpointcolumns.py; pages of entries: listing.py) and move its payload
-locations after a peer's compaction (relocation.py). It keeps no counters
-(the state's). The state reads the columns directly, on its hot paths, but
-changes them only through the methods below (add, lease, remove, ...).
+Functions over the table read it out (checkpointcolumns.py, listing.py) and
+move its payload locations after a peer's compaction (relocation.py). It keeps
+no counters (the state's). The state reads the columns directly on its hot
+paths, but changes them only through the methods below.
 """
 
 from __future__ import annotations
