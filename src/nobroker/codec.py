@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from .errors import SerializationError
 
-__all__ = ["dumps", "loads", "encode_payload", "encode_payloads", "metadata", "metadata_each",
-           "MAX_DEPTH", "MAX_PAYLOAD_BYTES", "MAX_META_BYTES"]
+__all__ = ["dumps", "loads", "loads_object", "encode_payload", "encode_payloads", "metadata",
+           "metadata_each", "MAX_DEPTH", "MAX_PAYLOAD_BYTES", "MAX_META_BYTES"]
 
 # A payload the writer accepts must stay readable: replay decodes it from whatever
 # stack depth the reader happens to be at, so nesting is capped far below the
@@ -108,6 +108,23 @@ def loads(data: bytes | str) -> Any:
         if end != len(text):
             raise json.JSONDecodeError("Extra data", text, end)
     return value
+
+
+def loads_object(data: bytes) -> dict[str, Any] | None:
+    """The JSON object `data` holds, or None if it holds anything else or is not
+    strict JSON (what loads refuses). Replay decodes every record here: text as
+    written (no whitespace before it) goes straight to the C scanner."""
+    try:
+        text = data.decode("utf-8")
+        if text[:1] in _SPACE:
+            value = loads(text)
+        else:
+            value, end = _scan_once(text, 0)
+            if end != len(text):
+                value = loads(text)  # whitespace after it, or extra data (refused)
+    except (ValueError, StopIteration, RecursionError):
+        return None
+    return value if type(value) is dict else None
 
 
 def encode_payload(payload: Any, what: str = "payload") -> str:

@@ -325,6 +325,10 @@ class LoadsTest(unittest.TestCase):
             if expected == "RecursionError":  # loads promises a ValueError instead
                 expected = ("ValueError", "JSON nested too deeply")
             self.assertEqual(outcome(records.loads, data), expected, data[:60])
+            # loads_object (replay's, the scanner without loads' wrapping): the object
+            # loads gives, or None wherever loads refuses or gives anything else.
+            self.assertEqual(codec.loads_object(data),
+                             expected if isinstance(expected, dict) else None, data[:60])
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import unittest
 import zoneinfo
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.support import FakeClock, TempDirTestCase, WorkerProcessCase, wait_until
 
@@ -901,6 +901,52 @@ class MemoryZonedSchedulerTest(MemoryTaskTests, ZonedSchedulerTest):
 
 class MemoryWorkerTaskTest(MemoryTaskTests, WorkerTaskTest):
     pass
+
+
+class RunWrappersTest(unittest.TestCase):
+    """call_as enters the registered run wrappers around a plain call, and around the
+    await of a coroutine function's (it skips the ExitStack only when none is)."""
+
+    def test_wrappers_enter_around_plain_and_async_calls_and_stop_when_removed(self) -> None:
+        import contextlib
+
+        from nobroker.tasks.registry import call_as
+        from nobroker.tasks.running import RunningJob, unwrap_runs, wrap_runs
+
+        seen: list[str] = []
+
+        @contextlib.contextmanager
+        def wrapper(job: RunningJob) -> Any:
+            seen.append("enter")
+            yield
+            seen.append("exit")
+
+        def plain() -> str:
+            seen.append("call")
+            return "done"
+
+        async def deferred() -> str:
+            seen.append("await")
+            return "later"
+
+        class Fake:
+            progress = None
+            meta: ClassVar[dict[str, Any]] = {}
+            id = "x"
+
+        job = RunningJob(Fake(), None)  # type: ignore[arg-type]
+        wrap_runs(wrapper)
+        try:
+            self.assertEqual(call_as(job, plain, (), {}), "done")
+            self.assertEqual(seen, ["enter", "call", "exit"])
+            seen.clear()
+            self.assertEqual(asyncio.run(call_as(job, deferred, (), {})), "later")
+            self.assertEqual(seen, ["enter", "await", "exit"])
+        finally:
+            unwrap_runs(wrapper)
+        seen.clear()
+        self.assertEqual(call_as(job, plain, (), {}), "done")
+        self.assertEqual(seen, ["call"])
 
 
 if __name__ == "__main__":

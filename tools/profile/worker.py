@@ -17,7 +17,7 @@ every queue call and the file engine's phases timed by thread CPU
 
 The wrappers cost about a microsecond a call, so the figures are a little
 high; compare rows of one run. `--cprofile` adds a cProfile of the slot
-threads of the first process (Python slowed several times: shares only).
+threads and the acker of the first process (Python slowed several times: shares only).
 
     python -m tools.profile.worker --kind noop --processes 2
     python -m tools.profile.worker --kind cpu --processes 1 --jobs 2000 --prefetch 8
@@ -80,6 +80,20 @@ def burn(seconds: float) -> None:
         pass
 
 
+def _profiled(loop: Callable[..., None], profiles: list[cProfile.Profile]
+              ) -> Callable[..., None]:
+    """`loop` (a worker thread's), run under a cProfile of its own, kept in `profiles`."""
+    def profiled(self: Any, *args: Any) -> None:
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        profile.enable()
+        try:
+            loop(self, *args)
+        finally:
+            profile.disable()
+    return profiled
+
+
 def child(args: argparse.Namespace) -> None:
     """One worker process: drain until idle, write what it measured as JSON."""
     import nobroker
@@ -108,19 +122,9 @@ def child(args: argparse.Namespace) -> None:
             job_cpu[0] += time.thread_time() - t
 
     profiles: list[cProfile.Profile] = []
-    if args.cprofile:
-        original = slots.Slots._slot_loop
-
-        def profiled(self: Any, number: int) -> None:
-            profile = cProfile.Profile()
-            profiles.append(profile)
-            profile.enable()
-            try:
-                original(self, number)
-            finally:
-                profile.disable()
-
-        slots.Slots._slot_loop = profiled  # type: ignore[method-assign]
+    if args.cprofile:  # the slot threads' loop, and the acker's (prefetch)
+        for name in ("_slot_loop", "_ack_loop"):
+            setattr(slots.Slots, name, _profiled(getattr(slots.Slots, name), profiles))
     queue = nobroker.Queue(args.child)
     worker = nobroker.Worker(queue, handler, concurrency=args.threads, idle_timeout=0.3,
                              handle_signals=False, prefetch=args.prefetch)

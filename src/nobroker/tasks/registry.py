@@ -37,7 +37,7 @@ from ..errors import SerializationError
 from ..models import Job, JobState
 from ..transactions import after_commit, transactional
 from .canvas import Signature
-from .running import RunningJob, enter_wrappers
+from .running import RunningJob, enter_wrappers, runs_wrapped
 from .task_result import TaskResult
 
 if TYPE_CHECKING:
@@ -76,13 +76,15 @@ def call_as(job: Job | RunningJob, fn: Callable[..., Any], args: Sequence[Any],
     deferred = inspect.iscoroutinefunction(fn)  # its wrappers go around the await
     token = _CURRENT.set(job)
     try:
-        with contextlib.ExitStack() as around:
-            if not deferred:
-                enter_wrappers(around, job)
+        if deferred or not runs_wrapped():  # most runs: no ExitStack to build
             value = fn(*args, **kwargs)
+        else:
+            with contextlib.ExitStack() as around:
+                enter_wrappers(around, job)
+                value = fn(*args, **kwargs)
     finally:
         _CURRENT.reset(token)
-    if inspect.isawaitable(value):
+    if value is not None and inspect.isawaitable(value):  # None: most handlers' return
         return _awaited_as(job, value, deferred)
     return value
 

@@ -38,7 +38,7 @@ from ..models import Job, Progress
 from ..validation import progress as checked_progress
 
 __all__ = ["RunningJob", "NoteWriter", "INTERVAL", "RunWrapper", "wrap_runs", "unwrap_runs",
-           "enter_wrappers"]
+           "enter_wrappers", "runs_wrapped"]
 
 INTERVAL: Final = 1.0  # seconds between two writes of one job's progress and metadata
 log = logging.getLogger("nobroker")
@@ -193,6 +193,11 @@ def unwrap_runs(wrapper: RunWrapper) -> None:
     """Stop entering `wrapper` around runs (nothing if it was not registered)."""
     if wrapper in _WRAPPERS:
         _WRAPPERS.remove(wrapper)
+
+
+def runs_wrapped() -> bool:
+    """Whether any wrapper is registered (call_as skips the ExitStack otherwise)."""
+    return bool(_WRAPPERS)
 
 
 def enter_wrappers(stack: ExitStack, job: RunningJob) -> None:

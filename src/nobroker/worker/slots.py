@@ -306,7 +306,8 @@ class Slots(Prefetching):
                     outcome = Outcome(result=call_as(job, target, args, kwargs))
                 except BaseException as exc:  # whatever a handler raises is its job's failure
                     return Outcome.failed(exc)
-            if outcome.error_text is None and inspect.isawaitable(outcome.result):
+            if (outcome.error_text is None and outcome.result is not None
+                    and inspect.isawaitable(outcome.result)):
                 # call_as made it a coroutine; cancelled at its limit, it may run on a
                 # while, so it lets go when it ends
                 after, keeper = keeper, None

@@ -15,17 +15,16 @@ records mean (state/), and reads records back by offset with readback.py.
 
 from __future__ import annotations
 
-import gc
 import os
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
 from ...errors import CorruptLogError
 from ..disk.fs import FileSystem
 from . import framing
+from .gcpause import paused_gc
 from .groupcommit import GroupCommit
 from .readback import (
     READ_CHUNK,
@@ -44,30 +43,13 @@ from .records import (
 )
 from .tail import decode_payload, later_batch
 
-__all__ = ["LogFile", "ScanResult", "log_filename", "PREALLOCATE", "READ_CHUNK"]
+__all__ = ["LogFile", "ScanResult", "log_filename", "paused_gc", "PREALLOCATE", "READ_CHUNK"]
 
 PREALLOCATE: Final = 1 << 20  # grow the file by up to this many zero bytes at a time
 MIN_PREALLOCATE: Final = 64 << 10
 
 _ZERO_HEADER: Final = bytes(framing.RECORD_HEADER.size)
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while bulk-building a state.
-
-    Replaying a large log creates millions of objects and no reference cycles;
-    the collector would scan them all again and again as they pile up (a
-    quarter of the time of a 200k-job replay). Its previous setting returns
-    afterwards; it is process-wide, so this is only for bounded bulk work.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+_HEADER_SIZE: Final = framing.RECORD_HEADER.size
 
 
 def log_filename(name: str, generation: int) -> str:
@@ -248,13 +230,26 @@ class LogFile:
         count = 0
         reason = ""
         crc = self.crc
+        folded = 0  # where in `buf` the bytes not yet in `crc` start (folded per batch)
+        # Every record of every peer batch passes here: framing.decode_record's intact
+        # case is inlined (anything else goes to it), and Applied built without its
+        # keyword-parsing __new__.
+        header, crc32, applied = framing.RECORD_HEADER.unpack_from, zlib.crc32, tuple.__new__
         while True:
             if limit is not None and pos >= limit:
                 return ScanResult(end=self.end, records=count)  # a prefix was asked for
             rel = pos - buf_start
-            outcome, type_byte, payload, nxt = framing.decode_record(buf, rel)
+            start = rel + _HEADER_SIZE
+            length, type_byte, stored = header(buf, rel) if start <= len(buf) else (0, 0, 0)
+            nxt = start + length
+            if (0 < length <= framing.MAX_RECORD and type_byte & framing.TYPE_MASK
+                    and nxt <= len(buf)
+                    and crc32(buf[start:nxt], crc32(buf[rel:rel + 5])) == stored):
+                outcome, payload = framing.RECORD, buf[start:nxt]
+            else:  # anything but an intact record: framing's full answer
+                outcome, type_byte, payload, nxt = framing.decode_record(buf, rel)
             if outcome == framing.INCOMPLETE or (
-                    outcome == framing.END and len(buf) - rel < framing.RECORD_HEADER.size):
+                    outcome == framing.END and len(buf) - rel < _HEADER_SIZE):
                 have = buf_start + len(buf)
                 if have >= self.size:
                     if outcome == framing.INCOMPLETE:
@@ -267,8 +262,9 @@ class LogFile:
                 if not more:
                     reason = "file shrank while reading"
                     break
+                crc = crc32(buf[folded:rel], crc)  # this batch's records read so far
                 buf = buf[rel:] + more
-                buf_start = pos
+                buf_start, folded = pos, 0
                 continue
             if outcome == framing.END:
                 if batch:
@@ -281,11 +277,12 @@ class LogFile:
             if record is None:
                 reason = "record is not a JSON object"
                 break
-            batch.append(Applied(type_byte & framing.TYPE_MASK, record, pos,
-                                 framing.RECORD_HEADER.size + len(payload)))
-            crc = zlib.crc32(buf[rel:nxt], crc)
+            batch.append(applied(Applied, (type_byte & framing.TYPE_MASK, record, pos,
+                                           _HEADER_SIZE + len(payload))))
             pos = buf_start + nxt
             if not type_byte & framing.MORE:
+                crc = crc32(buf[folded:nxt], crc)
+                folded = nxt
                 try:
                     on_batch(batch)
                 except ReplayError as exc:  # the state refused a record

@@ -16,12 +16,12 @@ time, random or threads.
 
 from __future__ import annotations
 
+from ...codec import loads_object
 from . import framing
 from .records import (
     BATCH,
     DURABLE,
     Record,
-    loads,
 )
 
 __all__ = ["decode_payload", "unwritten_sector", "later_batch"]
@@ -32,11 +32,7 @@ def decode_payload(payload: bytes) -> Record | None:
     start as every record does, with its batch number)."""
     if not payload.startswith(framing.RESYNC_MARKER):
         return None
-    try:
-        record = loads(payload)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return loads_object(payload)
 
 
 def unwritten_sector(data: bytes, base: int) -> int:

@@ -195,7 +195,9 @@ class QueueState:
             if rec.get(BATCH) != number:
                 raise ReplayError(offset, f"record of batch {rec.get('b')!r} inside batch {number}")
             self._apply(rtype, rec, offset, size)
-            stamp = rec.get(TIME, rec.get(ACKED))
+            stamp = rec.get(TIME)
+            if stamp is None:
+                stamp = rec.get(ACKED)
             if type(stamp) is float and stamp > latest:
                 latest = stamp
         if self.waits.touched:
