@@ -57,7 +57,7 @@ class ImportTest(unittest.TestCase):
         self.assertEqual({c.kind for c in configs}, {"cpu"})
         systems, configs = choose(None)
         self.assertEqual(systems, ["nobroker", "huey", "dramatiq", "celery", "celery-nobroker",
-                                   "rq"])
+                                   "rq", "dramatiq-nobroker"])
         self.assertEqual(len(configs), 6)
         with self.assertRaises(SystemExit):
             choose("nobroker,kafka")
