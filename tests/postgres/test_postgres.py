@@ -891,6 +891,10 @@ RELEASED_MIGRATIONS = {
     "0002_waiting_state": "61b2d19d73cde847279ca7cc26acb54542ab613cdd623827e2ec8117b51d1918",
     "0003_counting_in_statements":
         "d322762572b7c3bdb20b8d8a8582c4ef6a50ca50f276e257ca6d8aa851f8af7b",
+    "0004_dependencies": "f6f8a309d26a63c165f18a979b3a584f1266e1e628e1937d72fc4ac50372be6f",
+    "0005_job_notes": "9362544a05fc4702365d4ee9107261b5fb8263cf93fd7c0ef4796fae288dcdba",
+    "0006_limit_keys": "05b13c6b1b5ce8946d13530484796c922e036579902c8ac74d7496af25f2b704",
+    "0007_revivals": "de63c016497ffa327eb993080f87ca806e3a2cf6db1424568f89abb96bd0b8ee",
 }
 
 
