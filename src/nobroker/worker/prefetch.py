@@ -74,6 +74,9 @@ class Prefetching(Leasing):
                 try:
                     counters, leased = self._ack_batch(index, flights, want)
                 except BaseException:  # the worker stops (dispatcher._guarded)
+                    with self._cond:  # the lease it reserved was never sent
+                        self._sending -= want
+                        self._reserved -= want
                     for flight in batch:
                         self._drop(flight)
                     raise
