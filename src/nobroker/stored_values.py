@@ -35,8 +35,9 @@ def settle(queue: Queue) -> None:
 
 def read(queue: Queue, key: str) -> dict[str, Any] | None:
     """The stored `{"value": ..., "ttl": ...}` under `key`; None if never stored,
-    forgotten, or past its ttl. The ttl is checked here: `Queue.get` still hands back
-    a keyed job's result after its result_ttl, until the queue's next write."""
+    forgotten, or past its ttl. The ttl is checked here: `Queue.get` hands back a keyed
+    job's result for as long as its key is remembered (key_retention), when that is
+    longer than its result_ttl (docs/API.md)."""
     try:
         job = queue.get(key)
     except JobNotFoundError:
