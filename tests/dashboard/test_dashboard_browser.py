@@ -26,10 +26,12 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import unittest
 import urllib.request
 from typing import Any
+from unittest import mock
 
 from harness.support import REPO, SRC, TempDirTestCase, seed_limited_queue, tree_digest
 
@@ -293,6 +295,50 @@ class DashboardBrowserTest(TempDirTestCase):
         self.page.wait_for_selector("#cards [data-count=dead]", timeout=WAIT_MS)
         self.assertEqual(self.page.locator("#limits *").count(), 0)
         self.assertEqual((self.problems, self.dialogs), ([], []))
+
+    def test_a_polled_stream_keeps_the_badge_live_until_a_poll_fails(self) -> None:
+        """The stream a dashboard mounted in Django sends (stream.polled): one update
+        a request, then it ends. The badge stays "live" while polls bring updates."""
+        from nobroker.dashboard import handler, stream
+
+        polls: list[str | None] = []
+        down = threading.Event()
+
+        def polled_events(request: Any, name: str | None) -> None:
+            polls.append(name)
+            request.close_connection = True
+            if down.is_set():
+                request.send_response(503)
+                request.end_headers()
+                return
+            body = stream.polled(request.site.hub, name).encode()
+            request.send_response(200)
+            request.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            request.send_header("Content-Length", str(len(body)))
+            request.end_headers()
+            request.wfile.write(body)
+
+        patcher = mock.patch.object(handler.RequestHandler, "_events", polled_events)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        self.page.goto(f"{self.base}/q/default")
+        self.page.wait_for_selector("#cards [data-count=dead]", timeout=WAIT_MS)
+        self.page.evaluate("""(() => {
+            window.__badges = [];
+            const live = document.getElementById("live");
+            new MutationObserver(() => window.__badges.push(live.textContent))
+                .observe(live, {childList: true, characterData: true, subtree: true});
+        })()""")
+        seen = len(polls)
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while len(polls) < seen + 2:  # two more polls: the page saw a stream end
+            self.assertLess(time.monotonic(), deadline, "the page did not poll again")
+            self.page.wait_for_timeout(100)
+        self.assertEqual(polls[-1], "default")
+        self.assertEqual(self.page.inner_text("#live"), "live")
+        self.assertNotIn("reconnecting", self.page.evaluate("window.__badges"))
+        down.set()  # the next poll fails: now the badge says so
+        self.wait_js("document.getElementById('live').textContent === 'reconnecting'")
 
     def test_metrics_parse_with_prometheus_clients_parser(self) -> None:
         from prometheus_client.parser import text_string_to_metric_families

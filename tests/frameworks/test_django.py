@@ -365,7 +365,9 @@ class DjangoBackendTest(unittest.TestCase):
                          ["default", "emails"])
         self.assertIn(b"app.js", staff.get("/jobs/").content)
         stream = staff.get("/jobs/api/events?queue=default")
-        self.assertTrue(stream.content.startswith(b"retry: 2000\n\nevent: update\ndata: "))
+        self.assertTrue(stream.content.startswith(
+            b"retry: 2000\n\nevent: poll\ndata: {}\n\nevent: update\ndata: "))
+        self.assertEqual(staff.get("/jobs/api/events?queue=nope").status_code, 404)
         self.assertEqual(staff.get("/jobs/api/queues/nope").status_code, 404)
 
     def test_a_dashboard_change_needs_staff_and_the_csrf_token(self) -> None:

@@ -15,6 +15,7 @@ data, returned as JSON strings and values, never as markup.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,7 @@ from ..queue import Queue
 from . import records
 from .hub import Hub, UnknownQueue
 
-__all__ = ["ApiError", "PAGE_MAX", "job_dict", "queue_summary", "features"]
+__all__ = ["ApiError", "PAGE_MAX", "job_dict", "queue_summary", "features", "to_json"]
 
 PAGE_MAX = 500  # jobs per page at most
 PAGE_DEFAULT = 50
@@ -223,3 +224,10 @@ def post_action(hub: Hub, name: str, action: str, body: dict[str, Any]) -> dict[
     except (ValueError, TypeError) as exc:
         raise ApiError(400, str(exc)) from None
     raise ApiError(404, f"no action {action!r}")
+
+
+def to_json(value: Any) -> str:
+    """JSON text with <, > and & escaped too: even a body a browser misreads as HTML
+    (an old one ignoring nosniff) holds no markup."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

@@ -43,7 +43,8 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import NobrokerError
-from . import api, metrics
+from . import api, metrics, stream
+from .api import to_json
 from .hub import Hub, UnknownQueue
 
 __all__ = ["CSP", "MAX_BODY", "TOKEN_HEADER", "DashboardServer", "RequestHandler", "Site",
@@ -319,15 +320,9 @@ class RequestHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Security-Policy", CSP)
             self.send_header("X-Content-Type-Options", "nosniff")
             self.end_headers()
-            self.wfile.write(b"retry: 2000\n\n")
+            self.wfile.write(f"retry: {stream.RETRY_MS}\n\n".encode())
             while not hub.stopping():
-                event: dict[str, Any] = {"overview": api.get_overview(hub)}
-                if name:
-                    try:
-                        event["queue"] = api.get_queue(hub, name)
-                        event["series"] = hub.series(name, 10.0)
-                    except (NobrokerError, api.ApiError) as exc:
-                        event["error"] = str(exc)
+                event = stream.update(hub, name)
                 data = to_json(event)
                 self.wfile.write(f"event: update\ndata: {data}\n\n".encode())
                 self.wfile.flush()
@@ -340,13 +335,6 @@ class RequestHandler(BaseHTTPRequestHandler):
             pass  # the page went away
         finally:
             self.site.streams.release()
-
-
-def to_json(value: Any) -> str:
-    """JSON text with <, > and & escaped too: even a body a browser misreads as HTML
-    (an old one ignoring nosniff) holds no markup."""
-    text = json.dumps(value, ensure_ascii=True, allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _one(query: dict[str, list[str]], key: str) -> str | None:

@@ -13,8 +13,9 @@ directory or PostgreSQL, not memory://). What changes is who may use it:
 - a change (POST) also needs Django's CSRF token (`csrf_protect`, whatever
   MIDDLEWARE holds), which the page reads from its <meta> tag and sends as
   X-CSRFToken; its body is JSON, as the standalone dashboard's;
-- the event stream sends one update per request and asks the browser to come
-  back in 2 s (`retry:`), so no request holds a server worker for long.
+- the event stream is polled: one update per request, then the browser comes
+  back in 2 s (`retry:`), so no request holds a server worker for long; the
+  page knows (a `poll` event) and keeps its badge "live".
 
 Every answer carries the standalone dashboard's Content-Security-Policy.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
@@ -34,8 +35,9 @@ from django.urls import reverse
 from django.utils.html import escape
 from django.views.decorators.csrf import csrf_protect
 
-from ..dashboard import api, metrics
-from ..dashboard.handler import CSP, MAX_BODY, STATIC_TYPES, page_files, to_json
+from ..dashboard import api, metrics, stream
+from ..dashboard.api import to_json
+from ..dashboard.handler import CSP, MAX_BODY, STATIC_TYPES, page_files
 from ..dashboard.hub import Hub, UnknownQueue
 from ..errors import NobrokerError
 
@@ -45,7 +47,6 @@ View = Callable[..., HttpResponse]
 _HUBS: dict[str, Hub] = {}
 _LOCK = threading.Lock()
 _FILES: dict[str, bytes] = {}
-RETRY_MS: Final = 2000
 
 
 def hub() -> Hub:
@@ -166,16 +167,9 @@ def api_get(request: HttpRequest, what: str, name: str = "", job_id: str = "") -
 
 @_staff("GET", "HEAD")
 def events(request: HttpRequest) -> HttpResponse:
-    """One server-sent event with what the page shows, then the stream ends; the
-    browser's EventSource reconnects after `retry` (a poll that needs no held worker)."""
-    found = hub()
-    name = request.GET.get("queue") or ""
-    event: dict[str, Any] = {"overview": api.get_overview(found)}
-    if name:
-        found.queue(name)  # UnknownQueue: 404 before any event
-        event["queue"] = api.get_queue(found, name)
-        event["series"] = found.series(name, 10.0)
-    body = f"retry: {RETRY_MS}\n\nevent: update\ndata: {to_json(event)}\n\n"
+    """A polled stream (dashboard/stream.py): one update, then the stream ends and the
+    browser's EventSource comes back after `retry`, so no request holds a worker."""
+    body = stream.polled(hub(), request.GET.get("queue") or "")  # UnknownQueue: 404
     response = HttpResponse(body, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-store"
     return response

@@ -192,15 +192,24 @@ function listen(path, onUpdate, fallback) {
   const source = new EventSource(path);
   events = source;
   let updated = false;
+  // A polled stream (a dashboard mounted in Django) ends after each update, by design:
+  // its end is no break while every poll brings an update.
+  let polled = false;
+  let fresh = false;  // an update came since the stream last ended
   const timer = setTimeout(() => { if (!updated && events === source) fallback(); }, 1500);
   source.addEventListener("open", () => { live.textContent = "live"; live.className = "live on"; });
+  source.addEventListener("poll", () => { polled = true; });
   source.addEventListener("error", () => {
-    live.textContent = "reconnecting";
-    live.className = "live";
+    if (!(polled && fresh)) {
+      live.textContent = "reconnecting";
+      live.className = "live";
+    }
+    fresh = false;
     if (!updated) { clearTimeout(timer); if (events === source) fallback(); updated = true; }
   });
   source.addEventListener("update", (message) => {
     updated = true;
+    fresh = true;
     clearTimeout(timer);
     onUpdate(JSON.parse(message.data));
   });
