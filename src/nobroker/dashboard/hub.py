@@ -1,9 +1,9 @@
 """The dashboard's view of a queue set: its queues, their handles, their history.
 
 What it owns: finding the queues of a directory (by the names of their files,
-the way the CLI finds one queue) or of a database URL (the queues named at
-start, plus every queue of the set where the backend has the `listing`
-capability), opening each once through the public `Queue` API, and sampling
+the way the CLI finds one queue) or of a URL (a database, or memory://: this
+process's own queues; the queues named at start, plus every queue of the set
+where the backend has the `listing` capability), opening each once through the public `Queue` API, and sampling
 every queue's `stats()` once per `interval` into a ring buffer, so that the
 pages can draw enqueued / succeeded / dead-lettered per interval without the
 queue keeping any history itself.
@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..backend import QueueListing
+from ..backend import QueueListing, is_memory_url, is_postgres_url
 from ..models import QueueStats
-from ..queue import POSTGRES_SCHEMES, Queue
+from ..queue import Queue
 from .places import Places
 
 __all__ = ["Hub", "Sample", "UnknownQueue", "queue_names", "WINDOW"]
@@ -81,7 +81,8 @@ class Hub:
     def __init__(self, directory: str, *, readonly: bool, interval: float = 1.0,
                  opener: Callable[[str, str, bool], Queue] | None = None,
                  queues: Sequence[str] = ("default",)) -> None:
-        self._url = directory.startswith(POSTGRES_SCHEMES)
+        # A URL: a PostgreSQL database, or memory:// (this process's own queues).
+        self._url = is_postgres_url(directory) or is_memory_url(directory)
         self._location = directory if self._url else os.path.abspath(directory)
         self.directory = self._location  # what the pages show; never a password
         self.readonly = readonly

@@ -5,7 +5,8 @@
 The same page and JSON API as `nobroker dashboard` (nobroker.dashboard: its
 api.py answers, its hub.py samples the queues), over the queues of one
 NobrokerBackend (settings.NOBROKER_DASHBOARD_BACKEND, default "default"; a
-directory or PostgreSQL, not memory://). What changes is who may use it:
+directory, PostgreSQL, or memory://: the queues of the site's own process).
+What changes is who may use it:
 
 - Django's authentication instead of the dashboard's token: an anonymous
   visitor is sent to settings.LOGIN_URL, a signed-in user who is not active
