@@ -3,10 +3,11 @@
 What it owns: finding the queues of a directory (by the names of their files,
 the way the CLI finds one queue) or of a URL (a database, or memory://: this
 process's own queues; the queues named at start, plus every queue of the set
-where the backend has the `listing` capability), opening each once through the public `Queue` API, and sampling
-every queue's `stats()` once per `interval` into a ring buffer, so that the
-pages can draw enqueued / succeeded / dead-lettered per interval without the
-queue keeping any history itself.
+where the backend has the `listing` capability), opening each once through
+the public `Queue` API, and sampling every queue's `stats()` once per
+`interval` into a ring buffer, so that the pages can draw enqueued /
+succeeded / dead-lettered per interval without the queue keeping any history
+itself.
 
 Rules: it never parses a queue's files (the Queue does); the only thing read
 from the directory listing is which queue names exist. For a URL, what it
