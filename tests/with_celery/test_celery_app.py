@@ -1,6 +1,7 @@
 """An unchanged Celery app on a nobroker directory, run by a real `celery worker`:
 tasks, routing to two queues, retries, results, failures, chain, group, chord; a task
-that rejects its message without requeue dead-letters it; a
+that rejects its message without requeue, or names a task the worker lacks,
+dead-letters it; a
 pickle message refused; results that expire; get() that waits without polling."""
 
 from __future__ import annotations
@@ -65,6 +66,25 @@ class CeleryAppTest(CeleryTestCase):
         self.assertEqual((dead.attempts, dead.last_error), (1, REJECTED))
         self.assertEqual(q.stats().pending + q.stats().leased, 0)
         self.assertEqual(self.traces("started"), ["refused"])  # run once, not requeued
+
+    def test_an_unregistered_task_is_dead_lettered_for_a_later_requeue(self) -> None:
+        """Celery rejects a message naming a task the worker lacks (a deploy behind):
+        on Redis the message is gone; here it waits in the dead-letter queue, and
+        the caller's result says NotRegistered, as on Redis."""
+        from celery.exceptions import NotRegistered
+
+        from nobroker.celery.transport import REJECTED
+
+        result = self.mod.app.send_task("celery_app.not_deployed_yet", args=(1,), queue="a")
+        with self.assertRaises(NotRegistered):
+            result.get(timeout=TIMEOUT)
+        q = self.queue("a")
+        deadline = time.monotonic() + TIMEOUT
+        while not q.dlq() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [dead] = q.dlq()
+        self.assertEqual(dead.last_error, REJECTED)
+        self.assertEqual(q.stats().pending + q.stats().leased, 0)
 
     def test_a_job_that_is_not_a_celery_message_is_nacked_not_run(self) -> None:
         q = self.queue("a")
