@@ -1,8 +1,8 @@
 """An unchanged Celery app on a nobroker directory, run by a real `celery worker`:
 tasks, routing to two queues, retries, results, failures, chain, group, chord; a task
-that rejects its message without requeue, or names a task the worker lacks,
-dead-letters it; a
-pickle message refused; results that expire; get() that waits without polling."""
+that rejects its message without requeue, or a message naming a task the worker
+lacks, is dead-lettered; a pickle message refused; results that expire; get() that
+waits without polling."""
 
 from __future__ import annotations
 
