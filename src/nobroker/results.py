@@ -62,7 +62,5 @@ async def await_outcome(wait_finished: Callable[[str, float | None], Job | None]
         left = AWAIT_SLICE if deadline is None else min(
             AWAIT_SLICE, max(0.0, deadline - time.monotonic()))
         job = await asyncio.to_thread(wait_finished, job_id, left)
-        if job is not None:
-            return outcome(job)
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"job {job_id!r} did not finish within {limit:g}s")
+        if job is not None or (deadline is not None and time.monotonic() >= deadline):
+            return finished_outcome(job, job_id, limit)
