@@ -389,11 +389,11 @@ def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[J
             tokens.append(check_lease(state, job.id, job.token).token)  # raises, mostly
         else:
             tokens.append(leases[seq][0])  # the state's int, equal to the job's
-    limited, waits = state.limited.keys, state.waits
-    for job, token in zip(jobs, tokens, strict=True):
-        if limited:
-            batch.wakes += state.limited.frees(job.id, table)  # a freed slot wakes
-        batch.add_ack(job.id, token, now)
-        if waits:
-            plan_dependents(state, batch, now, job.id, JobState.DONE)
     batch.finishes += len(jobs)
+    if not state.limited.keys and not state.waits:  # nothing else to plan: in bulk
+        batch.add_acks([job.id for job in jobs], tokens, now)
+        return
+    for job, token in zip(jobs, tokens, strict=True):
+        batch.wakes += state.limited.frees(job.id, table)  # a freed slot wakes
+        batch.add_ack(job.id, token, now)
+        plan_dependents(state, batch, now, job.id, JobState.DONE)
