@@ -433,6 +433,14 @@ class LeasedPayloadsTest(FileQueueTestCase):
             jobs = q.lease(16)
             self.assertEqual([job.payload for job in jobs], [{"n": i} for i in range(16)])
             self.assertLessEqual(fs.preads, 2, "one read forward, one for the payloads")
+            q.ack_many(jobs)
+            q.enqueue_many([{"n": i} for i in range(8)])
+            q.enqueue_many([{"n": i} for i in range(8, 16)], priority=1)
+            fs.preads = 0
+            jobs = q.lease(16)  # the later enqueued first: backwards in the log
+            self.assertEqual([job.payload for job in jobs],
+                             [{"n": i} for i in [*range(8, 16), *range(8)]])
+            self.assertLessEqual(fs.preads, 2, "one read forward, one for the payloads")
 
     def test_jobs_far_apart_in_the_log_are_read_one_by_one_with_their_payloads(self) -> None:
         big = "x" * 100_000  # more than read_payloads reads ahead

@@ -80,17 +80,18 @@ _SPAN_READ: Final = 64 << 10
 def read_payloads(source: LogFile, entries: list[Entry]) -> list[Any]:
     """read_payload of each of `entries` (from one generation), reading ahead: jobs
     leased together were most often enqueued together, so one read holds them all."""
-    locs = [entry.loc for entry in entries]
-    span = max(locs) - min(locs) + 4096  # the last one's record in a 4 KiB read, mostly
+    # In log order (a lease takes higher priorities first), so that one read serves.
+    locs = sorted({entry.loc for entry in entries})
+    span = locs[-1] - locs[0] + 4096  # the last one's record in a 4 KiB read, mostly
     texts = (payload_texts(source.fs, source.fd, source.path, locs, chunk=span)
              if span <= _SPAN_READ else (source.read_payload(loc) for loc in locs))
-    payloads = []
+    by_loc: dict[int, Any] = {}
     for loc, text in zip(locs, texts, strict=True):
         try:
-            payloads.append(loads(text))
+            by_loc[loc] = loads(text)
         except ValueError:  # as read_payload's
             raise CorruptLogError(source.path, loc, "payload is not JSON") from None
-    return payloads
+    return [by_loc[entry.loc] for entry in entries]
 
 
 def dormant_views(state: QueueState, live_log: Callable[[], LogFile]) -> list[DormantJob]:
