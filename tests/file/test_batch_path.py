@@ -1,5 +1,6 @@
 """enqueue_many's batch path writes, applies and returns exactly what the one-job
-path would: the same bytes, the same replay state, equal Job values."""
+path would: the same bytes, the same replay state, equal Job values; so do a
+lease's and an ack_many's (add_leases, add_acks)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,37 @@ class BatchOfEnqueuesTest(unittest.TestCase):
         for job_id, text in zip(IDS, TEXTS, strict=True):
             one.add_enqueue(job_id, 0, 1.0, 1.0, 5, False, text)
         many.add_enqueues(IDS, 0, 1.0, 1.0, 5, TEXTS)
+        self.assertEqual(many.encode(16), one.encode(16))
+
+
+class BatchOfSettlesTest(unittest.TestCase):
+    """add_acks and add_leases write what add_ack and add_lease write one by one."""
+
+    def test_add_acks_and_add_leases_write_the_records_of_the_one_by_one_path(self) -> None:
+        ids = [*IDS[:3], 'quote " and \\ backslash', "caf\u00e9 \u2603"]
+        for durable in (0, 4096):
+            for t, until in ((1700000000.25, 1700000030.25), (2.0 ** -30, 1e16)):
+                for count in (0, 1, 2, len(ids)):
+                    one, many = Batch(12, durable), Batch(12, durable)
+                    tokens = [7 + n for n in range(count)]
+                    for job_id, token in zip(ids, tokens, strict=False):
+                        one.add_ack(job_id, token, t)
+                    many.add_acks(ids[:count], tokens, t)
+                    expected = [one.add_lease(job_id, 100 + n, until, t)
+                                for n, job_id in enumerate(ids[:count])]
+                    self.assertEqual(many.add_leases(ids[:count], 100, until, t), expected)
+                    with self.subTest(durable=durable, t=t, count=count):
+                        self.assertEqual(many._items, one._items)
+                        if count:  # an empty batch is never encoded
+                            self.assertEqual(many.encode(100), one.encode(100))
+
+    def test_add_leases_after_other_records_carries_no_durable_mark(self) -> None:
+        one, many = Batch(3, 512), Batch(3, 512)
+        for batch in (one, many):
+            batch.add_ack("k", 1, 1.0)
+        for n, job_id in enumerate(IDS):
+            one.add_lease(job_id, 5 + n, 9.0, 1.0)
+        many.add_leases(IDS, 5, 9.0, 1.0)
         self.assertEqual(many.encode(16), one.encode(16))
 
 

@@ -8,18 +8,28 @@ that always takes the general path, and builds every held entry at once,
 replays the same batches: valid random histories, and the same histories
 with one field of one record broken in every way the general checks know.
 Both must accept the same batches, refuse the same ones at the same offset,
-and end in equal states. Pure: no disk.
+and end in equal states. The same for a batch's run of ACKs and LEASEs applied
+in one step (settle_run.py): a worker's batches, and the fuzzer's queues' logs
+(read from disk; the rest is pure).
 """
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 import unittest
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import harness.support  # noqa: F401  (puts src/ on sys.path)
+from harness.fuzz import build_corpus, make_case, materialise
+from harness.fuzz.corpus import NAME
 
-from file.test_state import RT, Log, lease, random_history
+from file.test_state import RT, Log, ack, ack_result, enq, lease, progress, random_history
+from nobroker.errors import NobrokerError
+from nobroker.file.disk.fs import FileSystem
+from nobroker.file.log.logfile import LogFile
 from nobroker.file.log.records import Record, ReplayError
 from nobroker.file.state.fieldchecks import field
 from nobroker.file.state.state import Applied, JobState, QueueState
@@ -62,6 +72,10 @@ GENERAL_RECORDS = {RT.LEASE: general_lease, RT.ACK: general_ack}
 
 class GeneralState(QueueState):
     """The replay state with every fast path replaced by the general checks."""
+
+    def _apply_settle_run(self, batch: Sequence[Applied], number: int, latest: float
+                          ) -> tuple[int, float]:
+        return 0, latest  # no run of ACKs and LEASEs in one step: each record by _apply
 
     def _apply(self, rtype: int, rec: Record, offset: int, size: int) -> None:
         allowed = ALLOWED.get(rtype)
@@ -150,6 +164,131 @@ class FastPathAgreementTest(unittest.TestCase):
         fast, general = QueueState(), GeneralState()
         self.assertEqual(outcome(fast, batches), outcome(general, batches))
         self.assertIs(type(fast.jobs["j"].lease_until), float)
+
+
+def worker_history(rng: random.Random, rounds: int) -> list[list[Applied]]:
+    """A worker's batches: k ACKs then k LEASEs (ack_many_and_lease), one of each
+    (ack_and_lease), a lease alone; with keyed jobs, notes, now and then an ACK with
+    a result or a PROGRESS in the run, and enqueues between them. Valid throughout."""
+    log = Log()
+    pending: list[str] = []
+    held: dict[str, int] = {}
+    token = serial = 0
+    for _ in range(rounds):
+        if len(pending) < 20 or rng.random() < 0.1:
+            records = []
+            for _ in range(rng.randrange(1, 40)):
+                serial += 1
+                records.append(enq(f"{serial:016x}" if rng.random() < 0.8 else f"k{serial}",
+                                   keyed=True if rng.random() < 0.2 else None,
+                                   m={"n": serial} if rng.random() < 0.1 else None,
+                                   t=float(serial)))
+                pending.append(records[-1][1]["id"])
+            log.batch(*records)
+            continue
+        k = rng.choice((1, 1, 2, 16))
+        records = []
+        for job_id in rng.sample(sorted(held), min(k, len(held))):
+            tok = held.pop(job_id)
+            kind = rng.random()
+            if kind < 0.05:
+                records.append(ack_result(job_id, tok, [1], t=float(serial)))
+            elif kind < 0.1:
+                records.append(progress(job_id, tok, [0.5, None], t=float(serial)))
+                held[job_id] = tok
+            else:
+                records.append(ack(job_id, tok, t=float(serial + rng.random())))
+        for _ in range(min(k, len(pending))):
+            token += 1
+            job_id = pending.pop(rng.randrange(len(pending)) if rng.random() < 0.2 else 0)
+            held[job_id] = token
+            records.append(lease(job_id, token, until=float(serial + 30), t=float(serial)))
+        if records:
+            log.batch(*records)
+    return log.batches
+
+
+def fuzz_batches(cases: int = 80) -> Iterator[list[list[Applied]]]:
+    """The batches the fuzzer's queues hold (tests/harness/fuzz: real workloads'
+    logs, then damaged): each log's, read up to its first damage."""
+    with tempfile.TemporaryDirectory() as root:
+        corpus = build_corpus(os.path.join(root, "corpus"))
+        for index in range(cases):
+            files, _ = make_case(corpus, 11, index) if index else (corpus.seeds["gen0"], [])
+            directory = os.path.join(root, str(index))
+            materialise(directory, files)
+            for name in sorted(files):
+                if not (name.startswith(f"{NAME}.") and name.endswith(".log")):
+                    continue
+                batches: list[list[Applied]] = []
+                try:
+                    log = LogFile.open(FileSystem(), directory, NAME, int(name.split(".")[1]),
+                                       readonly=True)
+                except (NobrokerError, ValueError):
+                    continue
+                try:
+                    log.scan(batches.append, 0)
+                except NobrokerError:
+                    pass  # what came before the damage
+                finally:
+                    log.close()
+                if batches:
+                    yield batches
+
+
+class SettleRunTest(unittest.TestCase):
+    """A batch's run of ACKs and LEASEs in one step (settle_run.py) against _apply."""
+
+    def test_worker_batches_replay_to_the_same_state_by_either_path(self) -> None:
+        for seed in range(12):
+            batches = worker_history(random.Random(seed), 400)
+            with self.subTest(seed=seed):
+                self.assertEqual(outcome(QueueState(), batches),
+                                 outcome(GeneralState(), batches))
+
+    def test_a_broken_field_of_a_worker_batch_is_refused_alike(self) -> None:
+        checked = 0
+        rng = random.Random(7)
+        batches = worker_history(rng, 30)
+        flat = [rec for batch in batches for rec in batch]
+        for index, (rtype, _, _, _) in enumerate(flat):
+            if rtype not in (RT.LEASE, RT.ACK) or rng.random() < 0.7:
+                continue
+            for key in ("b", "id", "tok", "until", "t", "r"):
+                for value in (*rng.sample(ODD_VALUES, 2), _MISSING):
+                    variant = broken(batches, index, key, value)
+                    with self.subTest(record=index, key=key, value=value):
+                        self.assertEqual(outcome(QueueState(), variant),
+                                         outcome(GeneralState(), variant))
+                    checked += 1
+        self.assertGreater(checked, 300)
+
+    def test_a_record_the_run_cannot_take_ends_it_and_the_rest_go_one_by_one(self) -> None:
+        log = Log()
+        log.batch(enq("a"), enq("b"), enq("c"))
+        log.batch(lease("a", 1), lease("b", 2))
+        # An ACK with a result in the middle: the first ACK in the run, the rest after.
+        log.batch(ack("a", 1), ack_result("b", 2, [1]), lease("c", 3))
+        fast, general = QueueState(), GeneralState()
+        self.assertEqual(outcome(fast, log.batches), outcome(general, log.batches))
+        self.assertEqual((fast.jobs["b"].state, fast.jobs["c"].state),
+                         (JobState.DONE, JobState.LEASED))
+        # A lease of the job kept done, and an ack of one no longer leased: refused alike.
+        for bad in (lease("b", 4), ack("a", 1)):
+            batches = [*log.batches, Log(log.number).batch(ack("c", 3), bad)]
+            with self.subTest(bad=bad):
+                refused = outcome(QueueState(), batches)
+                self.assertEqual(refused[0], "refused")
+                self.assertEqual(refused, outcome(GeneralState(), batches))
+
+    def test_the_fuzzers_queues_replay_to_the_same_state_by_either_path(self) -> None:
+        replayed = 0
+        for batches in fuzz_batches():
+            with self.subTest(case=replayed):
+                self.assertEqual(outcome(QueueState(), batches),
+                                 outcome(GeneralState(), batches))
+            replayed += 1
+        self.assertGreater(replayed, 20)
 
 
 class HeldEntryTest(unittest.TestCase):

@@ -424,6 +424,35 @@ class ReadForwardTest(FileQueueTestCase):
                 self.assertEqual((stats.done, stats.leased), (5, 1))
 
 
+class LeasedPayloadsTest(FileQueueTestCase):
+    def test_jobs_leased_together_read_their_payloads_in_one_read(self) -> None:
+        fs = CountingReads()
+        with file_queue(self.dir, fs=fs, fsync=False) as q:
+            q.enqueue_many([{"n": i} for i in range(16)])
+            fs.preads = 0
+            jobs = q.lease(16)
+            self.assertEqual([job.payload for job in jobs], [{"n": i} for i in range(16)])
+            self.assertLessEqual(fs.preads, 2, "one read forward, one for the payloads")
+            q.ack_many(jobs)
+            q.enqueue_many([{"n": i} for i in range(8)])
+            q.enqueue_many([{"n": i} for i in range(8, 16)], priority=1)
+            fs.preads = 0
+            jobs = q.lease(16)  # the later enqueued first: backwards in the log
+            self.assertEqual([job.payload for job in jobs],
+                             [{"n": i} for i in [*range(8, 16), *range(8)]])
+            self.assertLessEqual(fs.preads, 2, "one read forward, one for the payloads")
+
+    def test_jobs_far_apart_in_the_log_are_read_one_by_one_with_their_payloads(self) -> None:
+        big = "x" * 100_000  # more than read_payloads reads ahead
+        with file_queue(self.dir, fsync=False) as q:
+            q.enqueue_many([{"n": 0}])
+            q.enqueue_many([big, {"n": 2}])
+            q.enqueue({"n": 3}, priority=1)  # leased first: the reads go backwards too
+            jobs = q.lease(4)
+            self.assertEqual([job.payload for job in jobs], [{"n": 3}, {"n": 0}, big, {"n": 2}])
+            self.assertEqual(q.ack_many_and_lease(jobs[:2], 2), [])
+
+
 class CountingReads(FileSystem):
     preads = 0
 

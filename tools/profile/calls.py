@@ -63,6 +63,23 @@ def _ack_and_lease(root: Path, n: int, fsync: bool) -> Loop:
     return loop
 
 
+def _ack_many_and_lease(k: int) -> Callable[[Path, int, bool], Loop]:
+    """ack_many_and_lease of k jobs and k more (a prefetching worker's call), per call."""
+    def make(root: Path, n: int, fsync: bool) -> Loop:
+        q = nobroker.Queue(str(root), fsync=fsync, auto_compact=None)
+        total = (n + 2) * k
+        for start in range(0, total, 10_000):
+            q.enqueue_many(small_payloads(start, min(10_000, total - start)))
+
+        def loop() -> None:
+            jobs = q.lease(k)
+            ack_many_and_lease = q.ack_many_and_lease
+            for _ in range(n):
+                jobs = ack_many_and_lease(jobs, k)
+        return loop
+    return make
+
+
 def _enqueue_many(root: Path, n: int, fsync: bool) -> Loop:
     q = nobroker.Queue(str(root), fsync=fsync, auto_compact=None)
     batches = [small_payloads(start, min(1000, n - start)) for start in range(0, n, 1000)]
@@ -101,6 +118,9 @@ def _read_forward_acks(root: Path, n: int, fsync: bool) -> Loop:
 OPERATIONS: dict[str, tuple[Callable[[Path, int, bool], Loop], str]] = {
     "enqueue": (_enqueue, "durable single enqueue"),
     "ack_and_lease": (_ack_and_lease, "ack one job and lease the next (one batch)"),
+    "ack_many_and_lease_1": (_ack_many_and_lease(1), "ack_many_and_lease of 1 job and 1"),
+    "ack_many_and_lease_16": (_ack_many_and_lease(16), "ack_many_and_lease of 16 jobs and "
+                              "16, per call"),
     "enqueue_many": (_enqueue_many, "enqueue_many of 1,000, per job"),
     "read_forward": (_read_forward, "another handle's records read forward, per record"),
     "read_forward_acks": (_read_forward_acks, "a peer's ack_and_lease batches read "

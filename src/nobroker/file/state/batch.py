@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
+from json.encoder import encode_basestring_ascii as quote  # as records.py's texts
 from typing import Final
 
 from ..log import framing
@@ -162,6 +163,46 @@ class Batch:
         self._items.append((RecordType.LEASE,
                             lease_text(number, job_id, token, until, t, durable), record))
         return record
+
+    def add_acks(self, ids: Sequence[str], tokens: Sequence[int], t: float) -> None:
+        """ACK records without a result (add_ack's, each), the text they share
+        formatted once: ack_many's path."""
+        if not ids:
+            return
+        self.add_ack(ids[0], tokens[0], t)  # the first may carry "d"
+        if len(ids) == 1:
+            return
+        number = self.number
+        tail = f',"t":{t!r}}}'
+        base: Record = {BATCH: number, ID: "", TOKEN: 0, TIME: t}
+        append, copy, rtype = self._items.append, base.copy, RecordType.ACK
+        for job_id, token in zip(ids[1:], tokens[1:], strict=True):
+            record = copy()
+            record[ID], record[TOKEN] = job_id, token
+            append((rtype, f'{{"b":{number:d},"id":{quote(job_id)},"tok":{token:d}{tail}',
+                    record))
+
+    def add_leases(self, ids: Sequence[str], token: int, until: float, t: float
+                   ) -> list[Record]:
+        """LEASE records (add_lease's, each) under tokens `token`, `token` + 1, ...;
+        the text they share formatted once: a lease of k jobs' path. Their records."""
+        if not ids:
+            return []
+        leased = [self.add_lease(ids[0], token, until, t)]  # the first may carry "d"
+        if len(ids) == 1:
+            return leased
+        number = self.number
+        tail = f',"until":{until!r},"t":{t!r}}}'
+        base: Record = {BATCH: number, ID: "", TOKEN: 0, UNTIL: until, TIME: t}
+        append, copy, rtype = self._items.append, base.copy, RecordType.LEASE
+        for job_id in ids[1:]:
+            token += 1
+            record = copy()
+            record[ID], record[TOKEN] = job_id, token
+            append((rtype, f'{{"b":{number:d},"id":{quote(job_id)},"tok":{token:d}{tail}',
+                    record))
+            leased.append(record)
+        return leased
 
     def add_enqueues(self, ids: Sequence[str], priority: int, at: float, t: float,
                      max_attempts: int, payload_texts: Sequence[str]) -> None:

@@ -179,16 +179,11 @@ def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
         return []
     if limits:
         declare_windows(state.limited.windows, batch, limits)
-    token = state.next_token
-    leased: list[Record] = []
-    until = now + visibility_timeout
     ready = state.ready(now, count, limits)
     if batch.released and not limits and not state.limited:
         ready = with_released(state, batch, now, count, ready)
-    for entry in ready:
-        leased.append(batch.add_lease(entry.id, token, until, now))
-        token += 1
-    return leased
+    return batch.add_leases([entry.id for entry in ready], state.next_token,
+                            now + visibility_timeout, now)
 
 
 def check_lease(state: QueueState, job_id: str, token: int | None) -> Entry:

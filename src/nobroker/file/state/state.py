@@ -57,6 +57,7 @@ from .listing import entries
 from .notes import Notes
 from .other_records import adopt_limited, apply_enqueue_run, apply_other
 from .relocation import relocate
+from .settle_run import SETTLES, apply_settle_run
 from .transitions import ALLOWED, FENCED, JOB_RECORDS, TRANSITIONS, expect_state
 from .vocabulary import (
     CANCELLED,
@@ -191,6 +192,9 @@ class QueueState:
                     if RATE_KEY in rec or CONCURRENCY_KEY in rec:
                         adopt_limited(self, rec[ID], rec, offset)
                 batch = batch[run:]
+        elif batch[0][0] in SETTLES:  # a worker's acks and leases (settle_run.py)
+            run, latest = self._apply_settle_run(batch, number, latest)
+            batch = batch[run:]
         for rtype, rec, offset, size in batch:
             if rec.get(BATCH) != number:
                 raise ReplayError(offset, f"record of batch {rec.get('b')!r} inside batch {number}")
@@ -252,6 +256,8 @@ class QueueState:
 
     # The records that name no job the table holds (other_records.py), as a method.
     _apply_other = apply_other
+    # A leading run of ACK and LEASE records in one step (tests replace it by the general path).
+    _apply_settle_run = apply_settle_run
 
     # -- bookkeeping (the record functions' too) --------------------------
 
