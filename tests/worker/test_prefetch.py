@@ -128,12 +128,52 @@ class PrefetchTest(WorkerTestCase):
             back = q.get(job.id)
             self.assertEqual((back.state, back.attempts), (JobState.PENDING, 0))
 
+    def test_ack_delay_lets_more_acks_share_a_write(self) -> None:
+        # One slot, 2 ms jobs: without a delay the acker writes every job or two; with
+        # one it writes when the inbox runs dry (the write leases the next K), the
+        # delay ends, or a batch holds concurrency + K jobs.
+        q = self.queue()
+        q.enqueue_many([{"i": i} for i in range(40)])
+        sizes, _ = self.counting_acks(q)
+        seen: list[int] = []
+
+        def handler(job: Job) -> None:
+            time.sleep(0.002)
+            seen.append(job.payload["i"])
+
+        stats = Worker(q, handler, prefetch=16, ack_delay=0.5, idle_timeout=0.3,
+                       handle_signals=False).run()
+        self.assertEqual(sorted(seen), list(range(40)))
+        self.assertEqual((stats.succeeded, stats.lost), (40, 0))
+        self.assertEqual(sum(sizes), 40)
+        self.assertLessEqual(len(sizes), 6, sizes)
+        self.assertEqual(q.stats().pending + q.stats().leased, 0)
+
+    def test_a_stop_ends_the_ack_delay(self) -> None:
+        q = self.queue()
+        q.enqueue_many([{"i": i} for i in range(20)])
+        sizes, _ = self.counting_acks(q)
+        worker = Worker(q, lambda job: None, prefetch=16, ack_delay=3.0, max_jobs=20,
+                        handle_signals=False)
+        began = time.monotonic()
+        stats = worker.run()
+        # The last batch waited for the stop (max_jobs), not for 3 s.
+        self.assertLess(time.monotonic() - began, 2.5)
+        self.assertEqual((stats.succeeded, sum(sizes)), (20, 20))
+
     def test_prefetch_is_checked(self) -> None:
         q = self.queue()
         with self.assertRaises(ValueError):
             Worker(q, print, prefetch=-1)
         self.assertIn("prefetch=2", repr(Worker(q, print, prefetch=2)))
         self.assertNotIn("prefetch=", repr(Worker(q, print)))
+        with self.assertRaisesRegex(ValueError, "needs prefetch"):
+            Worker(q, print, ack_delay=0.01)
+        with self.assertRaisesRegex(ValueError, "a tenth of the visibility timeout"):
+            Worker(q, print, prefetch=2, ack_delay=1.0, visibility_timeout=5.0)
+        with self.assertRaises(ValueError):
+            Worker(q, print, prefetch=2, ack_delay=-1)
+        self.assertIn("ack_delay=0.01", repr(Worker(q, print, prefetch=2, ack_delay=0.01)))
 
 
 class MemoryPrefetchTest(PrefetchTest):

@@ -280,7 +280,9 @@ class HeartbeatTest(WorkerTestCase):
 
         worker = Worker(q, lambda job: None, max_jobs=200, handle_signals=False)
         lock = threading.RLock()
-        worker._cond, worker._arrivals = CountingCondition(lock), threading.Condition(lock)
+        worker._cond = CountingCondition(lock)
+        worker._arrivals, worker._beats, worker._acking = (
+            threading.Condition(lock), threading.Condition(lock), threading.Condition(lock))
         self.assertEqual(worker.run().succeeded, 200)
         # One wake per lease taken by the dispatcher and for the stop, not one per job
         # (each cost the dispatcher's and the heartbeat's threads a switch).

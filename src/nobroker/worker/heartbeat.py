@@ -35,7 +35,7 @@ class Heartbeats(Shared):
                         # without a wake-up), so look again well before a new
                         # flight's first renewal.
                         wake = now + self.heartbeat_interval / 2
-                    self._cond.wait(wake - now)
+                    self._beats.wait(wake - now)
             for flight in due:
                 self._beat(flight)
 
