@@ -264,6 +264,28 @@ class PrefetchProcessTest(WorkerTestCase):
             self.assertEqual(back[job.id].attempts, 2)
             self.assertFalse((self.tmp / f"started-{job.id}").exists())
 
+    def test_kill_9_while_an_ack_waits_out_its_delay_leaves_that_job_leased(self) -> None:
+        # Job 0 returns at once, job 1 runs long: job 0's ack waits out ack_delay (2 s)
+        # for company while jobs 2 and 3 wait in the inbox. Killed meanwhile, job 0
+        # was never acked: it stays leased, to be delivered again (at-least-once).
+        q = self.queue()
+        first, second, *rest = q.enqueue_many([{"i": i} for i in range(4)])
+        script = self.tmp / "delay_script.py"
+        script.write_text(textwrap.dedent(WORKER_SCRIPT.format(src=str(SRC))).replace(
+            "time.sleep(seconds)", "time.sleep(seconds if job.payload['i'] else 0)").replace(
+            "prefetch=3,", "prefetch=3, ack_delay=2.0,"))
+        with open(self.tmp / "worker.log", "w") as stderr:
+            proc = subprocess.Popen([sys.executable, str(script), str(self.tmp), "60", "30"],
+                                    stdout=subprocess.PIPE, stderr=stderr, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.started(second)
+        proc.kill()
+        proc.communicate(timeout=10)
+        self.assertTrue((self.tmp / f"started-{first.id}").exists())
+        held = q.get(first.id)  # it returned, but its ack was still waiting
+        self.assertEqual((held.state, held.attempts), (JobState.LEASED, 1))
+        self.assertEqual(q.stats().leased, 4)
+
 
 if __name__ == "__main__":
     unittest.main()
