@@ -269,7 +269,7 @@ class PrefetchProcessTest(WorkerTestCase):
         # for company while jobs 2 and 3 wait in the inbox. Killed meanwhile, job 0
         # was never acked: it stays leased, to be delivered again (at-least-once).
         q = self.queue()
-        first, second, *rest = q.enqueue_many([{"i": i} for i in range(4)])
+        first, second, *_ = q.enqueue_many([{"i": i} for i in range(4)])
         script = self.tmp / "delay_script.py"
         script.write_text(textwrap.dedent(WORKER_SCRIPT.format(src=str(SRC))).replace(
             "time.sleep(seconds)", "time.sleep(seconds if job.payload['i'] else 0)").replace(
