@@ -22,6 +22,7 @@ times: shares only).
 
     python -m tools.profile.worker --kind noop --processes 2
     python -m tools.profile.worker --kind cpu --processes 1 --jobs 2000 --prefetch 8
+    python -m tools.profile.worker --kind io --threads 16 --prefetch 16
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any
 from tools.bench.common import REPO
 
 CPU_SECONDS = 0.0021  # bench-realistic's W-cpu job
+IO_SECONDS = 0.005  # its W-io job
 PHASES = ("ack+lease", "lease", "ack", "ack_many", "ack_many+lease", "replay", "lock",
           "fsync")
 INNER = ("replay", "lock", "fsync")  # phases inside the Queue calls
@@ -145,7 +147,9 @@ def child(args: argparse.Namespace) -> None:
     def handler(job: Any) -> None:
         if not first_job:
             first_job.append(time.process_time())
-        if args.kind == "cpu":
+        if args.kind == "io":
+            time.sleep(IO_SECONDS)
+        elif args.kind == "cpu":
             t = time.thread_time()
             burn(CPU_SECONDS)
             job_cpu[0] += time.thread_time() - t
@@ -218,7 +222,7 @@ def _scratch() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="profile-worker", description=__doc__.split("\n\n")[0])
-    p.add_argument("--kind", choices=("noop", "cpu"), default="noop")
+    p.add_argument("--kind", choices=("noop", "cpu", "io"), default="noop")
     p.add_argument("--processes", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--jobs", type=int, default=3000)
