@@ -163,7 +163,7 @@ def child(args: argparse.Namespace) -> None:
     queue = nobroker.Queue(args.child)
     worker = nobroker.Worker(queue, handler, concurrency=args.threads, idle_timeout=0.3,
                              handle_signals=False, prefetch=args.prefetch,
-                             ack_delay=args.ack_delay)
+                             **({"ack_delay": args.ack_delay} if args.ack_delay else {}))
     began = time.process_time()
     wall = time.perf_counter()
     dispatcher = time.thread_time()
