@@ -184,8 +184,10 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  self.visibility_timeout)
         try:
             self._dispatch()
-            if not self._forced and (self.prefetch or not self._live_slots):
-                self._give_back()  # the prefetched jobs, or those no slot is left to run
+            with self._cond:  # the prefetched jobs, or those no slot is left to run
+                give_back = not self._forced and (self.prefetch or not self._live_slots)
+            if give_back:
+                self._give_back()
             self._drain()
         finally:
             self._shut_down(heartbeat, slots)

@@ -130,6 +130,7 @@ class Shared:
         if deadline and self._stop_at is None:
             self._stop_at = self._clock()
         self._cond.notify_all()
+        self._acking.notify_all()  # an acker waiting out ack_delay writes now
 
     def _fail(self, exc: NobrokerError) -> None:
         with self._cond:

@@ -80,7 +80,10 @@ class Slots(Prefetching):
                     flight = self._work_on(current, child, found)
                 except BaseException:  # a bug, or a backend raising what it should not
                     self._drop(current)
-                    self._hand_back(found + self._orphans())  # back at once, untried
+                    try:  # what no slot will start now goes back at once, untried
+                        self._hand_back(found + self._orphans())
+                    except Exception:  # the first failure stops the worker; these come
+                        log.exception("could not give jobs back")  # back after their leases
                     raise  # the worker stops (dispatcher._guarded)
 
     def _orphans(self) -> list[Flight]:
