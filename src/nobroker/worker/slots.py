@@ -72,7 +72,8 @@ class Slots(Prefetching):
                 flight: Flight | None = self._inbox.popleft()
                 if self.prefetch and not self._inbox:
                     self._cond.notify_all()  # the dispatcher: time to prefetch again
-                    self._acking.notify()  # a gathering acker: write now, it leases
+                    if self.ack_delay:
+                        self._acking.notify()  # a gathering acker: write now, it leases
             while flight is not None:
                 current = flight
                 found: list[Flight] = []  # the next job, if the ack leased one
