@@ -281,14 +281,15 @@ class ModuleCliTest(CliCase):
         for n in range(6):
             self.enqueue({"n": n})
         result = self.nb("work", "tasks:handle", "--prefetch", "4", "--concurrency", "2",
-                         "--max-jobs", "6")
+                         "--max-jobs", "6", "--ack-delay", "0.01")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("concurrency 2, prefetch 4,", result.stderr)
+        self.assertIn("concurrency 2, prefetch 4, ack delay 0.01s,", result.stderr)
         lines = (self.home / "done.txt").read_text().splitlines()
         self.assertEqual(sorted(json.loads(line)["n"] for line in lines), list(range(6)))
         self.assertEqual((self.counts()["done"], self.counts()["total"]), (6, 0))
         self.assertIn("6 succeeded", result.stderr)
         self.fails(2, "work", "tasks:handle", "--prefetch", "-1", mentions="--prefetch")
+        self.fails(2, "work", "tasks:handle", "--ack-delay", "0.01", mentions="prefetch")
 
     def test_a_failing_job_goes_to_the_dlq_and_can_be_requeued(self) -> None:
         self.handler_module("""\

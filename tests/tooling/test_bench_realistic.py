@@ -68,9 +68,11 @@ class RecordsTest(TempDirTestCase):
         self.assertEqual(parse_variant("base"), ({}, {}))
         self.assertEqual(parse_variant("checkpoints=0+prefetch=4"),
                          ({"checkpoints": False}, {"prefetch": 4}))
-        self.assertEqual(parse_variant("batch_acks=1"), ({}, {"batch_acks": 1}))
+        self.assertEqual(parse_variant("prefetch=16+ack_delay=0.02"),
+                         ({}, {"prefetch": 16, "ack_delay": 0.02}))
         self.assertEqual(parse_variant("checkpoints=off"), ({"checkpoints": False}, {}))
-        for bad in ("fs", "no_such_option", "prefetch=many", "share_fsyncs"):
+        for bad in ("fs", "no_such_option", "prefetch=many", "share_fsyncs", "batch_acks=1",
+                    "acker_leases=0"):
             with self.subTest(spec=bad), self.assertRaises(ValueError):
                 parse_variant(bad)
 
@@ -147,10 +149,10 @@ class NobrokerDrainTest(unittest.TestCase):
     def test_variants_drain_side_by_side(self) -> None:
         done = run_python("-c", BLOCK_PEERS + "import sys; from tools.bench.realistic.run "
                           "import main; sys.exit(main(['--no-venv', '--only', 'nobroker,noop', "
-                          "'--jobs', '40', '--variants', 'base,batch_acks=1+prefetch=2', "
+                          "'--jobs', '40', '--variants', 'base,prefetch=2+ack_delay=0.01', "
                           "'--dir', sys.argv[1]]))", str(REPO / ".bench"), timeout=300)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        self.assertRegex(done.stdout, r"nobroker\[base\] +nobroker\[batch_acks=1\+prefetch=2\]")
+        self.assertRegex(done.stdout, r"nobroker\[base\] +nobroker\[prefetch=2\+ack_delay=0.01\]")
         self.assertRegex(done.stdout, r"lost / duplicated jobs, all drains +0 / 0 +0 / 0")
 
 

@@ -128,12 +128,52 @@ class PrefetchTest(WorkerTestCase):
             back = q.get(job.id)
             self.assertEqual((back.state, back.attempts), (JobState.PENDING, 0))
 
+    def test_ack_delay_lets_more_acks_share_a_write(self) -> None:
+        # One slot, 2 ms jobs: without a delay the acker writes every job or two; with
+        # one it writes when the inbox runs dry (the write leases the next K), the
+        # delay ends, or a batch holds concurrency + K jobs.
+        q = self.queue()
+        q.enqueue_many([{"i": i} for i in range(40)])
+        sizes, _ = self.counting_acks(q)
+        seen: list[int] = []
+
+        def handler(job: Job) -> None:
+            time.sleep(0.002)
+            seen.append(job.payload["i"])
+
+        stats = Worker(q, handler, prefetch=16, ack_delay=0.5, idle_timeout=0.3,
+                       handle_signals=False).run()
+        self.assertEqual(sorted(seen), list(range(40)))
+        self.assertEqual((stats.succeeded, stats.lost), (40, 0))
+        self.assertEqual(sum(sizes), 40)
+        self.assertLessEqual(len(sizes), 6, sizes)
+        self.assertEqual(q.stats().pending + q.stats().leased, 0)
+
+    def test_a_stop_ends_the_ack_delay(self) -> None:
+        q = self.queue()
+        q.enqueue_many([{"i": i} for i in range(20)])
+        sizes, _ = self.counting_acks(q)
+        worker = Worker(q, lambda job: None, prefetch=16, ack_delay=3.0, max_jobs=20,
+                        handle_signals=False)
+        began = time.monotonic()
+        stats = worker.run()
+        # The last batch waited for the stop (max_jobs), not for 3 s.
+        self.assertLess(time.monotonic() - began, 2.5)
+        self.assertEqual((stats.succeeded, sum(sizes)), (20, 20))
+
     def test_prefetch_is_checked(self) -> None:
         q = self.queue()
         with self.assertRaises(ValueError):
             Worker(q, print, prefetch=-1)
         self.assertIn("prefetch=2", repr(Worker(q, print, prefetch=2)))
         self.assertNotIn("prefetch=", repr(Worker(q, print)))
+        with self.assertRaisesRegex(ValueError, "needs prefetch"):
+            Worker(q, print, ack_delay=0.01)
+        with self.assertRaisesRegex(ValueError, "a tenth of the visibility timeout"):
+            Worker(q, print, prefetch=2, ack_delay=1.0, visibility_timeout=5.0)
+        with self.assertRaises(ValueError):
+            Worker(q, print, prefetch=2, ack_delay=-1)
+        self.assertIn("ack_delay=0.01", repr(Worker(q, print, prefetch=2, ack_delay=0.01)))
 
 
 class MemoryPrefetchTest(PrefetchTest):
@@ -223,6 +263,28 @@ class PrefetchProcessTest(WorkerTestCase):
         for job in rest:  # never started, but leased: the expiry counts the attempt
             self.assertEqual(back[job.id].attempts, 2)
             self.assertFalse((self.tmp / f"started-{job.id}").exists())
+
+    def test_kill_9_while_an_ack_waits_out_its_delay_leaves_that_job_leased(self) -> None:
+        # Job 0 returns at once, job 1 runs long: job 0's ack waits out ack_delay (2 s)
+        # for company while jobs 2 and 3 wait in the inbox. Killed meanwhile, job 0
+        # was never acked: it stays leased, to be delivered again (at-least-once).
+        q = self.queue()
+        first, second, *_ = q.enqueue_many([{"i": i} for i in range(4)])
+        script = self.tmp / "delay_script.py"
+        script.write_text(textwrap.dedent(WORKER_SCRIPT.format(src=str(SRC))).replace(
+            "time.sleep(seconds)", "time.sleep(seconds if job.payload['i'] else 0)").replace(
+            "prefetch=3,", "prefetch=3, ack_delay=2.0,"))
+        with open(self.tmp / "worker.log", "w") as stderr:
+            proc = subprocess.Popen([sys.executable, str(script), str(self.tmp), "60", "30"],
+                                    stdout=subprocess.PIPE, stderr=stderr, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.started(second)
+        proc.kill()
+        proc.communicate(timeout=10)
+        self.assertTrue((self.tmp / f"started-{first.id}").exists())
+        held = q.get(first.id)  # it returned, but its ack was still waiting
+        self.assertEqual((held.state, held.attempts), (JobState.LEASED, 1))
+        self.assertEqual(q.stats().leased, 4)
 
 
 if __name__ == "__main__":

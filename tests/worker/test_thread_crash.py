@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import unittest
 from typing import Any
 
@@ -143,11 +144,36 @@ class ThreadCrashTest(TempDirTestCase):
         self.assertTrue(held, "the job the failed thread held is still leased")
         self.assertEqual(lease_again(queue, held), dict.fromkeys(held, 2))
 
+# A tasks module whose job log raises on its first record (a logging filter's bug):
+# after the slot's ack already leased its next job, with the leases long.
+LOG_TASKS = """\
+import logging
+import os
+from nobroker import Queue
+
+class Broken(logging.Filter):
+    def filter(self, record):
+        raise RuntimeError("planted: the job log broke")
+
+jobs = logging.getLogger("nobroker.jobs")
+jobs.setLevel(logging.INFO)
+jobs.addHandler(logging.NullHandler())
+jobs.addFilter(Broken())
+
+queue = Queue(os.environ["CRASH_QUEUE"], visibility_timeout=60.0)
+
+@queue.task
+def double(n):
+    return 2 * n
+"""
+
 
 @unittest.skipIf(sys.platform == "win32", "POSIX processes")
 class WorkCommandCrashTest(TempDirTestCase):
-    def test_nobroker_work_exits_1_and_the_job_comes_back_after_its_lease(self) -> None:
-        (self.tmp / "crashtasks.py").write_text(TASKS)
+    def run_work(self, tasks: str, *options: str) -> tuple[Queue, list[str], Any]:
+        """`nobroker work crashtasks OPTIONS` over four queued jobs, `tasks` its module:
+        the queue, the jobs' ids and the finished process."""
+        (self.tmp / "crashtasks.py").write_text(tasks)
         location = str(self.tmp / "q")
         queue = Queue(location)
         self.addCleanup(queue.close)
@@ -157,10 +183,36 @@ class WorkCommandCrashTest(TempDirTestCase):
                    PYTHONPATH=os.pathsep.join([str(SRC), str(self.tmp)]))
         try:
             done = subprocess.run([sys.executable, "-m", "nobroker", "work", "crashtasks",
-                                   "--concurrency", "2"], cwd=self.tmp, env=env,
+                                   *options], cwd=self.tmp, env=env,
                                   capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
             self.fail("`nobroker work` hung after a slot thread failed")
+        return queue, ids, done
+
+    def test_a_job_leased_with_the_failed_slots_ack_goes_back_at_once(self) -> None:
+        # The slot acks its job and leases the next in one write, then raises: no
+        # slot will start that next job, so it goes back untried at once, not after
+        # the shutdown timeout (25 s) and then its lease (60 s).
+        began = time.monotonic()
+        queue, ids, done = self.run_work(LOG_TASKS, "--concurrency", "1")
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("RuntimeError: planted: the job log broke", done.stderr)
+        self.assertLess(time.monotonic() - began, 20.0, "waited out the shutdown timeout")
+        self.assertEqual(still_leased(queue, ids), [])
+        second = queue.get(ids[1])
+        self.assertIs(second.state, JobState.PENDING)
+        self.assertEqual(second.attempts, 0)
+
+    def test_prefetched_jobs_go_back_at_once_when_the_acker_fails(self) -> None:
+        began = time.monotonic()
+        queue, ids, done = self.run_work(LOG_TASKS, "--concurrency", "1", "--prefetch", "2")
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("RuntimeError: planted: the job log broke", done.stderr)
+        self.assertLess(time.monotonic() - began, 20.0, "waited out the shutdown timeout")
+        self.assertEqual(still_leased(queue, ids), [])
+
+    def test_nobroker_work_exits_1_and_the_job_comes_back_after_its_lease(self) -> None:
+        queue, ids, done = self.run_work(TASKS, "--concurrency", "2")
         self.assertEqual(done.returncode, 1, done.stderr)
         self.assertIn("Traceback", done.stderr)
         self.assertIn("RuntimeError: planted: the backend broke on ack 2", done.stderr)

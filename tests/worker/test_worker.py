@@ -268,7 +268,10 @@ class HeartbeatTest(WorkerTestCase):
         self.assertEqual((delivered, lapsed), ([1, 1, 1], []))
         self.assertEqual((stats.succeeded, stats.lost), (3, 0))
 
-    def test_a_slot_chaining_jobs_wakes_no_other_thread_per_job(self) -> None:
+    def count_wakes(self, **options: Any) -> int:
+        """notify_all calls on the condition the dispatcher and the drain wait on, while
+        a Worker(**options) runs 200 no-op jobs (the heartbeat and the acker wait on
+        their own)."""
         q = self.queue()
         q.enqueue_many([{"n": n} for n in range(200)])
         notified = itertools.count()
@@ -278,13 +281,25 @@ class HeartbeatTest(WorkerTestCase):
                 next(notified)
                 super().notify_all()
 
-        worker = Worker(q, lambda job: None, max_jobs=200, handle_signals=False)
+        worker = Worker(q, lambda job: None, max_jobs=200, handle_signals=False, **options)
         lock = threading.RLock()
-        worker._cond, worker._arrivals = CountingCondition(lock), threading.Condition(lock)
+        worker._cond = CountingCondition(lock)
+        worker._arrivals, worker._beats, worker._acking = (
+            threading.Condition(lock), threading.Condition(lock), threading.Condition(lock))
         self.assertEqual(worker.run().succeeded, 200)
+        return next(notified)
+
+    def test_a_slot_chaining_jobs_wakes_no_other_thread_per_job(self) -> None:
         # One wake per lease taken by the dispatcher and for the stop, not one per job
         # (each cost the dispatcher's and the heartbeat's threads a switch).
-        self.assertLess(next(notified), 20)
+        self.assertLess(self.count_wakes(), 20)
+
+    def test_the_prefetch_acker_wakes_the_dispatcher_only_when_it_would_lease(self) -> None:
+        # A batch whose acks leave no room for K more (or whose write leased them)
+        # gives the dispatcher nothing to do: beside a slot burning CPU, each such
+        # wake-up cost a GIL hand-off. Waking it after every batch made about one
+        # wake per batch, and a slot handing a job to an idle acker woke it too.
+        self.assertLess(self.count_wakes(prefetch=16), 50)
 
     def test_a_heartbeat_that_finds_its_lease_fenced_gives_the_job_up(self) -> None:
         q = self.queue(visibility_timeout=0.3)

@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--prefetch", type=non_negative_int_arg, metavar="K",
                      help="keep K jobs leased beyond the running ones, and ack finished "
                      "jobs in batches with the next leases (default: the Worker's, 0)")
+    sub.add_argument("--ack-delay", type=seconds_arg, metavar="S",
+                     help="with --prefetch: let a finished job's ack wait up to S seconds "
+                     "for others to share its write and fsync (default: 0)")
     sub.add_argument("--max-jobs", type=positive_int_arg, metavar="N",
                      help="stop after N jobs")
     sub.add_argument("--idle-timeout", type=seconds_arg, metavar="S",

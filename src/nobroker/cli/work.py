@@ -34,6 +34,8 @@ def cmd_work(args: argparse.Namespace) -> int:
         visibility_timeout=args.visibility_timeout, timeout=args.timeout, pool=args.pool)
     if args.prefetch is not None:  # else the Worker's default
         options["prefetch"] = args.prefetch
+    if args.ack_delay is not None:
+        options["ack_delay"] = args.ack_delay
     if args.queues is not None:
         return _exit_code(_work_queues(args, options))
     if args.weights is not None:

@@ -28,6 +28,7 @@ from .joblog import log_job
 from .leasing import TICK
 from .picking import QueuePicker
 from .pool import EventLoop
+from .prefetch import checked_ack_delay
 from .shared import Flight, Handler, WorkerStats, log
 from .signals import SignalHandling, restore_signal_handlers
 from .slots import Slots, spec_of
@@ -48,7 +49,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
     `queue_concurrency` ({name: N}) caps a queue's jobs in flight. See leasing.py.
     `prefetch` (K > 0) keeps K jobs leased beyond the running ones and acks
     finished jobs in batches (prefetch.py); 0, the default, acks and leases
-    per job.
+    per job. `ack_delay` (seconds, with prefetch) lets a finished job's ack wait
+    that long for others to share its write and fsync.
     """
 
     def __init__(self, queue: Queue | Sequence[Queue | str], handler: Handler | None = None,
@@ -59,7 +61,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  idle_timeout: float | None = None, handle_signals: bool = True,
                  shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                  visibility_timeout: float | None = None, timeout: float | None = None,
-                 pool: str = "thread", prefetch: int = 0,
+                 pool: str = "thread", prefetch: int = 0, ack_delay: float = 0.0,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] | None = None) -> None:
         if handler is not None and not callable(handler):
@@ -87,8 +89,6 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._children: list[ChildProcess] = []
         self.concurrency = validation.integer("concurrency", concurrency, 1)
         self.prefetch = validation.integer("prefetch", prefetch, 0)
-        self._batching = self.prefetch > 0  # slots hand succeeded jobs to the acker
-        self._acker_leases = True  # ... which leases the next jobs in its ack's write
         self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
         self.idle_timeout = None if idle_timeout is None else validation.seconds(
@@ -104,14 +104,19 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._clock = clock
         self._sleep = sleep
         self.heartbeat_interval = self.visibility_timeout / 3
+        self.ack_delay = checked_ack_delay(ack_delay, self.prefetch, self.visibility_timeout)
         self.handle_signals = bool(handle_signals)
         # Everything below is shared between threads and guarded by _cond. Its lock is
         # re-entrant because the signal handler takes it on the main thread, which
-        # may already hold it. Idle slots wait on _arrivals (same lock), so that
-        # handing them a job wakes them only, not every thread that waits.
+        # may already hold it. Idle slots wait on _arrivals, the heartbeat thread on
+        # _beats and the acker on _acking (same lock), so that handing one of them
+        # work wakes it only, not every thread that waits: beside a slot burning CPU,
+        # each needless wake-up cost a GIL hand-off.
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
         self._arrivals = threading.Condition(lock)
+        self._beats = threading.Condition(lock)
+        self._acking = threading.Condition(lock)
         self._flights: set[Flight] = set()
         self._leasing = [0] * len(self.queues)
         self._waits: QueueWaits | None = None
@@ -120,6 +125,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._to_ack: list[Flight] = []  # succeeded, for the acker (prefetch only)
         self._acker_idle = False
         self._sending = 0  # jobs being leased, by the dispatcher or the acker
+        self._live_slots = self.concurrency  # slot threads that have not raised
         self._reserved = 0  # leases taken (or being taken), for max_jobs
         self._counts = dict.fromkeys(("succeeded", "retried", "dead_lettered", "snoozed",
                                       "lost", "abandoned", "heartbeats", "timed_out",
@@ -157,7 +163,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
                               for n in range(self.concurrency)]
         slots = [self._guarded(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
                  for n in range(self.concurrency)]
-        if self._batching:
+        if self.prefetch:
             slots.append(self._guarded(self._ack_loop, "nobroker-acker"))
         for queue, registry in zip(self.queues, self._registries, strict=True):
             periodic = registry.periodic() if registry is not None else []
@@ -170,13 +176,17 @@ class Worker(Slots, Heartbeats, SignalHandling):
         if len(self.queues) > 1 and self._picker.weights is not None:
             self._acks = ThreadPoolExecutor(self.concurrency, "nobroker-ack")
         names = ", ".join(repr(q.name) for q in self.queues)
-        log.info("worker started on queue%s %s in %s: concurrency %d%s, visibility timeout %gs",
+        log.info("worker started on queue%s %s in %s: concurrency %d%s%s, visibility timeout "
+                 "%gs",
                  "s" if len(self.queues) > 1 else "", names, self.queue.directory,
                  self.concurrency, f", prefetch {self.prefetch}" if self.prefetch else "",
+                 f", ack delay {self.ack_delay:g}s" if self.ack_delay else "",
                  self.visibility_timeout)
         try:
             self._dispatch()
-            if self._batching and not self._forced:
+            with self._cond:  # the prefetched jobs, or those no slot is left to run
+                give_back = not self._forced and (self.prefetch or not self._live_slots)
+            if give_back:
                 self._give_back()
             self._drain()
         finally:
@@ -280,6 +290,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
             forced = self._forced
             self._cond.notify_all()
             self._arrivals.notify_all()
+            self._beats.notify_all()
+            self._acking.notify_all()
         why = "exiting at once" if forced else \
             f"still running {self.shutdown_timeout:g}s after the stop request"
         now = self._clock()
@@ -345,6 +357,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
                 else getattr(self.handler, "__qualname__", self.handler))
         where = self.queue if len(self.queues) == 1 else self.queues
         prefetch = f", prefetch={self.prefetch}" if self.prefetch else ""
+        if self.ack_delay:
+            prefetch += f", ack_delay={self.ack_delay:g}"
         return (f"Worker({where!r}, {what}, concurrency={self.concurrency}, "
                 f"pool={self.pool!r}{prefetch})")
 

@@ -30,12 +30,12 @@ class Heartbeats(Shared):
                         break
                     wake = min((f.renew_at for f in live), default=None)
                     if wake is None:
-                        # No flight to renew. A new one comes without waking us (the
-                        # dispatcher wakes only the slots, Slots._work_on chains
-                        # without a wake-up), so look again well before a new
-                        # flight's first renewal.
+                        # No flight to renew. A new one comes without waking us (we
+                        # wait on _beats, which only the shutdown pokes; a new flight
+                        # renews after every older one), so look again well before a
+                        # new flight's first renewal.
                         wake = now + self.heartbeat_interval / 2
-                    self._cond.wait(wake - now)
+                    self._beats.wait(wake - now)
             for flight in due:
                 self._beat(flight)
 

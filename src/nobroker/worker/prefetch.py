@@ -22,6 +22,16 @@ write (`Queue.ack_and_lease`): a write and an fsync per job. With it:
 What is not coalesced settles as before, in its slot: a task's result (an
 ack with a result is a write of its own), a failure, a snooze.
 
+`ack_delay` (seconds; 0, the default: none): the acker, handed a job, waits
+up to that long for more before it writes, while the slots have jobs waiting
+(once the inbox runs dry it writes at once: that write leases the next
+jobs). Beside one slot that finishes a 2 ms job at a time, the acker
+otherwise writes every two or three jobs, and each write is an fsync and a
+few GIL hand-offs with the busy slot; 20 ms made the batches about three
+times larger and cut the queue's CPU per job by about a fifth (fsync CPU by
+half). What it costs: a finished job's ack, and its result, land up to that
+much later, and a crash meanwhile runs it again (at-least-once, as before).
+
 Rules: the acker holds no job's lease beyond its ack; a batch whose ack_many
 finds one lease gone (NotLeasedError writes nothing, leases nothing) is
 acked job by job, so the others still count as succeeded; the acker and
@@ -33,11 +43,24 @@ back with the rest.
 
 from __future__ import annotations
 
+from .. import validation
 from ..errors import NobrokerError, NotLeasedError
 from ..models import Job
 from .joblog import log_job
 from .leasing import Leasing
 from .shared import PASSING, Flight, log
+
+
+def checked_ack_delay(ack_delay: float, prefetch: int, visibility_timeout: float) -> float:
+    """Worker(ack_delay=...): seconds, with prefetch, well inside the visibility timeout
+    (no heartbeat renews a lease while its ack waits); ValueError if not."""
+    seconds = validation.seconds("ack_delay", ack_delay)
+    if seconds and not prefetch:
+        raise ValueError("ack_delay batches the acks of prefetch=K; it needs prefetch > 0")
+    if seconds > visibility_timeout / 10:
+        raise ValueError(f"ack_delay must be at most a tenth of the visibility timeout "
+                         f"({visibility_timeout:g} s), not {seconds:g}")
+    return seconds
 
 
 class Prefetching(Leasing):
@@ -46,12 +69,13 @@ class Prefetching(Leasing):
     _to_ack: list[Flight]  # succeeded, waiting for the acker (_cond)
     _acker_idle: bool  # the acker waits for work (_cond)
     _sending: int  # jobs being leased by the dispatcher or the acker (_cond)
+    ack_delay: float  # how long a finished job may wait for others to share its write
 
     def _defer_ack(self, flight: Flight) -> None:
         """A slot's job succeeded: the acker acks it with the others (under _cond)."""
         self._to_ack.append(flight)
         if self._acker_idle:
-            self._cond.notify_all()
+            self._acking.notify()
 
     def _ack_loop(self) -> None:
         """The acker thread: ack what the slots hand over, a batch per write, until
@@ -60,8 +84,10 @@ class Prefetching(Leasing):
             with self._cond:
                 while not self._to_ack and not self._closing:
                     self._acker_idle = True
-                    self._cond.wait()
+                    self._acking.wait()
                 self._acker_idle = False
+                if self.ack_delay:
+                    self._gather()
                 batch, self._to_ack = self._to_ack, []
                 if not batch:
                     return
@@ -92,19 +118,40 @@ class Prefetching(Leasing):
                         self._flights.discard(flight)
                     self._last_busy = now
                     stopping = self._stop_reason is not None
-                    self._cond.notify_all()
+                    self._wake_dispatcher()
                 for flight, counter in zip(flights, counters, strict=True):
                     log_job(self.queues[index], flight.job, flight.task, counter,
                             now - flight.began)
                 if leased and stopping:  # a stop came while leasing: these go back too
                     self._give_back()
 
+    def _gather(self) -> None:
+        """`ack_delay`: let more finished jobs join the batch, for at most that long,
+        while the slots have work waiting (under _cond)."""
+        deadline = self._clock() + self.ack_delay
+        while (self._inbox and not self._closing and self._stop_reason is None
+               and len(self._to_ack) < self.concurrency + self.prefetch):
+            left = deadline - self._clock()
+            if left <= 0:
+                return
+            self._acking.wait(left)
+
+    def _wake_dispatcher(self) -> None:
+        """After a batch: wake the dispatcher (and the drain) unless all it would do is
+        wait again, because the slots still have work and there is no room for K
+        more; beside a slot burning CPU, each such wake-up cost a GIL hand-off (the
+        dispatcher looks again every TICK anyway; under _cond)."""
+        free = self.concurrency + self.prefetch - len(self._flights) - self._sending
+        if (self._one_queue and self._inbox and free < self.prefetch and self._flights
+                and self._stop_reason is None):
+            return
+        self._cond.notify_all()
+
     def _room_after(self, acking: int) -> int:
         """How many jobs the acker leases with an ack of `acking` jobs: the room the
         acks make, up to `concurrency + K` held, and K at a time while the slots have
         work, as the dispatcher leases (reserved here; under _cond)."""
-        if (not self._acker_leases or not self._one_queue or self._stop_reason is not None
-                or self._closing):
+        if not self._one_queue or self._stop_reason is not None or self._closing:
             return 0
         room = self.concurrency + self.prefetch + acking - len(self._flights) - self._sending
         if self._inbox and room < self.prefetch:
@@ -159,6 +206,16 @@ class Prefetching(Leasing):
         with self._cond:
             waiting = list(self._inbox)
             self._inbox.clear()
+        self._hand_back(waiting)
+        if waiting:
+            log.info("gave back %d prefetched job(s) untried", len(waiting))
+
+    def _hand_back(self, waiting: list[Flight]) -> None:
+        """Give leased jobs no slot started back untried (a snooze: no attempt counted,
+        their last error kept), rather than let them wait out the shutdown and then
+        their leases."""
+        with self._cond:
+            waiting = [f for f in waiting if f in self._flights and not f.abandoned]
             for flight in waiting:
                 self._flights.discard(flight)
             self._cond.notify_all()
@@ -167,7 +224,5 @@ class Prefetching(Leasing):
             try:
                 self.queues[flight.queue_index].snooze(job, 0.0, error=job.last_error)
             except NobrokerError as exc:  # its lease runs out instead (an attempt counted)
-                log.warning("job %s: could not give the prefetched job back (%s); it will "
+                log.warning("job %s: could not give the leased job back (%s); it will "
                             "be delivered again when its lease runs out", job.id, exc)
-        if waiting:
-            log.info("gave back %d prefetched job(s) untried", len(waiting))

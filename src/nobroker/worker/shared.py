@@ -87,8 +87,6 @@ class Shared:
     timeout: float | None
     concurrency: int
     prefetch: int  # jobs leased beyond the running ones (prefetch.py); 0: none
-    _batching: bool  # succeeded jobs go to the acker thread (prefetch.py)
-    _acker_leases: bool  # the acker leases in its ack's write (prefetch.py)
     max_jobs: int | None
     visibility_timeout: float
     heartbeat_interval: float
@@ -100,9 +98,12 @@ class Shared:
     # Guarded by _cond:
     _cond: threading.Condition
     _arrivals: threading.Condition  # on _cond's lock: idle slots wait here
+    _beats: threading.Condition  # on _cond's lock: the heartbeat thread waits here
+    _acking: threading.Condition  # on _cond's lock: the idle acker waits here
     _flights: set[Flight]
     _inbox: deque[Flight]
     _reserved: int
+    _live_slots: int  # slot threads that have not raised
     _counts: dict[str, int]
     _stopping: threading.Event
     _last_busy: float
@@ -129,6 +130,7 @@ class Shared:
         if deadline and self._stop_at is None:
             self._stop_at = self._clock()
         self._cond.notify_all()
+        self._acking.notify_all()  # an acker waiting out ack_delay writes now
 
     def _fail(self, exc: NobrokerError) -> None:
         with self._cond:

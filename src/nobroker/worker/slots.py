@@ -70,18 +70,39 @@ class Slots(Prefetching):
                 if not self._inbox:
                     return
                 flight: Flight | None = self._inbox.popleft()
-                if self._batching and not self._inbox:
+                if self.prefetch and not self._inbox:
                     self._cond.notify_all()  # the dispatcher: time to prefetch again
+                    if self.ack_delay:
+                        self._acking.notify()  # a gathering acker: write now, it leases
             while flight is not None:
                 current = flight
+                found: list[Flight] = []  # the next job, if the ack leased one
                 try:
-                    flight = self._work_on(current, child)
+                    flight = self._work_on(current, child, found)
                 except BaseException:  # a bug, or a backend raising what it should not
                     self._drop(current)
+                    try:  # what no slot will start now goes back at once, untried
+                        self._hand_back(found + self._orphans())
+                    except Exception:  # the first failure stops the worker; these come
+                        log.exception("could not give jobs back")  # back after their leases
                     raise  # the worker stops (dispatcher._guarded)
 
-    def _work_on(self, flight: Flight, child: ChildProcess | None) -> Flight | None:
-        """Run the handler on one job and settle it; returns the next job, if one was leased."""
+    def _orphans(self) -> list[Flight]:
+        """A slot that raised: stop the worker; if it was the last slot alive, the jobs
+        waiting in the inbox, which no slot will start now."""
+        with self._cond:
+            self._request_stop("error", deadline=True)
+            self._live_slots -= 1
+            if self._live_slots:
+                return []
+            orphans = list(self._inbox)
+            self._inbox.clear()
+            return orphans
+
+    def _work_on(self, flight: Flight, child: ChildProcess | None,
+                 found: list[Flight]) -> Flight | None:
+        """Run the handler on one job and settle it; returns the next job, if its ack
+        leased one (also in `found`, until this slot starts it)."""
         job = flight.job
         queue = self.queues[flight.queue_index]
         plan = self._plan(job, flight.queue_index)
@@ -101,7 +122,7 @@ class Slots(Prefetching):
             else:
                 gave_up = False
                 flight.settling = True
-                if self._batching:
+                if self.prefetch:
                     if error is None and not flight.lost and not plan.keep \
                             and outcome.settled is None:
                         self._defer_ack(flight)  # acked in a batch by the acker
@@ -112,7 +133,6 @@ class Slots(Prefetching):
         if gave_up:
             log.info("job %s finished after the worker stopped; not acked", job.id)
             return None  # logged as lost when it was abandoned
-        found: list[Flight] = []  # the next job, if the ack leased one
         counter = "lost" if flight.lost else self._settle(flight, outcome, plan, chain, found)
         log_job(queue, job, plan.name, counter, self._clock() - began)
         with self._cond:

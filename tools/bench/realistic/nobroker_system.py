@@ -4,8 +4,8 @@ directory.
 
 A *variant* (``--variants base,checkpoints=0,prefetch=4``) runs the same
 Worker with options `nobroker work` does not take: file engine options
-(bool FileOptions fields, such as ``checkpoints``), Worker options (such as
-``prefetch=K``) and Worker switches (``batch_acks=1``), joined by ``+``.
+(bool FileOptions fields, such as ``checkpoints``) and Worker options (such
+as ``prefetch=K`` or ``ack_delay=0.02``), joined by ``+``.
 Every variant, ``base`` (no options) included, runs through this module's
 own small worker command, so that two variants differ in their options
 alone.
@@ -39,11 +39,9 @@ def enqueue(n):
     with nobroker.Queue(STORE, fsync=True) as q:
         return timed_calls(lambda i: q.enqueue({"i": i}), n)
 """
-WORKER_OPTIONS = ("prefetch",)  # a variant's other options are FileOptions fields
-# Worker internals a variant may switch, to measure a design before it is an option:
-# batch_acks=1 hands succeeded jobs to the acker thread also without prefetch;
-# acker_leases=0 has the acker ack only, leaving every lease to the dispatcher.
-WORKER_SWITCHES = ("batch_acks", "acker_leases")
+# A variant's other options are FileOptions fields. Worker options take numbers:
+# prefetch=16+ack_delay=0.02.
+WORKER_OPTIONS = ("prefetch", "ack_delay")
 
 
 class NobrokerRealistic(RealisticSystem):
@@ -80,13 +78,13 @@ def parse_variant(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
     worker_options: dict[str, Any] = {}
     for part in [] if spec == "base" else spec.split("+"):
         key, _, text = part.partition("=")
-        if key in WORKER_OPTIONS or key in WORKER_SWITCHES:
-            worker_options[key] = int(text)
+        if key in WORKER_OPTIONS:
+            worker_options[key] = float(text) if "." in text else int(text)
         elif key in fields and fields[key].type in ("bool", bool):
             file_options[key] = text.lower() not in ("0", "false", "no", "off")
         else:
             raise ValueError(f"unknown nobroker variant option {part!r} in {spec!r}: "
-                             f"{', '.join(WORKER_OPTIONS + WORKER_SWITCHES)} or a bool "
+                             f"{', '.join(WORKER_OPTIONS)} or a bool "
                              f"FileOptions field")
     return file_options, worker_options
 
@@ -105,15 +103,8 @@ def work(store: str, threads: int, spec: str, handler_spec: str) -> None:
     sys.path.insert(0, os.getcwd())
     handler = load_handler(handler_spec)
     queue = Queue.from_backend(open_backend(store, "default", **file_options))
-    switches = {key: worker_options.pop(key) for key in WORKER_SWITCHES
-                if key in worker_options}
     try:
-        worker = Worker(queue, handler, concurrency=threads, **worker_options)
-        if "batch_acks" in switches:
-            worker._batching = bool(switches["batch_acks"])
-        if "acker_leases" in switches:
-            worker._acker_leases = bool(switches["acker_leases"])
-        worker.run()
+        Worker(queue, handler, concurrency=threads, **worker_options).run()
     finally:
         queue.close()
 

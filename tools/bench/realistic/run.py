@@ -86,8 +86,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dir", type=Path, default=REPO / ".bench", help="scratch parent")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--variants", help="nobroker with options, each a column, alternating "
-                   "with the others: comma-separated, e.g. base,batch_acks=1,prefetch=4 "
-                   "(options joined by +); replaces the plain nobroker column")
+                   "with the others: comma-separated, e.g. "
+                   "base,prefetch=4,prefetch=16+ack_delay=0.02 (options joined by +); "
+                   "replaces the plain nobroker column")
     p.add_argument("--no-venv", action="store_true",
                    help="run in this interpreter; do not create or use .dev/bench-venv")
     return p.parse_args(argv)
