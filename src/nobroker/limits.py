@@ -218,28 +218,42 @@ class Budget:
             window = self._windows.get(key)
             if rate is None:
                 room = 1 << 62
-            else:
-                room = rate.count if window is None else window.room(rate, self._now)
+            elif window is None:
+                room = rate.count
+            else:  # Window.room, inlined: once per rate key of every limited lease
+                starts = window.starts
+                room = rate.count - len(starts) + bisect_right(starts, self._now - rate.period)
+                room = room if room > 0 else 0
             self._rooms[key] = room
         return room
 
     def _free(self, key: str) -> int:
         free = self._holders.get(key)
         if free is None:
-            limit = self._limits.concurrency.get(family(key))
+            declared = self._limits.concurrency
+            limit = declared.get(key)  # a declared name is its own key, unless computed
+            if limit is None and _SEPARATOR in key:
+                limit = declared.get(family(key))
             free = 1 << 62 if limit is None else limit - self._in_use.get(key, 0)
             self._holders[key] = free
         return free
 
+    def room_for(self, keys: JobKeys | None) -> int:
+        """How many jobs of `keys` may start now (the queue's limit included)."""
+        room = self._room(QUEUE_KEY) if self._limits.queue_rate is not None else 1 << 62
+        if keys is not None:
+            rate_key, concurrency_key = keys
+            if rate_key is not None:
+                rate_room = self._room(rate_key)
+                room = rate_room if rate_room < room else room
+            if concurrency_key is not None:
+                free = self._free(concurrency_key)
+                room = free if free < room else room
+        return room if room > 0 else 0
+
     def allows(self, keys: JobKeys | None) -> bool:
         """Whether a job of `keys` may start now (the queue's limit included)."""
-        if self._limits.queue_rate is not None and self._room(QUEUE_KEY) <= 0:
-            return False
-        if keys is None:
-            return True
-        rate_key, concurrency_key = keys
-        return ((rate_key is None or self._room(rate_key) > 0)
-                and (concurrency_key is None or self._free(concurrency_key) > 0))
+        return self.room_for(keys) > 0
 
     def take(self, keys: JobKeys | None) -> None:
         """A job of `keys` starts (allows() said it may)."""
@@ -278,11 +292,11 @@ class Parking:
     that may have room, and each parking is paid for by the finishing that undoes it.
     A cache over the backend's state, never stored: rebuilt empty, it parks again."""
 
-    __slots__ = ("_by_key", "_under", "active")
+    __slots__ = ("_under", "active", "by_key")
 
     def __init__(self) -> None:
         self.active: dict[JobKeys, None] = {}  # the groups a lease looks at, as a set
-        self._by_key: dict[str, set[JobKeys]] = {}  # concurrency key -> groups parked
+        self.by_key: dict[str, set[JobKeys]] = {}  # concurrency key -> groups parked
         self._under: dict[str, int] = {}  # the concurrency limits they were parked under
 
     def add(self, keys: JobKeys) -> None:
@@ -292,7 +306,7 @@ class Parking:
     def remove(self, keys: JobKeys) -> None:
         """A group with no job left."""
         self.active.pop(keys, None)
-        parked = self._by_key.get(keys[1] or "")
+        parked = self.by_key.get(keys[1] or "")
         if parked is not None:
             parked.discard(keys)
 
@@ -300,9 +314,9 @@ class Parking:
         """Before a lease or a wait decides under `limits`: parked under others, every
         group comes back."""
         if limits.concurrency != self._under:
-            for parked in self._by_key.values():
+            for parked in self.by_key.values():
                 self.active.update(dict.fromkeys(parked))
-            self._by_key.clear()
+            self.by_key.clear()
             self._under = dict(limits.concurrency)
 
     def park_if_full(self, keys: JobKeys, limits: Limits, in_use: Mapping[str, int]) -> bool:
@@ -312,12 +326,12 @@ class Parking:
         if key is None or limit is None or in_use.get(key, 0) < limit:
             return False
         del self.active[keys]
-        self._by_key.setdefault(key, set()).add(keys)
+        self.by_key.setdefault(key, set()).add(keys)
         return True
 
     def freed(self, key: str) -> None:
         """A holder of concurrency key `key` let go: its groups come back."""
-        parked = self._by_key.pop(key, None)
+        parked = self.by_key.pop(key, None)
         if parked:
             self.active.update(dict.fromkeys(parked))
 

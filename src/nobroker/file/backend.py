@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError
-from ..limits import KeyUse, key_use
+from ..limits import KeyUse, Limits, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -192,14 +192,14 @@ class FileBackend:
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
-                     self._key_retention)
+                     self._key_retention, self._limits)
             return lambda: None
 
         self.handle.write(plan, spare=job.id)
 
     def ack_many(self, jobs: Sequence[Job]) -> None:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            _plan_ack_many(state, batch, now, jobs)
+            _plan_ack_many(state, batch, now, jobs, self._limits)
             return lambda: None
 
         self.handle.write(plan, spare=frozenset(job.id for job in jobs))
@@ -208,7 +208,7 @@ class FileBackend:
                            visibility_timeout: float) -> list[Job]:
         def plan(state: QueueState, batch: Batch, now: float
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
-            _plan_ack_many(state, batch, now, jobs)
+            _plan_ack_many(state, batch, now, jobs, self._limits)
             # The acked jobs are still leased while we plan, so ready() cannot offer them.
             leased = plan_lease(state, batch, now, count, visibility_timeout, self._limits)
             table = state.jobs
@@ -224,7 +224,7 @@ class FileBackend:
         def plan(state: QueueState, batch: Batch, now: float
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
-                     self._key_retention)
+                     self._key_retention, self._limits)
             # The acked job is still leased while we plan, so ready() cannot offer it.
             leased = plan_lease(state, batch, now, 1, visibility_timeout, self._limits)
             jobs = state.jobs
@@ -371,13 +371,15 @@ class FileBackend:
         self.handle.close()
 
 
-def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[Job]) -> None:
-    """ACK records for `jobs`, every lease checked before any is planned."""
+def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[Job],
+                   limits: Limits) -> None:
+    """ACK records for `jobs`, every lease checked before any is planned (`limits`: the
+    caller's, see plan_ack)."""
     distinct_leases(jobs)
     for job in jobs:
         check_lease(state, job.id, job.token)
     for job in jobs:
-        batch.wakes += state.limited.frees(job.id, state.table)  # a freed slot wakes
+        batch.wakes += state.limited.frees(job.id, state.table, limits)  # a freed slot
         batch.add(RecordType.ACK, {ID: job.id, TOKEN: job.token, TIME: now})
         plan_dependents(state, batch, now, job.id, JobState.DONE)
     batch.finishes += len(jobs)

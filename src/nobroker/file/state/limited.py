@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from ...limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window
+from ...limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Rate, Window, family
 from ..log.records import (
     AT,
     CONCURRENCY_KEY,
@@ -44,12 +44,11 @@ from ..log.records import (
     ReplayError,
 )
 from .batch import Batch
-from .due import DueJobs
+from .due import GROUPED, DueJobs
 from .jobtable import JobTable
 from .vocabulary import DEAD, LEASED, PENDING, WAITING, Entry
 
-__all__ = ["LimitedJobs", "record_keys", "key_fields", "plan_limited_enqueue",
-           "declare_windows"]
+__all__ = ["LimitedJobs", "record_keys", "key_fields", "plan_limited_enqueue"]
 
 _LIVE: Final = (PENDING, LEASED, DEAD, WAITING)
 
@@ -89,16 +88,6 @@ def plan_limited_enqueue(batch: Batch, job_id: str, priority: int, at: float, t:
     batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
 
 
-def declare_windows(windows: dict[str, Window], batch: Batch, limits: Limits) -> None:
-    """LIMIT records for the rate limits of `limits` the log holds otherwise or not
-    at all, so that replay keeps their windows (the starts a window counts)."""
-    for key, rate in limits.rates.items():
-        window = windows.get(key)
-        if window is None or (window.count, window.period) != (rate.count, rate.period):
-            batch.add(RecordType.LIMIT, {RATE_KEY: key, LIMIT_COUNT: rate.count,
-                                         PERIOD: float(rate.period)})
-
-
 class LimitedJobs:
     """The limited jobs of one replay state (see the module doc)."""
 
@@ -110,6 +99,9 @@ class LimitedJobs:
         self.windows: dict[str, Window] = {}  # rate key -> its latest starts
         # The groups a lease looks at: not those whose concurrency key is full (a cache).
         self.parking = Parking()
+        # Rate limits the windows were last found to match (declare_windows), until a
+        # LIMIT record changes them: a lease under the same ones need not look again.
+        self._matched: dict[str, Rate] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.keys or self.windows)
@@ -124,60 +116,67 @@ class LimitedJobs:
         self._members[keys] = self._members.get(keys, 0) + 1
         code = table.code[slot]
         if code == PENDING:
-            self._take(table, slot, seq, keys)
+            self._take(table, slot, seq, keys, fresh=True)
         elif code == LEASED and keys[1] is not None:
             self.in_use[keys[1]] = self.in_use.get(keys[1], 0) + 1
 
-    def _take(self, table: JobTable, slot: int, seq: int, keys: JobKeys) -> None:
+    def _take(self, table: JobTable, slot: int, seq: int, keys: JobKeys,
+              fresh: bool = False) -> None:
         """Pending job `slot` out of the table's index (its lane, its heaps) into its
-        keys' own."""
+        keys' own: a `fresh` one (just added) into the group's lane if it keeps the
+        lane in due order (FIFO, as the table's own lanes: no heap), else its heap."""
         table.set_code(slot, PENDING)  # out of its lane: pushed on the table's heap...
         table.due.drop(seq)  # ...where it is stale at once
         group = self.groups.get(keys)
         if group is None:
-            group = self.groups[keys] = DueJobs()
+            group = self.groups[keys] = DueJobs(GROUPED)
             self.parking.add(keys)
-        group.push(seq, table.available_at[slot])
+        flags, at = table.flags[slot], table.available_at[slot]
+        if fresh and not flags & GROUPED and group.enter_lane(seq, table.priority[slot], at):
+            table.flags[slot] = flags | GROUPED  # valid in the lane while pending
+        else:
+            group.push(seq, at)
 
-    def after(self, table: JobTable, seq: int, before: int, lease: Record | None,
+    def after(self, table: JobTable, slot: int, before: int, lease: Record | None,
               offset: int) -> None:
-        """A record (at `offset`) changed job `seq`, which was in state `before`
-        (`lease`: the record, if it was a LEASE)."""
+        """A record (at `offset`) changed the job at `slot` (a hole now if it went),
+        which was in state `before` (`lease`: the record, if it was a LEASE). Every
+        record of a limited job passes here, so it is written for speed."""
+        seq = table.seqs[slot]
         keys = self.keys.get(seq)
-        if lease is not None and self.windows:
-            self._started(keys, lease, offset)
+        if lease is not None and self.windows:  # a start, in its windows
+            at = lease.get(TIME)
+            if type(at) is not float:
+                raise ReplayError(offset, f"a lease without its time {at!r}, under a rate limit")
+            windows = self.windows
+            if QUEUE_KEY in windows:
+                windows[QUEUE_KEY].start(at)
+            if keys is not None and keys[0] in windows:
+                windows[keys[0]].start(at)  # type: ignore[index]
         if keys is None:
             return
-        slot = table.slot(seq)
-        after = table.code[slot] if slot >= 0 else -1
+        after = table.code[slot]
         holder = keys[1]
         if holder is not None and (before == LEASED) != (after == LEASED):
-            held = self.in_use.get(holder, 0) + (1 if after == LEASED else -1)
-            if held:
-                self.in_use[holder] = held
+            in_use = self.in_use
+            if after == LEASED:
+                in_use[holder] = in_use.get(holder, 0) + 1
             else:
-                self.in_use.pop(holder, None)
-            if after != LEASED:  # a slot of the key is free: its parked groups come back
-                self.parking.freed(holder)
+                held = in_use[holder] - 1
+                if held:
+                    in_use[holder] = held
+                else:
+                    del in_use[holder]
+                if self.parking.by_key:  # a slot of the key is free: its groups come back
+                    self.parking.freed(holder)
+        if before == PENDING:
+            table.flags[slot] &= ~GROUPED & 0xFF  # its group's lane entry is stale now
+            if after != PENDING:
+                self.groups[keys].drop(seq)
         if after == PENDING:
             self._take(table, slot, seq, keys)
-        elif before == PENDING:
-            self.groups[keys].drop(seq)
-        if after not in _LIVE:
+        elif after not in _LIVE:  # finished or gone: forgotten
             self._forget(seq, keys)
-
-    def _started(self, keys: JobKeys | None, lease: Record, offset: int) -> None:
-        at = lease.get(TIME)
-        if type(at) is not float:
-            raise ReplayError(offset, f"a lease without its time {at!r}, under a rate limit")
-        windows = self.windows
-        queue = windows.get(QUEUE_KEY)
-        if queue is not None:
-            queue.start(at)
-        if keys is not None and keys[0] is not None:
-            window = windows.get(keys[0])
-            if window is not None:
-                window.start(at)
 
     def _forget(self, seq: int, keys: JobKeys) -> None:
         del self.keys[seq]
@@ -197,6 +196,21 @@ class LimitedJobs:
         for group in self.groups.values():
             group.clear_pending()
 
+    def declare_windows(self, batch: Batch, limits: Limits) -> None:
+        """LIMIT records for the rate limits of `limits` the log holds otherwise or not
+        at all, so that replay keeps their windows (the starts a window counts)."""
+        if limits.rates == self._matched:
+            return
+        declared = False
+        for key, rate in limits.rates.items():
+            window = self.windows.get(key)
+            if window is None or (window.count, window.period) != (rate.count, rate.period):
+                batch.add(RecordType.LIMIT, {RATE_KEY: key, LIMIT_COUNT: rate.count,
+                                             PERIOD: float(rate.period)})
+                declared = True
+        if not declared:
+            self._matched = dict(limits.rates)
+
     def declare(self, rec: Record, offset: int) -> None:
         """A LIMIT record: rate key "rk" keeps its latest "lim" starts (those in "st",
         a snapshot's, first), its window "per" seconds long."""
@@ -207,6 +221,7 @@ class LimitedJobs:
                 or (starts is not None and (type(starts) is not list
                                             or any(type(at) is not float for at in starts)))):
             raise ReplayError(offset, f"bad LIMIT record {rec!r}")
+        self._matched = None
         old = self.windows.get(key)
         kept = old.starts if old is not None and starts is None else (starts or ())
         self.windows[key] = Window(count, period, kept)
@@ -224,18 +239,27 @@ class LimitedJobs:
         parking = self.parking
         parking.asked_under(limits)
         budget = Budget(limits, self.windows, self.in_use, now)
-        found: list[tuple[tuple[int, int], JobKeys | None, Entry]] = [
-            ((-entry.priority, entry.seq), None, entry)
-            for entry in table.due.ready(table, now, count)]
+        due = table.due
+        sources: list[tuple[JobKeys | None, list[Entry]]] = []
+        if due.holds_any():
+            unlimited = due.ready(table, now, count)
+            if unlimited:
+                sources.append((None, unlimited))
         for keys in list(parking.active):
-            if budget.allows(keys):
-                found += [((-entry.priority, entry.seq), keys, entry)
-                          for entry in self.groups[keys].ready(table, now, count)]
+            room = budget.room_for(keys)
+            if room > 0:
+                entries = self.groups[keys].ready(table, now, count if count < room else room)
+                if entries:
+                    sources.append((keys, entries))
             else:
                 parking.park_if_full(keys, limits, self.in_use)
-        found.sort(key=lambda item: item[0])
-        chosen: list[Entry] = []
-        for _, job_keys, entry in found:
+        if len(sources) == 1:  # the usual lease: one group (or the table) has due jobs
+            keys, entries = sources[0]
+            return entries if keys is not None else entries[:budget.room_for(None)]
+        found = sorted(((keys, entry) for keys, entries in sources for entry in entries),
+                       key=lambda item: (-item[1].priority, item[1].seq))
+        chosen: list[Entry] = []  # best first across them, as one index would give them
+        for job_keys, entry in found:
             if len(chosen) == count:
                 break
             if budget.allows(job_keys):
@@ -261,12 +285,16 @@ class LimitedJobs:
                 times.append(max(due, opens))
         return min(times) if times else None
 
-    def frees(self, job_id: str, table: JobTable) -> int:
-        """1 if job `job_id`, leased, holds a concurrency key (its finishing may let
-        another job of the key start: idle workers are woken), else 0."""
+    def frees(self, job_id: str, table: JobTable, limits: Limits | None = None) -> int:
+        """1 if job `job_id`, leased, holds a concurrency key whose finishing may let
+        another job of the key start (idle workers are woken), else 0: not while the
+        key has room under `limits` (nobody declaring them waits for it then)."""
         seq = table.held.get(job_id) if self.keys else None
         keys = None if seq is None else self.keys.get(seq)
-        return int(keys is not None and keys[1] is not None)
+        if keys is None or keys[1] is None:
+            return 0
+        limit = None if limits is None else limits.concurrency.get(family(keys[1]))
+        return int(limit is None or self.in_use.get(keys[1], 0) >= limit)
 
     def columns(self, seqs: Sequence[int]) -> dict[str, list[list[Any]]]:
         """A checkpoint's part (checkpoint.py): each limited job's keys by its index in
