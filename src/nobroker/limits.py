@@ -157,6 +157,18 @@ class Limits:
         if rate_key is not None or family_name is not None:
             self.tasks[name] = _TaskLimits(rate_key, family_name, key_of)
 
+    def cap_of(self, keys: JobKeys | None) -> int | None:
+        """The holders at once declared here for `keys`' concurrency key (None: none),
+        stored with a job at enqueue for processes that did not declare it."""
+        if keys is None or keys[1] is None:
+            return None
+        return self.concurrency.get(family(keys[1]))
+
+    def stored_keys(self, payload: Any) -> tuple[JobKeys | None, int | None]:
+        """What a job with this payload stores at enqueue: keys_of, and cap_of them."""
+        keys = self.keys_of(payload)
+        return keys, self.cap_of(keys)
+
     def keys_of(self, payload: Any) -> JobKeys | None:
         """The limit keys of a job with this payload (a task call of a limited task),
         computed now, at enqueue; None for a job no declared limit names."""
@@ -344,15 +356,19 @@ class KeyUse:
     key: str  # the rate key ("": the queue's own) or the concurrency key's declared name
     value: str | None  # a concurrency key computed by a function: its value for these jobs
     used: int  # rate: starts in the window ending now; concurrency: jobs leased now
-    limit: int | None  # the count or holders at once (None: not declared in this process)
+    # The count or holders at once: this process's declaration, else (a concurrency key)
+    # the cap its latest unfinished job was enqueued with; None: neither.
+    limit: int | None
     period: float | None  # a rate's window, in seconds
     opens_at: float | None  # a full rate window: when a start is next allowed
 
 
 def key_use(limits: Limits, windows: Mapping[str, Window], in_use: Mapping[str, int],
-            now: float) -> list[KeyUse]:
+            now: float, caps: Mapping[str, int] | None = None) -> list[KeyUse]:
     """Each rate key's use (declared here, or with a window in storage: its limit as last
-    recorded) and each concurrency key's (declared, or held now), by kind then key."""
+    recorded) and each concurrency key's (declared, or held now; a key not declared here
+    shows its stored cap from `caps`, concurrency key -> the cap the latest pending,
+    waiting or leased job of the key was enqueued with), by kind then key."""
     uses: list[KeyUse] = []
     for key in sorted({*limits.rates, *windows}):
         window = windows.get(key)
@@ -368,7 +384,10 @@ def key_use(limits: Limits, windows: Mapping[str, Window], in_use: Mapping[str, 
         uses.append(KeyUse("concurrency", name, None, 0, limits.concurrency[name], None, None))
     for key in sorted(held):
         name, _, value = key.partition(_SEPARATOR)
+        limit = limits.concurrency.get(name)
+        if limit is None and caps:
+            limit = caps.get(key)
         uses.append(KeyUse("concurrency", name, value if _SEPARATOR in key else None,
-                           held[key], limits.concurrency.get(name), None, None))
+                           held[key], limit, None, None))
     uses.sort(key=lambda use: (use.kind != "rate", use.key, use.value or ""))
     return uses

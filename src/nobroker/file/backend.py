@@ -126,6 +126,7 @@ class FileBackend:
         keys = self._limits.keys_of(payload) if self._limits.tasks else None
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
+            batch.caps = self._limits.concurrency  # written with a limited job ("cc")
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
@@ -149,6 +150,7 @@ class FileBackend:
         keys = [self._limits.keys_of(payload) for payload in payloads] if self._limits else []
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+            batch.caps = self._limits.concurrency
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
                                     delay=delay, max_attempts=max_attempts, rng=self._rng,
                                     keys=keys, metas=metas)
@@ -166,6 +168,7 @@ class FileBackend:
             else []
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+            batch.caps = self._limits.concurrency
             attempts = self.settings.max_attempts
             planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts,
                                  keys)
@@ -271,8 +274,9 @@ class FileBackend:
 
     def limit_use(self) -> list[KeyUse]:
         handle = self.handle
-        return handle.read(lambda state: key_use(self._limits, state.limited.windows,
-                                                 state.limited.in_use, handle.peek_now()))
+        return handle.read(lambda state: key_use(
+            self._limits, state.limited.windows, state.limited.in_use, handle.peek_now(),
+            state.limited.stored_caps(state.table)))
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         return blocking.wait_finished(self.handle, self.get, job_id, timeout)

@@ -12,11 +12,13 @@ table's. Pure like the table: `now` comes in as an argument.
 from __future__ import annotations
 
 import heapq
-from typing import Protocol
+from collections.abc import Iterable
+from typing import Final, Protocol
 
 from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window
+from ..models import JobState
 
-__all__ = ["LimitedReady", "Ready"]
+__all__ = ["LimitedReady", "Ready", "stored_caps"]
 
 # (-priority, seq, stamp, id): the table's ready heap's items.
 Ready = tuple[float, int, int, str]
@@ -124,3 +126,24 @@ class LimitedReady:
                 if opens is not None:
                     times.append(opens)
         return [min(times)] if times else []
+
+
+class _Capped(Protocol):
+    seq: int
+    state: JobState
+    keys: JobKeys | None
+    cap: int | None
+
+
+_HOLDING: Final = (JobState.PENDING, JobState.LEASED, JobState.WAITING)
+
+
+def stored_caps(jobs: Iterable[_Capped]) -> dict[str, int]:
+    """Each concurrency key's cap as the most recently enqueued of `jobs` still pending,
+    waiting or leased carried it (Queue.limit_use, for keys not declared here)."""
+    latest: dict[str, tuple[int, int]] = {}  # key -> (seq, cap)
+    for job in jobs:
+        if (job.cap is not None and job.keys is not None and job.keys[1] is not None
+                and job.state in _HOLDING and job.seq > latest.get(job.keys[1], (-1, 0))[0]):
+            latest[job.keys[1]] = (job.seq, job.cap)
+    return {key: cap for key, (_, cap) in latest.items()}

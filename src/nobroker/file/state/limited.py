@@ -29,6 +29,7 @@ from typing import Any, Final
 from ...limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Rate, Window, family
 from ..log.records import (
     AT,
+    CONCURRENCY_CAP,
     CONCURRENCY_KEY,
     ID,
     IS_KEY,
@@ -48,9 +49,11 @@ from .due import GROUPED, DueJobs
 from .jobtable import JobTable
 from .vocabulary import DEAD, LEASED, PENDING, WAITING, Entry
 
-__all__ = ["LimitedJobs", "record_keys", "key_fields", "plan_limited_enqueue"]
+__all__ = ["LimitedJobs", "record_keys", "record_cap", "key_fields", "declared_cap",
+           "plan_limited_enqueue"]
 
 _LIVE: Final = (PENDING, LEASED, DEAD, WAITING)
+_HOLDING: Final = (PENDING, LEASED, WAITING)  # states whose stored cap limit_use shows
 
 
 def record_keys(rec: Record, offset: int) -> JobKeys | None:
@@ -64,8 +67,17 @@ def record_keys(rec: Record, offset: int) -> JobKeys | None:
     return rate_key, concurrency_key
 
 
-def key_fields(keys: JobKeys | None) -> Record:
-    """The record fields that give a job `keys` (what record_keys reads back)."""
+def record_cap(rec: Record, offset: int) -> int | None:
+    """An ENQUEUE or JOB record's "cc" (None: it has none); ReplayError if bad."""
+    cap = rec.get(CONCURRENCY_CAP)
+    if cap is not None and (type(cap) is not int or cap < 1 or CONCURRENCY_KEY not in rec):
+        raise ReplayError(offset, f"bad concurrency cap {cap!r}")
+    return cap
+
+
+def key_fields(keys: JobKeys | None, cap: int | None = None) -> Record:
+    """The record fields that give a job `keys` (what record_keys reads back), and the
+    cap declared for its concurrency key (record_cap's)."""
     if keys is None:
         return {}
     fields: Record = {}
@@ -73,18 +85,26 @@ def key_fields(keys: JobKeys | None) -> Record:
         fields[RATE_KEY] = keys[0]
     if keys[1] is not None:
         fields[CONCURRENCY_KEY] = keys[1]
+        if cap is not None:
+            fields[CONCURRENCY_CAP] = cap
     return fields
+
+
+def declared_cap(batch: Batch, keys: JobKeys | None) -> int | None:
+    """The cap the planning process declared for `keys`' concurrency key, if any."""
+    return None if keys is None or keys[1] is None else batch.caps.get(family(keys[1]))
 
 
 def plan_limited_enqueue(batch: Batch, job_id: str, priority: int, at: float, t: float,
                          max_attempts: int, keyed: bool, payload_text: str,
                          keys: JobKeys) -> None:
-    """The ENQUEUE record of a job with limit keys (add_enqueue's fields, and "rk"/"ck")."""
+    """The ENQUEUE record of a job with limit keys (add_enqueue's fields, "rk"/"ck",
+    and "cc" if the planning process declared the concurrency key)."""
     fields: Record = {ID: job_id, PRIORITY: priority, AT: at, TIME: t,
                       MAX_ATTEMPTS: max_attempts}
     if keyed:
         fields[IS_KEY] = True
-    fields.update(key_fields(keys))
+    fields.update(key_fields(keys, declared_cap(batch, keys)))
     batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
 
 
@@ -93,6 +113,9 @@ class LimitedJobs:
 
     def __init__(self) -> None:
         self.keys: dict[int, JobKeys] = {}  # seq -> its keys, for live limited jobs
+        # seq -> the cap its ENQUEUE carried ("cc"), for live jobs with one: shown to a
+        # process that did not declare the key (stored_caps), never enforced.
+        self.caps: dict[int, int] = {}
         self.groups: dict[JobKeys, DueJobs] = {}  # keys -> their pending jobs, due
         self._members: dict[JobKeys, int] = {}  # keys -> live jobs holding them
         self.in_use: dict[str, int] = {}  # concurrency key -> jobs leased now
@@ -108,11 +131,15 @@ class LimitedJobs:
 
     # -- applying records ---------------------------------------------------
 
-    def adopt(self, table: JobTable, slot: int, keys: JobKeys) -> None:
+    def adopt(self, table: JobTable, slot: int, keys: JobKeys, cap: int | None = None
+              ) -> None:
         """A job just added with `keys` (pending, waiting or, from a snapshot, leased
-        or dead): from now on only its keys' index holds it while it is pending."""
+        or dead) and its concurrency key's `cap`: from now on only its keys' index
+        holds it while it is pending."""
         seq = table.seqs[slot]
         self.keys[seq] = keys
+        if cap is not None:
+            self.caps[seq] = cap
         self._members[keys] = self._members.get(keys, 0) + 1
         code = table.code[slot]
         if code == PENDING:
@@ -180,6 +207,8 @@ class LimitedJobs:
 
     def _forget(self, seq: int, keys: JobKeys) -> None:
         del self.keys[seq]
+        if self.caps:
+            self.caps.pop(seq, None)
         left = self._members[keys] - 1
         if left:
             self._members[keys] = left
@@ -230,6 +259,22 @@ class LimitedJobs:
 
     def keys_of(self, seq: int) -> JobKeys | None:
         return self.keys.get(seq)
+
+    def cap_of(self, seq: int) -> int | None:
+        """The cap job `seq`'s ENQUEUE carried, if any."""
+        return self.caps.get(seq)
+
+    def stored_caps(self, table: JobTable) -> dict[str, int]:
+        """Each concurrency key's cap as the most recently enqueued job of the key still
+        pending, waiting or leased carried it (keys none carried one are left out)."""
+        latest: dict[str, tuple[int, int]] = {}  # key -> (seq, cap)
+        for seq, cap in self.caps.items():
+            slot = table.slot(seq)
+            key = self.keys[seq][1]
+            if (key is not None and slot >= 0 and table.code[slot] in _HOLDING
+                    and seq > latest.get(key, (-1, 0))[0]):
+                latest[key] = (seq, cap)
+        return {key: cap for key, (_, cap) in latest.items()}
 
     def ready(self, table: JobTable, now: float, count: int, limits: Limits) -> list[Entry]:
         """Up to `count` leasable jobs within `limits` (highest priority first, FIFO
@@ -294,24 +339,39 @@ class LimitedJobs:
         if keys is None or keys[1] is None:
             return 0
         limit = None if limits is None else limits.concurrency.get(family(keys[1]))
+        if limit is None:  # not declared here: the cap its enqueuer declared, if any
+            limit = self.caps.get(seq) if self.caps else None  # type: ignore[arg-type]
         return int(limit is None or self.in_use.get(keys[1], 0) >= limit)
 
     def columns(self, seqs: Sequence[int]) -> dict[str, list[list[Any]]]:
         """A checkpoint's part (checkpoint.py): each limited job's keys by its index in
         the columns' `seqs` (enqueue order), and every window with its starts."""
-        return {"keys": [[bisect_left(seqs, seq), *keys]
-                         for seq, keys in sorted(self.keys.items())],
-                "windows": [[key, w.count, w.period, list(w.starts)]
-                            for key, w in self.windows.items()]}
+        columns = {"keys": [[bisect_left(seqs, seq), *keys]
+                            for seq, keys in sorted(self.keys.items())],
+                   "windows": [[key, w.count, w.period, list(w.starts)]
+                               for key, w in self.windows.items()]}
+        if self.caps:  # an additive key (NBCKPT05): [index, cap] of jobs with a cap
+            columns["caps"] = [[bisect_left(seqs, seq), cap]
+                               for seq, cap in sorted(self.caps.items())]
+        return columns
 
     def restore(self, table: JobTable, columns: dict[str, list[list[Any]]]) -> None:
         """What `columns` saved, into a state just restored from the same columns (a
         job's index is its slot); ReplayError if it does not fit them."""
+        caps = {index: cap for index, cap in columns.get("caps", [])}  # absent: none
         for index, rate_key, concurrency_key in columns["keys"]:
             keys = record_keys({RATE_KEY: rate_key, CONCURRENCY_KEY: concurrency_key}, 0)
             if keys is None or type(index) is not int or not 0 <= index < len(table.seqs):
                 raise ReplayError(0, f"bad limited job {index!r} in a checkpoint")
-            self.adopt(table, index, keys)
+            cap = caps.pop(index, None)
+            if cap is not None and concurrency_key is not None:
+                record_cap({CONCURRENCY_CAP: cap, CONCURRENCY_KEY: concurrency_key}, 0)
+            elif cap is not None:
+                raise ReplayError(0, f"a cap for job {index!r} without a concurrency key")
+            self.adopt(table, index, keys, cap)
+        if caps:
+            raise ReplayError(0, f"a cap for job {next(iter(caps))!r}, not limited, in a "
+                                 "checkpoint")
         for key, count, period, starts in columns["windows"]:
             self.declare({RATE_KEY: key, LIMIT_COUNT: count, PERIOD: period,
                           STARTS: starts}, 0)
@@ -325,4 +385,5 @@ class LimitedJobs:
     def fingerprint(self) -> tuple[object, ...]:
         return (tuple(sorted((k, v) for k, v in self.in_use.items())),
                 tuple(sorted((key, w.count, w.period, tuple(w.starts))
-                             for key, w in self.windows.items())))
+                             for key, w in self.windows.items())),
+                tuple(sorted(self.caps.items())))
