@@ -45,19 +45,23 @@ class LimitedReady:
             self.parking.add(keys)
         return heap
 
-    def held(self, keys: JobKeys, delta: int) -> int:
+    def held(self, keys: JobKeys, delta: int, cap: int | None = None) -> int:
         """A job of `keys` starts (+1) or stops (-1) holding its concurrency key;
-        returns the idle workers to wake (1 when a key's slot frees)."""
-        if keys[1] is None:
+        returns the idle workers to wake: 1 when a slot of a key that was full frees
+        (full under `cap`, the job's stored one; without one, any slot)."""
+        key = keys[1]
+        if key is None:
             return 0
-        held = self.in_use.get(keys[1], 0) + delta
-        if held:
-            self.in_use[keys[1]] = held
+        before = self.in_use.get(key, 0)
+        if before + delta:
+            self.in_use[key] = before + delta
         else:
-            self.in_use.pop(keys[1], None)
-        if delta < 0:  # a slot of the key is free: its parked groups come back
-            self.parking.freed(keys[1])
-        return int(delta < 0)
+            del self.in_use[key]
+        if delta > 0:
+            return 0
+        if self.parking.by_key:  # a slot of the key is free: its parked groups come back
+            self.parking.freed(key)
+        return int(cap is None or before >= cap)
 
     def started(self, keys: JobKeys | None, limits: Limits, now: float) -> None:
         """A job of `keys` was leased at `now`: its windows (and the queue's) count it."""
@@ -86,25 +90,31 @@ class LimitedReady:
         parking.asked_under(limits)
         budget = Budget(limits, self.windows, self.in_use, now)
         found: list[tuple[Ready, JobKeys | None, list[Ready]]] = []
+        sources = 0  # heaps that gave items: one (the usual lease) needs no merging
         for keys, heap in [(None, ready), *((k, groups[k]) for k in list(parking.active))]:
-            if not budget.allows(keys):
+            room = budget.room_for(keys)
+            if room <= 0:
                 if keys is not None:  # a full concurrency key's group: set aside
                     parking.park_if_full(keys, limits, self.in_use)
                 continue
-            looked = 0
-            while heap and looked < count:
+            want, looked = (count if count < room else room), 0
+            while heap and looked < want:
                 item = heapq.heappop(heap)
                 if valid(item[3], item[2]):
                     found.append((item, keys, heap))
                     looked += 1
-        found.sort(key=lambda entry: entry[0])
+            sources += looked > 0
         chosen: list[Ready] = []
-        for item, keys, heap in found:
-            if len(chosen) < count and budget.allows(keys):
-                budget.take(keys)
-                chosen.append(item)
-            else:
-                heapq.heappush(heap, item)
+        if sources == 1:  # one heap's best, within its room and `count` already
+            chosen = [item for item, _, _ in found]
+        else:  # best first across them, each within what the budget has left
+            found.sort(key=lambda entry: entry[0])
+            for item, keys, heap in found:
+                if len(chosen) < count and budget.allows(keys):
+                    budget.take(keys)
+                    chosen.append(item)
+                else:
+                    heapq.heappush(heap, item)
         for keys in [keys for keys in parking.active if not groups[keys]]:
             del groups[keys]
             parking.remove(keys)

@@ -358,7 +358,8 @@ class MemoryTable:
 
     def _move(self, job: MemoryJob, state: JobState) -> None:
         if job.keys is not None and (job.state is JobState.LEASED) != (state is JobState.LEASED):
-            self.wakes += self.limited.held(job.keys, 1 if state is JobState.LEASED else -1)
+            self.wakes += self.limited.held(job.keys, 1 if state is JobState.LEASED else -1,
+                                            job.cap)
         self.counts[job.state] -= 1
         self.counts[state] += 1
         job.state = state
@@ -389,7 +390,7 @@ class MemoryTable:
 
     def _remove(self, job: MemoryJob) -> None:
         if job.keys is not None and job.state is JobState.LEASED:
-            self.wakes += self.limited.held(job.keys, -1)
+            self.wakes += self.limited.held(job.keys, -1, job.cap)
         del self.jobs[job.id]
         self.counts[job.state] -= 1
         job.stamp += 1

@@ -179,7 +179,7 @@ class LimitedJobs:
             if QUEUE_KEY in windows:
                 windows[QUEUE_KEY].start(at)
             if keys is not None and keys[0] in windows:
-                windows[keys[0]].start(at)  # type: ignore[index]
+                windows[keys[0]].start(at)
         if keys is None:
             return
         after = table.code[slot]
@@ -299,8 +299,8 @@ class LimitedJobs:
             else:
                 parking.park_if_full(keys, limits, self.in_use)
         if len(sources) == 1:  # the usual lease: one group (or the table) has due jobs
-            keys, entries = sources[0]
-            return entries if keys is not None else entries[:budget.room_for(None)]
+            source, entries = sources[0]
+            return entries if source is not None else entries[:budget.room_for(None)]
         found = sorted(((keys, entry) for keys, entries in sources for entry in entries),
                        key=lambda item: (-item[1].priority, item[1].seq))
         chosen: list[Entry] = []  # best first across them, as one index would give them
@@ -345,11 +345,11 @@ class LimitedJobs:
 
     def columns(self, seqs: Sequence[int]) -> dict[str, list[list[Any]]]:
         """A checkpoint's part (checkpoint.py): each limited job's keys by its index in
-        the columns' `seqs` (enqueue order), and every window with its starts."""
-        columns = {"keys": [[bisect_left(seqs, seq), *keys]
-                            for seq, keys in sorted(self.keys.items())],
-                   "windows": [[key, w.count, w.period, list(w.starts)]
-                               for key, w in self.windows.items()]}
+        the columns' `seqs` (enqueue order), every window with its starts, and the caps."""
+        columns: dict[str, list[list[Any]]] = {
+            "keys": [[bisect_left(seqs, seq), *keys] for seq, keys in sorted(self.keys.items())],
+            "windows": [[key, w.count, w.period, list(w.starts)]
+                        for key, w in self.windows.items()]}
         if self.caps:  # an additive key (NBCKPT05): [index, cap] of jobs with a cap
             columns["caps"] = [[bisect_left(seqs, seq), cap]
                                for seq, cap in sorted(self.caps.items())]
