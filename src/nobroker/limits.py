@@ -217,6 +217,8 @@ class Budget:
     """What one lease decision may still start: room per rate key (the queue's
     included) and holders per concurrency key, spent as jobs are chosen."""
 
+    __slots__ = ("_holders", "_in_use", "_limits", "_now", "_rooms", "_windows")
+
     def __init__(self, limits: Limits, windows: Mapping[str, Window],
                  in_use: Mapping[str, int], now: float) -> None:
         self._limits, self._windows, self._in_use, self._now = limits, windows, in_use, now

@@ -91,7 +91,11 @@ class LimitedReady:
         budget = Budget(limits, self.windows, self.in_use, now)
         found: list[tuple[Ready, JobKeys | None, list[Ready]]] = []
         sources = 0  # heaps that gave items: one (the usual lease) needs no merging
+        emptied = False
         for keys, heap in [(None, ready), *((k, groups[k]) for k in list(parking.active))]:
+            if not heap:
+                emptied = emptied or keys is not None
+                continue
             room = budget.room_for(keys)
             if room <= 0:
                 if keys is not None:  # a full concurrency key's group: set aside
@@ -104,6 +108,7 @@ class LimitedReady:
                     found.append((item, keys, heap))
                     looked += 1
             sources += looked > 0
+            emptied = emptied or not heap
         chosen: list[Ready] = []
         if sources == 1:  # one heap's best, within its room and `count` already
             chosen = [item for item, _, _ in found]
@@ -115,9 +120,10 @@ class LimitedReady:
                     chosen.append(item)
                 else:
                     heapq.heappush(heap, item)
-        for keys in [keys for keys in parking.active if not groups[keys]]:
-            del groups[keys]
-            parking.remove(keys)
+        if emptied:  # a group with no ready job left goes (it comes back with its next)
+            for keys in [keys for keys in parking.active if not groups[keys]]:
+                del groups[keys]
+                parking.remove(keys)
         return chosen
 
     def next_ready(self, limits: Limits, now: float, ready: list[Ready],

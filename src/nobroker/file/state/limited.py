@@ -197,8 +197,10 @@ class LimitedJobs:
                 if self.parking.by_key:  # a slot of the key is free: its groups come back
                     self.parking.freed(holder)
         if before == PENDING:
-            table.flags[slot] &= ~GROUPED & 0xFF  # its group's lane entry is stale now
-            if after != PENDING:
+            flags = table.flags[slot]
+            if flags & GROUPED:  # in its group's lane: the entry is stale from now on
+                table.flags[slot] = flags & ~GROUPED & 0xFF
+            elif after != PENDING:  # in its group's heaps
                 self.groups[keys].drop(seq)
         if after == PENDING:
             self._take(table, slot, seq, keys)
