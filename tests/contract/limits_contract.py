@@ -312,7 +312,7 @@ class LimitsContract:
 
     def test_a_lease_past_10000_full_concurrency_keys_reads_a_bounded_number(self) -> None:
         """Many per-customer keys, each at its limit: once a lease has found them full,
-        the next ones ask about a bounded number of keys (a count of Budget.allows,
+        the next ones ask about a bounded number of keys (a count of Budget.room_for,
         not a time), until a holder of a key lets go. Files and memory:// (PostgreSQL
         passes the full keys to its candidates query)."""
         q, _ = self.limited(visibility_timeout=600)
@@ -325,7 +325,7 @@ class LimitsContract:
         held = q.lease(customers)
         self.t.assertEqual(len({job.payload["args"][0] for job in held}), customers)
         self.t.assertEqual(q.lease(5), [])  # finds every key full: sets them aside
-        asked = _counting_allows()
+        asked = _counting_room_checks()
         with asked:
             self.t.assertEqual(q.lease(5), [])
             self.t.assertEqual(q.wait(0), False)
@@ -338,9 +338,9 @@ class LimitsContract:
         self.t.assertLess(asked.calls, 100, "a lease read the full keys one by one")
 
 
-class _counting_allows:
-    """Counts Budget.allows calls while entered (every backend's lease asks it once
-    per group of keys it considers)."""
+class _counting_room_checks:
+    """Counts Budget.room_for calls while entered (every backend's lease asks it, or
+    Budget.allows, which asks it, once per group of keys it considers)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -348,16 +348,16 @@ class _counting_allows:
     def __enter__(self) -> None:
         from nobroker.limits import Budget
 
-        original = Budget.allows
+        original = Budget.room_for
 
-        def counted(budget: Budget, keys: Any) -> bool:
+        def counted(budget: Budget, keys: Any) -> int:
             self.calls += 1
             return original(budget, keys)
 
         self._original = original
-        Budget.allows = counted  # type: ignore[method-assign]
+        Budget.room_for = counted  # type: ignore[method-assign]
 
     def __exit__(self, *exc: object) -> None:
         from nobroker.limits import Budget
 
-        Budget.allows = self._original  # type: ignore[method-assign]
+        Budget.room_for = self._original  # type: ignore[method-assign]

@@ -3,9 +3,12 @@
 What it owns, beside the job table (the state keeps one, `QueueState.limited`):
 - each live job's limit keys, from its ENQUEUE (or snapshot JOB) record's
   "rk" (rate key) and "ck" (concurrency key), by seq;
-- a due index (due.DueJobs, heaps only) per pair of keys, so that a lease
+- a due index (due.DueJobs: a FIFO lane of the jobs that came in due order,
+  flagged GROUPED, and heaps for the rest) per pair of keys, so that a lease
   skips a saturated key in one step, whatever its backlog: a limited pending
   job sits in its keys' index and never in the table's own;
+- the cap each live job's ENQUEUE carried ("cc"), shown where the key is
+  not declared (stored_caps);
 - how many jobs of each concurrency key are leased now;
 - a rate window (limits.Window) per rate key a LIMIT record declared: the
   times of the latest LEASE records of the key's jobs ("" is the queue's,
