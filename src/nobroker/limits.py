@@ -32,7 +32,8 @@ from . import validation
 from .errors import NobrokerError
 
 __all__ = ["Rate", "parse_rate", "Limits", "JobKeys", "Window", "Budget", "QUEUE_KEY",
-           "family", "require", "require_for_queue", "KeyUse", "key_use", "Parking"]
+           "family", "require", "require_for_queue", "KeyUse", "key_use", "latest_caps",
+           "Parking"]
 
 QUEUE_KEY: Final = ""  # the queue-wide rate limit's window (no declared key is empty)
 _SEPARATOR: Final = "\x00"  # a computed concurrency key: FAMILY + _SEPARATOR + value
@@ -157,17 +158,14 @@ class Limits:
         if rate_key is not None or family_name is not None:
             self.tasks[name] = _TaskLimits(rate_key, family_name, key_of)
 
-    def cap_of(self, keys: JobKeys | None) -> int | None:
-        """The holders at once declared here for `keys`' concurrency key (None: none),
-        stored with a job at enqueue for processes that did not declare it."""
-        if keys is None or keys[1] is None:
-            return None
-        return self.concurrency.get(family(keys[1]))
-
     def stored_keys(self, payload: Any) -> tuple[JobKeys | None, int | None]:
-        """What a job with this payload stores at enqueue: keys_of, and cap_of them."""
+        """What a job with this payload stores at enqueue: its limit keys (keys_of), and
+        the holders at once declared here for its concurrency key (None: none), for
+        processes that did not declare it."""
         keys = self.keys_of(payload)
-        return keys, self.cap_of(keys)
+        if keys is None or keys[1] is None:
+            return keys, None
+        return keys, self.concurrency.get(family(keys[1]))
 
     def keys_of(self, payload: Any) -> JobKeys | None:
         """The limit keys of a job with this payload (a task call of a limited task),
@@ -363,6 +361,12 @@ class KeyUse:
     limit: int | None
     period: float | None  # a rate's window, in seconds
     opens_at: float | None  # a full rate window: when a start is next allowed
+
+
+def latest_caps(capped: Iterable[tuple[int, str, int]]) -> dict[str, int]:
+    """Each concurrency key's stored cap, from the (enqueue order, key, cap) of the jobs
+    that count (unfinished ones with a cap): the most recently enqueued one's."""
+    return {key: cap for _, key, cap in sorted(capped)}
 
 
 def key_use(limits: Limits, windows: Mapping[str, Window], in_use: Mapping[str, int],

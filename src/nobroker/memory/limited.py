@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Iterable
 from typing import Final, Protocol
 
-from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window
+from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window, latest_caps
 from ..models import JobState
 
 __all__ = ["LimitedReady", "Ready", "stored_caps"]
@@ -157,9 +157,6 @@ _HOLDING: Final = (JobState.PENDING, JobState.LEASED, JobState.WAITING)
 def stored_caps(jobs: Iterable[_Capped]) -> dict[str, int]:
     """Each concurrency key's cap as the most recently enqueued of `jobs` still pending,
     waiting or leased carried it (Queue.limit_use, for keys not declared here)."""
-    latest: dict[str, tuple[int, int]] = {}  # key -> (seq, cap)
-    for job in jobs:
-        if (job.cap is not None and job.keys is not None and job.keys[1] is not None
-                and job.state in _HOLDING and job.seq > latest.get(job.keys[1], (-1, 0))[0]):
-            latest[job.keys[1]] = (job.seq, job.cap)
-    return {key: cap for key, (_, cap) in latest.items()}
+    return latest_caps((job.seq, job.keys[1], job.cap) for job in jobs
+                       if job.cap is not None and job.keys is not None
+                       and job.keys[1] is not None and job.state in _HOLDING)

@@ -29,7 +29,17 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from ...limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Rate, Window, family
+from ...limits import (
+    QUEUE_KEY,
+    Budget,
+    JobKeys,
+    Limits,
+    Parking,
+    Rate,
+    Window,
+    family,
+    latest_caps,
+)
 from ..log.records import (
     AT,
     CONCURRENCY_CAP,
@@ -272,14 +282,9 @@ class LimitedJobs:
     def stored_caps(self, table: JobTable) -> dict[str, int]:
         """Each concurrency key's cap as the most recently enqueued job of the key still
         pending, waiting or leased carried it (keys none carried one are left out)."""
-        latest: dict[str, tuple[int, int]] = {}  # key -> (seq, cap)
-        for seq, cap in self.caps.items():
-            slot = table.slot(seq)
-            key = self.keys[seq][1]
-            if (key is not None and slot >= 0 and table.code[slot] in _HOLDING
-                    and seq > latest.get(key, (-1, 0))[0]):
-                latest[key] = (seq, cap)
-        return {key: cap for key, (_, cap) in latest.items()}
+        return latest_caps((seq, key, cap) for seq, cap in self.caps.items()
+                           for key, slot in ((self.keys[seq][1], table.slot(seq)),)
+                           if key is not None and slot >= 0 and table.code[slot] in _HOLDING)
 
     def ready(self, table: JobTable, now: float, count: int, limits: Limits) -> list[Entry]:
         """Up to `count` leasable jobs within `limits` (highest priority first, FIFO
