@@ -32,7 +32,8 @@ from . import validation
 from .errors import NobrokerError
 
 __all__ = ["Rate", "parse_rate", "Limits", "JobKeys", "Window", "Budget", "QUEUE_KEY",
-           "family", "require", "require_for_queue", "KeyUse", "key_use", "Parking"]
+           "family", "require", "require_for_queue", "KeyUse", "key_use", "latest_caps",
+           "Parking"]
 
 QUEUE_KEY: Final = ""  # the queue-wide rate limit's window (no declared key is empty)
 _SEPARATOR: Final = "\x00"  # a computed concurrency key: FAMILY + _SEPARATOR + value
@@ -157,6 +158,15 @@ class Limits:
         if rate_key is not None or family_name is not None:
             self.tasks[name] = _TaskLimits(rate_key, family_name, key_of)
 
+    def stored_keys(self, payload: Any) -> tuple[JobKeys | None, int | None]:
+        """What a job with this payload stores at enqueue: its limit keys (keys_of), and
+        the holders at once declared here for its concurrency key (None: none), for
+        processes that did not declare it."""
+        keys = self.keys_of(payload)
+        if keys is None or keys[1] is None:
+            return keys, None
+        return keys, self.concurrency.get(family(keys[1]))
+
     def keys_of(self, payload: Any) -> JobKeys | None:
         """The limit keys of a job with this payload (a task call of a limited task),
         computed now, at enqueue; None for a job no declared limit names."""
@@ -205,6 +215,8 @@ class Budget:
     """What one lease decision may still start: room per rate key (the queue's
     included) and holders per concurrency key, spent as jobs are chosen."""
 
+    __slots__ = ("_holders", "_in_use", "_limits", "_now", "_rooms", "_windows")
+
     def __init__(self, limits: Limits, windows: Mapping[str, Window],
                  in_use: Mapping[str, int], now: float) -> None:
         self._limits, self._windows, self._in_use, self._now = limits, windows, in_use, now
@@ -218,28 +230,42 @@ class Budget:
             window = self._windows.get(key)
             if rate is None:
                 room = 1 << 62
-            else:
-                room = rate.count if window is None else window.room(rate, self._now)
+            elif window is None:
+                room = rate.count
+            else:  # Window.room, inlined: once per rate key of every limited lease
+                starts = window.starts
+                room = rate.count - len(starts) + bisect_right(starts, self._now - rate.period)
+                room = room if room > 0 else 0
             self._rooms[key] = room
         return room
 
     def _free(self, key: str) -> int:
         free = self._holders.get(key)
         if free is None:
-            limit = self._limits.concurrency.get(family(key))
+            declared = self._limits.concurrency
+            limit = declared.get(key)  # a declared name is its own key, unless computed
+            if limit is None and _SEPARATOR in key:
+                limit = declared.get(family(key))
             free = 1 << 62 if limit is None else limit - self._in_use.get(key, 0)
             self._holders[key] = free
         return free
 
+    def room_for(self, keys: JobKeys | None) -> int:
+        """How many jobs of `keys` may start now (the queue's limit included)."""
+        room = self._room(QUEUE_KEY) if self._limits.queue_rate is not None else 1 << 62
+        if keys is not None:
+            rate_key, concurrency_key = keys
+            if rate_key is not None:
+                rate_room = self._room(rate_key)
+                room = rate_room if rate_room < room else room
+            if concurrency_key is not None:
+                free = self._free(concurrency_key)
+                room = free if free < room else room
+        return room if room > 0 else 0
+
     def allows(self, keys: JobKeys | None) -> bool:
         """Whether a job of `keys` may start now (the queue's limit included)."""
-        if self._limits.queue_rate is not None and self._room(QUEUE_KEY) <= 0:
-            return False
-        if keys is None:
-            return True
-        rate_key, concurrency_key = keys
-        return ((rate_key is None or self._room(rate_key) > 0)
-                and (concurrency_key is None or self._free(concurrency_key) > 0))
+        return self.room_for(keys) > 0
 
     def take(self, keys: JobKeys | None) -> None:
         """A job of `keys` starts (allows() said it may)."""
@@ -278,11 +304,11 @@ class Parking:
     that may have room, and each parking is paid for by the finishing that undoes it.
     A cache over the backend's state, never stored: rebuilt empty, it parks again."""
 
-    __slots__ = ("_by_key", "_under", "active")
+    __slots__ = ("_under", "active", "by_key")
 
     def __init__(self) -> None:
         self.active: dict[JobKeys, None] = {}  # the groups a lease looks at, as a set
-        self._by_key: dict[str, set[JobKeys]] = {}  # concurrency key -> groups parked
+        self.by_key: dict[str, set[JobKeys]] = {}  # concurrency key -> groups parked
         self._under: dict[str, int] = {}  # the concurrency limits they were parked under
 
     def add(self, keys: JobKeys) -> None:
@@ -292,7 +318,7 @@ class Parking:
     def remove(self, keys: JobKeys) -> None:
         """A group with no job left."""
         self.active.pop(keys, None)
-        parked = self._by_key.get(keys[1] or "")
+        parked = self.by_key.get(keys[1] or "")
         if parked is not None:
             parked.discard(keys)
 
@@ -300,9 +326,9 @@ class Parking:
         """Before a lease or a wait decides under `limits`: parked under others, every
         group comes back."""
         if limits.concurrency != self._under:
-            for parked in self._by_key.values():
+            for parked in self.by_key.values():
                 self.active.update(dict.fromkeys(parked))
-            self._by_key.clear()
+            self.by_key.clear()
             self._under = dict(limits.concurrency)
 
     def park_if_full(self, keys: JobKeys, limits: Limits, in_use: Mapping[str, int]) -> bool:
@@ -312,12 +338,12 @@ class Parking:
         if key is None or limit is None or in_use.get(key, 0) < limit:
             return False
         del self.active[keys]
-        self._by_key.setdefault(key, set()).add(keys)
+        self.by_key.setdefault(key, set()).add(keys)
         return True
 
     def freed(self, key: str) -> None:
         """A holder of concurrency key `key` let go: its groups come back."""
-        parked = self._by_key.pop(key, None)
+        parked = self.by_key.pop(key, None)
         if parked:
             self.active.update(dict.fromkeys(parked))
 
@@ -330,15 +356,25 @@ class KeyUse:
     key: str  # the rate key ("": the queue's own) or the concurrency key's declared name
     value: str | None  # a concurrency key computed by a function: its value for these jobs
     used: int  # rate: starts in the window ending now; concurrency: jobs leased now
-    limit: int | None  # the count or holders at once (None: not declared in this process)
+    # The count or holders at once: this process's declaration, else (a concurrency key)
+    # the cap its latest unfinished job was enqueued with; None: neither.
+    limit: int | None
     period: float | None  # a rate's window, in seconds
     opens_at: float | None  # a full rate window: when a start is next allowed
 
 
+def latest_caps(capped: Iterable[tuple[int, str, int]]) -> dict[str, int]:
+    """Each concurrency key's stored cap, from the (enqueue order, key, cap) of the jobs
+    that count (unfinished ones with a cap): the most recently enqueued one's."""
+    return {key: cap for _, key, cap in sorted(capped)}
+
+
 def key_use(limits: Limits, windows: Mapping[str, Window], in_use: Mapping[str, int],
-            now: float) -> list[KeyUse]:
+            now: float, caps: Mapping[str, int] | None = None) -> list[KeyUse]:
     """Each rate key's use (declared here, or with a window in storage: its limit as last
-    recorded) and each concurrency key's (declared, or held now), by kind then key."""
+    recorded) and each concurrency key's (declared, or held now; a key not declared here
+    shows its stored cap from `caps`, concurrency key -> the cap the latest pending,
+    waiting or leased job of the key was enqueued with), by kind then key."""
     uses: list[KeyUse] = []
     for key in sorted({*limits.rates, *windows}):
         window = windows.get(key)
@@ -354,7 +390,10 @@ def key_use(limits: Limits, windows: Mapping[str, Window], in_use: Mapping[str, 
         uses.append(KeyUse("concurrency", name, None, 0, limits.concurrency[name], None, None))
     for key in sorted(held):
         name, _, value = key.partition(_SEPARATOR)
+        limit = limits.concurrency.get(name)
+        if limit is None and caps:
+            limit = caps.get(key)
         uses.append(KeyUse("concurrency", name, value if _SEPARATOR in key else None,
-                           held[key], limits.concurrency.get(name), None, None))
+                           held[key], limit, None, None))
     uses.sort(key=lambda use: (use.kind != "rate", use.key, use.value or ""))
     return uses

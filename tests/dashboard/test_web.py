@@ -461,8 +461,8 @@ class LimitsViewTest(WebCase):
         self.assertEqual((rated["used"], rated["limit"], rated["period"]), (2, 2, 3600.0))
         self.assertAlmostEqual(rated["opens_at"], self.held_at + 3600.0, delta=60.0)
         capped = by_key["concurrency", "capped", XSS]
-        self.assertEqual((capped["used"], capped["limit"]), (1, None),
-                         "a concurrency limit lives in the code that declared it")
+        self.assertEqual((capped["used"], capped["limit"]), (1, 1),
+                         "a concurrency key's cap as its enqueuer stored it with the job")
         self.assertEqual(self.get("/api/queues/emails").json()["limits"], [])
         self.assertNotIn(b"<script>", self.get("/api/queues/limited").body)
         overview = {q["name"]: q for q in self.get("/api/overview").json()["queues"]}

@@ -168,7 +168,7 @@ class RateWindowTest(unittest.TestCase):
         for batch in log.batches:
             pieces.apply_batch(batch)
         self.assertEqual(whole, pieces)
-        self.assertEqual(whole.limited.fingerprint(), ((), (("r", 2, 10.0, (1.0, 1.5)),)))
+        self.assertEqual(whole.limited.fingerprint(), ((), (("r", 2, 10.0, (1.0, 1.5)),), ()))
 
 
 class CheckpointTest(unittest.TestCase):

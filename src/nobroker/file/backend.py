@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError
-from ..limits import KeyUse, key_use
+from ..limits import KeyUse, Limits, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -130,6 +130,7 @@ class FileBackend:
         keys = self._limits.keys_of(payload) if self._limits.tasks else None
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
+            batch.caps = self._limits.concurrency  # written with a limited job ("cc")
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
@@ -153,6 +154,7 @@ class FileBackend:
         keys = [self._limits.keys_of(payload) for payload in payloads] if self._limits else []
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+            batch.caps = self._limits.concurrency
             ids = plan_enqueue_many(state, batch, now, payload_texts, priority=priority,
                                     delay=delay, max_attempts=max_attempts, rng=self._rng,
                                     keys=keys, metas=metas)
@@ -170,6 +172,7 @@ class FileBackend:
             else []
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
+            batch.caps = self._limits.concurrency
             attempts = self.settings.max_attempts
             planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts,
                                  keys)
@@ -196,14 +199,14 @@ class FileBackend:
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
-                     self._key_retention)
+                     self._key_retention, self._limits)
             return lambda: None
 
         self.handle.write(plan, spare=job.id)
 
     def ack_many(self, jobs: Sequence[Job]) -> None:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            _plan_ack_many(state, batch, now, jobs)
+            _plan_ack_many(state, batch, now, jobs, self._limits)
             return lambda: None
 
         self.handle.write(plan, spare=frozenset(job.id for job in jobs))
@@ -212,7 +215,7 @@ class FileBackend:
                            visibility_timeout: float) -> list[Job]:
         def plan(state: QueueState, batch: Batch, now: float
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
-            _plan_ack_many(state, batch, now, jobs)
+            _plan_ack_many(state, batch, now, jobs, self._limits)
             # The acked jobs are still leased while we plan, so ready() cannot offer them.
             leased = plan_lease(state, batch, now, count, visibility_timeout, self._limits)
             table = state.jobs
@@ -228,7 +231,7 @@ class FileBackend:
         def plan(state: QueueState, batch: Batch, now: float
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
             plan_ack(state, batch, now, job.id, job.token, result_text, ttl,
-                     self._key_retention)
+                     self._key_retention, self._limits)
             # The acked job is still leased while we plan, so ready() cannot offer it.
             leased = plan_lease(state, batch, now, 1, visibility_timeout, self._limits)
             jobs = state.jobs
@@ -275,8 +278,9 @@ class FileBackend:
 
     def limit_use(self) -> list[KeyUse]:
         handle = self.handle
-        return handle.read(lambda state: key_use(self._limits, state.limited.windows,
-                                                 state.limited.in_use, handle.peek_now()))
+        return handle.read(lambda state: key_use(
+            self._limits, state.limited.windows, state.limited.in_use, handle.peek_now(),
+            state.limited.stored_caps(state.table)))
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
         return blocking.wait_finished(self.handle, self.get, job_id, timeout)
@@ -375,8 +379,10 @@ class FileBackend:
         self.handle.close()
 
 
-def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[Job]) -> None:
-    """ACK records for `jobs`, every lease checked before any is planned."""
+def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[Job],
+                   limits: Limits) -> None:
+    """ACK records for `jobs`, every lease checked before any is planned (`limits`: the
+    caller's, see plan_ack)."""
     distinct_leases(jobs)
     table = state.table
     held, leases = table.held, table.leases
@@ -394,6 +400,6 @@ def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[J
         batch.add_acks([job.id for job in jobs], tokens, now)
         return
     for job, token in zip(jobs, tokens, strict=True):
-        batch.wakes += state.limited.frees(job.id, table)  # a freed slot wakes
+        batch.wakes += state.limited.frees(job.id, table, limits)  # a freed slot wakes
         batch.add_ack(job.id, token, now)
         plan_dependents(state, batch, now, job.id, JobState.DONE)

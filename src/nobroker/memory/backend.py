@@ -24,7 +24,7 @@ from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..codec import dumps, encode_payload, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import NobrokerError, QueueClosedError
-from ..limits import KeyUse, key_use
+from ..limits import KeyUse
 from ..models import (
     CompactionResult,
     Job,
@@ -141,7 +141,7 @@ class MemoryBackend:
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
                 allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
-        keys = self.settings.limits.keys_of(payload)
+        keys, cap = self.settings.limits.stored_keys(payload)
 
         def change(table: MemoryTable, now: float) -> Job:
             unmet, failed, died = prerequisites(table, depends_on)  # refuses before a change
@@ -154,8 +154,8 @@ class MemoryBackend:
             new_id = job_id if job_id is not None else table.new_id()
             mode = ANY if allow_failure else SUCCESS
             released, error = verdict(mode, failed, died, not unmet)
-            job = table.add(new_id, job_id is not None, payload_text, priority, now + delay,
-                            now, max_attempts, None if released or error else unmet, mode, keys)
+            job = table.add(new_id, job_id is not None, payload_text, priority, now + delay, now,
+                            max_attempts, None if released or error else unmet, mode, keys, cap)
             job.note = (None, meta) if meta else None
             if error is not None:  # settled at once
                 job.last_error = error
@@ -174,8 +174,9 @@ class MemoryBackend:
             ids = []
             for i, (text, payload) in enumerate(zip(payload_texts, payloads, strict=True)):
                 ids.append(table.new_id())
+                keys, cap = self.settings.limits.stored_keys(payload)
                 job = table.add(ids[-1], False, text, priority, now + delay, now, max_attempts,
-                                keys=self.settings.limits.keys_of(payload))
+                                keys=keys, cap=cap)
                 if metas and metas[i]:
                     job.note = (None, metas[i])
             return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now,
@@ -343,8 +344,7 @@ class MemoryBackend:
             self._view(job) for job in islice(table.entries(state), offset, stop)])
 
     def limit_use(self) -> list[KeyUse]:
-        return self._read(lambda table, now: key_use(
-            self.settings.limits, table.limited.windows, table.limited.in_use, now))
+        return self._read(lambda table, now: table.limit_use(self.settings.limits, now))
 
     def queue_names(self) -> list[str]:
         """QueueListing: the queues of this set that a handle has open."""

@@ -47,10 +47,10 @@ def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
                 node.depends_on, found, ids,
                 lambda index: jobs[index].state is JobState.CANCELLED)
             released, error = verdict(node.mode, failed, died, not unmet)
+        keys, cap = limits.stored_keys(node.payload)
         job = table.add(job_id, node.job_id is not None, text, node.priority,
                         now + node.delay, now, node.max_attempts or default_attempts,
-                        None if released or error else unmet, node.mode,
-                        limits.keys_of(node.payload))
+                        None if released or error else unmet, node.mode, keys, cap)
         if error is not None:
             job.last_error = error
             table.finish(job, JobState.CANCELLED, now, keep)

@@ -38,4 +38,5 @@ class MemoryJob:
     waiting_for: dict[str, None] | None = None  # WAITING: its unfinished prerequisites
     mode: str = SUCCESS  # what releases it (nobroker.dependencies.verdict)
     keys: JobKeys | None = None  # its rate and concurrency limit keys (nobroker.limits)
+    cap: int | None = None  # the holders its enqueuer declared for keys[1] (shown only)
     note: Note | None = None  # its holder's progress and metadata (write_notes)

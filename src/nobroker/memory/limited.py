@@ -12,11 +12,13 @@ table's. Pure like the table: `now` comes in as an argument.
 from __future__ import annotations
 
 import heapq
-from typing import Protocol
+from collections.abc import Iterable
+from typing import Final, Protocol
 
-from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window
+from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window, latest_caps
+from ..models import JobState
 
-__all__ = ["LimitedReady", "Ready"]
+__all__ = ["LimitedReady", "Ready", "stored_caps"]
 
 # (-priority, seq, stamp, id): the table's ready heap's items.
 Ready = tuple[float, int, int, str]
@@ -43,19 +45,23 @@ class LimitedReady:
             self.parking.add(keys)
         return heap
 
-    def held(self, keys: JobKeys, delta: int) -> int:
+    def held(self, keys: JobKeys, delta: int, cap: int | None = None) -> int:
         """A job of `keys` starts (+1) or stops (-1) holding its concurrency key;
-        returns the idle workers to wake (1 when a key's slot frees)."""
-        if keys[1] is None:
+        returns the idle workers to wake: 1 when a slot of a key that was full frees
+        (full under `cap`, the job's stored one; without one, any slot)."""
+        key = keys[1]
+        if key is None:
             return 0
-        held = self.in_use.get(keys[1], 0) + delta
-        if held:
-            self.in_use[keys[1]] = held
+        before = self.in_use.get(key, 0)
+        if before + delta:
+            self.in_use[key] = before + delta
         else:
-            self.in_use.pop(keys[1], None)
-        if delta < 0:  # a slot of the key is free: its parked groups come back
-            self.parking.freed(keys[1])
-        return int(delta < 0)
+            del self.in_use[key]
+        if delta > 0:
+            return 0
+        if self.parking.by_key:  # a slot of the key is free: its parked groups come back
+            self.parking.freed(key)
+        return int(cap is None or before >= cap)
 
     def started(self, keys: JobKeys | None, limits: Limits, now: float) -> None:
         """A job of `keys` was leased at `now`: its windows (and the queue's) count it."""
@@ -84,28 +90,40 @@ class LimitedReady:
         parking.asked_under(limits)
         budget = Budget(limits, self.windows, self.in_use, now)
         found: list[tuple[Ready, JobKeys | None, list[Ready]]] = []
+        sources = 0  # heaps that gave items: one (the usual lease) needs no merging
+        emptied = False
         for keys, heap in [(None, ready), *((k, groups[k]) for k in list(parking.active))]:
-            if not budget.allows(keys):
+            if not heap:
+                emptied = emptied or keys is not None
+                continue
+            room = budget.room_for(keys)
+            if room <= 0:
                 if keys is not None:  # a full concurrency key's group: set aside
                     parking.park_if_full(keys, limits, self.in_use)
                 continue
-            looked = 0
-            while heap and looked < count:
+            want, looked = (count if count < room else room), 0
+            while heap and looked < want:
                 item = heapq.heappop(heap)
                 if valid(item[3], item[2]):
                     found.append((item, keys, heap))
                     looked += 1
-        found.sort(key=lambda entry: entry[0])
+            sources += looked > 0
+            emptied = emptied or not heap
         chosen: list[Ready] = []
-        for item, keys, heap in found:
-            if len(chosen) < count and budget.allows(keys):
-                budget.take(keys)
-                chosen.append(item)
-            else:
-                heapq.heappush(heap, item)
-        for keys in [keys for keys in parking.active if not groups[keys]]:
-            del groups[keys]
-            parking.remove(keys)
+        if sources == 1:  # one heap's best, within its room and `count` already
+            chosen = [item for item, _, _ in found]
+        else:  # best first across them, each within what the budget has left
+            found.sort(key=lambda entry: entry[0])
+            for item, keys, heap in found:
+                if len(chosen) < count and budget.allows(keys):
+                    budget.take(keys)
+                    chosen.append(item)
+                else:
+                    heapq.heappush(heap, item)
+        if emptied:  # a group with no ready job left goes (it comes back with its next)
+            for keys in [keys for keys in parking.active if not groups[keys]]:
+                del groups[keys]
+                parking.remove(keys)
         return chosen
 
     def next_ready(self, limits: Limits, now: float, ready: list[Ready],
@@ -124,3 +142,21 @@ class LimitedReady:
                 if opens is not None:
                     times.append(opens)
         return [min(times)] if times else []
+
+
+class _Capped(Protocol):
+    seq: int
+    state: JobState
+    keys: JobKeys | None
+    cap: int | None
+
+
+_HOLDING: Final = (JobState.PENDING, JobState.LEASED, JobState.WAITING)
+
+
+def stored_caps(jobs: Iterable[_Capped]) -> dict[str, int]:
+    """Each concurrency key's cap as the most recently enqueued of `jobs` still pending,
+    waiting or leased carried it (Queue.limit_use, for keys not declared here)."""
+    return latest_caps((job.seq, job.keys[1], job.cap) for job in jobs
+                       if job.cap is not None and job.keys is not None
+                       and job.keys[1] is not None and job.state in _HOLDING)

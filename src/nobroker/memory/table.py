@@ -20,11 +20,11 @@ from collections.abc import Iterator
 
 from ..dependencies import SUCCESS, verdict
 from ..errors import JobNotFoundError, NotLeasedError
-from ..limits import JobKeys, Limits
+from ..limits import JobKeys, KeyUse, Limits, key_use
 from ..models import JobState
 from ..revivals import Dormant
 from .jobs import MemoryJob, Note
-from .limited import LimitedReady
+from .limited import LimitedReady, stored_caps
 
 __all__ = ["MemoryJob", "MemoryTable", "FINISHED", "Note"]
 
@@ -70,13 +70,14 @@ class MemoryTable:
     def add(self, job_id: str, keyed: bool, payload_text: str, priority: int,
             available_at: float, enqueued_at: float, max_attempts: int,
             waits_for: list[str] | None = None, mode: str = SUCCESS,
-            keys: JobKeys | None = None) -> MemoryJob:
+            keys: JobKeys | None = None, cap: int | None = None) -> MemoryJob:
         """A new pending job (its id is free: the caller checked), or with `waits_for`
-        (prerequisites not finished yet) a waiting one; `keys`: its limit keys."""
+        (prerequisites not finished yet) a waiting one; `keys`: its limit keys, `cap`:
+        the holders its enqueuer declared for its concurrency key."""
         self.done_keys.pop(job_id, None)
         self.key_notes.pop(job_id, None)
         job = MemoryJob(job_id, self._next_seq, keyed, payload_text, priority, available_at,
-                        enqueued_at, max_attempts, keys=keys)
+                        enqueued_at, max_attempts, keys=keys, cap=cap)
         self._next_seq += 1
         self.jobs[job_id] = job
         self.enqueued += 1
@@ -329,6 +330,12 @@ class MemoryTable:
         wanted = _LIVE if state is None else (state,)
         return (job for job in self.jobs.values() if job.state in wanted)
 
+    def limit_use(self, limits: Limits, now: float) -> list[KeyUse]:
+        """Each limit key's use now (nobroker.limits.key_use), undeclared concurrency keys
+        with the cap their latest unfinished job was enqueued with."""
+        return key_use(limits, self.limited.windows, self.limited.in_use, now,
+                       stored_caps(self.jobs.values()))
+
     def next_wakeup(self, limits: Limits | None = None, now: float = 0.0) -> float | None:
         """Earliest moment a job may become leasable: -inf if one is ready now (within
         `limits`, as of `now`), the first delayed job's time or lease deadline
@@ -351,7 +358,8 @@ class MemoryTable:
 
     def _move(self, job: MemoryJob, state: JobState) -> None:
         if job.keys is not None and (job.state is JobState.LEASED) != (state is JobState.LEASED):
-            self.wakes += self.limited.held(job.keys, 1 if state is JobState.LEASED else -1)
+            self.wakes += self.limited.held(job.keys, 1 if state is JobState.LEASED else -1,
+                                            job.cap)
         self.counts[job.state] -= 1
         self.counts[state] += 1
         job.state = state
@@ -382,7 +390,7 @@ class MemoryTable:
 
     def _remove(self, job: MemoryJob) -> None:
         if job.keys is not None and job.state is JobState.LEASED:
-            self.wakes += self.limited.held(job.keys, -1)
+            self.wakes += self.limited.held(job.keys, -1, job.cap)
         del self.jobs[job.id]
         self.counts[job.state] -= 1
         job.stamp += 1

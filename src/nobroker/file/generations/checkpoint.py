@@ -17,7 +17,8 @@ Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
       meta     JSON: generation, end, crc of the log before end, counters, byte order,
                "waits": [[id, [unmet prerequisite ids], allow_failure(, "failure")], ...],
                "limits": {"keys": [[index, rate key, concurrency key], ...],
-                          "windows": [[rate key, count, period, [starts]], ...]},
+                          "windows": [[rate key, count, period, [starts]], ...],
+                          "caps": [[index, cap], ...] (the jobs' "cc"; absent: none)},
                "notes": [[id, [fraction, note] or null, {metadata}], ...] (05),
                "dormant": [[id, [unmet], [failed], rate key, concurrency key], ...]
                (the revivable cancelled dependents, nobroker.revivals; absent: none)

@@ -258,7 +258,8 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
             else:
                 fields = _snapshot_fields(entry)
                 if state.limited.keys:  # its limit keys, as its ENQUEUE gave them
-                    fields.update(key_fields(state.limited.keys_of(entry.seq)))
+                    fields.update(key_fields(state.limited.keys_of(entry.seq),
+                                             state.limited.cap_of(entry.seq)))
                 wait = state.waits.by_job.get(entry.id)
                 if wait is not None:  # a waiting job: what it still waits for
                     fields[WAIT] = list(wait.unmet)

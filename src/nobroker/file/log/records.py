@@ -26,7 +26,7 @@ __all__ = [
     "TOKEN", "UNTIL", "RESULT", "KEEP", "ERROR", "STATE", "ATTEMPTS", "FINISHED_AT", "ACKED",
     "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE", "WAIT", "ALLOW_FAILURE",
     "FRACTION", "META",
-    "RATE_KEY", "CONCURRENCY_KEY", "LIMIT_COUNT", "PERIOD", "STARTS",
+    "RATE_KEY", "CONCURRENCY_KEY", "CONCURRENCY_CAP", "LIMIT_COUNT", "PERIOD", "STARTS",
     "DEAD_LETTER", "FAILED_PREREQUISITES",
 ]
 
@@ -114,6 +114,8 @@ META: Final = "m"  # PROGRESS, JOB, FINISHED, KEY: the job's metadata, a JSON ob
 ON_FAILURE: Final = "of"  # ENQUEUE, JOB: released by a prerequisite's death (format 1.2)
 RATE_KEY: Final = "rk"  # ENQUEUE, JOB: the job's rate limit key; LIMIT: the window's (1.2)
 CONCURRENCY_KEY: Final = "ck"  # ENQUEUE, JOB: the job's concurrency key (format 1.2)
+# ENQUEUE, JOB: the holders at once its enqueuer declared for "ck" (shown, not enforced; 1.2)
+CONCURRENCY_CAP: Final = "cc"
 LIMIT_COUNT: Final = "lim"  # LIMIT: the starts a window of the key may hold (format 1.2)
 PERIOD: Final = "per"  # LIMIT: the window's length in seconds (format 1.2)
 STARTS: Final = "st"  # LIMIT: the key's latest starts, oldest first (a snapshot's; 1.2)
@@ -130,7 +132,7 @@ FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, P
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
                  PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, FRACTION, META,
                  ON_FAILURE, RATE_KEY, CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS,
-                 DEAD_LETTER, FAILED_PREREQUISITES)
+                 DEAD_LETTER, FAILED_PREREQUISITES, CONCURRENCY_CAP)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

@@ -11,7 +11,7 @@ random or threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from json.encoder import encode_basestring_ascii as quote  # as records.py's texts
 from typing import Final
@@ -77,6 +77,10 @@ class Batch:
         # (the writer's, commit.py): a dependent a failure cancels keeps it, revivable.
         # None (a batch planned without the log): such dependents are not revivable.
         self.payload_of: Callable[[int], str] | None = None
+        # The concurrency limits the planning process declared (family -> holders): a
+        # limited job's ENQUEUE carries its key's as "cc", for processes that did not
+        # declare it (limited.plan_limited_enqueue).
+        self.caps: Mapping[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._items)

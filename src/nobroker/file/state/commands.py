@@ -39,7 +39,7 @@ from .dependencies import (
     with_released,
 )
 from .jobindex import JobIndex
-from .limited import declare_windows, plan_limited_enqueue
+from .limited import plan_limited_enqueue
 from .state import Entry, JobState, QueueState
 
 __all__ = ["new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",
@@ -178,7 +178,7 @@ def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
     if state.paused:
         return []
     if limits:
-        declare_windows(state.limited.windows, batch, limits)
+        state.limited.declare_windows(batch, limits)
     ready = state.ready(now, count, limits)
     if batch.released and not limits and not state.limited:
         ready = with_released(state, batch, now, count, ready)
@@ -208,15 +208,16 @@ def plan_settle(state: QueueState, batch: Batch, now: float, rtype: RecordType,
 
 def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: int | None,
              result_text: str | None = None, result_ttl: float = 0.0,
-             key_retention: float = 0.0) -> Entry:
+             key_retention: float = 0.0, limits: Limits | None = None) -> Entry:
     """ACK for a job the caller holds; with `result_text`, the job is kept with its
     result for `result_ttl` seconds (a keyed one at least `key_retention`, so that
     its id is remembered as long as a plain ack would remember it). A result kept
-    for no time is acked as none: a keyed job's remembered id must not carry it."""
+    for no time is acked as none: a keyed job's remembered id must not carry it.
+    `limits`: the caller's, which tell whether a concurrency slot it frees was awaited."""
     entry = check_lease(state, job_id, token)
     batch.finishes += 1
     if state.limited.keys:  # a concurrency slot frees: idle workers may take it
-        batch.wakes += state.limited.frees(job_id, state.table)
+        batch.wakes += state.limited.frees(job_id, state.table, limits)
     if result_text is None or result_ttl <= 0:
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
     else:

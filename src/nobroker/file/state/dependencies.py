@@ -34,7 +34,7 @@ from ..log.records import (
     RecordType,
 )
 from .batch import Batch
-from .limited import key_fields, plan_limited_enqueue
+from .limited import declared_cap, key_fields, plan_limited_enqueue
 from .state import Entry, JobState, QueueState
 from .waits import mode_fields
 
@@ -103,7 +103,7 @@ def plan_dependent_enqueue(batch: Batch, now: float, job_id: str, payload_text: 
         fields[IS_KEY] = True
     fields[WAIT] = unmet
     mode_fields(fields, mode)
-    fields.update(key_fields(keys))
+    fields.update(key_fields(keys, declared_cap(batch, keys)))
     batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
     return JobState.WAITING
 

@@ -25,9 +25,10 @@ from typing import Final
 
 from .vocabulary import PENDING, Entry, JobColumns
 
-__all__ = ["DueJobs", "LANED"]
+__all__ = ["DueJobs", "LANED", "GROUPED"]
 
 LANED: Final = 4  # a slot flag: pending since its enqueue and queued in its priority's lane
+GROUPED: Final = 8  # the same in a limited job's group's own DueJobs (limited.py)
 _PENDING_MASK: Final = bytes([1] + [0] * 255)  # pending slot -> 1
 _WITHLANED: Final = bytes((flags | LANED) & 0xFF for flags in range(256))
 _MAX_LANES: Final = 16  # ready() looks at every lane: other priorities use the heaps
@@ -47,9 +48,11 @@ class _Lane:
 
 
 class DueJobs:
-    """The due-job indexes of a JobTable (see the module doc)."""
+    """The due-job indexes of a JobTable (see the module doc), or of one group of its
+    limited jobs (limited.py), whose lanes' jobs carry `lane_flag` instead of LANED."""
 
-    def __init__(self) -> None:
+    def __init__(self, lane_flag: int = LANED) -> None:
+        self._lane_flag = lane_flag  # the slot flag of a job in one of these lanes
         self.lanes: dict[int, _Lane] = {}  # priority -> lane
         # Pending jobs outside the lanes sit in lazy heaps: an entry is valid only
         # while its stamp is the job's current one (stamps are never reused).
@@ -143,6 +146,10 @@ class DueJobs:
         self._delayed.clear()
         self._ready.clear()
 
+    def holds_any(self) -> bool:
+        """Whether any pending job may be in these indexes (False: ready() finds none)."""
+        return bool(self.lanes or self._ready or self._delayed)
+
     def ready(self, table: JobColumns, now: float, count: int) -> list[Entry]:
         """Up to `count` of the table's leasable jobs: highest priority first, FIFO
         within a priority."""
@@ -178,12 +185,13 @@ class DueJobs:
         """The first `count` jobs of a lane that are due at `now`, as (-priority, seq,
         slot); drops stale items at the head for good."""
         seqs, flags, at, slot_of = lane.seqs, table.flags, table.available_at, table.slot
+        laned = self._lane_flag
         due: list[tuple[int, int, int]] = []
         index = lane.head
         while index < len(seqs) and len(due) < count:
             seq = seqs[index]
             slot = slot_of(seq)
-            if slot < 0 or not flags[slot] & LANED:  # leased or removed since
+            if slot < 0 or not flags[slot] & laned:  # leased or removed since
                 index += 1
                 if not due:
                     lane.head = index

@@ -35,7 +35,7 @@ from ..log.records import (
     ReplayError,
 )
 from .fieldchecks import INT64, field, max_attempts_field
-from .limited import LimitedJobs, record_keys
+from .limited import LimitedJobs, record_cap, record_keys
 from .notes import note_of
 from .snapshots import apply_snapshot_end, apply_snapshot_finished, apply_snapshot_job
 from .transitions import ReplayState, apply_forget
@@ -114,7 +114,8 @@ def adopt_limited(state: OtherState, job_id: str, rec: Record, offset: int) -> N
     """A job just added by `rec`, if it has limit keys: into its keys' index."""
     keys = record_keys(rec, offset)
     if keys is not None:
-        state.limited.adopt(state.table, state.table.find(job_id), keys)
+        state.limited.adopt(state.table, state.table.find(job_id), keys,
+                            record_cap(rec, offset))
 
 
 def apply_enqueue_waiting(state: ReplayState, job_id: str, rec: Record, offset: int,

@@ -242,9 +242,9 @@ class QueueState:
                                   f"token {token} is not job {job_id!r}'s lease {current}")
         limited = self.limited
         if limited.keys or limited.windows:  # limited.py: holders and windows follow
-            seq, before = table.seqs[slot], table.code[slot]
+            before = table.code[slot]
             JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)
-            limited.after(table, seq, before, rec if rtype == RecordType.LEASE else None,
+            limited.after(table, slot, before, rec if rtype == RecordType.LEASE else None,
                           offset)
             return
         JOB_RECORDS[rtype](self, slot, job_id, rec, offset, size)

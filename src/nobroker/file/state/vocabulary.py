@@ -62,7 +62,7 @@ CODES: Final = {JobState.PENDING: PENDING, JobState.LEASED: LEASED, JobState.DEA
 FINISHED_CODES: Final = (DONE, CANCELLED)
 KEYED: Final = 1  # the id is a caller's idempotency key
 NAMED: Final = 2  # the id is not seq_id(seq); it lives in the table's ids/names dicts
-# (4 is LANED, the due index's: see due.py)
+# (4 is LANED, the due index's, and 8 GROUPED, a limited group's: see due.py)
 FREE_TO_ZERO: Final = bytes([1] * FREE + [0] + [1] * (255 - FREE))  # a hole -> 0, else 1
 
 
