@@ -61,9 +61,10 @@ print(best / jobs * 1e6)
 """
 
 
-def build(directory: str, batch: int, jobs: int, writers: int = 1) -> int:
+def build(directory: str, batch: int, jobs: int, writers: int = 1) -> tuple[int, int]:
     """Fill a queue in `directory`, drained by `writers` handles in turns; returns the
-    log offset where the drain begins."""
+    log offset where the drain begins, and how many jobs its calls leased (at least
+    `jobs`: every writer finishes its turn; each acked by the next call but the last)."""
     sys.path.insert(0, str(REPO / "src"))
     import nobroker
 
@@ -79,7 +80,7 @@ def build(directory: str, batch: int, jobs: int, writers: int = 1) -> int:
             done += len(held[index])
     for queue in queues:
         queue.close()
-    return mark
+    return mark, done
 
 
 def main() -> int:
@@ -97,14 +98,14 @@ def main() -> int:
     results: dict[str, dict[str, float]] = {}
     for batch in args.batch or [1, 16]:
         with tempfile.TemporaryDirectory() as directory:
-            mark = build(directory, batch, args.jobs, args.writers)
+            mark, jobs = build(directory, batch, args.jobs, args.writers)
             for reads in args.reads or [0]:
                 label = f"batch {batch}" + (f", reads of {reads}" if reads else "")
                 row = results.setdefault(label, {})
                 for tree in trees * args.turns:
                     out = subprocess.run(
                         [sys.executable, "-c", _TIMER, directory, str(mark),
-                         str(args.rounds), str(args.jobs), str(reads)],
+                         str(args.rounds), str(jobs), str(reads)],
                         env={"PYTHONPATH": tree}, check=True, capture_output=True,
                         text=True).stdout
                     row[tree] = min(row.get(tree, float("inf")), float(out))
