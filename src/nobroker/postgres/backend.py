@@ -233,9 +233,6 @@ class PostgresBackend:
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None:
-        if self.settings.limits:  # the limited lease is a transaction of its own
-            self.ack(job, result_text, result_ttl)
-            return next(iter(self.lease(1, visibility_timeout)), None)
         result_text = kept_result(self.settings, result_text, result_ttl)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,

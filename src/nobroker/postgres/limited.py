@@ -1,31 +1,31 @@
 """Rate limits and concurrency limits on PostgreSQL: the limited lease, and its wait.
 
 A process that declared limits (nobroker.limits: the configuration is code)
-leases in one transaction of several statements, under a lock on its queue's
-row in `queues` (sql/queries/limited_lock.sql, held to the commit):
-
-1. expired leases are taken back first (the lease statement with n = 0), so a
-   killed holder's slot is free again from its lease's deadline;
-2. the state, at a time read after the lock: the holders of each concurrency
-   key (its leased rows), the latest starts of each declared rate key (table
-   `limit_windows`);
-3. the candidates: the best due jobs of each pair of keys not saturated
-   (sql/queries/limited_candidates.sql: a saturated pair is never read);
-4. the choice, by the same `Budget` the file and memory backends use;
-5. the chosen rows leased (lease_chosen.sql) and their starts written.
+leases with one statement, as any other process does: limited_lease.sql, or
+limited_ack_and_lease.sql with an ack. Each takes expired leases back first
+(a killed holder's slot is free again from its lease's deadline), then calls
+nb_limited_lease (sql/migrations/0008), given the limits this process
+declared (`declared_params`): under a lock on the queue's row in `queues`,
+held to the commit, it reads the holders of each concurrency key it
+considers and the latest starts of each declared rate key (table
+`limit_windows`), steps through the pairs of keys with due jobs, chooses as
+limits.Budget does on files and memory://, leases the chosen rows and writes
+their starts.
 
 Why it is exact across processes and hosts: every limited lease of a queue
-takes the same row lock before it reads, and READ COMMITTED gives each
-statement after the lock a snapshot that holds everything the previous holder
-committed (its leases and windows); so the decisions happen one after the
-other, each seeing all before it, at times in that order. Finishing (ack,
-nack) takes no lock: a slot it frees is seen by the next lease, never counted
-twice. A process that declared no limit leases with the single lease
-statement, as before, and is not limited by them (as on the other backends).
+takes the same row lock before it reads, and the function's reads (VOLATILE,
+READ COMMITTED) each take a snapshot after it, which holds everything the
+previous holder committed (its leases and windows); so the decisions happen
+one after the other, each seeing all before it, at times in that order.
+Finishing (ack, nack) takes no lock: a slot it frees is seen by the next
+lease, never counted twice. A process that declared no limit leases with the
+single lease statement, as before, and is not limited by them (as on the
+other backends).
 
 Waiting: `due` says when a ready job may next start within the limits (a
 window's opening, a lease's deadline, a delayed job's time), or None when
 only a holder's ack frees a slot; the ack's NOTIFY wakes the idle workers then.
+It and `use` read the state in Python (limited_state.sql, limits.Budget).
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ from typing import Any
 
 import psycopg
 
-from ..limits import QUEUE_KEY, Budget, JobKeys, KeyUse, Limits, Window, key_use
+from ..limits import Budget, JobKeys, KeyUse, Limits, Window, key_use
 from .rows import lease_rows
 from .statements import Statements
 
-__all__ = ["LimitedLeases", "key_params", "keys_params", "keys_of_columns", "columns_of"]
+__all__ = ["LimitedLeases", "key_params", "keys_params", "keys_of_columns", "columns_of",
+           "declared_params"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 _ESCAPED = re.compile(r"\\(.)", re.DOTALL)  # a key's escaped NUL (\0) or backslash (\\)
@@ -83,6 +84,17 @@ def keys_of_columns(rate_key: str, concurrency_key: str) -> JobKeys | None:
     return _read(rate_key), _read(concurrency_key)
 
 
+def declared_params(limits: Limits) -> dict[str, list[Any]]:
+    """The limits this process declared, as nb_limited_lease takes them (migrations/0008):
+    rate keys (as limit_windows names them, and stored as jobs hold them) with their
+    counts and periods; concurrency families (stored) with their caps."""
+    rates = sorted(limits.rates.items())
+    families = sorted(limits.concurrency.items())
+    return {"rks": [k for k, _ in rates], "rss": [_stored(k) for k, _ in rates],
+            "rcs": [r.count for _, r in rates], "rps": [float(r.period) for _, r in rates],
+            "fs": [_stored(f) for f, _ in families], "caps": [c for _, c in families]}
+
+
 class _State:
     """What a limited lease or wait reads (sql/queries/limited_state.sql)."""
 
@@ -108,19 +120,6 @@ class _State:
         self.now = max([self.now, *(w.starts[-1] for w in self.windows.values() if w.starts)])
         self.budget = Budget(limits, self.windows, self.in_use, self.now)
 
-    def candidates(self, conn: Conn, sql: Statements, params: dict[str, Any],
-                   limits: Limits, count: int) -> list[tuple[str, JobKeys | None]]:
-        """The due jobs of the pairs of keys with room, best first, with their keys."""
-        budget = self.budget
-        rows = conn.execute(sql.limited_candidates, {
-            **params, "n": count,
-            "full_rates": [_stored(k) for k in limits.rates
-                           if k != QUEUE_KEY and not budget.allows((k, None))],
-            "full_conc": [_stored(k) for k in self.in_use if not budget.allows((None, k))],
-        }).fetchall()
-        rows.sort(key=lambda row: (-row[1], row[2]))
-        return [(row[0], keys_of_columns(row[3], row[4])) for row in rows]
-
 
 class LimitedLeases:
     """The limited lease and wait of one PostgresBackend (see the module doc)."""
@@ -132,49 +131,8 @@ class LimitedLeases:
               ) -> tuple[list[tuple[Any, ...]], list[str]]:
         """Up to `count` jobs leased within the limits: their rows (job_columns), and
         the ids of the jobs whose expired leases this dead-lettered (rows.lease_rows)."""
-        sql, limits = self._sql, self._limits
-        with conn.transaction():
-            conn.execute(sql.limited_lock, params)
-            # Expired leases first: they free their slots.
-            _, dead = lease_rows(conn.execute(sql.lease, {**params, "n": 0}).fetchall())
-            state = _State(conn, sql, params, limits)
-            params = {**params, "t": state.now}  # the lease's time: its starts' (_State)
-            budget = state.budget
-            if count <= 0 or not budget.allows(None):  # the queue's own window is full
-                return [], dead
-            chosen: dict[str, JobKeys | None] = {}
-            for job_id, keys in state.candidates(conn, sql, params, limits, count):
-                if len(chosen) < count and budget.allows(keys):
-                    budget.take(keys)
-                    chosen[job_id] = keys
-            if not chosen:
-                return [], dead
-            rows, more = lease_rows(conn.execute(sql.lease_chosen, {
-                **params, "ids": list(chosen), "n": len(chosen)}).fetchall())
-            self._started(conn, params, state, [chosen[row[0]] for row in rows])
-            return rows, dead + more
-
-    def _started(self, conn: Conn, params: dict[str, Any], state: _State,
-                 started: list[JobKeys | None]) -> None:
-        """The starts of jobs just leased written into their rate keys' windows."""
-        limits, windows = self._limits, state.windows
-        changed: set[str] = set()
-        for keys in started:
-            for key in (QUEUE_KEY, None if keys is None else keys[0]):
-                rate = None if key is None else limits.rates.get(key)
-                if key is None or rate is None:
-                    continue
-                window = windows.get(key)
-                if window is None or (window.count, window.period) != (rate.count, rate.period):
-                    window = windows[key] = Window(rate.count, rate.period,
-                                                   () if window is None else window.starts)
-                window.start(state.now)
-                changed.add(key)
-        if changed:
-            names = sorted(changed)
-            conn.execute(self._sql.limited_windows, {
-                **params, "keys": names,
-                "starts": ["{" + ",".join(map(repr, windows[k].starts)) + "}" for k in names]})
+        return lease_rows(conn.execute(self._sql.limited_lease, {
+            **params, "n": max(count, 0), **declared_params(self._limits)}).fetchall())
 
     def use(self, conn: Conn, params: dict[str, Any]) -> list[KeyUse]:
         """Each key's use now (limits.key_use): the rate keys this process declared."""

@@ -65,7 +65,7 @@ def note_params(progress: Progress | None, meta: dict[str, Any]) -> dict[str, st
 
 
 def lease_rows(rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """lease.sql's or lease_chosen.sql's rows split: the leased jobs' rows (job_columns),
+    """lease.sql's or limited_lease.sql's rows split: the leased jobs' rows (job_columns),
     and the ids of the jobs its reclaim dead-lettered (every row's last column)."""
     dead = list(rows[0][-1] or ()) if rows else []
     return [row[:-1] for row in rows if row[0] is not None], dead
