@@ -134,7 +134,7 @@ class PostgresBackend:
         if depends_on:  # waiting, pending or cancelled at once (graphs.py)
             node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
                                priority, delay, max_attempts, job_id, params["m"],
-                               params["rk"], params["ck"])
+                               params["rk"], params["ck"], params["cc"])
             return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
 
         def run(conn: Conn) -> Job:

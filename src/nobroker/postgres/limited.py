@@ -31,12 +31,13 @@ It and `use` read the state in Python (limited_state.sql, limits.Budget).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
-from ..limits import Budget, JobKeys, KeyUse, Limits, Window, key_use
+from ..limits import Budget, JobKeys, KeyUse, Limits, Window, family, key_use
 from .rows import lease_rows
 from .statements import Statements
 
@@ -53,22 +54,31 @@ def _stored(key: str | None) -> str:
     return "" if key is None else key.replace("\\", "\\\\").replace("\x00", "\\0")
 
 
+def _joined(name: str, value: str | None) -> str:
+    """A concurrency key from KeyUse's name and value (limits.family splits it)."""
+    return name if value is None else f"{name}\x00{value}"
+
+
 def _read(stored: str) -> str | None:
     if not stored:
         return None
     return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else m.group(1), stored)
 
 
-def key_params(limits: Limits, payload: Any) -> dict[str, str]:
-    """The bound keys (`rk`, `ck`: '' for none) of a job with `payload`, computed now."""
+def key_params(limits: Limits, payload: Any) -> dict[str, Any]:
+    """The bound keys (`rk`, `ck`: '' for none) of a job with `payload`, computed now,
+    and `cc`, the cap this process declared for its concurrency key (None: none),
+    stored with it for limit_use in processes that did not declare the key."""
     rate_key, concurrency_key = limits.keys_of(payload) or (None, None)
-    return {"rk": _stored(rate_key), "ck": _stored(concurrency_key)}
+    cap = None if concurrency_key is None else limits.concurrency.get(family(concurrency_key))
+    return {"rk": _stored(rate_key), "ck": _stored(concurrency_key), "cc": cap}
 
 
-def keys_params(limits: Limits, payloads: Sequence[Any]) -> dict[str, list[str]]:
-    """`rks`, `cks`: the keys of each job of a batch, in order."""
+def keys_params(limits: Limits, payloads: Sequence[Any]) -> dict[str, list[Any]]:
+    """`rks`, `cks`, `ccs`: the keys and caps of each job of a batch, in order."""
     keys = [key_params(limits, payload) for payload in payloads]
-    return {"rks": [k["rk"] for k in keys], "cks": [k["ck"] for k in keys]}
+    return {"rks": [k["rk"] for k in keys], "cks": [k["ck"] for k in keys],
+            "ccs": [k["cc"] for k in keys]}
 
 
 def columns_of(keys: JobKeys | None) -> tuple[str, str]:
@@ -105,7 +115,8 @@ class _State:
         self.next: float | None = None
         self.in_use: dict[str, int] = {}
         self.windows: dict[str, Window] = {}
-        for kind, key, n, starts, at in conn.execute(
+        self.caps: dict[str, int] = {}  # a held key's cap, as its latest live job carries it
+        for kind, key, n, starts, at, cap in conn.execute(
                 sql.limited_state, {**params, "keys": list(limits.rates)}):
             if kind == "now":
                 self.now = at
@@ -113,6 +124,8 @@ class _State:
                 self.paused, self.next = bool(n), at
             elif kind == "held":
                 self.in_use[_read(key) or ""] = n
+                if cap is not None:
+                    self.caps[_read(key) or ""] = cap
             elif key in limits.rates:
                 rate = limits.rates[key]
                 self.windows[key] = Window(rate.count, rate.period, starts)
@@ -135,9 +148,12 @@ class LimitedLeases:
             **params, "n": max(count, 0), **declared_params(self._limits)}).fetchall())
 
     def use(self, conn: Conn, params: dict[str, Any]) -> list[KeyUse]:
-        """Each key's use now (limits.key_use): the rate keys this process declared."""
+        """Each key's use now (limits.key_use): the rate keys this process declared; a
+        concurrency key it did not declare, with the cap its latest live job carries."""
         state = _State(conn, self._sql, params, self._limits)
-        return key_use(self._limits, state.windows, state.in_use, state.now)
+        uses = key_use(self._limits, state.windows, state.in_use, state.now)
+        return [replace(use, limit=state.caps.get(_joined(use.key, use.value)))
+                if use.kind == "concurrency" and use.limit is None else use for use in uses]
 
     def due(self, conn: Conn, params: dict[str, Any]) -> tuple[float, float | None]:
         """(now, when a job may next be leased within the limits, or None: nothing

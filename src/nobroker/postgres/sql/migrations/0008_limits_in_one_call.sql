@@ -10,8 +10,10 @@ ALTER TABLE {schema}.jobs ADD COLUMN conc_cap integer;
 -- The leased jobs of each concurrency key: a key's holders are counted by
 -- reading them alone (at most its cap), never every leased row of the queue.
 CREATE INDEX jobs_held ON {schema}.jobs (queue, conc_key) WHERE state = 1 AND conc_key <> '';
--- The latest job of a concurrency key, for its cap (limit_use).
-CREATE INDEX jobs_of_key ON {schema}.jobs (queue, conc_key, seq) WHERE conc_key <> '';
+-- The live jobs (waiting, pending, leased) of each concurrency key, latest last:
+-- a key's cap as limit_use reports it is its latest live job's.
+CREATE INDEX jobs_of_key ON {schema}.jobs (queue, conc_key, seq)
+    WHERE conc_key <> '' AND state BETWEEN -2 AND 1;
 
 -- nb_limited_lease: a limited lease, in the statement that calls it
 -- (queries/limited_ack_and_lease.sql): up to n jobs leased for vt seconds,
@@ -46,6 +48,12 @@ DECLARE
     chosen text[] := '{}';
     chosen_rk text[] := '{}';
     leased text[];
+    ids text[] := '{}';
+    prios bigint[] := '{}';
+    seqs bigint[] := '{}';
+    rks integer[] := '{}';
+    cks integer[] := '{}';
+    p record;
     c record;
     i integer;
     k integer;
@@ -65,55 +73,61 @@ BEGIN
         WHERE w.queue = q AND w.key = rate_keys[i] AND s.x > now_ - rate_periods[i];
         rooms[i] := k;
     END LOOP;
-    FOR c IN
-        WITH RECURSIVE pairs AS (
-            (SELECT j.rate_key AS rk, j.conc_key AS ck FROM {schema}.jobs AS j
-             WHERE j.queue = q AND j.state <= 0 ORDER BY j.rate_key, j.conc_key LIMIT 1)
-            UNION ALL
-            SELECT m.rk, m.ck FROM pairs AS p, LATERAL (
-                SELECT j.rate_key, j.conc_key FROM {schema}.jobs AS j
-                WHERE j.queue = q AND j.state <= 0 AND (j.rate_key, j.conc_key) > (p.rk, p.ck)
-                ORDER BY j.rate_key, j.conc_key LIMIT 1) AS m(rk, ck))
-        SELECT h.id, h.priority, h.seq, p.rk, p.ck FROM pairs AS p, LATERAL (
-            SELECT j.id, j.priority, j.seq FROM {schema}.jobs AS j
-            WHERE j.queue = q AND j.state <= 0 AND j.rate_key = p.rk AND j.conc_key = p.ck
-              AND j.state <> -2 AND j.available_at <= now_
-            ORDER BY j.priority DESC, j.seq LIMIT n) AS h
-        ORDER BY h.priority DESC, h.seq
-    LOOP
-        EXIT WHEN cardinality(chosen) >= n OR (own IS NOT NULL AND rooms[own] <= 0);
-        i := CASE WHEN c.rk <> '' THEN array_position(rate_stored, c.rk) END;
-        CONTINUE WHEN i IS NOT NULL AND rooms[i] <= 0;
-        IF c.ck <> '' THEN
-            f := NULL;
-            FOR k IN 1 .. coalesce(cardinality(families), 0) LOOP
-                IF c.ck = families[k] OR starts_with(c.ck, families[k] || '\0') THEN
-                    f := k;
+    -- The pairs of keys with pending jobs, one probe each; the heads (best n due
+    -- jobs) of those whose keys have room. Simple queries, each planned once per
+    -- session (a generic plan), where one recursive query was planned per call.
+    SELECT j.rate_key, j.conc_key INTO p FROM {schema}.jobs AS j
+    WHERE j.queue = q AND j.state <= 0 ORDER BY j.rate_key, j.conc_key LIMIT 1;
+    WHILE FOUND LOOP
+        i := CASE WHEN p.rate_key <> '' THEN array_position(rate_stored, p.rate_key) END;
+        k := array_position(held_keys, p.conc_key);  -- a key seen with another rate key
+        IF k IS NULL AND p.conc_key <> '' THEN
+            FOR f IN 1 .. coalesce(cardinality(families), 0) LOOP
+                IF p.conc_key = families[f] OR starts_with(p.conc_key, families[f] || '\0')
+                THEN
+                    held_keys := held_keys || p.conc_key;
+                    frees := frees || (caps[f] - (
+                        SELECT count(*) FROM {schema}.jobs AS j
+                        WHERE j.queue = q AND j.state = 1 AND j.conc_key = p.conc_key
+                          AND j.conc_key <> '' AND j.id <> ALL(freed)))::integer;
+                    k := cardinality(held_keys);
                     EXIT;
                 END IF;
             END LOOP;
-            IF f IS NOT NULL THEN
-                k := array_position(held_keys, c.ck);
-                IF k IS NULL THEN
-                    held_keys := held_keys || c.ck;
-                    frees := frees || (caps[f] - (
-                        SELECT count(*) FROM {schema}.jobs AS j
-                        WHERE j.queue = q AND j.state = 1 AND j.conc_key = c.ck
-                          AND j.conc_key <> '' AND j.id <> ALL(freed)))::integer;
-                    k := cardinality(held_keys);
-                END IF;
-                CONTINUE WHEN frees[k] <= 0;
-                frees[k] := frees[k] - 1;
-            END IF;
+        END IF;
+        IF (i IS NULL OR rooms[i] > 0) AND (k IS NULL OR frees[k] > 0) THEN
+            FOR c IN SELECT j.id, j.priority, j.seq FROM {schema}.jobs AS j
+                     WHERE j.queue = q AND j.state <= 0 AND j.rate_key = p.rate_key
+                       AND j.conc_key = p.conc_key AND j.state <> -2 AND j.available_at <= now_
+                     ORDER BY j.priority DESC, j.seq LIMIT n LOOP
+                ids := ids || c.id;
+                prios := prios || c.priority;
+                seqs := seqs || c.seq;
+                rks := rks || i;
+                cks := cks || k;
+            END LOOP;
+        END IF;
+        SELECT j.rate_key, j.conc_key INTO p FROM {schema}.jobs AS j
+        WHERE j.queue = q AND j.state <= 0 AND (j.rate_key, j.conc_key) > (p.rate_key, p.conc_key)
+        ORDER BY j.rate_key, j.conc_key LIMIT 1;
+    END LOOP;
+    -- The choice, best first, as limits.Budget makes it.
+    FOR c IN SELECT u.id, u.ri, u.ki FROM unnest(ids, prios, seqs, rks, cks) AS u(id, pr, sq, ri, ki)
+             ORDER BY u.pr DESC, u.sq LOOP
+        EXIT WHEN cardinality(chosen) >= n OR (own IS NOT NULL AND rooms[own] <= 0);
+        CONTINUE WHEN (c.ri IS NOT NULL AND rooms[c.ri] <= 0)
+                   OR (c.ki IS NOT NULL AND frees[c.ki] <= 0);
+        IF c.ki IS NOT NULL THEN
+            frees[c.ki] := frees[c.ki] - 1;
         END IF;
         IF own IS NOT NULL THEN
             rooms[own] := rooms[own] - 1;
         END IF;
-        IF i IS NOT NULL THEN
-            rooms[i] := rooms[i] - 1;
+        IF c.ri IS NOT NULL THEN
+            rooms[c.ri] := rooms[c.ri] - 1;
         END IF;
         chosen := chosen || c.id;
-        chosen_rk := chosen_rk || rate_keys[i];
+        chosen_rk := chosen_rk || rate_keys[c.ri];
     END LOOP;
     IF cardinality(chosen) = 0 THEN
         RETURN;
