@@ -1,5 +1,6 @@
--- Version 8: a limited ack-and-lease in one round trip, a bounded count of a
--- key's holders, and the concurrency cap a job's enqueuer declared.
+-- Version 8: a limited lease (and ack-and-lease) in one statement, each start
+-- of a rate window one row written, a key's holders counted by reading them
+-- alone, and the concurrency cap a job's enqueuer declared.
 --
 -- conc_cap: the holders at once that the process which enqueued the job
 -- declared for its concurrency key (NULL: none, or enqueued before version 8).
@@ -15,26 +16,62 @@ CREATE INDEX jobs_held ON {schema}.jobs (queue, conc_key) WHERE state = 1 AND co
 CREATE INDEX jobs_of_key ON {schema}.jobs (queue, conc_key, seq)
     WHERE conc_key <> '' AND state BETWEEN -2 AND 1;
 
+-- A rate key's window as a ring of `size` slots (its limit's count): the
+-- latest `size` starts, one row each in limit_starts, slot `next` holding the
+-- oldest (or none yet), `last` the latest. A start is allowed while the slot
+-- it would overwrite holds none, or one a period old: the same test as
+-- limits.Window.room's, one row read and one written per start, where the
+-- array `starts` was read and written whole on every lease (O(count): 100,000
+-- a second made each lease rewrite thousands of floats). The arrays written up
+-- to version 7 move into the ring, their size unknown (NULL) until the next
+-- lease, which lays the ring out again for the count it declares (as it does
+-- when a count changes); `starts` stays, empty.
+ALTER TABLE {schema}.limit_windows ADD COLUMN size integer,
+                                   ADD COLUMN next integer NOT NULL DEFAULT 0,
+                                   ADD COLUMN last float8;
+CREATE TABLE {schema}.limit_starts (
+    queue text NOT NULL,
+    key text NOT NULL,
+    slot integer NOT NULL,
+    at float8 NOT NULL,
+    PRIMARY KEY (queue, key, slot));
+INSERT INTO {schema}.limit_starts (queue, key, slot, at)
+SELECT w.queue, w.key, (u.o - 1)::integer, u.x
+FROM {schema}.limit_windows AS w, unnest(w.starts) WITH ORDINALITY AS u(x, o);
+UPDATE {schema}.limit_windows
+SET next = coalesce(cardinality(starts), 0), last = starts[cardinality(starts)], starts = '{}';
+
+-- Whether the ring slot `slot` of a rate key is free for a start: no start in it
+-- after `since` (the time a period ago).
+CREATE FUNCTION {schema}.nb_slot_free(q text, k text, ring_slot integer, since float8)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT NOT EXISTS (SELECT 1 FROM {schema}.limit_starts AS s
+                       WHERE s.queue = q AND s.key = k AND s.slot = ring_slot
+                         AND s.at > since) $$;
+
 -- nb_limited_lease: a limited lease, in the statement that calls it
--- (queries/limited_ack_and_lease.sql): up to n jobs leased for vt seconds,
--- chosen as limits.Budget chooses on files and memory://, from the limits the
--- calling process declared: its rate keys (`rate_keys` as limit_windows names
--- them, `rate_stored` as the jobs' rate_key holds them, '' the queue's own)
--- with their counts and periods, and its concurrency families (stored form)
--- with their caps. The jobs in `freed` (the caller's ack and reclaims, in the
--- same statement) hold no slot any more. Their starts go into limit_windows.
+-- (queries/limited_lease.sql, limited_ack_and_lease.sql): up to n jobs leased
+-- for vt seconds, chosen as limits.Budget chooses on files and memory://, from
+-- the limits the calling process declared: its rate keys (`rate_keys` as
+-- limit_windows names them, `rate_stored` as the jobs' rate_key holds them, ''
+-- the queue's own) with their counts and periods, and its concurrency families
+-- (stored form) with their caps. The jobs in `freed` (the caller's ack and
+-- reclaims, in the same statement) hold no slot any more. The starts of the
+-- rows it leased go into their windows' rings.
 --
--- Exact across processes and hosts: it first locks the queue's row (as
--- queries/limited_lock.sql does, held to the commit), and, VOLATILE, reads
--- with a snapshot taken after each lock: every limited lease of the queue
+-- Exact across processes and hosts: it first locks the queue's row (as the
+-- limited lease of version 6 did, held to the commit), and, VOLATILE, reads
+-- with a snapshot taken after the lock: every limited lease of the queue
 -- decides after the one before it committed, and reads all it wrote. Only the
 -- rows it leased count as starts (a chosen row that an unlimited process holds
 -- is skipped). The lease's time, its deadline's base, is its starts' (`now_`:
 -- the clock read after the lock, never before a start already counted).
 --
--- Reads: one probe per pair of keys with due jobs (index jobs_limited), the
--- heads of the pairs, and the holders of each concurrency key it considers
--- (index jobs_held, at most the key's cap of them).
+-- Reads: a ring's head per rate key and start, one probe per pair of keys with
+-- pending jobs (index jobs_limited), the heads of the pairs with room, and the
+-- holders of each concurrency key it meets (index jobs_held, at most its cap).
+-- Each query is simple, so that it is planned once per session (a generic
+-- plan), where one recursive query was planned on every call.
 CREATE FUNCTION {schema}.nb_limited_lease(
     q text, n integer, vt float8, given float8, freed text[],
     rate_keys text[], rate_stored text[], rate_counts integer[], rate_periods float8[],
@@ -42,17 +79,21 @@ CREATE FUNCTION {schema}.nb_limited_lease(
 RETURNS SETOF {schema}.jobs LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     now_ float8;
-    rooms integer[] := rate_counts;
+    nrates integer := coalesce(cardinality(rate_keys), 0);
+    nexts integer[] := array_fill(0, ARRAY[nrates]);
+    taken integer[] := array_fill(0, ARRAY[nrates]);
     held_keys text[] := '{}';
     frees integer[] := '{}';
     chosen text[] := '{}';
-    chosen_rk text[] := '{}';
+    chosen_ri integer[] := '{}';
     leased text[];
     ids text[] := '{}';
     prios bigint[] := '{}';
     seqs bigint[] := '{}';
-    rks integer[] := '{}';
-    cks integer[] := '{}';
+    ris integer[] := '{}';
+    kis integer[] := '{}';
+    kept float8[];
+    w record;
     p record;
     c record;
     i integer;
@@ -65,22 +106,38 @@ BEGIN
         RETURN;
     END IF;
     now_ := coalesce(given, extract(epoch FROM clock_timestamp())::float8);
-    SELECT greatest(now_, max(w.starts[cardinality(w.starts)])) INTO now_
-    FROM {schema}.limit_windows AS w WHERE w.queue = q AND w.key = ANY(rate_keys);
-    FOR i IN 1 .. coalesce(cardinality(rate_keys), 0) LOOP
-        SELECT greatest(0, rate_counts[i] - count(*)) INTO k
-        FROM {schema}.limit_windows AS w, unnest(w.starts) AS s(x)
-        WHERE w.queue = q AND w.key = rate_keys[i] AND s.x > now_ - rate_periods[i];
-        rooms[i] := k;
+    FOR i IN 1 .. nrates LOOP
+        SELECT lw.size, lw.next, lw.last INTO w FROM {schema}.limit_windows AS lw
+        WHERE lw.queue = q AND lw.key = rate_keys[i];
+        IF FOUND AND w.size IS DISTINCT FROM rate_counts[i] THEN
+            -- Laid out again for the declared count: its latest starts, oldest at 0.
+            kept := ARRAY(SELECT s.at FROM {schema}.limit_starts AS s
+                          WHERE s.queue = q AND s.key = rate_keys[i]
+                          ORDER BY s.at DESC LIMIT rate_counts[i]);
+            DELETE FROM {schema}.limit_starts AS s WHERE s.queue = q AND s.key = rate_keys[i];
+            INSERT INTO {schema}.limit_starts (queue, key, slot, at)
+            SELECT q, rate_keys[i], (cardinality(kept) - u.o)::integer, u.x
+            FROM unnest(kept) WITH ORDINALITY AS u(x, o);
+            nexts[i] := cardinality(kept) % rate_counts[i];
+            UPDATE {schema}.limit_windows AS lw SET size = rate_counts[i], next = nexts[i]
+            WHERE lw.queue = q AND lw.key = rate_keys[i];
+            now_ := greatest(now_, w.last);
+        ELSIF FOUND THEN
+            nexts[i] := w.next;
+            now_ := greatest(now_, w.last);
+        END IF;
     END LOOP;
-    -- The pairs of keys with pending jobs, one probe each; the heads (best n due
-    -- jobs) of those whose keys have room. Simple queries, each planned once per
-    -- session (a generic plan), where one recursive query was planned per call.
+    IF own IS NOT NULL AND NOT {schema}.nb_slot_free(q, '', nexts[own],
+                                                     now_ - rate_periods[own]) THEN
+        RETURN;  -- the queue's own window is full
+    END IF;
+    -- The pairs of keys with pending jobs, one probe each, and the heads (best n
+    -- due jobs) of those whose keys have room now.
     SELECT j.rate_key, j.conc_key INTO p FROM {schema}.jobs AS j
     WHERE j.queue = q AND j.state <= 0 ORDER BY j.rate_key, j.conc_key LIMIT 1;
     WHILE FOUND LOOP
         i := CASE WHEN p.rate_key <> '' THEN array_position(rate_stored, p.rate_key) END;
-        k := array_position(held_keys, p.conc_key);  -- a key seen with another rate key
+        k := array_position(held_keys, p.conc_key);  -- a key met with another rate key
         IF k IS NULL AND p.conc_key <> '' THEN
             FOR f IN 1 .. coalesce(cardinality(families), 0) LOOP
                 IF p.conc_key = families[f] OR starts_with(p.conc_key, families[f] || '\0')
@@ -95,7 +152,8 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
-        IF (i IS NULL OR rooms[i] > 0) AND (k IS NULL OR frees[k] > 0) THEN
+        IF (k IS NULL OR frees[k] > 0) AND (i IS NULL OR {schema}.nb_slot_free(
+                q, rate_keys[i], nexts[i], now_ - rate_periods[i])) THEN
             FOR c IN SELECT j.id, j.priority, j.seq FROM {schema}.jobs AS j
                      WHERE j.queue = q AND j.state <= 0 AND j.rate_key = p.rate_key
                        AND j.conc_key = p.conc_key AND j.state <> -2 AND j.available_at <= now_
@@ -103,31 +161,38 @@ BEGIN
                 ids := ids || c.id;
                 prios := prios || c.priority;
                 seqs := seqs || c.seq;
-                rks := rks || i;
-                cks := cks || k;
+                ris := ris || i;
+                kis := kis || k;
             END LOOP;
         END IF;
         SELECT j.rate_key, j.conc_key INTO p FROM {schema}.jobs AS j
         WHERE j.queue = q AND j.state <= 0 AND (j.rate_key, j.conc_key) > (p.rate_key, p.conc_key)
         ORDER BY j.rate_key, j.conc_key LIMIT 1;
     END LOOP;
-    -- The choice, best first, as limits.Budget makes it.
-    FOR c IN SELECT u.id, u.ri, u.ki FROM unnest(ids, prios, seqs, rks, cks) AS u(id, pr, sq, ri, ki)
+    -- The choice, best first, as limits.Budget makes it: a start per ring slot.
+    FOR c IN SELECT u.id, u.ri, u.ki FROM unnest(ids, prios, seqs, ris, kis) AS u(id, pr, sq, ri, ki)
              ORDER BY u.pr DESC, u.sq LOOP
-        EXIT WHEN cardinality(chosen) >= n OR (own IS NOT NULL AND rooms[own] <= 0);
-        CONTINUE WHEN (c.ri IS NOT NULL AND rooms[c.ri] <= 0)
-                   OR (c.ki IS NOT NULL AND frees[c.ki] <= 0);
+        EXIT WHEN cardinality(chosen) >= n;
+        IF own IS NOT NULL AND (taken[own] >= rate_counts[own] OR NOT {schema}.nb_slot_free(
+                q, '', (nexts[own] + taken[own]) % rate_counts[own], now_ - rate_periods[own]))
+        THEN
+            EXIT;
+        END IF;
+        CONTINUE WHEN c.ki IS NOT NULL AND frees[c.ki] <= 0;
+        CONTINUE WHEN c.ri IS NOT NULL AND (taken[c.ri] >= rate_counts[c.ri]
+            OR NOT {schema}.nb_slot_free(q, rate_keys[c.ri],
+                (nexts[c.ri] + taken[c.ri]) % rate_counts[c.ri], now_ - rate_periods[c.ri]));
         IF c.ki IS NOT NULL THEN
             frees[c.ki] := frees[c.ki] - 1;
         END IF;
         IF own IS NOT NULL THEN
-            rooms[own] := rooms[own] - 1;
+            taken[own] := taken[own] + 1;
         END IF;
         IF c.ri IS NOT NULL THEN
-            rooms[c.ri] := rooms[c.ri] - 1;
+            taken[c.ri] := taken[c.ri] + 1;
         END IF;
         chosen := chosen || c.id;
-        chosen_rk := chosen_rk || rate_keys[c.ri];
+        chosen_ri := chosen_ri || c.ri;
     END LOOP;
     IF cardinality(chosen) = 0 THEN
         RETURN;
@@ -140,15 +205,26 @@ BEGIN
         token = nextval('{schema}.lease_token'), lease_until = now_ + vt
     WHERE j.queue = q AND j.id = ANY(leased)
     RETURNING j.*;
-    -- The starts of the jobs leased: the queue's own, and each one's rate key.
-    INSERT INTO {schema}.limit_windows AS w (queue, key, starts)
-    SELECT q, s.key, array_fill(now_, ARRAY[count(*)::integer])
-    FROM (SELECT u.rk AS key FROM unnest(chosen, chosen_rk) AS u(id, rk)
-          WHERE u.id = ANY(leased) AND u.rk IS NOT NULL
-          UNION ALL
-          SELECT '' FROM unnest(leased) WHERE own IS NOT NULL) AS s
-    GROUP BY s.key
-    ON CONFLICT (queue, key) DO UPDATE SET starts = (w.starts || excluded.starts)[
-        greatest(1, cardinality(w.starts) + cardinality(excluded.starts)
-                    - rate_counts[array_position(rate_keys, w.key)] + 1):];
+    -- The starts of the rows leased, in their rings: the queue's own, and each
+    -- one's rate key.
+    taken := array_fill(0, ARRAY[nrates]);
+    IF own IS NOT NULL THEN
+        taken[own] := cardinality(leased);
+    END IF;
+    FOR c IN SELECT u.ri, count(*)::integer AS n FROM unnest(chosen, chosen_ri) AS u(id, ri)
+             WHERE u.id = ANY(leased) AND u.ri IS NOT NULL GROUP BY u.ri LOOP
+        taken[c.ri] := c.n;
+    END LOOP;
+    FOR i IN 1 .. nrates LOOP
+        CONTINUE WHEN taken[i] = 0;
+        INSERT INTO {schema}.limit_starts AS s (queue, key, slot, at)
+        SELECT q, rate_keys[i], (nexts[i] + g) % rate_counts[i], now_
+        FROM generate_series(0, taken[i] - 1) AS g
+        ON CONFLICT (queue, key, slot) DO UPDATE SET at = excluded.at;
+        INSERT INTO {schema}.limit_windows AS lw (queue, key, starts, size, next, last)
+        VALUES (q, rate_keys[i], '{}', rate_counts[i], (nexts[i] + taken[i]) % rate_counts[i],
+                now_)
+        ON CONFLICT (queue, key) DO UPDATE
+        SET size = excluded.size, next = excluded.next, last = excluded.last;
+    END LOOP;
 END $$;

@@ -3,7 +3,8 @@
 -- (a lease's deadline, a delayed job's due time; NULL while paused or if none),
 -- with n = 1 while paused; 'held', the holders of a concurrency key (its leased
 -- jobs) with the cap its latest live job carries (migrations/0008; NULL if
--- none), last; 'window', the latest starts of a rate key of `keys`. The time
+-- none), last; 'window', the latest starts of a rate key of `keys` (its ring,
+-- migrations/0008, oldest first). The time
 -- is read now, not at the transaction's start (now()).
 WITH t AS (SELECT coalesce(%(t)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
 SELECT 'now', NULL::text, 0::bigint, NULL::float8[], t.now, NULL::integer FROM t
@@ -23,5 +24,7 @@ SELECT 'held', h.conc_key, h.n, NULL, NULL, (
 FROM (SELECT j.conc_key, count(*) AS n FROM {schema}.jobs AS j
       WHERE j.queue = %(q)s AND j.state = 1 AND j.conc_key <> '' GROUP BY j.conc_key) AS h
 UNION ALL
-SELECT 'window', w.key, 0, w.starts, NULL, NULL FROM {schema}.limit_windows AS w
+SELECT 'window', w.key, 0, ARRAY(SELECT s.at FROM {schema}.limit_starts AS s
+                                  WHERE s.queue = w.queue AND s.key = w.key ORDER BY s.at),
+       NULL, NULL FROM {schema}.limit_windows AS w
 WHERE w.queue = %(q)s AND w.key = ANY(%(keys)s::text[])
