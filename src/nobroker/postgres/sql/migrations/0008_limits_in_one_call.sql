@@ -197,14 +197,19 @@ BEGIN
     IF cardinality(chosen) = 0 THEN
         RETURN;
     END IF;
-    SELECT coalesce(array_agg(l.id), '{}') INTO leased FROM (
-        SELECT l.id FROM {schema}.jobs AS l
-        WHERE l.queue = q AND l.id = ANY(chosen) AND l.state IN (-1, 0)
-        FOR UPDATE OF l SKIP LOCKED) AS l;
-    RETURN QUERY UPDATE {schema}.jobs AS j SET state = 1, attempts = j.attempts + 1,
-        token = nextval('{schema}.lease_token'), lease_until = now_ + vt
-    WHERE j.queue = q AND j.id = ANY(leased)
-    RETURNING j.*;
+    -- One row at a time, by its key: `id = ANY(array)`, planned generically, may
+    -- read every row of the queue.
+    leased := '{}';
+    FOR i IN 1 .. cardinality(chosen) LOOP
+        PERFORM FROM {schema}.jobs AS l
+        WHERE l.queue = q AND l.id = chosen[i] AND l.state IN (-1, 0) FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;  -- an unlimited process's lease holds it
+        leased := leased || chosen[i];
+        RETURN QUERY UPDATE {schema}.jobs AS j SET state = 1, attempts = j.attempts + 1,
+            token = nextval('{schema}.lease_token'), lease_until = now_ + vt
+        WHERE j.queue = q AND j.id = chosen[i]
+        RETURNING j.*;
+    END LOOP;
     -- The starts of the rows leased, in their rings: the queue's own, and each
     -- one's rate key.
     taken := array_fill(0, ARRAY[nrates]);
