@@ -16,16 +16,18 @@ CREATE INDEX jobs_held ON {schema}.jobs (queue, conc_key) WHERE state = 1 AND co
 CREATE INDEX jobs_of_key ON {schema}.jobs (queue, conc_key, seq)
     WHERE conc_key <> '' AND state BETWEEN -2 AND 1;
 
--- A rate key's window as a ring of `size` slots (its limit's count): the
--- latest `size` starts, one row each in limit_starts, slot `next` holding the
--- oldest (or none yet), `last` the latest. A start is allowed while the slot
--- it would overwrite holds none, or one a period old: the same test as
--- limits.Window.room's, one row read and one written per start, where the
--- array `starts` was read and written whole on every lease (O(count): 100,000
--- a second made each lease rewrite thousands of floats). The arrays written up
--- to version 7 move into the ring, their size unknown (NULL) until the next
--- lease, which lays the ring out again for the count it declares (as it does
--- when a count changes); `starts` stays, empty.
+-- A rate key's window as a ring of `size` slots (at least its limit's count):
+-- the latest `size` starts, one row each in limit_starts, slot `next` the one
+-- the next start overwrites, `last` the latest start. A start under a count C
+-- is allowed while the C-th latest start (slot next - C) is none or a period
+-- old: limits.Window.room's test, one row read and one written per start, where
+-- the array `starts` was read and written whole on every lease (O(count):
+-- 100,000 a second made each lease rewrite thousands of floats). A count
+-- declared above the size lays the ring out again, larger, keeping every start;
+-- a smaller one reads the same ring, so that processes declaring the key
+-- differently never lose each other's starts. The arrays written up to version
+-- 7 move into the ring, its size unknown (NULL: laid out at the next lease);
+-- `starts` stays, empty.
 ALTER TABLE {schema}.limit_windows ADD COLUMN size integer,
                                    ADD COLUMN next integer NOT NULL DEFAULT 0,
                                    ADD COLUMN last float8;
@@ -81,6 +83,7 @@ DECLARE
     now_ float8;
     nrates integer := coalesce(cardinality(rate_keys), 0);
     nexts integer[] := array_fill(0, ARRAY[nrates]);
+    sizes integer[] := rate_counts;
     taken integer[] := array_fill(0, ARRAY[nrates]);
     held_keys text[] := '{}';
     frees integer[] := '{}';
@@ -109,26 +112,27 @@ BEGIN
     FOR i IN 1 .. nrates LOOP
         SELECT lw.size, lw.next, lw.last INTO w FROM {schema}.limit_windows AS lw
         WHERE lw.queue = q AND lw.key = rate_keys[i];
-        IF FOUND AND w.size IS DISTINCT FROM rate_counts[i] THEN
-            -- Laid out again for the declared count: its latest starts, oldest at 0.
+        IF FOUND AND (w.size IS NULL OR w.size < rate_counts[i]) THEN
+            -- Laid out again, at least as large as declared: every start, oldest at 0.
             kept := ARRAY(SELECT s.at FROM {schema}.limit_starts AS s
-                          WHERE s.queue = q AND s.key = rate_keys[i]
-                          ORDER BY s.at DESC LIMIT rate_counts[i]);
+                          WHERE s.queue = q AND s.key = rate_keys[i] ORDER BY s.at);
             DELETE FROM {schema}.limit_starts AS s WHERE s.queue = q AND s.key = rate_keys[i];
             INSERT INTO {schema}.limit_starts (queue, key, slot, at)
-            SELECT q, rate_keys[i], (cardinality(kept) - u.o)::integer, u.x
+            SELECT q, rate_keys[i], (u.o - 1)::integer, u.x
             FROM unnest(kept) WITH ORDINALITY AS u(x, o);
-            nexts[i] := cardinality(kept) % rate_counts[i];
-            UPDATE {schema}.limit_windows AS lw SET size = rate_counts[i], next = nexts[i]
+            sizes[i] := greatest(rate_counts[i], cardinality(kept));
+            nexts[i] := cardinality(kept) % sizes[i];
+            UPDATE {schema}.limit_windows AS lw SET size = sizes[i], next = nexts[i]
             WHERE lw.queue = q AND lw.key = rate_keys[i];
             now_ := greatest(now_, w.last);
         ELSIF FOUND THEN
+            sizes[i] := w.size;
             nexts[i] := w.next;
             now_ := greatest(now_, w.last);
         END IF;
     END LOOP;
-    IF own IS NOT NULL AND NOT {schema}.nb_slot_free(q, '', nexts[own],
-                                                     now_ - rate_periods[own]) THEN
+    IF own IS NOT NULL AND NOT {schema}.nb_slot_free(q, '', (nexts[own] - rate_counts[own]
+            + sizes[own]) % sizes[own], now_ - rate_periods[own]) THEN
         RETURN;  -- the queue's own window is full
     END IF;
     -- The pairs of keys with pending jobs, one probe each, and the heads (best n
@@ -152,8 +156,8 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
-        IF (k IS NULL OR frees[k] > 0) AND (i IS NULL OR {schema}.nb_slot_free(
-                q, rate_keys[i], nexts[i], now_ - rate_periods[i])) THEN
+        IF (k IS NULL OR frees[k] > 0) AND (i IS NULL OR {schema}.nb_slot_free(q, rate_keys[i],
+                (nexts[i] - rate_counts[i] + sizes[i]) % sizes[i], now_ - rate_periods[i])) THEN
             FOR c IN SELECT j.id, j.priority, j.seq FROM {schema}.jobs AS j
                      WHERE j.queue = q AND j.state <= 0 AND j.rate_key = p.rate_key
                        AND j.conc_key = p.conc_key AND j.state <> -2 AND j.available_at <= now_
@@ -169,19 +173,21 @@ BEGIN
         WHERE j.queue = q AND j.state <= 0 AND (j.rate_key, j.conc_key) > (p.rate_key, p.conc_key)
         ORDER BY j.rate_key, j.conc_key LIMIT 1;
     END LOOP;
-    -- The choice, best first, as limits.Budget makes it: a start per ring slot.
+    -- The choice, best first, as limits.Budget makes it: the j-th start this call
+    -- makes under a count C is allowed if the C-th latest start before it (slot
+    -- next + j - C) is a period old.
     FOR c IN SELECT u.id, u.ri, u.ki FROM unnest(ids, prios, seqs, ris, kis) AS u(id, pr, sq, ri, ki)
              ORDER BY u.pr DESC, u.sq LOOP
         EXIT WHEN cardinality(chosen) >= n;
         IF own IS NOT NULL AND (taken[own] >= rate_counts[own] OR NOT {schema}.nb_slot_free(
-                q, '', (nexts[own] + taken[own]) % rate_counts[own], now_ - rate_periods[own]))
-        THEN
+                q, '', (nexts[own] + taken[own] - rate_counts[own] + sizes[own]) % sizes[own],
+                now_ - rate_periods[own])) THEN
             EXIT;
         END IF;
         CONTINUE WHEN c.ki IS NOT NULL AND frees[c.ki] <= 0;
         CONTINUE WHEN c.ri IS NOT NULL AND (taken[c.ri] >= rate_counts[c.ri]
-            OR NOT {schema}.nb_slot_free(q, rate_keys[c.ri],
-                (nexts[c.ri] + taken[c.ri]) % rate_counts[c.ri], now_ - rate_periods[c.ri]));
+            OR NOT {schema}.nb_slot_free(q, rate_keys[c.ri], (nexts[c.ri] + taken[c.ri]
+                - rate_counts[c.ri] + sizes[c.ri]) % sizes[c.ri], now_ - rate_periods[c.ri]));
         IF c.ki IS NOT NULL THEN
             frees[c.ki] := frees[c.ki] - 1;
         END IF;
@@ -223,12 +229,11 @@ BEGIN
     FOR i IN 1 .. nrates LOOP
         CONTINUE WHEN taken[i] = 0;
         INSERT INTO {schema}.limit_starts AS s (queue, key, slot, at)
-        SELECT q, rate_keys[i], (nexts[i] + g) % rate_counts[i], now_
+        SELECT q, rate_keys[i], (nexts[i] + g) % sizes[i], now_
         FROM generate_series(0, taken[i] - 1) AS g
         ON CONFLICT (queue, key, slot) DO UPDATE SET at = excluded.at;
         INSERT INTO {schema}.limit_windows AS lw (queue, key, starts, size, next, last)
-        VALUES (q, rate_keys[i], '{}', rate_counts[i], (nexts[i] + taken[i]) % rate_counts[i],
-                now_)
+        VALUES (q, rate_keys[i], '{}', sizes[i], (nexts[i] + taken[i]) % sizes[i], now_)
         ON CONFLICT (queue, key) DO UPDATE
         SET size = excluded.size, next = excluded.next, last = excluded.last;
     END LOOP;
