@@ -14,7 +14,7 @@ import unittest
 from typing import Any
 from unittest import mock
 
-from harness.postgres import HAVE_DRIVER, drop_schema, fresh_schema_url, needs_postgres, open_queue
+from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
 
 from nobroker import Queue
 from nobroker.dependencies import GraphNode
@@ -153,17 +153,6 @@ class PostgresLimitsTest(unittest.TestCase):
         other = self.open()  # a process that declared the key: its own declaration
         other.task(name="per", concurrency=5, concurrency_key=lambda who: who)(_noop)
         self.assertEqual({u.limit for u in other.limit_use() if u.kind == "concurrency"}, {5})
-
-
-@unittest.skipUnless(HAVE_DRIVER, "psycopg is not installed")
-class PostgresLimitSqlTest(unittest.TestCase):
-    """No server needed."""
-
-    def test_the_limited_statements_are_short_enough_for_psycopg_to_cache(self) -> None:
-        from nobroker.postgres import sql
-
-        for name in ("limited_lease", "limited_ack_and_lease"):
-            self.assertLessEqual(len(sql.query(name, "s" * 20)), sql.MAX_STATEMENT, name)
 
 
 if __name__ == "__main__":

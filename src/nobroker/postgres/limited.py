@@ -31,8 +31,8 @@ It and `use` read the state in Python (limited_state.sql, limits.Budget).
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg
