@@ -137,6 +137,29 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertEqual([(u.key, u.used) for u in q.limit_use() if u.kind == "rate"],
                          [("rated", 4)])
 
+    def test_a_dormant_dependent_is_copied_with_its_cap(self) -> None:
+        q = self.open()
+        q.task(name="capped", concurrency=2)(_noop)
+        member = q.enqueue("member", max_attempts=1)
+        callback = q.enqueue({"task": "capped", "args": [], "kwargs": {}}, depends_on=[member])
+        leased = q.lease_one()
+        assert leased is not None and leased.id == member.id
+        q.nack(leased, error="boom")  # dead: the callback cancelled, revivable
+        (copy,) = q.backend.export_dormant()  # type: ignore[attr-defined]  # migrate's view
+        self.assertEqual((copy.job.id, copy.cap), (callback.id, 2))
+        target_url = fresh_schema_url()
+        self.addCleanup(drop_schema, target_url)
+        target = open_queue(target_url, "q")
+        self.addCleanup(target.close)
+        self.assertEqual(target.backend.import_dormant([copy]),  # type: ignore[attr-defined]
+                         [callback.id])
+        schema = target.backend.target.schema  # type: ignore[attr-defined]
+        stored = target.backend._link.run(  # type: ignore[attr-defined]
+            "test", lambda conn: conn.execute(
+                f'SELECT conc_key, conc_cap FROM "{schema}".jobs WHERE id = %s',
+                (callback.id,)).fetchone())
+        self.assertEqual(stored, ("capped", 2))
+
     def test_a_process_that_did_not_declare_a_key_reports_the_cap_its_jobs_carry(self
                                                                                  ) -> None:
         declared = self.open(visibility_timeout=3600)
