@@ -281,6 +281,17 @@ def bench_postgres(args: list[str]) -> int:
                 str(python), "-m", "tools.bench.postgres.run", *args])
 
 
+@task("bench-postgres-limits")
+def bench_postgres_limits(args: list[str]) -> int:
+    """A limited ack_and_lease vs an unlimited one, on PostgreSQL
+    (tools/bench/postgres/limits.py)."""
+    python = ensure_venv(PG_VENV, REPO / "requirements-postgres.txt")
+    if python is None:
+        return 1
+    return run([sys.executable, "-m", "tools.postgres.cluster", "run", "--",
+                str(python), "-m", "tools.bench.postgres.limits", *args])
+
+
 # --------------------------------------------------------------------------
 # Celery on nobroker (nobroker.celery, issue 26): Celery goes into .dev/celery-venv,
 # with nobroker installed there as a user installs it (its .pth hook and entry point).
