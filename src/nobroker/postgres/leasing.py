@@ -3,10 +3,11 @@ of the jobs their lease reclaims dead-letter.
 
 Every lease statement (lease.sql, limited_lease.sql, ack_and_lease.sql,
 limited_ack_and_lease.sql, and the lease of no job a purge runs first) takes
-expired leases back before it leases: a job whose lease ran out on its last attempt dies there, in
-the process that ran the statement. Each returns the ids of the jobs it killed
-(rows.lease_rows), and once its transaction has committed they are given to the
-listener the Queue's hooks set (`report_reclaimed`): the `dead` hook fires in
+expired leases back before it leases: a job whose lease ran out on its last
+attempt dies there, in the process that ran the statement. Each returns the
+ids of the jobs it killed (rows.lease_rows), and once its transaction has
+committed they are given to the listener the Queue's hooks set
+(`report_reclaimed`): the `dead` hook fires in
 that process, as it does on files and memory:// (issue 24). A reclaim made by
 another host's lease fires there, never here, and never twice.
 

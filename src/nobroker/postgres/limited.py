@@ -6,11 +6,11 @@ limited_ack_and_lease.sql with an ack. Each takes expired leases back first
 (a killed holder's slot is free again from its lease's deadline), then calls
 nb_limited_lease (sql/migrations/0008), given the limits this process
 declared (`declared_params`): under a lock on the queue's row in `queues`,
-held to the commit, it reads the holders of each concurrency key it
-considers and the latest starts of each declared rate key (table
-`limit_windows`), steps through the pairs of keys with due jobs, chooses as
-limits.Budget does on files and memory://, leases the chosen rows and writes
-their starts.
+held to the commit, it reads the holders of each concurrency key it meets
+and the latest starts of each declared rate key (a ring of rows per key,
+tables `limit_windows` and `limit_starts`), steps through the pairs of keys
+with due jobs, chooses as limits.Budget does on files and memory://, leases
+the chosen rows and writes their starts.
 
 Why it is exact across processes and hosts: every limited lease of a queue
 takes the same row lock before it reads, and the function's reads (VOLATILE,
@@ -106,7 +106,7 @@ def declared_params(limits: Limits) -> dict[str, list[Any]]:
 
 
 class _State:
-    """What a limited lease or wait reads (sql/queries/limited_state.sql)."""
+    """What a limited wait or limit_use reads (sql/queries/limited_state.sql)."""
 
     def __init__(self, conn: Conn, sql: Statements, params: dict[str, Any],
                  limits: Limits) -> None:
