@@ -89,7 +89,6 @@ DECLARE
     frees integer[] := '{}';
     chosen text[] := '{}';
     chosen_ri integer[] := '{}';
-    leased text[];
     ids text[] := '{}';
     prios bigint[] := '{}';
     seqs bigint[] := '{}';
@@ -203,28 +202,25 @@ BEGIN
     IF cardinality(chosen) = 0 THEN
         RETURN;
     END IF;
-    -- One row at a time, by its key: `id = ANY(array)`, planned generically, may
-    -- read every row of the queue.
-    leased := '{}';
+    -- One row at a time, by its key (`id = ANY(array)`, planned generically, may
+    -- read every row of the queue), counting the starts of those leased: the
+    -- queue's own, and each one's rate key.
+    taken := array_fill(0, ARRAY[nrates]);
     FOR i IN 1 .. cardinality(chosen) LOOP
-        PERFORM FROM {schema}.jobs AS l
-        WHERE l.queue = q AND l.id = chosen[i] AND l.state IN (-1, 0) FOR UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;  -- an unlimited process's lease holds it
-        leased := leased || chosen[i];
         RETURN QUERY UPDATE {schema}.jobs AS j SET state = 1, attempts = j.attempts + 1,
             token = nextval('{schema}.lease_token'), lease_until = now_ + vt
-        WHERE j.queue = q AND j.id = chosen[i]
+        WHERE j.queue = q AND j.id = (
+            SELECT l.id FROM {schema}.jobs AS l
+            WHERE l.queue = q AND l.id = chosen[i] AND l.state IN (-1, 0)
+            FOR UPDATE SKIP LOCKED)  -- none: an unlimited process's lease holds it
         RETURNING j.*;
-    END LOOP;
-    -- The starts of the rows leased, in their rings: the queue's own, and each
-    -- one's rate key.
-    taken := array_fill(0, ARRAY[nrates]);
-    IF own IS NOT NULL THEN
-        taken[own] := cardinality(leased);
-    END IF;
-    FOR c IN SELECT u.ri, count(*)::integer AS n FROM unnest(chosen, chosen_ri) AS u(id, ri)
-             WHERE u.id = ANY(leased) AND u.ri IS NOT NULL GROUP BY u.ri LOOP
-        taken[c.ri] := c.n;
+        CONTINUE WHEN NOT FOUND;
+        IF own IS NOT NULL THEN
+            taken[own] := taken[own] + 1;
+        END IF;
+        IF chosen_ri[i] IS NOT NULL THEN
+            taken[chosen_ri[i]] := taken[chosen_ri[i]] + 1;
+        END IF;
     END LOOP;
     FOR i IN 1 .. nrates LOOP
         CONTINUE WHEN taken[i] = 0;
