@@ -257,7 +257,7 @@ PG_BENCH_VENV = DEV / "pg-bench-venv"
 PG_TESTS = ("test_postgres", "test_postgres_connections", "test_postgres_processes",
             "test_postgres_tasks", "test_postgres_dashboard", "test_postgres_multiqueue",
             "test_postgres_transactions", "test_postgres_dependencies",
-            "test_postgres_revivals")
+            "test_postgres_revivals", "test_postgres_limits")
 
 
 @task("test-postgres")
@@ -279,6 +279,17 @@ def bench_postgres(args: list[str]) -> int:
         return 1
     return run([sys.executable, "-m", "tools.postgres.cluster", "run", "--",
                 str(python), "-m", "tools.bench.postgres.run", *args])
+
+
+@task("bench-postgres-limits")
+def bench_postgres_limits(args: list[str]) -> int:
+    """A limited ack_and_lease vs an unlimited one, on PostgreSQL
+    (tools/bench/postgres/limits.py)."""
+    python = ensure_venv(PG_VENV, REPO / "requirements-postgres.txt")
+    if python is None:
+        return 1
+    return run([sys.executable, "-m", "tools.postgres.cluster", "run", "--",
+                str(python), "-m", "tools.bench.postgres.limits", *args])
 
 
 # --------------------------------------------------------------------------

@@ -312,13 +312,15 @@ class DormantJob:
     """A cancelled dependent that a requeue of its failed prerequisites would revive
     (nobroker.revivals), as `nobroker migrate` copies it: the job (payload kept),
     whether its id is a caller's key, its limit keys, what it still waits for, and
-    the dead or cancelled prerequisites that keep it cancelled (never empty)."""
+    the dead or cancelled prerequisites that keep it cancelled (never empty), and
+    the concurrency cap its enqueuer declared for its key (None: none, or not kept)."""
 
     job: Job
     keyed: bool
     keys: JobKeys | None
     unmet: tuple[str, ...]
     failed: tuple[str, ...]
+    cap: int | None = None
 
 
 class Revival(Protocol):

@@ -909,6 +909,22 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
         stats = q.stats()
         t.assertEqual((stats.total, stats.done, stats.kept), (0, 1, 1))
 
+    def test_get_of_a_finished_job_has_no_payload_and_a_dead_one_keeps_it(self) -> None:
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, _ = self.clocked()
+        done = q.enqueue({"n": 1}, job_id="done")
+        dead = q.enqueue({"n": 2}, max_attempts=1)
+        cancelled = q.enqueue({"n": 3}, delay=60.0, job_id="cancelled")
+        for leased in q.lease(2):
+            if leased.id == done.id:
+                q.ack(leased, result="ok")
+            else:
+                q.nack(leased, error="boom")
+        t.assertTrue(q.cancel(cancelled.id))
+        t.assertEqual([(q.get(j.id).state, q.get(j.id).payload) for j in (done, dead, cancelled)],
+                      [(JobState.DONE, None), (JobState.DEAD, {"n": 2}),
+                       (JobState.CANCELLED, None)])
+
     def test_a_read_only_queue_waits_for_another_handle_s_result_and_writes_nothing(self
                                                                                      ) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]

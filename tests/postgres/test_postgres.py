@@ -895,6 +895,8 @@ RELEASED_MIGRATIONS = {
     "0005_job_notes": "9362544a05fc4702365d4ee9107261b5fb8263cf93fd7c0ef4796fae288dcdba",
     "0006_limit_keys": "05b13c6b1b5ce8946d13530484796c922e036579902c8ac74d7496af25f2b704",
     "0007_revivals": "de63c016497ffa327eb993080f87ca806e3a2cf6db1424568f89abb96bd0b8ee",
+    "0008_limits_in_one_call":
+        "1f1b7e8f186f24b96162387441c9bb225d302363de882921ea4e356dcc9b92ed",
 }
 
 

@@ -208,10 +208,8 @@ class PostgresDependenciesTest(unittest.TestCase):
 
 @needs_postgres
 class PostgresLineageTest(test_lineage.LineageTest):
-    """tasks/lineage.py's tests (parents, children, chord progress) on PostgreSQL, which
-    keeps a finished row's payload (lineage reads it as the others keep it: without)."""
-
-    finished_payload_kept = True
+    """tasks/lineage.py's tests (parents, children, chord progress) on PostgreSQL, whose
+    get() shows a finished job without its payload, as the others do."""
 
     def locations(self) -> list[str]:
         url = fresh_schema_url()

@@ -82,6 +82,7 @@ import json, sys, time
 sys.path[:0] = [sys.argv[1]]
 from harness.postgres import open_queue
 url, out, seconds = sys.argv[2], sys.argv[3], float(sys.argv[4])
+chain = sys.argv[5:] == ["chain"]  # each ack leases the next job: q.ack_and_lease
 q = open_queue(url, "work", visibility_timeout=30.0)
 q.task(name="limited", rate_limit=(5, 0.5))(lambda n: n)
 q.task(name="held", concurrency=2, concurrency_key=lambda n: "k" + str(n % 2))(lambda n: n)
@@ -89,8 +90,9 @@ with open(out, "a") as f:
     print("ready", flush=True)
     sys.stdin.read()
     deadline = time.time() + seconds
+    job = None
     while time.time() < deadline:
-        job = q.lease_one()
+        job = job or q.lease_one()
         if job is None:
             q.wait(min(0.5, max(0.0, deadline - time.time())))
             continue
@@ -98,9 +100,9 @@ with open(out, "a") as f:
         if job.payload["task"] == "held":
             time.sleep(0.1)
         acking = time.time()
-        q.ack(job)
-        f.write(json.dumps([job.lease_expires_at - 30.0, leased, acking,
-                            "k" + str(job.payload["args"][0] % 2)]) + "\\n")
+        done, job = job, q.ack_and_lease(job) if chain else q.ack(job)
+        f.write(json.dumps([done.lease_expires_at - 30.0, leased, acking,
+                            "k" + str(done.payload["args"][0] % 2)]) + "\\n")
         f.flush()
 """
 COUNT, PERIOD, PERIODS = 5, 0.5, 20
@@ -315,7 +317,8 @@ class PostgresCliTest(TempDirTestCase):
 class PostgresLimitsAcrossProcessesTest(_Processes):
     """Issue 24's measure on PostgreSQL: four processes, one limited backlog."""
 
-    def run_limited(self, items: list[dict[str, Any]], seconds: float) -> list[list[Any]]:
+    def run_limited(self, items: list[dict[str, Any]], seconds: float,
+                    *mode: str) -> list[list[Any]]:
         declared = open_queue(self.url, "work")
         declared.task(name="limited", rate_limit=(COUNT, PERIOD))(lambda n: n)
         declared.task(name="held", concurrency=2,
@@ -323,7 +326,7 @@ class PostgresLimitsAcrossProcessesTest(_Processes):
         declared.enqueue_many(items)  # the keys are computed by the enqueuing process
         declared.close()
         outs = [self.tmp / f"limited-{n}" for n in range(4)]
-        procs = [self.spawn(LIMITED, str(out), str(seconds)) for out in outs]
+        procs = [self.spawn(LIMITED, str(out), str(seconds), *mode) for out in outs]
         self.go(procs)
         for proc in procs:
             self.assertEqual(proc.wait(seconds + 60), 0)
@@ -332,8 +335,16 @@ class PostgresLimitsAcrossProcessesTest(_Processes):
 
     @slow
     def test_four_processes_never_exceed_the_window_and_use_95_percent_of_it(self) -> None:
+        self.check_window()
+
+    @slow
+    def test_the_window_holds_when_each_ack_leases_the_next_job(self) -> None:
+        self.check_window("chain")  # limited_ack_and_lease.sql, one statement a job
+
+    def check_window(self, *mode: str) -> None:
         rows = self.run_limited([{"task": "limited", "args": [n], "kwargs": {}}
-                                 for n in range(COUNT * PERIODS * 4)], PERIOD * PERIODS + 2.0)
+                                 for n in range(COUNT * PERIODS * 4)], PERIOD * PERIODS + 2.0,
+                                *mode)
         times = sorted(row[0] for row in rows)
         self.assertGreater(len(times), COUNT * PERIODS)
         # Sliding: any COUNT + 1 consecutive starts span at least a period (the
@@ -345,9 +356,17 @@ class PostgresLimitsAcrossProcessesTest(_Processes):
 
     @slow
     def test_a_concurrency_key_never_has_more_holders_than_its_limit(self) -> None:
+        self.check_holders()
+
+    @slow
+    def test_the_holders_stay_within_the_limit_when_each_ack_leases_the_next_job(self
+                                                                                 ) -> None:
+        self.check_holders("chain")
+
+    def check_holders(self, *mode: str) -> None:
         # Four in five of key k0, so that four processes unlimited would hold more.
         rows = self.run_limited([{"task": "held", "args": [2 * n + (n % 5 == 4)], "kwargs": {}}
-                                 for n in range(200)], 3.0)
+                                 for n in range(200)], 3.0, *mode)
         self.assertGreater(len(rows), 20)
         # Each [after the lease returned, before its ack] lies inside the holding,
         # so more than two of one key overlapping would be more than two holders.

@@ -134,7 +134,7 @@ class PostgresBackend:
         if depends_on:  # waiting, pending or cancelled at once (graphs.py)
             node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
                                priority, delay, max_attempts, job_id, params["m"],
-                               params["rk"], params["ck"])
+                               params["rk"], params["ck"], params["cc"])
             return graphs.enqueue(self._link, self._sql, self._params(), [node], True)[0]
 
         def run(conn: Conn) -> Job:
@@ -233,9 +233,6 @@ class PostgresBackend:
     def ack_and_lease(self, job: Job, visibility_timeout: float,
                       result_text: str | None = None,
                       result_ttl: float | None = None) -> Job | None:
-        if self.settings.limits:  # the limited lease is a transaction of its own
-            self.ack(job, result_text, result_ttl)
-            return next(iter(self.lease(1, visibility_timeout)), None)
         result_text = kept_result(self.settings, result_text, result_ttl)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,

@@ -2,7 +2,7 @@
 copied jobs inserted as they were (backend.JobImport), the modes of the waiting jobs,
 which a copy gives the target with their prerequisites (Dependencies.wait_modes), and
 the revivable cancelled dependents (backend.DormantJob; the `dormant` rows of
-migrations/0007), both ways.
+migrations/0007, with the concurrency cap of migrations/0008), both ways.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def export_dormant(link: Link, sql: Statements, params: dict[str, Any]) -> list[
     """The revivable cancelled dependents still kept, in enqueue order."""
     rows = _rows(link, "export", sql.export_dormant, params)
     return [DormantJob(job_from_row(row[:16]), bool(row[16]), keys_of_columns(row[17], row[18]),
-                       tuple(row[19]), tuple(row[20])) for row in rows]
+                       tuple(row[19]), tuple(row[20]), row[21]) for row in rows]
 
 
 def import_dormant(link: Link, sql: Statements, params: dict[str, Any],
@@ -73,7 +73,7 @@ def import_dormant(link: Link, sql: Statements, params: dict[str, Any],
               "ks": [c.keyed for c in jobs], "errs": [c.job.last_error for c in jobs],
               "ps": [encode_payload(c.job.payload) for c in jobs],
               "rks": [columns_of(c.keys)[0] for c in jobs],
-              "cks": [columns_of(c.keys)[1] for c in jobs],
+              "cks": [columns_of(c.keys)[1] for c in jobs], "ccs": [c.cap for c in jobs],
               "e_pre": [e[0] for e in edges], "e_dep": [e[1] for e in edges],
               "e_pos": [e[2] for e in edges], "e_failed": [e[3] for e in edges]}
 

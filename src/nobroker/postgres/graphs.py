@@ -53,6 +53,7 @@ class Node:
     meta: str | None = None  # its metadata from the start, JSON text (rows.enqueue_params)
     rate_key: str = ""  # its limit keys ('' for none: limited.key_params), kept while it
     conc_key: str = ""  # waits, so that it is limited once released
+    conc_cap: int | None = None  # the cap declared for conc_key (limit_use shows it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +78,9 @@ def nodes_of(payload_texts: Sequence[str], nodes: Sequence[GraphNode],
     keys = keys_params(limits, [n.payload for n in nodes])
     return [Node(text, tuple(n.depends_on), n.mode, n.priority, float(n.delay),
                  max_attempts if n.max_attempts is None else n.max_attempts, n.job_id,
-                 None, rate_key, conc_key)
-            for text, n, rate_key, conc_key in zip(payload_texts, nodes, keys["rks"],
-                                                   keys["cks"], strict=True)]
+                 None, rate_key, conc_key, cap)
+            for text, n, rate_key, conc_key, cap in zip(payload_texts, nodes, keys["rks"],
+                                                        keys["cks"], keys["ccs"], strict=True)]
 
 
 def _planned(mode: str, failed: tuple[str, str] | None, died: bool,
@@ -148,6 +149,7 @@ def write(conn: Conn, sql: Statements, params: dict[str, Any], nodes: Sequence[N
         "mas": [n.max_attempts for n in nodes], "ks": [n.job_id is not None for n in nodes],
         "ps": [n.payload_text for n in nodes], "ms": [n.meta for n in nodes],
         "rks": [n.rate_key for n in nodes], "cks": [n.conc_key for n in nodes],
+        "ccs": [n.conc_cap for n in nodes],
         "errs": [p.error for p in planned],
         "deps": [job_id in prerequisites for job_id in ids],
         "flag": sorted(prerequisites.intersection(known)),

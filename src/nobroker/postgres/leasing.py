@@ -1,12 +1,13 @@
 """Leasing on PostgreSQL: the lease statements of one PostgresBackend, and who is told
 of the jobs their lease reclaims dead-letter.
 
-Every lease statement (lease.sql, lease_chosen.sql, ack_and_lease.sql, and the
-lease of no job a purge and a limited lease run first) takes expired leases back
-before it leases: a job whose lease ran out on its last attempt dies there, in
-the process that ran the statement. Each returns the ids of the jobs it killed
-(rows.lease_rows), and once its transaction has committed they are given to the
-listener the Queue's hooks set (`report_reclaimed`): the `dead` hook fires in
+Every lease statement (lease.sql, limited_lease.sql, ack_and_lease.sql,
+limited_ack_and_lease.sql, and the lease of no job a purge runs first) takes
+expired leases back before it leases: a job whose lease ran out on its last
+attempt dies there, in the process that ran the statement. Each returns the
+ids of the jobs it killed (rows.lease_rows), and once its transaction has
+committed they are given to the listener the Queue's hooks set
+(`report_reclaimed`): the `dead` hook fires in
 that process, as it does on files and memory:// (issue 24). A reclaim made by
 another host's lease fires there, never here, and never twice.
 
@@ -25,7 +26,7 @@ import psycopg
 from ..limits import Limits
 from ..models import Job
 from .connection import Link, LinkBusy
-from .limited import LimitedLeases
+from .limited import LimitedLeases, declared_params
 from .rows import job_from_row, lease_rows
 from .statements import Statements
 from .sweeping import EVERY, OVERDUE, Sweeper
@@ -83,14 +84,19 @@ class Leasing:
 
     def ack_and_lease(self, params: dict[str, Any],
                       not_leased: Callable[[Conn], Exception]) -> Job | None:
-        """ack_and_lease.sql with the ack's `params`: the next job, or None;
+        """ack_and_lease.sql (limited_ack_and_lease.sql with limits declared) with the
+        ack's `params`: the next job, or None;
         `not_leased(conn)`'s error if the ack's lease was not current."""
+        sql = self._sql.ack_and_lease
+        if self._limits:  # declared: the lease within them, in the same statement
+            sql = self._sql.limited_ack_and_lease
+            params = {**params, **declared_params(self._limits)}
         params = {**params, **self._backoff}
         dead: list[str] = []
 
         def run(conn: Conn) -> Job | None:
             dead.clear()
-            rows = conn.execute(self._sql.ack_and_lease, params).fetchall()
+            rows = conn.execute(sql, params).fetchall()
             if not rows or not rows[0][0]:
                 raise not_leased(conn)
             row = rows[0][1:-1]

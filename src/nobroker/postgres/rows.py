@@ -31,10 +31,12 @@ CODES_OF: Final = {state: tuple(c for c, s in STATES.items() if s is state) for 
 
 def job_from_row(row: Sequence[Any]) -> Job:
     """The Job a row read in job_columns order describes (followed, where the query
-    reads it, by parts/waiting_for.sql's column)."""
+    reads it, by parts/waiting_for.sql's column, and get.sql's: whether its payload is
+    shown)."""
     (job_id, _seq, code, priority, available_at, enqueued_at, max_attempts, attempts,
      token, lease_until, last_error, payload, result, finished_at, progress, meta) = row[:16]
     waiting_for = row[16] if len(row) > 16 else None
+    shown = row[17] if len(row) > 17 else True
     leased = code == 1
     noted: dict[str, Any] = {}  # its progress and metadata (migration 0005), if any
     if progress is not None:
@@ -42,7 +44,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         noted["progress"] = (float(fraction), note)
     if meta is not None:
         noted["meta"] = json.loads(meta)
-    return Job(id=job_id, payload=json.loads(payload), priority=priority,
+    return Job(id=job_id, payload=json.loads(payload) if shown else None, priority=priority,
                attempts=attempts, max_attempts=max_attempts, state=STATES[code],
                available_at=available_at, enqueued_at=enqueued_at, last_error=last_error,
                token=token if leased else None,
@@ -65,7 +67,7 @@ def note_params(progress: Progress | None, meta: dict[str, Any]) -> dict[str, st
 
 
 def lease_rows(rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[str]]:
-    """lease.sql's or lease_chosen.sql's rows split: the leased jobs' rows (job_columns),
+    """lease.sql's or limited_lease.sql's rows split: the leased jobs' rows (job_columns),
     and the ids of the jobs its reclaim dead-lettered (every row's last column)."""
     dead = list(rows[0][-1] or ()) if rows else []
     return [row[:-1] for row in rows if row[0] is not None], dead

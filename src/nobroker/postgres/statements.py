@@ -38,14 +38,13 @@ class Statements:
     lease_of: bytes
     lease: bytes
     lease_ready: bytes
-    lease_chosen: bytes
-    limited_lock: bytes
+    limited_lease: bytes
     limited_state: bytes
     limited_candidates: bytes
-    limited_windows: bytes
     ack: bytes
     ack_many: bytes
     ack_and_lease: bytes
+    limited_ack_and_lease: bytes
     nack: bytes
     snooze: bytes
     extend: bytes

@@ -4,11 +4,12 @@
 WITH added AS (
     INSERT INTO {schema}.jobs AS j (queue, id, seq, state, priority, available_at,
                                     enqueued_at, max_attempts, keyed, payload, meta,
-                                    rate_key, conc_key)
+                                    rate_key, conc_key, conc_cap)
     SELECT %(q)s, coalesce(%(id)s::text, lpad(to_hex(n.seq), 16, '0')), n.seq,
            CASE WHEN %(delay)s::float8 > 0 THEN -1 ELSE 0 END, %(pr)s,
            t.now + %(delay)s,
-           t.now, %(ma)s, %(id)s::text IS NOT NULL, %(p)s, %(m)s::text, %(rk)s, %(ck)s
+           t.now, %(ma)s, %(id)s::text IS NOT NULL, %(p)s, %(m)s::text, %(rk)s, %(ck)s,
+           %(cc)s::integer
     FROM (SELECT nextval('{schema}.job_seq') AS seq) AS n,
          (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
     ON CONFLICT (queue, id) DO NOTHING

@@ -5,23 +5,24 @@
 -- the queue (locked by lock_prerequisites.sql) are flagged as having
 -- dependents. Ids already taken: no row (the caller rolls back). `ms`: each job's
 -- metadata from the start (enqueue's meta=, migrations/0005), NULL for none;
--- `rks`, `cks`: its limit keys (migrations/0006), '' for none.
+-- `rks`, `cks`: its limit keys (migrations/0006), '' for none; `ccs`: the
+-- concurrency cap declared for its key (migrations/0008), NULL for none.
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 added AS (
     INSERT INTO {schema}.jobs AS j (queue, id, seq, state, priority, available_at,
                                     enqueued_at, max_attempts, keyed, payload, meta,
                                     last_error, finished_at, expires_at, dependents,
-                                    rate_key, conc_key)
+                                    rate_key, conc_key, conc_cap)
     SELECT %(q)s, u.id, u.seq,
            CASE WHEN u.state = 0 AND u.delay > 0 THEN -1 ELSE u.state END, u.pr,
            t.now + u.delay, t.now, u.ma, u.keyed, u.p, u.m, u.err,
            CASE WHEN u.state = 4 THEN t.now END,
-           CASE WHEN u.state = 4 THEN t.now + %(ttl)s::float8 END, u.deps, u.rk, u.ck
+           CASE WHEN u.state = 4 THEN t.now + %(ttl)s::float8 END, u.deps, u.rk, u.ck, u.cc
     FROM unnest(%(ids)s::text[], %(seqs)s::bigint[], %(states)s::smallint[],
                 %(prs)s::bigint[], %(delays)s::float8[], %(mas)s::bigint[],
                 %(ks)s::boolean[], %(ps)s::text[], %(ms)s::text[], %(errs)s::text[],
-                %(deps)s::boolean[], %(rks)s::text[], %(cks)s::text[])
-         AS u(id, seq, state, pr, delay, ma, keyed, p, m, err, deps, rk, ck), t
+                %(deps)s::boolean[], %(rks)s::text[], %(cks)s::text[], %(ccs)s::integer[])
+         AS u(id, seq, state, pr, delay, ma, keyed, p, m, err, deps, rk, ck, cc), t
     ON CONFLICT (queue, id) DO NOTHING
     RETURNING {job_columns}),
 flagged AS (

@@ -8,14 +8,15 @@ WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 added AS (
     INSERT INTO {schema}.jobs (queue, id, seq, state, priority, available_at, enqueued_at,
                                max_attempts, attempts, keyed, last_error, payload,
-                               finished_at, expires_at, rate_key, conc_key, dependents)
+                               finished_at, expires_at, rate_key, conc_key, dependents,
+                               conc_cap)
     SELECT %(q)s, u.id, nextval('{schema}.job_seq'), 4, u.pr, u.at, u.ts, u.ma, u.atts,
            u.keyed, u.err, u.p, t.now, t.now + %(ttl)s::float8, u.rk, u.ck,
-           u.id = ANY(%(e_pre)s::text[])
+           u.id = ANY(%(e_pre)s::text[]), u.cc
     FROM unnest(%(ids)s::text[], %(prs)s::bigint[], %(ats)s::float8[], %(ts)s::float8[],
                 %(mas)s::bigint[], %(atts)s::bigint[], %(ks)s::boolean[], %(errs)s::text[],
-                %(ps)s::text[], %(rks)s::text[], %(cks)s::text[]) WITH ORDINALITY
-         AS u(id, pr, at, ts, ma, atts, keyed, err, p, rk, ck, o), t
+                %(ps)s::text[], %(rks)s::text[], %(cks)s::text[], %(ccs)s::integer[])
+         WITH ORDINALITY AS u(id, pr, at, ts, ma, atts, keyed, err, p, rk, ck, cc, o), t
     ORDER BY u.o
     ON CONFLICT (queue, id) DO NOTHING
     RETURNING id),

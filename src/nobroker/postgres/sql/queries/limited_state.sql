@@ -2,22 +2,29 @@
 -- 'now', the acting time; 'next', when something next changes without a write
 -- (a lease's deadline, a delayed job's due time; NULL while paused or if none),
 -- with n = 1 while paused; 'held', the holders of a concurrency key (its leased
--- jobs); 'window', the latest starts of a rate key of `keys`. The time is read
--- now, not at the transaction's start (now()): after the lock, so that the
--- limited leases' times follow the order they decide in.
+-- jobs) with the cap its latest live job carries (migrations/0008; NULL if
+-- none), last; 'window', the latest starts of a rate key of `keys` (its ring,
+-- migrations/0008, oldest first). The time
+-- is read now, not at the transaction's start (now()).
 WITH t AS (SELECT coalesce(%(t)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
-SELECT 'now', NULL::text, 0::bigint, NULL::float8[], t.now FROM t
+SELECT 'now', NULL::text, 0::bigint, NULL::float8[], t.now, NULL::integer FROM t
 UNION ALL
 SELECT 'next', NULL, q.paused::int, NULL, CASE WHEN NOT q.paused THEN least(
     (SELECT min(j.lease_until) FROM {schema}.jobs AS j WHERE j.queue = %(q)s AND j.state = 1),
     (SELECT min(j.available_at) FROM {schema}.jobs AS j
      WHERE j.queue = %(q)s AND j.state = 0 AND j.available_at > t.now),
     (SELECT min(j.available_at) FROM {schema}.jobs AS j
-     WHERE j.queue = %(q)s AND j.state = -1 AND j.available_at > t.now)) END
+     WHERE j.queue = %(q)s AND j.state = -1 AND j.available_at > t.now)) END, NULL
 FROM t, {schema}.queues AS q WHERE q.name = %(q)s
 UNION ALL
-SELECT 'held', j.conc_key, count(*), NULL, NULL FROM {schema}.jobs AS j
-WHERE j.queue = %(q)s AND j.state = 1 AND j.conc_key <> '' GROUP BY j.conc_key
+SELECT 'held', h.conc_key, h.n, NULL, NULL, (
+    SELECT j.conc_cap FROM {schema}.jobs AS j
+    WHERE j.queue = %(q)s AND j.conc_key = h.conc_key AND j.conc_key <> ''
+      AND j.state BETWEEN -2 AND 1 ORDER BY j.seq DESC LIMIT 1)
+FROM (SELECT j.conc_key, count(*) AS n FROM {schema}.jobs AS j
+      WHERE j.queue = %(q)s AND j.state = 1 AND j.conc_key <> '' GROUP BY j.conc_key) AS h
 UNION ALL
-SELECT 'window', w.key, 0, w.starts, NULL FROM {schema}.limit_windows AS w
+SELECT 'window', w.key, 0, ARRAY(SELECT s.at FROM {schema}.limit_starts AS s
+                                  WHERE s.queue = w.queue AND s.key = w.key ORDER BY s.at),
+       NULL, NULL FROM {schema}.limit_windows AS w
 WHERE w.queue = %(q)s AND w.key = ANY(%(keys)s::text[])

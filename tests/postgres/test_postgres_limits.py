@@ -1,0 +1,182 @@
+"""Limits on PostgreSQL beyond the contract (migrations/0008): a limited ack-and-lease
+is one statement; a key's holders are counted by reading them alone; a rate window's
+ring keeps its latest starts when its count changes; a job stores the concurrency
+cap its enqueuer declared, which a process that did not declare the key reports.
+
+The rules themselves are the limits contract's (tests/contract/limits_contract.py),
+which test_postgres runs here too, and the multi-process measures are
+test_postgres_processes's.
+"""
+
+from __future__ import annotations
+
+import unittest
+from typing import Any
+from unittest import mock
+
+from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
+
+from nobroker import Queue
+from nobroker.dependencies import GraphNode
+
+
+def _noop(*args: Any) -> None:
+    return None
+
+
+def _jobs_read(q: Queue, call: Any) -> int:
+    """Rows of `jobs` that `call()` read through an index in this session's server
+    process (pg_stat_xact_user_tables: not yet reported, so exact), in one transaction
+    on the queue's own connection."""
+    schema = q.backend.target.schema  # type: ignore[attr-defined]
+    counts = ("SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0) "
+              "FROM pg_stat_xact_user_tables WHERE schemaname = %s AND relname = 'jobs'")
+    link = q.backend._link  # type: ignore[attr-defined]
+
+    def before(conn: Any) -> int:
+        conn.execute("BEGIN")
+        return int(conn.execute(counts, (schema,)).fetchone()[0])
+
+    start = link.run("test", before)
+    try:
+        call()
+        return int(link.run("test", lambda conn: conn.execute(counts, (schema,)).fetchone()[0])
+                   ) - start
+    finally:
+        link.run("test", lambda conn: conn.execute("COMMIT"))
+
+
+@needs_postgres
+class PostgresLimitsTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.url = fresh_schema_url()
+        self.addCleanup(drop_schema, self.url)
+
+    def open(self, **options: Any) -> Queue:
+        q = open_queue(self.url, "q", **options)
+        self.addCleanup(q.close)
+        return q
+
+    def test_a_limited_ack_and_lease_is_one_statement_without_a_transaction(self) -> None:
+        import psycopg
+
+        q = self.open()
+        q.task(name="limited", rate_limit=(1000, 1.0), concurrency=1000,
+               concurrency_key=lambda n: "k" + str(n % 3))(_noop)
+        q.enqueue_many([{"task": "limited", "args": [n], "kwargs": {}} for n in range(30)])
+        job = q.lease_one()
+        assert job is not None
+        executed: list[bytes] = []
+        real_execute, real_transaction = psycopg.Connection.execute, psycopg.Connection.transaction
+
+        def execute(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            executed.append(query)
+            return real_execute(conn, query, *args, **kwargs)
+
+        with mock.patch.object(psycopg.Connection, "execute", execute), \
+                mock.patch.object(psycopg.Connection, "transaction",
+                                  side_effect=AssertionError("a transaction")):
+            for _ in range(20):
+                job = q.ack_and_lease(job)
+                assert job is not None
+        self.assertIs(psycopg.Connection.transaction, real_transaction)
+        self.assertEqual(len(executed), 20, executed[:3])
+        self.assertEqual({q.backend._sql.limited_ack_and_lease},  # type: ignore[attr-defined]
+                         set(executed))
+
+    def test_a_key_s_holders_are_read_alone_not_every_leased_row(self) -> None:
+        q = self.open(visibility_timeout=3600)
+        q.task(name="busy", concurrency=10_000)(_noop)
+        q.task(name="other", concurrency=2)(_noop)
+        q.enqueue_many([{"task": "busy", "args": [n], "kwargs": {}} for n in range(2000)])
+        self.assertEqual(len(q.lease(2000)), 2000)  # 2,000 holders of "busy", none pending
+        q.enqueue_many([{"task": "other", "args": [n], "kwargs": {}} for n in range(3)])
+        leased: list[Any] = []
+        reads = _jobs_read(q, lambda: leased.extend(q.lease(5)))
+        self.assertEqual(len(leased), 2)  # other's cap
+        # Version 6 read the 2,000 leased rows to count every key's holders.
+        self.assertLess(reads, 50, reads)
+
+    def test_a_rate_window_keeps_its_latest_starts_when_its_count_changes(self) -> None:
+        first = self.open()
+        first.task(name="rated", rate_limit=(3, 3600.0))(_noop)
+        first.enqueue_many([{"task": "rated", "args": [n], "kwargs": {}} for n in range(10)])
+        self.assertEqual(len(first.lease(10)), 3)
+        wider = self.open()  # the same key declared at 5 an hour: two more, then full
+        wider.task(name="rated", rate_limit=(5, 3600.0))(_noop)
+        self.assertEqual(len(wider.lease(10)), 2)
+        self.assertEqual(len(wider.lease(10)), 0)
+        self.assertEqual(len(first.lease(10)), 0)  # at 3 again: full with its latest 3
+        use = {u.key: (u.used, u.limit) for u in wider.limit_use() if u.kind == "rate"}
+        self.assertEqual(use["rated"], (5, 5))
+
+    def test_a_window_written_at_version_7_counts_its_starts_after_the_migration(self
+                                                                                ) -> None:
+        import time
+
+        import psycopg
+
+        from nobroker.postgres import schema
+        from nobroker.postgres.url import parse
+
+        target = parse(self.url)
+        name, now = target.schema, time.time()
+        s = schema.quoted(name)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            for step in schema.migrate_sql(name, 0, 7):
+                conn.execute(step.encode())
+            conn.execute(f"INSERT INTO {s}.schema_version VALUES (7)".encode())
+            # Version 7's window of rate key "rated": 3 starts in the last hour.
+            conn.execute(f"INSERT INTO {s}.limit_windows VALUES ('q', 'rated', %s)".encode(),
+                         ([now - 30.0, now - 20.0, now - 10.0],))
+        q = self.open()
+        q.task(name="rated", rate_limit=(4, 3600.0))(_noop)
+        q.enqueue_many([{"task": "rated", "args": [n], "kwargs": {}} for n in range(5)])
+        self.assertEqual(len(q.lease(5)), 1)  # 4 an hour, 3 of them already started
+        self.assertEqual(len(q.lease(5)), 0)
+        self.assertEqual([(u.key, u.used) for u in q.limit_use() if u.kind == "rate"],
+                         [("rated", 4)])
+
+    def test_a_dormant_dependent_is_copied_with_its_cap(self) -> None:
+        q = self.open()
+        q.task(name="capped", concurrency=2)(_noop)
+        member = q.enqueue("member", max_attempts=1)
+        callback = q.enqueue({"task": "capped", "args": [], "kwargs": {}}, depends_on=[member])
+        leased = q.lease_one()
+        assert leased is not None and leased.id == member.id
+        q.nack(leased, error="boom")  # dead: the callback cancelled, revivable
+        (copy,) = q.backend.export_dormant()  # type: ignore[attr-defined]  # migrate's view
+        self.assertEqual((copy.job.id, copy.cap), (callback.id, 2))
+        target_url = fresh_schema_url()
+        self.addCleanup(drop_schema, target_url)
+        target = open_queue(target_url, "q")
+        self.addCleanup(target.close)
+        self.assertEqual(target.backend.import_dormant([copy]),  # type: ignore[attr-defined]
+                         [callback.id])
+        schema = target.backend.target.schema  # type: ignore[attr-defined]
+        stored = target.backend._link.run(  # type: ignore[attr-defined]
+            "test", lambda conn: conn.execute(
+                f'SELECT conc_key, conc_cap FROM "{schema}".jobs WHERE id = %s',
+                (callback.id,)).fetchone())
+        self.assertEqual(stored, ("capped", 2))
+
+    def test_a_process_that_did_not_declare_a_key_reports_the_cap_its_jobs_carry(self
+                                                                                 ) -> None:
+        declared = self.open(visibility_timeout=3600)
+        per = declared.task(name="per", concurrency=3, concurrency_key=lambda who: who)(_noop)
+        per.delay("acme")  # enqueue
+        declared.enqueue_many([{"task": "per", "args": ["zeta"], "kwargs": {}}])
+        declared.enqueue_graph([GraphNode({"task": "per", "args": ["omni"], "kwargs": {}})])
+        self.assertEqual(len(declared.lease(10)), 3)
+        undeclared = self.open()
+        seen = {(u.key, u.value): (u.used, u.limit) for u in undeclared.limit_use()
+                if u.kind == "concurrency"}
+        self.assertEqual(seen, {("per", "acme"): (1, 3), ("per", "zeta"): (1, 3),
+                                ("per", "omni"): (1, 3)})
+        other = self.open()  # a process that declared the key: its own declaration
+        other.task(name="per", concurrency=5, concurrency_key=lambda who: who)(_noop)
+        self.assertEqual({u.limit for u in other.limit_use() if u.kind == "concurrency"}, {5})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,69 @@
+"""The limits' row on PostgreSQL: a limited, unsaturated ack_and_lease against an
+unlimited one, as tools/bench/limits.py measures it on files (issue 24: <= 1.1x).
+
+    python make.py bench-postgres-limits [--ops N] [--rounds R]
+
+make.py starts a throwaway server (tools/postgres/cluster.py) and runs this in
+.dev/pg-venv. Each side runs `job = q.ack_and_lease(job)` N times a round on a
+queue of its own (a fresh schema each), interleaved over R rounds; the limited
+side's jobs call a task declared with a rate limit and a concurrency key high
+enough never to hold one back. Prints the medians and their ratio, one line.
+For an A/B against other code, run it directly with PYTHONPATH=OTHER/src and
+NOBROKER_TEST_POSTGRES_URL set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO / "src"))  # after PYTHONPATH: an A/B run may point it elsewhere
+
+from tools.bench.limits import _interleaved_loops, _noop  # noqa: E402
+
+
+def measure(url: str, ops: int, rounds: int) -> dict[str, float]:
+    """Median seconds per `ops` round trips of each side, and their ratio."""
+    import nobroker as nb
+
+    need = rounds * ops + 50
+    queues: dict[str, Any] = {}
+    for label, limited in (("unlimited", False), ("limited", True)):
+        joiner = "&" if "?" in url else "?"
+        q = nb.Queue(f"{url}{joiner}schema=bench_{uuid.uuid4().hex[:10]}", "limits")
+        if limited:
+            q.task(name="limited", rate_limit=(100_000, 1.0), concurrency=100_000,
+                   concurrency_key="shared")(_noop)
+        q.enqueue_many([{"task": "limited" if limited else "plain", "args": [i], "kwargs": {}}
+                        for i in range(need)])
+        queues[label] = q
+    res = _interleaved_loops(queues, ops, rounds)
+    limited_t, plain_t = median(res["limited"]), median(res["unlimited"])
+    return {"limited": limited_t, "unlimited": plain_t, "ratio": limited_t / plain_t}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ops", type=int, default=500, help="round trips per round (500)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    p.add_argument("--url", default=os.environ.get("NOBROKER_TEST_POSTGRES_URL"))
+    args = p.parse_args(argv)
+    if not args.url:
+        p.error("no --url and no NOBROKER_TEST_POSTGRES_URL (run it with make.py)")
+    got = measure(args.url, args.ops, args.rounds)
+    print(f"limited {got['limited'] / args.ops * 1e6:.0f} us, unlimited "
+          f"{got['unlimited'] / args.ops * 1e6:.0f} us per ack_and_lease: "
+          f"{got['ratio']:.2f}x (target <= 1.1x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
