@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..backend import Capabilities, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError
-from ..limits import KeyUse, Limits, key_use
+from ..limits import KeyUse, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -36,8 +36,8 @@ from .log.records import ID, TIME, RecordType
 from .options import FileOptions
 from .state.batch import Batch
 from .state.commands import (
-    check_lease,
     plan_ack,
+    plan_ack_many,
     plan_cancel,
     plan_delete_dead,
     plan_enqueue,
@@ -50,7 +50,6 @@ from .state.commands import (
     plan_settle,
     plan_snooze,
 )
-from .state.dependencies import plan_dependents
 from .state.graphs import graph_jobs, plan_graph
 from .state.notes import Note
 from .state.state import Entry, QueueState
@@ -206,7 +205,8 @@ class FileBackend:
 
     def ack_many(self, jobs: Sequence[Job]) -> None:
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], None]:
-            _plan_ack_many(state, batch, now, jobs, self._limits)
+            distinct_leases(jobs)
+            plan_ack_many(state, batch, now, jobs, self._limits)
             return lambda: None
 
         self.handle.write(plan, spare=frozenset(job.id for job in jobs))
@@ -215,7 +215,8 @@ class FileBackend:
                            visibility_timeout: float) -> list[Job]:
         def plan(state: QueueState, batch: Batch, now: float
                  ) -> Callable[[], Callable[[LogFile], list[Job]]]:
-            _plan_ack_many(state, batch, now, jobs, self._limits)
+            distinct_leases(jobs)
+            plan_ack_many(state, batch, now, jobs, self._limits)
             # The acked jobs are still leased while we plan, so ready() cannot offer them.
             leased = plan_lease(state, batch, now, count, visibility_timeout, self._limits)
             table = state.jobs
@@ -378,28 +379,3 @@ class FileBackend:
     def close(self) -> None:
         self.handle.close()
 
-
-def _plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[Job],
-                   limits: Limits) -> None:
-    """ACK records for `jobs`, every lease checked before any is planned (`limits`: the
-    caller's, see plan_ack)."""
-    distinct_leases(jobs)
-    table = state.table
-    held, leases = table.held, table.leases
-    tokens: list[int] = []
-    for job in jobs:
-        # The current lease, read off the table without building an Entry: the
-        # common case; check_lease says why when it is not.
-        seq = held.get(job.id)
-        if seq is None or leases[seq][0] != job.token:
-            tokens.append(check_lease(state, job.id, job.token).token)  # raises, mostly
-        else:
-            tokens.append(leases[seq][0])  # the state's int, equal to the job's
-    batch.finishes += len(jobs)
-    if not state.limited.keys and not state.waits:  # nothing else to plan: in bulk
-        batch.add_acks([job.id for job in jobs], tokens, now)
-        return
-    for job, token in zip(jobs, tokens, strict=True):
-        batch.wakes += state.limited.frees(job.id, table, limits)  # a freed slot wakes
-        batch.add_ack(job.id, token, now)
-        plan_dependents(state, batch, now, job.id, JobState.DONE)

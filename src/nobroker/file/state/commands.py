@@ -20,6 +20,7 @@ from ...backoff import BackoffPolicy, Rng
 from ...dependencies import SUCCESS
 from ...errors import JobNotFoundError, NotLeasedError
 from ...limits import JobKeys, Limits
+from ...models import Job
 from ..log.records import (
     AT,
     DEAD_LETTER,
@@ -184,6 +185,31 @@ def plan_lease(state: QueueState, batch: Batch, now: float, count: int,
         ready = with_released(state, batch, now, count, ready)
     return batch.add_leases([entry.id for entry in ready], state.next_token,
                             now + visibility_timeout, now)
+
+
+def plan_ack_many(state: QueueState, batch: Batch, now: float, jobs: Sequence[Job],
+                   limits: Limits) -> None:
+    """ACK records for `jobs` (distinct), every lease checked before any is planned
+    (`limits`: the caller's, see plan_ack)."""
+    table = state.table
+    held, leases = table.held, table.leases
+    tokens: list[int] = []
+    for job in jobs:
+        # The current lease, read off the table without building an Entry: the
+        # common case; check_lease says why when it is not.
+        seq = held.get(job.id)
+        if seq is None or leases[seq][0] != job.token:
+            tokens.append(check_lease(state, job.id, job.token).token)  # raises, mostly
+        else:
+            tokens.append(leases[seq][0])  # the state's int, equal to the job's
+    batch.finishes += len(jobs)
+    if not state.limited.keys and not state.waits:  # nothing else to plan: in bulk
+        batch.add_acks([job.id for job in jobs], tokens, now)
+        return
+    for job, token in zip(jobs, tokens, strict=True):
+        batch.wakes += state.limited.frees(job.id, table, limits)  # a freed slot wakes
+        batch.add_ack(job.id, token, now)
+        plan_dependents(state, batch, now, job.id, JobState.DONE)
 
 
 def check_lease(state: QueueState, job_id: str, token: int | None) -> Entry:
