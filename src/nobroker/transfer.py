@@ -34,6 +34,7 @@ from typing import cast
 
 from .backend import (
     Backend,
+    CopiedLimits,
     Dependencies,
     DormantJob,
     GraphNode,
@@ -73,6 +74,7 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
     try:
         keyed_jobs = (cast(JobExport, reader).export_jobs() if reader.capabilities.exports
                       else None)
+        limits = cast(JobExport, reader).export_limits() if keyed_jobs is not None else {}
         jobs = reader.list_jobs(None, None) if keyed_jobs is None else []
         waiting = [job for job in (jobs if keyed_jobs is None
                                    else (job for job, _ in keyed_jobs))
@@ -89,10 +91,10 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
     writer = open_backend(target, name, Settings())
     try:
         if keyed_jobs is not None and writer.capabilities.imports:
-            report = _imported(cast(JobImport, writer), keyed_jobs)
+            report = _imported(cast(JobImport, writer), keyed_jobs, limits)
         else:
             report = _enqueued(writer, jobs if keyed_jobs is None
-                               else [job for job, _ in keyed_jobs])
+                               else [job for job, _ in keyed_jobs], limits)
         if waiting:
             report = _waiting(writer, waiting, modes, report)
         if dormant:
@@ -102,19 +104,23 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
     return report
 
 
-def _imported(target: JobImport, keyed_jobs: list[tuple[Job, bool]]) -> TransferReport:
-    """Every job as it was, through the target's import_jobs."""
+def _imported(target: JobImport, keyed_jobs: list[tuple[Job, bool]],
+              limits: dict[str, CopiedLimits]) -> TransferReport:
+    """Every job as it was (its limit keys and cap too), through the target's
+    import_jobs."""
     copied: dict[str, int] = {}
     for start in range(0, len(keyed_jobs), _BATCH):
         batch = keyed_jobs[start:start + _BATCH]
         for state in target.import_jobs([job for job, _ in batch],
-                                        [keyed for _, keyed in batch]):
+                                        [keyed for _, keyed in batch], limits):
             copied[str(state)] = copied.get(str(state), 0) + 1
     return TransferReport(copied, len(keyed_jobs) - sum(copied.values()), {})
 
 
-def _enqueued(target: Backend, jobs: list[Job]) -> TransferReport:
-    """The pending and leased jobs, each enqueued under its id; the dead counted."""
+def _enqueued(target: Backend, jobs: list[Job],
+              limits: dict[str, CopiedLimits]) -> TransferReport:
+    """The pending and leased jobs, each enqueued under its id (with the limit keys and
+    cap it had, into a target that takes them); the dead counted."""
     assert target.settings.clock is not None  # a backend keeps Settings.filled()
     copied: dict[str, int] = {}
     skipped = 0
@@ -126,9 +132,15 @@ def _enqueued(target: Backend, jobs: list[Job]) -> TransferReport:
         if _holds(target, job.id):
             skipped += 1
             continue
-        target.enqueue(encode_payload(job.payload), job.payload, job_id=job.id,
-                       priority=job.priority, max_attempts=job.max_attempts,
-                       delay=max(0.0, job.available_at - target.settings.clock()))
+        delay = max(0.0, job.available_at - target.settings.clock())
+        if job.id in limits and target.capabilities.limits:  # as Dependencies declares it
+            cast(Dependencies, target).enqueue(
+                encode_payload(job.payload), job.payload, job_id=job.id,
+                priority=job.priority, max_attempts=job.max_attempts, delay=delay,
+                copied_limits=limits[job.id])
+        else:
+            target.enqueue(encode_payload(job.payload), job.payload, job_id=job.id,
+                           priority=job.priority, max_attempts=job.max_attempts, delay=delay)
         copied["pending"] = copied.get("pending", 0) + 1
     return TransferReport(copied, skipped, {"dead": dead} if dead else {})
 

@@ -64,6 +64,7 @@ class Statements:
     sweep: bytes
     live: bytes
     import_jobs: bytes
+    export_jobs: bytes
     bump_seq: bytes
     lock_prerequisites: bytes
     job_seqs: bytes
