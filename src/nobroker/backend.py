@@ -295,13 +295,13 @@ class Dependencies(Protocol):
                 allow_failure: bool = False, meta: dict[str, Any] | None = None,
                 copied_limits: CopiedLimits | None = None) -> Job: ...
 
-    def enqueue_graph(self, payload_texts: Sequence[str],
-                      nodes: Sequence[GraphNode]) -> list[Job]:
+    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+                      copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
         """Every node as a job, in one durable write (all or nothing); the nodes come
-        checked (dependencies.checked_nodes), a max_attempts None meaning the
-        settings' max_attempts. JobNotFoundError for an unknown
-        prerequisite id, NobrokerError for a node's job id already in use, both before
-        anything is written. The Jobs in node order."""
+        checked (dependencies.checked_nodes), a max_attempts None meaning the settings'
+        max_attempts; `copied_limits`: migrate's, by node job id. JobNotFoundError for an
+        unknown prerequisite id, NobrokerError for a node's job id already in use, both
+        before anything is written. The Jobs in node order."""
         ...
 
     def wait_modes(self) -> dict[str, str]:

@@ -74,7 +74,7 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
     try:
         keyed_jobs = (cast(JobExport, reader).export_jobs() if reader.capabilities.exports
                       else None)
-        limits = cast(JobExport, reader).export_limits() if keyed_jobs is not None else {}
+        limits = cast(JobExport, reader).export_limits() if keyed_jobs is not None else None
         jobs = reader.list_jobs(None, None) if keyed_jobs is None else []
         waiting = [job for job in (jobs if keyed_jobs is None
                                    else (job for job, _ in keyed_jobs))
@@ -91,12 +91,12 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
     writer = open_backend(target, name, Settings())
     try:
         if keyed_jobs is not None and writer.capabilities.imports:
-            report = _imported(cast(JobImport, writer), keyed_jobs, limits)
+            report = _imported(cast(JobImport, writer), keyed_jobs, limits or {})
         else:
             report = _enqueued(writer, jobs if keyed_jobs is None
-                               else [job for job, _ in keyed_jobs], limits)
+                               else [job for job, _ in keyed_jobs], limits or {})
         if waiting:
-            report = _waiting(writer, waiting, modes, report)
+            report = _waiting(writer, waiting, modes, report, limits)
         if dormant:
             report = _dormant(writer, dormant, report)
     finally:
@@ -146,9 +146,10 @@ def _enqueued(target: Backend, jobs: list[Job],
 
 
 def _waiting(target: Backend, waiting: list[Job], modes: dict[str, str],
-             report: TransferReport) -> TransferReport:
-    """`report` and the waiting jobs, enqueued with their prerequisites and modes in one
-    graph, prerequisites first; those the target holds already skipped."""
+             report: TransferReport, limits: dict[str, CopiedLimits] | None) -> TransferReport:
+    """`report` and the waiting jobs, enqueued with their prerequisites and modes (and the
+    limit keys and caps of a source that exports them) in one graph, prerequisites
+    first; those the target holds already skipped."""
     if not target.capabilities.dependencies:
         return replace(report, not_copied={**report.not_copied, "waiting": len(waiting)})
     skipped = {job.id for job in waiting if _holds(target, job.id)}
@@ -169,7 +170,8 @@ def _waiting(target: Backend, waiting: list[Job], modes: dict[str, str],
     copied = dict(report.copied)
     if nodes:
         texts = [encode_payload(node.payload) for node in nodes]
-        for job in cast(Dependencies, target).enqueue_graph(texts, checked_nodes(nodes)):
+        for job in cast(Dependencies, target).enqueue_graph(texts, checked_nodes(nodes),
+                                                            limits):
             copied[str(job.state)] = copied.get(str(job.state), 0) + 1
     lost = len(waiting) - len(skipped) - len(nodes)
     return replace(report, copied=copied, skipped=report.skipped + len(skipped),

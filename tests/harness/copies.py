@@ -88,7 +88,8 @@ def limited_task(q: Queue) -> Any:
 
 def limited_jobs_in(directory: str, name: str) -> dict[str, str]:
     """A queue at `directory` of "send" jobs: two pending for "acme", one delayed an
-    hour, one leased (for "held") and one dead (for "gone"). Their ids, by role."""
+    hour, one leased (for "held"), one dead (for "gone") and one waiting (for "wait")
+    for the second of acme's. Their ids, by role."""
     with Queue(directory, name) as source:
         send = limited_task(source)
         gone = send.apply_async(("gone",), max_attempts=1).id
@@ -97,6 +98,7 @@ def limited_jobs_in(directory: str, name: str) -> dict[str, str]:
         ids = {"acme": send.delay("acme").id, "acme2": send.delay("acme").id,
                "delayed": send.apply_async(("later",), delay=3600).id,
                "held": send.delay("held").id, "gone": gone}
+        ids["waiting"] = send.apply_async(("wait",), depends_on=ids["acme2"]).id
         leased = source.lease(5)  # acme's first and held's: one job of each customer
         assert sorted(j.id for j in leased) == sorted([ids["acme"], ids["held"]]), leased
     return ids
@@ -112,7 +114,7 @@ def check_limits_kept(test: unittest.TestCase, q: Queue, ids: dict[str, str],
         if role == "gone" and not dead:
             test.assertNotIn(job_id, limits)
             continue
-        customer = {"acme2": "acme", "delayed": "later"}.get(role, role)
+        customer = {"acme2": "acme", "delayed": "later", "waiting": "wait"}.get(role, role)
         test.assertEqual(limits.get(job_id), (("send", f"send\x00{customer}"), 1), role)
     if dead:
         test.assertIs(q.get(ids["gone"]).state, JobState.DEAD)
@@ -122,4 +124,7 @@ def check_limits_kept(test: unittest.TestCase, q: Queue, ids: dict[str, str],
                      sorted(ids[r] for r in ("acme", "held", "gone")[:3 if dead else 2]),
                      "one job of each customer at a time, the delayed one not yet due")
     q.ack_many(leased)
-    test.assertEqual([j.id for j in q.lease(10)], [ids["acme2"]])
+    (second,) = q.lease(10)
+    test.assertEqual(second.id, ids["acme2"])
+    q.ack(second)
+    test.assertEqual([j.id for j in q.lease(10)], [ids["waiting"]], "released, as it waited")

@@ -215,8 +215,9 @@ class TransferTest(MemoryCase, TempDirTestCase):
         ids = limited_jobs_in(directory, "default")
         target = self.open()
         self.assertEqual(transfer(directory, self.location(), "default").copied,
-                         {"pending": 4, "dead": 1})
-        self.assertEqual(transfer(self.location(), back, "default").copied, {"pending": 4})
+                         {"pending": 4, "dead": 1, "waiting": 1})
+        self.assertEqual(transfer(self.location(), back, "default").copied,
+                         {"pending": 4, "waiting": 1})
         with Queue(back) as there:  # a directory imports nothing: keyed enqueues
             limited_task(there)
             check_limits_kept(self, there, ids, dead=False)

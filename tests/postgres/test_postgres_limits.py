@@ -187,11 +187,12 @@ class PostgresLimitsTest(unittest.TestCase):
 
         directory = tempfile.mkdtemp()
         ids = limited_jobs_in(directory, "q")
-        self.assertEqual(transfer(directory, self.url, "q").copied, {"pending": 4, "dead": 1})
+        self.assertEqual(transfer(directory, self.url, "q").copied,
+                         {"pending": 4, "dead": 1, "waiting": 1})
         memory = f"memory://{self.id()}"
         with Queue(memory, "q") as there:  # from PostgreSQL (its export_jobs)
             self.assertEqual(transfer(self.url, memory, "q").copied,
-                             {"pending": 4, "dead": 1})
+                             {"pending": 4, "dead": 1, "waiting": 1})
             q = self.open()
             for target in (q, there):
                 limited_task(target)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError
-from ..limits import KeyUse, family, key_use
+from ..limits import JobKeys, KeyUse, family, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -170,13 +170,18 @@ class FileBackend:
         with paused_gc():
             return self.handle.write(plan)
 
-    def enqueue_graph(self, payload_texts: Sequence[str],
-                      nodes: Sequence[GraphNode]) -> list[Job]:
-        keys = [self._limits.keys_of(node.payload) for node in nodes] if self._limits.tasks \
-            else []
+    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+                      copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
+        keys: list[JobKeys | None] = [self._limits.keys_of(node.payload) for node in nodes] \
+            if self._limits.tasks else []
+        caps = self._limits.concurrency
+        if copied_limits is not None:  # nobroker migrate: the keys and caps they had
+            copied = [copied_limits.get(node.job_id or "", (None, None)) for node in nodes]
+            keys = [job_keys for job_keys, _ in copied]
+            caps = {family(k[1]): cap for k, cap in copied if k and k[1] and cap is not None}
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
-            batch.caps = self._limits.concurrency
+            batch.caps = caps
             attempts = self.settings.max_attempts
             planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts,
                                  keys)

@@ -182,11 +182,11 @@ class MemoryBackend:
 
         return self._write(change)
 
-    def enqueue_graph(self, payload_texts: Sequence[str],
-                      nodes: Sequence[GraphNode]) -> list[Job]:
+    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+                      copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
         return self._write(lambda table, now: [self._view(job) for job in add_graph(
             table, now, payload_texts, nodes, self.settings.result_ttl,
-            self.settings.max_attempts, self.settings.limits)])
+            self.settings.max_attempts, self.settings.limits, copied_limits)])
 
     # -- consuming ----------------------------------------------------------
 

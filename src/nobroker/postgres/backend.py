@@ -167,11 +167,12 @@ class PostgresBackend:
 
         return retried(self._link, "enqueue_many", run)
 
-    def enqueue_graph(self, payload_texts: Sequence[str],
-                      nodes: Sequence[GraphNode]) -> list[Job]:
+    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+                      copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
         """Every node as a job, in one transaction (graphs.py); nodes come checked."""
         return graphs.enqueue(self._link, self._sql, self._params(), graphs.nodes_of(
-            payload_texts, nodes, self.settings.max_attempts, self.settings.limits))
+            payload_texts, nodes, self.settings.max_attempts, self.settings.limits,
+            copied_limits))
 
     # -- in a transaction not ours (transactional.py) -------------------------
 
