@@ -2,7 +2,10 @@
 
 What it copies: every job the source holds -- pending, leased (arriving
 pending: its holder's lease does not move with it) and dead -- with its id,
-payload, priority, attempts, max_attempts, last error and times; and the jobs
+payload, priority, attempts, max_attempts, last error and times, and its
+limit keys and stored cap as the source exports them (JobExport.export_limits:
+stored, never computed again, so a worker there that declares the task limits
+the copies as it does new jobs; the rate windows are not copied); and the jobs
 waiting for prerequisites, after those, with what they still wait for and
 their mode (Dependencies.wait_modes), all in one enqueue_graph write, each
 under its id as a keyed enqueue: so a chord half done on the source still
@@ -22,9 +25,10 @@ How, the backends' capabilities decide (backend.py). A source that exports
 (`JobExport`: each job with whether its id is a caller's key) into a target
 that imports (`JobImport`) copies everything above: a directory into
 PostgreSQL, for one. Otherwise the copy goes through the ordinary enqueue (a
-keyed enqueue per job), which cannot set attempts or errors or create a dead
-job: pending jobs are copied with a fresh attempt count, dead jobs are
-counted as not copied.
+keyed enqueue per job, with the keys copied: Dependencies.enqueue's
+`copied_limits`), which cannot set attempts or errors or create a dead job:
+pending jobs are copied with a fresh attempt count, dead jobs are counted as
+not copied.
 """
 
 from __future__ import annotations
