@@ -15,10 +15,10 @@ from typing import Any
 from harness.support import FakeClock, TempDirTestCase, file_queue
 
 from file.test_state import Log, ack, cancel, enq, expire, lease, nack, purge, requeue, snooze
+from nobroker import JobState
 from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType
 from nobroker.file.state.state import QueueState, ReplayError, replay
-from nobroker import JobState
 from nobroker.limits import Limits
 
 
