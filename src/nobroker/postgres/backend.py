@@ -365,12 +365,10 @@ class PostgresBackend:
                                    limits or {})
 
     def export_jobs(self) -> list[tuple[Job, bool]]:  # JobExport.export_jobs
-        exported = copying.export_jobs(self._link, self._sql, self._params())
-        return [(job, keyed) for job, keyed, _ in exported]
+        return copying.export_jobs(self._link, self._sql, self._params())
 
     def export_limits(self) -> dict[str, CopiedLimits]:  # JobExport.export_limits
-        exported = copying.export_jobs(self._link, self._sql, self._params())
-        return {job.id: limits for job, _, limits in exported if limits is not None}
+        return copying.export_limits(self._link, self._sql, self._params())
 
     def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
         return copying.import_dormant(self._link, self._sql, self._params(), jobs)

@@ -22,7 +22,7 @@ from .limited import columns_of, keys_of_columns
 from .rows import STATES, import_params, job_from_row
 from .statements import Statements
 
-__all__ = ["import_jobs", "export_jobs", "wait_modes", "export_dormant", "import_dormant"]
+__all__ = ["import_jobs", "export_jobs", "export_limits", "wait_modes", "export_dormant", "import_dormant"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -51,13 +51,19 @@ def import_jobs(link: Link, sql: Statements, params: dict[str, Any], jobs: Seque
 
 
 def export_jobs(link: Link, sql: Statements, params: dict[str, Any]
-                ) -> list[tuple[Job, bool, CopiedLimits | None]]:
+                ) -> list[tuple[Job, bool]]:
     """Every pending, leased, dead and waiting job in enqueue order, each with whether
-    its id is a caller's key, and its limit keys and stored cap (None: no keys)."""
+    its id is a caller's key."""
     rows = _rows(link, "export", sql.export_jobs, params)
-    return [(job_from_row(row[:17]), bool(row[17]),
-             None if keys is None else (keys, row[20]))
-            for row in rows for keys in (keys_of_columns(row[18], row[19]),)]
+    return [(job_from_row(row[:17]), bool(row[17])) for row in rows]
+
+
+def export_limits(link: Link, sql: Statements, params: dict[str, Any]
+                  ) -> dict[str, CopiedLimits]:
+    """The limit keys and stored cap of each job export_jobs hands out that has keys."""
+    rows = _rows(link, "export", sql.export_limits, params)
+    return {str(job_id): (keys, cap) for job_id, rate_key, conc_key, cap in rows
+            for keys in (keys_of_columns(rate_key, conc_key),) if keys is not None}
 
 
 def wait_modes(link: Link, sql: Statements, params: dict[str, Any]) -> dict[str, str]:

@@ -65,6 +65,7 @@ class Statements:
     live: bytes
     import_jobs: bytes
     export_jobs: bytes
+    export_limits: bytes
     bump_seq: bytes
     lock_prerequisites: bytes
     job_seqs: bytes

@@ -4,8 +4,8 @@
 A waiting job (mode "success") that a prerequisite's death or cancel cancels is
 revivable: its CANCEL carries `wf` (the failed prerequisite), `w` (what else it
 still waits for), its limit keys (`rk`, `ck`, and `cc`, the cap its ENQUEUE
-carried) and its payload, so that a requeue of the death
-(REVIVE, planned by dependencies.plan_revivals) can make it wait again; replay
+carried) and its payload, so that a requeue of the death (REVIVE, planned by
+dependencies.plan_revivals) can make it wait again, keys and cap back; replay
 keeps them in QueueState.dormant (nobroker.revivals). Pure.
 """
 
