@@ -22,7 +22,8 @@ from .limited import columns_of, keys_of_columns
 from .rows import STATES, import_params, job_from_row
 from .statements import Statements
 
-__all__ = ["import_jobs", "export_jobs", "export_limits", "wait_modes", "export_dormant", "import_dormant"]
+__all__ = ["import_jobs", "export_jobs", "export_limits", "wait_modes", "export_dormant",
+           "import_dormant"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
