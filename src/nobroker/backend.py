@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -37,13 +37,15 @@ from .validation import INT_LIMIT, integer, number
 
 __all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
            "JobImport", "JobExport", "Transactions", "Dependencies", "Revival", "DormantJob",
-           "Settings", "is_postgres_url", "is_memory_url", "distinct_leases"]
+           "Settings", "CopiedLimits", "is_postgres_url", "is_memory_url", "distinct_leases"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 # memory://NAME: a queue set in this process's memory (nobroker.memory).
 MEMORY_SCHEME = "memory://"
+# A copied job's limit keys and the cap its enqueuer declared (JobExport.export_limits).
+CopiedLimits = tuple[JobKeys, int | None]
 
 
 def is_postgres_url(location: object) -> bool:
@@ -284,21 +286,22 @@ class GraphNode:
 
 
 class Dependencies(Protocol):
-    """What a backend with `capabilities.dependencies` also has: enqueue with
-    prerequisites (job ids). The new job waits until they have all succeeded (or
-    finished, with `allow_failure`); one that fails cancels it (docs/TASKS.md)."""
+    """What a backend with `capabilities.dependencies` also has: enqueue with prerequisites
+    (job ids), waiting until they have all succeeded (or finished, with `allow_failure`);
+    one that fails cancels it (docs/TASKS.md). `copied_limits`: migrate's, kept as given."""
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job: ...
+                allow_failure: bool = False, meta: dict[str, Any] | None = None,
+                copied_limits: CopiedLimits | None = None) -> Job: ...
 
-    def enqueue_graph(self, payload_texts: Sequence[str],
-                      nodes: Sequence[GraphNode]) -> list[Job]:
+    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+                      copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
         """Every node as a job, in one durable write (all or nothing); the nodes come
-        checked (dependencies.checked_nodes), a max_attempts None meaning the
-        settings' max_attempts. JobNotFoundError for an unknown
-        prerequisite id, NobrokerError for a node's job id already in use, both before
-        anything is written. The Jobs in node order."""
+        checked (dependencies.checked_nodes), a max_attempts None meaning the settings'
+        max_attempts; `copied_limits`: migrate's, by node job id. JobNotFoundError for an
+        unknown prerequisite id, NobrokerError for a node's job id already in use, both
+        before anything is written. The Jobs in node order."""
         ...
 
     def wait_modes(self) -> dict[str, str]:
@@ -335,18 +338,18 @@ class Revival(Protocol):
 class JobImport(Protocol):
     """What a backend with `capabilities.imports` also has (`nobroker migrate`)."""
 
-    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
-        """Insert jobs copied from another queue, keeping their ids, priorities,
-        attempts, errors and times; a dead job arrives dead, a leased one pending.
-        `keyed[i]` says whether `jobs[i].id` is a caller's idempotency key. Ids
+    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool],
+                    limits: Mapping[str, CopiedLimits] | None = None) -> list[JobState]:
+        """Insert jobs copied from another queue, keeping their ids, priorities, attempts,
+        errors, times and `limits` (by id, as export_limits'); a dead job arrives dead, a
+        leased one pending. `keyed[i]`: whether `jobs[i].id` is a caller's key. Ids
         already here are skipped: returns the states of the jobs inserted."""
         ...
 
     def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
-        """Insert revivable cancelled dependents copied from another queue (a backend
-        with `capabilities.revival`), kept for result_ttl from now, revived by a
-        requeue here as they would have been there. Ids already here are skipped:
-        returns the ids of those inserted."""
+        """Insert revivable cancelled dependents copied from another queue (a backend with
+        `capabilities.revival`), kept for result_ttl from now, revived by a requeue here
+        as they would have been there. Ids already here are skipped: the ids inserted."""
         ...
 
 
@@ -356,6 +359,10 @@ class JobExport(Protocol):
     def export_jobs(self) -> list[tuple[Job, bool]]:
         """Every pending, leased and dead job in enqueue order, each with whether its
         id is a caller's idempotency key (as JobImport.import_jobs takes them)."""
+        ...
+
+    def export_limits(self) -> dict[str, CopiedLimits]:
+        """Each exported job's limit keys and stored cap, by id (for import_jobs)."""
         ...
 
 

@@ -29,6 +29,7 @@ class Sleeper:
     unmet: dict[str, None]  # prerequisites not finished (ids, in the order given)
     failed: dict[str, None]  # dead or cancelled prerequisites
     keys: tuple[str | None, str | None] | None = None  # its limit keys (rate, concurrency)
+    cap: int | None = None  # the concurrency cap its enqueuer declared (None: none)
 
 
 class Dormant:
@@ -43,9 +44,10 @@ class Dormant:
         return bool(self.by_job)
 
     def add(self, job_id: str, unmet: Iterable[str], failed: Iterable[str],
-            keys: tuple[str | None, str | None] | None = None) -> None:
+            keys: tuple[str | None, str | None] | None = None,
+            cap: int | None = None) -> None:
         sleeper = self.by_job[job_id] = Sleeper(dict.fromkeys(unmet), dict.fromkeys(failed),
-                                                keys)
+                                                keys, cap)
         for prerequisite in (*sleeper.unmet, *sleeper.failed):
             self.watching.setdefault(prerequisite, {})[job_id] = None
 
@@ -119,6 +121,20 @@ class Dormant:
             keys = None if rate is None and concurrency is None else (rate, concurrency)
             self.add(job_id, unmet, failed, keys)  # type: ignore[arg-type]
 
+    def caps(self) -> list[list[object]]:
+        """[job, cap] of each with a cap: what a checkpoint saves beside `items` (an
+        additive key) and `restore_caps` takes back."""
+        return [[job_id, s.cap] for job_id, s in self.by_job.items() if s.cap is not None]
+
+    def restore_caps(self, items: Sequence[Sequence[object]]) -> None:
+        for item in items:
+            job_id, cap = item if len(item) == 2 else (None, None)
+            sleeper = self.by_job.get(job_id) if type(job_id) is str else None
+            if sleeper is None or sleeper.keys is None or sleeper.keys[1] is None \
+                    or type(cap) is not int or cap < 1:
+                raise ValueError(f"bad cap of a revivable job {item!r}")
+            sleeper.cap = cap
+
     def fingerprint(self) -> tuple[object, ...]:
-        return tuple(sorted((job_id, tuple(s.unmet), tuple(s.failed), s.keys)
+        return tuple(sorted((job_id, tuple(s.unmet), tuple(s.failed), s.keys, s.cap)
                             for job_id, s in self.by_job.items()))

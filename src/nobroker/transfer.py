@@ -2,7 +2,10 @@
 
 What it copies: every job the source holds -- pending, leased (arriving
 pending: its holder's lease does not move with it) and dead -- with its id,
-payload, priority, attempts, max_attempts, last error and times; and the jobs
+payload, priority, attempts, max_attempts, last error and times, and its
+limit keys and stored cap as the source exports them (JobExport.export_limits:
+stored, never computed again, so a worker there that declares the task limits
+the copies as it does new jobs; the rate windows are not copied); and the jobs
 waiting for prerequisites, after those, with what they still wait for and
 their mode (Dependencies.wait_modes), all in one enqueue_graph write, each
 under its id as a keyed enqueue: so a chord half done on the source still
@@ -22,9 +25,10 @@ How, the backends' capabilities decide (backend.py). A source that exports
 (`JobExport`: each job with whether its id is a caller's key) into a target
 that imports (`JobImport`) copies everything above: a directory into
 PostgreSQL, for one. Otherwise the copy goes through the ordinary enqueue (a
-keyed enqueue per job), which cannot set attempts or errors or create a dead
-job: pending jobs are copied with a fresh attempt count, dead jobs are
-counted as not copied.
+keyed enqueue per job, with the keys copied: Dependencies.enqueue's
+`copied_limits`), which cannot set attempts or errors or create a dead job:
+pending jobs are copied with a fresh attempt count, dead jobs are counted as
+not copied.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import cast
 
 from .backend import (
     Backend,
+    CopiedLimits,
     Dependencies,
     DormantJob,
     GraphNode,
@@ -73,6 +78,7 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
     try:
         keyed_jobs = (cast(JobExport, reader).export_jobs() if reader.capabilities.exports
                       else None)
+        limits = cast(JobExport, reader).export_limits() if keyed_jobs is not None else None
         jobs = reader.list_jobs(None, None) if keyed_jobs is None else []
         waiting = [job for job in (jobs if keyed_jobs is None
                                    else (job for job, _ in keyed_jobs))
@@ -89,12 +95,12 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
     writer = open_backend(target, name, Settings())
     try:
         if keyed_jobs is not None and writer.capabilities.imports:
-            report = _imported(cast(JobImport, writer), keyed_jobs)
+            report = _imported(cast(JobImport, writer), keyed_jobs, limits or {})
         else:
             report = _enqueued(writer, jobs if keyed_jobs is None
-                               else [job for job, _ in keyed_jobs])
+                               else [job for job, _ in keyed_jobs], limits or {})
         if waiting:
-            report = _waiting(writer, waiting, modes, report)
+            report = _waiting(writer, waiting, modes, report, limits)
         if dormant:
             report = _dormant(writer, dormant, report)
     finally:
@@ -102,19 +108,23 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
     return report
 
 
-def _imported(target: JobImport, keyed_jobs: list[tuple[Job, bool]]) -> TransferReport:
-    """Every job as it was, through the target's import_jobs."""
+def _imported(target: JobImport, keyed_jobs: list[tuple[Job, bool]],
+              limits: dict[str, CopiedLimits]) -> TransferReport:
+    """Every job as it was (its limit keys and cap too), through the target's
+    import_jobs."""
     copied: dict[str, int] = {}
     for start in range(0, len(keyed_jobs), _BATCH):
         batch = keyed_jobs[start:start + _BATCH]
         for state in target.import_jobs([job for job, _ in batch],
-                                        [keyed for _, keyed in batch]):
+                                        [keyed for _, keyed in batch], limits):
             copied[str(state)] = copied.get(str(state), 0) + 1
     return TransferReport(copied, len(keyed_jobs) - sum(copied.values()), {})
 
 
-def _enqueued(target: Backend, jobs: list[Job]) -> TransferReport:
-    """The pending and leased jobs, each enqueued under its id; the dead counted."""
+def _enqueued(target: Backend, jobs: list[Job],
+              limits: dict[str, CopiedLimits]) -> TransferReport:
+    """The pending and leased jobs, each enqueued under its id (with the limit keys and
+    cap it had, into a target that takes them); the dead counted."""
     assert target.settings.clock is not None  # a backend keeps Settings.filled()
     copied: dict[str, int] = {}
     skipped = 0
@@ -126,17 +136,24 @@ def _enqueued(target: Backend, jobs: list[Job]) -> TransferReport:
         if _holds(target, job.id):
             skipped += 1
             continue
-        target.enqueue(encode_payload(job.payload), job.payload, job_id=job.id,
-                       priority=job.priority, max_attempts=job.max_attempts,
-                       delay=max(0.0, job.available_at - target.settings.clock()))
+        delay = max(0.0, job.available_at - target.settings.clock())
+        if job.id in limits and target.capabilities.limits:  # as Dependencies declares it
+            cast(Dependencies, target).enqueue(
+                encode_payload(job.payload), job.payload, job_id=job.id,
+                priority=job.priority, max_attempts=job.max_attempts, delay=delay,
+                copied_limits=limits[job.id])
+        else:
+            target.enqueue(encode_payload(job.payload), job.payload, job_id=job.id,
+                           priority=job.priority, max_attempts=job.max_attempts, delay=delay)
         copied["pending"] = copied.get("pending", 0) + 1
     return TransferReport(copied, skipped, {"dead": dead} if dead else {})
 
 
 def _waiting(target: Backend, waiting: list[Job], modes: dict[str, str],
-             report: TransferReport) -> TransferReport:
-    """`report` and the waiting jobs, enqueued with their prerequisites and modes in one
-    graph, prerequisites first; those the target holds already skipped."""
+             report: TransferReport, limits: dict[str, CopiedLimits] | None) -> TransferReport:
+    """`report` and the waiting jobs, enqueued with their prerequisites and modes (and the
+    limit keys and caps of a source that exports them) in one graph, prerequisites
+    first; those the target holds already skipped."""
     if not target.capabilities.dependencies:
         return replace(report, not_copied={**report.not_copied, "waiting": len(waiting)})
     skipped = {job.id for job in waiting if _holds(target, job.id)}
@@ -157,7 +174,8 @@ def _waiting(target: Backend, waiting: list[Job], modes: dict[str, str],
     copied = dict(report.copied)
     if nodes:
         texts = [encode_payload(node.payload) for node in nodes]
-        for job in cast(Dependencies, target).enqueue_graph(texts, checked_nodes(nodes)):
+        for job in cast(Dependencies, target).enqueue_graph(texts, checked_nodes(nodes),
+                                                            limits):
             copied[str(job.state)] = copied.get(str(job.state), 0) + 1
     lost = len(waiting) - len(skipped) - len(nodes)
     return replace(report, copied=copied, skipped=report.skipped + len(skipped),

@@ -15,6 +15,7 @@ from typing import Any
 from harness.support import FakeClock, TempDirTestCase, file_queue
 
 from file.test_state import Log, ack, cancel, enq, expire, lease, nack, purge, requeue, snooze
+from nobroker import JobState
 from nobroker.file.generations import checkpoint
 from nobroker.file.log.records import RecordType
 from nobroker.file.state.state import QueueState, ReplayError, replay
@@ -225,6 +226,38 @@ class ReopenTest(TempDirTestCase):
                 again.close()
         clock.advance(10.0)
         self.assertEqual(len(self.open(clock).lease(9)), 2)  # the window's; k still held
+
+
+class RevivedCapTest(TempDirTestCase):
+    """A dependent a death cancelled keeps its stored cap ("cc") while cancelled (its
+    CANCEL, a compaction's FINISHED, a checkpoint) and has it again once a requeue
+    revives it: a process that did not declare the key reports it."""
+
+    def test_a_revived_dependent_keeps_the_cap_its_enqueue_stored(self) -> None:
+        directory = self.tmp / "q"
+        with file_queue(directory, checkpoint_after_bytes=0) as q:  # close(): a checkpoint
+            capped = q.task(name="capped", concurrency=2, concurrency_key=lambda who: who)(
+                lambda who: None)
+            first = q.enqueue("first", max_attempts=1)
+            dependent = capped.apply_async(("acme",), depends_on=first)
+            q.nack(q.lease(1)[0], error="boom")
+            self.assertIs(q.get(dependent.id).state, JobState.CANCELLED)
+        for way in ("replay", "checkpoint", "compact"):
+            with self.subTest(way=way), file_queue(directory,
+                                                   checkpoints=way == "checkpoint") as q:
+                if way == "compact":
+                    q.compact()
+                (dormant,) = q.backend.export_dormant()  # type: ignore[attr-defined]
+                self.assertEqual((dormant.keys, dormant.cap), ((None, "capped\x00acme"), 2))
+        with file_queue(directory) as q:
+            self.assertEqual(q.requeue_dead(first.id), 1)
+        with file_queue(directory, checkpoints=False) as q:  # the REVIVE replayed
+            self.assertEqual(q.backend.export_limits(),  # type: ignore[attr-defined]
+                             {dependent.id: ((None, "capped\x00acme"), 2)})
+            q.ack(q.lease(1)[0])  # first: the dependent runs
+            self.assertEqual([j.id for j in q.lease(5)], [dependent.id])
+            self.assertEqual([(u.key, u.value, u.used, u.limit) for u in q.limit_use()
+                              if u.kind == "concurrency"], [("capped", "acme", 1, 2)])
 
 
 if __name__ == "__main__":

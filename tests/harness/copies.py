@@ -1,17 +1,20 @@
 """What `nobroker migrate`'s tests on every target share: a source queue with a chord half
 done, and the check that it finishes on the target; a source queue whose chain a death
-cancelled (revivable), and the check that a requeue on the target revives it.
+cancelled (revivable), and the check that a requeue on the target revives it; a source
+queue of limited jobs, and the check that their keys, caps and limits came along.
 """
 
 from __future__ import annotations
 
 import unittest
+from typing import Any, cast
 
 from nobroker import Job, JobState, Queue
 from nobroker.dependencies import FAILURE, NO_FAILURE, GraphNode
 from nobroker.transfer import transfer
 
-__all__ = ["half_done_chord_in", "finish_chord", "dead_chain_in", "copy_and_revive"]
+__all__ = ["half_done_chord_in", "finish_chord", "dead_chain_in", "copy_and_revive",
+           "limited_task", "limited_jobs_in", "check_limits_kept"]
 
 
 def half_done_chord_in(directory: str, name: str) -> list[Job]:
@@ -74,3 +77,54 @@ def copy_and_revive(test: unittest.TestCase, directory: str, target: Queue,
         leased = target.lease(5)
         test.assertEqual(sorted(j.id for j in leased), sorted(step))
         target.ack_many(leased)
+
+
+def limited_task(q: Queue) -> Any:
+    """Task "send" on `q`: 100 starts a minute (rate key "send") and one job of each
+    customer at a time (concurrency key "send" + NUL + the customer, cap 1)."""
+    return q.task(name="send", rate_limit="100/m", concurrency=1,
+                  concurrency_key=lambda customer: customer)(lambda customer: None)
+
+
+def limited_jobs_in(directory: str, name: str) -> dict[str, str]:
+    """A queue at `directory` of "send" jobs: two pending for "acme", one delayed an
+    hour, one leased (for "held"), one dead (for "gone") and one waiting (for "wait")
+    for the second of acme's. Their ids, by role."""
+    with Queue(directory, name) as source:
+        send = limited_task(source)
+        gone = send.apply_async(("gone",), max_attempts=1).id
+        (doomed,) = source.lease(1)
+        source.nack(doomed, error="boom")
+        ids = {"acme": send.delay("acme").id, "acme2": send.delay("acme").id,
+               "delayed": send.apply_async(("later",), delay=3600).id,
+               "held": send.delay("held").id, "gone": gone}
+        ids["waiting"] = send.apply_async(("wait",), depends_on=ids["acme2"]).id
+        leased = source.lease(5)  # acme's first and held's: one job of each customer
+        assert sorted(j.id for j in leased) == sorted([ids["acme"], ids["held"]]), leased
+    return ids
+
+
+def check_limits_kept(test: unittest.TestCase, q: Queue, ids: dict[str, str],
+                      dead: bool = True) -> None:
+    """Where limited_jobs_in's jobs were copied (`q`, "send" declared on it): each kept
+    its keys and cap, and one job of a customer is leased at a time (`dead`: the dead
+    one came along, dead)."""
+    limits = cast(Any, q.backend).export_limits()
+    for role, job_id in ids.items():
+        if role == "gone" and not dead:
+            test.assertNotIn(job_id, limits)
+            continue
+        customer = {"acme2": "acme", "delayed": "later", "waiting": "wait"}.get(role, role)
+        test.assertEqual(limits.get(job_id), (("send", f"send\x00{customer}"), 1), role)
+    if dead:
+        test.assertIs(q.get(ids["gone"]).state, JobState.DEAD)
+        test.assertEqual(q.requeue_dead(ids["gone"]), 1)
+    leased = q.lease(10)
+    test.assertEqual(sorted(j.id for j in leased),
+                     sorted(ids[r] for r in ("acme", "held", "gone")[:3 if dead else 2]),
+                     "one job of each customer at a time, the delayed one not yet due")
+    q.ack_many(leased)
+    (second,) = q.lease(10)
+    test.assertEqual(second.id, ids["acme2"])
+    q.ack(second)
+    test.assertEqual([j.id for j in q.lease(10)], [ids["waiting"]], "released, as it waited")

@@ -13,7 +13,15 @@ import time
 import unittest
 from typing import cast
 
-from harness.copies import copy_and_revive, dead_chain_in, finish_chord, half_done_chord_in
+from harness.copies import (
+    check_limits_kept,
+    copy_and_revive,
+    dead_chain_in,
+    finish_chord,
+    half_done_chord_in,
+    limited_jobs_in,
+    limited_task,
+)
 from harness.support import FakeClock, TempDirTestCase
 
 from nobroker import JobState, NobrokerError, Queue, TaskLockedError, Worker
@@ -201,6 +209,20 @@ class TransferTest(MemoryCase, TempDirTestCase):
                                                                                 ) -> None:
         directory = str(self.tmp / "q")
         copy_and_revive(self, directory, self.open(), self.location())
+
+    def test_limited_jobs_keep_their_keys_cap_and_limit_after_a_round_trip(self) -> None:
+        directory, back = str(self.tmp / "q"), str(self.tmp / "back")
+        ids = limited_jobs_in(directory, "default")
+        target = self.open()
+        self.assertEqual(transfer(directory, self.location(), "default").copied,
+                         {"pending": 4, "dead": 1, "waiting": 1})
+        self.assertEqual(transfer(self.location(), back, "default").copied,
+                         {"pending": 4, "waiting": 1})
+        with Queue(back) as there:  # a directory imports nothing: keyed enqueues
+            limited_task(there)
+            check_limits_kept(self, there, ids, dead=False)
+        limited_task(target)
+        check_limits_kept(self, target, ids)
 
     def test_a_directory_target_takes_no_revivable_dependent(self) -> None:
         directory, back = str(self.tmp / "q"), str(self.tmp / "back")

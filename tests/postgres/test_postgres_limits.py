@@ -177,6 +177,27 @@ class PostgresLimitsTest(unittest.TestCase):
         other.task(name="per", concurrency=5, concurrency_key=lambda who: who)(_noop)
         self.assertEqual({u.limit for u in other.limit_use() if u.kind == "concurrency"}, {5})
 
+    def test_migrate_carries_each_job_s_limit_keys_and_cap_from_files_to_memory(self
+                                                                                ) -> None:
+        import tempfile
+
+        from harness.copies import check_limits_kept, limited_jobs_in, limited_task
+
+        from nobroker.transfer import transfer
+
+        directory = tempfile.mkdtemp()
+        ids = limited_jobs_in(directory, "q")
+        self.assertEqual(transfer(directory, self.url, "q").copied,
+                         {"pending": 4, "dead": 1, "waiting": 1})
+        memory = f"memory://{self.id()}"
+        with Queue(memory, "q") as there:  # from PostgreSQL (its export_jobs)
+            self.assertEqual(transfer(self.url, memory, "q").copied,
+                             {"pending": 4, "dead": 1, "waiting": 1})
+            q = self.open()
+            for target in (q, there):
+                limited_task(target)
+                check_limits_kept(self, target, ids)
+
 
 if __name__ == "__main__":
     unittest.main()

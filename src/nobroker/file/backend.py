@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..backend import Capabilities, DormantJob, Settings, distinct_leases
+from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
 from ..errors import JobNotFoundError, NobrokerError
-from ..limits import KeyUse, key_use
+from ..limits import JobKeys, KeyUse, family, key_use
 from ..models import (
     CompactionResult,
     Job,
@@ -125,11 +125,16 @@ class FileBackend:
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
+                allow_failure: bool = False, meta: dict[str, Any] | None = None,
+                copied_limits: CopiedLimits | None = None) -> Job:
         keys = self._limits.keys_of(payload) if self._limits.tasks else None
+        caps = self._limits.concurrency  # written with a limited job ("cc")
+        if copied_limits is not None:  # nobroker migrate: the keys and cap it had
+            keys, cap = copied_limits
+            caps = {} if cap is None or keys[1] is None else {family(keys[1]): cap}
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], Job]:
-            batch.caps = self._limits.concurrency  # written with a limited job ("cc")
+            batch.caps = caps
             found = plan_enqueue(state, batch, now, payload_text, priority=priority,
                                  delay=delay, max_attempts=max_attempts, job_id=job_id,
                                  key_retention=self._key_retention, rng=self._rng,
@@ -165,13 +170,18 @@ class FileBackend:
         with paused_gc():
             return self.handle.write(plan)
 
-    def enqueue_graph(self, payload_texts: Sequence[str],
-                      nodes: Sequence[GraphNode]) -> list[Job]:
-        keys = [self._limits.keys_of(node.payload) for node in nodes] if self._limits.tasks \
-            else []
+    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+                      copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
+        keys: list[JobKeys | None] = [self._limits.keys_of(node.payload) for node in nodes] \
+            if self._limits.tasks else []
+        caps = self._limits.concurrency
+        if copied_limits is not None:  # nobroker migrate: the keys and caps they had
+            copied = [copied_limits.get(node.job_id or "", (None, None)) for node in nodes]
+            keys = [job_keys for job_keys, _ in copied]
+            caps = {family(k[1]): cap for k, cap in copied if k and k[1] and cap is not None}
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
-            batch.caps = self._limits.concurrency
+            batch.caps = caps
             attempts = self.settings.max_attempts
             planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts,
                                  keys)
@@ -358,6 +368,12 @@ class FileBackend:
         """JobExport (nobroker migrate): the live jobs, each with whether its id is a key."""
         return self.handle.read(lambda replay: [(self._view(entry), entry.keyed)
                                                for entry in replay.entries()])
+
+    def export_limits(self) -> dict[str, CopiedLimits]:
+        """JobExport.export_limits: the live jobs' keys and caps (QueueState.limited)."""
+        return self.handle.read(lambda state: {
+            entry.id: (keys, state.limited.cap_of(entry.seq)) for entry in state.entries()
+            for keys in (state.limited.keys_of(entry.seq),) if keys is not None})
 
     def export_dormant(self) -> list[DormantJob]:
         """Revival.export_dormant (nobroker migrate): QueueState.dormant's jobs."""

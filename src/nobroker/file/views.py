@@ -101,4 +101,4 @@ def dormant_views(state: QueueState, live_log: Callable[[], LogFile]) -> list[Do
     entries = sorted((state.jobs[job_id] for job_id in by_job), key=lambda e: e.seq)
     return [DormantJob(replace(entry_view(state, live_log, e), payload=read_payload(log, e)),
                        e.keyed, by_job[e.id].keys, tuple(by_job[e.id].unmet),
-                       tuple(by_job[e.id].failed)) for e in entries]
+                       tuple(by_job[e.id].failed), by_job[e.id].cap) for e in entries]

@@ -8,20 +8,19 @@ over), make the operation's moves on the table (table.py), and wake the
 waiters the moves concern. Reads take the lock and build `Job` views; they
 change nothing. Retry delays come from the shared BackoffPolicy and the
 settings' rng, so a seeded rng and a fake clock make a run repeatable.
-
 Nothing is durable and nothing is fsynced: `Capabilities.in_process`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from ..backend import Capabilities, DormantJob, Settings, distinct_leases
-from ..codec import dumps, encode_payload, loads
+from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
+from ..codec import dumps, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import NobrokerError, QueueClosedError
 from ..limits import KeyUse
@@ -71,8 +70,7 @@ class MemoryBackend:
         return f"MemoryBackend({self.location!r}, name={self.name!r})"
 
     def set_clock(self, clock: Callable[[], float]) -> None:
-        """Read this handle's time from `clock` from now on (nobroker.testing's jumps;
-        the queue's time never goes back: a clock behind it reads as its latest)."""
+        """Read this handle's time from `clock` from now on (nobroker.testing's jumps)."""
         self.settings = replace(self.settings, clock=clock)
         self._clock = clock
 
@@ -140,8 +138,9 @@ class MemoryBackend:
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
-        keys, cap = self.settings.limits.stored_keys(payload)
+                allow_failure: bool = False, meta: dict[str, Any] | None = None,
+                copied_limits: CopiedLimits | None = None) -> Job:
+        keys, cap = copied_limits or self.settings.limits.stored_keys(payload)
 
         def change(table: MemoryTable, now: float) -> Job:
             unmet, failed, died = prerequisites(table, depends_on)  # refuses before a change
@@ -179,16 +178,15 @@ class MemoryBackend:
                                 keys=keys, cap=cap)
                 if metas and metas[i]:
                     job.note = (None, metas[i])
-            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now,
-                                    metas)
+            return new_pending_jobs(ids, payloads, priority, max_attempts, now + delay, now, metas)
 
         return self._write(change)
 
-    def enqueue_graph(self, payload_texts: Sequence[str],
-                      nodes: Sequence[GraphNode]) -> list[Job]:
+    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+                      copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
         return self._write(lambda table, now: [self._view(job) for job in add_graph(
             table, now, payload_texts, nodes, self.settings.result_ttl,
-            self.settings.max_attempts, self.settings.limits)])
+            self.settings.max_attempts, self.settings.limits, copied_limits)])
 
     # -- consuming ----------------------------------------------------------
 
@@ -365,9 +363,12 @@ class MemoryBackend:
     def export_jobs(self) -> list[tuple[Job, bool]]:
         return self._read(lambda t, now: [(self._view(job), job.keyed) for job in t.entries()])
 
-    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
-        texts = [encode_payload(job.payload) for job in jobs]
-        return self._write(lambda table, now: copying.import_copies(table, jobs, texts, keyed))
+    def export_limits(self) -> dict[str, CopiedLimits]:
+        return self._read(lambda table, now: copying.export_limits(table))
+
+    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool],
+                    limits: Mapping[str, CopiedLimits] | None = None) -> list[JobState]:
+        return self._write(lambda table, now: copying.import_copies(table, jobs, keyed, limits))
 
     def wait_modes(self) -> dict[str, str]:
         return self._read(lambda table, now: copying.wait_modes(table))
@@ -376,9 +377,8 @@ class MemoryBackend:
         return self._read(lambda table, now: copying.export_dormant(table, self._view))
 
     def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
-        texts = [encode_payload(copy.job.payload) for copy in jobs]
         return self._write(lambda table, now: copying.import_dormant(
-            table, jobs, texts, now, self.settings.result_ttl))
+            table, jobs, now, self.settings.result_ttl))
 
     # -- named locks and lifecycle ------------------------------------------
 

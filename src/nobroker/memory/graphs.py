@@ -10,8 +10,9 @@ come in as arguments.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from ..backend import CopiedLimits
 from ..dependencies import GraphNode, verdict, with_graph_nodes
 from ..errors import JobNotFoundError, NobrokerError
 from ..limits import Limits
@@ -24,10 +25,12 @@ __all__ = ["add_graph", "prerequisites"]
 
 def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
               nodes: Sequence[GraphNode], keep: float, default_attempts: int,
-              limits: Limits) -> list[MemoryJob]:
+              limits: Limits, copied: Mapping[str, CopiedLimits] | None = None
+              ) -> list[MemoryJob]:
     """The nodes' jobs, in node order; a node cancelled at once is kept `keep` seconds,
     a node's max_attempts None is `default_attempts`; each has the limit keys
-    `limits` computes from its payload (a waiting one is limited once released)."""
+    `limits` computes from its payload (a waiting one is limited once released), or
+    those `copied` gives its id (nobroker migrate's)."""
     for node in nodes:
         if node.job_id is not None and (node.job_id in table.jobs
                                         or node.job_id in table.done_keys):
@@ -47,7 +50,8 @@ def add_graph(table: MemoryTable, now: float, payload_texts: Sequence[str],
                 node.depends_on, found, ids,
                 lambda index: jobs[index].state is JobState.CANCELLED)
             released, error = verdict(node.mode, failed, died, not unmet)
-        keys, cap = limits.stored_keys(node.payload)
+        keys, cap = (limits.stored_keys(node.payload) if copied is None
+                     else copied.get(node.job_id or "", (None, None)))
         job = table.add(job_id, node.job_id is not None, text, node.priority,
                         now + node.delay, now, node.max_attempts or default_attempts,
                         None if released or error else unmet, node.mode, keys, cap)

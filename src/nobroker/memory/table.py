@@ -101,10 +101,11 @@ class MemoryTable:
 
     def add_copy(self, job_id: str, keyed: bool, payload_text: str, priority: int,
                  available_at: float, enqueued_at: float, max_attempts: int,
-                 attempts: int, last_error: str | None, dead: bool) -> None:
+                 attempts: int, last_error: str | None, dead: bool,
+                 keys: JobKeys | None = None, cap: int | None = None) -> None:
         """A job copied from another queue (import_jobs): pending, or dead as it was."""
         job = self.add(job_id, keyed, payload_text, priority, available_at, enqueued_at,
-                       max_attempts)
+                       max_attempts, keys=keys, cap=cap)
         job.attempts, job.last_error = attempts, last_error
         if dead:
             job.finished_at = available_at

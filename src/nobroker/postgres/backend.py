@@ -27,13 +27,13 @@ call's own (the caller's, an atomic task's): transactional.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 
-from ..backend import Capabilities, DormantJob, Settings, distinct_leases
+from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
 from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
@@ -75,8 +75,9 @@ class PostgresBackend:
     """One queue in a PostgreSQL schema. Safe to share between threads."""
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
-                                local=False, listing=True, imports=True, transactions=True,
-                                dependencies=True, limits=True, revival=True)
+                                local=False, listing=True, imports=True, exports=True,
+                                transactions=True, dependencies=True, limits=True,
+                                revival=True)
     recovery: RecoveryReport | None = None
 
     def __init__(self, target: Target, name: str, settings: Settings) -> None:
@@ -127,10 +128,11 @@ class PostgresBackend:
 
     def enqueue(self, payload_text: str, payload: Any, *, priority: int, delay: float,
                 max_attempts: int, job_id: str | None, depends_on: Sequence[str] = (),
-                allow_failure: bool = False, meta: dict[str, Any] | None = None) -> Job:
+                allow_failure: bool = False, meta: dict[str, Any] | None = None,
+                copied_limits: CopiedLimits | None = None) -> Job:
         params = self._params(**enqueue_params(job_id, priority, delay, max_attempts,
                                                payload_text, meta),
-                              **key_params(self.settings.limits, payload))
+                              **key_params(self.settings.limits, payload, copied_limits))
         if depends_on:  # waiting, pending or cancelled at once (graphs.py)
             node = graphs.Node(payload_text, tuple(depends_on), graphs.mode_of(allow_failure),
                                priority, delay, max_attempts, job_id, params["m"],
@@ -165,11 +167,12 @@ class PostgresBackend:
 
         return retried(self._link, "enqueue_many", run)
 
-    def enqueue_graph(self, payload_texts: Sequence[str],
-                      nodes: Sequence[GraphNode]) -> list[Job]:
+    def enqueue_graph(self, payload_texts: Sequence[str], nodes: Sequence[GraphNode],
+                      copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
         """Every node as a job, in one transaction (graphs.py); nodes come checked."""
         return graphs.enqueue(self._link, self._sql, self._params(), graphs.nodes_of(
-            payload_texts, nodes, self.settings.max_attempts, self.settings.limits))
+            payload_texts, nodes, self.settings.max_attempts, self.settings.limits,
+            copied_limits))
 
     # -- in a transaction not ours (transactional.py) -------------------------
 
@@ -356,8 +359,16 @@ class PostgresBackend:
 
     # -- transfer (nobroker migrate) -----------------------------------------
 
-    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool]) -> list[JobState]:
-        return copying.import_jobs(self._link, self._sql, self._params(), jobs, keyed)
+    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool],
+                    limits: Mapping[str, CopiedLimits] | None = None) -> list[JobState]:
+        return copying.import_jobs(self._link, self._sql, self._params(), jobs, keyed,
+                                   limits or {})
+
+    def export_jobs(self) -> list[tuple[Job, bool]]:  # JobExport.export_jobs
+        return copying.export_jobs(self._link, self._sql, self._params())
+
+    def export_limits(self) -> dict[str, CopiedLimits]:  # JobExport.export_limits
+        return copying.export_limits(self._link, self._sql, self._params())
 
     def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
         return copying.import_dormant(self._link, self._sql, self._params(), jobs)

@@ -1,18 +1,19 @@
 """Jobs copied in and out of a PostgreSQL queue (`nobroker migrate`, nobroker.transfer):
-copied jobs inserted as they were (backend.JobImport), the modes of the waiting jobs,
-which a copy gives the target with their prerequisites (Dependencies.wait_modes), and
-the revivable cancelled dependents (backend.DormantJob; the `dormant` rows of
-migrations/0007, with the concurrency cap of migrations/0008), both ways.
+copied jobs inserted as they were (backend.JobImport) and handed out with their limit
+keys (JobExport), the modes of the waiting jobs, which a copy gives the target with
+their prerequisites (Dependencies.wait_modes), and the revivable cancelled dependents
+(backend.DormantJob; the `dormant` rows of migrations/0007, with the concurrency cap of
+migrations/0008), both ways.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 
-from ..backend import DormantJob
+from ..backend import CopiedLimits, DormantJob
 from ..codec import encode_payload
 from ..models import Job, JobState
 from .connection import Link
@@ -21,7 +22,8 @@ from .limited import columns_of, keys_of_columns
 from .rows import STATES, import_params, job_from_row
 from .statements import Statements
 
-__all__ = ["import_jobs", "wait_modes", "export_dormant", "import_dormant"]
+__all__ = ["import_jobs", "export_jobs", "export_limits", "wait_modes", "export_dormant",
+           "import_dormant"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -29,11 +31,16 @@ _MODES = {code: mode for mode, code in MODE_CODES.items()}
 
 
 def import_jobs(link: Link, sql: Statements, params: dict[str, Any], jobs: Sequence[Job],
-                keyed: Sequence[bool]) -> list[JobState]:
-    """Insert copied jobs as they were, in one transaction; ids known are skipped."""
+                keyed: Sequence[bool], limits: Mapping[str, CopiedLimits]) -> list[JobState]:
+    """Insert copied jobs as they were (with their limit keys and caps, if `limits` has
+    them), in one transaction; ids known are skipped."""
     if not jobs:
         return []
-    params = {**params, **import_params(jobs, keyed)}
+    copied = [limits.get(job.id, (None, None)) for job in jobs]
+    params = {**params, **import_params(jobs, keyed),
+              "rks": [columns_of(keys)[0] for keys, _ in copied],
+              "cks": [columns_of(keys)[1] for keys, _ in copied],
+              "ccs": [cap for _, cap in copied]}
 
     def run(conn: Conn) -> list[JobState]:
         with conn.transaction():
@@ -42,6 +49,22 @@ def import_jobs(link: Link, sql: Statements, params: dict[str, Any], jobs: Seque
         return [STATES[row[0]] for row in rows]
 
     return link.run("import", run)
+
+
+def export_jobs(link: Link, sql: Statements, params: dict[str, Any]
+                ) -> list[tuple[Job, bool]]:
+    """Every pending, leased, dead and waiting job in enqueue order, each with whether
+    its id is a caller's key."""
+    rows = _rows(link, "export", sql.export_jobs, params)
+    return [(job_from_row(row[:17]), bool(row[17])) for row in rows]
+
+
+def export_limits(link: Link, sql: Statements, params: dict[str, Any]
+                  ) -> dict[str, CopiedLimits]:
+    """The limit keys and stored cap of each job export_jobs hands out that has keys."""
+    rows = _rows(link, "export", sql.export_limits, params)
+    return {str(job_id): (keys, cap) for job_id, rate_key, conc_key, cap in rows
+            for keys in (keys_of_columns(rate_key, conc_key),) if keys is not None}
 
 
 def wait_modes(link: Link, sql: Statements, params: dict[str, Any]) -> dict[str, str]:

@@ -12,12 +12,13 @@ the statement that finishes it. `plan` is pure: no connection, no SQL text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import psycopg
 
+from ..backend import CopiedLimits
 from ..dependencies import ANY, FAILURE, SUCCESS, GraphNode, verdict
 from ..errors import JobNotFoundError, NobrokerError
 from ..limits import Limits
@@ -71,11 +72,13 @@ def mode_of(allow_failure: bool) -> str:
     return ANY if allow_failure else SUCCESS
 
 
-def nodes_of(payload_texts: Sequence[str], nodes: Sequence[GraphNode],
-             max_attempts: int, limits: Limits) -> list[Node]:
+def nodes_of(payload_texts: Sequence[str], nodes: Sequence[GraphNode], max_attempts: int,
+             limits: Limits, copied: Mapping[str, CopiedLimits] | None = None) -> list[Node]:
     """enqueue_graph's GraphNodes (checked by the Queue) with their payloads' texts and
-    limit keys, a max_attempts None being the queue's `max_attempts`."""
-    keys = keys_params(limits, [n.payload for n in nodes])
+    limit keys (or those `copied` gives their ids: nobroker migrate's), a max_attempts
+    None being the queue's `max_attempts`."""
+    keys = keys_params(limits, [n.payload for n in nodes], None if copied is None else
+                       [copied.get(n.job_id or "", (None, None)) for n in nodes])
     return [Node(text, tuple(n.depends_on), n.mode, n.priority, float(n.delay),
                  max_attempts if n.max_attempts is None else n.max_attempts, n.job_id,
                  None, rate_key, conc_key, cap)

@@ -65,18 +65,27 @@ def _read(stored: str) -> str | None:
     return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else m.group(1), stored)
 
 
-def key_params(limits: Limits, payload: Any) -> dict[str, Any]:
+def key_params(limits: Limits, payload: Any,
+               copied: tuple[JobKeys | None, int | None] | None = None) -> dict[str, Any]:
     """The bound keys (`rk`, `ck`: '' for none) of a job with `payload`, computed now,
     and `cc`, the cap this process declared for its concurrency key (None: none),
-    stored with it for limit_use in processes that did not declare the key."""
+    stored with it for limit_use in processes that did not declare the key; or, for a
+    job `copied` from another queue (nobroker migrate), the keys and cap it had."""
+    if copied is not None:
+        rate_key, concurrency_key = copied[0] or (None, None)
+        return {"rk": _stored(rate_key), "ck": _stored(concurrency_key), "cc": copied[1]}
     rate_key, concurrency_key = limits.keys_of(payload) or (None, None)
     cap = None if concurrency_key is None else limits.concurrency.get(family(concurrency_key))
     return {"rk": _stored(rate_key), "ck": _stored(concurrency_key), "cc": cap}
 
 
-def keys_params(limits: Limits, payloads: Sequence[Any]) -> dict[str, list[Any]]:
-    """`rks`, `cks`, `ccs`: the keys and caps of each job of a batch, in order."""
-    keys = [key_params(limits, payload) for payload in payloads]
+def keys_params(limits: Limits, payloads: Sequence[Any],
+                copied: Sequence[tuple[JobKeys | None, int | None]] | None = None
+                ) -> dict[str, list[Any]]:
+    """`rks`, `cks`, `ccs`: the keys and caps of each job of a batch, in order (or those
+    `copied` gives each, as key_params takes them)."""
+    keys = [key_params(limits, payload, None if copied is None else copied[i])
+            for i, payload in enumerate(payloads)]
     return {"rks": [k["rk"] for k in keys], "cks": [k["ck"] for k in keys],
             "ccs": [k["cc"] for k in keys]}
 

@@ -64,6 +64,8 @@ class Statements:
     sweep: bytes
     live: bytes
     import_jobs: bytes
+    export_jobs: bytes
+    export_limits: bytes
     bump_seq: bytes
     lock_prerequisites: bytes
     job_seqs: bytes

@@ -21,7 +21,8 @@ Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
                           "caps": [[index, cap], ...] (the jobs' "cc"; absent: none)},
                "notes": [[id, [fraction, note] or null, {metadata}], ...] (05),
                "dormant": [[id, [unmet], [failed], rate key, concurrency key], ...]
-               (the revivable cancelled dependents, nobroker.revivals; absent: none)
+               (the revivable cancelled dependents, nobroker.revivals; absent: none),
+               "dormant_caps": [[id, cap], ...] (their "cc"; absent: none)
       names    JSON object {index: id} for the jobs whose id is not seq_id(seq)
       errors   JSON object {index: last_error} for the jobs that have one
       keys     JSON object {id: done_at} of remembered idempotency keys
@@ -87,6 +88,8 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
             "waits": state.waits.items(), "limits": state.limited.columns(columns.seqs),
             "notes": state.notes.items(),
             "dormant": state.dormant.items()}
+    if state.dormant.caps():  # an additive key (NBCKPT05): the revivable jobs' "cc"
+        meta["dormant_caps"] = state.dormant.caps()
     sections = [
         json.dumps(meta).encode(),
         json.dumps(columns.names).encode(),
@@ -148,6 +151,7 @@ def _decode(data: bytes, generation: int, log_size: int,
             paused=meta["paused"])
         state.waits.restore(meta["waits"])
         state.dormant.restore(meta.get("dormant", []))  # absent: written before revivals
+        state.dormant.restore_caps(meta.get("dormant_caps", []))  # absent: none
         state.limited.restore(state.table, meta["limits"])
         state.notes.restore(meta["notes"])
     except (ReplayError, ValueError) as exc:

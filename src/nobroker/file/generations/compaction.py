@@ -249,7 +249,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
                 sleeper = state.dormant.by_job.get(entry.id)
                 if sleeper is not None:  # revivable: what it waits for, and its payload
                     fields.update(sleeper_fields(list(sleeper.unmet), list(sleeper.failed),
-                                                 sleeper.keys))
+                                                 sleeper.keys, sleeper.cap))
                     batch.add_payload(RecordType.FINISHED, fields, old.read_payload(entry.loc))
                 elif result is None:
                     batch.add(RecordType.FINISHED, fields)
@@ -309,6 +309,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
     snapshot.set_totals(state.totals)
     snapshot.waits.restore(state.waits.items())  # as the JOB records' "w" say
     snapshot.dormant.restore(state.dormant.items())  # as the FINISHED records' "wf" say
+    snapshot.dormant.restore_caps(state.dormant.caps())  # and their "cc"
     snapshot.notes.by_job.update(state.notes.by_job)  # and their "pg" and "m"
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 

@@ -114,7 +114,8 @@ META: Final = "m"  # PROGRESS, JOB, FINISHED, KEY: the job's metadata, a JSON ob
 ON_FAILURE: Final = "of"  # ENQUEUE, JOB: released by a prerequisite's death (format 1.2)
 RATE_KEY: Final = "rk"  # ENQUEUE, JOB: the job's rate limit key; LIMIT: the window's (1.2)
 CONCURRENCY_KEY: Final = "ck"  # ENQUEUE, JOB: the job's concurrency key (format 1.2)
-# ENQUEUE, JOB: the holders at once its enqueuer declared for "ck" (shown, not enforced; 1.2)
+# ENQUEUE, JOB, a revivable CANCEL or FINISHED: the holders at once its enqueuer declared
+# for "ck" (shown, not enforced; 1.2)
 CONCURRENCY_CAP: Final = "cc"
 LIMIT_COUNT: Final = "lim"  # LIMIT: the starts a window of the key may hold (format 1.2)
 PERIOD: Final = "per"  # LIMIT: the window's length in seconds (format 1.2)

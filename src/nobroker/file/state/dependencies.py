@@ -165,12 +165,13 @@ def with_released(state: QueueState, batch: Batch, now: float, count: int,
 
 def _add_revivable_cancel(state: QueueState, batch: Batch, job_id: str,
                           fields: Record) -> None:
-    """The CANCEL of a dependent a failure cancels, with its limit keys and payload: a
-    requeue of the failure revives it (plan_revivals)."""
+    """The CANCEL of a dependent a failure cancels, with its limit keys, their cap and its
+    payload: a requeue of the failure revives it (plan_revivals)."""
     assert batch.payload_of is not None
     entry = state.jobs[job_id]
     if state.limited.keys:
-        fields.update(key_fields(state.limited.keys_of(entry.seq)))
+        fields.update(key_fields(state.limited.keys_of(entry.seq),
+                                 state.limited.cap_of(entry.seq)))
     batch.add_payload(RecordType.CANCEL, fields, batch.payload_of(entry.loc))
 
 

@@ -1,10 +1,11 @@
 """The fields of revivable dependents (format 1.2): a CANCEL or FINISHED record's `w`,
-`wf` and limit keys, and a REVIVE's `w`, checked for replay and built for writers.
+`wf`, limit keys and cap, and a REVIVE's `w`, checked for replay and built for writers.
 
 A waiting job (mode "success") that a prerequisite's death or cancel cancels is
 revivable: its CANCEL carries `wf` (the failed prerequisite), `w` (what else it
-still waits for), its limit keys and its payload, so that a requeue of the death
-(REVIVE, planned by dependencies.plan_revivals) can make it wait again; replay
+still waits for), its limit keys (`rk`, `ck`, and `cc`, the cap its ENQUEUE
+carried) and its payload, so that a requeue of the death (REVIVE, planned by
+dependencies.plan_revivals) can make it wait again, keys and cap back; replay
 keeps them in QueueState.dormant (nobroker.revivals). Pure.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from ...limits import JobKeys
 from ...revivals import Sleeper
 from ..log.records import FAILED_PREREQUISITES, PAYLOAD, WAIT, Record, ReplayError
-from .limited import key_fields, record_keys
+from .limited import key_fields, record_cap, record_keys
 
 __all__ = ["revivable_fields", "sleeper_fields", "revive_wait"]
 
@@ -27,20 +28,21 @@ def _ids(rec: Record, key: str, offset: int) -> list[str]:
 
 
 def revivable_fields(rec: Record, job_id: str, offset: int
-                     ) -> tuple[list[str], list[str], JobKeys | None]:
-    """A revivable CANCEL's or FINISHED's (unmet, failed, limit keys), checked: `wf`
+                     ) -> tuple[list[str], list[str], JobKeys | None, int | None]:
+    """A revivable CANCEL's or FINISHED's (unmet, failed, limit keys, cap), checked: `wf`
     non-empty, `w` possibly empty, neither naming the job or sharing an id, and the
     payload there."""
     unmet, failed = _ids(rec, WAIT, offset), _ids(rec, FAILED_PREREQUISITES, offset)
     if not failed or job_id in unmet or job_id in failed or set(unmet) & set(failed) \
             or PAYLOAD not in rec:
         raise ReplayError(offset, f"bad revivable job {job_id!r}")
-    return unmet, failed, record_keys(rec, offset)
+    return unmet, failed, record_keys(rec, offset), record_cap(rec, offset)
 
 
-def sleeper_fields(unmet: list[str], failed: list[str], keys: JobKeys | None) -> Record:
+def sleeper_fields(unmet: list[str], failed: list[str], keys: JobKeys | None,
+                   cap: int | None) -> Record:
     """What revivable_fields reads back (the payload is added after them)."""
-    return {WAIT: unmet, FAILED_PREREQUISITES: failed, **key_fields(keys)}
+    return {WAIT: unmet, FAILED_PREREQUISITES: failed, **key_fields(keys, cap)}
 
 
 def revive_wait(rec: Record, job_id: str, sleeper: Sleeper | None, offset: int) -> list[str]:

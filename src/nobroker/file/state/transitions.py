@@ -36,7 +36,7 @@ from ..log.records import (
 )
 from .fieldchecks import INT64, field, opt_str
 from .jobtable import JobTable
-from .limited import key_fields, record_keys
+from .limited import key_fields, record_cap, record_keys
 from .notes import Notes, apply_progress
 from .reviving import revive_wait
 from .vocabulary import (
@@ -177,7 +177,7 @@ def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset
     if field(rec, KEEP, float, offset) < 0:
         raise ReplayError(offset, f"negative retention {rec[KEEP]!r}")
     wait = state.waits.by_job.get(job_id) if code == WAITING else None
-    keys = record_keys(rec, offset)
+    keys, cap = record_keys(rec, offset), record_cap(rec, offset)
     if PAYLOAD in rec and (wait is None or not wait.failed):
         raise ReplayError(offset, f"cancel of {job_id!r} with its payload, but no failed "
                                   "prerequisite")
@@ -192,7 +192,7 @@ def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset
     state.count(code, -1)
     _finish(state, slot, job_id, CANCELLED, cancelled_at, rec, offset, size)
     if PAYLOAD in rec and wait is not None:  # a dependent a failure cancels: revivable
-        state.dormant.add(job_id, wait.unmet, wait.failed, keys)
+        state.dormant.add(job_id, wait.unmet, wait.failed, keys, cap)
 
 
 def apply_delete(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
@@ -313,8 +313,8 @@ def apply_revive(state: ReplayState, slot: int, job_id: str, rec: Record, offset
     state.waits.add(job_id, wait, SUCCESS)
     state.kept -= 1
     state.waiting += 1
-    if sleeper is not None and sleeper.keys is not None:  # its limit keys, as it had them
-        state.adopt_keys(job_id, key_fields(sleeper.keys), offset)
+    if sleeper is not None and sleeper.keys is not None:  # its limit keys and cap, as it had
+        state.adopt_keys(job_id, key_fields(sleeper.keys, sleeper.cap), offset)
 
 
 def expect_state(table: JobTable, slot: int, job_id: str, codes: tuple[int, ...],
