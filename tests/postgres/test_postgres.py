@@ -897,6 +897,8 @@ RELEASED_MIGRATIONS = {
     "0007_revivals": "de63c016497ffa327eb993080f87ca806e3a2cf6db1424568f89abb96bd0b8ee",
     "0008_limits_in_one_call":
         "1f1b7e8f186f24b96162387441c9bb225d302363de882921ea4e356dcc9b92ed",
+    "0009_fewer_limited_statements":
+        "ad9d9075607e2278b77474f546854fc7c1ccbb8420f06e3fd4670e513e333830",
 }
 
 

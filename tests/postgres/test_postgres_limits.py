@@ -1,5 +1,6 @@
-"""Limits on PostgreSQL beyond the contract (migrations/0008): a limited ack-and-lease
-is one statement; a key's holders are counted by reading them alone; a rate window's
+"""Limits on PostgreSQL beyond the contract (migrations/0008, 0009): a limited
+ack-and-lease is one statement, and wakes nobody when its lease takes the slot its
+ack freed; a key's holders are counted by reading them alone; a rate window's
 ring keeps its latest starts when its count changes; a job stores the concurrency
 cap its enqueuer declared, which a process that did not declare the key reports.
 
@@ -83,6 +84,32 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertEqual(len(executed), 20, executed[:3])
         self.assertEqual({q.backend._sql.limited_ack_and_lease},  # type: ignore[attr-defined]
                          set(executed))
+
+    def test_an_ack_whose_lease_takes_its_freed_slot_again_wakes_nobody(self) -> None:
+        import psycopg
+
+        from nobroker.postgres.schema import channels
+        from nobroker.postgres.url import parse
+
+        q = self.open()
+        q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        q.enqueue_many([{"task": "per", "args": [who], "kwargs": {}} for who in "aab"])
+        job = q.lease_one()
+        assert job is not None
+        target = parse(self.url)
+        listener = psycopg.connect(target.conninfo, autocommit=True)
+        self.addCleanup(listener.close)
+        listener.execute(f'LISTEN "{channels(target.schema, "q")[0]}"'.encode())
+
+        def woken() -> int:
+            return len(list(listener.notifies(timeout=0.5, stop_after=1)))
+
+        job = q.ack_and_lease(job)  # a's slot freed and taken again by the second a
+        assert job is not None and job.payload["args"] == ["a"]
+        self.assertEqual(woken(), 0)
+        job = q.ack_and_lease(job)  # a's slot freed, b leased: a's waiters are woken
+        assert job is not None and job.payload["args"] == ["b"]
+        self.assertEqual(woken(), 1)
 
     def test_a_key_s_holders_are_read_alone_not_every_leased_row(self) -> None:
         q = self.open(visibility_timeout=3600)

@@ -4,7 +4,8 @@ A process that declared limits (nobroker.limits: the configuration is code)
 leases with one statement, as any other process does: limited_lease.sql, or
 limited_ack_and_lease.sql with an ack. Each takes expired leases back first
 (a killed holder's slot is free again from its lease's deadline), then calls
-nb_limited_lease (sql/migrations/0008), given the limits this process
+nb_limited_lease (sql/migrations/0008; its body since 0009, in fewer
+statements), given the limits this process
 declared (`declared_params`): under a lock on the queue's row in `queues`,
 held to the commit, it reads the holders of each concurrency key it meets
 and the latest starts of each declared rate key (a ring of rows per key,
@@ -24,7 +25,8 @@ other backends).
 
 Waiting: `due` says when a ready job may next start within the limits (a
 window's opening, a lease's deadline, a delayed job's time), or None when
-only a holder's ack frees a slot; the ack's NOTIFY wakes the idle workers then.
+only a holder's ack frees a slot; the ack's NOTIFY wakes the idle workers then
+(none when its ack_and_lease took a job of that key again: the slot is held).
 It and `use` read the state in Python (limited_state.sql, limits.Budget).
 """
 

@@ -1,6 +1,6 @@
 -- The leased job (id, token) acked: done, with its result if any, kept until
 -- expires_at (kr: a keyed job's retention, ur: an unkeyed one's). Needs `t`.
--- `held`: it held a concurrency key's slot, which its ack frees.
+-- `ck`: the concurrency key whose slot it held ('' none), which its ack frees.
 acked AS (
     UPDATE {schema}.jobs AS j SET
         state = 3, finished_at = t.now, available_at = t.now, token = NULL,
@@ -10,4 +10,4 @@ acked AS (
     FROM t
     WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1
       AND j.token = %(tok)s
-    RETURNING j.id, j.result IS NOT NULL AS kept, j.dependents, j.conc_key <> '' AS held)
+    RETURNING j.id, j.result IS NOT NULL AS kept, j.dependents, j.conc_key AS ck)

@@ -11,7 +11,7 @@ tally AS MATERIALIZED (
            END AS woke
     FROM (SELECT -count(*) AS p, 0 AS d, count(*) AS f,
                  count(*) FILTER (WHERE acked.kept) AS k,
-                 count(*) FILTER (WHERE acked.held) AS w0
+                 count(*) FILTER (WHERE acked.ck <> '') AS w0
           FROM acked) AS c0, settled),
 {counted}
 SELECT id FROM acked

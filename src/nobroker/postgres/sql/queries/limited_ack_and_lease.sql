@@ -3,16 +3,18 @@
 -- queue's row, the ack's and the reclaims' slots free), in one statement; the
 -- lease happens only if the ack did. Rows as
 -- ack_and_lease.sql's. An ack that frees a concurrency slot wakes the idle
--- workers, as ack.sql's does.
+-- workers, as ack.sql's does, unless this lease took a job of that key (the
+-- slot is held again: a NOTIFY makes the commit take a server-wide lock).
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 {acked},
 {reclaimed},
-leased AS MATERIALIZED (
-    SELECT {job_columns} FROM {schema}.nb_limited_lease(%(q)s,
+l AS MATERIALIZED (
+    SELECT * FROM {schema}.nb_limited_lease(%(q)s,
         CASE WHEN EXISTS (SELECT 1 FROM acked) THEN %(n)s ELSE 0 END, %(vt)s, %(t)s::float8,
         ARRAY(SELECT id FROM acked UNION ALL SELECT id FROM reclaimed), %(rks)s::text[],
         %(rss)s::text[], %(rcs)s::integer[], %(rps)s::float8[], %(fs)s::text[],
-        %(caps)s::integer[]) AS j),
+        %(caps)s::integer[])),
+leased AS (SELECT {job_columns} FROM l AS j),
 finishing AS (
     SELECT id, 3 AS st, dependents FROM acked
     UNION ALL SELECT id, 2, dependents FROM reclaimed WHERE state = 2),
@@ -22,7 +24,8 @@ tally AS MATERIALIZED (
            CASE WHEN c1.w0 + c0.h > 0 THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text
            END AS woke
     FROM (SELECT -count(*) AS p, count(*) AS f, count(*) FILTER (WHERE kept) AS k,
-                 count(*) FILTER (WHERE held) AS h FROM acked) AS c0,
+                 count(*) FILTER (WHERE ck <> '' AND ck NOT IN (SELECT conc_key FROM l)) AS h
+          FROM acked) AS c0,
          (SELECT count(*) FILTER (WHERE state = 2) AS d,
                  count(*) FILTER (WHERE state = -1) AS w0
           FROM reclaimed) AS c1, settled),
