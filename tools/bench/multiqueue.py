@@ -38,7 +38,7 @@ SHAPES = {"one queue": (["default"], None),
 
 
 def drain(location: str, names: list[str], weights: dict[str, int] | None,
-          jobs: int) -> float:
+          jobs: int, prefetch: int = 0) -> float:
     """Seconds for one Worker to run `jobs` no-op jobs spread evenly over `names`."""
     queues = [Queue(location, name) for name in names]
     try:
@@ -46,7 +46,7 @@ def drain(location: str, names: list[str], weights: dict[str, int] | None,
             share = jobs // len(queues) + (index < jobs % len(queues))
             queue.enqueue_many([{"n": n} for n in range(share)])
         worker = Worker(queues, lambda job: None, max_jobs=jobs, weights=weights,
-                        handle_signals=False)
+                        handle_signals=False, prefetch=prefetch)
         began = time.perf_counter()
         stats = worker.run()
         seconds = time.perf_counter() - began

@@ -47,7 +47,7 @@ from .. import validation
 from ..errors import NobrokerError, NotLeasedError
 from ..models import Job
 from .joblog import log_job
-from .leasing import Leasing
+from .rounds import LeaseRounds
 from .shared import PASSING, Flight, log
 
 
@@ -63,7 +63,7 @@ def checked_ack_delay(ack_delay: float, prefetch: int, visibility_timeout: float
     return seconds
 
 
-class Prefetching(Leasing):
+class Prefetching(LeaseRounds):
     """The acker thread and the prefetched jobs' give-back; part of the Worker."""
 
     _to_ack: list[Flight]  # succeeded, waiting for the acker (_cond)
@@ -94,36 +94,85 @@ class Prefetching(Leasing):
             by_queue: dict[int, list[Flight]] = {}
             for flight in batch:
                 by_queue.setdefault(flight.queue_index, []).append(flight)
+            if self._one_queue:
+                for index, flights in by_queue.items():
+                    self._ack_and_refill(index, flights)
+            else:
+                self._ack_round(by_queue)
+
+    def _ack_and_refill(self, index: int, flights: list[Flight]) -> None:
+        """One queue's acks in one write, leasing the inbox's next jobs in it."""
+        with self._cond:
+            want = self._room_after(len(flights))
+        try:
+            counters, leased = self._ack_batch(index, flights, want)
+        except BaseException:  # the worker stops (dispatcher._guarded)
+            with self._cond:  # the lease it reserved was never sent
+                self._sending -= want
+                self._reserved -= want
+            for flight in flights:
+                self._drop(flight)
+            raise
+        with self._cond:
+            admitted = self._admit(leased, index, into_inbox=True)
+        self._settled({index: (flights, counters)}, want, admitted)
+
+    def _ack_round(self, by_queue: dict[int, list[Flight]]) -> None:
+        """Over several queues: a round of leases (rounds.py) in which each queue whose
+        jobs are acked here acks them in its lease's write; the others' acks follow,
+        one write per queue."""
+        with self._cond:
+            want = self._room_after(sum(len(f) for f in by_queue.values()))
+        done: dict[int, tuple[list[Flight], list[str]]] = {}
+        admitted: list[Flight] = []
+
+        def send(index: int, count: int) -> list[Job]:
+            flights = None if index in done else by_queue.get(index)
+            if flights is None:  # no acks for it, or acked in an earlier pass
+                return self._lease_from(index, count)
+            counters, leased = self._ack_batch(index, flights, count)
+            done[index] = (flights, counters)
+            return leased
+
+        try:
+            if want:
+                self._lease_round(want, send, admitted)
             for index, flights in by_queue.items():
-                with self._cond:
-                    want = self._room_after(len(flights))
-                try:
-                    counters, leased = self._ack_batch(index, flights, want)
-                except BaseException:  # the worker stops (dispatcher._guarded)
-                    with self._cond:  # the lease it reserved was never sent
-                        self._sending -= want
-                        self._reserved -= want
-                    for flight in batch:
+                if index not in done:
+                    done[index] = (flights, self._ack_batch(index, flights, 0)[0])
+        except BaseException:  # the worker stops (dispatcher._guarded)
+            with self._cond:
+                self._sending -= want
+                self._reserved -= want - len(admitted)
+            for index, flights in by_queue.items():
+                if index not in done:
+                    for flight in flights:
                         self._drop(flight)
-                    raise
-                now = self._clock()
-                with self._cond:
-                    self._sending -= want
-                    self._reserved -= want - len(leased)
-                    self._admit(leased, index, into_inbox=True)
-                    for flight, counter in zip(flights, counters, strict=True):
-                        if flight.abandoned:  # counted and logged by the shutdown
-                            continue
-                        self._counts[counter] += 1
-                        self._flights.discard(flight)
-                    self._last_busy = now
-                    stopping = self._stop_reason is not None
-                    self._wake_dispatcher()
+            raise
+        self._settled(done, want, admitted)
+
+    def _settled(self, done: dict[int, tuple[list[Flight], list[str]]], want: int,
+                 admitted: list[Flight]) -> None:
+        """Count and log the acked jobs; `want` leases were reserved, `admitted` came."""
+        now = self._clock()
+        with self._cond:
+            self._sending -= want
+            self._reserved -= want - len(admitted)
+            for flights, counters in done.values():
                 for flight, counter in zip(flights, counters, strict=True):
-                    log_job(self.queues[index], flight.job, flight.task, counter,
-                            now - flight.began)
-                if leased and stopping:  # a stop came while leasing: these go back too
-                    self._give_back()
+                    if flight.abandoned:  # counted and logged by the shutdown
+                        continue
+                    self._counts[counter] += 1
+                    self._flights.discard(flight)
+            self._last_busy = now
+            stopping = self._stop_reason is not None
+            self._wake_dispatcher()
+        for index, (flights, counters) in done.items():
+            for flight, counter in zip(flights, counters, strict=True):
+                log_job(self.queues[index], flight.job, flight.task, counter,
+                        now - flight.began)
+        if admitted and stopping:  # a stop came while leasing: these go back too
+            self._give_back()
 
     def _gather(self) -> None:
         """`ack_delay`: let more finished jobs join the batch, for at most that long,
@@ -142,7 +191,7 @@ class Prefetching(Leasing):
         more; beside a slot burning CPU, each such wake-up cost a GIL hand-off (the
         dispatcher looks again every TICK anyway; under _cond)."""
         free = self.concurrency + self.prefetch - len(self._flights) - self._sending
-        if (self._one_queue and self._inbox and free < self.prefetch and self._flights
+        if (self._inbox and free < self.prefetch and self._flights
                 and self._stop_reason is None):
             return
         self._cond.notify_all()
@@ -151,7 +200,7 @@ class Prefetching(Leasing):
         """How many jobs the acker leases with an ack of `acking` jobs: the room the
         acks make, up to `concurrency + K` held, and K at a time while the slots have
         work, as the dispatcher leases (reserved here; under _cond)."""
-        if not self._one_queue or self._stop_reason is not None or self._closing:
+        if self._stop_reason is not None or self._closing:
             return 0
         room = self.concurrency + self.prefetch + acking - len(self._flights) - self._sending
         if self._inbox and room < self.prefetch:
