@@ -11,8 +11,9 @@ write (`Queue.ack_and_lease`): a write and an fsync per job. With it:
   meanwhile in one write and one fsync, so while one batch's fsync runs,
   the next batch gathers; once the acks make room for K more jobs (or the
   slots run dry), that write leases them too (`Queue.ack_many_and_lease`;
-  a one-queue worker without caps, else the dispatcher leases), so the
-  inbox is refilled without a write of its own. A job is acked only after its
+  over several queues, or with a cap, a round of leases, rounds.py, with
+  each queue's acks in its lease's write), so the inbox is refilled
+  without a write of its own. A job is acked only after its
   handler returned, as before: a crash before the ack redelivers it;
 - prefetched jobs are flights like running ones: heartbeated, counted
   against caps, abandoned at a forced stop. On a graceful stop, those no
