@@ -33,6 +33,15 @@ times larger and cut the queue's CPU per job by about a fifth (fsync CPU by
 half). What it costs: a finished job's ack, and its result, land up to that
 much later, and a crash meanwhile runs it again (at-least-once, as before).
 
+`prefetch="auto"` (opt-in): K follows the recent job durations, so that
+the inbox holds about what the slots will reach within `AUTO_HORIZON`
+(concurrency x horizon / the mean duration, at most `AUTO_CAP`): none for
+long jobs, which another worker could start sooner, up to the cap for
+short ones, where the queue's writes are the limit. It starts at 0 and
+follows a moving mean of each job's run time (`_observe`). While K is 0 the
+slots ack and lease as without prefetch; the acker is there for when it is
+not.
+
 Rules: the acker holds no job's lease beyond its ack; a batch whose ack_many
 finds one lease gone (NotLeasedError writes nothing, leases nothing) is
 acked job by job, so the others still count as succeeded; the acker and
@@ -51,12 +60,24 @@ from .joblog import log_job
 from .rounds import LeaseRounds
 from .shared import PASSING, Flight, log
 
+AUTO_HORIZON = 0.1  # seconds of the slots' work that "auto" keeps leased ahead
+AUTO_CAP = 16  # the most "auto" prefetches, however short the jobs
+_AUTO_WEIGHT = 0.2  # the newest duration's share of the moving mean
 
-def checked_ack_delay(ack_delay: float, prefetch: int, visibility_timeout: float) -> float:
+
+def prefetch_option(prefetch: int | str) -> tuple[int, bool]:
+    """Worker(prefetch=...): (K to start with, whether it is "auto")."""
+    if prefetch == "auto":
+        return 0, True
+    return validation.integer("prefetch", prefetch, 0), False
+
+
+def checked_ack_delay(ack_delay: float, prefetch: int, auto: bool,
+                      visibility_timeout: float) -> float:
     """Worker(ack_delay=...): seconds, with prefetch, well inside the visibility timeout
     (no heartbeat renews a lease while its ack waits); ValueError if not."""
     seconds = validation.seconds("ack_delay", ack_delay)
-    if seconds and not prefetch:
+    if seconds and not (prefetch or auto):
         raise ValueError("ack_delay batches the acks of prefetch=K; it needs prefetch > 0")
     if seconds > visibility_timeout / 10:
         raise ValueError(f"ack_delay must be at most a tenth of the visibility timeout "
@@ -71,6 +92,23 @@ class Prefetching(LeaseRounds):
     _acker_idle: bool  # the acker waits for work (_cond)
     _sending: int  # jobs being leased by the dispatcher or the acker (_cond)
     ack_delay: float  # how long a finished job may wait for others to share its write
+    _auto: bool  # prefetch="auto": K follows the job durations (_observe)
+    _mean_run: float | None = None  # "auto": moving mean of the run times, s (_cond)
+
+    def _observe(self, seconds: float) -> None:
+        """prefetch="auto": a job ran `seconds`; size K to what the slots reach
+        within AUTO_HORIZON at the mean duration (under _cond)."""
+        mean = self._mean_run
+        mean = seconds if mean is None else mean + _AUTO_WEIGHT * (seconds - mean)
+        self._mean_run = mean
+        reach = self.concurrency * AUTO_HORIZON / max(mean, 1e-6)
+        self.prefetch = min(AUTO_CAP, int(reach))
+
+    def _prefetch_text(self, joiner: str) -> str:
+        """", prefetch 16", ", prefetch=auto" or "" for the start line and repr."""
+        if self._auto:
+            return f", prefetch{joiner}auto"
+        return f", prefetch{joiner}{self.prefetch}" if self.prefetch else ""
 
     def _defer_ack(self, flight: Flight) -> None:
         """A slot's job succeeded: the acker acks it with the others (under _cond)."""
