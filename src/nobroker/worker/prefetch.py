@@ -183,6 +183,7 @@ class Prefetching(LeaseRounds):
             with self._cond:
                 self._sending -= want
                 self._reserved -= want - len(admitted)
+                self._count_settled(done)  # the queues acked before the failure
             for index, flights in by_queue.items():
                 if index not in done:
                     for flight in flights:
@@ -197,12 +198,7 @@ class Prefetching(LeaseRounds):
         with self._cond:
             self._sending -= want
             self._reserved -= want - len(admitted)
-            for flights, counters in done.values():
-                for flight, counter in zip(flights, counters, strict=True):
-                    if flight.abandoned:  # counted and logged by the shutdown
-                        continue
-                    self._counts[counter] += 1
-                    self._flights.discard(flight)
+            self._count_settled(done)
             self._last_busy = now
             stopping = self._stop_reason is not None
             self._wake_dispatcher()
@@ -212,6 +208,15 @@ class Prefetching(LeaseRounds):
                         now - flight.began)
         if admitted and stopping:  # a stop came while leasing: these go back too
             self._give_back()
+
+    def _count_settled(self, done: dict[int, tuple[list[Flight], list[str]]]) -> None:
+        """Count the acked jobs and let their flights go (under _cond)."""
+        for flights, counters in done.values():
+            for flight, counter in zip(flights, counters, strict=True):
+                if flight.abandoned:  # counted and logged by the shutdown
+                    continue
+                self._counts[counter] += 1
+                self._flights.discard(flight)
 
     def _gather(self) -> None:
         """`ack_delay`: let more finished jobs join the batch, for at most that long,
