@@ -289,6 +289,13 @@ class ModuleCliTest(CliCase):
         self.assertEqual((self.counts()["done"], self.counts()["total"]), (6, 0))
         self.assertIn("6 succeeded", result.stderr)
         self.fails(2, "work", "tasks:handle", "--prefetch", "-1", mentions="--prefetch")
+        self.fails(2, "work", "tasks:handle", "--prefetch", "lots", mentions="--prefetch")
+        for n in range(3):
+            self.enqueue({"n": n})
+        result = self.nb("work", "tasks:handle", "--prefetch", "auto", "--max-jobs", "3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("concurrency 1, prefetch auto,", result.stderr)
+        self.assertIn("3 succeeded", result.stderr)
         self.fails(2, "work", "tasks:handle", "--ack-delay", "0.01", mentions="prefetch")
 
     def test_a_failing_job_goes_to_the_dlq_and_can_be_requeued(self) -> None:

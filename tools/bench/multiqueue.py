@@ -1,6 +1,6 @@
 """A Worker over three queues against a Worker over one: drain rate, as a ratio.
 
-    python make.py bench-multiqueue [--jobs N] [--rounds R] [--url URL]
+    python make.py bench-multiqueue [--jobs N] [--rounds R] [--url URL] [--prefetch K]
 
 Each run prefills a fresh location with --jobs no-op jobs (untimed): all in
 one queue for the single-queue worker; a third in each of three queues for
@@ -8,7 +8,8 @@ the multi-queue worker, once by strict priority and once with weights
 3:2:1 (each the worst case of its kind: the priority worker asks the earlier
 queues first for every job of a later one, the weighted one switches queue
 at most picks). A Worker with concurrency 1 and a no-op handler then drains
-it (`max_jobs`); the time of `run()` is the figure. The contenders take
+it (`max_jobs`), with `prefetch=K` if given (each contender the same K);
+the time of `run()` is the figure. The contenders take
 turns, round after round (bench_common.interleave), and the ratio is of the
 medians. The issue's target is >= 0.9x. On a loaded machine, say so next to
 any number it prints. `make.py bench --only multiqueue` runs the strict-priority
@@ -38,7 +39,7 @@ SHAPES = {"one queue": (["default"], None),
 
 
 def drain(location: str, names: list[str], weights: dict[str, int] | None,
-          jobs: int) -> float:
+          jobs: int, prefetch: int = 0) -> float:
     """Seconds for one Worker to run `jobs` no-op jobs spread evenly over `names`."""
     queues = [Queue(location, name) for name in names]
     try:
@@ -46,7 +47,7 @@ def drain(location: str, names: list[str], weights: dict[str, int] | None,
             share = jobs // len(queues) + (index < jobs % len(queues))
             queue.enqueue_many([{"n": n} for n in range(share)])
         worker = Worker(queues, lambda job: None, max_jobs=jobs, weights=weights,
-                        handle_signals=False)
+                        handle_signals=False, prefetch=prefetch)
         began = time.perf_counter()
         stats = worker.run()
         seconds = time.perf_counter() - began
@@ -87,12 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="turns per contender (default 5)")
     parser.add_argument("--url", help="a PostgreSQL URL instead of a directory (a fresh "
                         "schema per drain, left behind)")
+    parser.add_argument("--prefetch", type=int, default=0, metavar="K",
+                        help="Worker(prefetch=K) for every contender (default 0)")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="nobroker-bench-multiqueue-"))
     try:
         def contender(names: list[str], weights: dict[str, int] | None
                       ) -> Callable[[], float]:
-            return lambda: drain(fresh_location(args.url, scratch), names, weights, args.jobs)
+            return lambda: drain(fresh_location(args.url, scratch), names, weights, args.jobs,
+                                 args.prefetch)
 
         times = interleave(args.rounds, [(label, contender(*shape))
                                          for label, shape in SHAPES.items()])
@@ -100,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     single = median(times["one queue"])
     where = "PostgreSQL" if args.url else "files"
-    print(f"drain of {args.jobs} no-op jobs, concurrency 1, {where}, median of "
+    print(f"drain of {args.jobs} no-op jobs, concurrency 1, prefetch {args.prefetch}, "
+          f"{where}, median of "
           f"{args.rounds} interleaved rounds")
     for label, samples in times.items():
         rate = args.jobs / median(samples)

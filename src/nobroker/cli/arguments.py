@@ -63,6 +63,11 @@ def non_negative_int_arg(text: str) -> int:
     return _whole_number(text, 0, "0 or more")
 
 
+def prefetch_arg(text: str) -> int | str:
+    """--prefetch: K, or "auto" (K by the recent job durations)."""
+    return "auto" if text == "auto" else _whole_number(text, 0, "0 or more, or auto")
+
+
 def port_arg(text: str) -> int:
     try:
         value = int(text)

@@ -18,6 +18,7 @@ from .arguments import (
     port_arg,
     positive_int_arg,
     positive_seconds_arg,
+    prefetch_arg,
     queues_arg,
     seconds_arg,
     weights_arg,
@@ -105,9 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "nacked, and under --pool process its child is killed")
     sub.add_argument("--concurrency", type=positive_int_arg, default=1, metavar="N",
                      help="handlers running at once, in threads (default: 1)")
-    sub.add_argument("--prefetch", type=non_negative_int_arg, metavar="K",
+    sub.add_argument("--prefetch", type=prefetch_arg, metavar="K",
                      help="keep K jobs leased beyond the running ones, and ack finished "
-                     "jobs in batches with the next leases (default: the Worker's, 0)")
+                     "jobs in batches with the next leases; auto: K by the recent job "
+                     "durations (default: the Worker's, 0)")
     sub.add_argument("--ack-delay", type=seconds_arg, metavar="S",
                      help="with --prefetch: let a finished job's ack wait up to S seconds "
                      "for others to share its write and fsync (default: 0)")

@@ -77,6 +77,8 @@ The package, a module per duty, each a part of the one `Worker` class:
     leasing.py     every lease, from one queue or several, and the idle wait
     prefetch.py    prefetch=K: the acker thread (acks in batches), and giving
                    the prefetched jobs back on a graceful stop
+    rounds.py      prefetch over several queues: rounds of leases, a write
+                   per queue asked, in the picking order
     picking.py     which of several queues next: priority, weights, caps
     waiting.py     an idle wait over several queues' wake-up channels
     joblog.py      the `nobroker.jobs` logger: one record per job run

@@ -28,7 +28,7 @@ from .joblog import log_job
 from .leasing import TICK
 from .picking import QueuePicker
 from .pool import EventLoop
-from .prefetch import checked_ack_delay
+from .prefetch import checked_ack_delay, prefetch_option
 from .shared import Flight, Handler, WorkerStats, log
 from .signals import SignalHandling, restore_signal_handlers
 from .slots import Slots, spec_of
@@ -49,8 +49,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
     `queue_concurrency` ({name: N}) caps a queue's jobs in flight. See leasing.py.
     `prefetch` (K > 0) keeps K jobs leased beyond the running ones and acks
     finished jobs in batches (prefetch.py); 0, the default, acks and leases
-    per job. `ack_delay` (seconds, with prefetch) lets a finished job's ack wait
-    that long for others to share its write and fsync.
+    per job; "auto" sizes K by the recent job durations. `ack_delay` (seconds,
+    with prefetch) lets an ack wait that long for others to share its fsync.
     """
 
     def __init__(self, queue: Queue | Sequence[Queue | str], handler: Handler | None = None,
@@ -61,7 +61,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  idle_timeout: float | None = None, handle_signals: bool = True,
                  shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                  visibility_timeout: float | None = None, timeout: float | None = None,
-                 pool: str = "thread", prefetch: int = 0, ack_delay: float = 0.0,
+                 pool: str = "thread", prefetch: int | str = 0, ack_delay: float = 0.0,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] | None = None) -> None:
         if handler is not None and not callable(handler):
@@ -88,7 +88,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._loop = EventLoop("nobroker-asyncio")
         self._children: list[ChildProcess] = []
         self.concurrency = validation.integer("concurrency", concurrency, 1)
-        self.prefetch = validation.integer("prefetch", prefetch, 0)
+        self.prefetch, self._auto = prefetch_option(prefetch)  # K now; whether "auto"
         self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
         self.idle_timeout = None if idle_timeout is None else validation.seconds(
@@ -104,7 +104,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._clock = clock
         self._sleep = sleep
         self.heartbeat_interval = self.visibility_timeout / 3
-        self.ack_delay = checked_ack_delay(ack_delay, self.prefetch, self.visibility_timeout)
+        self.ack_delay = checked_ack_delay(ack_delay, self.prefetch, self._auto,
+                                           self.visibility_timeout)
         self.handle_signals = bool(handle_signals)
         # Everything below is shared between threads and guarded by _cond. Its lock is
         # re-entrant because the signal handler takes it on the main thread, which
@@ -163,7 +164,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
                               for n in range(self.concurrency)]
         slots = [self._guarded(functools.partial(self._slot_loop, n), f"nobroker-slot-{n}")
                  for n in range(self.concurrency)]
-        if self.prefetch:
+        if self.prefetch or self._auto:
             slots.append(self._guarded(self._ack_loop, "nobroker-acker"))
         for queue, registry in zip(self.queues, self._registries, strict=True):
             periodic = registry.periodic() if registry is not None else []
@@ -179,14 +180,14 @@ class Worker(Slots, Heartbeats, SignalHandling):
         log.info("worker started on queue%s %s in %s: concurrency %d%s%s, visibility timeout "
                  "%gs",
                  "s" if len(self.queues) > 1 else "", names, self.queue.directory,
-                 self.concurrency, f", prefetch {self.prefetch}" if self.prefetch else "",
+                 self.concurrency, self._prefetch_text(" "),
                  f", ack delay {self.ack_delay:g}s" if self.ack_delay else "",
                  self.visibility_timeout)
         try:
             self._dispatch()
             with self._cond:  # the prefetched jobs, or those no slot is left to run
-                give_back = not self._forced and (self.prefetch or not self._live_slots)
-            if give_back:
+                back = not self._forced and (self.prefetch or self._auto or not self._live_slots)
+            if back:
                 self._give_back()
             self._drain()
         finally:
@@ -356,7 +357,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         what = ("its tasks" if self.handler is None
                 else getattr(self.handler, "__qualname__", self.handler))
         where = self.queue if len(self.queues) == 1 else self.queues
-        prefetch = f", prefetch={self.prefetch}" if self.prefetch else ""
+        prefetch = self._prefetch_text("=")
         if self.ack_delay:
             prefetch += f", ack_delay={self.ack_delay:g}"
         return (f"Worker({where!r}, {what}, concurrency={self.concurrency}, "

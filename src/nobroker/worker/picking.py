@@ -19,11 +19,16 @@ lock; the worker calls it under its condition.
   queue at its cap earns no credit while it cannot be picked.
 - Caps (`{"emails": 4, "reports": 1}`): at most that many jobs of the queue
   in flight in this worker at once; a queue at its cap is not tried.
+
+With prefetch (rounds.py), the worker leases many jobs in one round: `plan`
+gives the next n picks the round-robin would make one at a time if every
+queue had ready jobs, caps counted; the worker leases each queue's count in
+one write and records the picks it took (`picked`) in the plan's order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from .. import validation
 
@@ -67,6 +72,25 @@ class QueuePicker:
             return open_
         weights, credit = self.weights, self._credit
         return sorted(open_, key=lambda i: (-(credit[i] + weights[i]), i))
+
+    def plan(self, count: int, busy: Sequence[int],
+             skip: Collection[int] = ()) -> list[int]:
+        """The next `count` picks by weight, as if made one at a time with every queue
+        but those to `skip` ready, each counted against its queue's cap (fewer if
+        the caps run out); records nothing (weights only)."""
+        saved, busy = list(self._credit), list(busy)
+        picks: list[int] = []
+        try:
+            while len(picks) < count:
+                order = [i for i in self.order(busy) if i not in skip]
+                if not order:
+                    break
+                picks.append(order[0])
+                busy[order[0]] += 1
+                self.picked(order[0], (), busy)
+        finally:
+            self._credit = saved
+        return picks
 
     def picked(self, index: int, tried: Sequence[int], busy: Sequence[int]) -> None:
         """Record a pick from queue `index`, after the queues `tried` were found empty

@@ -117,6 +117,8 @@ class Slots(Prefetching):
         with self._cond:
             self._counts["timed_out"] += outcome.timed_out
             self._counts["crashed"] += outcome.crashed and not flight.lost
+            if self._auto:
+                self._observe(self._clock() - began)
             if flight.abandoned:
                 gave_up = True
             else:

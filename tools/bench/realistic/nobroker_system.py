@@ -39,8 +39,8 @@ def enqueue(n):
     with nobroker.Queue(STORE, fsync=True) as q:
         return timed_calls(lambda i: q.enqueue({"i": i}), n)
 """
-# A variant's other options are FileOptions fields. Worker options take numbers:
-# prefetch=16+ack_delay=0.02.
+# A variant's other options are FileOptions fields. Worker options take numbers
+# (prefetch also "auto"): prefetch=16+ack_delay=0.02.
 WORKER_OPTIONS = ("prefetch", "ack_delay")
 
 
@@ -79,7 +79,8 @@ def parse_variant(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
     for part in [] if spec == "base" else spec.split("+"):
         key, _, text = part.partition("=")
         if key in WORKER_OPTIONS:
-            worker_options[key] = float(text) if "." in text else int(text)
+            worker_options[key] = (text if text == "auto" else float(text) if "." in text
+                                   else int(text))
         elif key in fields and fields[key].type in ("bool", bool):
             file_options[key] = text.lower() not in ("0", "false", "no", "off")
         else:
