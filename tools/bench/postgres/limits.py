@@ -55,8 +55,8 @@ def measure(url: str, ops: int, rounds: int) -> dict[str, float]:
 
 
 def beside_full_keys(url: str, keys: int, rounds: int) -> float:
-    """Median seconds of a limited lease (and its ack) of one free job beside `keys`
-    full concurrency keys, each with a job pending."""
+    """Median seconds of a limited lease of one free job (acked after, untimed)
+    beside `keys` full concurrency keys, each with a job pending."""
     import time
 
     import nobroker as nb
