@@ -237,6 +237,18 @@ class AtomicTaskKillTest(unittest.TestCase):
             if proc.poll() is None:
                 proc.kill()
             proc.communicate()
+        if not self.procs:
+            return
+
+        # A killed worker's lease runs out after the visibility timeout (1 s); until
+        # then purge cannot drop its job, and the next test's worker would lease it
+        # (its own `--max-jobs 1` spent on another test's job). Purge until none is left.
+        def drained() -> bool:
+            self.queue.purge()
+            stats = self.queue.stats()
+            return stats.pending + stats.leased == 0
+
+        wait_until(drained, 30, "the killed workers' jobs purged")
 
     def spawn(self, mode: str) -> subprocess.Popen[str]:
         self.stderr = tempfile.TemporaryFile("w+")  # the last worker's, for a failure

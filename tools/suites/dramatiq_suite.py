@@ -59,6 +59,11 @@ KNOWN_FAILURES: dict[str, str] = {
         "message class to stop keeping them; the fixture's NobrokerBroker keeps the "
         "exceptions of what it dead-letters (fail_fast_default=True, as StubBroker), "
         "and the patch does not reach it"),
+    "test_actors.py::test_actor_messages_can_be_assigned_time_limits": (
+        "timing, under load only: the actor sleeps 2 s against a 1 s limit, and Dramatiq's "
+        "TimeLimit thread checks once a second, so a check delayed past 2 s lets the "
+        "actor finish before its exception lands (failed once in a CI run beside other "
+        "work, load about 3; passed in three runs alone just after, on the same code)"),
 }
 
 
