@@ -13,6 +13,7 @@ test_postgres_processes's.
 
 from __future__ import annotations
 
+import time
 import unittest
 from typing import Any
 from unittest import mock
@@ -142,6 +143,45 @@ class PostgresLimitsTest(unittest.TestCase):
         q.ack(first[0])
         self.assertEqual([j.payload["task"] for j in q.lease(10)], ["b"])
         self.assertEqual(q.lease(10), [])
+
+    def test_a_lease_of_one_takes_the_job_the_walk_would(self) -> None:
+        # A lease of one job tries the best due job alone first (migration 0010), and
+        # walks the keys when it is not within its limits or a waiting job is due.
+        q = self.open(visibility_timeout=3600)
+        q.task(name="one", concurrency=1)(_noop)
+        q.task(name="rated", rate_limit=(1, 3600.0))(_noop)
+        q.enqueue({"task": "one", "args": [], "kwargs": {}}, priority=9)
+        q.enqueue({"task": "one", "args": [], "kwargs": {}}, priority=8)
+        q.enqueue({"task": "rated", "args": [], "kwargs": {}}, priority=7)
+        q.enqueue({"task": "rated", "args": [], "kwargs": {}}, priority=6)
+        q.enqueue({"task": "plain", "args": [], "kwargs": {}}, priority=1)
+        leased = [q.lease_one() for _ in range(3)]
+        self.assertEqual([job.priority if job else None for job in leased], [9, 7, 1])
+        self.assertIsNone(q.lease_one())  # "one" full, "rated" started once this hour
+
+    def test_a_lease_of_one_takes_a_waiting_job_now_due_before_a_ready_one(self) -> None:
+        q = self.open()
+        q.task(name="one", concurrency=1)(_noop)  # declared: the limited lease
+        waiting = q.enqueue({"task": "one", "args": [], "kwargs": {}}, priority=5, delay=0.2)
+        q.enqueue({"task": "plain", "args": [], "kwargs": {}}, priority=4)
+        time.sleep(0.3)  # waiting and due: the walk's, as the best due job
+        self.assertEqual(q.lease_one().id, waiting.id)  # type: ignore[union-attr]
+
+    def test_a_lease_of_one_counts_the_queue_s_own_rate_limit(self) -> None:
+        q = self.open(rate_limit=(2, 3600.0))
+        q.enqueue_many([{"task": "plain", "args": [n], "kwargs": {}} for n in range(4)])
+        self.assertEqual([q.lease_one() is not None for _ in range(3)], [True, True, False])
+
+    def test_a_lease_of_one_lays_a_window_out_again_when_its_count_grows(self) -> None:
+        first = self.open()
+        first.task(name="rated", rate_limit=(3, 3600.0))(_noop)
+        first.enqueue_many([{"task": "rated", "args": [n], "kwargs": {}} for n in range(10)])
+        self.assertEqual([first.lease_one() is not None for _ in range(4)],
+                         [True, True, True, False])
+        wider = self.open()  # 5 an hour: the ring of 3 laid out again, two more starts
+        wider.task(name="rated", rate_limit=(5, 3600.0))(_noop)
+        self.assertEqual([wider.lease_one() is not None for _ in range(3)], [True, True, False])
+        self.assertIsNone(first.lease_one())
 
     @unittest.expectedFailure  # issue 24: not built yet (see the docstring)
     def test_a_lease_beside_many_full_keys_reads_a_bounded_number_of_them(self) -> None:

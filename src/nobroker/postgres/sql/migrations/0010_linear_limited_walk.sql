@@ -9,6 +9,17 @@
 -- key, its holders are counted again, which reads what the first count read or
 -- a slot freed since (a read after the lock: still exact). The walk still
 -- probes every pair with pending jobs (O(K); the file backend parks full keys).
+--
+-- A lease of one job (every ack_and_lease) first tries the best due job alone,
+-- in one statement after the lock: its keys' room read, the row leased and its
+-- starts written (the walk ran 5: the windows and the first pair, one a pair,
+-- the lease, the starts); the walk runs when that job is not within its limits,
+-- a waiting job is due, or a window must be laid out again. The lease finds its
+-- row by the version the walk or the first try read (ctid, a TID scan): by id,
+-- the generic plan of a table not analyzed yet read every row of the queue.
+-- A limited ack_and_lease on a loaded 2-core machine, its statement's mean
+-- server time (pg_stat_statements): 877 us before, 630 us after, an unlimited
+-- one 504 us.
 CREATE OR REPLACE FUNCTION {schema}.nb_limited_lease(
     q text, n integer, vt float8, given float8, freed text[],
     rate_keys text[], rate_stored text[], rate_counts integer[], rate_periods float8[],
@@ -17,14 +28,16 @@ RETURNS SETOF {schema}.jobs LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     now_ float8;
     nrates integer := coalesce(cardinality(rate_keys), 0);
-    nexts integer[] := array_fill(0, ARRAY[nrates]);
-    sizes integer[] := rate_counts;
-    taken integer[] := array_fill(0, ARRAY[nrates]);
+    nexts integer[];
+    sizes integer[];
+    taken integer[];
     held_keys text[] := '{}';
     frees integer[] := '{}';
     chosen text[] := '{}';
     chosen_ri integer[] := '{}';
+    chosen_at tid[] := '{}';
     ids text[] := '{}';
+    ats tid[] := '{}';
     prios bigint[] := '{}';
     seqs bigint[] := '{}';
     ris integer[] := '{}';
@@ -39,6 +52,7 @@ DECLARE
     cids text[];
     cprios bigint[];
     cseqs bigint[];
+    cats tid[];
     c record;
     i integer;
     k integer;
@@ -54,6 +68,73 @@ BEGIN
         RETURN;
     END IF;
     now_ := coalesce(given, extract(epoch FROM clock_timestamp())::float8);
+    -- The common case in one statement: one job wanted, and the best due one (as
+    -- an unlimited lease picks it: the first the walk's choice would consider)
+    -- within its keys' limits (its rate key's window laid out as declared, its
+    -- concurrency key with room); none waiting and due (their order is the walk's).
+    -- Then the walk's choice is that job: leased, its starts written.
+    IF n = 1 THEN
+        RETURN QUERY
+        WITH t AS (
+            SELECT greatest(now_, max(lw.last)) AS now FROM {schema}.limit_windows AS lw
+            WHERE lw.queue = q AND lw.key = ANY(rate_keys)),
+        cand AS MATERIALIZED (
+            SELECT j.id, j.ctid AS at, j.conc_key AS ck,
+                   CASE WHEN j.rate_key <> '' THEN array_position(rate_stored, j.rate_key)
+                   END AS ri
+            FROM {schema}.jobs AS j, t
+            WHERE j.queue = q AND j.state = 0 AND j.available_at <= t.now
+              AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS w
+                              WHERE w.queue = q AND w.state = -1 AND w.available_at <= t.now)
+            ORDER BY j.priority DESC, j.seq LIMIT 1),
+        win AS MATERIALIZED (  -- the windows its start counts in: the queue's own, its rate key's
+            SELECT u.k, lw.key IS NOT NULL AS known, coalesce(lw.size, rate_counts[u.k]) AS size,
+                   coalesce(lw.next, 0) AS next, lw.size >= rate_counts[u.k] AS laid
+            FROM cand CROSS JOIN unnest(ARRAY[own, cand.ri]) AS u(k)
+            LEFT JOIN {schema}.limit_windows AS lw ON lw.queue = q AND lw.key = rate_keys[u.k]
+            WHERE u.k IS NOT NULL),
+        pick AS MATERIALIZED (
+            SELECT cand.id, cand.at FROM cand, t
+            WHERE NOT EXISTS (
+                SELECT 1 FROM win WHERE win.known AND (win.laid IS NOT TRUE OR EXISTS (
+                    SELECT 1 FROM {schema}.limit_starts AS s
+                    WHERE s.queue = q AND s.key = rate_keys[win.k]
+                      AND s.slot = (win.next - rate_counts[win.k] + win.size) % win.size
+                      AND s.at > t.now - rate_periods[win.k])))
+              AND coalesce((SELECT u.cap FROM unnest(families, caps) WITH ORDINALITY AS u(f, cap, o)
+                            WHERE cand.ck <> '' AND (cand.ck = u.f OR starts_with(cand.ck, u.f || '\0'))
+                            ORDER BY u.o LIMIT 1) - (
+                       SELECT count(*) FROM {schema}.jobs AS h
+                       WHERE h.queue = q AND h.state = 1 AND h.conc_key = cand.ck
+                         AND h.conc_key <> '' AND h.id <> ALL(freed)), 1) > 0),
+        up AS (
+            UPDATE {schema}.jobs AS j SET state = 1, attempts = j.attempts + 1,
+                token = nextval('{schema}.lease_token'), lease_until = t.now + vt
+            FROM t
+            WHERE j.ctid = (SELECT l.ctid FROM {schema}.jobs AS l
+                            WHERE l.ctid = (SELECT pick.at FROM pick) AND l.queue = q
+                              AND l.id = (SELECT pick.id FROM pick) AND l.state = 0
+                            FOR UPDATE SKIP LOCKED)
+            RETURNING j.*),
+        started AS (
+            INSERT INTO {schema}.limit_starts AS s (queue, key, slot, at)
+            SELECT q, rate_keys[win.k], win.next, t.now FROM win, t
+            WHERE EXISTS (SELECT 1 FROM up)
+            ON CONFLICT (queue, key, slot) DO UPDATE SET at = excluded.at),
+        windows AS (
+            INSERT INTO {schema}.limit_windows AS lw (queue, key, starts, size, next, last)
+            SELECT q, rate_keys[win.k], '{}', win.size, (win.next + 1) % win.size, t.now
+            FROM win, t WHERE EXISTS (SELECT 1 FROM up)
+            ON CONFLICT (queue, key) DO UPDATE
+            SET size = excluded.size, next = excluded.next, last = excluded.last)
+        SELECT up.* FROM up;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    nexts := array_fill(0, ARRAY[nrates]);
+    sizes := rate_counts;
+    taken := array_fill(0, ARRAY[nrates]);
     -- Read after the lock: the declared rate keys' windows, and the first pair of
     -- keys with pending jobs (index jobs_limited).
     SELECT w.keys, w.sizes, w.nexts, w.lasts, fp.rate_key, fp.conc_key
@@ -114,8 +195,8 @@ BEGIN
                 END IF;
             END LOOP;
         END IF;
-        SELECT h.free_, hd.ids, hd.prios, hd.seqs, x.rate_key, x.conc_key
-        INTO free_, cids, cprios, cseqs, rk, ck
+        SELECT h.free_, hd.ids, hd.prios, hd.seqs, hd.ats, x.rate_key, x.conc_key
+        INTO free_, cids, cprios, cseqs, cats, rk, ck
         FROM (SELECT CASE WHEN cap IS NOT NULL THEN cap - (
                          SELECT count(*) FROM {schema}.jobs AS j
                          WHERE j.queue = q AND j.state = 1 AND j.conc_key = ck
@@ -126,8 +207,8 @@ BEGIN
                            AND s.at > now_ - rate_periods[i]) AS room) AS h
         LEFT JOIN LATERAL (
             SELECT array_agg(l.id) AS ids, array_agg(l.priority) AS prios,
-                   array_agg(l.seq) AS seqs
-            FROM (SELECT j.id, j.priority, j.seq FROM {schema}.jobs AS j
+                   array_agg(l.seq) AS seqs, array_agg(l.ctid) AS ats
+            FROM (SELECT j.id, j.priority, j.seq, j.ctid FROM {schema}.jobs AS j
                   WHERE h.room AND coalesce(h.free_, frees[k], 1) > 0
                     AND j.queue = q AND j.state <= 0 AND j.rate_key = rk AND j.conc_key = ck
                     AND j.state <> -2 AND j.available_at <= now_
@@ -145,6 +226,7 @@ BEGIN
             ids := ids || cids;
             prios := prios || cprios;
             seqs := seqs || cseqs;
+            ats := ats || cats;
             ris := ris || array_fill(i, ARRAY[cardinality(cids)]);
             kis := kis || array_fill(k, ARRAY[cardinality(cids)]);
         END IF;
@@ -156,9 +238,10 @@ BEGIN
     IF cardinality(ids) = 1 THEN
         chosen := ids;
         chosen_ri := ris;
+        chosen_at := ats;
     ELSE
-        FOR c IN SELECT u.id, u.ri, u.ki
-                 FROM unnest(ids, prios, seqs, ris, kis) AS u(id, pr, sq, ri, ki)
+        FOR c IN SELECT u.id, u.ri, u.ki, u.at
+                 FROM unnest(ids, prios, seqs, ris, kis, ats) AS u(id, pr, sq, ri, ki, at)
                  ORDER BY u.pr DESC, u.sq LOOP
             EXIT WHEN cardinality(chosen) >= n;
             IF own IS NOT NULL AND taken[own] > 0 AND (taken[own] >= rate_counts[own]
@@ -185,21 +268,26 @@ BEGIN
             END IF;
             chosen := chosen || c.id;
             chosen_ri := chosen_ri || c.ri;
+            chosen_at := chosen_at || c.at;
         END LOOP;
     END IF;
     IF cardinality(chosen) = 0 THEN
         RETURN;
     END IF;
-    -- One row at a time, by its key (`id = ANY(array)`, planned generically, may
-    -- read every row of the queue), counting the starts of those leased: the
-    -- queue's own, and each one's rate key.
+    -- One row at a time, by the row version the walk read (ctid: a TID scan
+    -- whatever the statistics; by id, the generic plan chose by the queue alone on
+    -- a table not analyzed yet and read every row of it, 230 us a lease beside 340
+    -- jobs; `id = ANY(array)` may too), counting the starts of those leased: the
+    -- queue's own, and each one's rate key. A row changed since the walk read it
+    -- is not found (an unlimited process's lease took it), as a locked one.
     taken := array_fill(0, ARRAY[nrates]);
     FOR i IN 1 .. cardinality(chosen) LOOP
         RETURN QUERY UPDATE {schema}.jobs AS j SET state = 1, attempts = j.attempts + 1,
             token = nextval('{schema}.lease_token'), lease_until = now_ + vt
-        WHERE j.queue = q AND j.id = (
-            SELECT l.id FROM {schema}.jobs AS l
-            WHERE l.queue = q AND l.id = chosen[i] AND l.state IN (-1, 0)
+        WHERE j.ctid = (
+            SELECT l.ctid FROM {schema}.jobs AS l
+            WHERE l.ctid = chosen_at[i] AND l.queue = q AND l.id = chosen[i]
+              AND l.state IN (-1, 0)
             FOR UPDATE SKIP LOCKED)  -- none: an unlimited process's lease holds it
         RETURNING j.*;
         CONTINUE WHEN NOT FOUND;
