@@ -3,8 +3,9 @@ ack-and-lease is one statement, and wakes nobody when its lease takes the slot i
 ack freed; a key's holders are counted by reading them alone; a rate window's
 ring keeps its latest starts when its count changes; a job stores the concurrency
 cap its enqueuer declared, which a process that did not declare the key reports;
-a key met under two rate keys holds its cap; a lease beside many full keys (not
-bounded yet: an expected failure).
+a key met under two rate keys holds its cap; a lease of one job, tried alone
+first, takes the job the walk would; a lease beside many full keys (not bounded
+yet: an expected failure).
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are
