@@ -2,12 +2,16 @@
 unlimited one, as tools/bench/limits.py measures it on files (issue 24: <= 1.1x).
 
     python make.py bench-postgres-limits [--ops N] [--rounds R]
+    python make.py bench-postgres-limits --full-keys K [--rounds R]
 
 make.py starts a throwaway server (tools/postgres/cluster.py) and runs this in
 .dev/pg-venv. Each side runs `job = q.ack_and_lease(job)` N times a round on a
 queue of its own (a fresh schema each), interleaved over R rounds; the limited
 side's jobs call a task declared with a rate limit and a concurrency key high
 enough never to hold one back. Prints the medians and their ratio, one line.
+With --full-keys K, instead: the median time of a limited lease of one job beside
+K concurrency keys each at its cap (1) with a job pending (issue 24's many-keys
+case: the walk meets every such key; the file backend parks them).
 For an A/B against other code, run it directly with PYTHONPATH=OTHER/src and
 NOBROKER_TEST_POSTGRES_URL set.
 """
@@ -50,14 +54,46 @@ def measure(url: str, ops: int, rounds: int) -> dict[str, float]:
     return {"limited": limited_t, "unlimited": plain_t, "ratio": limited_t / plain_t}
 
 
+def beside_full_keys(url: str, keys: int, rounds: int) -> float:
+    """Median seconds of a limited lease of one free job (acked after, untimed)
+    beside `keys` full concurrency keys, each with a job pending."""
+    import time
+
+    import nobroker as nb
+
+    joiner = "&" if "?" in url else "?"
+    q = nb.Queue(f"{url}{joiner}schema=bench_{uuid.uuid4().hex[:10]}", "limits",
+                 visibility_timeout=3600)
+    q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+    q.enqueue_many([{"task": "per", "args": [n], "kwargs": {}}
+                    for n in range(keys) for _ in range(2)])
+    while q.lease(1000):  # one holder a key: each full, a job of each pending
+        pass
+    q.enqueue_many([{"task": "plain", "args": [n], "kwargs": {}} for n in range(rounds)])
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        (job,) = q.lease(1)
+        times.append(time.perf_counter() - start)
+        q.ack(job)
+    return median(times)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", type=int, default=500, help="round trips per round (500)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    p.add_argument("--full-keys", type=int, default=0,
+                   help="time a lease beside this many full concurrency keys instead")
     p.add_argument("--url", default=os.environ.get("NOBROKER_TEST_POSTGRES_URL"))
     args = p.parse_args(argv)
     if not args.url:
         p.error("no --url and no NOBROKER_TEST_POSTGRES_URL (run it with make.py)")
+    if args.full_keys:
+        took = beside_full_keys(args.url, args.full_keys, args.rounds)
+        print(f"a limited lease beside {args.full_keys} full concurrency keys: "
+              f"{took * 1e3:.1f} ms (median of {args.rounds})")
+        return 0
     got = measure(args.url, args.ops, args.rounds)
     print(f"limited {got['limited'] / args.ops * 1e6:.0f} us, unlimited "
           f"{got['unlimited'] / args.ops * 1e6:.0f} us per ack_and_lease: "
