@@ -81,6 +81,9 @@ class Batch:
         # limited job's ENQUEUE carries its key's as "cc", for processes that did not
         # declare it (limited.plan_limited_enqueue).
         self.caps: Mapping[str, int] = {}
+        # nobroker migrate's copies: each job's own cap, by id, in place of `caps` (two
+        # jobs of one key may carry different ones, as enqueued one by one they would).
+        self.job_caps: Mapping[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
