@@ -92,7 +92,8 @@ class FileBackend:
 
     def _view(self, entry: Entry, payload: Any = MISSING, source: LogFile | None = None
               ) -> Job:
-        return entry_view(self.handle.state, self.handle.live_log, entry, payload, source)
+        return entry_view(self.handle.state, self.handle.live_log, entry, payload, source,
+                          self.handle.peek_now)
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
         """Under the lock: what builds the views of jobs just leased once it is released

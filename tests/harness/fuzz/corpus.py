@@ -94,6 +94,9 @@ def _workload(q: Queue, clock: FakeClock, flavour: int) -> None:
         q.enqueue_many([{"n": 8}, {"n": 9}])
         for index, job in enumerate(q.lease(2)):
             q.ack(job, result={"index": index, "text": "d\u00e9j\u00e0"} if index else None)
+        q.enqueue({"n": 10}, job_id="key-result", priority=300)
+        for job in q.lease(1):  # an ACK with "rkeep" (1.2): its id outlives its result
+            q.ack(job, result="brief", result_ttl=5.0)
         q.cancel(q.list_jobs("pending")[0].id)
         for job in q.lease(1):
             q.cancel(job.id)
