@@ -10,7 +10,7 @@ WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 picked AS (
     SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS c
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues WHERE name = %(q)s AND paused)
-      AND EXISTS (SELECT 1 FROM acked)
+      AND EXISTS (TABLE acked)
     ORDER BY c.priority DESC, c.seq LIMIT %(n)s),
 {readied},
 {leased},
@@ -32,4 +32,4 @@ tally AS MATERIALIZED (
 {counted}
 SELECT (SELECT count(*) FROM acked), leased.*,
        (SELECT array_agg(id) FROM finishing WHERE st = 2)
-FROM (SELECT 1) AS one LEFT JOIN leased ON true
+FROM (SELECT) AS one LEFT JOIN leased ON true
