@@ -85,6 +85,11 @@ class Batch:
         # jobs of one key may carry different ones, as enqueued one by one they would).
         self.job_caps: Mapping[str, int] | None = None
 
+    def cap_of(self, job_id: str, key_family: str) -> int | None:
+        """The cap declared for a concurrency key of `key_family` (a copy's: its own)."""
+        return self.caps.get(key_family) if self.job_caps is None \
+            else self.job_caps.get(job_id)
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -104,13 +104,8 @@ def key_fields(keys: JobKeys | None, cap: int | None = None) -> Record:
 
 
 def declared_cap(batch: Batch, job_id: str, keys: JobKeys | None) -> int | None:
-    """The cap the planning process declared for `keys`' concurrency key, if any (a
-    copied job's own: Batch.job_caps)."""
-    if keys is None or keys[1] is None:
-        return None
-    if batch.job_caps is not None:
-        return batch.job_caps.get(job_id)
-    return batch.caps.get(family(keys[1]))
+    """The cap the planning process declared for `keys`' concurrency key (Batch.cap_of)."""
+    return None if keys is None or keys[1] is None else batch.cap_of(job_id, family(keys[1]))
 
 
 def plan_limited_enqueue(batch: Batch, job_id: str, priority: int, at: float, t: float,
