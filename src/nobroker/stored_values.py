@@ -35,9 +35,9 @@ def settle(queue: Queue) -> None:
 
 def read(queue: Queue, key: str) -> dict[str, Any] | None:
     """The stored `{"value": ..., "ttl": ...}` under `key`; None if never stored,
-    forgotten, or past its ttl. The ttl is checked here: `Queue.get` hands back a keyed
-    job's result for as long as its key is remembered (key_retention), when that is
-    longer than its result_ttl (docs/API.md)."""
+    forgotten, or past its ttl. The ttl is checked here too: a keyed job acked before
+    results expired at their result_ttl (a file queue's ACK without "rkeep") shows its
+    result for as long as its key is remembered (key_retention)."""
     try:
         job = queue.get(key)
     except JobNotFoundError:

@@ -1043,6 +1043,35 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
         t.assertIsNone(q.ack_and_lease(leased, result="r", result_ttl=0))
         t.assertIsNone(q.result(again.id))
 
+    def test_a_keyed_job_s_result_goes_at_result_ttl_while_its_key_lasts_key_retention(
+            self) -> None:
+        # The id is kept for key_retention (a second enqueue of the key writes nothing);
+        # the result only for its result_ttl, however long the id outlives it.
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(result_ttl=10.0, key_retention=100.0)
+        keyed = q.enqueue("x", job_id="order-1")
+        plain = q.enqueue("y")
+        for job in (q.lease_one(), q.lease_one()):
+            assert job is not None
+            q.ack(job, result={"total": 3})
+        clock.advance(9)
+        t.assertEqual(q.result(keyed.id), {"total": 3})
+        clock.advance(2)
+        with self.assertWritesNothing(q):
+            t.assertIsNone(q.get(keyed.id).result, "past its result_ttl, before any write")
+        q.compact()
+        got = q.get(keyed.id)
+        t.assertEqual((got.state, got.result), (JobState.DONE, None))
+        t.assertIsNone(q.result(keyed.id))
+        t.assertRaises(JobNotFoundError, q.get, plain.id)
+        t.assertEqual(q.enqueue("x", job_id="order-1").state, JobState.DONE, "remembered")
+        clock.advance(80)
+        t.assertEqual(q.enqueue("x", job_id="order-1").state, JobState.DONE)
+        t.assertIsNone(q.get(keyed.id).result)
+        clock.advance(10)
+        q.enqueue("any write forgets what is due")
+        t.assertIs(q.enqueue("x", job_id="order-1").state, JobState.PENDING, "forgotten")
+
     def test_result_waits_with_a_timeout_and_names_a_dead_job_s_error(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q = self.queue(max_attempts=1)

@@ -344,6 +344,21 @@ class RecordTypesTest(unittest.TestCase):
                     s.apply_batch(log.batch((kind, {**fields, "dl": bad})))
                 self.assertEqual(s.jobs["j"].state, JobState.LEASED, "nothing half applied")
 
+    def test_ack_with_rkeep_keeps_the_job_for_keep_and_a_bad_rkeep_is_corruption(self
+                                                                                ) -> None:
+        fields = {"id": "j", "tok": 1, "t": 1.0, "keep": 100.0}
+        s, log = in_state(JobState.LEASED)
+        s.apply_batch(log.batch((RT.ACK, {**fields, "rkeep": 10.0, "r": 1})))
+        self.assertEqual((s.jobs["j"].state, s.jobs["j"].available_at),
+                         (JobState.DONE, 101.0), "kept for keep (its id's retention)")
+        for bad in ({"rkeep": -1.0, "r": 1}, {"rkeep": 100.0, "r": 1},
+                    {"rkeep": "10", "r": 1}):  # negative, not below keep, not a number
+            with self.subTest(bad=bad):
+                s, log = in_state(JobState.LEASED)
+                with self.assertRaises(ReplayError):
+                    s.apply_batch(log.batch((RT.ACK, {**fields, **bad})))
+                self.assertEqual(s.jobs["j"].state, JobState.LEASED, "nothing half applied")
+
     def test_extend_moves_the_deadline(self) -> None:
         s, log = in_state(JobState.LEASED)
         s.apply_batch(log.batch(extend("j", 1, until=500.0)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import unittest
-from typing import cast
+from typing import Any, cast
 
 from harness.copies import (
     check_limits_kept,
@@ -223,6 +223,24 @@ class TransferTest(MemoryCase, TempDirTestCase):
             check_limits_kept(self, there, ids, dead=False)
         limited_task(target)
         check_limits_kept(self, target, ids)
+
+    def test_waiting_jobs_of_one_key_keep_each_its_own_cap_in_a_directory(self) -> None:
+        directory, back = str(self.tmp / "q"), str(self.tmp / "back")
+        with Queue(directory) as source:
+            first = source.enqueue("first")
+        waiting: dict[str, int] = {}
+        for cap in (1, 3):  # two enqueuers of one key, each declaring its own cap
+            with Queue(directory) as source:
+                send = source.task(name="send", concurrency=cap,
+                                   concurrency_key=lambda customer: customer)(
+                                       lambda customer: None)
+                waiting[send.apply_async(("acme",), depends_on=first).id] = cap
+        self.assertEqual(transfer(directory, back, "default").copied,
+                         {"pending": 1, "waiting": 2}, "the waiting ones in one graph")
+        with Queue(back) as there:
+            limits = cast(Any, there.backend).export_limits()
+        self.assertEqual({job_id: limits[job_id][1] for job_id in waiting}, waiting,
+                         "each keeps the cap it was enqueued with, as one by one")
 
     def test_a_directory_target_takes_no_revivable_dependent(self) -> None:
         directory, back = str(self.tmp / "q"), str(self.tmp / "back")

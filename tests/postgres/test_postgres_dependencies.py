@@ -111,8 +111,9 @@ class PostgresDependenciesTest(unittest.TestCase):
         leased = q.lease_one()
         assert leased is not None
         following = q.backend.ack_and_lease(leased, 30.0)
-        self.assertIsNone(following, "released in this statement, leasable from the next")
-        self.assertEqual(q.get(c.id).state, JobState.PENDING)
+        assert following is not None, "released and leased in the ack's statement"
+        self.assertEqual((following.id, following.state), (c.id, JobState.LEASED))
+        self.assertEqual(q.get(c.id).state, JobState.LEASED)
 
     def test_the_release_is_in_the_acks_transaction_and_rolls_back_with_it(self) -> None:
         q = self.open()
@@ -197,7 +198,7 @@ class PostgresDependenciesTest(unittest.TestCase):
         leased = q.lease_one()
         assert leased is not None
         backend: Any = q.backend
-        params = backend._params(id=leased.id, tok=leased.token, r=None, kr=0.0, ur=0.0)
+        params = backend._params(id=leased.id, tok=leased.token, r=None, kr=0.0, ur=0.0, rt=None)
         reads = _reads(q, backend._sql.ack, params)
         for table in ("prerequisites", "waits"):
             scans, fetched = reads.get(table, (0, 0))

@@ -74,7 +74,7 @@ class PostgresRevivalsTest(unittest.TestCase):
         leased = q.lease_one()
         assert leased is not None
         backend: Any = q.backend
-        params = backend._params(id=leased.id, tok=leased.token, r=None, kr=0.0, ur=0.0)
+        params = backend._params(id=leased.id, tok=leased.token, r=None, kr=0.0, ur=0.0, rt=None)
         scans, fetched = _reads(q, backend._sql.ack, params).get("dormant", (0, 0))
         self.assertEqual(scans, 0, "a sequential scan of dormant")
         self.assertLessEqual(fetched, 3, f"{fetched} dormant rows read for one finish")

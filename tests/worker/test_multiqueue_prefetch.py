@@ -141,6 +141,26 @@ class MultiQueuePrefetchTest(WorkerTestCase):
         self.assertEqual(stats.succeeded, 18)
         self.assertEqual(most_leased[0], 1)  # the cap held, prefetched ones included
 
+    def test_a_round_after_capped_jobs_finish_leases_as_many_again(self) -> None:
+        (reports,) = self.queues("reports")
+        reports.enqueue_many(["r"] * 12)
+        rounds: list[tuple[int, int]] = []  # the acker's writes: (acked, leased)
+        both = reports.ack_many_and_lease
+
+        def counted(jobs: list[Job], count: int, **options: Any) -> list[Job]:
+            got: list[Job] = both(jobs, count, **options)
+            rounds.append((len(jobs), len(got)))
+            return got
+
+        reports.ack_many_and_lease = counted  # type: ignore[method-assign]
+        stats = Worker([reports], lambda job: None, concurrency=3, prefetch=3, max_jobs=12,
+                       queue_concurrency={"reports": 3}, handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 12)
+        # The jobs acked are not held any more: the write that acks them leases as
+        # many again, while the queue has them (12 = the dispatcher's first 3 + 9).
+        self.assertEqual(sum(leased for _, leased in rounds), 9, rounds)
+        self.assertTrue(all(leased <= acked for acked, leased in rounds), rounds)
+
     def test_hooks_fire_for_jobs_acked_in_a_round(self) -> None:
         queues = self.queues("a", "b")
         fired: list[str] = []

@@ -6,8 +6,9 @@ the file backend), so that a worker runs a chain of N steps in N writes, not
 2N (the benchmark's chain_run row). The released step is one more candidate
 for that lease, in the usual order (highest priority first, then oldest):
 a ready job of higher priority still goes first, a step whose own delay= has
-not passed is not taken, a paused queue leases nothing. On memory:// and
-files (PostgreSQL leases a released step with the worker's next lease).
+not passed is not taken, a paused queue leases nothing. On memory://, files
+and, under `make.py test-postgres`, PostgreSQL (ack_and_lease.sql leases after
+the ack's settle: nb_lease_next, migrations/0011).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.postgres import ENABLED, drop_schema, fresh_schema_url
 from harness.support import TempDirTestCase
 
 from nobroker import Job, JobState, Queue, chain
@@ -39,10 +41,17 @@ def batches_of(directory: Path) -> list[list[tuple[str, str]]]:
 
 class StepLeasingTest(TempDirTestCase):
     def _each(self) -> Iterator[tuple[Queue, Any, Path | None]]:
-        """Each backend in turn: a fresh queue, its task add, and its directory (files)."""
-        for directory in (None, self.tmp / f"q{next(_names)}"):
-            location = f"memory://steps-{next(_names)}" if directory is None else str(directory)
-            with Queue(location) as queue:
+        """Each backend in turn: a fresh queue, its task add, and its directory (files);
+        PostgreSQL too when the suite runs with a server."""
+        locations: list[str | Path] = [f"memory://steps-{next(_names)}",
+                                       self.tmp / f"q{next(_names)}"]
+        if ENABLED:
+            url = fresh_schema_url()
+            self.addCleanup(drop_schema, url)
+            locations.append(url)
+        for location in locations:
+            directory = location if isinstance(location, Path) else None
+            with Queue(str(location)) as queue:
 
                 @queue.task(name="add")
                 def add(a: int, b: int = 0) -> int:

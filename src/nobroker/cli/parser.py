@@ -167,7 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--schema", metavar="NAME", help="the schema (default: the URL's "
                      "?schema=, else nobroker)")
     sub = command("migrate", cmd_migrate, "copy a queue's jobs between a directory and "
-                  "PostgreSQL (pending, leased as pending, dead); safe to run twice")
+                  "PostgreSQL: pending, leased (as pending) and dead jobs, waiting jobs "
+                  "with their prerequisites, revivable cancelled dependents, each with its "
+                  "limit keys and cap; safe to run twice")
+    sub.epilog = ("Not copied: finished jobs, remembered keys, and the rate limits' "
+                  "windows (a rate limit starts fresh on the target). See docs/CLI.md.")
     sub.add_argument("--from", dest="source", required=True, metavar="DIR|URL")
     sub.add_argument("--to", dest="target", required=True, metavar="URL|DIR")
     return parser

@@ -92,7 +92,8 @@ class FileBackend:
 
     def _view(self, entry: Entry, payload: Any = MISSING, source: LogFile | None = None
               ) -> Job:
-        return entry_view(self.handle.state, self.handle.live_log, entry, payload, source)
+        return entry_view(self.handle.state, self.handle.live_log, entry, payload, source,
+                          self.handle.peek_now)
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
         """Under the lock: what builds the views of jobs just leased once it is released
@@ -174,14 +175,16 @@ class FileBackend:
                       copied_limits: Mapping[str, CopiedLimits] | None = None) -> list[Job]:
         keys: list[JobKeys | None] = [self._limits.keys_of(node.payload) for node in nodes] \
             if self._limits.tasks else []
-        caps = self._limits.concurrency
+        job_caps: dict[str, int] | None = None
         if copied_limits is not None:  # nobroker migrate: the keys and caps they had
             copied = [copied_limits.get(node.job_id or "", (None, None)) for node in nodes]
             keys = [job_keys for job_keys, _ in copied]
-            caps = {family(k[1]): cap for k, cap in copied if k and k[1] and cap is not None}
+            # Each its own cap: two jobs of one key may carry different ones.
+            job_caps = {node.job_id: cap for node, (_, cap) in zip(nodes, copied, strict=True)
+                        if node.job_id is not None and cap is not None}
 
         def plan(state: QueueState, batch: Batch, now: float) -> Callable[[], list[Job]]:
-            batch.caps = caps
+            batch.caps, batch.job_caps = self._limits.concurrency, job_caps
             attempts = self.settings.max_attempts
             planned = plan_graph(state, batch, now, payload_texts, nodes, self._rng, attempts,
                                  keys)

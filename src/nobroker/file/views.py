@@ -28,16 +28,20 @@ __all__ = ["entry_view", "read_payload", "read_payloads", "note_view", "dormant_
 MISSING: Any = object()  # entry_view's payload when the caller has none: read it
 
 def entry_view(state: QueueState, live_log: Callable[[], LogFile], entry: Entry,
-               payload: Any = MISSING, source: LogFile | None = None) -> Job:
+               payload: Any = MISSING, source: LogFile | None = None,
+               clock: Callable[[], float] | None = None) -> Job:
     """The Job of `entry`: its payload read from `source` (else the live log) unless
-    given, a kept finished job's outcome from the live log, its note from `state`."""
+    given, a kept finished job's outcome from the live log as of `clock()` (a keyed
+    job's result may be gone before it is; None: state.latest_time), its note from
+    `state`."""
     code = entry.state
     if code is JobState.DONE or code is JobState.CANCELLED:
         # Kept with its outcome: no payload; the result and the finishing time are
         # read from the record that holds them.
         log = live_log()
+        now = state.latest_time if clock is None else clock()
         finished_at, result = finished_outcome(log.record_at(entry.loc), log.path,
-                                               entry.loc, entry.id)
+                                               entry.loc, entry.id, now)
         return Job(id=entry.id, payload=None, priority=entry.priority,
                    attempts=entry.attempts, max_attempts=entry.max_attempts, state=code,
                    available_at=finished_at, enqueued_at=entry.enqueued_at,

@@ -129,7 +129,8 @@ class MemoryBackend:
 
     # -- views --------------------------------------------------------------
 
-    _view = staticmethod(job_view)
+    def _view(self, job: MemoryJob) -> Job:  # at now: a keyed job's result may be gone
+        return job_view(job, self._shared.peek(self._clock()))
 
     def _find(self, table: MemoryTable, job_id: str, now: float) -> Job:
         return find_view(table, job_id, now, self.settings.key_retention)
@@ -199,9 +200,8 @@ class MemoryBackend:
              result_ttl: float | None) -> None:
         held = table.held(job.id, job.token)
         ttl = self.settings.result_ttl if result_ttl is None else result_ttl
-        keep = max(ttl, self.settings.key_retention) if held.keyed else ttl
         # A result kept for no time is none: a keyed job's remembered id must not carry it.
-        table.ack(held, now, result_text if ttl > 0 else None, keep)
+        table.ack(held, now, result_text if ttl > 0 else None, ttl, self.settings.key_retention)
 
     def ack(self, job: Job, result_text: str | None = None,
             result_ttl: float | None = None) -> None:

@@ -32,6 +32,8 @@ class MemoryJob:
     token: int = 0  # the current (or last) lease's fencing token
     lease_until: float = 0.0
     result_text: str | None = None  # JSON, for a job acked with a result
+    # A keyed job's result is shown until then, while its id is kept till keep_until.
+    result_until: float | None = None
     finished_at: float | None = None
     keep_until: float = 0.0  # a kept finished job is forgotten from then on
     stamp: int = 0  # bumped by every move: heap entries with an older one are stale

@@ -162,13 +162,16 @@ class MemoryTable:
 
     # -- settling -----------------------------------------------------------
 
-    def ack(self, job: MemoryJob, now: float, result_text: str | None, keep: float) -> None:
-        """Finished: kept with its result for `keep` seconds, or forgotten (a keyed
-        one's id remembered)."""
+    def ack(self, job: MemoryJob, now: float, result_text: str | None, result_ttl: float,
+            key_retention: float) -> None:
+        """Finished: kept with its result for `result_ttl` (a keyed one `key_retention` if
+        longer, its result still gone after result_ttl), or forgotten (a keyed id kept)."""
         self.done += 1
         if result_text is not None:
             job.result_text = result_text
-            self.finish(job, JobState.DONE, now, keep)
+            keyed = job.keyed and key_retention > result_ttl  # its id outlives its result
+            job.result_until = now + result_ttl if keyed else None
+            self.finish(job, JobState.DONE, now, key_retention if keyed else result_ttl)
             return
         self._remove(job)
         if job.keyed:

@@ -14,15 +14,18 @@ from .table import FINISHED, MemoryTable
 __all__ = ["job_view", "done_view", "find_view", "stats_view"]
 
 
-def job_view(job: MemoryJob) -> Job:
-    """What the API shows of `job`: a kept finished job without its payload."""
+def job_view(job: MemoryJob, now: float) -> Job:
+    """What the API shows of `job` at `now`: a kept finished job without its payload
+    (and without its result past its result_until)."""
     state = job.state
     if state in FINISHED:
+        shown = job.result_text if job.result_until is None or job.result_until > now \
+            else None
         return Job(id=job.id, payload=None, priority=job.priority, attempts=job.attempts,
                    max_attempts=job.max_attempts, state=state,
                    available_at=job.finished_at or 0.0, enqueued_at=job.enqueued_at,
                    last_error=job.last_error, finished_at=job.finished_at,
-                   result=None if job.result_text is None else loads(job.result_text),
+                   result=None if shown is None else loads(shown),
                    **note_view(job.note))
     leased = state is JobState.LEASED
     return Job(id=job.id, payload=loads(job.payload_text or "null"),
@@ -50,7 +53,7 @@ def find_view(table: MemoryTable, job_id: str, now: float, key_retention: float)
     if job is not None:
         if job.state in FINISHED and job.keep_until <= now:
             raise JobNotFoundError(job_id)
-        return job_view(job)
+        return job_view(job, now)
     done_at = table.done_keys.get(job_id)
     if done_at is not None and done_at + key_retention > now:
         return done_view(job_id, done_at, table.key_notes.get(job_id))

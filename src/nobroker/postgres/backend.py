@@ -61,7 +61,7 @@ from .rows import (
 )
 from .session import Session
 from .statements import Statements, backoff_params
-from .sweeping import EVERY, Sweeper, kept_result, retention
+from .sweeping import EVERY, Sweeper, kept_result, result_keep, retention
 from .transactional import Conflict, Transactional, enqueue_rows, retried
 from .url import Target
 from .wakeups import Wakeups
@@ -203,7 +203,8 @@ class PostgresBackend:
             result_ttl: float | None = None) -> None:
         result_text = kept_result(self.settings, result_text, result_ttl)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
-        params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed)
+        params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
+                              rt=result_keep(self.settings, result_text, result_ttl))
         self._fenced("ack", self._sql.ack, params, job)
 
     def ack_many(self, jobs: Sequence[Job]) -> None:
@@ -239,6 +240,7 @@ class PostgresBackend:
         result_text = kept_result(self.settings, result_text, result_ttl)
         keyed, unkeyed = retention(self.settings, result_text, result_ttl)
         params = self._params(id=job.id, tok=job.token, r=result_text, kr=keyed, ur=unkeyed,
+                              rt=result_keep(self.settings, result_text, result_ttl),
                               n=1, vt=visibility_timeout)
         return self._leasing.ack_and_lease(params, lambda conn: self._not_leased(conn, job))
 

@@ -32,11 +32,13 @@ CODES_OF: Final = {state: tuple(c for c, s in STATES.items() if s is state) for 
 def job_from_row(row: Sequence[Any]) -> Job:
     """The Job a row read in job_columns order describes (followed, where the query
     reads it, by parts/waiting_for.sql's column, and get.sql's: whether its payload is
-    shown)."""
+    shown, and whether its result is gone: a keyed job's past result_until)."""
     (job_id, _seq, code, priority, available_at, enqueued_at, max_attempts, attempts,
      token, lease_until, last_error, payload, result, finished_at, progress, meta) = row[:16]
     waiting_for = row[16] if len(row) > 16 else None
     shown = row[17] if len(row) > 17 else True
+    if len(row) > 18 and row[18]:
+        result = None
     leased = code == 1
     noted: dict[str, Any] = {}  # its progress and metadata (migration 0005), if any
     if progress is not None:

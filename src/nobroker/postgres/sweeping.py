@@ -34,7 +34,7 @@ from ..models import CompactionResult
 from .connection import Link, changed
 from .statements import Statements
 
-__all__ = ["Sweeper", "retention", "EVERY", "OVERDUE"]
+__all__ = ["Sweeper", "retention", "result_keep", "EVERY", "OVERDUE"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -50,6 +50,14 @@ def kept_result(settings: Settings, result_text: str | None,
     return result_text if ttl > 0 else None
 
 
+def result_keep(settings: Settings, result_text: str | None,
+                result_ttl: float | None) -> float | None:
+    """Seconds an acked row's result is shown when less than the row is kept (a keyed
+    row's key outlives it: key_retention is longer), else None (as long as the row)."""
+    ttl = settings.result_ttl if result_ttl is None else result_ttl
+    return float(ttl) if result_text is not None and settings.key_retention > ttl else None
+
+
 def retention(settings: Settings, result_text: str | None,
               result_ttl: float | None) -> tuple[float, float]:
     """(seconds a keyed row is kept, seconds an unkeyed row is kept) after its ack:
@@ -57,9 +65,9 @@ def retention(settings: Settings, result_text: str | None,
     result's ttl (at least), an unkeyed row without one not at all."""
     keyed = settings.key_retention
     if result_text is None:
-        return keyed, 0.0
+        return float(keyed), 0.0
     ttl = settings.result_ttl if result_ttl is None else result_ttl
-    return max(keyed, ttl), ttl
+    return float(max(keyed, ttl)), float(ttl)
 
 
 class Sweeper:

@@ -33,7 +33,7 @@ from .connection import SLOTS, Link, error_text
 from .rows import job_from_row, not_leased
 from .session import Session
 from .statements import Statements
-from .sweeping import kept_result, retention
+from .sweeping import kept_result, result_keep, retention
 from .url import Target
 
 __all__ = ["Transactional", "enqueue_rows", "Conflict", "retried"]
@@ -128,7 +128,8 @@ class Transactional:
         result_text = kept_result(self._settings, result_text, result_ttl)
         keyed, unkeyed = retention(self._settings, result_text, result_ttl)
         params = self._session.params(id=job.id, tok=job.token, r=result_text, kr=keyed,
-                                      ur=unkeyed)
+                                      ur=unkeyed,
+                                      rt=result_keep(self._settings, result_text, result_ttl))
         try:
             if joined:  # the application's connection: no counter slot of its own
                 conn.execute(_SLOT_FOR_TRANSACTION, {"s": SLOTS})

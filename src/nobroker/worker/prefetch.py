@@ -175,7 +175,8 @@ class Prefetching(LeaseRounds):
 
         try:
             if want:
-                self._lease_round(want, send, admitted)
+                self._lease_round(want, send, admitted,
+                                  {index: len(f) for index, f in by_queue.items()})
             for index, flights in by_queue.items():
                 if index not in done:
                     done[index] = (flights, self._ack_batch(index, flights, 0)[0])

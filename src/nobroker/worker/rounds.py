@@ -28,7 +28,7 @@ whose jobs it is acking in the same round (one write for both). What holds:
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..models import Job
 from .leasing import Leasing
@@ -49,23 +49,35 @@ class LeaseRounds(Leasing):
         self._lease_round(want, self._lease_from, into)
         return len(into)
 
-    def _lease_round(self, want: int, send: Send, into: list[Flight]) -> None:
+    def _lease_round(self, want: int, send: Send, into: list[Flight],
+                     acking: Mapping[int, int] | None = None) -> None:
         """Lease up to `want` jobs over the queues into the inbox (and `into`, as they
-        are admitted, so that a caller knows them even if `send` raises)."""
+        are admitted, so that a caller knows them even if `send` raises). `acking`:
+        per queue, the jobs the caller acks in this round (the acker's, in its lease's
+        write), no longer held: not counted against a cap."""
         if self._picker.weights is None:
-            self._round_by_priority(want, send, into)
+            self._round_by_priority(want, send, into, acking or {})
         else:
-            self._round_by_weights(want, send, into)
+            self._round_by_weights(want, send, into, acking or {})
 
-    def _round_by_priority(self, want: int, send: Send, into: list[Flight]) -> None:
+    def _held(self, acking: Mapping[int, int]) -> list[int]:
+        """_busy(None) less the jobs acked in this round (under _cond)."""
+        busy = self._busy(None)
+        if self._picker.caps:  # _busy counts flights only then
+            for index, count in acking.items():
+                busy[index] = max(busy[index] - count, 0)
+        return busy
+
+    def _round_by_priority(self, want: int, send: Send, into: list[Flight],
+                           acking: Mapping[int, int]) -> None:
         with self._cond:
-            order = self._picker.order(self._busy(None))
+            order = self._picker.order(self._held(acking))
         for index in order:
             with self._cond:  # reserve against the cap, now that earlier queues answered
                 left = want - len(into)
                 if left <= 0:
                     return
-                room = self._picker.room(index, self._busy(None)[index])
+                room = self._picker.room(index, self._held(acking)[index])
                 asked = left if room is None else min(left, room)
                 if asked == 0:
                     continue
@@ -78,7 +90,8 @@ class LeaseRounds(Leasing):
                     self._leasing[index] -= asked
                     into += self._admit(jobs, index, into_inbox=True)
 
-    def _round_by_weights(self, want: int, send: Send, into: list[Flight]) -> None:
+    def _round_by_weights(self, want: int, send: Send, into: list[Flight],
+                          acking: Mapping[int, int]) -> None:
         """Plan, lease, queue in the plan's order; while a queue came up short and more
         are wanted, plan the rest over the queues not found empty (as a pick tries
         the next queue when one is empty): at most one pass per queue."""
@@ -86,7 +99,7 @@ class LeaseRounds(Leasing):
         tried: list[int] = []  # found empty since the last pick taken
         while len(into) < want:
             with self._cond:
-                plan = self._picker.plan(want - len(into), self._busy(None), skip=empty)
+                plan = self._picker.plan(want - len(into), self._held(acking), skip=empty)
                 counts = Counter(plan)
                 for index, count in counts.items():
                     self._leasing[index] += count

@@ -354,8 +354,12 @@ def _w_checkpoint_after_switch(d: Driver) -> None:
 @workload("results_compaction")
 def _w_results(d: Driver) -> None:
     # Results kept with finished jobs (ACK with "r"), across a compaction (FINISHED
-    # records) and until their retention runs out (FORGET).
-    h = d.open(result_ttl=100.0)
+    # records) and until their retention runs out (FORGET); a keyed job's result gone
+    # before its id ("rkeep", 1.2).
+    h = d.open(result_ttl=100.0, key_retention=300.0)
+    d.call(h, "enqueue", payload(8, 100), job_id="key-1", priority=5)
+    for job in _held(d.call(h, "lease", 1)):
+        d.call(h, "ack", job, result={"brief": True})
     d.call(h, "enqueue_many", [payload(i, 150) for i in range(3)])
     leased = _held(d.call(h, "lease", 1))
     for job in leased:

@@ -78,6 +78,7 @@ from ..log.records import (
     NONCE,
     PAUSED,
     PRIORITY,
+    RESULT_KEEP,
     STATE,
     TIME,
     TOKEN,
@@ -364,4 +365,6 @@ def _finished_fields(old: LogFile, entry: Entry, rtype: int, record: Record) -> 
         fields[ERROR] = entry.last_error
     if entry.keyed:
         fields[IS_KEY] = True
+    if RESULT_KEEP in record:  # a keyed job's result, gone before its id (1.2)
+        fields[RESULT_KEEP] = record[RESULT_KEEP]
     return fields

@@ -20,6 +20,7 @@ from .records import (
     ID,
     PAYLOAD_KEY_TEXT,
     RESULT,
+    RESULT_KEEP,
     RESULT_KEY_TEXT,
     TIME,
     Record,
@@ -123,11 +124,14 @@ def prefix_crc(fs: FileSystem, fd: int, end: int, start: int = 0, crc: int = 0) 
 
 
 def finished_outcome(found: tuple[int, Record] | None, path: str, offset: int,
-                     job_id: str) -> tuple[float, Any]:
-    """A kept finished job's (finished_at, result), from `found`, the record at `offset`
-    (record_at's answer): an ACK, CANCEL or FINISHED record of that job, else
-    CorruptLogError."""
+                     job_id: str, now: float) -> tuple[float, Any]:
+    """A kept finished job's (finished_at, result) at `now`, from `found`, the record at
+    `offset` (record_at's answer): an ACK, CANCEL or FINISHED record of that job, else
+    CorruptLogError. A result past its "rkeep" (a keyed job's, 1.2) is None."""
     if found is None or found[0] not in _OUTCOME_FIELD or found[1].get(ID) != job_id:
         raise CorruptLogError(path, offset, "finished job's record unreadable")
     record = found[1]
-    return float(record[_OUTCOME_FIELD[found[0]]]), record.get(RESULT)
+    finished_at = float(record[_OUTCOME_FIELD[found[0]]])
+    if RESULT_KEEP in record and finished_at + record[RESULT_KEEP] <= now:
+        return finished_at, None
+    return finished_at, record.get(RESULT)

@@ -27,7 +27,7 @@ __all__ = [
     "JOBS", "KEPT", "PAUSED", "NEXT_SEQ", "TOTALS", "NONCE", "WAIT", "ALLOW_FAILURE",
     "FRACTION", "META",
     "RATE_KEY", "CONCURRENCY_KEY", "CONCURRENCY_CAP", "LIMIT_COUNT", "PERIOD", "STARTS",
-    "DEAD_LETTER", "FAILED_PREREQUISITES",
+    "DEAD_LETTER", "FAILED_PREREQUISITES", "RESULT_KEEP",
 ]
 
 Record = dict[str, Any]
@@ -124,6 +124,9 @@ DEAD_LETTER: Final = "dl"  # NACK: dead now, whatever attempts remain (format 1.
 # FINISHED: the failed prerequisites a revivable dependent stays cancelled for (its `w`:
 # those it still waits for; format 1.2)
 FAILED_PREREQUISITES: Final = "wf"
+# ACK, FINISHED: seconds a keyed job's result is kept, less than its "keep" (its id's
+# retention): the result is gone at "t" (or "fin") + this, the id still remembered (1.2)
+RESULT_KEEP: Final = "rkeep"
 # The text a record's last key (payload or result) starts with: readers of a payload
 # or result find it by this, without parsing the record (a quote inside a JSON string
 # is escaped, so the first occurrence is the key).
@@ -133,7 +136,7 @@ FIELDS: Final = (BATCH, DURABLE, ID, PRIORITY, AT, TIME, MAX_ATTEMPTS, IS_KEY, P
                  UNTIL, RESULT, KEEP, ERROR, STATE, ATTEMPTS, FINISHED_AT, ACKED, JOBS, KEPT,
                  PAUSED, NEXT_SEQ, TOTALS, NONCE, WAIT, ALLOW_FAILURE, FRACTION, META,
                  ON_FAILURE, RATE_KEY, CONCURRENCY_KEY, LIMIT_COUNT, PERIOD, STARTS,
-                 DEAD_LETTER, FAILED_PREREQUISITES, CONCURRENCY_CAP)
+                 DEAD_LETTER, FAILED_PREREQUISITES, CONCURRENCY_CAP, RESULT_KEEP)
 
 
 _quote: Final = json.encoder.encode_basestring_ascii

@@ -81,6 +81,14 @@ class Batch:
         # limited job's ENQUEUE carries its key's as "cc", for processes that did not
         # declare it (limited.plan_limited_enqueue).
         self.caps: Mapping[str, int] = {}
+        # nobroker migrate's copies: each job's own cap, by id, in place of `caps` (two
+        # jobs of one key may carry different ones, as enqueued one by one they would).
+        self.job_caps: Mapping[str, int] | None = None
+
+    def cap_of(self, job_id: str, key_family: str) -> int | None:
+        """The cap declared for a concurrency key of `key_family` (a copy's: its own)."""
+        return self.caps.get(key_family) if self.job_caps is None \
+            else self.job_caps.get(job_id)
 
     def __len__(self) -> int:
         return len(self._items)

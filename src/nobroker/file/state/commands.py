@@ -27,6 +27,7 @@ from ..log.records import (
     ERROR,
     ID,
     KEEP,
+    RESULT_KEEP,
     TIME,
     TOKEN,
     Record,
@@ -237,7 +238,8 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
              key_retention: float = 0.0, limits: Limits | None = None) -> Entry:
     """ACK for a job the caller holds; with `result_text`, the job is kept with its
     result for `result_ttl` seconds (a keyed one at least `key_retention`, so that
-    its id is remembered as long as a plain ack would remember it). A result kept
+    its id is remembered as long as a plain ack would remember it, its result still
+    gone after `result_ttl`: "rkeep"). A result kept
     for no time is acked as none: a keyed job's remembered id must not carry it.
     `limits`: the caller's, which tell whether a concurrency slot it frees was awaited."""
     entry = check_lease(state, job_id, token)
@@ -247,9 +249,10 @@ def plan_ack(state: QueueState, batch: Batch, now: float, job_id: str, token: in
     if result_text is None or result_ttl <= 0:
         batch.add_ack(job_id, entry.token, now)  # the token: check_lease found it equal
     else:
-        keep = max(result_ttl, key_retention) if entry.keyed else result_ttl
-        batch.add_result(RecordType.ACK, {ID: job_id, TOKEN: token, TIME: now, KEEP: keep},
-                         result_text)
+        fields = {ID: job_id, TOKEN: token, TIME: now, KEEP: result_ttl}
+        if entry.keyed and key_retention > result_ttl:  # the id outlives the result
+            fields[KEEP], fields[RESULT_KEEP] = key_retention, result_ttl
+        batch.add_result(RecordType.ACK, fields, result_text)
     plan_dependents(state, batch, now, job_id, JobState.DONE)  # released in this write
     return entry
 

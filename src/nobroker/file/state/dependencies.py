@@ -103,7 +103,7 @@ def plan_dependent_enqueue(batch: Batch, now: float, job_id: str, payload_text: 
         fields[IS_KEY] = True
     fields[WAIT] = unmet
     mode_fields(fields, mode)
-    fields.update(key_fields(keys, declared_cap(batch, keys)))
+    fields.update(key_fields(keys, declared_cap(batch, job_id, keys)))
     batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
     return JobState.WAITING
 

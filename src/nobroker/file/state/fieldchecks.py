@@ -13,11 +13,14 @@ from typing import Any, Final
 
 from ..log.records import (
     MAX_ATTEMPTS,
+    RESULT,
+    RESULT_KEEP,
     Record,
     ReplayError,
 )
 
-__all__ = ["INT64", "field", "opt_str", "max_attempts_field", "check_totals"]
+__all__ = ["INT64", "field", "opt_str", "max_attempts_field", "check_totals",
+           "check_result_keep"]
 
 INT64: Final = 2**63
 
@@ -46,6 +49,15 @@ def max_attempts_field(rec: Record, offset: int) -> int:
     if value < 1:
         raise ReplayError(offset, f"max_attempts {value} < 1")
     return int(value)
+
+
+def check_result_keep(rec: Record, keep: float, offset: int) -> None:
+    """An ACK's or FINISHED record's optional "rkeep" (1.2): with a result, a number
+    from 0 up to (not including) the record's "keep", or ReplayError."""
+    if RESULT_KEEP in rec:
+        value = field(rec, RESULT_KEEP, float, offset)
+        if RESULT not in rec or not 0 <= value < keep:
+            raise ReplayError(offset, f"bad result retention {value!r} (keep {keep!r})")
 
 
 def check_totals(value: object, offset: int) -> tuple[int, int, int]:

@@ -103,9 +103,9 @@ def key_fields(keys: JobKeys | None, cap: int | None = None) -> Record:
     return fields
 
 
-def declared_cap(batch: Batch, keys: JobKeys | None) -> int | None:
-    """The cap the planning process declared for `keys`' concurrency key, if any."""
-    return None if keys is None or keys[1] is None else batch.caps.get(family(keys[1]))
+def declared_cap(batch: Batch, job_id: str, keys: JobKeys | None) -> int | None:
+    """The cap the planning process declared for `keys`' concurrency key (Batch.cap_of)."""
+    return None if keys is None or keys[1] is None else batch.cap_of(job_id, family(keys[1]))
 
 
 def plan_limited_enqueue(batch: Batch, job_id: str, priority: int, at: float, t: float,
@@ -117,7 +117,7 @@ def plan_limited_enqueue(batch: Batch, job_id: str, priority: int, at: float, t:
                       MAX_ATTEMPTS: max_attempts}
     if keyed:
         fields[IS_KEY] = True
-    fields.update(key_fields(keys, declared_cap(batch, keys)))
+    fields.update(key_fields(keys, declared_cap(batch, job_id, keys)))
     batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
 
 

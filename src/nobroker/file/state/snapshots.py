@@ -36,7 +36,7 @@ from ..log.records import (
     Record,
     ReplayError,
 )
-from .fieldchecks import check_totals, field, max_attempts_field, opt_str
+from .fieldchecks import check_result_keep, check_totals, field, max_attempts_field, opt_str
 from .reviving import revivable_fields
 from .transitions import ReplayState
 from .vocabulary import CANCELLED, CODES, DONE, PENDING, SEQ_MAX, JobState
@@ -113,6 +113,7 @@ def apply_snapshot_finished(state: ReplayState, job_id: str, rec: Record, offset
     finished_at, keep = field(rec, FINISHED_AT, float, offset), field(rec, KEEP, float, offset)
     if keep < 0:
         raise ReplayError(offset, f"negative retention {keep!r}")
+    check_result_keep(rec, keep, offset)
     error = opt_str(rec, ERROR, offset)
     slot = table.add(job_id, keyed, code, field(rec, PRIORITY, int, offset), 0.0,
                      field(rec, TIME, float, offset), max_attempts_field(rec, offset),

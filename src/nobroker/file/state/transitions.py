@@ -34,7 +34,7 @@ from ..log.records import (
     RecordType,
     ReplayError,
 )
-from .fieldchecks import INT64, field, opt_str
+from .fieldchecks import INT64, check_result_keep, field, opt_str
 from .jobtable import JobTable
 from .limited import key_fields, record_cap, record_keys
 from .notes import Notes, apply_progress
@@ -163,6 +163,7 @@ def _finish(state: ReplayState, slot: int, job_id: str, code: int, finished_at: 
     keep = field(rec, KEEP, float, offset)
     if keep < 0:
         raise ReplayError(offset, f"negative retention {keep!r}")
+    check_result_keep(rec, keep, offset)  # read by the views only (views.py)
     state.live_bytes += size - state.table.finish(slot, job_id, code, keep,
                                                  finished_at + keep, offset, size)
     state.kept += 1

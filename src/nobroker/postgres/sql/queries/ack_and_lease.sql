@@ -2,22 +2,22 @@
 -- happens only if the ack did (its lease was current). First column: 1 if
 -- acked; then the leased job's columns, or NULLs when none was leased; last,
 -- the ids of the jobs its reclaim killed (as parts/lease_tail.sql). The
--- waiting dependents of the jobs it finished are settled in it (parts/settled.sql).
+-- waiting dependents of the jobs it finished are settled in it (parts/settled.sql),
+-- and then the lease is made (nb_lease_next, migrations/0011: after the settle,
+-- so that a chain step the ack released may be the job it leases).
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 {acked},
 {reclaimed},
-{candidates},
-picked AS (
-    SELECT c.id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS c
-    WHERE NOT EXISTS (SELECT 1 FROM {schema}.queues WHERE name = %(q)s AND paused)
-      AND EXISTS (SELECT 1 FROM acked)
-    ORDER BY c.priority DESC, c.seq LIMIT %(n)s),
-{readied},
-{leased},
 finishing AS (
     SELECT id, 3 AS st, dependents FROM acked
     UNION ALL SELECT id, 2, dependents FROM reclaimed WHERE state = 2),
 {settled},
+-- settled.n (never negative) as an argument: the call comes after the settle.
+leased AS MATERIALIZED (
+    SELECT {job_columns}
+    FROM settled, {schema}.nb_lease_next(%(q)s, %(n)s::integer, %(vt)s::float8,
+                                         %(t)s::float8, settled.n >= 0 AND EXISTS (TABLE acked)
+                                         ) AS j),
 tally AS MATERIALIZED (
     SELECT c0.p - c1.d - settled.n AS p, c1.d, c0.f, c0.k + settled.n AS k,
            CASE WHEN c1.w0 > 0 THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text
@@ -32,4 +32,4 @@ tally AS MATERIALIZED (
 {counted}
 SELECT (SELECT count(*) FROM acked), leased.*,
        (SELECT array_agg(id) FROM finishing WHERE st = 2)
-FROM (SELECT 1) AS one LEFT JOIN leased ON true
+FROM (SELECT) AS one LEFT JOIN leased ON true
