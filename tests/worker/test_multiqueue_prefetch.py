@@ -162,6 +162,34 @@ class MultiQueuePrefetchTest(WorkerTestCase):
                    or (c[1] == "lease" and c[2])]
         self.assertLessEqual(len(leasing), 18, calls)
 
+    def test_two_rounds_at_once_take_turns_so_the_second_plans_after_the_first(
+            self) -> None:
+        # The dispatcher and the acker both lease in rounds; two planned from the same
+        # credits at once would both take queue a's turn then b's: a, b, a, b.
+        queues = self.queues("a", "b", "c")
+        for queue in queues:
+            queue.enqueue_many([queue.name] * 4)
+        worker = Worker(queues, lambda job: None, prefetch=4,
+                        weights={"a": 1, "b": 1, "c": 1}, handle_signals=False)
+        other_sending = threading.Event()
+
+        def send(index: int, count: int) -> list[Job]:
+            other_sending.set()
+            time.sleep(0.05)  # long enough for the other round to plan, were it free to
+            return queues[index].lease(count)
+
+        def round_of_two() -> None:
+            worker._lease_round(2, send, [])
+
+        racer = threading.Thread(target=round_of_two)
+        racer.start()
+        self.assertTrue(other_sending.wait(5))
+        round_of_two()
+        racer.join(5)
+        picks = [flight.queue_index for flight in worker._inbox]
+        self.assertEqual(picks, [0, 1, 2, 0])
+        self.assertLessEqual(shares_within_one_pick(picks, (1, 1, 1)), 1.0, picks)
+
     def test_caps_count_prefetched_jobs(self) -> None:
         emails, reports = self.queues("emails", "reports")
         emails.enqueue_many(["emails"] * 12)

@@ -31,6 +31,10 @@ whose jobs it is acking in the same round (one write for both). What holds:
   ask one queue.
 - Caps: each queue's planned count is reserved against its cap (`_leasing`)
   before the write, under the worker's condition, as a single pick is.
+- One weighted round at a time (`_in_round`): the dispatcher and the acker
+  both lease in rounds, and a plan is the round-robin's next picks only if
+  no other round plans from the same credits or queues jobs between its
+  plan and its last place.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ Send = Callable[[int, int], list[Job]]  # (queue index, count) -> the jobs it le
 
 class LeaseRounds(Leasing):
     """Rounds of leases over several queues into the inbox; part of the Worker."""
+
+    _in_round = False  # a weighted round is under way (_cond)
 
     @property
     def _ahead(self) -> int:
@@ -72,8 +78,17 @@ class LeaseRounds(Leasing):
         are admitted, so that a caller knows them even if `send` raises)."""
         if self._picker.weights is None:
             self._round_by_priority(want, send, into)
-        else:
+            return
+        with self._cond:  # the dispatcher's and the acker's rounds take turns
+            while self._in_round:
+                self._cond.wait()
+            self._in_round = True
+        try:
             self._round_by_weights(want, send, into)
+        finally:
+            with self._cond:
+                self._in_round = False
+                self._cond.notify_all()
 
     def _round_by_priority(self, want: int, send: Send, into: list[Flight]) -> None:
         with self._cond:
