@@ -123,6 +123,73 @@ class MultiQueuePrefetchTest(WorkerTestCase):
         acked = sum(n for _, call, n in calls if call != "lease")
         self.assertEqual(acked, 60)
 
+    def test_weights_over_a_long_run_of_large_rounds_stay_within_one_pick(self) -> None:
+        # Rounds of n x (concurrency + K) jobs (worker/rounds.py `_ahead`), each
+        # queue's part leased in one write and queued in the plan's order: the
+        # order the slot takes jobs in is the one-at-a-time round-robin's.
+        picks_wanted = 240
+        for weights in [(3, 2, 1), (5, 1, 1), (10, 1), (1, 7, 4, 7, 1, 9)]:
+            with self.subTest(weights=weights):
+                names = [f"w{len(weights)}q{i}{''.join(map(str, weights))}"
+                         for i in range(len(weights))]
+                queues = self.queues(*names)
+                total = sum(weights)
+                for queue, weight in zip(queues, weights, strict=True):
+                    # more than the run takes of it: no queue is ever found empty
+                    queue.enqueue_many([queue.name] * (picks_wanted * weight // total + 5))
+                seen: list[str] = []
+                stats = Worker(queues, lambda job, seen=seen: seen.append(job.payload),
+                               max_jobs=picks_wanted, prefetch=8,
+                               weights=dict(zip(names, weights, strict=True)),
+                               handle_signals=False).run()
+                self.assertEqual(stats.succeeded, picks_wanted)
+                picks = [names.index(name) for name in seen]
+                self.assertLessEqual(shares_within_one_pick(picks, weights), 1.0, seen)
+
+    def test_a_weighted_round_asks_each_queue_for_about_one_queues_round(self) -> None:
+        queues = self.queues(*NAMES)
+        for queue in queues:
+            queue.enqueue_many([queue.name] * 60)
+        calls = self.counting_writes(queues)
+        stats = Worker(queues, lambda job: None, max_jobs=90, prefetch=8,
+                       weights={"high": 3, "default": 2, "low": 1},
+                       handle_signals=False).run()
+        self.assertEqual(stats.succeeded, 90)
+        # A round holds 3 x (1 + 8) jobs, each queue's part in one write: about 90 / 9
+        # writes that lease, as one queue's worker makes (rounds of concurrency + K
+        # over three queues made about three times as many).
+        leasing = [c for c in calls if c[1] == "ack_many_and_lease"
+                   or (c[1] == "lease" and c[2])]
+        self.assertLessEqual(len(leasing), 18, calls)
+
+    def test_two_rounds_at_once_take_turns_so_the_second_plans_after_the_first(
+            self) -> None:
+        # The dispatcher and the acker both lease in rounds; two planned from the same
+        # credits at once would both take queue a's turn then b's: a, b, a, b.
+        queues = self.queues("a", "b", "c")
+        for queue in queues:
+            queue.enqueue_many([queue.name] * 4)
+        worker = Worker(queues, lambda job: None, prefetch=4,
+                        weights={"a": 1, "b": 1, "c": 1}, handle_signals=False)
+        other_sending = threading.Event()
+
+        def send(index: int, count: int) -> list[Job]:
+            other_sending.set()
+            time.sleep(0.05)  # long enough for the other round to plan, were it free to
+            return queues[index].lease(count)
+
+        def round_of_two() -> None:
+            worker._lease_round(2, send, [])
+
+        racer = threading.Thread(target=round_of_two)
+        racer.start()
+        self.assertTrue(other_sending.wait(5))
+        round_of_two()
+        racer.join(5)
+        picks = [flight.queue_index for flight in worker._inbox]
+        self.assertEqual(picks, [0, 1, 2, 0])
+        self.assertLessEqual(shares_within_one_pick(picks, (1, 1, 1)), 1.0, picks)
+
     def test_caps_count_prefetched_jobs(self) -> None:
         emails, reports = self.queues("emails", "reports")
         emails.enqueue_many(["emails"] * 12)
@@ -173,7 +240,7 @@ class MultiQueuePrefetchTest(WorkerTestCase):
 
     def test_a_graceful_stop_gives_prefetched_jobs_back_to_their_own_queues(self) -> None:
         queues = self.queues(*NAMES)
-        jobs = {q.name: q.enqueue_many([{"q": q.name, "i": i} for i in range(2)])
+        jobs = {q.name: q.enqueue_many([{"q": q.name, "i": i} for i in range(6)])
                 for q in queues}
         started, release = threading.Event(), threading.Event()
 
@@ -186,7 +253,10 @@ class MultiQueuePrefetchTest(WorkerTestCase):
                         handle_signals=False)
         finish = self.start(worker)
         self.assertTrue(started.wait(5))
-        wait_until(lambda: sum(q.stats().leased for q in queues) == 4, what="the prefetch")
+        # Under weights over 3 queues it holds 3 x (concurrency + K) jobs (rounds.py)
+        wait_until(lambda: sum(q.stats().leased for q in queues) == 12, what="the prefetch")
+        time.sleep(0.05)
+        self.assertEqual(sum(q.stats().leased for q in queues), 12, "no more than that")
         worker.stop()
         wait_until(lambda: sum(q.stats().leased for q in queues) == 1,
                    what="the prefetched jobs given back")
@@ -202,7 +272,7 @@ class MultiQueuePrefetchTest(WorkerTestCase):
                     continue  # the one that ran
                 self.assertEqual((held.state, held.attempts), (JobState.PENDING, 0))
                 back += 1
-        self.assertEqual(back, 5)
+        self.assertEqual(back, 17)
 
 
 class MemoryMultiQueuePrefetchTest(MultiQueuePrefetchTest):

@@ -47,9 +47,9 @@ class Worker(Slots, Heartbeats, SignalHandling):
     `run()` returns). Over several queues it leases by strict priority, in the
     list's order, or by `weights` ({name: weight}, a smooth weighted round-robin);
     `queue_concurrency` ({name: N}) caps a queue's jobs in flight. See leasing.py.
-    `prefetch` (K > 0) keeps K jobs leased beyond the running ones and acks
-    finished jobs in batches (prefetch.py); 0, the default, acks and leases
-    per job; "auto" sizes K by the recent job durations. `ack_delay` (seconds,
+    `prefetch` (K > 0) keeps K jobs leased beyond the running ones (more under weights:
+    rounds.py) and acks finished jobs in batches (prefetch.py); 0, the default, acks and
+    leases per job; "auto" sizes K by the recent job durations. `ack_delay` (seconds,
     with prefetch) lets an ack wait that long for others to share its fsync.
     """
 
@@ -237,8 +237,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
             with self._cond:
                 if self._stop_reason is not None:
                     return
-                free = self.concurrency + self.prefetch - len(self._flights) - self._sending
-                if self.prefetch and self._inbox and free < self.prefetch:
+                free = self.concurrency + self._ahead - len(self._flights) - self._sending
+                if self._ahead and self._inbox and free < self._ahead:
                     free = 0  # the slots have work: lease K at a time
                 want = self._reserve(free) if free > 0 else 0
                 if want == 0:

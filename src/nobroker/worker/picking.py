@@ -46,6 +46,7 @@ class QueuePicker:
         self.weights = None if weights is None else self._per_queue("weights", weights)
         self.caps = self._per_queue("queue_concurrency", caps or {}, every=False)
         self._credit = [0] * len(self.names)
+        self._every = range(len(self.names))
 
     def _per_queue(self, what: str, given: Mapping[str, int], *,
                    every: bool = True) -> dict[int, int]:
@@ -67,7 +68,7 @@ class QueuePicker:
     def order(self, busy: Sequence[int]) -> list[int]:
         """The queues to try for the next pick, best first, leaving out those at their
         cap; `busy[i]` is how many jobs of queue i are in flight or being leased."""
-        open_ = [i for i in range(len(self.names)) if self.room(i, busy[i]) != 0]
+        open_ = self._open(busy)
         if self.weights is None:
             return open_
         weights, credit = self.weights, self._credit
@@ -79,15 +80,16 @@ class QueuePicker:
         but those to `skip` ready, each counted against its queue's cap (fewer if
         the caps run out); records nothing (weights only)."""
         saved, busy = list(self._credit), list(busy)
+        weights = self.weights or dict.fromkeys(self._every, 0)  # none: the first open
         picks: list[int] = []
         try:
             while len(picks) < count:
-                order = [i for i in self.order(busy) if i not in skip]
-                if not order:
+                best = self._best([i for i in self._open(busy) if i not in skip], weights)
+                if best is None:
                     break
-                picks.append(order[0])
-                busy[order[0]] += 1
-                self.picked(order[0], (), busy)
+                picks.append(best)
+                busy[best] += 1
+                self.picked(best, (), busy)
         finally:
             self._credit = saved
         return picks
@@ -100,8 +102,30 @@ class QueuePicker:
         if tried:  # a queue ran dry: start afresh
             self._credit = [0] * len(self.names)
             return
+        weights, credit = self.weights, self._credit
+        earning = self._open(busy)  # the queues at their cap sit out
+        if index not in earning:
+            earning = [*earning, index]
         total = 0
-        for i in set(self.order(busy)) | {index}:  # the queues at their cap sit out
-            self._credit[i] += self.weights[i]
-            total += self.weights[i]
-        self._credit[index] -= total
+        for i in earning:
+            credit[i] += weights[i]
+            total += weights[i]
+        credit[index] -= total
+
+    # Called for every pick of every round (plan, then picked once more as each job
+    # is queued): these skip the sorting and the lists `order` builds.
+
+    def _open(self, busy: Sequence[int]) -> list[int]:
+        """The queues below their cap, in the worker's order."""
+        if not self.caps:
+            return list(self._every)
+        return [i for i in self._every if self.room(i, busy[i]) != 0]
+
+    def _best(self, open_: list[int], weights: Mapping[int, int]) -> int | None:
+        """`order(...)[0]` over `open_`: the most credit, the earlier on a tie."""
+        credit = self._credit
+        best, most = None, 0
+        for i in open_:
+            if best is None or credit[i] + weights[i] > most:
+                best, most = i, credit[i] + weights[i]
+        return best

@@ -5,7 +5,9 @@ write (`Queue.ack_and_lease`): a write and an fsync per job. With it:
 
 - the dispatcher keeps up to `concurrency + K` jobs leased: the slots' and
   K more waiting in the inbox, and leases again only once K have room (or
-  the inbox is empty), so a lease record carries up to K jobs;
+  the inbox is empty), so a lease record carries up to K jobs (under
+  weights over n queues, `_ahead` stands for K: n x (concurrency + K) held,
+  rounds.py);
 - a slot whose job succeeded hands it to the *acker* thread and takes its
   next job from the inbox at once; the acker writes every job handed to it
   meanwhile in one write and one fsync, so while one batch's fsync runs,
@@ -224,7 +226,7 @@ class Prefetching(LeaseRounds):
         while the slots have work waiting (under _cond)."""
         deadline = self._clock() + self.ack_delay
         while (self._inbox and not self._closing and self._stop_reason is None
-               and len(self._to_ack) < self.concurrency + self.prefetch):
+               and len(self._to_ack) < self.concurrency + self._ahead):
             left = deadline - self._clock()
             if left <= 0:
                 return
@@ -235,8 +237,8 @@ class Prefetching(LeaseRounds):
         wait again, because the slots still have work and there is no room for K
         more; beside a slot burning CPU, each such wake-up cost a GIL hand-off (the
         dispatcher looks again every TICK anyway; under _cond)."""
-        free = self.concurrency + self.prefetch - len(self._flights) - self._sending
-        if (self._inbox and free < self.prefetch and self._flights
+        free = self.concurrency + self._ahead - len(self._flights) - self._sending
+        if (self._inbox and free < self._ahead and self._flights
                 and self._stop_reason is None):
             return
         self._cond.notify_all()
@@ -247,8 +249,8 @@ class Prefetching(LeaseRounds):
         work, as the dispatcher leases (reserved here; under _cond)."""
         if self._stop_reason is not None or self._closing:
             return 0
-        room = self.concurrency + self.prefetch + acking - len(self._flights) - self._sending
-        if self._inbox and room < self.prefetch:
+        room = self.concurrency + self._ahead + acking - len(self._flights) - self._sending
+        if self._inbox and room < self._ahead:
             return 0  # a small lease in every ack's write costs more than it saves
         want = self._reserve(room) if room > 0 else 0
         self._sending += want

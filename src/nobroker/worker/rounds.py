@@ -21,8 +21,20 @@ whose jobs it is acking in the same round (one write for both). What holds:
   is within one pick of its weight's share, as without prefetch. A queue
   that gives fewer jobs than planned was found empty: its places in the
   plan are dropped and the round-robin restarts at the next pick taken.
+  Round size (`_ahead`): a round over n queues is a write per queue where
+  one queue's round is one write, so under weights the worker holds up to
+  n x (concurrency + K) jobs rather than concurrency + K: each queue's part
+  of a round is then, on average, what a one-queue worker leases in one
+  write, and the writes per job are one queue's (with rounds of
+  concurrency + K, three queues drained at about half one queue's rate:
+  docs/FLOW.md). Strict priority keeps concurrency + K: its rounds mostly
+  ask one queue.
 - Caps: each queue's planned count is reserved against its cap (`_leasing`)
   before the write, under the worker's condition, as a single pick is.
+- One weighted round at a time (`_in_round`): the dispatcher and the acker
+  both lease in rounds, and a plan is the round-robin's next picks only if
+  no other round plans from the same credits or queues jobs between its
+  plan and its last place.
 """
 
 from __future__ import annotations
@@ -39,6 +51,18 @@ Send = Callable[[int, int], list[Job]]  # (queue index, count) -> the jobs it le
 
 class LeaseRounds(Leasing):
     """Rounds of leases over several queues into the inbox; part of the Worker."""
+
+    _in_round = False  # a weighted round is under way (_cond)
+
+    @property
+    def _ahead(self) -> int:
+        """How many jobs to hold leased beyond the running ones: K; under weights over
+        n queues, n x (concurrency + K) - concurrency, so that a round asks each queue
+        for about what a one-queue worker's round leases (a write per queue asked:
+        per job, the writes of one queue)."""
+        if not self.prefetch or self._picker.weights is None:
+            return self.prefetch
+        return len(self.queues) * (self.concurrency + self.prefetch) - self.concurrency
 
     def _lease_into_slots(self, want: int) -> int:
         """The dispatcher's lease: with prefetch over several queues, a round (as many
@@ -57,8 +81,17 @@ class LeaseRounds(Leasing):
         write), no longer held: not counted against a cap."""
         if self._picker.weights is None:
             self._round_by_priority(want, send, into, acking or {})
-        else:
+            return
+        with self._cond:  # the dispatcher's and the acker's rounds take turns
+            while self._in_round:
+                self._cond.wait()
+            self._in_round = True
+        try:
             self._round_by_weights(want, send, into, acking or {})
+        finally:
+            with self._cond:
+                self._in_round = False
+                self._cond.notify_all()
 
     def _held(self, acking: Mapping[int, int]) -> list[int]:
         """_busy(None) less the jobs acked in this round (under _cond)."""
