@@ -15,8 +15,11 @@ us per ack_and_lease: R.RRx (target <= 1.1x)`, the medians and their ratio.
 With --full-keys K, instead: the median time of a limited lease of one job beside
 K concurrency keys each at its cap (1) with a job pending (issue 24's many-keys
 case: the walk meets every such key; the file backend parks them).
-For an A/B against other code, run it directly with PYTHONPATH=OTHER/src and
-NOBROKER_TEST_POSTGRES_URL set.
+For an A/B against other code, run it directly with `--src OTHER/src` (its
+nobroker, imported first; PYTHONPATH cannot: importing `tools` puts this
+checkout's src/ first) and NOBROKER_TEST_POSTGRES_URL set, from this checkout:
+
+    python -m tools.bench.postgres.limits --src /path/to/main/src
 """
 
 from __future__ import annotations
@@ -25,17 +28,10 @@ import argparse
 import os
 import sys
 import uuid
-from pathlib import Path
 from statistics import median
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-sys.path.append(str(REPO / "src"))  # after PYTHONPATH: an A/B run may point it elsewhere
-
-from tools.bench.limits import _interleaved_loops, _noop  # noqa: E402
-
+from tools.bench.limits import _interleaved_loops, _noop
 
 KINDS = ("concurrency", "rate", "both")  # what a limited side's task declares
 
@@ -106,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full-keys", type=int, default=0,
                    help="time a lease beside this many full concurrency keys instead")
     p.add_argument("--url", default=os.environ.get("NOBROKER_TEST_POSTGRES_URL"))
+    p.add_argument("--src", help="import nobroker from this src/ (an A/B run)")
     args = p.parse_args(argv)
+    if args.src:
+        if any(m == "nobroker" or m.startswith("nobroker.") for m in sys.modules):
+            p.error("nobroker was imported before --src could apply")
+        sys.path.insert(0, os.path.abspath(args.src))
     if not args.url:
         p.error("no --url and no NOBROKER_TEST_POSTGRES_URL (run it with make.py)")
     if args.full_keys:
