@@ -89,7 +89,10 @@ BEGIN
             ORDER BY j.priority DESC, j.seq LIMIT 1),
         win AS MATERIALIZED (  -- the windows its start counts in: the queue's own, its rate key's
             SELECT u.k, lw.key IS NOT NULL AS known, coalesce(lw.size, rate_counts[u.k]) AS size,
-                   coalesce(lw.next, 0) AS next, lw.size >= rate_counts[u.k] AS laid
+                   coalesce(lw.next, 0) AS next, lw.size >= rate_counts[u.k] AS laid,
+                   lw.ctid AS w_at, (SELECT s.ctid FROM {schema}.limit_starts AS s
+                                     WHERE s.queue = q AND s.key = lw.key AND s.slot = lw.next
+                                    ) AS s_at  -- the slot its start overwrites, if written
             FROM cand CROSS JOIN unnest(ARRAY[own, cand.ri]) AS u(k)
             LEFT JOIN {schema}.limit_windows AS lw ON lw.queue = q AND lw.key = rate_keys[u.k]
             WHERE u.k IS NOT NULL),
@@ -116,17 +119,27 @@ BEGIN
                               AND l.id = (SELECT pick.id FROM pick) AND l.state = 0
                             FOR UPDATE SKIP LOCKED)
             RETURNING j.*),
+        -- Its starts: each ring slot `next` and window row written with a plain
+        -- UPDATE where it exists, found by the version `win` read after the lock
+        -- (ctid: a TID scan whatever the statistics), an INSERT where not; an
+        -- upsert (ON CONFLICT DO UPDATE) locks the row first, one WAL record more.
         started AS (
-            INSERT INTO {schema}.limit_starts AS s (queue, key, slot, at)
-            SELECT q, rate_keys[win.k], win.next, t.now FROM win, t
+            UPDATE {schema}.limit_starts AS s SET at = t.now FROM t
             WHERE EXISTS (SELECT 1 FROM up)
-            ON CONFLICT (queue, key, slot) DO UPDATE SET at = excluded.at),
+              AND (s.ctid = (SELECT win.s_at FROM win WHERE win.k = own)  -- two at most: a TID scan
+                   OR s.ctid = (SELECT win.s_at FROM win WHERE win.k IS DISTINCT FROM own))),
+        started_first AS (
+            INSERT INTO {schema}.limit_starts (queue, key, slot, at)
+            SELECT q, rate_keys[win.k], win.next, t.now FROM win, t
+            WHERE EXISTS (SELECT 1 FROM up) AND win.s_at IS NULL),
         windows AS (
-            INSERT INTO {schema}.limit_windows AS lw (queue, key, starts, size, next, last)
-            SELECT q, rate_keys[win.k], '{}', win.size, (win.next + 1) % win.size, t.now
-            FROM win, t WHERE EXISTS (SELECT 1 FROM up)
-            ON CONFLICT (queue, key) DO UPDATE
-            SET size = excluded.size, next = excluded.next, last = excluded.last)
+            UPDATE {schema}.limit_windows AS lw
+            SET next = (win.next + 1) % win.size, last = t.now FROM win, t
+            WHERE EXISTS (SELECT 1 FROM up) AND lw.ctid = win.w_at),
+        windows_first AS (
+            INSERT INTO {schema}.limit_windows (queue, key, starts, size, next, last)
+            SELECT q, rate_keys[win.k], '{}', win.size, 1 % win.size, t.now FROM win, t
+            WHERE EXISTS (SELECT 1 FROM up) AND win.w_at IS NULL)
         SELECT up.* FROM up;
         IF FOUND THEN
             RETURN;
