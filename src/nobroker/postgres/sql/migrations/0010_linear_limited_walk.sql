@@ -77,7 +77,7 @@ BEGIN
         RETURN QUERY
         WITH t AS (
             SELECT greatest(now_, max(lw.last)) AS now FROM {schema}.limit_windows AS lw
-            WHERE lw.queue = q AND lw.key = ANY(rate_keys)),
+            WHERE nrates > 0 AND lw.queue = q AND lw.key = ANY(rate_keys)),  -- none: not read
         cand AS MATERIALIZED (
             SELECT j.id, j.ctid AS at, j.conc_key AS ck,
                    CASE WHEN j.rate_key <> '' THEN array_position(rate_stored, j.rate_key)
@@ -104,12 +104,14 @@ BEGIN
                     WHERE s.queue = q AND s.key = rate_keys[win.k]
                       AND s.slot = (win.next - rate_counts[win.k] + win.size) % win.size
                       AND s.at > t.now - rate_periods[win.k])))
-              AND coalesce((SELECT u.cap FROM unnest(families, caps) WITH ORDINALITY AS u(f, cap, o)
-                            WHERE cand.ck <> '' AND (cand.ck = u.f OR starts_with(cand.ck, u.f || '\0'))
-                            ORDER BY u.o LIMIT 1) - (
-                       SELECT count(*) FROM {schema}.jobs AS h
-                       WHERE h.queue = q AND h.state = 1 AND h.conc_key = cand.ck
-                         AND h.conc_key <> '' AND h.id <> ALL(freed)), 1) > 0),
+              AND CASE WHEN cand.ck = '' THEN true  -- no concurrency key: no holders read
+                       ELSE coalesce((SELECT u.cap FROM unnest(families, caps) WITH ORDINALITY
+                                          AS u(f, cap, o)
+                                      WHERE cand.ck = u.f OR starts_with(cand.ck, u.f || '\0')
+                                      ORDER BY u.o LIMIT 1) - (
+                                SELECT count(*) FROM {schema}.jobs AS h
+                                WHERE h.queue = q AND h.state = 1 AND h.conc_key = cand.ck
+                                  AND h.conc_key <> '' AND h.id <> ALL(freed)), 1) > 0 END),
         up AS (
             UPDATE {schema}.jobs AS j SET state = 1, attempts = j.attempts + 1,
                 token = nextval('{schema}.lease_token'), lease_until = t.now + vt
