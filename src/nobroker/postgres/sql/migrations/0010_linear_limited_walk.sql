@@ -20,6 +20,15 @@
 -- A limited ack_and_lease on a loaded 2-core machine, its statement's mean
 -- server time (pg_stat_statements): 877 us before, 630 us after, an unlimited
 -- one 504 us.
+--
+-- That one statement writes a start as plain UPDATEs of its ring slot and its
+-- window's row, each found by the version read after the lock (ctid), or an
+-- INSERT where none was written yet: an upsert (ON CONFLICT DO UPDATE) locks the
+-- row first, a WAL record more each (a rate-limited ack_and_lease wrote 1,578
+-- bytes of WAL, 1,474 after; an unlimited one 1,161). It reads no window when
+-- the process declared no rate limit, and no holders when the job has no
+-- concurrency key. A start still writes two rows (its slot, and the window's
+-- `next`, which says where the next goes).
 CREATE OR REPLACE FUNCTION {schema}.nb_limited_lease(
     q text, n integer, vt float8, given float8, freed text[],
     rate_keys text[], rate_stored text[], rate_counts integer[], rate_periods float8[],
