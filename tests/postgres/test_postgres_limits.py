@@ -195,7 +195,7 @@ class PostgresLimitsTest(unittest.TestCase):
         clock = FakeClock()
         count, period = 3, 3.0
         queues = [self.open(clock=clock, visibility_timeout=3600) for _ in range(3)]
-        for q, declared in zip(queues, (count, count, 5)):
+        for q, declared in zip(queues, (count, count, 5), strict=True):
             q.task(name="rated", rate_limit=(declared, period))(_noop)
         queues[0].enqueue_many([{"task": "rated", "args": [n], "kwargs": {}}
                                 for n in range(200)])
