@@ -4,8 +4,9 @@ ack freed; a key's holders are counted by reading them alone; a rate window's
 ring keeps its latest starts when its count changes; a job stores the concurrency
 cap its enqueuer declared, which a process that did not declare the key reports;
 a key met under two rate keys holds its cap; a lease of one job, tried alone
-first, takes the job the walk would; a lease beside many full keys (not bounded
-yet: an expected failure).
+first, takes the job the walk would; its starts' ring wraps exactly under two
+processes and a larger count; a lease beside many full keys (not bounded yet: an
+expected failure).
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are
@@ -20,6 +21,7 @@ from typing import Any
 from unittest import mock
 
 from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
+from harness.support import FakeClock
 
 from nobroker import Queue
 from nobroker.dependencies import GraphNode
@@ -183,6 +185,33 @@ class PostgresLimitsTest(unittest.TestCase):
         wider.task(name="rated", rate_limit=(5, 3600.0))(_noop)
         self.assertEqual([wider.lease_one() is not None for _ in range(3)], [True, True, False])
         self.assertIsNone(first.lease_one())
+
+    def test_a_ring_wraps_exactly_under_two_processes_and_a_larger_count(self) -> None:
+        # The one-statement lease writes a start into its ring slot by UPDATE once the
+        # slot was written, by INSERT before (migration 0010): every lease here is
+        # checked against a sliding window computed from the starts so far, over
+        # laps of the ring, two processes taking turns, and a third declaring a larger
+        # count (the ring laid out again at 5, then wrapped by processes of 3 and 5).
+        clock = FakeClock()
+        count, period = 3, 3.0
+        queues = [self.open(clock=clock, visibility_timeout=3600) for _ in range(3)]
+        for q, declared in zip(queues, (count, count, 5), strict=True):
+            q.task(name="rated", rate_limit=(declared, period))(_noop)
+        queues[0].enqueue_many([{"task": "rated", "args": [n], "kwargs": {}}
+                                for n in range(200)])
+        starts: list[float] = []
+        held: dict[int, Any] = {}
+        for step in range(60):
+            turn = step % 2 if step < 40 else 2 * (step % 2)  # then the larger count too
+            q, declared = queues[turn], (count, count, 5)[turn]
+            room = sum(at > clock.now - period for at in starts) < declared
+            job = q.ack_and_lease(held.pop(turn)) if turn in held else q.lease_one()
+            self.assertEqual(job is not None, room, (step, clock.now, starts[-6:]))
+            if job is not None:
+                starts.append(clock.now)
+                held[turn] = job
+            clock.advance(0.4)
+        self.assertGreaterEqual(len(starts), 25)  # several laps of a ring of 3, then 5
 
     @unittest.expectedFailure  # issue 24: not built yet (see the docstring)
     def test_a_lease_beside_many_full_keys_reads_a_bounded_number_of_them(self) -> None:

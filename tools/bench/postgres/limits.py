@@ -1,19 +1,25 @@
 """The limits' row on PostgreSQL: a limited, unsaturated ack_and_lease against an
 unlimited one, as tools/bench/limits.py measures it on files (issue 24: <= 1.1x).
 
-    python make.py bench-postgres-limits [--ops N] [--rounds R]
+    python make.py bench-postgres-limits [--ops N] [--rounds R] [--kind KIND]
     python make.py bench-postgres-limits --full-keys K [--rounds R]
 
 make.py starts a throwaway server (tools/postgres/cluster.py) and runs this in
 .dev/pg-venv. Each side runs `job = q.ack_and_lease(job)` N times a round on a
-queue of its own (a fresh schema each), interleaved over R rounds; the limited
-side's jobs call a task declared with a rate limit and a concurrency key high
-enough never to hold one back. Prints the medians and their ratio, one line.
+queue of its own (a fresh schema each), interleaved over R rounds; a limited
+side's jobs call a task declared with limits high enough never to hold one
+back: a concurrency key only (`concurrency`), a rate limit only (`rate`), or
+both (`both`); by default all three, each against the same unlimited side,
+all interleaved. Prints one line a kind, `KIND: limited ... us, unlimited ...
+us per ack_and_lease: R.RRx (target <= 1.1x)`, the medians and their ratio.
 With --full-keys K, instead: the median time of a limited lease of one job beside
 K concurrency keys each at its cap (1) with a job pending (issue 24's many-keys
 case: the walk meets every such key; the file backend parks them).
-For an A/B against other code, run it directly with PYTHONPATH=OTHER/src and
-NOBROKER_TEST_POSTGRES_URL set.
+For an A/B against other code, run it directly with `--src OTHER/src` (its
+nobroker, imported first; PYTHONPATH cannot: importing `tools` puts this
+checkout's src/ first) and NOBROKER_TEST_POSTGRES_URL set, from this checkout:
+
+    python -m tools.bench.postgres.limits --src /path/to/main/src
 """
 
 from __future__ import annotations
@@ -22,36 +28,44 @@ import argparse
 import os
 import sys
 import uuid
-from pathlib import Path
 from statistics import median
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-sys.path.append(str(REPO / "src"))  # after PYTHONPATH: an A/B run may point it elsewhere
+from tools.bench.limits import _interleaved_loops, _noop
 
-from tools.bench.limits import _interleaved_loops, _noop  # noqa: E402
+KINDS = ("concurrency", "rate", "both")  # what a limited side's task declares
 
 
-def measure(url: str, ops: int, rounds: int) -> dict[str, float]:
-    """Median seconds per `ops` round trips of each side, and their ratio."""
+def _declare(q: Any, kind: str) -> None:
+    """Declare task "limited" on `q` with the limits of `kind`, never reached."""
+    limits: dict[str, Any] = {}
+    if kind in ("concurrency", "both"):
+        limits.update(concurrency=100_000, concurrency_key="shared")
+    if kind in ("rate", "both"):
+        limits.update(rate_limit=(100_000, 1.0))
+    q.task(name="limited", **limits)(_noop)
+
+
+def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS
+            ) -> dict[str, dict[str, float]]:
+    """For each of `kinds`: the median seconds per `ops` round trips of its side and
+    of the unlimited side (one, interleaved with every kind's), and their ratio."""
     import nobroker as nb
 
     need = rounds * ops + 50
     queues: dict[str, Any] = {}
-    for label, limited in (("unlimited", False), ("limited", True)):
+    for label in ("unlimited", *kinds):
         joiner = "&" if "?" in url else "?"
         q = nb.Queue(f"{url}{joiner}schema=bench_{uuid.uuid4().hex[:10]}", "limits")
-        if limited:
-            q.task(name="limited", rate_limit=(100_000, 1.0), concurrency=100_000,
-                   concurrency_key="shared")(_noop)
-        q.enqueue_many([{"task": "limited" if limited else "plain", "args": [i], "kwargs": {}}
-                        for i in range(need)])
+        if label != "unlimited":
+            _declare(q, label)
+        q.enqueue_many([{"task": "plain" if label == "unlimited" else "limited", "args": [i],
+                         "kwargs": {}} for i in range(need)])
         queues[label] = q
     res = _interleaved_loops(queues, ops, rounds)
-    limited_t, plain_t = median(res["limited"]), median(res["unlimited"])
-    return {"limited": limited_t, "unlimited": plain_t, "ratio": limited_t / plain_t}
+    plain_t = median(res["unlimited"])
+    return {kind: {"limited": median(res[kind]), "unlimited": plain_t,
+                   "ratio": median(res[kind]) / plain_t} for kind in kinds}
 
 
 def beside_full_keys(url: str, keys: int, rounds: int) -> float:
@@ -83,10 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", type=int, default=500, help="round trips per round (500)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    p.add_argument("--kind", choices=(*KINDS, "all"), default="all",
+                   help="what the limited task declares (all: each, one line a kind)")
     p.add_argument("--full-keys", type=int, default=0,
                    help="time a lease beside this many full concurrency keys instead")
     p.add_argument("--url", default=os.environ.get("NOBROKER_TEST_POSTGRES_URL"))
+    p.add_argument("--src", help="import nobroker from this src/ (an A/B run)")
     args = p.parse_args(argv)
+    if args.src:
+        if any(m == "nobroker" or m.startswith("nobroker.") for m in sys.modules):
+            p.error("nobroker was imported before --src could apply")
+        sys.path.insert(0, os.path.abspath(args.src))
     if not args.url:
         p.error("no --url and no NOBROKER_TEST_POSTGRES_URL (run it with make.py)")
     if args.full_keys:
@@ -94,10 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"a limited lease beside {args.full_keys} full concurrency keys: "
               f"{took * 1e3:.1f} ms (median of {args.rounds})")
         return 0
-    got = measure(args.url, args.ops, args.rounds)
-    print(f"limited {got['limited'] / args.ops * 1e6:.0f} us, unlimited "
-          f"{got['unlimited'] / args.ops * 1e6:.0f} us per ack_and_lease: "
-          f"{got['ratio']:.2f}x (target <= 1.1x)")
+    kinds = KINDS if args.kind == "all" else (args.kind,)
+    for kind, got in measure(args.url, args.ops, args.rounds, kinds).items():
+        print(f"{kind}: limited {got['limited'] / args.ops * 1e6:.0f} us, unlimited "
+              f"{got['unlimited'] / args.ops * 1e6:.0f} us per ack_and_lease: "
+              f"{got['ratio']:.2f}x (target <= 1.1x)")
     return 0
 
 
