@@ -55,6 +55,20 @@ def drop_schema(url: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE'.encode())
 
 
+class OnFreshSchema:
+    """A TestCase mixin (first among the bases): its queues live on a schema of its own
+    (`location()`: its URL), dropped after it; how a suite written for `location()`
+    runs on PostgreSQL."""
+
+    def setUp(self) -> None:
+        super().setUp()  # type: ignore[misc]
+        self.url = fresh_schema_url()
+        self.addCleanup(drop_schema, self.url)  # type: ignore[attr-defined]
+
+    def location(self) -> str:
+        return self.url
+
+
 def jobs_read(q: Queue, call: Any) -> int:
     """Rows of `jobs` that `call()` read through an index in this session's server
     process (pg_stat_xact_user_tables: not yet reported, so exact), in one transaction

@@ -12,18 +12,12 @@ from __future__ import annotations
 import unittest
 
 import worker.test_multiqueue_prefetch as prefetch
-from harness.postgres import drop_schema, fresh_schema_url, needs_postgres
+from harness.postgres import OnFreshSchema, needs_postgres
 
 
 @needs_postgres
-class PostgresMultiQueuePrefetchTest(prefetch.MultiQueuePrefetchTest):
-    def setUp(self) -> None:
-        super().setUp()
-        self.url = fresh_schema_url()
-        self.addCleanup(drop_schema, self.url)
-
-    def location(self) -> str:
-        return self.url
+class PostgresMultiQueuePrefetchTest(OnFreshSchema, prefetch.MultiQueuePrefetchTest):
+    pass
 
 
 if __name__ == "__main__":
