@@ -257,7 +257,8 @@ PG_BENCH_VENV = DEV / "pg-bench-venv"
 PG_TESTS = ("test_postgres", "test_postgres_connections", "test_postgres_processes",
             "test_postgres_tasks", "test_postgres_dashboard", "test_postgres_multiqueue",
             "test_postgres_transactions", "test_postgres_dependencies",
-            "test_postgres_revivals", "test_postgres_limits")
+            "test_postgres_revivals", "test_postgres_limits", "test_postgres_prefetch",
+            "test_step_leasing")  # the last: on files, memory:// and PostgreSQL
 
 
 @task("test-postgres")

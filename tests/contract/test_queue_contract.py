@@ -1072,6 +1072,34 @@ class QueueContract(DependencyContract, GraphContract, WorkflowContract, LimitsC
         q.enqueue("any write forgets what is due")
         t.assertIs(q.enqueue("x", job_id="order-1").state, JobState.PENDING, "forgotten")
 
+    def test_a_keyed_job_whose_result_is_gone_is_not_counted_kept(self) -> None:
+        # stats().kept: finished jobs kept with their outcome. A keyed job past its
+        # result_ttl has none left to return (its id alone lasts key_retention, as a
+        # keyed job's acked without a result, which was never counted).
+        t: unittest.TestCase = self  # type: ignore[assignment]
+        q, clock = self.clocked(result_ttl=10.0, key_retention=100.0)
+        for n in range(3):
+            q.enqueue("x", job_id=f"order-{n}")
+        q.enqueue("plain")
+        for n, job in enumerate(q.lease(4)):
+            q.ack(job, result=n, result_ttl=30.0 if n >= 2 else None)
+        t.assertEqual(q.stats().kept, 4)
+        clock.advance(11)
+        with self.assertWritesNothing(q):  # order-0's and order-1's results are gone
+            t.assertEqual(q.stats().kept, 2)
+        q.enqueue("any write")
+        t.assertEqual(q.stats().kept, 2)
+        q.compact()
+        t.assertEqual(q.stats().kept, 2)
+        clock.advance(20)
+        q.enqueue("any write forgets the plain job")  # order-2's result is gone too
+        t.assertEqual(q.stats().kept, 0)
+        t.assertEqual(q.enqueue("x", job_id="order-0").state, JobState.DONE, "remembered")
+        clock.advance(70)
+        q.enqueue("any write forgets the keys")
+        t.assertEqual((q.stats().kept, q.stats().done), (0, 4))
+        t.assertIs(q.enqueue("x", job_id="order-0").state, JobState.PENDING, "forgotten")
+
     def test_result_waits_with_a_timeout_and_names_a_dead_job_s_error(self) -> None:
         t: unittest.TestCase = self  # type: ignore[assignment]
         q = self.queue(max_attempts=1)

@@ -176,6 +176,7 @@ def revivable(job_id: str = "j") -> tuple[QueueState, Log]:
 def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
     """The snapshot batch compaction writes for `state` (docs: JOB*, KEY*, SNAPSHOT)."""
     out: list[tuple[int, dict[str, Any]]] = []
+    result_ends = dict(state.result_ends.items())
     for e in state.entries(finished=True):
         if e.state in (JobState.DONE, JobState.CANCELLED):
             # The finishing time is on disk, not in the state: any split of the end of
@@ -185,6 +186,9 @@ def snapshot_records(state: QueueState) -> list[tuple[int, dict[str, Any]]]:
                 "a": e.attempts, "s": str(e.state), "fin": e.available_at, "keep": 0.0,
                 "err": e.last_error, "k": e.keyed,
                 **note_fields(state.notes.get(e.id)), "r": None}
+            if e.id in result_ends:  # its result ends first: at fin + rkeep, below keep
+                end = float(result_ends[e.id])
+                finished.update({"fin": end, "keep": e.available_at - end, "rkeep": 0.0})
             sleeper = state.dormant.by_job.get(e.id)
             if sleeper is not None:  # revivable: what it waits for, its payload
                 finished.update({"w": list(sleeper.unmet), "wf": list(sleeper.failed),
@@ -358,6 +362,31 @@ class RecordTypesTest(unittest.TestCase):
                 with self.assertRaises(ReplayError):
                     s.apply_batch(log.batch((RT.ACK, {**fields, **bad})))
                 self.assertEqual(s.jobs["j"].state, JobState.LEASED, "nothing half applied")
+
+    def test_a_result_s_end_is_kept_by_snapshots_and_checkpoints_and_goes_with_its_job(
+            self) -> None:
+        # stats().kept stops counting a keyed job at its result's end ("rkeep"): no
+        # record marks that time, so the state keeps it, and must carry it across.
+        s, log = in_state(JobState.LEASED)
+        s.apply_batch(log.batch((RT.ACK, {"id": "j", "tok": 1, "t": 1.0, "keep": 100.0,
+                                          "rkeep": 10.0, "r": 1})))
+        self.assertEqual((s.kept, s.kept_at(10.9), s.kept_at(11.0)), (1, 1, 0))
+        for rebuilt in (snapshot_of(s), via_checkpoint(s)):
+            self.assertEqual((rebuilt.kept_at(10.9), rebuilt.kept_at(11.0)), (1, 0))
+            self.assertEqual(rebuilt.fingerprint(), s.fingerprint())
+        real_dumps = checkpoint.json.dumps
+
+        def as_before(obj: Any, *args: Any, **kwargs: Any) -> str:  # a writer without it
+            if isinstance(obj, dict):
+                obj = {k: v for k, v in obj.items() if k != "result_ends"}
+            return real_dumps(obj, *args, **kwargs)
+
+        with mock.patch.object(checkpoint.json, "dumps", as_before):
+            data = checkpoint.encode(s, 0, 1 << 20, 7)
+        with self.assertRaises(checkpoint.CheckpointError):  # replayed, not trusted
+            checkpoint.decode(data, 0, 1 << 20, lambda _: 7)
+        s.apply_batch(log.batch(forget("j")))
+        self.assertEqual((s.kept, s.kept_at(11.0), len(s.result_ends)), (0, 0, 0))
 
     def test_extend_moves_the_deadline(self) -> None:
         s, log = in_state(JobState.LEASED)

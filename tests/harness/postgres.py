@@ -55,6 +55,42 @@ def drop_schema(url: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE'.encode())
 
 
+class OnFreshSchema:
+    """A TestCase mixin (first among the bases): its queues live on a schema of its own
+    (`location()`: its URL), dropped after it; how a suite written for `location()`
+    runs on PostgreSQL."""
+
+    def setUp(self) -> None:
+        super().setUp()  # type: ignore[misc]
+        self.url = fresh_schema_url()
+        self.addCleanup(drop_schema, self.url)  # type: ignore[attr-defined]
+
+    def location(self) -> str:
+        return self.url
+
+
+def jobs_read(q: Queue, call: Any) -> int:
+    """Rows of `jobs` that `call()` read through an index in this session's server
+    process (pg_stat_xact_user_tables: not yet reported, so exact), in one transaction
+    on the queue's own connection."""
+    schema = q.backend.target.schema  # type: ignore[attr-defined]
+    counts = ("SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0) "
+              "FROM pg_stat_xact_user_tables WHERE schemaname = %s AND relname = 'jobs'")
+    link = q.backend._link  # type: ignore[attr-defined]
+
+    def before(conn: Any) -> int:
+        conn.execute("BEGIN")
+        return int(conn.execute(counts, (schema,)).fetchone()[0])
+
+    start = link.run("test", before)
+    try:
+        call()
+        return int(link.run("test", lambda conn: conn.execute(counts, (schema,)).fetchone()[0])
+                   ) - start
+    finally:
+        link.run("test", lambda conn: conn.execute("COMMIT"))
+
+
 def restart_server() -> None:
     """`pg_ctl restart -m immediate`: the server dies without a checkpoint and comes back."""
     pg_ctl = json.loads(os.environ[PG_CTL_ENV])

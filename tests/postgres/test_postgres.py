@@ -21,6 +21,7 @@ from harness.postgres import (
     URL,
     drop_schema,
     fresh_schema_url,
+    jobs_read,
     needs_job_control,
     needs_postgres,
     open_queue,
@@ -425,6 +426,33 @@ class PostgresBackendTest(_Schema):
         self.assertLess(rows_read(plans[0][0]["Plan"]), 10,
                         "the lease read the delayed jobs that are not due")
         self.assertEqual([job.id for job in q.lease()], [ready.id])
+
+    def test_a_change_to_a_leased_job_finds_it_by_its_key_not_among_the_leases(self) -> None:
+        q = self.open(visibility_timeout=3600)
+        q.enqueue_many(["x"] * 2020)
+        jobs = iter(q.lease(2020))  # 2,000 leased beside the one each change finds
+        nacked = q.nack(next(jobs), delay=0)
+
+        def stale_ack() -> None:
+            with self.assertRaises(NotLeasedError):
+                q.ack(nacked)
+
+        changes: dict[str, Any] = {
+            "ack": lambda: q.ack(next(jobs)),
+            "ack with a result": lambda: q.ack(next(jobs), result=[1]),
+            "ack_and_lease": lambda: q.ack_and_lease(next(jobs)),
+            "ack_many": lambda: q.ack_many([next(jobs), next(jobs)]),
+            "nack": lambda: q.nack(next(jobs)),
+            "snooze": lambda: q.snooze(next(jobs), 60),
+            "extend": lambda: q.extend(next(jobs), 60),
+            "notes": lambda: q.backend.write_notes(next(jobs), (0.5, None), {}),
+            "stale ack": stale_ack,
+            "cancel": lambda: q.cancel(next(jobs).id),
+        }
+        # parts/acked.sql and its kin found the row through index jobs_leases
+        # (by queue, every leased job read) while the planner thought few were leased.
+        reads = {name: jobs_read(q, change) for name, change in changes.items()}
+        self.assertEqual({name: n for name, n in reads.items() if n > 10}, {}, reads)
 
     def test_delayed_jobs_wait_apart_and_are_leased_by_priority_once_due(self) -> None:
         clock = FakeClock(1_000_000.0)

@@ -20,7 +20,7 @@ import unittest
 from typing import Any
 from unittest import mock
 
-from harness.postgres import drop_schema, fresh_schema_url, needs_postgres, open_queue
+from harness.postgres import drop_schema, fresh_schema_url, jobs_read, needs_postgres, open_queue
 from harness.support import FakeClock
 
 from nobroker import Queue
@@ -29,28 +29,6 @@ from nobroker.dependencies import GraphNode
 
 def _noop(*args: Any) -> None:
     return None
-
-
-def _jobs_read(q: Queue, call: Any) -> int:
-    """Rows of `jobs` that `call()` read through an index in this session's server
-    process (pg_stat_xact_user_tables: not yet reported, so exact), in one transaction
-    on the queue's own connection."""
-    schema = q.backend.target.schema  # type: ignore[attr-defined]
-    counts = ("SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0) "
-              "FROM pg_stat_xact_user_tables WHERE schemaname = %s AND relname = 'jobs'")
-    link = q.backend._link  # type: ignore[attr-defined]
-
-    def before(conn: Any) -> int:
-        conn.execute("BEGIN")
-        return int(conn.execute(counts, (schema,)).fetchone()[0])
-
-    start = link.run("test", before)
-    try:
-        call()
-        return int(link.run("test", lambda conn: conn.execute(counts, (schema,)).fetchone()[0])
-                   ) - start
-    finally:
-        link.run("test", lambda conn: conn.execute("COMMIT"))
 
 
 @needs_postgres
@@ -125,7 +103,7 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertEqual(len(q.lease(2000)), 2000)  # 2,000 holders of "busy", none pending
         q.enqueue_many([{"task": "other", "args": [n], "kwargs": {}} for n in range(3)])
         leased: list[Any] = []
-        reads = _jobs_read(q, lambda: leased.extend(q.lease(5)))
+        reads = jobs_read(q, lambda: leased.extend(q.lease(5)))
         self.assertEqual(len(leased), 2)  # other's cap
         # Version 6 read the 2,000 leased rows to count every key's holders.
         self.assertLess(reads, 50, reads)
@@ -231,7 +209,7 @@ class PostgresLimitsTest(unittest.TestCase):
         q.enqueue_many([{"task": "other", "args": [n], "kwargs": {}} for n in range(3)])
         q.lease(1)  # the first lease beside the full keys may meet each one (and park it)
         leased: list[Any] = []
-        reads = _jobs_read(q, lambda: leased.extend(q.lease(5)))
+        reads = jobs_read(q, lambda: leased.extend(q.lease(5)))
         self.assertEqual(len(leased), 1)  # other's cap, one already leased
         self.assertLess(reads, 100, reads)  # reads the 1,000 keys' holders today
 

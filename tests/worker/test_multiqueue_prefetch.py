@@ -4,7 +4,8 @@ The picking promises of docs/FLOW.md with prefetch: strict priority at each
 round, the weights' shares in the order the slots start jobs, caps counting
 prefetched jobs; the acker's acks in its lease's write, a write per queue; a
 graceful stop gives prefetched jobs back to their own queues, and a killed
-worker's come back after their leases (real processes).
+worker's come back after their leases (real processes). On files and memory://
+here; MultiQueuePrefetchTest on PostgreSQL in tests/postgres/test_postgres_prefetch.py.
 """
 
 from __future__ import annotations

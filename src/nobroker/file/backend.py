@@ -350,7 +350,7 @@ class FileBackend:
             return QueueStats(pending=s.pending, leased=s.leased, dead=s.dead, done=s.done,
                               total=s.live(), waiting=s.waiting,
                               generation=handle.generation, log_bytes=handle.log_bytes,
-                              paused=s.paused, kept=s.kept,
+                              paused=s.paused, kept=s.kept_at(handle.peek_now()),
                               enqueued=s.enqueued, retried=s.retried,
                               dead_lettered=s.dead_lettered, live_bytes=s.live_bytes)
 

@@ -333,7 +333,7 @@ class MemoryBackend:
         return self._read(lambda table, now: self._find(table, job_id, now))
 
     def stats(self) -> QueueStats:
-        return self._read(lambda table, now: stats_view(table))
+        return self._read(stats_view)
 
     def list_jobs(self, state: JobState | None, limit: int | None,
                   offset: int = 0) -> list[Job]:

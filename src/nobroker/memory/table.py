@@ -1,11 +1,10 @@
 """The in-memory queue's jobs: one dict, a few lazy heaps, and the moves between states.
 
-What it owns: every job a queue holds (pending, leased, dead, and finished
-ones kept with their outcome), the ids of finished keyed jobs still
-remembered, the fencing tokens, the paused flag and the counters. Each
-method is one move of the queue's state machine (the file engine's
-TRANSITIONS, as moves on objects instead of records); the methods that
-check something (a lease, a dead job) raise before they change anything.
+What it owns: every job a queue holds (pending, leased, dead, and finished ones
+kept with their outcome), the ids of finished keyed jobs still remembered, the
+fencing tokens, the paused flag and the counters. Each method is one move of the
+state machine (the file engine's TRANSITIONS, as moves on objects instead of
+records); those that check something (a lease, a dead job) raise before changing.
 
 Rules: pure. No clock, no lock, no randomness: `now`, deadlines and retry
 times come in as arguments (memory/backend.py decides them), so a fake
@@ -22,6 +21,7 @@ from ..dependencies import SUCCESS, verdict
 from ..errors import JobNotFoundError, NotLeasedError
 from ..limits import JobKeys, KeyUse, Limits, key_use
 from ..models import JobState
+from ..result_deadlines import ResultDeadlines
 from ..revivals import Dormant
 from .jobs import MemoryJob, Note
 from .limited import LimitedReady, stored_caps
@@ -56,6 +56,7 @@ class MemoryTable:
         self.dependent_keep = 0.0  # how long a dependent a failure cancels is kept
         self.limited = LimitedReady()  # ready limited jobs by key, holders, windows
         self.dormant = Dormant()  # cancelled dependents a requeue revives (revivals.py)
+        self.result_ends = ResultDeadlines()  # kept keyed jobs whose result ends first
 
     # -- adding -------------------------------------------------------------
 
@@ -172,6 +173,8 @@ class MemoryTable:
             keyed = job.keyed and key_retention > result_ttl  # its id outlives its result
             job.result_until = now + result_ttl if keyed else None
             self.finish(job, JobState.DONE, now, key_retention if keyed else result_ttl)
+            if keyed:  # kept without an outcome from then on (stats().kept)
+                self.result_ends.add(job.id, now + result_ttl)
             return
         self._remove(job)
         if job.keyed:
@@ -342,10 +345,9 @@ class MemoryTable:
 
     def next_wakeup(self, limits: Limits | None = None, now: float = 0.0) -> float | None:
         """Earliest moment a job may become leasable: -inf if one is ready now (within
-        `limits`, as of `now`), the first delayed job's time or lease deadline
-        otherwise; None if neither."""
+        `limits`, as of `now`), else the first delayed job's time or lease deadline, or None."""
         for heap in (self._ready, self._waiting, self._deadlines):
-            while heap and self._stale(heap[0][3], heap[0][2]):
+            while heap and not self._fresh(heap[0][3], heap[0][2]):
                 heapq.heappop(heap)
         times = [heap[0][0] for heap in (self._waiting, self._deadlines) if heap]
         times += self.limited.next_ready(limits or Limits(), now, self._ready, self._fresh)
@@ -353,12 +355,9 @@ class MemoryTable:
 
     # -- the moves' common steps --------------------------------------------
 
-    def _stale(self, job_id: str, stamp: int) -> bool:
+    def _fresh(self, job_id: str, stamp: int) -> bool:  # limited.py's heaps ask too
         job = self.jobs.get(job_id)
-        return job is None or job.stamp != stamp
-
-    def _fresh(self, job_id: str, stamp: int) -> bool:  # limited.py's heaps ask
-        return not self._stale(job_id, stamp)
+        return job is not None and job.stamp == stamp
 
     def _move(self, job: MemoryJob, state: JobState) -> None:
         if job.keys is not None and (job.state is JobState.LEASED) != (state is JobState.LEASED):
@@ -397,4 +396,5 @@ class MemoryTable:
             self.wakes += self.limited.held(job.keys, -1, job.cap)
         del self.jobs[job.id]
         self.counts[job.state] -= 1
+        self.result_ends.discard(job.id)
         job.stamp += 1

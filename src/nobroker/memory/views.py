@@ -65,8 +65,9 @@ def note_view(note: Note | None) -> dict[str, Any]:
     return {} if note is None else {"progress": note[0], "meta": loads(dumps(note[1]))}
 
 
-def stats_view(table: MemoryTable) -> QueueStats:
-    """The queue's counts, as `stats()` hands them out (no generation, no log)."""
+def stats_view(table: MemoryTable, now: float) -> QueueStats:
+    """The queue's counts at `now`, as `stats()` hands them out (no generation, no log);
+    kept: less the keyed jobs whose result has ended (result_deadlines.py)."""
     counts = table.counts
     live = sum(counts[state] for state in (JobState.PENDING, JobState.LEASED,
                                            JobState.DEAD, JobState.WAITING))
@@ -74,6 +75,6 @@ def stats_view(table: MemoryTable) -> QueueStats:
         pending=counts[JobState.PENDING], leased=counts[JobState.LEASED],
         dead=counts[JobState.DEAD], done=table.done, total=live, generation=0,
         log_bytes=0, paused=table.paused,
-        kept=counts[JobState.DONE] + counts[JobState.CANCELLED],
+        kept=counts[JobState.DONE] + counts[JobState.CANCELLED] - table.result_ends.ended(now),
         enqueued=table.enqueued, retried=table.retried,
         dead_lettered=table.dead_lettered, waiting=counts[JobState.WAITING])

@@ -22,7 +22,9 @@ Layout of `NAME.GGGGGG.ckpt` and of a compaction's `NAME.GGGGGG.switch.ckpt`
                "notes": [[id, [fraction, note] or null, {metadata}], ...] (05),
                "dormant": [[id, [unmet], [failed], rate key, concurrency key], ...]
                (the revivable cancelled dependents, nobroker.revivals; absent: none),
-               "dormant_caps": [[id, cap], ...] (their "cc"; absent: none)
+               "dormant_caps": [[id, cap], ...] (their "cc"; absent: none),
+               "result_ends": [[id, when its result ends], ...] (the kept keyed jobs
+               acked with "rkeep"; absent: written before it was kept, replay)
       names    JSON object {index: id} for the jobs whose id is not seq_id(seq)
       errors   JSON object {index: last_error} for the jobs that have one
       keys     JSON object {id: done_at} of remembered idempotency keys
@@ -87,7 +89,7 @@ def encode(state: QueueState, generation: int, end: int, log_crc: int,
             "paused": state.paused, "totals": list(state.totals), "source": source,
             "waits": state.waits.items(), "limits": state.limited.columns(columns.seqs),
             "notes": state.notes.items(),
-            "dormant": state.dormant.items()}
+            "dormant": state.dormant.items(), "result_ends": state.result_ends.items()}
     if state.dormant.caps():  # an additive key (NBCKPT05): the revivable jobs' "cc"
         meta["dormant_caps"] = state.dormant.caps()
     sections = [
@@ -154,7 +156,10 @@ def _decode(data: bytes, generation: int, log_size: int,
         state.dormant.restore_caps(meta.get("dormant_caps", []))  # absent: none
         state.limited.restore(state.table, meta["limits"])
         state.notes.restore(meta["notes"])
-    except (ReplayError, ValueError) as exc:
+        if "result_ends" not in meta and state.kept:  # may have some: only replay knows
+            raise CheckpointError("written before the results' ends were kept")
+        state.result_ends.restore(meta.get("result_ends", []))
+    except (ReplayError, ValueError, TypeError) as exc:
         raise CheckpointError(getattr(exc, "reason", str(exc))) from None
     if len(state.waits.by_job) != state.waiting:
         raise CheckpointError("waiting jobs and their prerequisites disagree")

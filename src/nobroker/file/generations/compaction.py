@@ -312,6 +312,7 @@ def write_generation(fs: FileSystem, old: LogFile, state: QueueState, generation
     snapshot.dormant.restore(state.dormant.items())  # as the FINISHED records' "wf" say
     snapshot.dormant.restore_caps(state.dormant.caps())  # and their "cc"
     snapshot.notes.by_job.update(state.notes.by_job)  # and their "pg" and "m"
+    snapshot.result_ends.restore(state.result_ends.items())  # and their "rkeep"
     return log, snapshot, (applied[-1][2], nonce)  # the SNAPSHOT record is last
 
 

@@ -51,13 +51,15 @@ def max_attempts_field(rec: Record, offset: int) -> int:
     return int(value)
 
 
-def check_result_keep(rec: Record, keep: float, offset: int) -> None:
+def check_result_keep(rec: Record, keep: float, offset: int) -> float | None:
     """An ACK's or FINISHED record's optional "rkeep" (1.2): with a result, a number
-    from 0 up to (not including) the record's "keep", or ReplayError."""
-    if RESULT_KEEP in rec:
-        value = field(rec, RESULT_KEEP, float, offset)
-        if RESULT not in rec or not 0 <= value < keep:
-            raise ReplayError(offset, f"bad result retention {value!r} (keep {keep!r})")
+    from 0 up to (not including) the record's "keep", or ReplayError; None if absent."""
+    if RESULT_KEEP not in rec:
+        return None
+    value = field(rec, RESULT_KEEP, float, offset)
+    if RESULT not in rec or not 0 <= value < keep:
+        raise ReplayError(offset, f"bad result retention {value!r} (keep {keep!r})")
+    return float(value)
 
 
 def check_totals(value: object, offset: int) -> tuple[int, int, int]:

@@ -113,7 +113,7 @@ def apply_snapshot_finished(state: ReplayState, job_id: str, rec: Record, offset
     finished_at, keep = field(rec, FINISHED_AT, float, offset), field(rec, KEEP, float, offset)
     if keep < 0:
         raise ReplayError(offset, f"negative retention {keep!r}")
-    check_result_keep(rec, keep, offset)
+    result_keep = check_result_keep(rec, keep, offset)
     error = opt_str(rec, ERROR, offset)
     slot = table.add(job_id, keyed, code, field(rec, PRIORITY, int, offset), 0.0,
                      field(rec, TIME, float, offset), max_attempts_field(rec, offset),
@@ -127,6 +127,8 @@ def apply_snapshot_finished(state: ReplayState, job_id: str, rec: Record, offset
         state.dormant.add(job_id, *revivable_fields(rec, job_id, offset))
     state.kept += 1
     state.live_bytes += size
+    if result_keep is not None:  # kept without its result from then on (stats().kept)
+        state.result_ends.add(job_id, finished_at + result_keep)
 
 
 def apply_snapshot_end(state: ReplayState, rec: Record, offset: int) -> None:

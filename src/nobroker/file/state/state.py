@@ -34,6 +34,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
 from ...limits import Limits
+from ...result_deadlines import ResultDeadlines
 from ...revivals import Dormant
 from ..log.records import (
     ACKED,
@@ -96,11 +97,12 @@ class QueueState:
         self.notes = Notes()  # the jobs' progress and metadata, for those that have any
         self.limited = LimitedJobs()  # limited jobs' keys, due indexes and windows
         self.dormant = Dormant()  # cancelled dependents a requeue revives (revivals.py)
+        self.result_ends = ResultDeadlines()  # kept keyed jobs whose result ends first
         self.waiting = 0
         self.pending = 0
         self.leased = 0
         self.dead = 0
-        self.kept = 0  # finished jobs kept with their outcome (done or cancelled)
+        self.kept = 0  # finished jobs kept (done or cancelled), less result_ends at a time
         self.done = 0  # acks ever applied, carried across compaction
         self.paused = False  # PAUSE applied and no RESUME since: nothing is leased
         # Lifetime totals, carried across compaction like `done` (see `totals`).
@@ -119,6 +121,11 @@ class QueueState:
     def live(self) -> int:
         """How many jobs are live (pending, leased, dead or waiting)."""
         return self.pending + self.leased + self.dead + self.waiting
+
+    def kept_at(self, now: float) -> int:
+        """Finished jobs kept with their outcome at `now` (stats().kept): less the keyed
+        ones whose result has ended ("rkeep"), which no record marks."""
+        return self.kept - self.result_ends.ended(now)
 
     @property
     def totals(self) -> tuple[int, int, int]:
@@ -365,7 +372,8 @@ class QueueState:
         return (jobs, tuple(sorted(self.done_keys.items())), self.pending, self.leased,
                 self.dead, self.kept, self.done, self.next_token, self.paused,
                 self.waiting, self.waits.fingerprint(), self.limited.fingerprint(),
-                self.notes.fingerprint(), self.dormant.fingerprint())
+                self.notes.fingerprint(), self.dormant.fingerprint(),
+                tuple(map(tuple, self.result_ends.items())))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QueueState):

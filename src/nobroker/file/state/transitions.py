@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 from ...dependencies import FAILURE, SUCCESS
+from ...result_deadlines import ResultDeadlines
 from ...revivals import Dormant
 from ..log.records import (
     AT,
@@ -93,6 +94,7 @@ class ReplayState(Protocol):
     waits: Waits  # the waiting jobs' unmet prerequisites
     dormant: Dormant  # the cancelled dependents a requeue revives
     notes: Notes  # the jobs' progress and metadata (format 1.2)
+    result_ends: ResultDeadlines  # kept keyed jobs whose result ends first ("rkeep")
     done_keys: dict[str, float]  # finished keyed job id -> when acked
     pending: int
     leased: int
@@ -163,10 +165,12 @@ def _finish(state: ReplayState, slot: int, job_id: str, code: int, finished_at: 
     keep = field(rec, KEEP, float, offset)
     if keep < 0:
         raise ReplayError(offset, f"negative retention {keep!r}")
-    check_result_keep(rec, keep, offset)  # read by the views only (views.py)
+    result_keep = check_result_keep(rec, keep, offset)  # the result's end: the views'
     state.live_bytes += size - state.table.finish(slot, job_id, code, keep,
                                                  finished_at + keep, offset, size)
     state.kept += 1
+    if result_keep is not None:  # and stats().kept's from then on
+        state.result_ends.add(job_id, finished_at + result_keep)
 
 
 def apply_cancel(state: ReplayState, slot: int, job_id: str, rec: Record, offset: int,
@@ -213,6 +217,7 @@ def apply_forget(state: ReplayState, job_id: str, offset: int) -> None:
         if table.code[slot] not in FINISHED_CODES:
             expect_state(table, slot, job_id, FINISHED_CODES, offset)
         state.kept -= 1
+        state.result_ends.discard(job_id)
         state.live_bytes -= table.remove(slot, job_id)
         if state.dormant:
             state.dormant.remove(job_id)

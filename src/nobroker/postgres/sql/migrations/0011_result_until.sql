@@ -3,9 +3,14 @@
 -- deduplicates (the file engine's ACK "rkeep", memory://'s result_until). The ack
 -- (parts/acked.sql) sets `result_until` then; NULL: the result lasts as long as
 -- the row. get.sql and list_jobs.sql show no result from then on; the sweep
--- deletes the row at expires_at, as before. Additive: a nullable column, no
--- rewrite of the table.
+-- clears it then, and deletes the row at expires_at, as before. Additive: a
+-- nullable column, no rewrite of the table, and an index of the rows it is set on.
 ALTER TABLE {schema}.jobs ADD COLUMN result_until float8;
+-- The results a sweep clears at result_until (queries/sweep.sql), so that
+-- stats().kept no longer counts a row kept without its outcome, and those
+-- stats() subtracts until a sweep has (queries/stats.sql).
+CREATE INDEX jobs_results ON {schema}.jobs (queue, result_until)
+    WHERE result_until IS NOT NULL;
 
 -- The lease of ack_and_lease.sql, moved out of its statement into a function
 -- that the statement calls once its ack has settled the acked job's dependents

@@ -1,4 +1,5 @@
--- What follows the candidates in a lease (queries/lease.sql, lease_chosen.sql):
+-- What follows the candidates in queries/lease.sql (queries/limited_lease.sql
+-- chooses in nb_limited_lease instead and shares only parts/lease_end.sql):
 -- the best of `ready` and `due` picked, leased, counted and notified, then the
 -- statement's end (parts/lease_end.sql: rows, reclaims' deaths settled).
 -- Needs the CTEs `t`, `reclaimed`, `ready` and `due`.

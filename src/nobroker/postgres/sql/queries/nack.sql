@@ -1,6 +1,7 @@
 -- A leased job failed: dead if that was its last attempt or the caller said so
 -- (`dl`: Queue.nack(dead=True)), else pending again after `delay` (waiting) or at
 -- once (ready). A death settles its waiting dependents (parts/settled.sql).
+-- The row is found by its key: `state + 0` (parts/acked.sql says why).
 WITH nacked AS (
     UPDATE {schema}.jobs AS j SET
         state = CASE WHEN (j.attempts >= j.max_attempts OR %(dl)s::boolean) THEN 2
@@ -10,7 +11,7 @@ WITH nacked AS (
         finished_at = CASE WHEN (j.attempts >= j.max_attempts OR %(dl)s::boolean) THEN t.now END,
         last_error = %(err)s::text, token = NULL, lease_until = NULL
     FROM (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
-    WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
+    WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state + 0 = 1 AND j.token = %(tok)s
     RETURNING {job_columns}, j.dependents),
 finishing AS (
     SELECT nacked.id, 2 AS st, nacked.dependents FROM nacked WHERE nacked.state = 2),

@@ -1,4 +1,5 @@
 -- A leased job put back without spending the attempt: pending after `delay`.
+-- The row is found by its key: `state + 0` (parts/acked.sql says why).
 WITH snoozed AS (
     UPDATE {schema}.jobs AS j SET
         state = CASE WHEN %(delay)s::float8 > 0 THEN -1 ELSE 0 END,
@@ -6,7 +7,7 @@ WITH snoozed AS (
         attempts = greatest(j.attempts - 1, 0),
         last_error = %(err)s::text, token = NULL, lease_until = NULL
     FROM (SELECT {schema}.nb_now(%(t)s::float8) AS now) AS t
-    WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state = 1 AND j.token = %(tok)s
+    WHERE j.queue = %(q)s AND j.id = %(id)s AND j.state + 0 = 1 AND j.token = %(tok)s
     RETURNING {job_columns}),
 tally AS MATERIALIZED (
     SELECT c0.p, c0.d, c0.f, c0.k,
