@@ -173,6 +173,7 @@ def _salvage_locked(fs: FileSystem, directory: str, name: str, generation: int, 
                              replay.records, len(replay.state.jobs), (), (), (), (),
                              _spans(scan))
     _release_freed(replay.state, scan.end)
+    _forget_unrevived(replay.state)
     # The snapshot batch takes the number of the last batch it summarises (>= 1).
     replay.state.last_batch = max(replay.state.last_batch, 1)
     aside = tuple(_save_aside(fs, directory, path, data, region) for region in scan.damaged)
@@ -195,6 +196,15 @@ def _release_freed(state: QueueState, end: int) -> None:
         for job_id in freed:
             batch.add(RecordType.RELEASE, {ID: job_id})
         state.apply_batch(batch.encode(end)[1])
+
+
+def _forget_unrevived(state: QueueState) -> None:
+    """Cancelled dependents left revivable with no failed prerequisite: the damage took
+    the record that revived them in the batch that requeued the last one (replay
+    refuses that batch). Their revival is lost with it: they stay cancelled."""
+    for job_id in [job_id for job_id, sleeper in state.dormant.by_job.items()
+                   if not sleeper.failed]:
+        state.dormant.remove(job_id)
 
 
 def _replay(scan: Scan, replay: TolerantReplay, point_in_time: bool) -> int:
