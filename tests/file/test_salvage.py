@@ -472,5 +472,57 @@ class LostReleaseTest(TempDirTestCase):
             self.assertEqual(q.get(handler.id).state.value, "pending")
             self.assertEqual(q.stats().waiting, 0)
 
+
+class LostReviveTest(TempDirTestCase):
+    """A REVIVE the damage took, in the batch that requeued the dependent's last failed
+    prerequisite (its batch otherwise kept; the fuzz case (41, 118)): replay leaves the
+    dependent revivable with no failed prerequisite, a state no checkpoint can hold.
+    Salvage forgets its revival (_forget_unrevived): it stays cancelled."""
+
+    def test_a_dependent_whose_revive_was_lost_stays_cancelled_and_the_queue_works(
+            self) -> None:
+        from nobroker.dependencies import GraphNode
+        directory = str(self.tmp / "q")
+        with Queue(directory, max_attempts=1, auto_compact=None) as q:
+            step, dependent = q.enqueue_graph([GraphNode("step"), GraphNode("after", (0,))])
+            leased = q.lease_one()
+            assert leased is not None
+            q.nack(leased, error="boom")  # dead: its dependent cancelled, revivable
+            self.assertEqual(q.get(dependent.id).state.value, "cancelled")
+            self.assertEqual(q.requeue_dead(step.id), 1)  # REQUEUE + the dependent's REVIVE
+            q.enqueue("later")
+        log = os.path.join(directory, "default.000000.log")
+        data = bytearray(Path(log).read_bytes())
+        revive = next(r for r in read_records(log) if r.type == "REVIVE")
+        self.assertEqual(revive.payload["id"], dependent.id)
+        # The same frame, CRC-valid, naming a job nobody enqueued: replay skips it.
+        forged = json.dumps({**revive.payload, "id": "f" * len(dependent.id)},
+                            separators=(",", ":")).encode()
+        frame = framing.encode_record(RecordType.REVIVE, forged, revive.more)
+        self.assertEqual(len(frame), 9 + revive.length)
+        data[revive.offset:revive.offset + len(frame)] = frame
+        Path(log).write_bytes(bytes(data))
+        with self.assertRaises(CorruptLogError):
+            Queue(directory).close()
+        report = salvage(directory)
+        self.assertIsNotNone(report.new_generation)
+        self.assertEqual(report.unknown_jobs, ("f" * len(dependent.id),))
+        with Queue(directory, max_attempts=1) as q:
+            self.assertTrue(q.recovery.clean)
+            self.assertEqual(q.get(step.id).state.value, "pending")
+            self.assertEqual(q.get(dependent.id).state.value, "cancelled")
+            self.assertEqual(q.stats().waiting, 0)
+            for expected in ("step", "later"):  # it works: leases, acks, compacts
+                job = q.lease_one()
+                assert job is not None
+                self.assertEqual(job.payload, expected)
+                q.ack(job)
+            self.assertIsNone(q.lease_one())
+            q.compact()
+        with Queue(directory) as q:  # and reopens from what it wrote
+            self.assertTrue(q.recovery.clean)
+            self.assertEqual(q.get(dependent.id).state.value, "cancelled")
+
+
 if __name__ == "__main__":
     unittest.main()

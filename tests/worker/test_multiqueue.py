@@ -174,6 +174,25 @@ class MultiQueueContract:
         self.run_worker(Worker([high, low], handle, max_jobs=11, handle_signals=False))
         self.assertEqual(seen, ["low"] * 3 + ["high"] + ["low"] * 7)
 
+    def test_a_peers_enqueue_on_a_drained_earlier_queue_is_taken_first(self) -> None:
+        # Each job of `low` asks the drained `high` first; the job a peer (a handle of
+        # its own, as another process has) enqueues there must be seen by that ask.
+        high, low = self.queues("high", "low")
+        peer = Queue(self.location(), "high")
+        self.addCleanup(peer.close)
+        high.enqueue("high")
+        low.enqueue_many(["low"] * 10)
+        seen: list[str] = []
+
+        def handle(job: Job) -> None:
+            seen.append(job.payload)
+            if len(seen) in (4, 7):
+                peer.enqueue(f"peer {len(seen)}")
+
+        self.run_worker(Worker([high, low], handle, max_jobs=13, handle_signals=False))
+        self.assertEqual(seen, ["high"] + ["low"] * 3 + ["peer 4"] + ["low"] * 2
+                         + ["peer 7"] + ["low"] * 5)
+
     def test_weights_share_the_picks_within_one_pick_of_each_weight(self) -> None:
         queues = self.queues("high", "default", "low")
         for queue in queues:
