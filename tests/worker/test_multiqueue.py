@@ -362,6 +362,28 @@ class FileMultiQueueTest(MultiQueueContract, TempDirTestCase):
     def location(self) -> str:
         return str(self.tmp / "q")
 
+    def test_under_weights_a_switch_leases_then_acks_one_after_the_other_on_the_slot(
+            self) -> None:
+        # Two writes to two files: here, one after the other costs less than the ack
+        # on a helper thread beside the lease (docs/FLOW.md, "Cost").
+        queues = self.queues("high", "low")
+        calls: list[tuple[str, str]] = []
+        for queue in queues:
+            queue.enqueue_many([queue.name] * 5)
+            for method in ("lease", "ack", "ack_and_lease"):
+                def recorded(*args: Any, _call: Any = getattr(queue, method),
+                             _what: str = f"{method} {queue.name}", **kwargs: Any) -> Any:
+                    calls.append((_what, threading.current_thread().name))
+                    return _call(*args, **kwargs)
+                setattr(queue, method, recorded)
+        self.run_worker(Worker(queues, lambda job: None, max_jobs=10, handle_signals=False,
+                               weights={"high": 1, "low": 1}))
+        self.assertEqual(calls[0][0], "lease high")  # the dispatcher's first pick
+        switches = [what for what, thread in calls[1:] if thread == "nobroker-slot-0"]
+        self.assertEqual([what for what, _ in calls[1:]], switches, calls)  # none elsewhere
+        self.assertEqual(switches[:16], ["lease low", "ack high", "lease high", "ack low"] * 4)
+        self.assertEqual(switches[-1], "ack low")  # max_jobs: the last job leases no other
+
     def test_worker_arguments_are_checked(self) -> None:
         high, low = self.queues("high", "low")
         with self.assertRaisesRegex(ValueError, "need directory="):
