@@ -368,14 +368,18 @@ class FileMultiQueueTest(MultiQueueContract, TempDirTestCase):
         # on a helper thread beside the lease (docs/FLOW.md, "Cost").
         queues = self.queues("high", "low")
         calls: list[tuple[str, str]] = []
+
+        def recording(call: Callable[..., Any], what: str) -> Callable[..., Any]:
+            def recorded(*args: Any, **kwargs: Any) -> Any:
+                calls.append((what, threading.current_thread().name))
+                return call(*args, **kwargs)
+            return recorded
+
         for queue in queues:
             queue.enqueue_many([queue.name] * 5)
             for method in ("lease", "ack", "ack_and_lease"):
-                def recorded(*args: Any, _call: Any = getattr(queue, method),
-                             _what: str = f"{method} {queue.name}", **kwargs: Any) -> Any:
-                    calls.append((_what, threading.current_thread().name))
-                    return _call(*args, **kwargs)
-                setattr(queue, method, recorded)
+                setattr(queue, method, recording(getattr(queue, method),
+                                                 f"{method} {queue.name}"))
         self.run_worker(Worker(queues, lambda job: None, max_jobs=10, handle_signals=False,
                                weights={"high": 1, "low": 1}))
         self.assertEqual(calls[0][0], "lease high")  # the dispatcher's first pick
