@@ -16,9 +16,9 @@ the first queue that has a ready job gives it. Two callers:
   try). Under weights the next pick is mostly another queue that has jobs:
   the lease there, then the ack, are writes to two queues, one after the
   other on the slot's thread. Overlapping them (the ack on a helper thread)
-  was slower: on ext4, two fsyncs of two files at once cost more than one
-  after the other, and the hand-off costs a thread switch (docs/FLOW.md,
-  "Cost").
+  was slower where measured (ext4): two fsyncs of two files at once cost
+  more than one after the other, and the hand-off costs a thread switch
+  (docs/FLOW.md, "Cost").
 
 Caps are exact within the worker: a try reserves its lease count against the
 queue's cap under the worker's condition before the lease is sent, and the
