@@ -74,6 +74,22 @@ def check_accounting(test: unittest.TestCase, data: bytes, report: SalvageReport
     test.assertEqual(report.bytes_set_aside, sum(r.length for r in report.set_aside))
 
 
+def lose_record(test: unittest.TestCase, log: str, rtype: RecordType, job_id: str) -> str:
+    """Make the first `rtype` record of `log` (about `job_id`) name a job nobody
+    enqueued: the same frame, CRC-valid, so replay skips it as if the damage had
+    taken it and kept the rest of its batch. Returns the id it names now."""
+    data = bytearray(Path(log).read_bytes())
+    record = next(r for r in read_records(log) if r.type == rtype.name)
+    test.assertEqual(record.payload["id"], job_id)
+    nobody = "f" * len(job_id)
+    forged = json.dumps({**record.payload, "id": nobody}, separators=(",", ":")).encode()
+    frame = framing.encode_record(rtype, forged, record.more)
+    test.assertEqual(len(frame), 9 + record.length)
+    data[record.offset:record.offset + len(frame)] = frame
+    Path(log).write_bytes(bytes(data))
+    return nobody
+
+
 class SalvageFuzzTest(TempDirTestCase):
     def setUp(self) -> None:
         super().setUp()
@@ -454,16 +470,8 @@ class LostReleaseTest(TempDirTestCase):
             assert leased is not None
             q.nack(leased, error="boom")  # dead: the handler's RELEASE in this batch
             q.enqueue("after")
-        log = os.path.join(directory, "default.000000.log")
-        data = bytearray(Path(log).read_bytes())
-        release = next(r for r in read_records(log) if r.type == "RELEASE")
-        # The same frame, CRC-valid, naming a job nobody enqueued: replay skips it.
-        forged = json.dumps({**release.payload, "id": "f" * len(handler.id)},
-                            separators=(",", ":")).encode()
-        frame = framing.encode_record(RecordType.RELEASE, forged, release.more)
-        self.assertEqual(len(frame), 9 + release.length)
-        data[release.offset:release.offset + len(frame)] = frame
-        Path(log).write_bytes(bytes(data))
+        lose_record(self, os.path.join(directory, "default.000000.log"), RecordType.RELEASE,
+                    handler.id)
         with self.assertRaises(CorruptLogError):
             Queue(directory).close()
         salvage(directory)
@@ -471,6 +479,49 @@ class LostReleaseTest(TempDirTestCase):
             self.assertEqual(q.get(step.id).state.value, "dead")
             self.assertEqual(q.get(handler.id).state.value, "pending")
             self.assertEqual(q.stats().waiting, 0)
+
+
+class LostReviveTest(TempDirTestCase):
+    """A REVIVE the damage took, in the batch that requeued the dependent's last failed
+    prerequisite (its batch otherwise kept; the fuzz case (41, 118)): replay leaves the
+    dependent revivable with no failed prerequisite, a state no checkpoint can hold.
+    Salvage forgets its revival (_forget_unrevived): it stays cancelled."""
+
+    def test_a_dependent_whose_revive_was_lost_stays_cancelled_and_the_queue_works(
+            self) -> None:
+        from nobroker.dependencies import GraphNode
+        directory = str(self.tmp / "q")
+        with Queue(directory, max_attempts=1, auto_compact=None) as q:
+            step, dependent = q.enqueue_graph([GraphNode("step"), GraphNode("after", (0,))])
+            leased = q.lease_one()
+            assert leased is not None
+            q.nack(leased, error="boom")  # dead: its dependent cancelled, revivable
+            self.assertEqual(q.get(dependent.id).state.value, "cancelled")
+            self.assertEqual(q.requeue_dead(step.id), 1)  # REQUEUE + the dependent's REVIVE
+            q.enqueue("later")
+        nobody = lose_record(self, os.path.join(directory, "default.000000.log"),
+                             RecordType.REVIVE, dependent.id)
+        with self.assertRaises(CorruptLogError):
+            Queue(directory).close()
+        report = salvage(directory)
+        self.assertIsNotNone(report.new_generation)
+        self.assertEqual(report.unknown_jobs, (nobody,))
+        with Queue(directory, max_attempts=1) as q:
+            self.assertTrue(q.recovery.clean)
+            self.assertEqual(q.get(step.id).state.value, "pending")
+            self.assertEqual(q.get(dependent.id).state.value, "cancelled")
+            self.assertEqual(q.stats().waiting, 0)
+            for expected in ("step", "later"):  # it works: leases, acks, compacts
+                job = q.lease_one()
+                assert job is not None
+                self.assertEqual(job.payload, expected)
+                q.ack(job)
+            self.assertIsNone(q.lease_one())
+            q.compact()
+        with Queue(directory) as q:  # and reopens from what it wrote
+            self.assertTrue(q.recovery.clean)
+            self.assertEqual(q.get(dependent.id).state.value, "cancelled")
+
 
 if __name__ == "__main__":
     unittest.main()

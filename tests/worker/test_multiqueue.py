@@ -174,6 +174,25 @@ class MultiQueueContract:
         self.run_worker(Worker([high, low], handle, max_jobs=11, handle_signals=False))
         self.assertEqual(seen, ["low"] * 3 + ["high"] + ["low"] * 7)
 
+    def test_a_peers_enqueue_on_a_drained_earlier_queue_is_taken_first(self) -> None:
+        # Each job of `low` asks the drained `high` first; the job a peer (a handle of
+        # its own, as another process has) enqueues there must be seen by that ask.
+        high, low = self.queues("high", "low")
+        peer = Queue(self.location(), "high")
+        self.addCleanup(peer.close)
+        high.enqueue("high")
+        low.enqueue_many(["low"] * 10)
+        seen: list[str] = []
+
+        def handle(job: Job) -> None:
+            seen.append(job.payload)
+            if len(seen) in (4, 7):
+                peer.enqueue(f"peer {len(seen)}")
+
+        self.run_worker(Worker([high, low], handle, max_jobs=13, handle_signals=False))
+        self.assertEqual(seen, ["high"] + ["low"] * 3 + ["peer 4"] + ["low"] * 2
+                         + ["peer 7"] + ["low"] * 5)
+
     def test_weights_share_the_picks_within_one_pick_of_each_weight(self) -> None:
         queues = self.queues("high", "default", "low")
         for queue in queues:
@@ -342,6 +361,32 @@ class MultiQueueContract:
 class FileMultiQueueTest(MultiQueueContract, TempDirTestCase):
     def location(self) -> str:
         return str(self.tmp / "q")
+
+    def test_under_weights_a_switch_leases_then_acks_one_after_the_other_on_the_slot(
+            self) -> None:
+        # Two writes to two files: here, one after the other costs less than the ack
+        # on a helper thread beside the lease (docs/FLOW.md, "Cost").
+        queues = self.queues("high", "low")
+        calls: list[tuple[str, str]] = []
+
+        def recording(call: Callable[..., Any], what: str) -> Callable[..., Any]:
+            def recorded(*args: Any, **kwargs: Any) -> Any:
+                calls.append((what, threading.current_thread().name))
+                return call(*args, **kwargs)
+            return recorded
+
+        for queue in queues:
+            queue.enqueue_many([queue.name] * 5)
+            for method in ("lease", "ack", "ack_and_lease"):
+                setattr(queue, method, recording(getattr(queue, method),
+                                                 f"{method} {queue.name}"))
+        self.run_worker(Worker(queues, lambda job: None, max_jobs=10, handle_signals=False,
+                               weights={"high": 1, "low": 1}))
+        self.assertEqual(calls[0][0], "lease high")  # the dispatcher's first pick
+        switches = [what for what, thread in calls[1:] if thread == "nobroker-slot-0"]
+        self.assertEqual([what for what, _ in calls[1:]], switches, calls)  # none elsewhere
+        self.assertEqual(switches[:16], ["lease low", "ack high", "lease high", "ack low"] * 4)
+        self.assertEqual(switches[-1], "ack low")  # max_jobs: the last job leases no other
 
     def test_worker_arguments_are_checked(self) -> None:
         high, low = self.queues("high", "low")

@@ -16,7 +16,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from .. import validation
 from ..errors import NobrokerError
@@ -121,7 +120,6 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._flights: set[Flight] = set()
         self._leasing = [0] * len(self.queues)
         self._waits: QueueWaits | None = None
-        self._acks: ThreadPoolExecutor | None = None
         self._inbox: deque[Flight] = deque()
         self._to_ack: list[Flight] = []  # succeeded, for the acker (prefetch only)
         self._acker_idle = False
@@ -174,8 +172,6 @@ class Worker(Slots, Heartbeats, SignalHandling):
                        f"nobroker-scheduler-{queue.name}")
         if len(self.queues) > 1:
             self._waits = QueueWaits(self.queues, self.poll_interval)
-        if len(self.queues) > 1 and self._picker.weights is not None:
-            self._acks = ThreadPoolExecutor(self.concurrency, "nobroker-ack")
         names = ", ".join(repr(q.name) for q in self.queues)
         log.info("worker started on queue%s %s in %s: concurrency %d%s%s, visibility timeout "
                  "%gs",
@@ -195,8 +191,6 @@ class Worker(Slots, Heartbeats, SignalHandling):
             restore_signal_handlers(previous)
             if self._waits is not None:
                 self._waits.close()
-            if self._acks is not None:
-                self._acks.shutdown(wait=not self._forced)
             self._close_owned()
         stats = self.stats
         log.info("worker stopped (%s%s) after %.1fs: %d succeeded, %d retried, "

@@ -9,14 +9,16 @@ the first queue that has a ready job gives it. Two callers:
   priority as many jobs as it can from the first queue that has any, under
   weights one pick at a time, so that each lease follows the round-robin;
 - a slot that acked a job leases its next one (`_lease_after`). It tries the
-  queues in the picker's order too. Under strict priority, an earlier queue
-  is leased from plainly (empty, the usual case, that is a read), then its
-  own job's queue acks and leases in one write (`Queue.ack_and_lease`), as
-  a single-queue worker always does (with one queue, that is the only try).
-  Under weights, the next pick is mostly another queue that has jobs: the
-  ack and the lease are then writes to two queues, so they overlap, the ack
-  on a helper thread while the slot leases (two fsyncs at once cost about
-  one: the file system commits them together).
+  queues in the picker's order too: a queue before its own job's is leased
+  from plainly (empty, the usual case under strict priority, that is a
+  read), then its own acks and leases in one write (`Queue.ack_and_lease`),
+  as a single-queue worker always does (with one queue, that is the only
+  try). Under weights the next pick is mostly another queue that has jobs:
+  the lease there, then the ack, are writes to two queues, one after the
+  other on the slot's thread. Overlapping them (the ack on a helper thread)
+  was slower where measured (ext4): two fsyncs of two files at once cost
+  more than one after the other, and the hand-off costs a thread switch
+  (docs/FLOW.md, "Cost").
 
 Caps are exact within the worker: a try reserves its lease count against the
 queue's cap under the worker's condition before the lease is sent, and the
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import NobrokerError
 from ..models import Job
@@ -58,7 +59,6 @@ class Leasing(Shared):
     _picker: QueuePicker
     _waits: QueueWaits | None  # over several queues; None: wait on the one queue
     _leasing: list[int]  # per queue: leases being sent, counted against its cap (_cond)
-    _acks: ThreadPoolExecutor | None  # over several queues: acks beside a lease elsewhere
     _woken: bool  # the last wait said a job may be ready (dispatcher only)
     _quiet: frozenset[int]  # queues the last wake-up found quiet (dispatcher only)
     _drained: bool  # a slot's pick just found every queue empty (_cond)
@@ -84,41 +84,26 @@ class Leasing(Shared):
                      ack_and_lease: Callable[[], Job | None], found: list[Flight]) -> None:
         """Ack a slot's `flight`, which succeeded, and lease its next job into `found`.
 
-        Under weights, when another queue comes first, the ack runs on a helper
-        thread while the slot leases; otherwise queues before its own are tried
-        with plain leases, then its own with `ack_and_lease` (one write), then
-        the rest. Raises what the ack raised."""
+        The queues are tried in the picker's order: those before its own with plain
+        leases, its own with `ack_and_lease` (one write), then the rest. If no try
+        reached its own queue, the ack follows, on this thread: one write after the
+        other (see the module doc). Raises what the ack raised."""
         own = flight.queue_index
         if self._one_queue:  # what a single-queue worker always did: one write
             following = ack_and_lease()
             with self._cond:
                 found += self._admit([] if following is None else [following], own, False)
             return
-        with self._cond:
-            first = self._picker.order(self._busy(own))[:1]
-        if self._acks is None or first == [own]:
-            acked: list[bool] = []
+        acked: list[bool] = []
 
-            def lease_own(count: int) -> list[Job]:
-                acked.append(True)
-                following = ack_and_lease()
-                return [] if following is None else [following]
+        def lease_own(count: int) -> list[Job]:
+            acked.append(True)
+            following = ack_and_lease()
+            return [] if following is None else [following]
 
-            found += self._pick(1, into_inbox=False, own=own, lease_own=lease_own)
-            if not acked:
-                ack()
-            self._note_drained(found)
-            return
-        try:
-            pending = self._acks.submit(ack)
-        except RuntimeError:  # shut down under a slot the worker abandoned: ack here
+        found += self._pick(1, into_inbox=False, own=own, lease_own=lease_own)
+        if not acked:
             ack()
-            found += self._pick(1, into_inbox=False, own=own)
-            return
-        try:
-            found += self._pick(1, into_inbox=False, own=own)
-        finally:
-            pending.result()
         self._note_drained(found)
 
     def _note_drained(self, found: list[Flight]) -> None:
