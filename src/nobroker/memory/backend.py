@@ -99,7 +99,7 @@ class MemoryBackend:
                 try:
                     table.sweep(now, self.settings.key_retention)
                     spared = frozenset(spare)
-                    for job in table.expired(now):
+                    for job in table.due.expired(now):
                         if job.id not in spared:
                             table.retry(job, self._retry_at(job, now),
                                         f"lease expired (attempt {job.attempts})")
