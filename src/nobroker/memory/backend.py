@@ -6,8 +6,9 @@ every write does first (expire the leases past their deadline, except the
 caller's own, and forget the finished jobs and keys whose retention is
 over), make the operation's moves on the table (table.py), and wake the
 waiters the moves concern. Reads take the lock and build `Job` views; they
-change nothing. Retry delays come from the shared BackoffPolicy and the
-settings' rng, so a seeded rng and a fake clock make a run repeatable.
+change nothing; the blocking waits are the shared queue's (sets.py). Retry
+delays come from the shared BackoffPolicy and the settings' rng, so a seeded
+rng and a fake clock make a run repeatable.
 Nothing is durable and nothing is fsynced: `Capabilities.in_process`.
 """
 
@@ -45,7 +46,6 @@ __all__ = ["MemoryBackend", "CAPABILITIES"]
 CAPABILITIES = Capabilities(listing=True, imports=True, exports=True, in_process=True,
                             dependencies=True, limits=True, revival=True)
 T = TypeVar("T")
-_ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 
 
 class MemoryBackend:
@@ -99,7 +99,7 @@ class MemoryBackend:
                 try:
                     table.sweep(now, self.settings.key_retention)
                     spared = frozenset(spare)
-                    for job in table.expired(now):
+                    for job in table.due.expired(now):
                         if job.id not in spared:
                             table.retry(job, self._retry_at(job, now),
                                         f"lease expired (attempt {job.attempts})")
@@ -113,6 +113,9 @@ class MemoryBackend:
 
     def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
         self._dead_listener = listener  # told the ids our lease reclaims dead-letter
+
+    def _now(self) -> float:  # the clock set_clock() set last, read at each call
+        return self._clock()
 
     def _read(self, question: Callable[[MemoryTable, float], T]) -> T:
         with self._shared.lock:
@@ -271,36 +274,12 @@ class MemoryBackend:
         self._write(change, spare=(job.id,))
 
     def wait(self, timeout: float) -> bool:
-        shared = self._shared
-        deadline = time.monotonic() + timeout
-        with shared.lock:
-            while True:
-                table = self._open()
-                paused = table.paused
-                now = shared.peek(self._clock())
-                due = None if paused else table.next_wakeup(self.settings.limits, now)
-                if due is not None and due <= now:
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                woken = shared.leasable.wait(left if due is None else min(left, due - now))
-                if not (paused and woken):
-                    return woken or (due is not None and due <= shared.peek(self._clock()))
-                # Paused: an enqueue makes nothing leasable yet; wait on for the resume.
+        return self._shared.wait_leasable(self._open, self._now, self.settings.limits,
+                                          timeout)
 
     def wait_finished(self, job_id: str, timeout: float | None) -> Job | None:
-        shared = self._shared
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with shared.lock:
-            while True:
-                job = self._find(self._open(), job_id, shared.peek(self._clock()))
-                if job.state in _ENDED:
-                    return job
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                shared.finished.wait(left)
+        return self._shared.wait_finished(
+            self._open, lambda table, now: self._find(table, job_id, now), self._now, timeout)
 
     # -- job control --------------------------------------------------------
 

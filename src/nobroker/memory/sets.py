@@ -2,21 +2,27 @@
 
 Handles (MemoryBackend) of one process that open the same location and
 queue name share one SharedQueue, as handles on one directory share its
-files: its job table, its lock, the conditions that wake waiters, its named
-locks, and its time. A queue lives while a handle has it open, and is gone
-when the last one closes (as SQLite's shared in-memory databases are), so
-that a test's queue never leaks into the next one that reuses its name.
+files: its job table, its lock, the conditions that wake waiters (and the
+waits on them), its named locks, and its time. A queue lives while a handle
+has it open, and is gone when the last one closes (as SQLite's shared
+in-memory databases are), so that a test's queue never leaks into the next
+one that reuses its name.
 Nothing here crosses a process boundary.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
+from ..limits import Limits
+from ..models import Job, JobState
 from .table import MemoryTable
 
 __all__ = ["SharedQueue", "attach", "detach", "queue_names"]
+
+_ENDED = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
 
 
 class SharedQueue:
@@ -61,6 +67,45 @@ class SharedQueue:
                     self.named_locks.discard(key)
 
         return release
+
+    def wait_leasable(self, open_table: Callable[[], MemoryTable],
+                      clock: Callable[[], float], limits: Limits, timeout: float) -> bool:
+        """Whether a job became leasable within `limits` in `timeout` seconds (Backend.wait):
+        `open_table()` is the table (it raises once the waiting handle is closed),
+        `clock()` the handle's time. While paused, an enqueue wakes no one: the resume does."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while True:
+                table = open_table()
+                paused = table.paused
+                now = self.peek(clock())
+                due = None if paused else table.next_wakeup(limits, now)
+                if due is not None and due <= now:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                woken = self.leasable.wait(left if due is None else min(left, due - now))
+                if not (paused and woken):
+                    return woken or (due is not None and due <= self.peek(clock()))
+                # Paused: an enqueue makes nothing leasable yet; wait on for the resume.
+
+    def wait_finished(self, open_table: Callable[[], MemoryTable],
+                      find: Callable[[MemoryTable, float], Job], clock: Callable[[], float],
+                      timeout: float | None) -> Job | None:
+        """The job `find(table, now)` shows once it has ended (done, dead or cancelled),
+        or None after `timeout` seconds (Backend.wait_finished); `open_table` and
+        `clock` as wait_leasable's."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while True:
+                job = find(open_table(), self.peek(clock()))
+                if job.state in _ENDED:
+                    return job
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self.finished.wait(left)
 
     def notify(self, wakes: int, finishes: int) -> None:
         """Wake idle waiters if a move may have made a job leasable, and result

@@ -8,8 +8,9 @@ records); those that check something (a lease, a dead job) raise before changing
 
 Rules: pure. No clock, no lock, no randomness: `now`, deadlines and retry
 times come in as arguments (memory/backend.py decides them), so a fake
-clock drives everything. The heaps are lazy: an entry is valid only while
-its job still carries the entry's `stamp`, which every move bumps.
+clock drives everything. The heaps (the due jobs': due.py; the kept jobs') are
+lazy: an entry is valid only while its job still carries the entry's `stamp`,
+which every move bumps.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..limits import JobKeys, KeyUse, Limits, key_use
 from ..models import JobState
 from ..result_deadlines import ResultDeadlines
 from ..revivals import Dormant
+from .due import DueHeaps
 from .jobs import MemoryJob, Note
 from .limited import LimitedReady, stored_caps
 
@@ -47,9 +49,7 @@ class MemoryTable:
         self.wakes = self.finishes = 0
         self._next_token = 1
         self._next_seq = 1
-        self._waiting: list[tuple[float, int, int, str]] = []  # (at, seq, stamp, id)
-        self._ready: list[tuple[float, int, int, str]] = []  # (-priority, seq, stamp, id)
-        self._deadlines: list[tuple[float, int, int, str]] = []  # (until, seq, stamp, id)
+        self.due = DueHeaps(self.jobs)  # pending jobs by time, ready ones, leases (due.py)
         self._kept: list[tuple[float, int, int, str]] = []  # (keep_until, seq, stamp, id)
         self._key_times: list[tuple[float, str]] = []  # (done_at, id)
         self.dependents: dict[str, dict[str, None]] = {}  # prerequisite -> waiting jobs
@@ -123,15 +123,16 @@ class MemoryTable:
         the caller's `limits` (nobroker.limits)."""
         if self.paused:
             return []
-        self._promote(now)
+        due = self.due
+        due.promote(now, self.limited)
         limits = limits or Limits()
         leased = [self.jobs[item[3]] for item in
-                  self.limited.choose(self._ready, count, limits, now, self._fresh)]
+                  self.limited.choose(due.ready, count, limits, now, due.fresh)]
         for job in leased:
             job.attempts += 1
             job.token, self._next_token = self._next_token, self._next_token + 1
             self._move(job, JobState.LEASED)
-            self._hold(job, until)
+            due.hold(job, until)
             if limits:  # its windows count the start
                 self.limited.started(job.keys, limits, now)
         return leased
@@ -146,20 +147,7 @@ class MemoryTable:
 
     def extend(self, job: MemoryJob, until: float) -> None:
         job.stamp += 1
-        self._hold(job, until)
-
-    def expired(self, now: float) -> list[MemoryJob]:
-        """Leased jobs whose deadline is at or before `now` (nothing changes)."""
-        found: list[MemoryJob] = []
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            item = heapq.heappop(heap)
-            job = self.jobs.get(item[3])
-            if job is not None and job.stamp == item[2]:
-                found.append(job)
-        for job in found:  # still leased until a move says otherwise
-            heapq.heappush(heap, (job.lease_until, job.seq, job.stamp, job.id))
-        return found
+        self.due.hold(job, until)
 
     # -- settling -----------------------------------------------------------
 
@@ -346,18 +334,12 @@ class MemoryTable:
     def next_wakeup(self, limits: Limits | None = None, now: float = 0.0) -> float | None:
         """Earliest moment a job may become leasable: -inf if one is ready now (within
         `limits`, as of `now`), else the first delayed job's time or lease deadline, or None."""
-        for heap in (self._ready, self._waiting, self._deadlines):
-            while heap and not self._fresh(heap[0][3], heap[0][2]):
-                heapq.heappop(heap)
-        times = [heap[0][0] for heap in (self._waiting, self._deadlines) if heap]
-        times += self.limited.next_ready(limits or Limits(), now, self._ready, self._fresh)
+        times = self.due.next_times()
+        times += self.limited.next_ready(limits or Limits(), now, self.due.ready,
+                                         self.due.fresh)
         return min(times) if times else None
 
     # -- the moves' common steps --------------------------------------------
-
-    def _fresh(self, job_id: str, stamp: int) -> bool:  # limited.py's heaps ask too
-        job = self.jobs.get(job_id)
-        return job is not None and job.stamp == stamp
 
     def _move(self, job: MemoryJob, state: JobState) -> None:
         if job.keys is not None and (job.state is JobState.LEASED) != (state is JobState.LEASED):
@@ -374,22 +356,8 @@ class MemoryTable:
         self._enter_pending(job)
 
     def _enter_pending(self, job: MemoryJob) -> None:
-        heapq.heappush(self._waiting, (job.available_at, job.seq, job.stamp, job.id))
+        self.due.enter(job)
         self.wakes += 1
-
-    def _promote(self, now: float) -> None:
-        """Pending jobs whose time has come move to the ready heap."""
-        waiting = self._waiting
-        while waiting and waiting[0][0] <= now:
-            _, seq, stamp, job_id = heapq.heappop(waiting)
-            job = self.jobs.get(job_id)
-            if job is not None and job.stamp == stamp:  # a limited one: its keys' heap
-                heapq.heappush(self._ready if job.keys is None else self.limited.heap(job.keys),
-                               (-job.priority, seq, stamp, job_id))
-
-    def _hold(self, job: MemoryJob, until: float) -> None:
-        job.lease_until = until
-        heapq.heappush(self._deadlines, (until, job.seq, job.stamp, job.id))
 
     def _remove(self, job: MemoryJob) -> None:
         if job.keys is not None and job.state is JobState.LEASED:

@@ -2,7 +2,8 @@
 generated ids a writer may give its next jobs.
 
 A view of the job table (jobtable.py), which it only reads; it keeps no copy of
-a job. Pure: no os, time, random or threads.
+a job, only how far the writer's generated ids went. Pure: no os, time, random
+or threads.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from .jobtable import JobTable
 from .listing import entries
-from .vocabulary import Entry
+from .vocabulary import SEQ_LIMIT, Entry
 
 __all__ = ["JobIndex"]
 
@@ -21,13 +22,14 @@ class JobIndex:
     Lookups go straight to the job table; the count is the state's (`live`), and
     reserve() skips the ids the state remembers as keys (`done_keys`)."""
 
-    __slots__ = ("_done_keys", "_live", "_table")
+    __slots__ = ("_done_keys", "_issued", "_live", "_table")
 
     def __init__(self, table: JobTable, done_keys: dict[str, float],
                  live: Callable[[], int]) -> None:
         self._table = table
         self._done_keys = done_keys
         self._live = live
+        self._issued = 0  # seqs handed out as ids for records not yet applied
 
     def get(self, job_id: str) -> Entry | None:
         held = self._table.held_entry(job_id)
@@ -65,9 +67,31 @@ class JobIndex:
 
     def reserve(self) -> str | None:
         """A generated id for a job about to be enqueued (None once they run out): one
-        that neither a live job nor a remembered key holds."""
-        return self._table.reserve(self._done_keys)
+        that neither a live job nor a remembered key holds, never the same twice."""
+        table, taken = self._table, self._done_keys
+        seq = max(self._issued, table.next_seq)
+        while seq < SEQ_LIMIT:
+            job_id = f"{seq:016x}"
+            seq += 1
+            if job_id not in table.ids and job_id not in taken:
+                self._issued = seq
+                return job_id
+        return None
 
     def reserve_many(self, count: int) -> list[str]:
-        """reserve() up to `count` times, in one step when it can be."""
-        return self._table.reserve_many(count, self._done_keys)
+        """reserve() up to `count` times (fewer once ids run out), in one step when none
+        of the next `count` generated ids is held: the usual case of enqueue_many."""
+        seq = max(self._issued, self._table.next_seq)
+        if seq + count <= SEQ_LIMIT:
+            ids = [f"{n:016x}" for n in range(seq, seq + count)]
+            named, taken = self._table.ids, self._done_keys
+            if not any(job_id in named or job_id in taken for job_id in ids):
+                self._issued = seq + count
+                return ids
+        reserved: list[str] = []
+        for _ in range(count):
+            job_id = self.reserve()
+            if job_id is None:
+                break
+            reserved.append(job_id)
+        return reserved

@@ -16,16 +16,16 @@ in its slot, DONE or CANCELLED, until its retention ends (then in
 these jobs by that end, with no Python object per job.
 
 Functions over the table read it out (checkpointcolumns.py, listing.py) and
-move its payload locations after a peer's compaction (relocation.py). It keeps
-no counters (the state's). The state reads the columns directly on its hot
-paths, but changes them only through the methods below.
+move its payload locations after a peer's compaction (relocation.py); the ids a
+writer gives its next jobs are jobindex.py's. It keeps no counters (the
+state's). The state reads the columns directly on its hot paths, but changes
+them only through the methods below.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Container
 from itertools import compress
 from typing import Any, Final
 
@@ -62,7 +62,6 @@ class JobTable:
     def __init__(self) -> None:
         self.next_seq = 0  # the next job's seq; carried by snapshots and checkpoints
         self.expect: str | None = seq_id(0)  # the id a writer gives it (replay fast path)
-        self._issued = 0  # writer side: seqs handed out as ids for records not yet applied
         # The columns. A removed job leaves a hole (FREE) until pack().
         self.seqs = array("q")
         self.code = bytearray()
@@ -144,35 +143,6 @@ class JobTable:
                      self.enqueued_at[slot], self.max_attempts[slot], self.attempts[slot],
                      CODE_STATES[code], token, until, errors.get(seq) if errors else None,
                      self.flags[slot] & KEYED == KEYED, self.record_offset[slot], self.size[slot])
-
-    def reserve(self, taken: Container[str]) -> str | None:
-        """A generated id held by no live job and not in `taken`, never the same twice."""
-        seq = max(self._issued, self.next_seq)
-        while seq < SEQ_LIMIT:
-            job_id = f"{seq:016x}"
-            seq += 1
-            if job_id not in self.ids and job_id not in taken:
-                self._issued = seq
-                return job_id
-        return None
-
-    def reserve_many(self, count: int, taken: Container[str]) -> list[str]:
-        """reserve() `count` times (fewer once ids run out), in one step when none of
-        the next `count` generated ids is held: the usual case of enqueue_many."""
-        seq = max(self._issued, self.next_seq)
-        if seq + count <= SEQ_LIMIT:
-            ids = [f"{n:016x}" for n in range(seq, seq + count)]
-            named = self.ids
-            if not any(job_id in named or job_id in taken for job_id in ids):
-                self._issued = seq + count
-                return ids
-        reserved: list[str] = []
-        for _ in range(count):
-            job_id = self.reserve(taken)
-            if job_id is None:
-                break
-            reserved.append(job_id)
-        return reserved
 
     # -- changing jobs (the state's rules decide when; counting is theirs) ---
 
