@@ -9,7 +9,7 @@ WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 {acked},
 {reclaimed},
 l AS MATERIALIZED (
-    SELECT * FROM {schema}.nb_limited_lease(%(q)s,
+    SELECT * FROM {schema}.nb_limited_lease_next(%(q)s,
         CASE WHEN EXISTS (SELECT 1 FROM acked) THEN %(n)s ELSE 0 END, %(vt)s, %(t)s::float8,
         ARRAY(SELECT id FROM acked UNION ALL SELECT id FROM reclaimed), %(rks)s::text[],
         %(rss)s::text[], %(rcs)s::integer[], %(rps)s::float8[], %(fs)s::text[],

@@ -5,7 +5,7 @@
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 {reclaimed},
 leased AS MATERIALIZED (
-    SELECT {job_columns} FROM {schema}.nb_limited_lease(%(q)s, %(n)s, %(vt)s,
+    SELECT {job_columns} FROM {schema}.nb_limited_lease_next(%(q)s, %(n)s, %(vt)s,
         %(t)s::float8, ARRAY(SELECT id FROM reclaimed), %(rks)s::text[],
         %(rss)s::text[], %(rcs)s::integer[], %(rps)s::float8[], %(fs)s::text[],
         %(caps)s::integer[]) AS j),

@@ -1,0 +1,47 @@
+-- Version 12: nb_limited_lease_next, which limited_ack_and_lease.sql and
+-- limited_lease.sql call instead of nb_limited_lease (migrations/0010), leases
+-- one job under the lock with a smaller statement when the process declared no
+-- rate limit, and calls nb_limited_lease otherwise, or when that job is not
+-- within its limits.
+CREATE FUNCTION {schema}.nb_limited_lease_next(
+    q text, n integer, vt float8, given float8, freed text[],
+    rate_keys text[], rate_stored text[], rate_counts integer[], rate_periods float8[],
+    families text[], caps integer[])
+RETURNS SETOF {schema}.jobs LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    now_ float8;
+BEGIN
+    IF n = 1 AND coalesce(cardinality(rate_keys), 0) = 0 THEN
+        IF (SELECT qs.paused FROM {schema}.queues AS qs WHERE qs.name = q
+            FOR NO KEY UPDATE) THEN
+            RETURN;
+        END IF;
+        now_ := coalesce(given, extract(epoch FROM clock_timestamp())::float8);
+        RETURN QUERY
+        WITH cand AS MATERIALIZED (
+            SELECT j.id, j.ctid AS at, j.conc_key AS ck FROM {schema}.jobs AS j
+            WHERE j.queue = q AND j.state = 0 AND j.available_at <= now_
+              AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS w
+                              WHERE w.queue = q AND w.state = -1 AND w.available_at <= now_)
+            ORDER BY j.priority DESC, j.seq LIMIT 1)
+        UPDATE {schema}.jobs AS j SET state = 1, attempts = j.attempts + 1,
+            token = nextval('{schema}.lease_token'), lease_until = now_ + vt
+        WHERE j.ctid = (
+            SELECT l.ctid FROM cand, {schema}.jobs AS l
+            WHERE l.ctid = cand.at AND l.queue = q AND l.id = cand.id AND l.state = 0
+              AND (cand.ck = '' OR coalesce(
+                  (SELECT u.cap FROM unnest(families, caps) WITH ORDINALITY AS u(f, cap, o)
+                   WHERE cand.ck = u.f OR starts_with(cand.ck, u.f || '\0')
+                   ORDER BY u.o LIMIT 1) - (
+                  SELECT count(*) FROM {schema}.jobs AS h
+                  WHERE h.queue = q AND h.state = 1 AND h.conc_key = cand.ck
+                    AND h.conc_key <> '' AND h.id <> ALL(freed)), 1) > 0)
+            FOR UPDATE OF l SKIP LOCKED)
+        RETURNING j.*;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM {schema}.nb_limited_lease(q, n, vt, given, freed, rate_keys,
+        rate_stored, rate_counts, rate_periods, families, caps);
+END $$;
