@@ -1,17 +1,12 @@
--- Version 12: nb_limited_lease_next, which limited_ack_and_lease.sql and
--- limited_lease.sql call instead of nb_limited_lease (migrations/0010), leases
--- one job under the lock with a smaller statement when the process declared no
--- rate limit, and calls nb_limited_lease otherwise, or when that job is not
--- within its limits.
-CREATE FUNCTION {schema}.nb_limited_lease_next(
-    q text, n integer, vt float8, given float8, freed text[],
-    rate_keys text[], rate_stored text[], rate_counts integer[], rate_periods float8[],
-    families text[], caps integer[])
+-- Version 12: nb_limited_lease_unrated, a limited lease for a process that
+-- declared no rate limit (HEADER)
+CREATE FUNCTION {schema}.nb_limited_lease_unrated(
+    q text, n integer, vt float8, given float8, freed text[], families text[], caps integer[])
 RETURNS SETOF {schema}.jobs LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     now_ float8;
 BEGIN
-    IF n = 1 AND coalesce(cardinality(rate_keys), 0) = 0 THEN
+    IF n = 1 THEN
         IF (SELECT qs.paused FROM {schema}.queues AS qs WHERE qs.name = q
             FOR NO KEY UPDATE) THEN
             RETURN;
@@ -42,6 +37,6 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT * FROM {schema}.nb_limited_lease(q, n, vt, given, freed, rate_keys,
-        rate_stored, rate_counts, rate_periods, families, caps);
+    RETURN QUERY SELECT * FROM {schema}.nb_limited_lease(q, n, vt, given, freed, '{}', '{}',
+        '{}', '{}', families, caps);
 END $$;

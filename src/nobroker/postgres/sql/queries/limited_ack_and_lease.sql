@@ -8,12 +8,17 @@
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 {acked},
 {reclaimed},
+a AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM acked) THEN %(n)s ELSE 0 END AS n,
+         ARRAY(SELECT id FROM acked UNION ALL SELECT id FROM reclaimed) AS freed),
+-- A process that declared no rate limit: nb_limited_lease_unrated (migrations/0012).
 l AS MATERIALIZED (
-    SELECT * FROM {schema}.nb_limited_lease_next(%(q)s,
-        CASE WHEN EXISTS (SELECT 1 FROM acked) THEN %(n)s ELSE 0 END, %(vt)s, %(t)s::float8,
-        ARRAY(SELECT id FROM acked UNION ALL SELECT id FROM reclaimed), %(rks)s::text[],
-        %(rss)s::text[], %(rcs)s::integer[], %(rps)s::float8[], %(fs)s::text[],
-        %(caps)s::integer[])),
+    SELECT f.* FROM a, {schema}.nb_limited_lease(%(q)s, a.n, %(vt)s, %(t)s::float8, a.freed,
+        %(rks)s::text[], %(rss)s::text[], %(rcs)s::integer[], %(rps)s::float8[], %(fs)s::text[],
+        %(caps)s::integer[]) AS f WHERE cardinality(%(rks)s::text[]) > 0
+    UNION ALL
+    SELECT f.* FROM a, {schema}.nb_limited_lease_unrated(%(q)s, a.n, %(vt)s, %(t)s::float8,
+        a.freed, %(fs)s::text[], %(caps)s::integer[]) AS f
+    WHERE cardinality(%(rks)s::text[]) = 0),
 leased AS (SELECT {job_columns} FROM l AS j),
 finishing AS (
     SELECT id, 3 AS st, dependents FROM acked
