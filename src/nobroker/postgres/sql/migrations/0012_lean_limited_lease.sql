@@ -1,7 +1,7 @@
 -- Version 12: nb_limited_lease_unrated, the limited lease of a process that
--- declared concurrency limits and no rate limit (limited_lease.sql and
--- limited_ack_and_lease.sql choose it when the rate keys they bind are none;
--- nb_limited_lease otherwise, as before). A lease of one job (every
+-- declared concurrency limits and no rate limit (queries/unrated_lease.sql and
+-- unrated_ack_and_lease.sql, which such a process sends: postgres/limited.py;
+-- with a rate limit, nb_limited_lease as before). A lease of one job (every
 -- ack_and_lease's) takes the same lock on the queue's row, then tries the best
 -- due job alone in one small statement: its concurrency key's holders counted
 -- (index jobs_held), the row leased if the key has room; else, or for more than

@@ -4,14 +4,9 @@
 -- statement. Rows as lease.sql's (parts/lease_end.sql).
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 {reclaimed},
--- A process that declared no rate limit: nb_limited_lease_unrated (migrations/0012).
 leased AS MATERIALIZED (
     SELECT {job_columns} FROM {schema}.nb_limited_lease(%(q)s, %(n)s, %(vt)s,
         %(t)s::float8, ARRAY(SELECT id FROM reclaimed), %(rks)s::text[],
         %(rss)s::text[], %(rcs)s::integer[], %(rps)s::float8[], %(fs)s::text[],
-        %(caps)s::integer[]) AS j WHERE cardinality(%(rks)s::text[]) > 0
-    UNION ALL
-    SELECT {job_columns} FROM {schema}.nb_limited_lease_unrated(%(q)s, %(n)s, %(vt)s,
-        %(t)s::float8, ARRAY(SELECT id FROM reclaimed), %(fs)s::text[], %(caps)s::integer[]) AS j
-    WHERE cardinality(%(rks)s::text[]) = 0),
+        %(caps)s::integer[]) AS j),
 {lease_end}
