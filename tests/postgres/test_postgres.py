@@ -927,6 +927,9 @@ RELEASED_MIGRATIONS = {
         "1f1b7e8f186f24b96162387441c9bb225d302363de882921ea4e356dcc9b92ed",
     "0009_fewer_limited_statements":
         "ad9d9075607e2278b77474f546854fc7c1ccbb8420f06e3fd4670e513e333830",
+    "0010_linear_limited_walk":
+        "9f24cbc4b23cfee73371371dc1eb325479b91f60aa7717d2fb514feeb1d08540",
+    "0011_result_until": "e4b670f8f6aafd4a81c12323e9a7e8831b7c9aaf836db9c40643e658d9b672a6",
 }
 
 

@@ -140,6 +140,20 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertEqual([job.priority if job else None for job in leased], [9, 7, 1])
         self.assertIsNone(q.lease_one())  # "one" full, "rated" started once this hour
 
+    def test_a_lease_of_one_without_a_rate_limit_skips_a_full_key_s_best_job(self) -> None:
+        # No rate limit declared: nb_limited_lease_unrated (migration 0012) tries the
+        # best job alone, and walks the keys (nb_limited_lease) when its key is full.
+        q = self.open(visibility_timeout=3600)
+        q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        for who, priority in (("a", 9), ("a", 8), ("b", 1)):
+            q.enqueue({"task": "per", "args": [who], "kwargs": {}}, priority=priority)
+        first, second = q.lease_one(), q.lease_one()
+        assert first is not None and second is not None
+        self.assertEqual((first.priority, second.priority), (9, 1))  # a's second waits
+        self.assertIsNone(q.ack_and_lease(second))  # a is still held, by `first`
+        last = q.ack_and_lease(first)  # its ack frees a's slot for its own lease
+        self.assertEqual(last.priority if last else None, 8)
+
     def test_a_lease_of_one_takes_a_waiting_job_now_due_before_a_ready_one(self) -> None:
         q = self.open()
         q.task(name="one", concurrency=1)(_noop)  # declared: the limited lease

@@ -11,7 +11,8 @@ committed they are given to the listener the Queue's hooks set
 that process, as it does on files and memory:// (issue 24). A reclaim made by
 another host's lease fires there, never here, and never twice.
 
-The choice of statement: limits declared, the limited lease (limited.py); else
+The choice of statement: limits declared, the limited lease (limited.py: the
+unrated one with no rate limit among them, migrations/0012); else
 lease_ready.sql first (it reclaims nothing: it takes nothing when a lease has
 expired or a delayed job is due), then lease.sql.
 """
@@ -84,12 +85,14 @@ class Leasing:
 
     def ack_and_lease(self, params: dict[str, Any],
                       not_leased: Callable[[Conn], Exception]) -> Job | None:
-        """ack_and_lease.sql (limited_ack_and_lease.sql with limits declared) with the
-        ack's `params`: the next job, or None;
+        """ack_and_lease.sql (limited_ack_and_lease.sql with limits declared,
+        unrated_ack_and_lease.sql with no rate limit among them) with the ack's
+        `params`: the next job, or None;
         `not_leased(conn)`'s error if the ack's lease was not current."""
         sql = self._sql.ack_and_lease
         if self._limits:  # declared: the lease within them, in the same statement
-            sql = self._sql.limited_ack_and_lease
+            sql = (self._sql.limited_ack_and_lease if self._limits.rates
+                   else self._sql.unrated_ack_and_lease)  # no rate limit: leaner
             params = {**params, **declared_params(self._limits)}
         params = {**params, **self._backoff}
         dead: list[str] = []

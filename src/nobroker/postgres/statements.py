@@ -39,12 +39,14 @@ class Statements:
     lease: bytes
     lease_ready: bytes
     limited_lease: bytes
+    unrated_lease: bytes
     limited_state: bytes
     limited_candidates: bytes
     ack: bytes
     ack_many: bytes
     ack_and_lease: bytes
     limited_ack_and_lease: bytes
+    unrated_ack_and_lease: bytes
     nack: bytes
     snooze: bytes
     extend: bytes

@@ -14,22 +14,4 @@ l AS MATERIALIZED (
         ARRAY(SELECT id FROM acked UNION ALL SELECT id FROM reclaimed), %(rks)s::text[],
         %(rss)s::text[], %(rcs)s::integer[], %(rps)s::float8[], %(fs)s::text[],
         %(caps)s::integer[])),
-leased AS (SELECT {job_columns} FROM l AS j),
-finishing AS (
-    SELECT id, 3 AS st, dependents FROM acked
-    UNION ALL SELECT id, 2, dependents FROM reclaimed WHERE state = 2),
-{settled},
-tally AS MATERIALIZED (
-    SELECT c0.p - c1.d - settled.n AS p, c1.d, c0.f, c0.k + settled.n AS k,
-           CASE WHEN c1.w0 + c0.h > 0 THEN pg_notify({schema}.nb_channel('r', %(q)s), '')::text
-           END AS woke
-    FROM (SELECT -count(*) AS p, count(*) AS f, count(*) FILTER (WHERE kept) AS k,
-                 count(*) FILTER (WHERE ck <> '' AND ck NOT IN (SELECT conc_key FROM l)) AS h
-          FROM acked) AS c0,
-         (SELECT count(*) FILTER (WHERE state = 2) AS d,
-                 count(*) FILTER (WHERE state = -1) AS w0
-          FROM reclaimed) AS c1, settled),
-{counted}
-SELECT (SELECT count(*) FROM acked), leased.*,
-       (SELECT array_agg(id) FROM finishing WHERE st = 2)
-FROM (SELECT 1) AS one LEFT JOIN leased ON true
+{limited_ack_tail}
