@@ -30,12 +30,12 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from ...limit_parking import Parking
 from ...limits import (
     QUEUE_KEY,
     Budget,
     JobKeys,
     Limits,
-    Parking,
     Rate,
     Window,
     family,
