@@ -64,15 +64,13 @@ from .messages import (
 )
 from .qos import QoS
 from .replies import ReplyStore
-from .waiting import AnyQueueWaiter
+from .waiting import AnyQueueWaiter, consumed_queues, drain
 
 __all__ = ["Transport", "Channel", "QoS"]
 
 log = logging.getLogger("nobroker.celery")
 
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
-_IDLE_SLICE = 1.0  # an idle drain_events re-checks its consumers this often
-_FULL_PAUSE = 0.05  # prefetch full: nothing to lease until Celery acks something
 # the last_error of a job given back untried: its next delivery says `redelivered`
 REQUEUED = "given back unacked by a Celery consumer (reject with requeue, channel closed)"
 REJECTED = "rejected by a Celery consumer without requeue (Reject(requeue=False))"
@@ -319,34 +317,13 @@ class Transport(virtual.Transport):
             once.close()
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
-        """Deliver one message; while none is ready, block in nobroker's wait."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                self.cycle.get(self._deliver, timeout=timeout)
-                return
-            except Empty:
-                pass
-            left = _IDLE_SLICE if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError()  # socket.timeout, which kombu's callers expect
-            step = min(left, _IDLE_SLICE)
-            queues, full = self.consumed_queues()
-            self.waiter.wait(queues, min(step, _FULL_PAUSE) if full else step)
+        """Deliver one message; while none is ready, block in nobroker's wait (waiting.py)."""
+        drain(lambda: self.cycle.get(self._deliver, timeout=timeout), self.consumed_queues,
+              self.waiter, timeout)
 
     def consumed_queues(self) -> tuple[list[Queue], bool]:
-        """The queues to wait on, and whether a channel's prefetch is full: its acks wake
-        no queue, so it is left out and re-checked soon, while the others are waited on
-        (a worker's pidbox beside its task queues)."""
-        queues: list[Queue] = []
-        full = False
-        for channel in list(self.channels):
-            found = channel.consumable_queues()
-            if found is None:
-                full = True
-            else:
-                queues.extend(q for q in found if q not in queues)
-        return queues, full
+        """The queues to wait on, and whether a channel's prefetch is full (waiting.py)."""
+        return consumed_queues(list(self.channels))
 
     # -- kombu's event loop (Celery's hub): eventloop.py ---------------------
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
-from ..errors import JobNotFoundError, NobrokerError
+from ..errors import NobrokerError
 from ..limits import JobKeys, KeyUse, family, key_use
 from ..models import (
     CompactionResult,
@@ -53,7 +53,7 @@ from .state.commands import (
 from .state.graphs import graph_jobs, plan_graph
 from .state.notes import Note
 from .state.state import Entry, QueueState
-from .views import MISSING, dormant_views, entry_view, note_view, read_payloads
+from .views import MISSING, done_view, dormant_views, entry_view, found_view, leased_views, new_view
 
 if TYPE_CHECKING:
     from ..dependencies import GraphNode
@@ -65,7 +65,6 @@ T = TypeVar("T")
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
                             exports=True, dependencies=True, limits=True, revival=True)
 _MISSING: Any = object()
-_KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until retention ends
 
 
 class FileBackend:
@@ -96,31 +95,12 @@ class FileBackend:
                           self.handle.peek_now)
 
     def _leased_views(self, entries: list[Entry]) -> Callable[[LogFile], list[Job]]:
-        """Under the lock: what builds the views of jobs just leased once it is released
-        (QueueHandle.write_then_read): decoding payloads is most of a view's cost, and
-        the lock bounds the queue's throughput. Read from the generation it keeps open."""
-        if len(entries) < 2:
-            return lambda source: [self._view(entry, source=source) for entry in entries]
-        # Several: their payloads in one pass (read ahead: most often one pread for all).
-        return lambda source: [self._view(entry, payload) for entry, payload
-                               in zip(entries, read_payloads(source, entries), strict=True)]
-
-    @staticmethod
-    def _new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
-                  available_at: float, now: float) -> Job:  # as its ENQUEUE makes it
-        return Job(job_id, payload, priority, 0, max_attempts, JobState.PENDING,
-                   available_at, now, None)
+        """Under the lock: what builds the views of jobs just leased (views.py)."""
+        return leased_views(self._view, entries)
 
     def report_reclaimed(self, listener: Callable[[list[str]], None]) -> None:
         """Tell `listener` the ids of jobs our writes' lease reclaims dead-letter."""
         self.handle.dead_listener = listener
-
-    def _done_view(self, job_id: str, done_at: float) -> Job:
-        """A finished keyed job acked without a result: only its id, time and note are known."""
-        return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
-                   state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
-                   last_error=None, finished_at=done_at,
-                   **note_view(self.handle.state.notes, job_id))
 
     # -- producing ----------------------------------------------------------
 
@@ -144,12 +124,11 @@ class FileBackend:
             if isinstance(found, Entry):
                 return lambda: self._view(found)
             if isinstance(found, float):
-                return lambda: self._done_view(job_id or "", found)
+                return lambda: done_view(self.handle.state.notes, job_id or "", found)
             new_id = batch.last_id()
             if depends_on or meta:  # as the batch left it: waiting, pending or cancelled
                 return lambda: self._view(self.handle.state.jobs[new_id], payload)
-            return lambda: self._new_view(new_id, payload, priority, max_attempts,
-                                          now + delay, now)
+            return lambda: new_view(new_id, payload, priority, max_attempts, now + delay, now)
 
         return self.handle.write(plan)
 
@@ -328,20 +307,8 @@ class FileBackend:
 
     def get(self, job_id: str) -> Job:
         handle = self.handle
-
-        def query(state: QueueState) -> Job:
-            entry, now = state.jobs.get(job_id), handle.peek_now()
-            if entry is not None:
-                # Past its retention (the next write's FORGET drops it): not returned.
-                if entry.state in _KEPT and entry.available_at <= now:
-                    raise JobNotFoundError(job_id)
-                return self._view(entry)
-            done_at = state.done_keys.get(job_id)
-            if done_at is not None and done_at + self._key_retention > now:
-                return self._done_view(job_id, done_at)
-            raise JobNotFoundError(job_id)
-
-        return handle.read(query)
+        return handle.read(lambda state: found_view(state, job_id, handle.peek_now(),
+                                                    self._key_retention, self._view))
 
     def stats(self) -> QueueStats:  # counts kept as records are applied: O(1)
         handle = self.handle

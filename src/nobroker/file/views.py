@@ -1,5 +1,6 @@
-"""The file engine's views: a job as the `Job` the API hands out (`entry_view`), and its
-parts that are not in the state's columns.
+"""The file engine's views: a job as the `Job` the API hands out (`entry_view`; as
+just enqueued, `new_view`; as `get` finds it, `found_view`; as just leased,
+`leased_views`), and its parts that are not in the state's columns.
 
 A job's payload stays on disk in the record that holds it: read_payload reads it
 back (under the lock, or from the generation pinned when the entry was taken); a
@@ -15,7 +16,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from ..backend import DormantJob
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, JobNotFoundError
 from ..models import Job, JobState
 from .log.logfile import LogFile
 from .log.readback import finished_outcome, payload_texts
@@ -23,9 +24,11 @@ from .log.records import loads
 from .state.notes import Notes
 from .state.state import Entry, QueueState
 
-__all__ = ["entry_view", "read_payload", "read_payloads", "note_view", "dormant_views", "MISSING"]
+__all__ = ["entry_view", "new_view", "done_view", "found_view", "leased_views", "read_payload",
+           "read_payloads", "note_view", "dormant_views", "MISSING"]
 
 MISSING: Any = object()  # entry_view's payload when the caller has none: read it
+_KEPT = (JobState.DONE, JobState.CANCELLED)  # kept with their outcome until retention ends
 
 def entry_view(state: QueueState, live_log: Callable[[], LogFile], entry: Entry,
                payload: Any = MISSING, source: LogFile | None = None,
@@ -60,6 +63,49 @@ def entry_view(state: QueueState, live_log: Callable[[], LogFile], entry: Entry,
         finished_at=entry.available_at if code is JobState.DEAD else None,
         waiting_for=waits.waiting_for(entry.id) if waits else (),
         **note_view(state.notes, entry.id))
+
+
+def new_view(job_id: str, payload: Any, priority: int, max_attempts: int,
+             available_at: float, now: float) -> Job:
+    """The Job of a job just enqueued, as its ENQUEUE makes it."""
+    return Job(job_id, payload, priority, 0, max_attempts, JobState.PENDING,
+               available_at, now, None)
+
+
+def done_view(notes: Notes, job_id: str, done_at: float) -> Job:
+    """A finished keyed job acked without a result: only its id, time and note are known."""
+    return Job(id=job_id, payload=None, priority=0, attempts=0, max_attempts=0,
+               state=JobState.DONE, available_at=done_at, enqueued_at=done_at,
+               last_error=None, finished_at=done_at, **note_view(notes, job_id))
+
+
+def found_view(state: QueueState, job_id: str, now: float, key_retention: float,
+               view: Callable[[Entry], Job]) -> Job:
+    """The Job `get` returns for `job_id` at `now` (`view` makes a job's from its entry),
+    or a done key's; JobNotFoundError if the state holds neither."""
+    entry = state.jobs.get(job_id)
+    if entry is not None:
+        # Past its retention (the next write's FORGET drops it): not returned.
+        if entry.state in _KEPT and entry.available_at <= now:
+            raise JobNotFoundError(job_id)
+        return view(entry)
+    done_at = state.done_keys.get(job_id)
+    if done_at is not None and done_at + key_retention > now:
+        return done_view(state.notes, job_id, done_at)
+    raise JobNotFoundError(job_id)
+
+
+def leased_views(view: Callable[..., Job], entries: list[Entry]
+                 ) -> Callable[[LogFile], list[Job]]:
+    """Under the lock: what builds the views of jobs just leased once it is released
+    (QueueHandle.write_then_read): decoding payloads is most of a view's cost, and
+    the lock bounds the queue's throughput. Read from the generation it keeps open.
+    `view(entry, payload, source)` is the backend's entry_view."""
+    if len(entries) < 2:
+        return lambda source: [view(entry, source=source) for entry in entries]
+    # Several: their payloads in one pass (read ahead: most often one pread for all).
+    return lambda source: [view(entry, payload) for entry, payload
+                           in zip(entries, read_payloads(source, entries), strict=True)]
 
 
 def note_view(notes: Notes, job_id: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import heapq
 from collections.abc import Iterable
 from typing import Final, Protocol
 
-from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Parking, Window, latest_caps
+from ..limit_parking import Parking
+from ..limits import QUEUE_KEY, Budget, JobKeys, Limits, Window, latest_caps
 from ..models import JobState
 
 __all__ = ["LimitedReady", "Ready", "stored_caps"]
@@ -33,7 +34,7 @@ class LimitedReady:
 
     def __init__(self) -> None:
         self.groups: dict[JobKeys, list[Ready]] = {}
-        self.parking = Parking()  # the groups a lease looks at (limits.Parking: a cache)
+        self.parking = Parking()  # the groups a lease looks at (limit_parking.Parking: a cache)
         self.in_use: dict[str, int] = {}
         self.windows: dict[str, Window] = {}
 

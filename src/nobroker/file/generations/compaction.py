@@ -90,7 +90,7 @@ from ..log.records import (
     RecordType,
 )
 from ..state.batch import Batch
-from ..state.limited import key_fields
+from ..state.limitfields import key_fields
 from ..state.notes import note_fields
 from ..state.reviving import sleeper_fields
 from ..state.state import Entry, JobState, QueueState

@@ -79,7 +79,7 @@ class Batch:
         self.payload_of: Callable[[int], str] | None = None
         # The concurrency limits the planning process declared (family -> holders): a
         # limited job's ENQUEUE carries its key's as "cc", for processes that did not
-        # declare it (limited.plan_limited_enqueue).
+        # declare it (limitfields.plan_limited_enqueue).
         self.caps: Mapping[str, int] = {}
         # nobroker migrate's copies: each job's own cap, by id, in place of `caps` (two
         # jobs of one key may carry different ones, as enqueued one by one they would).

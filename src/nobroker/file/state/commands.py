@@ -41,7 +41,7 @@ from .dependencies import (
     with_released,
 )
 from .jobindex import JobIndex
-from .limited import plan_limited_enqueue
+from .limitfields import plan_limited_enqueue
 from .state import Entry, JobState, QueueState
 
 __all__ = ["new_job_id", "new_job_ids", "new_nonce", "plan_reclaim", "plan_enqueue",

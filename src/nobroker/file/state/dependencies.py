@@ -34,7 +34,7 @@ from ..log.records import (
     RecordType,
 )
 from .batch import Batch
-from .limited import declared_cap, key_fields, plan_limited_enqueue
+from .limitfields import declared_cap, key_fields, plan_limited_enqueue
 from .state import Entry, JobState, QueueState
 from .waits import mode_fields
 

@@ -25,7 +25,7 @@ from ...models import Job, new_pending_jobs
 from .batch import Batch
 from .commands import new_job_ids
 from .dependencies import plan_dependent_enqueue, prerequisites
-from .limited import plan_limited_enqueue
+from .limitfields import plan_limited_enqueue
 from .state import JobState, QueueState
 
 __all__ = ["plan_graph", "graph_jobs", "Planned"]

@@ -2,7 +2,8 @@
 
 What it owns, beside the job table (the state keeps one, `QueueState.limited`):
 - each live job's limit keys, from its ENQUEUE (or snapshot JOB) record's
-  "rk" (rate key) and "ck" (concurrency key), by seq;
+  "rk" (rate key) and "ck" (concurrency key), by seq (the fields themselves
+  are limitfields.py's);
 - a due index (due.DueJobs: a FIFO lane of the jobs that came in due order,
   flagged GROUPED, and heaps for the rest) per pair of keys, so that a lease
   skips a saturated key in one step, whatever its backlog: a limited pending
@@ -29,27 +30,22 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from ...limit_parking import Parking
 from ...limits import (
     QUEUE_KEY,
     Budget,
     JobKeys,
     Limits,
-    Parking,
     Rate,
     Window,
     family,
     latest_caps,
 )
 from ..log.records import (
-    AT,
     CONCURRENCY_CAP,
     CONCURRENCY_KEY,
-    ID,
-    IS_KEY,
     LIMIT_COUNT,
-    MAX_ATTEMPTS,
     PERIOD,
-    PRIORITY,
     RATE_KEY,
     STARTS,
     TIME,
@@ -60,65 +56,13 @@ from ..log.records import (
 from .batch import Batch
 from .due import GROUPED, DueJobs
 from .jobtable import JobTable
+from .limitfields import record_cap, record_keys
 from .vocabulary import DEAD, LEASED, PENDING, WAITING, Entry
 
-__all__ = ["LimitedJobs", "record_keys", "record_cap", "key_fields", "declared_cap",
-           "plan_limited_enqueue"]
+__all__ = ["LimitedJobs"]
 
 _LIVE: Final = (PENDING, LEASED, DEAD, WAITING)
 _HOLDING: Final = (PENDING, LEASED, WAITING)  # states whose stored cap limit_use shows
-
-
-def record_keys(rec: Record, offset: int) -> JobKeys | None:
-    """An ENQUEUE or JOB record's limit keys (None: it has none); ReplayError if bad."""
-    rate_key, concurrency_key = rec.get(RATE_KEY), rec.get(CONCURRENCY_KEY)
-    if rate_key is None and concurrency_key is None:
-        return None
-    for value in (rate_key, concurrency_key):
-        if value is not None and (type(value) is not str or not value):
-            raise ReplayError(offset, f"bad limit key {value!r}")
-    return rate_key, concurrency_key
-
-
-def record_cap(rec: Record, offset: int) -> int | None:
-    """An ENQUEUE or JOB record's "cc" (None: it has none); ReplayError if bad."""
-    cap = rec.get(CONCURRENCY_CAP)
-    if cap is not None and (type(cap) is not int or cap < 1 or CONCURRENCY_KEY not in rec):
-        raise ReplayError(offset, f"bad concurrency cap {cap!r}")
-    return cap
-
-
-def key_fields(keys: JobKeys | None, cap: int | None = None) -> Record:
-    """The record fields that give a job `keys` (what record_keys reads back), and the
-    cap declared for its concurrency key (record_cap's)."""
-    if keys is None:
-        return {}
-    fields: Record = {}
-    if keys[0] is not None:
-        fields[RATE_KEY] = keys[0]
-    if keys[1] is not None:
-        fields[CONCURRENCY_KEY] = keys[1]
-        if cap is not None:
-            fields[CONCURRENCY_CAP] = cap
-    return fields
-
-
-def declared_cap(batch: Batch, job_id: str, keys: JobKeys | None) -> int | None:
-    """The cap the planning process declared for `keys`' concurrency key (Batch.cap_of)."""
-    return None if keys is None or keys[1] is None else batch.cap_of(job_id, family(keys[1]))
-
-
-def plan_limited_enqueue(batch: Batch, job_id: str, priority: int, at: float, t: float,
-                         max_attempts: int, keyed: bool, payload_text: str,
-                         keys: JobKeys) -> None:
-    """The ENQUEUE record of a job with limit keys (add_enqueue's fields, "rk"/"ck",
-    and "cc" if the planning process declared the concurrency key)."""
-    fields: Record = {ID: job_id, PRIORITY: priority, AT: at, TIME: t,
-                      MAX_ATTEMPTS: max_attempts}
-    if keyed:
-        fields[IS_KEY] = True
-    fields.update(key_fields(keys, declared_cap(batch, job_id, keys)))
-    batch.add_payload(RecordType.ENQUEUE, fields, payload_text)
 
 
 class LimitedJobs:

@@ -35,7 +35,8 @@ from ..log.records import (
     ReplayError,
 )
 from .fieldchecks import INT64, field, max_attempts_field
-from .limited import LimitedJobs, record_cap, record_keys
+from .limited import LimitedJobs
+from .limitfields import record_cap, record_keys
 from .notes import note_of
 from .snapshots import apply_snapshot_end, apply_snapshot_finished, apply_snapshot_job
 from .transitions import ReplayState, apply_forget

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ...limits import JobKeys
 from ...revivals import Sleeper
 from ..log.records import FAILED_PREREQUISITES, PAYLOAD, WAIT, Record, ReplayError
-from .limited import key_fields, record_cap, record_keys
+from .limitfields import key_fields, record_cap, record_keys
 
 __all__ = ["revivable_fields", "sleeper_fields", "revive_wait"]
 

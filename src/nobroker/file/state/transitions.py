@@ -37,7 +37,7 @@ from ..log.records import (
 )
 from .fieldchecks import INT64, check_result_keep, field, opt_str
 from .jobtable import JobTable
-from .limited import key_fields, record_cap, record_keys
+from .limitfields import key_fields, record_cap, record_keys
 from .notes import Notes, apply_progress
 from .reviving import revive_wait
 from .vocabulary import (
