@@ -207,7 +207,7 @@ class PostgresLimitsTest(unittest.TestCase):
 
     @unittest.expectedFailure  # issue 24: not built yet (see the docstring)
     def test_a_lease_beside_many_full_keys_reads_a_bounded_number_of_them(self) -> None:
-        """The file backend parks a full key's pairs (limits.Parking); here the walk
+        """The file backend parks a full key's pairs (limit_parking.Parking); here the walk
         still probes every pair with pending jobs (O(keys): about 9 buffers and one
         statement a pair, 0.5 s a lease beside 10,000 full keys on a loaded 2-core
         machine since migration 0010, 2.8 s before). Parked rows alone do not help,

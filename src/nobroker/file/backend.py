@@ -64,7 +64,6 @@ T = TypeVar("T")
 
 CAPABILITIES = Capabilities(compaction=True, inspection=True, recovery=True, local=True,
                             exports=True, dependencies=True, limits=True, revival=True)
-_MISSING: Any = object()
 
 
 class FileBackend:
