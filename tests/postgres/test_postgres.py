@@ -930,6 +930,8 @@ RELEASED_MIGRATIONS = {
     "0010_linear_limited_walk":
         "9f24cbc4b23cfee73371371dc1eb325479b91f60aa7717d2fb514feeb1d08540",
     "0011_result_until": "e4b670f8f6aafd4a81c12323e9a7e8831b7c9aaf836db9c40643e658d9b672a6",
+    "0012_lean_limited_lease":
+        "cafa6c62f4654ea2477d0d138dc3ff53b6b50d99c7aa1fa220cd8005d27d3923",
 }
 
 
