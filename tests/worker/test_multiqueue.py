@@ -207,6 +207,39 @@ class MultiQueueContract:
         self.assertLessEqual(shares_within_one_pick(picks, (3, 2, 1)), 1.0, seen)
         self.assertEqual([seen.count(name) for name in order], [9, 6, 3])
 
+    def test_a_weighted_worker_prefetches_by_default_and_leases_per_job_when_told(
+            self) -> None:
+        # Under weights most picks switch queue: per job, an ack to one queue's log and
+        # a lease to another's. By default a weighted worker prefetches ("auto"), so
+        # its writes are fewer than its jobs; prefetch=0 writes twice a switch.
+        def writes(**options: Any) -> int:
+            queues = self.queues("high", "low")
+            count = [0]
+
+            def counting(call: Callable[..., Any]) -> Callable[..., Any]:
+                def counted(*args: Any, **kwargs: Any) -> Any:
+                    count[0] += 1
+                    return call(*args, **kwargs)
+                return counted
+
+            for queue in queues:
+                queue.purge()
+                queue.enqueue_many([queue.name] * 40)
+                for method in ("lease", "ack", "ack_and_lease", "ack_many",
+                               "ack_many_and_lease"):
+                    setattr(queue, method, counting(getattr(queue, method)))
+            worker = Worker(queues, lambda job: None, max_jobs=60, handle_signals=False,
+                            weights={"high": 1, "low": 1}, **options)
+            self.assertEqual(self.run_worker(worker).succeeded, 60)
+            return count[0]
+
+        self.assertLess(writes(), 45)  # measured: 7 writes for 60 jobs; 120 with 0
+        self.assertGreater(writes(prefetch=0), 60)
+        plain = Worker(self.queues("high", "low"), lambda job: None, handle_signals=False)
+        self.assertNotIn("prefetch=", repr(plain))  # strict priority: per job, as before
+        self.assertIn("prefetch=auto", repr(Worker(self.queues("high", "low"), lambda job: None,
+                                                   weights={"high": 1, "low": 1})))
+
     def test_a_queue_cap_bounds_its_jobs_in_flight_and_not_the_others(self) -> None:
         emails, reports = self.queues("emails", "reports")
         emails.enqueue_many(["emails"] * 8)
@@ -381,7 +414,7 @@ class FileMultiQueueTest(MultiQueueContract, TempDirTestCase):
                 setattr(queue, method, recording(getattr(queue, method),
                                                  f"{method} {queue.name}"))
         self.run_worker(Worker(queues, lambda job: None, max_jobs=10, handle_signals=False,
-                               weights={"high": 1, "low": 1}))
+                               weights={"high": 1, "low": 1}, prefetch=0))
         self.assertEqual(calls[0][0], "lease high")  # the dispatcher's first pick
         switches = [what for what, thread in calls[1:] if thread == "nobroker-slot-0"]
         self.assertEqual([what for what, _ in calls[1:]], switches, calls)  # none elsewhere

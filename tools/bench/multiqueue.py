@@ -1,6 +1,6 @@
 """A Worker over three queues against a Worker over one: drain rate, as a ratio.
 
-    python make.py bench-multiqueue [--jobs N] [--rounds R] [--url URL] [--prefetch K]
+    python make.py bench-multiqueue [--jobs N] [--rounds R] [--url URL] [--prefetch K|auto]
 
 Each run prefills a fresh location with --jobs no-op jobs (untimed): all in
 one queue for the single-queue worker; a third in each of three queues for
@@ -8,7 +8,8 @@ the multi-queue worker, once by strict priority and once with weights
 3:2:1 (each the worst case of its kind: the priority worker asks the earlier
 queues first for every job of a later one, the weighted one switches queue
 at most picks). A Worker with concurrency 1 and a no-op handler then drains
-it (`max_jobs`), with `prefetch=K` if given (each contender the same K);
+it (`max_jobs`), with `prefetch=K` if given (each contender the same K;
+else each its Worker's default: "auto" under weights, 0 otherwise);
 the time of `run()` is the figure. The contenders take
 turns, round after round (bench_common.interleave), and the ratio is of the
 medians. The issue's target is >= 0.9x. On a loaded machine, say so next to
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nobroker import Queue, Worker
+from nobroker.cli.arguments import prefetch_arg
 from tools.bench.common import interleave, median
 from tools.bench.context import Context, Row, verdict
 
@@ -39,7 +41,7 @@ SHAPES = {"one queue": (["default"], None),
 
 
 def drain(location: str, names: list[str], weights: dict[str, int] | None,
-          jobs: int, prefetch: int = 0) -> float:
+          jobs: int, prefetch: int | str | None = None) -> float:
     """Seconds for one Worker to run `jobs` no-op jobs spread evenly over `names`."""
     queues = [Queue(location, name) for name in names]
     try:
@@ -88,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="turns per contender (default 5)")
     parser.add_argument("--url", help="a PostgreSQL URL instead of a directory (a fresh "
                         "schema per drain, left behind)")
-    parser.add_argument("--prefetch", type=int, default=0, metavar="K",
-                        help="Worker(prefetch=K) for every contender (default 0)")
+    parser.add_argument("--prefetch", type=prefetch_arg, metavar="K",
+                        help="Worker(prefetch=K or auto) for every contender (default: "
+                        "each Worker's own, auto under weights and 0 otherwise)")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="nobroker-bench-multiqueue-"))
     try:
@@ -104,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     single = median(times["one queue"])
     where = "PostgreSQL" if args.url else "files"
-    print(f"drain of {args.jobs} no-op jobs, concurrency 1, prefetch {args.prefetch}, "
+    prefetch = "the Worker's default" if args.prefetch is None else args.prefetch
+    print(f"drain of {args.jobs} no-op jobs, concurrency 1, prefetch {prefetch}, "
           f"{where}, median of "
           f"{args.rounds} interleaved rounds")
     for label, samples in times.items():

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--prefetch", type=prefetch_arg, metavar="K",
                      help="keep K jobs leased beyond the running ones, and ack finished "
                      "jobs in batches with the next leases; auto: K by the recent job "
-                     "durations (default: the Worker's, 0)")
+                     "durations (default: auto with --weights, else 0)")
     sub.add_argument("--ack-delay", type=seconds_arg, metavar="S",
                      help="with --prefetch: let a finished job's ack wait up to S seconds "
                      "for others to share its write and fsync (default: 0)")

@@ -47,8 +47,9 @@ class Worker(Slots, Heartbeats, SignalHandling):
     list's order, or by `weights` ({name: weight}, a smooth weighted round-robin);
     `queue_concurrency` ({name: N}) caps a queue's jobs in flight. See leasing.py.
     `prefetch` (K > 0) keeps K jobs leased beyond the running ones (more under weights:
-    rounds.py) and acks finished jobs in batches (prefetch.py); 0, the default, acks and
-    leases per job; "auto" sizes K by the recent job durations. `ack_delay` (seconds,
+    rounds.py) and acks finished jobs in batches (prefetch.py); 0 acks and leases per job;
+    "auto" sizes K by the recent job durations. The default is "auto" under weights, 0
+    otherwise. `ack_delay` (seconds,
     with prefetch) lets an ack wait that long for others to share its fsync.
     """
 
@@ -60,7 +61,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
                  idle_timeout: float | None = None, handle_signals: bool = True,
                  shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
                  visibility_timeout: float | None = None, timeout: float | None = None,
-                 pool: str = "thread", prefetch: int | str = 0, ack_delay: float = 0.0,
+                 pool: str = "thread", prefetch: int | str | None = None, ack_delay: float = 0.0,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] | None = None) -> None:
         if handler is not None and not callable(handler):
@@ -87,7 +88,7 @@ class Worker(Slots, Heartbeats, SignalHandling):
         self._loop = EventLoop("nobroker-asyncio")
         self._children: list[ChildProcess] = []
         self.concurrency = validation.integer("concurrency", concurrency, 1)
-        self.prefetch, self._auto = prefetch_option(prefetch)  # K now; whether "auto"
+        self.prefetch, self._auto = prefetch_option(prefetch, bool(weights))  # K; "auto"?
         self.poll_interval = validation.seconds("poll_interval", poll_interval, positive=True)
         self.max_jobs = None if max_jobs is None else validation.integer("max_jobs", max_jobs, 1)
         self.idle_timeout = None if idle_timeout is None else validation.seconds(

@@ -35,11 +35,12 @@ times larger and cut the queue's CPU per job by about a fifth (fsync CPU by
 half). What it costs: a finished job's ack, and its result, land up to that
 much later, and a crash meanwhile runs it again (at-least-once, as before).
 
-`prefetch="auto"` (opt-in): K follows the recent job durations, so that
-the inbox holds about what the slots will reach within `AUTO_HORIZON`
-(concurrency x horizon / the mean duration, at most `AUTO_CAP`): none for
-long jobs, which another worker could start sooner, up to the cap for
-short ones, where the queue's writes are the limit. It starts at 0 and
+`prefetch="auto"` (the default under weights, opt-in otherwise): K follows
+the recent job durations, so that the inbox holds about what the slots will
+reach within `AUTO_HORIZON` (concurrency x horizon / the mean duration, at
+most `AUTO_CAP`): none for long jobs, which another worker could start
+sooner, up to the cap for short ones, where the queue's writes are the
+limit. It starts at 0 and
 follows a moving mean of each job's run time (`_observe`). While K is 0 the
 slots ack and lease as without prefetch; the acker is there for when it is
 not.
@@ -67,8 +68,12 @@ AUTO_CAP = 16  # the most "auto" prefetches, however short the jobs
 _AUTO_WEIGHT = 0.2  # the newest duration's share of the moving mean
 
 
-def prefetch_option(prefetch: int | str) -> tuple[int, bool]:
-    """Worker(prefetch=...): (K to start with, whether it is "auto")."""
+def prefetch_option(prefetch: int | str | None, weighted: bool = False) -> tuple[int, bool]:
+    """Worker(prefetch=...): (K to start with, whether it is "auto"). None, the default,
+    is "auto" under weights, where most picks switch queue and a lease per job would
+    cost an ack's write to one queue and a lease's to another; 0 otherwise."""
+    if prefetch is None:
+        prefetch = "auto" if weighted else 0
     if prefetch == "auto":
         return 0, True
     return validation.integer("prefetch", prefetch, 0), False
