@@ -4,9 +4,10 @@ ack freed; a key's holders are counted by reading them alone; a rate window's
 ring keeps its latest starts when its count changes; a job stores the concurrency
 cap its enqueuer declared, which a process that did not declare the key reports;
 a key met under two rate keys holds its cap; a lease of one job, tried alone
-first, takes the job the walk would; its starts' ring wraps exactly under two
-processes and a larger count; a lease beside many full keys (not bounded yet: an
-expected failure).
+first, takes the job the walk would; a rate-limited one needs no walk within its
+window (migration 0013) and leaves a full key's best job to it; its starts' ring
+wraps exactly under two processes and a larger count; a lease beside many full
+keys (not bounded yet: an expected failure).
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are

@@ -15,18 +15,16 @@
 -- latest start after this lease's time (a clock stepped back), a waiting job
 -- due, and more than one job wanted.
 --
--- Why: a process's statement costs as much to set up as to run. Profiled
--- (perf, fsync on), about a fifth of a server process's time leasing was the
--- executor's start (standard_ExecutorStart: ExecInitNode, the indexes each
--- written table opens), which pg_stat_statements does not count as a
--- statement's time; nb_limited_lease's first try set up a plan for up to two
--- windows, an upsert of a window not written yet, and the `t` CTE of their
--- latest starts, whatever it ran. A rate-limited ack_and_lease's server time
--- against an unlimited one (pg_stat_statements, top-level means, three
--- alternations of 2,500 calls, loaded 2-core machine): 530-606 us against
--- 326-378 on main (1.60x-1.67x), 439-539 us against 326-399 with this
--- function (1.28x-1.35x); the function's own time (pg_stat_user_functions)
--- 357-416 us against 277-341.
+-- Why: setting a statement's plan up costs the server about half what running
+-- it does. Profiled (perf, fsync on), about a fifth of a server process's time
+-- leasing was the executor's start (standard_ExecutorStart: ExecInitNode, the indexes each written table
+-- opens), which pg_stat_statements does not count in a statement's time; the
+-- first try of nb_limited_lease set up a plan for two windows, an upsert of a
+-- window not written yet and the `t` CTE of their latest starts, whatever it
+-- ran. A rate-limited ack_and_lease's server time over an unlimited one's
+-- (pg_stat_statements, top-level means, 2,500 calls a side, alternated runs on
+-- a loaded 2-core machine): 1.59x-1.81x on main (4 runs), 1.28x-1.45x with
+-- this function (7 runs); both limits 1.76x-1.98x, 1.36x-1.59x.
 CREATE FUNCTION {schema}.nb_limited_lease_rated(
     q text, n integer, vt float8, given float8, freed text[],
     rate_keys text[], rate_stored text[], rate_counts integer[], rate_periods float8[],
