@@ -217,18 +217,19 @@ class PostgresLimitsTest(unittest.TestCase):
         q.enqueue_many([{"task": "rated", "args": [n], "kwargs": {}} for n in range(20)])
         job = q.lease_one()  # the first start writes the window: the walk's
         assert job is not None
-        self._rename_the_walk(q, "nb_limited_lease", "nb_limited_lease_away")
+        self._rename_the_walk("nb_limited_lease", "nb_limited_lease_away")
         # Put back even when an assertion fails first (a no-op once put back).
-        self.addCleanup(self._rename_the_walk, q, "nb_limited_lease_away", "nb_limited_lease")
+        self.addCleanup(self._rename_the_walk, "nb_limited_lease_away", "nb_limited_lease")
         for _ in range(8):  # slots 1 and 2 inserted, then the ring of 3 wraps twice
             clock.advance(0.5)  # two starts in any second: never full
             job = q.ack_and_lease(job)
             assert job is not None
         self.assertIsNotNone(q.lease_one())  # a third start this second, still alone
-        self._rename_the_walk(q, "nb_limited_lease_away", "nb_limited_lease")
+        self._rename_the_walk("nb_limited_lease_away", "nb_limited_lease")
         self.assertIsNone(q.lease_one())  # three in the last second: full, as the walk sees
 
-    def _rename_the_walk(self, q: Queue, name: str, to: str) -> None:
+    def _rename_the_walk(self, name: str, to: str) -> None:
+        """Rename this schema's function `name` (any signature) to `to`, if there."""
         import psycopg
 
         from nobroker.postgres.url import parse

@@ -17,14 +17,15 @@
 --
 -- Why: setting a statement's plan up costs the server about half what running
 -- it does. Profiled (perf, fsync on), about a fifth of a server process's time
--- leasing was the executor's start (standard_ExecutorStart: ExecInitNode, the indexes each written table
--- opens), which pg_stat_statements does not count in a statement's time; the
--- first try of nb_limited_lease set up a plan for two windows, an upsert of a
--- window not written yet and the `t` CTE of their latest starts, whatever it
--- ran. A rate-limited ack_and_lease's server time over an unlimited one's
--- (pg_stat_statements, top-level means, 2,500 calls a side, alternated runs on
--- a loaded 2-core machine): 1.59x-1.81x on main (4 runs), 1.28x-1.45x with
--- this function (7 runs); both limits 1.76x-1.98x, 1.36x-1.59x.
+-- leasing was the executor's start (standard_ExecutorStart: ExecInitNode, the
+-- indexes each written table opens), which pg_stat_statements does not count in
+-- a statement's time; the first try of nb_limited_lease set up a plan for two
+-- windows, an upsert of a window not written yet and the `t` CTE of their
+-- latest starts, whatever it ran. A rate-limited ack_and_lease's server time
+-- over an unlimited one's (pg_stat_statements, top-level means, 2,500 calls a
+-- side, alternated runs on a loaded 2-core machine): 1.59x-1.81x on main (4
+-- runs), 1.28x-1.45x with this function (7 runs); both limits 1.76x-1.98x,
+-- 1.36x-1.59x.
 CREATE FUNCTION {schema}.nb_limited_lease_rated(
     q text, n integer, vt float8, given float8, freed text[],
     rate_keys text[], rate_stored text[], rate_counts integer[], rate_periods float8[],
