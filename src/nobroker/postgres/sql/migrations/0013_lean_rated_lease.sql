@@ -23,8 +23,8 @@
 -- windows, an upsert of a window not written yet and the `t` CTE of their
 -- latest starts, whatever it ran. A rate-limited ack_and_lease's server time
 -- over an unlimited one's (pg_stat_statements, top-level means, 2,500 calls a
--- side, alternated runs on a loaded 2-core machine): 1.59x-1.81x on main (4
--- runs), 1.28x-1.45x with this function (7 runs); both limits 1.76x-1.98x,
+-- side, alternated runs on a loaded 2-core machine): 1.50x-1.81x on main (8
+-- runs), 1.27x-1.45x with this function (11 runs); both limits 1.55x-1.98x,
 -- 1.36x-1.59x.
 CREATE FUNCTION {schema}.nb_limited_lease_rated(
     q text, n integer, vt float8, given float8, freed text[],
