@@ -4,9 +4,10 @@ ack freed; a key's holders are counted by reading them alone; a rate window's
 ring keeps its latest starts when its count changes; a job stores the concurrency
 cap its enqueuer declared, which a process that did not declare the key reports;
 a key met under two rate keys holds its cap; a lease of one job, tried alone
-first, takes the job the walk would; its starts' ring wraps exactly under two
-processes and a larger count; a lease beside many full keys (not bounded yet: an
-expected failure).
+first, takes the job the walk would; a rate-limited one needs no walk within its
+window (migration 0013) and leaves a full key's best job to it; its starts' ring
+wraps exactly under two processes and a larger count; a lease beside many full
+keys (not bounded yet: an expected failure).
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are
@@ -204,6 +205,57 @@ class PostgresLimitsTest(unittest.TestCase):
                 held[turn] = job
             clock.advance(0.4)
         self.assertGreaterEqual(len(starts), 25)  # several laps of a ring of 3, then 5
+
+    def test_a_rated_lease_of_one_within_its_window_needs_no_walk(self) -> None:
+        # nb_limited_lease_rated (migration 0013) leases the best job alone and writes
+        # its start while its ring grows and once it wraps; with the walk
+        # (nb_limited_lease) renamed away, those leases still succeed, and the starts
+        # they wrote fill the window for the walk, put back.
+        clock = FakeClock()
+        q = self.open(clock=clock, visibility_timeout=3600)
+        q.task(name="rated", rate_limit=(3, 1.0))(_noop)
+        q.enqueue_many([{"task": "rated", "args": [n], "kwargs": {}} for n in range(20)])
+        job = q.lease_one()  # the first start writes the window: the walk's
+        assert job is not None
+        self._rename_the_walk("nb_limited_lease", "nb_limited_lease_away")
+        # Put back even when an assertion fails first (a no-op once put back).
+        self.addCleanup(self._rename_the_walk, "nb_limited_lease_away", "nb_limited_lease")
+        for _ in range(8):  # slots 1 and 2 inserted, then the ring of 3 wraps twice
+            clock.advance(0.5)  # two starts in any second: never full
+            job = q.ack_and_lease(job)
+            assert job is not None
+        self.assertIsNotNone(q.lease_one())  # a third start this second, still alone
+        self._rename_the_walk("nb_limited_lease_away", "nb_limited_lease")
+        self.assertIsNone(q.lease_one())  # three in the last second: full, as the walk sees
+
+    def _rename_the_walk(self, name: str, to: str) -> None:
+        """Rename this schema's function `name` (any signature) to `to`, if there."""
+        import psycopg
+
+        from nobroker.postgres.url import parse
+
+        target = parse(self.url)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT p.oid::regprocedure::text FROM pg_proc AS p JOIN pg_namespace AS s"
+                " ON s.oid = p.pronamespace WHERE s.nspname = %s AND p.proname = %s",
+                (target.schema, name)).fetchall()
+            for (signature,) in exists:
+                conn.execute(f"ALTER FUNCTION {signature} RENAME TO {to}".encode())
+
+    def test_a_rated_lease_of_one_walks_past_a_full_key_s_best_job(self) -> None:
+        # The lean rated lease leaves a job whose concurrency key is full, or whose
+        # rate window is, to the walk, which takes the next job within its limits.
+        q = self.open(visibility_timeout=3600)
+        q.task(name="both", rate_limit=(100, 1.0), concurrency=1)(_noop)
+        q.task(name="hourly", rate_limit=(1, 3600.0))(_noop)
+        q.task(name="rated", rate_limit=(100, 1.0))(_noop)
+        for task, priority in (("both", 9), ("both", 8), ("hourly", 7), ("hourly", 6),
+                               ("rated", 1)):
+            q.enqueue({"task": task, "args": [], "kwargs": {}}, priority=priority)
+        leased = [q.lease_one() for _ in range(3)]
+        self.assertEqual([job.priority if job else None for job in leased], [9, 7, 1])
+        self.assertIsNone(q.lease_one())  # "both" held, "hourly" started this hour
 
     @unittest.expectedFailure  # issue 24: not built yet (see the docstring)
     def test_a_lease_beside_many_full_keys_reads_a_bounded_number_of_them(self) -> None:

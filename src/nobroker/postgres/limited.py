@@ -19,7 +19,11 @@ of one job tries the best due job in one small statement (its key's holders
 counted), and calls nb_limited_lease when that job's key is full, a waiting
 job is due or more jobs are wanted. nb_limited_lease's own first try costs
 more for the CTEs of its rate windows than for the work they do (1.3x an
-unlimited ack_and_lease where this one is 1.06x, fsync off).
+unlimited ack_and_lease where this one is 1.06x, fsync off). So a process that
+declared a rate limit calls nb_limited_lease_rated (migrations/0013) in
+limited_lease.sql and limited_ack_and_lease.sql: the same small first try, with
+the one rate window the job's start counts in read and its start written, and
+nb_limited_lease for anything else (two windows, one not written yet or full).
 
 Why it is exact across processes and hosts: every limited lease of a queue
 takes the same row lock before it reads, and the function's reads (VOLATILE,

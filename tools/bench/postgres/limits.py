@@ -1,7 +1,7 @@
 """The limits' row on PostgreSQL: a limited, unsaturated ack_and_lease against an
 unlimited one, as tools/bench/limits.py measures it on files (issue 24: <= 1.1x).
 
-    python make.py bench-postgres-limits [--ops N] [--rounds R] [--kind KIND]
+    python make.py bench-postgres-limits [--ops N] [--rounds R] [--kind KIND] [--rate C/S]
     python make.py bench-postgres-limits --full-keys K [--rounds R]
 
 make.py starts a throwaway server (tools/postgres/cluster.py) and runs this in
@@ -10,8 +10,11 @@ queue of its own (a fresh schema each), interleaved over R rounds; a limited
 side's jobs call a task declared with limits high enough never to hold one
 back: a concurrency key only (`concurrency`), a rate limit only (`rate`), or
 both (`both`); by default all three, each against the same unlimited side,
-all interleaved. Prints one line a kind, `KIND: limited ... us, unlimited ...
-us per ack_and_lease: R.RRx (target <= 1.1x)`, the medians and their ratio.
+all interleaved. Its rate limit is 100,000 a second, so the window's ring
+grows through a run (a start is an INSERT); `--rate 200/0.0001` declares one
+whose ring of 200 slots wraps every 200 starts (an UPDATE), never full either.
+Prints one line a kind, `KIND: limited ... us, unlimited ... us per
+ack_and_lease: R.RRx (target <= 1.1x)`, the medians and their ratio.
 With --full-keys K, instead: the median time of a limited lease of one job beside
 K concurrency keys each at its cap (1) with a job pending (issue 24's many-keys
 case: the walk meets every such key; the file backend parks them).
@@ -36,18 +39,18 @@ from tools.bench.limits import _interleaved_loops, _noop
 KINDS = ("concurrency", "rate", "both")  # what a limited side's task declares
 
 
-def _declare(q: Any, kind: str) -> None:
+def _declare(q: Any, kind: str, rate: tuple[int, float]) -> None:
     """Declare task "limited" on `q` with the limits of `kind`, never reached."""
     limits: dict[str, Any] = {}
     if kind in ("concurrency", "both"):
         limits.update(concurrency=100_000, concurrency_key="shared")
     if kind in ("rate", "both"):
-        limits.update(rate_limit=(100_000, 1.0))
+        limits.update(rate_limit=rate)
     q.task(name="limited", **limits)(_noop)
 
 
-def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS
-            ) -> dict[str, dict[str, float]]:
+def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS,
+            rate: tuple[int, float] = (100_000, 1.0)) -> dict[str, dict[str, float]]:
     """For each of `kinds`: the median seconds per `ops` round trips of its side and
     of the unlimited side (one, interleaved with every kind's), and their ratio."""
     import nobroker as nb
@@ -58,7 +61,7 @@ def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS
         joiner = "&" if "?" in url else "?"
         q = nb.Queue(f"{url}{joiner}schema=bench_{uuid.uuid4().hex[:10]}", "limits")
         if label != "unlimited":
-            _declare(q, label)
+            _declare(q, label, rate)
         q.enqueue_many([{"task": "plain" if label == "unlimited" else "limited", "args": [i],
                          "kwargs": {}} for i in range(need)])
         queues[label] = q
@@ -99,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
     p.add_argument("--kind", choices=(*KINDS, "all"), default="all",
                    help="what the limited task declares (all: each, one line a kind)")
+    p.add_argument("--rate", default="100000/1",
+                   help="a limited task's rate limit, COUNT/SECONDS (100000/1: never full)")
     p.add_argument("--full-keys", type=int, default=0,
                    help="time a lease beside this many full concurrency keys instead")
     p.add_argument("--url", default=os.environ.get("NOBROKER_TEST_POSTGRES_URL"))
@@ -116,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{took * 1e3:.1f} ms (median of {args.rounds})")
         return 0
     kinds = KINDS if args.kind == "all" else (args.kind,)
-    for kind, got in measure(args.url, args.ops, args.rounds, kinds).items():
+    count, _, period = args.rate.partition("/")
+    rate = (int(count), float(period or 1.0))
+    for kind, got in measure(args.url, args.ops, args.rounds, kinds, rate).items():
         print(f"{kind}: limited {got['limited'] / args.ops * 1e6:.0f} us, unlimited "
               f"{got['unlimited'] / args.ops * 1e6:.0f} us per ack_and_lease: "
               f"{got['ratio']:.2f}x (target <= 1.1x)")
