@@ -205,7 +205,6 @@ class PostgresLimitsTest(unittest.TestCase):
             clock.advance(0.4)
         self.assertGreaterEqual(len(starts), 25)  # several laps of a ring of 3, then 5
 
-    @unittest.expectedFailure  # issue 24: not built yet (see the docstring)
     def test_a_lease_beside_many_full_keys_reads_a_bounded_number_of_them(self) -> None:
         """The file backend parks a full key's pairs (limit_parking.Parking); here the walk
         still probes every pair with pending jobs (O(keys): about 9 buffers and one
