@@ -5,8 +5,8 @@ ring keeps its latest starts when its count changes; a job stores the concurrenc
 cap its enqueuer declared, which a process that did not declare the key reports;
 a key met under two rate keys holds its cap; a lease of one job, tried alone
 first, takes the job the walk would; its starts' ring wraps exactly under two
-processes and a larger count; a lease beside many full keys (not bounded yet: an
-expected failure).
+processes and a larger count; a lease beside many full keys reads a bounded number
+of them, and a parked key is unparked by whatever frees its slot.
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are
@@ -206,13 +206,12 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertGreaterEqual(len(starts), 25)  # several laps of a ring of 3, then 5
 
     def test_a_lease_beside_many_full_keys_reads_a_bounded_number_of_them(self) -> None:
-        """The file backend parks a full key's pairs (limit_parking.Parking); here the walk
-        still probes every pair with pending jobs (O(keys): about 9 buffers and one
-        statement a pair, 0.5 s a lease beside 10,000 full keys on a loaded 2-core
-        machine since migration 0010, 2.8 s before). Parked rows alone do not help,
-        as the walk steps through index jobs_limited: what would is a table of the
-        unparked pairs with pending jobs, kept by whatever makes a job pending and
-        whatever frees a slot. When that lands, this passes and the decorator goes."""
+        """The file backend parks a full key's pairs (limit_parking.Parking); so does the
+        walk here since migration 0014: it steps through limit_pairs (the pairs with
+        pending jobs, kept by triggers on jobs), skipping the pairs of keys it found
+        full, which a freed slot unparks. It probed every pair with pending jobs in
+        index jobs_limited before (O(keys): about 9 buffers and one statement a pair,
+        0.5 s a lease beside 10,000 full keys on a loaded 2-core machine)."""
         q = self.open(visibility_timeout=3600)
         q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
         q.task(name="other", concurrency=2)(_noop)
@@ -224,7 +223,46 @@ class PostgresLimitsTest(unittest.TestCase):
         leased: list[Any] = []
         reads = jobs_read(q, lambda: leased.extend(q.lease(5)))
         self.assertEqual(len(leased), 1)  # other's cap, one already leased
-        self.assertLess(reads, 100, reads)  # reads the 1,000 keys' holders today
+        self.assertLess(reads, 100, reads)  # read the 1,000 keys' holders before 0014
+
+    def test_a_parked_key_is_unparked_by_whatever_frees_its_slot(self) -> None:
+        # Each key is met full (parked), then its slot freed one way; a key left with
+        # no pending job has its pair deleted by the next walk that meets it.
+        clock = FakeClock()
+        q = self.open(clock=clock, visibility_timeout=60)
+        q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        ways = ("ack", "cancel", "expiry", "nack", "snooze")
+        q.enqueue_many([{"task": "per", "args": [w], "kwargs": {}} for w in ways for _ in "12"])
+        held = {job.payload["args"][0]: job for job in q.lease(10)}
+        self.assertEqual(sorted(held), list(ways))
+        self.assertEqual(q.lease(10), [])  # each key met full
+        self.assertEqual(self.pairs(), {w: True for w in ways})
+        clock.advance(30)
+        q.ack(held["ack"])
+        q.cancel(held["cancel"].id)
+        q.nack(held["nack"], delay=3600)
+        q.snooze(held["snooze"], 3600)
+        self.assertEqual({w for w, parked in self.pairs().items() if parked}, {"expiry"})
+        self.assertEqual(sorted(j.payload["args"][0] for j in q.lease(10)),
+                         ["ack", "cancel", "nack", "snooze"])
+        clock.advance(31)  # expiry's lease expired: reclaimed, and its second job leased
+        self.assertEqual([j.payload["args"][0] for j in q.lease(10)], ["expiry"])
+        self.assertEqual(q.lease(10), [])
+        # ack and cancel: no job pending, their pairs gone; the others wait, full.
+        self.assertEqual(self.pairs(), {"expiry": True, "nack": True, "snooze": True})
+
+    def pairs(self) -> dict[str, bool]:
+        """Each pair's concurrency value in limit_pairs (migration 0014): parked or not."""
+        import psycopg
+
+        from nobroker.postgres import schema
+        from nobroker.postgres.url import parse
+
+        target = parse(self.url)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            rows = conn.execute(f"SELECT conc_key, parked FROM {schema.quoted(target.schema)}"
+                                ".limit_pairs WHERE queue = 'q'".encode()).fetchall()
+        return {key.split("\\0")[-1]: parked for key, parked in rows}
 
     def test_a_rate_window_keeps_its_latest_starts_when_its_count_changes(self) -> None:
         first = self.open()

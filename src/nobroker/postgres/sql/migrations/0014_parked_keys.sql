@@ -204,12 +204,17 @@ BEGIN
         END IF;
     END IF;
     -- The keys of the slots this statement freed (`freed`: its ack, its reclaims)
-    -- unparked now: the triggers that unpark them fire at the statement's end.
+    -- unparked now: the triggers that unpark them fire at the statement's end. A
+    -- row locked is being unparked by another writer (no wait under the lock: that
+    -- writer may wait for it, in a transaction of its own).
     IF cardinality(freed) > 0 THEN
-        UPDATE {schema}.limit_pairs AS p SET parked = false
-        WHERE p.queue = q AND p.parked AND p.conc_key IN (
-            SELECT j.conc_key FROM {schema}.jobs AS j
-            WHERE j.queue = q AND j.id = ANY(freed) AND j.conc_key <> '');
+        UPDATE {schema}.limit_pairs AS p SET parked = false FROM (
+            SELECT l.ctid AS at FROM {schema}.limit_pairs AS l
+            WHERE l.queue = q AND l.parked AND l.conc_key IN (
+                SELECT j.conc_key FROM {schema}.jobs AS j
+                WHERE j.queue = q AND j.id = ANY(freed) AND j.conc_key <> '')
+            FOR NO KEY UPDATE OF l SKIP LOCKED) AS u
+        WHERE p.ctid = u.at;
     END IF;
     nexts := array_fill(0, ARRAY[nrates]);
     sizes := rate_counts;
@@ -332,20 +337,25 @@ BEGIN
             kis := kis || array_fill(k, ARRAY[cardinality(cids)]);
         END IF;
     END LOOP;
-    -- The full keys met parked: each pair of one whose holders, locked (FOR SHARE)
-    -- and counted after the lock, still fill its cap. A holder being finished
+    -- The full keys met parked: each pair of one whose holders, locked (FOR SHARE,
+    -- its cap of them at most) and counted after the lock, still fill its cap. A holder being finished
     -- meanwhile is locked by its finisher: skipped (SKIP LOCKED, no wait under the
     -- queue's lock), so the key is not parked; one finished after this lock waits
-    -- for this commit, and its trigger (nb_pair_changed) then unparks the key.
+    -- for this commit, and its trigger (nb_pair_changed) then unparks the key. A
+    -- pair's row locked is being unparked (or held by an enqueue: FOR KEY SHARE,
+    -- which this lock does not wait for): skipped too.
     IF cardinality(full_keys) > 0 THEN
-        UPDATE {schema}.limit_pairs AS p SET parked = true
-        FROM unnest(full_keys, full_caps) AS f(ck, cap)
-        WHERE p.queue = q AND p.conc_key = f.ck AND NOT p.parked
-          AND (SELECT count(*) FROM (
-                  SELECT 1 FROM {schema}.jobs AS h
-                  WHERE h.queue = q AND h.state = 1 AND h.conc_key = f.ck
-                    AND h.id <> ALL(freed)
-                  FOR SHARE OF h SKIP LOCKED) AS held) >= f.cap;
+        UPDATE {schema}.limit_pairs AS p SET parked = true FROM (
+            SELECT l.ctid AS at FROM {schema}.limit_pairs AS l,
+                 unnest(full_keys, full_caps) AS f(ck, cap)
+            WHERE l.queue = q AND l.conc_key = f.ck AND NOT l.parked
+              AND (SELECT count(*) FROM (
+                      SELECT 1 FROM {schema}.jobs AS h
+                      WHERE h.queue = q AND h.state = 1 AND h.conc_key = f.ck
+                        AND h.id <> ALL(freed)
+                      LIMIT f.cap FOR SHARE OF h SKIP LOCKED) AS held) >= f.cap
+            FOR NO KEY UPDATE OF l SKIP LOCKED) AS u
+        WHERE p.ctid = u.at;
     END IF;
     -- The pairs met with no pending job deleted, unless a writer making one of
     -- their jobs pending holds the row (FOR KEY SHARE: SKIP LOCKED); a job made
