@@ -6,7 +6,8 @@ cap its enqueuer declared, which a process that did not declare the key reports;
 a key met under two rate keys holds its cap; a lease of one job, tried alone
 first, takes the job the walk would; its starts' ring wraps exactly under two
 processes and a larger count; a lease beside many full keys reads a bounded number
-of them, and a parked key is unparked by whatever frees its slot.
+of them, a parked key is unparked by whatever frees its slot, and every pending pair
+of a key with room stays where the walk meets it.
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are
@@ -23,7 +24,7 @@ from unittest import mock
 from harness.postgres import drop_schema, fresh_schema_url, jobs_read, needs_postgres, open_queue
 from harness.support import FakeClock
 
-from nobroker import Queue
+from nobroker import NotLeasedError, Queue
 from nobroker.dependencies import GraphNode
 
 
@@ -250,6 +251,66 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertEqual(q.lease(10), [])
         # ack and cancel: no job pending, their pairs gone; the others wait, full.
         self.assertEqual(self.pairs(), {"expiry": True, "nack": True, "snooze": True})
+
+    def test_every_pending_pair_of_a_key_with_room_is_met_by_the_walk(self) -> None:
+        # Random steps through every path that makes a job pending or frees a slot;
+        # after each, a pair with a pending job is in limit_pairs, unparked unless
+        # its key is full (cap 1 here): else the walk would never lease it.
+        import random
+
+        clock = FakeClock()
+        q = self.open(clock=clock, visibility_timeout=30, max_attempts=2)
+        q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        rng = random.Random(24)
+        held: list[Any] = []
+        for step in range(150):
+            op = rng.choice(("enqueue", "enqueue", "lease", "lease", "ack", "nack", "snooze",
+                             "cancel", "requeue", "time"))
+            if op == "enqueue":
+                q.enqueue_many([{"task": "per", "args": [f"c{rng.randrange(4)}"], "kwargs": {}}
+                                for _ in range(rng.randrange(1, 4))])
+            elif op == "lease":
+                held.extend(q.lease(rng.randrange(1, 4)))
+            elif op == "time":
+                clock.advance(rng.choice((5.0, 40.0)))
+            elif op == "requeue":
+                q.requeue_dead()
+            elif held:
+                job = held.pop(rng.randrange(len(held)))
+                try:
+                    if op == "ack":
+                        q.ack(job)
+                    elif op == "nack":
+                        q.nack(job, delay=rng.choice((0.0, 10.0)))
+                    elif op == "snooze":
+                        q.snooze(job, rng.choice((0.0, 10.0)))
+                    else:
+                        q.cancel(job.id)
+                except NotLeasedError:
+                    pass  # its lease expired and was taken back
+            self.assertEqual(self.unmet_pairs(), [], (step, op))
+
+    def unmet_pairs(self) -> list[tuple[str, str]]:
+        """The pairs with a pending job that no walk would meet: not in limit_pairs, or
+        parked though their key has no holder (every cap is 1 where this is used)."""
+        import psycopg
+
+        from nobroker.postgres import schema
+        from nobroker.postgres.url import parse
+
+        target = parse(self.url)
+        s = schema.quoted(target.schema)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            return conn.execute(f"""
+                SELECT j.rate_key, j.conc_key FROM {s}.jobs AS j
+                WHERE j.queue = 'q' AND j.state IN (-1, 0) AND j.conc_key <> ''
+                GROUP BY j.rate_key, j.conc_key
+                HAVING NOT EXISTS (
+                    SELECT 1 FROM {s}.limit_pairs AS p
+                    WHERE p.queue = 'q' AND p.rate_key = j.rate_key
+                      AND p.conc_key = j.conc_key AND (NOT p.parked OR EXISTS (
+                          SELECT 1 FROM {s}.jobs AS h WHERE h.queue = 'q' AND h.state = 1
+                            AND h.conc_key = j.conc_key)))""".encode()).fetchall()
 
     def pairs(self) -> dict[str, bool]:
         """Each pair's concurrency value in limit_pairs (migration 0014): parked or not."""
