@@ -290,6 +290,50 @@ class PostgresLimitsTest(unittest.TestCase):
                     pass  # its lease expired and was taken back
             self.assertEqual(self.unmet_pairs(), [], (step, op))
 
+    def test_three_handles_drain_many_keys_one_holder_each_parking_as_they_go(self
+                                                                             ) -> None:
+        # Three connections, each leasing two jobs at a time (the walk: a lease of one
+        # tries the best due job first, whatever is parked) and acking them: keys are
+        # parked and unparked all the while (one parked with a free slot would leave
+        # its jobs pending for good), never two holders of a key.
+        import threading
+
+        keys, each = 30, 4
+        handles = [self.open(visibility_timeout=60) for _ in range(3)]
+        for q in handles:
+            q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        handles[0].enqueue_many([{"task": "per", "args": [f"c{n % keys}"], "kwargs": {}}
+                                 for n in range(keys * each)])
+        lock, holding, done, errors = threading.Lock(), dict[str, int](), [0], list[str]()
+
+        def drain(q: Queue) -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                jobs = q.lease(2)
+                with lock:
+                    for job in jobs:
+                        key = job.payload["args"][0]
+                        holding[key] = holding.get(key, 0) + 1
+                        if holding[key] > 1:
+                            errors.append(key)
+                    if not jobs and done[0] == keys * each:
+                        return
+                for job in jobs:
+                    with lock:
+                        holding[job.payload["args"][0]] -= 1
+                        done[0] += 1
+                    q.ack(job)
+                if not jobs:
+                    time.sleep(0.01)
+
+        threads = [threading.Thread(target=drain, args=(q,)) for q in handles]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(done[0], keys * each, handles[0].stats())
+
     def unmet_pairs(self) -> list[tuple[str, str]]:
         """The pairs with a pending job that no walk would meet: not in limit_pairs, or
         parked though their key has no holder (every cap is 1 where this is used)."""
