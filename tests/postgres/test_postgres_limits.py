@@ -1,4 +1,4 @@
-"""Limits on PostgreSQL beyond the contract (migrations/0008 to 0010): a limited
+"""Limits on PostgreSQL beyond the contract (migrations/0008 to 0014): a limited
 ack-and-lease is one statement, and wakes nobody when its lease takes the slot its
 ack freed; a key's holders are counted by reading them alone; a rate window's
 ring keeps its latest starts when its count changes; a job stores the concurrency
@@ -6,8 +6,9 @@ cap its enqueuer declared, which a process that did not declare the key reports;
 a key met under two rate keys holds its cap; a lease of one job, tried alone
 first, takes the job the walk would; its starts' ring wraps exactly under two
 processes and a larger count; a lease beside many full keys reads a bounded number
-of them, a parked key is unparked by whatever frees its slot, and every pending pair
-of a key with room stays where the walk meets it.
+of them (migration 0014), a parked key is unparked by whatever frees its slot, every
+pending pair of a key with room stays where the walk meets it, and three connections
+drain many keys of cap 1 with never two holders of one.
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are

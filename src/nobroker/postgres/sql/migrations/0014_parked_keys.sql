@@ -15,11 +15,12 @@
 -- lease, revive, import) and every one that frees a slot (ack, nack, snooze,
 -- cancel, reclaim) keeps it in its own statement without a word in its SQL:
 -- their WHEN is false for a job without limit keys, which costs the unlimited
--- statements a test of two columns a row and no call (6 us an UPDATE, below). A
--- keyed job made pending puts its pair in (or holds it, FOR KEY SHARE, so that a walk that found the
--- pair empty before this commit does not delete it: the walk skips a held row);
--- a leased keyed job that stops being leased unparks its key's pairs. A pair
--- left with no pending job is deleted by the walk that meets it.
+-- statements a test of three columns a row and no call (3-6 us an UPDATE,
+-- below). A keyed job made pending puts its pair in (or holds it, FOR KEY
+-- SHARE, so that a walk that found the pair empty before this commit does not
+-- delete it: the walk skips a held row); a leased keyed job that stops being
+-- leased unparks its key's pairs. A pair left with no pending job is deleted
+-- by the walk that meets it.
 CREATE TABLE {schema}.limit_pairs (
     queue text NOT NULL,
     rate_key text NOT NULL,
@@ -34,9 +35,10 @@ CREATE INDEX limit_pairs_parked ON {schema}.limit_pairs (queue, conc_key) WHERE 
 
 -- Their WHEN is short: a trigger's WHEN is read and prepared again by every
 -- statement that updates a row (the UPDATE of an unkeyed job took 28 us more
--- with a WHEN of five tests, 6 us with the two on keys; a loaded 2-core machine,
--- medians of 9 rounds of 2,000), so the function tests the states but one: a
--- lease (state 1) calls it for nothing, 24 us a keyed UPDATE.
+-- with a WHEN of five tests, 3-6 us with these three; a loaded 2-core machine,
+-- medians of 9 rounds of 2,000), so the function tests the states, but for a
+-- lease (state 1 now), kept out by the WHEN: a keyed lease called it for
+-- nothing (a keyed UPDATE 24 us more with it, 16 us without).
 CREATE FUNCTION {schema}.nb_pair_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
@@ -345,13 +347,13 @@ BEGIN
             kis := kis || array_fill(k, ARRAY[cardinality(cids)]);
         END IF;
     END LOOP;
-    -- The full keys met parked: each pair of one whose holders, locked (FOR SHARE,
-    -- its cap of them at most) and counted after the lock, still fill its cap. A holder being finished
-    -- meanwhile is locked by its finisher: skipped (SKIP LOCKED, no wait under the
-    -- queue's lock), so the key is not parked; one finished after this lock waits
-    -- for this commit, and its trigger (nb_pair_changed) then unparks the key. A
-    -- pair's row locked is being unparked (or held by an enqueue: FOR KEY SHARE,
-    -- which this lock does not wait for): skipped too.
+    -- The full keys met parked: each pair of one whose holders, locked (FOR
+    -- SHARE, its cap of them at most) and counted after the lock, still fill its
+    -- cap. A holder being finished meanwhile is locked by its finisher: skipped
+    -- (SKIP LOCKED, no wait under the queue's lock), so the key is not parked;
+    -- one finished after this lock waits for this commit, and its trigger
+    -- (nb_pair_changed) then unparks the key. A pair's row being unparked by
+    -- another writer is skipped too (an enqueue's FOR KEY SHARE does not stop it).
     IF cardinality(full_keys) > 0 THEN
         UPDATE {schema}.limit_pairs AS p SET parked = true FROM (
             SELECT l.ctid AS at FROM {schema}.limit_pairs AS l,
