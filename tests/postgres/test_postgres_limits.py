@@ -1,4 +1,4 @@
-"""Limits on PostgreSQL beyond the contract (migrations/0008 to 0010): a limited
+"""Limits on PostgreSQL beyond the contract (migrations/0008 to 0014): a limited
 ack-and-lease is one statement, and wakes nobody when its lease takes the slot its
 ack freed; a key's holders are counted by reading them alone; a rate window's
 ring keeps its latest starts when its count changes; a job stores the concurrency
@@ -7,7 +7,10 @@ a key met under two rate keys holds its cap; a lease of one job, tried alone
 first, takes the job the walk would; a rate-limited one needs no walk within its
 window (migration 0013) and leaves a full key's best job to it; its starts' ring
 wraps exactly under two processes and a larger count; a lease beside many full
-keys (not bounded yet: an expected failure).
+keys reads a bounded number of them (migration 0014), a parked key is unparked by
+whatever frees its slot, every pending pair of a key with room stays where the
+walk meets it, and three connections drain many keys of cap 1 with never two
+holders of one.
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are
@@ -24,7 +27,7 @@ from unittest import mock
 from harness.postgres import drop_schema, fresh_schema_url, jobs_read, needs_postgres, open_queue
 from harness.support import FakeClock
 
-from nobroker import Queue
+from nobroker import NotLeasedError, Queue
 from nobroker.dependencies import GraphNode
 
 
@@ -257,15 +260,13 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertEqual([job.priority if job else None for job in leased], [9, 7, 1])
         self.assertIsNone(q.lease_one())  # "both" held, "hourly" started this hour
 
-    @unittest.expectedFailure  # issue 24: not built yet (see the docstring)
     def test_a_lease_beside_many_full_keys_reads_a_bounded_number_of_them(self) -> None:
-        """The file backend parks a full key's pairs (limit_parking.Parking); here the walk
-        still probes every pair with pending jobs (O(keys): about 9 buffers and one
-        statement a pair, 0.5 s a lease beside 10,000 full keys on a loaded 2-core
-        machine since migration 0010, 2.8 s before). Parked rows alone do not help,
-        as the walk steps through index jobs_limited: what would is a table of the
-        unparked pairs with pending jobs, kept by whatever makes a job pending and
-        whatever frees a slot. When that lands, this passes and the decorator goes."""
+        """The file backend parks a full key's pairs (limit_parking.Parking); so does the
+        walk here since migration 0014: it steps through limit_pairs (the pairs with
+        pending jobs, kept by triggers on jobs), skipping the pairs of keys it found
+        full, which a freed slot unparks. It probed every pair with pending jobs in
+        index jobs_limited before (O(keys): about 9 buffers and one statement a pair,
+        0.5 s a lease beside 10,000 full keys on a loaded 2-core machine)."""
         q = self.open(visibility_timeout=3600)
         q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
         q.task(name="other", concurrency=2)(_noop)
@@ -277,7 +278,150 @@ class PostgresLimitsTest(unittest.TestCase):
         leased: list[Any] = []
         reads = jobs_read(q, lambda: leased.extend(q.lease(5)))
         self.assertEqual(len(leased), 1)  # other's cap, one already leased
-        self.assertLess(reads, 100, reads)  # reads the 1,000 keys' holders today
+        self.assertLess(reads, 100, reads)  # read the 1,000 keys' holders before 0014
+
+    def test_a_parked_key_is_unparked_by_whatever_frees_its_slot(self) -> None:
+        # Each key is met full (parked), then its slot freed one way; a key left with
+        # no pending job has its pair deleted by the next walk that meets it.
+        clock = FakeClock()
+        q = self.open(clock=clock, visibility_timeout=60)
+        q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        ways = ("ack", "cancel", "expiry", "nack", "snooze")
+        q.enqueue_many([{"task": "per", "args": [w], "kwargs": {}} for w in ways for _ in "12"])
+        held = {job.payload["args"][0]: job for job in q.lease(10)}
+        self.assertEqual(sorted(held), list(ways))
+        self.assertEqual(q.lease(10), [])  # each key met full
+        self.assertEqual(self.pairs(), {w: True for w in ways})
+        clock.advance(30)
+        q.ack(held["ack"])
+        q.cancel(held["cancel"].id)
+        q.nack(held["nack"], delay=3600)
+        q.snooze(held["snooze"], 3600)
+        self.assertEqual({w for w, parked in self.pairs().items() if parked}, {"expiry"})
+        self.assertEqual(sorted(j.payload["args"][0] for j in q.lease(10)),
+                         ["ack", "cancel", "nack", "snooze"])
+        clock.advance(31)  # expiry's lease expired: reclaimed, and its second job leased
+        self.assertEqual([j.payload["args"][0] for j in q.lease(10)], ["expiry"])
+        self.assertEqual(q.lease(10), [])
+        # ack and cancel: no job pending, their pairs gone; the others wait, full.
+        self.assertEqual(self.pairs(), {"expiry": True, "nack": True, "snooze": True})
+
+    def test_every_pending_pair_of_a_key_with_room_is_met_by_the_walk(self) -> None:
+        # Random steps through every path that makes a job pending or frees a slot;
+        # after each, a pair with a pending job is in limit_pairs, unparked unless
+        # its key is full (cap 1 here): else the walk would never lease it.
+        import random
+
+        clock = FakeClock()
+        q = self.open(clock=clock, visibility_timeout=30, max_attempts=2)
+        q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        rng = random.Random(24)
+        held: list[Any] = []
+        for step in range(150):
+            op = rng.choice(("enqueue", "enqueue", "lease", "lease", "ack", "nack", "snooze",
+                             "cancel", "requeue", "time"))
+            if op == "enqueue":
+                q.enqueue_many([{"task": "per", "args": [f"c{rng.randrange(4)}"], "kwargs": {}}
+                                for _ in range(rng.randrange(1, 4))])
+            elif op == "lease":
+                held.extend(q.lease(rng.randrange(1, 4)))
+            elif op == "time":
+                clock.advance(rng.choice((5.0, 40.0)))
+            elif op == "requeue":
+                q.requeue_dead()
+            elif held:
+                job = held.pop(rng.randrange(len(held)))
+                try:
+                    if op == "ack":
+                        q.ack(job)
+                    elif op == "nack":
+                        q.nack(job, delay=rng.choice((0.0, 10.0)))
+                    elif op == "snooze":
+                        q.snooze(job, rng.choice((0.0, 10.0)))
+                    else:
+                        q.cancel(job.id)
+                except NotLeasedError:
+                    pass  # its lease expired and was taken back
+            self.assertEqual(self.unmet_pairs(), [], (step, op))
+
+    def test_three_handles_drain_many_keys_one_holder_each_parking_as_they_go(self
+                                                                             ) -> None:
+        # Three connections, each leasing two jobs at a time (the walk: a lease of one
+        # tries the best due job first, whatever is parked) and acking them: keys are
+        # parked and unparked all the while (one parked with a free slot would leave
+        # its jobs pending for good), never two holders of a key.
+        import threading
+
+        keys, each = 30, 4
+        handles = [self.open(visibility_timeout=60) for _ in range(3)]
+        for q in handles:
+            q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        handles[0].enqueue_many([{"task": "per", "args": [f"c{n % keys}"], "kwargs": {}}
+                                 for n in range(keys * each)])
+        lock, holding, done, errors = threading.Lock(), dict[str, int](), [0], list[str]()
+
+        def drain(q: Queue) -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                jobs = q.lease(2)
+                with lock:
+                    for job in jobs:
+                        key = job.payload["args"][0]
+                        holding[key] = holding.get(key, 0) + 1
+                        if holding[key] > 1:
+                            errors.append(key)
+                    if not jobs and done[0] == keys * each:
+                        return
+                for job in jobs:
+                    with lock:
+                        holding[job.payload["args"][0]] -= 1
+                        done[0] += 1
+                    q.ack(job)
+                if not jobs:
+                    time.sleep(0.01)
+
+        threads = [threading.Thread(target=drain, args=(q,)) for q in handles]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(done[0], keys * each, handles[0].stats())
+
+    def unmet_pairs(self) -> list[tuple[str, str]]:
+        """The pairs with a pending job that no walk would meet: not in limit_pairs, or
+        parked though their key has no holder (every cap is 1 where this is used)."""
+        import psycopg
+
+        from nobroker.postgres import schema
+        from nobroker.postgres.url import parse
+
+        target = parse(self.url)
+        s = schema.quoted(target.schema)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            return conn.execute(f"""
+                SELECT j.rate_key, j.conc_key FROM {s}.jobs AS j
+                WHERE j.queue = 'q' AND j.state IN (-1, 0) AND j.conc_key <> ''
+                GROUP BY j.rate_key, j.conc_key
+                HAVING NOT EXISTS (
+                    SELECT 1 FROM {s}.limit_pairs AS p
+                    WHERE p.queue = 'q' AND p.rate_key = j.rate_key
+                      AND p.conc_key = j.conc_key AND (NOT p.parked OR EXISTS (
+                          SELECT 1 FROM {s}.jobs AS h WHERE h.queue = 'q' AND h.state = 1
+                            AND h.conc_key = j.conc_key)))""".encode()).fetchall()
+
+    def pairs(self) -> dict[str, bool]:
+        """Each pair's concurrency value in limit_pairs (migration 0014): parked or not."""
+        import psycopg
+
+        from nobroker.postgres import schema
+        from nobroker.postgres.url import parse
+
+        target = parse(self.url)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            rows = conn.execute(f"SELECT conc_key, parked FROM {schema.quoted(target.schema)}"
+                                ".limit_pairs WHERE queue = 'q'".encode()).fetchall()
+        return {key.split("\\0")[-1]: parked for key, parked in rows}
 
     def test_a_rate_window_keeps_its_latest_starts_when_its_count_changes(self) -> None:
         first = self.open()

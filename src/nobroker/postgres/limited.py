@@ -5,8 +5,9 @@ leases with one statement, as any other process does: limited_lease.sql, or
 limited_ack_and_lease.sql with an ack. Each takes expired leases back first
 (a killed holder's slot is free again from its lease's deadline), then calls
 nb_limited_lease (sql/migrations/0008; its body since 0009, in fewer
-statements, and since 0010, linear in the pairs it walks, a lease of one job
-in one statement when the best is within its limits), given the limits
+statements, since 0010, linear in the pairs it walks, a lease of one job
+in one statement when the best is within its limits, and since 0014, blind
+to the pairs of the keys it found full: table limit_pairs), given the limits
 this process declared (`declared_params`): under a lock on the queue's row in
 `queues`, held to the commit, it reads the holders of each concurrency key it meets
 and the latest starts of each declared rate key (a ring of rows per key,
