@@ -16,7 +16,14 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
+from ..backend import (
+    Capabilities,
+    CopiedLimits,
+    CopiedWindow,
+    DormantJob,
+    Settings,
+    distinct_leases,
+)
 from ..dependencies import ANY, SUCCESS
 from ..errors import NobrokerError
 from ..limits import JobKeys, KeyUse, family, key_use
@@ -343,6 +350,16 @@ class FileBackend:
         return self.handle.read(lambda state: {
             entry.id: (keys, state.limited.cap_of(entry.seq)) for entry in state.entries()
             for keys in (state.limited.keys_of(entry.seq),) if keys is not None})
+
+    def export_windows(self) -> list[CopiedWindow]:
+        """RateWindows.export_windows: the replayed windows (LimitedJobs.windows)."""
+        return self.handle.read(lambda state: [
+            CopiedWindow(key, window.count, window.period, tuple(window.starts))
+            for key, window in sorted(state.limited.windows.items()) if window.starts])
+
+    def import_windows(self, windows: Sequence[CopiedWindow]) -> None:
+        """RateWindows.import_windows: a LIMIT record per window, its starts in "st"."""
+        self._write_planned(lambda state, batch, now: state.limited.plan_copies(batch, windows))
 
     def export_dormant(self) -> list[DormantJob]:
         """Revival.export_dormant (nobroker migrate): QueueState.dormant's jobs."""

@@ -20,7 +20,14 @@ from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
+from ..backend import (
+    Capabilities,
+    CopiedLimits,
+    CopiedWindow,
+    DormantJob,
+    Settings,
+    distinct_leases,
+)
 from ..codec import dumps, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import NobrokerError, QueueClosedError
@@ -351,6 +358,12 @@ class MemoryBackend:
 
     def wait_modes(self) -> dict[str, str]:
         return self._read(lambda table, now: copying.wait_modes(table))
+
+    def export_windows(self) -> list[CopiedWindow]:  # RateWindows.export_windows
+        return self._read(lambda table, now: copying.export_windows(table))
+
+    def import_windows(self, windows: Sequence[CopiedWindow]) -> None:
+        self._write(lambda table, now: copying.import_windows(table, windows))
 
     def export_dormant(self) -> list[DormantJob]:
         return self._read(lambda table, now: copying.export_dormant(table, self._view))

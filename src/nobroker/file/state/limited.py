@@ -30,6 +30,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
+from ...backend import CopiedWindow
 from ...limit_parking import Parking
 from ...limits import (
     QUEUE_KEY,
@@ -40,6 +41,7 @@ from ...limits import (
     Window,
     family,
     latest_caps,
+    merged_starts,
 )
 from ..log.records import (
     CONCURRENCY_CAP,
@@ -329,6 +331,21 @@ class LimitedJobs:
         for key, count, period, starts in columns["windows"]:
             self.declare({RATE_KEY: key, LIMIT_COUNT: count, PERIOD: period,
                           STARTS: starts}, 0)
+
+    def plan_copies(self, batch: Batch, windows: Sequence[CopiedWindow]) -> None:
+        """LIMIT records that merge windows copied from another queue (nobroker migrate)
+        into these, their starts in "st" (limits.merged_starts), with this log's count
+        and period where it holds the key's window, else the copy's: replay keeps them
+        as it keeps a snapshot's, no clock read."""
+        for copy in windows:
+            assert copy.period is not None  # transfer fills one in
+            kept = self.windows.get(copy.key)
+            count, period = ((copy.count, copy.period) if kept is None
+                             else (max(kept.count, copy.count), kept.period))
+            starts = merged_starts(() if kept is None else kept.starts, copy.starts, count)
+            batch.add(RecordType.LIMIT, {RATE_KEY: copy.key, LIMIT_COUNT: count,
+                                         PERIOD: float(period),
+                                         STARTS: [float(at) for at in starts]})
 
     def window_records(self) -> Iterator[Record]:
         """LIMIT records that declare every window with its starts (a snapshot's)."""
