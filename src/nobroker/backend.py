@@ -17,7 +17,7 @@ how it differs where backends genuinely differ (huey's `destructive_reads`),
 so that the CLI, the Worker, the dashboard, `nobroker migrate` and the
 contract suite ask instead of assuming files. An operation only some
 backends have sits in a protocol of its own (QueueListing, JobImport,
-JobExport, RateWindows), named by the flag that says a backend has it.
+JobExport), named by the flag that says a backend has it.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from .validation import INT_LIMIT, integer, number
 
 __all__ = ["POSTGRES_SCHEMES", "MEMORY_SCHEME", "Backend", "Capabilities", "QueueListing",
            "JobImport", "JobExport", "Transactions", "Dependencies", "Revival", "DormantJob",
-           "Settings", "CopiedLimits", "CopiedWindow", "RateWindows", "is_postgres_url",
-           "is_memory_url", "distinct_leases"]
+           "Settings", "CopiedLimits", "is_postgres_url", "is_memory_url", "distinct_leases"]
 
 
 # A location starting with one of these is a PostgreSQL URL, not a directory.
@@ -82,8 +81,7 @@ class Capabilities:
     transactions: bool = False
     # Rate limits and concurrency limits (nobroker.limits) hold across every process:
     # lease() decides them from the state it holds under its lock, with the limits of
-    # the settings, and enqueue() stores the keys they give a job; its rate windows
-    # are copied out and in (see RateWindows).
+    # the settings, and enqueue() stores the keys they give a job.
     limits: bool = False
 
 
@@ -365,36 +363,6 @@ class JobExport(Protocol):
 
     def export_limits(self) -> dict[str, CopiedLimits]:
         """Each exported job's limit keys and stored cap, by id (for import_jobs)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class CopiedWindow:
-    """A rate key's window as `nobroker migrate` copies it (RateWindows): the key ("":
-    the queue's own), at most `count` of its latest starts, oldest first, in seconds
-    of the queue's clock (time.time, or the clock a Queue was given; PostgreSQL's
-    server clock unless given one: every backend keeps these absolute times), and its
-    length in seconds (None: the source keeps none, as PostgreSQL, whose windows hold
-    only the starts, each leasing process bringing its declared period)."""
-
-    key: str
-    count: int
-    period: float | None
-    starts: tuple[float, ...]
-
-
-class RateWindows(Protocol):
-    """What a backend with `capabilities.limits` also has (`nobroker migrate`)."""
-
-    def export_windows(self) -> list[CopiedWindow]:
-        """Every rate key's window that holds a start, by key."""
-        ...
-
-    def import_windows(self, windows: Sequence[CopiedWindow]) -> None:
-        """Each copied window merged into this queue's window of its key, in one durable
-        write (limits.merged_starts: a second copy of the same window changes nothing),
-        keeping this queue's count and period where it has that window, else the copy's
-        (a period given: transfer fills one in)."""
         ...
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -32,8 +32,7 @@ from . import validation
 from .errors import NobrokerError
 
 __all__ = ["Rate", "parse_rate", "Limits", "JobKeys", "Window", "Budget", "QUEUE_KEY",
-           "family", "require", "require_for_queue", "KeyUse", "key_use", "latest_caps",
-           "merged_starts"]
+           "family", "require", "require_for_queue", "KeyUse", "key_use", "latest_caps"]
 
 QUEUE_KEY: Final = ""  # the queue-wide rate limit's window (no declared key is empty)
 _SEPARATOR: Final = "\x00"  # a computed concurrency key: FAMILY + _SEPARATOR + value
@@ -209,15 +208,6 @@ class Window:
         if len(starts) + extra < rate.count:
             return float("-inf")
         return starts[len(starts) + extra - rate.count] + rate.period
-
-
-def merged_starts(kept: Iterable[float], copied: Iterable[float], count: int) -> list[float]:
-    """The latest `count` starts of two windows of one key, oldest first: each time as
-    many times as the window holding it more often has it (a lease of several jobs
-    starts them at one time), so that merging a copy of a window into it again (a
-    second `nobroker migrate`) changes nothing."""
-    merged = sorted((Counter(kept) | Counter(copied)).elements())
-    return merged[len(merged) - count:] if len(merged) > count else merged
 
 
 class Budget:

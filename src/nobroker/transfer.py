@@ -16,10 +16,10 @@ and the acks count; but a cancelled dependent that a requeue of its failed
 prerequisite would revive (Revival.export_dormant) is copied as such into a
 target that imports and revives (PostgreSQL, memory://), so that the requeue
 there revives it: counted as copied "cancelled". And, first, every rate key's
-window with its latest starts (RateWindows, from and into any backend with
-`capabilities.limits`), merged into the target's: right after the copy the
-target refuses the starts the source would have refused. The times are the
-queues' clocks' absolute seconds on every backend, copied as they are. A window
+window with its latest starts (window_copies.RateWindows: from and into any
+backend with `capabilities.limits`), merged into the target's: right after the
+copy the target refuses the starts the source would have refused. The times are
+the queues' clocks' absolute seconds on every backend, copied as they are. A window
 from PostgreSQL has no period (its rings keep only the starts; each leasing
 process brings its declared one): it arrives with the time since its oldest
 start, and a second, as its period, which only a process that does not declare
@@ -47,13 +47,11 @@ from typing import cast
 from .backend import (
     Backend,
     CopiedLimits,
-    CopiedWindow,
     Dependencies,
     DormantJob,
     GraphNode,
     JobExport,
     JobImport,
-    RateWindows,
     Revival,
     Settings,
 )
@@ -62,6 +60,7 @@ from .dependencies import SUCCESS, checked_nodes
 from .errors import JobNotFoundError
 from .models import Job, JobState
 from .opener import open_backend
+from .window_copies import CopiedWindow, RateWindows
 
 __all__ = ["TransferReport", "transfer"]
 

@@ -16,14 +16,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..backend import (
-    Capabilities,
-    CopiedLimits,
-    CopiedWindow,
-    DormantJob,
-    Settings,
-    distinct_leases,
-)
+from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
 from ..dependencies import ANY, SUCCESS
 from ..errors import NobrokerError
 from ..limits import JobKeys, KeyUse, family, key_use
@@ -35,6 +28,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from ..window_copies import CopiedWindow
 from . import blocking
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle

@@ -20,14 +20,7 @@ from dataclasses import replace
 from itertools import islice
 from typing import Any, TypeVar
 
-from ..backend import (
-    Capabilities,
-    CopiedLimits,
-    CopiedWindow,
-    DormantJob,
-    Settings,
-    distinct_leases,
-)
+from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
 from ..codec import dumps, loads
 from ..dependencies import ANY, SUCCESS, GraphNode, verdict
 from ..errors import NobrokerError, QueueClosedError
@@ -40,6 +33,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from ..window_copies import CopiedWindow
 from . import copying
 from .graphs import add_graph, prerequisites
 from .jobs import MemoryJob

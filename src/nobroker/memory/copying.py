@@ -2,7 +2,7 @@
 copied jobs added as they were (backend.JobImport), the modes of the waiting jobs,
 which a copy gives the target with their prerequisites (Dependencies.wait_modes), the
 revivable cancelled dependents (backend.DormantJob) and the rate windows' latest
-starts (backend.RateWindows), both ways. Pure: moves on
+starts (window_copies.RateWindows), both ways. Pure: moves on
 the table, `now` passed in.
 """
 
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from ..backend import CopiedLimits, CopiedWindow, DormantJob
+from ..backend import CopiedLimits, DormantJob
 from ..codec import encode_payload
 from ..dependencies import SUCCESS
-from ..limits import Window, merged_starts
+from ..limits import Window
 from ..models import Job, JobState
+from ..window_copies import CopiedWindow, merged_starts
 from .jobs import MemoryJob
 from .table import MemoryTable
 

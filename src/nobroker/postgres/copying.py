@@ -3,7 +3,7 @@ copied jobs inserted as they were (backend.JobImport) and handed out with their 
 keys (JobExport), the modes of the waiting jobs, which a copy gives the target with
 their prerequisites (Dependencies.wait_modes), and the revivable cancelled dependents
 (backend.DormantJob; the `dormant` rows of migrations/0007, with the concurrency cap of
-migrations/0008), and the rate windows' latest starts (backend.RateWindows: the rings
+migrations/0008), and the rate windows' latest starts (window_copies.RateWindows: the rings
 of migrations/0008, which keep no period), both ways.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import psycopg
 
-from ..backend import CopiedLimits, CopiedWindow, DormantJob
+from ..backend import CopiedLimits, DormantJob
 from ..codec import encode_payload
-from ..limits import merged_starts
 from ..models import Job, JobState
+from ..window_copies import CopiedWindow, merged_starts
 from .connection import Link
 from .graphs import MODE_CODES
 from .limited import columns_of, keys_of_columns
@@ -122,7 +122,7 @@ def export_windows(link: Link, sql: Statements, params: dict[str, Any]
 
 def import_windows(link: Link, sql: Statements, params: dict[str, Any],
                    windows: Sequence[CopiedWindow]) -> None:
-    """Each copied window merged into this queue's ring of its key (limits.merged_starts)
+    """Each copied window merged into this queue's ring of its key (window_copies.merged_starts)
     and laid out again, under the lock a limited lease takes, in one transaction."""
     if not windows:
         return

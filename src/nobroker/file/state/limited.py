@@ -30,7 +30,6 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from ...backend import CopiedWindow
 from ...limit_parking import Parking
 from ...limits import (
     QUEUE_KEY,
@@ -41,8 +40,8 @@ from ...limits import (
     Window,
     family,
     latest_caps,
-    merged_starts,
 )
+from ...window_copies import CopiedWindow, merged_starts
 from ..log.records import (
     CONCURRENCY_CAP,
     CONCURRENCY_KEY,
@@ -334,7 +333,7 @@ class LimitedJobs:
 
     def plan_copies(self, batch: Batch, windows: Sequence[CopiedWindow]) -> None:
         """LIMIT records that merge windows copied from another queue (nobroker migrate)
-        into these, their starts in "st" (limits.merged_starts), with this log's count
+        into these, their starts in "st" (window_copies.merged_starts), with this log's count
         and period where it holds the key's window, else the copy's: replay keeps them
         as it keeps a snapshot's, no clock read."""
         for copy in windows:
