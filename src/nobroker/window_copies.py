@@ -1,7 +1,8 @@
 """The rate windows `nobroker migrate` copies (transfer.py): a window as it travels
 between backends (`CopiedWindow`), the protocol of a backend that hands its windows
 out and takes copies in (`RateWindows`: every backend with `capabilities.limits`),
-and how a copy merges into the window a target holds (`merged_starts`).
+and how a copy merges into the window a target holds (`merged_window`,
+`merged_starts`).
 
 Why a copy is merged rather than replacing the target's window: the target may
 have leased under the key already (or been copied into before), and a second run
@@ -18,7 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["CopiedWindow", "RateWindows", "merged_starts"]
+from .limits import Window
+
+__all__ = ["CopiedWindow", "RateWindows", "merged_window", "merged_starts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +58,14 @@ def merged_starts(kept: Iterable[float], copied: Iterable[float], count: int) ->
     second migrate) changes nothing."""
     merged = sorted((Counter(kept) | Counter(copied)).elements())
     return merged[len(merged) - count:] if len(merged) > count else merged
+
+
+def merged_window(kept: Window | None, copy: CopiedWindow) -> Window:
+    """The window a target keeps for `copy`'s key, given the one it `kept` (None: none):
+    the kept period, else the copy's (given: transfer fills one in); the larger count;
+    the latest starts of both (merged_starts)."""
+    assert copy.period is not None  # transfer fills one in
+    if kept is None:
+        return Window(copy.count, copy.period, merged_starts((), copy.starts, copy.count))
+    count = max(kept.count, copy.count)
+    return Window(count, kept.period, merged_starts(kept.starts, copy.starts, count))

@@ -13,9 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from ..backend import CopiedLimits, DormantJob
 from ..codec import encode_payload
 from ..dependencies import SUCCESS
-from ..limits import Window
 from ..models import Job, JobState
-from ..window_copies import CopiedWindow, merged_starts
+from ..window_copies import CopiedWindow, merged_window
 from .jobs import MemoryJob
 from .table import MemoryTable
 
@@ -87,10 +86,6 @@ def export_windows(table: MemoryTable) -> list[CopiedWindow]:
 
 def import_windows(table: MemoryTable, windows: Sequence[CopiedWindow]) -> None:
     """Each copied window merged into the table's of its key (RateWindows.import_windows)."""
+    kept = table.limited.windows
     for copy in windows:
-        assert copy.period is not None  # transfer fills one in
-        kept = table.limited.windows.get(copy.key)
-        count, period = ((copy.count, copy.period) if kept is None
-                         else (max(kept.count, copy.count), kept.period))
-        table.limited.windows[copy.key] = Window(count, period, merged_starts(
-            () if kept is None else kept.starts, copy.starts, count))
+        kept[copy.key] = merged_window(kept.get(copy.key), copy)

@@ -122,8 +122,9 @@ def export_windows(link: Link, sql: Statements, params: dict[str, Any]
 
 def import_windows(link: Link, sql: Statements, params: dict[str, Any],
                    windows: Sequence[CopiedWindow]) -> None:
-    """Each copied window merged into this queue's ring of its key (window_copies.merged_starts)
-    and laid out again, under the lock a limited lease takes, in one transaction."""
+    """Each copied window merged into this queue's ring of its key (the ring's size, at
+    least the copy's count; window_copies.merged_starts) and laid out again, under the
+    lock a limited lease takes, in one transaction."""
     if not windows:
         return
 

@@ -41,7 +41,7 @@ from ...limits import (
     family,
     latest_caps,
 )
-from ...window_copies import CopiedWindow, merged_starts
+from ...window_copies import CopiedWindow, merged_window
 from ..log.records import (
     CONCURRENCY_CAP,
     CONCURRENCY_KEY,
@@ -333,18 +333,13 @@ class LimitedJobs:
 
     def plan_copies(self, batch: Batch, windows: Sequence[CopiedWindow]) -> None:
         """LIMIT records that merge windows copied from another queue (nobroker migrate)
-        into these, their starts in "st" (window_copies.merged_starts), with this log's count
-        and period where it holds the key's window, else the copy's: replay keeps them
-        as it keeps a snapshot's, no clock read."""
+        into these (window_copies.merged_window), their starts in "st": replay keeps
+        them as it keeps a snapshot's, no clock read."""
         for copy in windows:
-            assert copy.period is not None  # transfer fills one in
-            kept = self.windows.get(copy.key)
-            count, period = ((copy.count, copy.period) if kept is None
-                             else (max(kept.count, copy.count), kept.period))
-            starts = merged_starts(() if kept is None else kept.starts, copy.starts, count)
-            batch.add(RecordType.LIMIT, {RATE_KEY: copy.key, LIMIT_COUNT: count,
-                                         PERIOD: float(period),
-                                         STARTS: [float(at) for at in starts]})
+            merged = merged_window(self.windows.get(copy.key), copy)
+            batch.add(RecordType.LIMIT, {RATE_KEY: copy.key, LIMIT_COUNT: merged.count,
+                                         PERIOD: float(merged.period),
+                                         STARTS: [float(at) for at in merged.starts]})
 
     def window_records(self) -> Iterator[Record]:
         """LIMIT records that declare every window with its starts (a snapshot's)."""
