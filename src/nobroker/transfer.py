@@ -5,7 +5,7 @@ pending: its holder's lease does not move with it) and dead -- with its id,
 payload, priority, attempts, max_attempts, last error and times, and its
 limit keys and stored cap as the source exports them (JobExport.export_limits:
 stored, never computed again, so a worker there that declares the task limits
-the copies as it does new jobs; the rate windows are not copied); and the jobs
+the copies as it does new jobs); and the jobs
 waiting for prerequisites, after those, with what they still wait for and
 their mode (Dependencies.wait_modes), all in one enqueue_graph write, each
 under its id as a keyed enqueue: so a chord half done on the source still
@@ -15,7 +15,15 @@ copied. What it does not copy: finished jobs and the keys they leave behind
 and the acks count; but a cancelled dependent that a requeue of its failed
 prerequisite would revive (Revival.export_dormant) is copied as such into a
 target that imports and revives (PostgreSQL, memory://), so that the requeue
-there revives it: counted as copied "cancelled".
+there revives it: counted as copied "cancelled". And, first, every rate key's
+window with its latest starts (window_copies.RateWindows: from and into any
+backend with `capabilities.limits`), merged into the target's: right after the
+copy the target refuses the starts the source would have refused. The times are
+the queues' clocks' absolute seconds on every backend, copied as they are. A window
+from PostgreSQL has no period (its rings keep only the starts; each leasing
+process brings its declared one): it arrives with the time since its oldest
+start, and a second, as its period, which only a process that does not declare
+the key shows (Queue.limit_use); a worker that declares it leases by its own.
 
 Idempotent: a job whose id the target already holds is skipped, so a second
 run copies nothing twice; the counts say what happened. Run it with the
@@ -52,6 +60,7 @@ from .dependencies import SUCCESS, checked_nodes
 from .errors import JobNotFoundError
 from .models import Job, JobState
 from .opener import open_backend
+from .window_copies import CopiedWindow, RateWindows
 
 __all__ = ["TransferReport", "transfer"]
 
@@ -63,6 +72,7 @@ class TransferReport:
     copied: dict[str, int]  # state -> jobs copied
     skipped: int  # already in the target
     not_copied: dict[str, int]  # state -> jobs the target cannot take
+    windows: int = 0  # rate windows copied (merged into the target's); not described
 
     def describe(self) -> str:
         copied = ", ".join(f"{n} {state}" for state, n in self.copied.items()) or "nothing"
@@ -86,6 +96,8 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
         modes = cast(Dependencies, reader).wait_modes() if waiting else {}
         dormant = (cast(Revival, reader).export_dormant() if reader.capabilities.revival
                    else [])
+        windows = (cast(RateWindows, reader).export_windows() if reader.capabilities.limits
+                   else [])
     finally:
         reader.close()
     jobs = [job for job in jobs if job.state is not JobState.WAITING]
@@ -94,6 +106,7 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
                       if job.state is not JobState.WAITING]
     writer = open_backend(target, name, Settings())
     try:
+        copied_windows = _windows(writer, windows)
         if keyed_jobs is not None and writer.capabilities.imports:
             report = _imported(cast(JobImport, writer), keyed_jobs, limits or {})
         else:
@@ -105,7 +118,21 @@ def transfer(source: str, target: str, name: str) -> TransferReport:
             report = _dormant(writer, dormant, report)
     finally:
         writer.close()
-    return report
+    return replace(report, windows=copied_windows)
+
+
+def _windows(target: Backend, windows: list[CopiedWindow]) -> int:
+    """The windows merged into the target's (first: its copied jobs find them), each
+    with a period (see the module doc); how many, 0 if the target keeps none."""
+    if not windows or not target.capabilities.limits:
+        return 0
+    assert target.settings.clock is not None  # a backend keeps Settings.filled()
+    now = target.settings.clock()
+    cast(RateWindows, target).import_windows([
+        window if window.period is not None
+        else replace(window, period=max(now - window.starts[0], 0.0) + 1.0)
+        for window in windows])
+    return len(windows)
 
 
 def _imported(target: JobImport, keyed_jobs: list[tuple[Job, bool]],

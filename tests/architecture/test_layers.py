@@ -34,7 +34,8 @@ PACKAGE_LAYERS: list[tuple[str, frozenset[str]]] = [
     ("backends", frozenset({"file", "postgres", "memory"})),
     ("shared", frozenset({"errors", "models", "validation", "codec", "backoff", "backend",
                           "hooks", "results", "transactions", "dependencies", "limits",
-                          "limit_parking", "revivals", "result_deadlines"})),
+                          "limit_parking", "revivals", "result_deadlines",
+                          "window_copies"})),
 ]
 BACKENDS = frozenset({"file", "postgres", "memory"})  # never import each other
 # Upward imports allowed only inside a function, run when it is called: the facade's

@@ -1,11 +1,14 @@
 """What `nobroker migrate`'s tests on every target share: a source queue with a chord half
 done, and the check that it finishes on the target; a source queue whose chain a death
 cancelled (revivable), and the check that a requeue on the target revives it; a source
-queue of limited jobs, and the check that their keys, caps and limits came along.
+queue of limited jobs, and the check that their keys, caps and limits came along; a
+source queue whose rate window is used up, and the check that it still is on the target
+and lets jobs through once its period has passed.
 """
 
 from __future__ import annotations
 
+import time
 import unittest
 from typing import Any, cast
 
@@ -14,7 +17,8 @@ from nobroker.dependencies import FAILURE, NO_FAILURE, GraphNode
 from nobroker.transfer import transfer
 
 __all__ = ["half_done_chord_in", "finish_chord", "dead_chain_in", "copy_and_revive",
-           "limited_task", "limited_jobs_in", "check_limits_kept"]
+           "limited_task", "limited_jobs_in", "check_limits_kept", "rated_task",
+           "used_up_window_in", "check_window_kept", "an_hour_on"]
 
 
 def half_done_chord_in(directory: str, name: str) -> list[Job]:
@@ -128,3 +132,39 @@ def check_limits_kept(test: unittest.TestCase, q: Queue, ids: dict[str, str],
     test.assertEqual(second.id, ids["acme2"])
     q.ack(second)
     test.assertEqual([j.id for j in q.lease(10)], [ids["waiting"]], "released, as it waited")
+
+
+def rated_task(q: Queue) -> Any:
+    """Task "call" on `q`: 2 starts an hour (rate key "call")."""
+    return q.task(name="call", rate_limit="2/h")(lambda n: None)
+
+
+def used_up_window_in(directory: str, name: str) -> list[str]:
+    """A queue at `directory` of four "call" jobs, two of them leased (its window used
+    up for the hour) and acked: the ids of the two left, pending."""
+    with Queue(directory, name) as source:
+        call = rated_task(source)
+        ids = [call.delay(n).id for n in range(4)]
+        leased = source.lease(10)
+        assert [j.id for j in leased] == ids[:2], leased
+        source.ack_many(leased)
+    return ids[2:]
+
+
+def an_hour_on() -> float:
+    """A clock an hour and a second ahead of time.time: past used_up_window_in's window."""
+    return time.time() + 3601.0
+
+
+def check_window_kept(test: unittest.TestCase, q: Queue, later: Queue,
+                      left: list[str]) -> None:
+    """Where used_up_window_in's queue was copied (`q`, and `later`, a handle on it whose
+    clock is an_hour_on): "call" declared, `q` leases nothing, its window still full
+    with the source's two starts; `later` leases the two `left`."""
+    rated_task(q)
+    test.assertEqual(q.lease(10), [], "the window used up before the copy is full after it")
+    (use,) = q.limit_use()
+    test.assertEqual((use.key, use.used, use.limit), ("call", 2, 2))
+    rated_task(later)
+    test.assertEqual(sorted(j.id for j in later.lease(10)), sorted(left),
+                     "once the hour has passed, the window lets the jobs left through")

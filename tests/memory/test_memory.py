@@ -14,13 +14,16 @@ import unittest
 from typing import Any, cast
 
 from harness.copies import (
+    an_hour_on,
     check_limits_kept,
+    check_window_kept,
     copy_and_revive,
     dead_chain_in,
     finish_chord,
     half_done_chord_in,
     limited_jobs_in,
     limited_task,
+    used_up_window_in,
 )
 from harness.support import FakeClock, TempDirTestCase
 
@@ -223,6 +226,17 @@ class TransferTest(MemoryCase, TempDirTestCase):
             check_limits_kept(self, there, ids, dead=False)
         limited_task(target)
         check_limits_kept(self, target, ids)
+
+    def test_a_used_up_rate_window_is_still_used_up_after_a_round_trip(self) -> None:
+        directory, back = str(self.tmp / "q"), str(self.tmp / "back")
+        left = used_up_window_in(directory, "default")
+        target = self.open()
+        reports = [transfer(source, to, "default") for _ in range(2)  # the second: no change
+                   for source, to in ((directory, self.location()), (self.location(), back))]
+        with Queue(back) as there, Queue(back, clock=an_hour_on) as later:  # from its log
+            check_window_kept(self, there, later, left)
+        check_window_kept(self, target, self.open(clock=an_hour_on), left)
+        self.assertEqual([r.windows for r in reports], [1, 1, 1, 1])
 
     def test_waiting_jobs_of_one_key_keep_each_its_own_cap_in_a_directory(self) -> None:
         directory, back = str(self.tmp / "q"), str(self.tmp / "back")

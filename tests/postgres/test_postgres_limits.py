@@ -3,6 +3,7 @@ ack-and-lease is one statement, and wakes nobody when its lease takes the slot i
 ack freed; a key's holders are counted by reading them alone; a rate window's
 ring keeps its latest starts when its count changes; a job stores the concurrency
 cap its enqueuer declared, which a process that did not declare the key reports;
+`nobroker migrate` carries a used-up rate window in and out of the rings;
 a key met under two rate keys holds its cap; a lease of one job, tried alone
 first, takes the job the walk would; a rate-limited one needs no walk within its
 window (migration 0013) and leaves a full key's best job to it; its starts' ring
@@ -523,6 +524,30 @@ class PostgresLimitsTest(unittest.TestCase):
             for target in (q, there):
                 limited_task(target)
                 check_limits_kept(self, target, ids)
+
+    def test_migrate_carries_a_used_up_rate_window_from_files_to_memory_and_files(self
+                                                                                  ) -> None:
+        import tempfile
+
+        from harness.copies import an_hour_on, check_window_kept, used_up_window_in
+
+        from nobroker.transfer import transfer
+
+        directory, back = tempfile.mkdtemp(), tempfile.mkdtemp()
+        left = used_up_window_in(directory, "q")
+        memory = f"memory://{self.id()}"
+        with Queue(memory, "q") as there:
+            reports = [transfer(source, to, "q") for _ in range(2)  # the second: no change
+                       for source, to in ((directory, self.url), (self.url, memory),
+                                          (self.url, back))]
+            check_window_kept(self, self.open(), self.open(clock=an_hour_on), left)
+            with Queue(memory, "q", clock=an_hour_on) as later:
+                check_window_kept(self, there, later, left)
+        # A ring keeps no period: the directory's window has one the copy made up, and
+        # a worker that declares the key leases by its own.
+        with Queue(back, "q") as here, Queue(back, "q", clock=an_hour_on) as later:
+            check_window_kept(self, here, later, left)
+        self.assertEqual([r.windows for r in reports], [1] * 6)
 
 
 if __name__ == "__main__":

@@ -169,9 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("migrate", cmd_migrate, "copy a queue's jobs between a directory and "
                   "PostgreSQL: pending, leased (as pending) and dead jobs, waiting jobs "
                   "with their prerequisites, revivable cancelled dependents, each with its "
-                  "limit keys and cap; safe to run twice")
-    sub.epilog = ("Not copied: finished jobs, remembered keys, and the rate limits' "
-                  "windows (a rate limit starts fresh on the target). See docs/CLI.md.")
+                  "limit keys and cap, and the rate limits' windows (their latest "
+                  "starts); safe to run twice")
+    sub.epilog = "Not copied: finished jobs and remembered keys. See docs/CLI.md."
     sub.add_argument("--from", dest="source", required=True, metavar="DIR|URL")
     sub.add_argument("--to", dest="target", required=True, metavar="URL|DIR")
     return parser

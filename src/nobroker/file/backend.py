@@ -28,6 +28,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from ..window_copies import CopiedWindow
 from . import blocking
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
@@ -343,6 +344,16 @@ class FileBackend:
         return self.handle.read(lambda state: {
             entry.id: (keys, state.limited.cap_of(entry.seq)) for entry in state.entries()
             for keys in (state.limited.keys_of(entry.seq),) if keys is not None})
+
+    def export_windows(self) -> list[CopiedWindow]:
+        """RateWindows.export_windows: the replayed windows (LimitedJobs.windows)."""
+        return self.handle.read(lambda state: [
+            CopiedWindow(key, window.count, window.period, tuple(window.starts))
+            for key, window in sorted(state.limited.windows.items()) if window.starts])
+
+    def import_windows(self, windows: Sequence[CopiedWindow]) -> None:
+        """RateWindows.import_windows: a LIMIT record per window, its starts in "st"."""
+        self._write_planned(lambda state, batch, now: state.limited.plan_copies(batch, windows))
 
     def export_dormant(self) -> list[DormantJob]:
         """Revival.export_dormant (nobroker migrate): QueueState.dormant's jobs."""

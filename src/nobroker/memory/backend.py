@@ -33,6 +33,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
+from ..window_copies import CopiedWindow
 from . import copying
 from .graphs import add_graph, prerequisites
 from .jobs import MemoryJob
@@ -351,6 +352,12 @@ class MemoryBackend:
 
     def wait_modes(self) -> dict[str, str]:
         return self._read(lambda table, now: copying.wait_modes(table))
+
+    def export_windows(self) -> list[CopiedWindow]:  # RateWindows.export_windows
+        return self._read(lambda table, now: copying.export_windows(table))
+
+    def import_windows(self, windows: Sequence[CopiedWindow]) -> None:
+        self._write(lambda table, now: copying.import_windows(table, windows))
 
     def export_dormant(self) -> list[DormantJob]:
         return self._read(lambda table, now: copying.export_dormant(table, self._view))

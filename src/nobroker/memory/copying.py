@@ -1,7 +1,8 @@
 """Jobs copied in and out of an in-memory queue (`nobroker migrate`, nobroker.transfer):
 copied jobs added as they were (backend.JobImport), the modes of the waiting jobs,
-which a copy gives the target with their prerequisites (Dependencies.wait_modes), and
-the revivable cancelled dependents (backend.DormantJob), both ways. Pure: moves on
+which a copy gives the target with their prerequisites (Dependencies.wait_modes), the
+revivable cancelled dependents (backend.DormantJob) and the rate windows' latest
+starts (window_copies.RateWindows), both ways. Pure: moves on
 the table, `now` passed in.
 """
 
@@ -13,10 +14,12 @@ from ..backend import CopiedLimits, DormantJob
 from ..codec import encode_payload
 from ..dependencies import SUCCESS
 from ..models import Job, JobState
+from ..window_copies import CopiedWindow, merged_window
 from .jobs import MemoryJob
 from .table import MemoryTable
 
-__all__ = ["import_copies", "export_limits", "wait_modes", "export_dormant", "import_dormant"]
+__all__ = ["import_copies", "export_limits", "wait_modes", "export_dormant", "import_dormant",
+           "export_windows", "import_windows"]
 
 
 def import_copies(table: MemoryTable, jobs: Sequence[Job], keyed: Sequence[bool],
@@ -73,3 +76,16 @@ def import_dormant(table: MemoryTable, jobs: Sequence[DormantJob], now: float,
         table.finish(job, JobState.CANCELLED, now, keep)
         added.append(job_id)
     return added
+
+
+def export_windows(table: MemoryTable) -> list[CopiedWindow]:
+    """Each rate key's window that holds a start, by key (RateWindows.export_windows)."""
+    return [CopiedWindow(key, window.count, window.period, tuple(window.starts))
+            for key, window in sorted(table.limited.windows.items()) if window.starts]
+
+
+def import_windows(table: MemoryTable, windows: Sequence[CopiedWindow]) -> None:
+    """Each copied window merged into the table's of its key (RateWindows.import_windows)."""
+    kept = table.limited.windows
+    for copy in windows:
+        kept[copy.key] = merged_window(kept.get(copy.key), copy)

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from ..backend import Capabilities, CopiedLimits, DormantJob, Settings, distinct_leases
+from ..backend import Capabilities, CopiedLimits, Settings, distinct_leases
 from ..dependencies import GraphNode
 from ..errors import (
     ConnectionLostError,
@@ -71,8 +71,9 @@ __all__ = ["PostgresBackend"]
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 
-class PostgresBackend:
-    """One queue in a PostgreSQL schema. Safe to share between threads."""
+class PostgresBackend(copying.Copies):
+    """One queue in a PostgreSQL schema. Safe to share between threads; its copying
+    methods (nobroker migrate) are copying.Copies'."""
 
     capabilities = Capabilities(compaction=False, inspection=False, recovery=False,
                                 local=False, listing=True, imports=True, exports=True,
@@ -358,28 +359,6 @@ class PostgresBackend:
     def compact(self) -> CompactionResult:
         """Every expired finished row deleted (sweeping.py); no generations or bytes."""
         return self._sweeper.compact()
-
-    # -- transfer (nobroker migrate) -----------------------------------------
-
-    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool],
-                    limits: Mapping[str, CopiedLimits] | None = None) -> list[JobState]:
-        return copying.import_jobs(self._link, self._sql, self._params(), jobs, keyed,
-                                   limits or {})
-
-    def export_jobs(self) -> list[tuple[Job, bool]]:  # JobExport.export_jobs
-        return copying.export_jobs(self._link, self._sql, self._params())
-
-    def export_limits(self) -> dict[str, CopiedLimits]:  # JobExport.export_limits
-        return copying.export_limits(self._link, self._sql, self._params())
-
-    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
-        return copying.import_dormant(self._link, self._sql, self._params(), jobs)
-
-    def export_dormant(self) -> list[DormantJob]:  # Revival.export_dormant
-        return copying.export_dormant(self._link, self._sql, self._params())
-
-    def wait_modes(self) -> dict[str, str]:  # Dependencies.wait_modes
-        return copying.wait_modes(self._link, self._sql, self._params())
 
     def try_lock(self, key: str) -> Callable[[], None] | None:
         if self.settings.readonly:

@@ -3,12 +3,13 @@ copied jobs inserted as they were (backend.JobImport) and handed out with their 
 keys (JobExport), the modes of the waiting jobs, which a copy gives the target with
 their prerequisites (Dependencies.wait_modes), and the revivable cancelled dependents
 (backend.DormantJob; the `dormant` rows of migrations/0007, with the concurrency cap of
-migrations/0008), both ways.
+migrations/0008), and the rate windows' latest starts (window_copies.RateWindows: the rings
+of migrations/0008, which keep no period), both ways.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -16,14 +17,15 @@ import psycopg
 from ..backend import CopiedLimits, DormantJob
 from ..codec import encode_payload
 from ..models import Job, JobState
+from ..window_copies import CopiedWindow, merged_starts
 from .connection import Link
 from .graphs import MODE_CODES
 from .limited import columns_of, keys_of_columns
 from .rows import STATES, import_params, job_from_row
 from .statements import Statements
 
-__all__ = ["import_jobs", "export_jobs", "export_limits", "wait_modes", "export_dormant",
-           "import_dormant"]
+__all__ = ["Copies", "import_jobs", "export_jobs", "export_limits", "wait_modes", "export_dormant",
+           "import_dormant", "export_windows", "import_windows"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -109,9 +111,83 @@ def import_dormant(link: Link, sql: Statements, params: dict[str, Any],
     return link.run("import", run)
 
 
+def export_windows(link: Link, sql: Statements, params: dict[str, Any]
+                   ) -> list[CopiedWindow]:
+    """Each rate key's ring that holds a start: its starts, oldest first, as many as it
+    has slots (at least the count of every process that leased under it); no period."""
+    rows = _rows(link, "export", sql.export_windows, {**params, "keys": None})
+    return [CopiedWindow(str(key), max(size or 0, len(starts)), None, tuple(starts))
+            for key, size, starts in rows if starts]
+
+
+def import_windows(link: Link, sql: Statements, params: dict[str, Any],
+                   windows: Sequence[CopiedWindow]) -> None:
+    """Each copied window merged into this queue's ring of its key (the ring's size, at
+    least the copy's count; window_copies.merged_starts) and laid out again, under the
+    lock a limited lease takes, in one transaction."""
+    if not windows:
+        return
+
+    def run(conn: Conn) -> None:
+        with conn.transaction():
+            conn.execute(sql.lock_windows, params)
+            kept = {str(key): (size or 0, list(starts)) for key, size, starts in conn.execute(
+                sql.export_windows, {**params, "keys": [w.key for w in windows]})}
+            rings = []
+            for copy in windows:
+                size, starts = kept.get(copy.key, (0, []))
+                size = max(size, copy.count)
+                rings.append((copy.key, size, merged_starts(starts, copy.starts, size)))
+            conn.execute(sql.import_windows, {
+                **params, "keys": [key for key, _, _ in rings],
+                "sizes": [size for _, size, _ in rings],
+                "ns": [len(starts) for _, _, starts in rings],
+                "lasts": [starts[-1] for _, _, starts in rings],
+                "s_keys": [key for key, _, starts in rings for _ in starts],
+                "s_slots": [slot for _, _, starts in rings for slot in range(len(starts))],
+                "s_ats": [at for _, _, starts in rings for at in starts]})
+
+    link.run("import", run)
+
+
 def _rows(link: Link, operation: str, query: bytes,
           params: dict[str, Any]) -> list[tuple[Any, ...]]:
     def run(conn: Conn) -> list[tuple[Any, ...]]:
         return conn.execute(query, params).fetchall()
 
     return link.run(operation, run)
+
+
+class Copies:
+    """PostgresBackend's copying methods (JobImport, JobExport, Revival.export_dormant,
+    Dependencies.wait_modes, RateWindows), each this module's function on its link,
+    statements and bound values."""
+
+    _link: Link
+    _sql: Statements
+    _params: Callable[..., dict[str, Any]]
+
+    def import_jobs(self, jobs: Sequence[Job], keyed: Sequence[bool],
+                    limits: Mapping[str, CopiedLimits] | None = None) -> list[JobState]:
+        return import_jobs(self._link, self._sql, self._params(), jobs, keyed, limits or {})
+
+    def export_jobs(self) -> list[tuple[Job, bool]]:  # JobExport.export_jobs
+        return export_jobs(self._link, self._sql, self._params())
+
+    def export_limits(self) -> dict[str, CopiedLimits]:  # JobExport.export_limits
+        return export_limits(self._link, self._sql, self._params())
+
+    def import_dormant(self, jobs: Sequence[DormantJob]) -> list[str]:
+        return import_dormant(self._link, self._sql, self._params(), jobs)
+
+    def export_dormant(self) -> list[DormantJob]:  # Revival.export_dormant
+        return export_dormant(self._link, self._sql, self._params())
+
+    def export_windows(self) -> list[CopiedWindow]:  # RateWindows.export_windows
+        return export_windows(self._link, self._sql, self._params())
+
+    def import_windows(self, windows: Sequence[CopiedWindow]) -> None:
+        import_windows(self._link, self._sql, self._params(), windows)
+
+    def wait_modes(self) -> dict[str, str]:  # Dependencies.wait_modes
+        return wait_modes(self._link, self._sql, self._params())

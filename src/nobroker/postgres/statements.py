@@ -75,6 +75,9 @@ class Statements:
     wait_modes: bytes
     export_dormant: bytes
     import_dormant: bytes
+    export_windows: bytes
+    lock_windows: bytes
+    import_windows: bytes
 
     @classmethod
     def load(cls, schema: str) -> Statements:

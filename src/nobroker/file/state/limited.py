@@ -41,6 +41,7 @@ from ...limits import (
     family,
     latest_caps,
 )
+from ...window_copies import CopiedWindow, merged_window
 from ..log.records import (
     CONCURRENCY_CAP,
     CONCURRENCY_KEY,
@@ -329,6 +330,16 @@ class LimitedJobs:
         for key, count, period, starts in columns["windows"]:
             self.declare({RATE_KEY: key, LIMIT_COUNT: count, PERIOD: period,
                           STARTS: starts}, 0)
+
+    def plan_copies(self, batch: Batch, windows: Sequence[CopiedWindow]) -> None:
+        """LIMIT records that merge windows copied from another queue (nobroker migrate)
+        into these (window_copies.merged_window), their starts in "st": replay keeps
+        them as it keeps a snapshot's, no clock read."""
+        for copy in windows:
+            merged = merged_window(self.windows.get(copy.key), copy)
+            batch.add(RecordType.LIMIT, {RATE_KEY: copy.key, LIMIT_COUNT: merged.count,
+                                         PERIOD: float(merged.period),
+                                         STARTS: [float(at) for at in merged.starts]})
 
     def window_records(self) -> Iterator[Record]:
         """LIMIT records that declare every window with its starts (a snapshot's)."""
