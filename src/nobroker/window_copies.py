@@ -1,7 +1,8 @@
 """The rate windows `nobroker migrate` copies (transfer.py): a window as it travels
 between backends (`CopiedWindow`), the protocol of a backend that hands its windows
 out and takes copies in (`RateWindows`: every backend with `capabilities.limits`),
-and how a copy merges into the window a target holds (`merged_window`,
+the copies of the windows a replayed state keeps (`copied_windows`), and how a copy
+merges into the window a target holds (`merged_window`,
 `merged_starts`).
 
 Why a copy is merged rather than replacing the target's window: the target may
@@ -15,13 +16,13 @@ clock, no storage.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from .limits import Window
 
-__all__ = ["CopiedWindow", "RateWindows", "merged_window", "merged_starts"]
+__all__ = ["CopiedWindow", "RateWindows", "copied_windows", "merged_window", "merged_starts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,13 @@ class RateWindows(Protocol):
         in one durable write, keeping this queue's period where it has that window, else
         the copy's (never None here: transfer fills one in), and the larger count."""
         ...
+
+
+def copied_windows(windows: Mapping[str, Window]) -> list[CopiedWindow]:
+    """The copies of `windows` (a limits state's, by key: files and memory://) that hold
+    a start, by key (RateWindows.export_windows)."""
+    return [CopiedWindow(key, window.count, window.period, tuple(window.starts))
+            for key, window in sorted(windows.items()) if window.starts]
 
 
 def merged_starts(kept: Iterable[float], copied: Iterable[float], count: int) -> list[float]:

@@ -28,7 +28,7 @@ from ..models import (
     RecoveryReport,
     new_pending_jobs,
 )
-from ..window_copies import CopiedWindow
+from ..window_copies import CopiedWindow, copied_windows
 from . import blocking
 from .disk.namedlocks import try_named_lock
 from .handle import QueueHandle
@@ -347,9 +347,7 @@ class FileBackend:
 
     def export_windows(self) -> list[CopiedWindow]:
         """RateWindows.export_windows: the replayed windows (LimitedJobs.windows)."""
-        return self.handle.read(lambda state: [
-            CopiedWindow(key, window.count, window.period, tuple(window.starts))
-            for key, window in sorted(state.limited.windows.items()) if window.starts])
+        return self.handle.read(lambda state: copied_windows(state.limited.windows))
 
     def import_windows(self, windows: Sequence[CopiedWindow]) -> None:
         """RateWindows.import_windows: a LIMIT record per window, its starts in "st"."""

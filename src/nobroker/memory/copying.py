@@ -14,7 +14,7 @@ from ..backend import CopiedLimits, DormantJob
 from ..codec import encode_payload
 from ..dependencies import SUCCESS
 from ..models import Job, JobState
-from ..window_copies import CopiedWindow, merged_window
+from ..window_copies import CopiedWindow, copied_windows, merged_window
 from .jobs import MemoryJob
 from .table import MemoryTable
 
@@ -80,8 +80,7 @@ def import_dormant(table: MemoryTable, jobs: Sequence[DormantJob], now: float,
 
 def export_windows(table: MemoryTable) -> list[CopiedWindow]:
     """Each rate key's window that holds a start, by key (RateWindows.export_windows)."""
-    return [CopiedWindow(key, window.count, window.period, tuple(window.starts))
-            for key, window in sorted(table.limited.windows.items()) if window.starts]
+    return copied_windows(table.limited.windows)
 
 
 def import_windows(table: MemoryTable, windows: Sequence[CopiedWindow]) -> None:
