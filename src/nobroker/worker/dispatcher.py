@@ -49,8 +49,8 @@ class Worker(Slots, Heartbeats, SignalHandling):
     `prefetch` (K > 0) keeps K jobs leased beyond the running ones (more under weights:
     rounds.py) and acks finished jobs in batches (prefetch.py); 0 acks and leases per job;
     "auto" sizes K by the recent job durations. The default is "auto" under weights, 0
-    otherwise. `ack_delay` (seconds,
-    with prefetch) lets an ack wait that long for others to share its fsync.
+    otherwise. `ack_delay` (seconds, with prefetch) lets an ack wait that long for others
+    to share its fsync.
     """
 
     def __init__(self, queue: Queue | Sequence[Queue | str], handler: Handler | None = None,

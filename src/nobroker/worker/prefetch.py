@@ -40,10 +40,9 @@ the recent job durations, so that the inbox holds about what the slots will
 reach within `AUTO_HORIZON` (concurrency x horizon / the mean duration, at
 most `AUTO_CAP`): none for long jobs, which another worker could start
 sooner, up to the cap for short ones, where the queue's writes are the
-limit. It starts at 0 and
-follows a moving mean of each job's run time (`_observe`). While K is 0 the
-slots ack and lease as without prefetch; the acker is there for when it is
-not.
+limit. It starts at 0 and follows a moving mean of each job's run time
+(`_observe`). While K is 0 the slots ack and lease as without prefetch; the
+acker is there for when it is not.
 
 Rules: the acker holds no job's lease beyond its ack; a batch whose ack_many
 finds one lease gone (NotLeasedError writes nothing, leases nothing) is
