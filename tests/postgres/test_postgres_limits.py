@@ -232,20 +232,26 @@ class PostgresLimitsTest(unittest.TestCase):
         self._rename_the_walk("nb_limited_lease_away", "nb_limited_lease")
         self.assertIsNone(q.lease_one())  # three in the last second: full, as the walk sees
 
-    def _rename_the_walk(self, name: str, to: str) -> None:
-        """Rename this schema's function `name` (any signature) to `to`, if there."""
+    def sql(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run `query` on this test's schema (`{s}`: its quoted name) in a connection of
+        its own, autocommit: its rows, [] for a statement that returns none."""
         import psycopg
 
+        from nobroker.postgres import schema
         from nobroker.postgres.url import parse
 
         target = parse(self.url)
         with psycopg.connect(target.conninfo, autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT p.oid::regprocedure::text FROM pg_proc AS p JOIN pg_namespace AS s"
-                " ON s.oid = p.pronamespace WHERE s.nspname = %s AND p.proname = %s",
-                (target.schema, name)).fetchall()
-            for (signature,) in exists:
-                conn.execute(f"ALTER FUNCTION {signature} RENAME TO {to}".encode())
+            cursor = conn.execute(query.replace("{s}", schema.quoted(target.schema)).encode(),
+                                  params or None)
+            return cursor.fetchall() if cursor.description else []
+
+    def _rename_the_walk(self, name: str, to: str) -> None:
+        """Rename this schema's function `name` (any signature) to `to`, if there."""
+        for (signature,) in self.sql("SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+                                     " WHERE p.pronamespace = '{s}'::regnamespace"
+                                     " AND p.proname = %s", (name,)):
+            self.sql(f"ALTER FUNCTION {signature} RENAME TO {to}")
 
     def test_a_rated_lease_of_one_walks_past_a_full_key_s_best_job(self) -> None:
         # The lean rated lease leaves a job whose concurrency key is full, or whose
@@ -392,15 +398,7 @@ class PostgresLimitsTest(unittest.TestCase):
     def unmet_pairs(self) -> list[tuple[str, str]]:
         """The pairs with a pending job that no walk would meet: not in limit_pairs, or
         parked though their key has no holder (every cap is 1 where this is used)."""
-        import psycopg
-
-        from nobroker.postgres import schema
-        from nobroker.postgres.url import parse
-
-        target = parse(self.url)
-        s = schema.quoted(target.schema)
-        with psycopg.connect(target.conninfo, autocommit=True) as conn:
-            return conn.execute(f"""
+        return self.sql("""
                 SELECT j.rate_key, j.conc_key FROM {s}.jobs AS j
                 WHERE j.queue = 'q' AND j.state IN (-1, 0) AND j.conc_key <> ''
                 GROUP BY j.rate_key, j.conc_key
@@ -409,19 +407,11 @@ class PostgresLimitsTest(unittest.TestCase):
                     WHERE p.queue = 'q' AND p.rate_key = j.rate_key
                       AND p.conc_key = j.conc_key AND (NOT p.parked OR EXISTS (
                           SELECT 1 FROM {s}.jobs AS h WHERE h.queue = 'q' AND h.state = 1
-                            AND h.conc_key = j.conc_key)))""".encode()).fetchall()
+                            AND h.conc_key = j.conc_key)))""")
 
     def pairs(self) -> dict[str, bool]:
         """Each pair's concurrency value in limit_pairs (migration 0014): parked or not."""
-        import psycopg
-
-        from nobroker.postgres import schema
-        from nobroker.postgres.url import parse
-
-        target = parse(self.url)
-        with psycopg.connect(target.conninfo, autocommit=True) as conn:
-            rows = conn.execute(f"SELECT conc_key, parked FROM {schema.quoted(target.schema)}"
-                                ".limit_pairs WHERE queue = 'q'".encode()).fetchall()
+        rows = self.sql("SELECT conc_key, parked FROM {s}.limit_pairs WHERE queue = 'q'")
         return {key.split("\\0")[-1]: parked for key, parked in rows}
 
     def test_a_rate_window_keeps_its_latest_starts_when_its_count_changes(self) -> None:
