@@ -1,7 +1,8 @@
 """One Worker over several queues: strict priority, weights, caps, idling.
 
-`MultiQueueContract` is written against a location (a directory here; a
-PostgreSQL schema in tests/postgres/test_postgres_multiqueue.py), through
+`MultiQueueContract` is written against a location (a directory and a
+memory:// name here; a PostgreSQL schema in
+tests/postgres/test_postgres_multiqueue.py), through
 the public Queue and Worker only. `PickerTest` checks the weighted
 round-robin's promise on the pure picker, over thousands of picks.
 """
@@ -435,3 +436,10 @@ class FileMultiQueueTest(MultiQueueContract, TempDirTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class MemoryMultiQueueTest(MultiQueueContract, TempDirTestCase):
+    """The contract on memory:// queues of one process (one name space per test)."""
+
+    def location(self) -> str:
+        return f"memory://{self.id()}"
