@@ -932,6 +932,9 @@ RELEASED_MIGRATIONS = {
     "0011_result_until": "e4b670f8f6aafd4a81c12323e9a7e8831b7c9aaf836db9c40643e658d9b672a6",
     "0012_lean_limited_lease":
         "cafa6c62f4654ea2477d0d138dc3ff53b6b50d99c7aa1fa220cd8005d27d3923",
+    "0013_lean_rated_lease":
+        "7071aecdd20ce5ac4e3cc59f1bccaaa0f4b38f7f3734a2084d9db9b465864c3c",
+    "0014_parked_keys": "72f4e3f3e54c0a8905d20b06edf495f83ed155b414d551f98696bdaf560b4ce4",
 }
 
 
