@@ -9,9 +9,9 @@ first, takes the job the walk would; a rate-limited one needs no walk within its
 window (migration 0013) and leaves a full key's best job to it; its starts' ring
 wraps exactly under two processes and a larger count; a lease beside many full
 keys reads a bounded number of them (migration 0014), a parked key is unparked by
-whatever frees its slot, every pending pair of a key with room stays where the
-walk meets it, and three connections drain many keys of cap 1 with never two
-holders of one.
+whatever frees its slot, an idle wait reads the pairs the walk does, every pending
+pair of a key with room stays where the walk meets it, and three connections drain
+many keys of cap 1 with never two holders of one.
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are
@@ -312,6 +312,28 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertEqual(q.lease(10), [])
         # ack and cancel: no job pending, their pairs gone; the others wait, full.
         self.assertEqual(self.pairs(), {"expiry": True, "nack": True, "snooze": True})
+
+    def test_an_idle_wait_looks_at_the_pairs_the_walk_does_not_the_parked_ones(self
+                                                                                ) -> None:
+        # An idle worker's wait asks when a job may next start (limited_candidates.sql):
+        # it reads the unparked pairs, as the walk does, not every pair with pending
+        # jobs (O(keys) a wait beside many full keys). A parked pair is a key found
+        # full, whose freed slot unparks it and wakes the waiters; parked by hand here
+        # with room, so that reading it would show: the wait and the lease agree.
+        q = self.open(visibility_timeout=3600)
+        q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+        q.enqueue_many([{"task": "per", "args": [who], "kwargs": {}} for who in "aab"])
+        self.assertEqual(sorted(j.payload["args"][0] for j in q.lease(10)), ["a", "b"])
+        self.assertEqual(q.lease(10), [])  # a met full: parked
+        self.assertEqual(self.pairs(), {"a": True})
+        self.assertFalse(q.wait(0))
+        q.enqueue_many([{"task": "per", "args": ["c"], "kwargs": {}}])
+        self.sql("UPDATE {s}.limit_pairs SET parked = true WHERE right(conc_key, 1) = 'c'")
+        self.assertFalse(q.wait(0))  # c has room, but the walk would not meet it
+        self.assertEqual(q.lease(10), [])
+        self.sql("UPDATE {s}.limit_pairs SET parked = false WHERE right(conc_key, 1) = 'c'")
+        self.assertTrue(q.wait(0))
+        self.assertEqual([j.payload["args"][0] for j in q.lease(10)], ["c"])
 
     def test_every_pending_pair_of_a_key_with_room_is_met_by_the_walk(self) -> None:
         # Random steps through every path that makes a job pending or frees a slot;

@@ -40,7 +40,10 @@ Waiting: `due` says when a ready job may next start within the limits (a
 window's opening, a lease's deadline, a delayed job's time), or None when
 only a holder's ack frees a slot; the ack's NOTIFY wakes the idle workers then
 (none when its ack_and_lease took a job of that key again: the slot is held).
-It and `use` read the state in Python (limited_state.sql, limits.Budget).
+It and `use` read the state in Python (limited_state.sql, limits.Budget); the
+wait reads the best due job of each pair the walk would meet (not the parked
+ones) with its key's holders (limited_candidates.sql), so that beside many
+full keys it reads a bounded number of them, as the lease does.
 """
 
 from __future__ import annotations
@@ -150,10 +153,12 @@ def _array(items: Iterable[str | int | float]) -> str:
 
 
 class _State:
-    """What a limited wait or limit_use reads (sql/queries/limited_state.sql)."""
+    """What a limited wait or limit_use reads (sql/queries/limited_state.sql): with
+    `held`, every held concurrency key's holders and cap (limit_use's; a wait reads
+    its candidates' keys alone, with them)."""
 
     def __init__(self, conn: Conn, sql: Statements, params: dict[str, Any],
-                 limits: Limits) -> None:
+                 limits: Limits, held: bool = True) -> None:
         self.now = 0.0
         self.paused = False
         self.next: float | None = None
@@ -161,7 +166,7 @@ class _State:
         self.windows: dict[str, Window] = {}
         self.caps: dict[str, int] = {}  # a held key's cap, as its latest live job carries it
         for kind, key, n, starts, at, cap in conn.execute(
-                sql.limited_state, {**params, "keys": list(limits.rates)}):
+                sql.limited_state, {**params, "keys": list(limits.rates), "held": held}):
             if kind == "now":
                 self.now = at
             elif kind == "next":
@@ -175,7 +180,6 @@ class _State:
                 self.windows[key] = Window(rate.count, rate.period, starts)
         # Never before a start already counted (a clock stepped back): kept in order.
         self.now = max([self.now, *(w.starts[-1] for w in self.windows.values() if w.starts)])
-        self.budget = Budget(limits, self.windows, self.in_use, self.now)
 
 
 class LimitedLeases:
@@ -204,14 +208,16 @@ class LimitedLeases:
         """(now, when a job may next be leased within the limits, or None: nothing
         will be leasable until a write, or the queue is paused)."""
         sql, limits = self._sql, self._limits
-        state = _State(conn, sql, params, limits)
+        state = _State(conn, sql, params, limits, held=False)
         if state.paused:
             return state.now, None
         times = [] if state.next is None else [state.next]
         rows = conn.execute(sql.limited_candidates,
                             {**params, "n": 1, "full_rates": [], "full_conc": []}).fetchall()
+        in_use = {_read(row[4]) or "": row[5] for row in rows if row[5] is not None}
+        budget = Budget(limits, state.windows, in_use, state.now)
         for row in rows:
-            opens = state.budget.opens_at(keys_of_columns(row[3], row[4]))
+            opens = budget.opens_at(keys_of_columns(row[3], row[4]))
             if opens is not None:
                 times.append(max(opens, state.now))
         return state.now, min(times) if times else None

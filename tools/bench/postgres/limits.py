@@ -17,7 +17,8 @@ Prints one line a kind, `KIND: limited ... us, unlimited ... us per
 ack_and_lease: R.RRx (target <= 1.1x)`, the medians and their ratio.
 With --full-keys K, instead: the median time of a limited lease of one job beside
 K concurrency keys each at its cap (1) with a job pending (issue 24's many-keys
-case: the walk meets every such key; the file backend parks them).
+case: the walk parks them, as the file backend does), and of an idle worker's
+look for its next due time (`q.wait(0)`) beside them.
 For an A/B against other code, run it directly with `--src OTHER/src` (its
 nobroker, imported first; PYTHONPATH cannot: importing `tools` puts this
 checkout's src/ first) and NOBROKER_TEST_POSTGRES_URL set, from this checkout:
@@ -71,9 +72,10 @@ def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS,
                    "ratio": median(res[kind]) / plain_t} for kind in kinds}
 
 
-def beside_full_keys(url: str, keys: int, rounds: int) -> float:
+def beside_full_keys(url: str, keys: int, rounds: int) -> tuple[float, float]:
     """Median seconds of a limited lease of one free job (acked after, untimed)
-    beside `keys` full concurrency keys, each with a job pending."""
+    beside `keys` full concurrency keys, each with a job pending; then of an idle
+    wait's look (`q.wait(0)`: nothing leasable) beside them."""
     import time
 
     import nobroker as nb
@@ -93,7 +95,13 @@ def beside_full_keys(url: str, keys: int, rounds: int) -> float:
         (job,) = q.lease(1)
         times.append(time.perf_counter() - start)
         q.ack(job)
-    return median(times)
+    waits = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        if q.wait(0):
+            raise RuntimeError("a job was leasable beside the full keys")
+        waits.append(time.perf_counter() - start)
+    return median(times), median(waits)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.url:
         p.error("no --url and no NOBROKER_TEST_POSTGRES_URL (run it with make.py)")
     if args.full_keys:
-        took = beside_full_keys(args.url, args.full_keys, args.rounds)
+        took, waited = beside_full_keys(args.url, args.full_keys, args.rounds)
         print(f"a limited lease beside {args.full_keys} full concurrency keys: "
               f"{took * 1e3:.1f} ms (median of {args.rounds})")
+        print(f"an idle wait's look beside them (q.wait(0)): {waited * 1e3:.1f} ms "
+              f"(median of {args.rounds})")
         return 0
     kinds = KINDS if args.kind == "all" else (args.kind,)
     count, _, period = args.rate.partition("/")

@@ -1,11 +1,12 @@
--- What a limited lease or wait decides from (postgres/limited.py), one row each:
--- 'now', the acting time; 'next', when something next changes without a write
--- (a lease's deadline, a delayed job's due time; NULL while paused or if none),
--- with n = 1 while paused; 'held', the holders of a concurrency key (its leased
--- jobs) with the cap its latest live job carries (migrations/0008; NULL if
--- none), last; 'window', the latest starts of a rate key of `keys` (its ring,
--- migrations/0008, oldest first). The time
--- is read now, not at the transaction's start (now()).
+-- What limit_use and a limited wait decide from (postgres/limited.py), one row
+-- each: 'now', the acting time; 'next', when something next changes without a
+-- write (a lease's deadline, a delayed job's due time; NULL while paused or if
+-- none), with n = 1 while paused; 'held', if `held`, the holders of each
+-- concurrency key (its leased jobs) with the cap its latest live job carries
+-- (migrations/0008; NULL if none): limit_use's, one row a key held (a wait
+-- counts only its candidates' keys, limited_candidates.sql); 'window', the latest
+-- starts of a rate key of `keys` (its ring, migrations/0008, oldest first). The
+-- time is read now, not at the transaction's start (now()).
 WITH t AS (SELECT coalesce(%(t)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now)
 SELECT 'now', NULL::text, 0::bigint, NULL::float8[], t.now, NULL::integer FROM t
 UNION ALL
@@ -22,7 +23,8 @@ SELECT 'held', h.conc_key, h.n, NULL, NULL, (
     WHERE j.queue = %(q)s AND j.conc_key = h.conc_key AND j.conc_key <> ''
       AND j.state BETWEEN -2 AND 1 ORDER BY j.seq DESC LIMIT 1)
 FROM (SELECT j.conc_key, count(*) AS n FROM {schema}.jobs AS j
-      WHERE j.queue = %(q)s AND j.state = 1 AND j.conc_key <> '' GROUP BY j.conc_key) AS h
+      WHERE %(held)s AND j.queue = %(q)s AND j.state = 1 AND j.conc_key <> ''
+      GROUP BY j.conc_key) AS h
 UNION ALL
 SELECT 'window', w.key, 0, ARRAY(SELECT s.at FROM {schema}.limit_starts AS s
                                   WHERE s.queue = w.queue AND s.key = w.key ORDER BY s.at),
