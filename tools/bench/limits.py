@@ -29,23 +29,30 @@ def _noop(n: int) -> int:
     return n
 
 
-def _interleaved_loops(queues: dict[str, Any], n: int, rounds: int) -> dict[str, list[float]]:
+def _interleaved_loops(queues: dict[str, Any], n: int, rounds: int,
+                       meter: Callable[[], float] | None = None,
+                       metered: dict[str, list[float]] | None = None
+                       ) -> dict[str, list[float]]:
     """Each queue's time for `n` ack_and_lease round trips, interleaved over `rounds`;
-    the queues are closed afterwards."""
-    def loop(q: Any) -> Callable[[], float]:
+    the queues are closed afterwards. With `meter` (a reading that grows, such as a
+    server's CPU seconds), what it grew by in each round goes into `metered[label]`."""
+    def loop(label: str, q: Any) -> Callable[[], float]:
         def run() -> float:
             job = q.lease_one()
+            before = meter() if meter else 0.0
             t = time.perf_counter()
             for _ in range(n):
                 job = q.ack_and_lease(job)
                 if job is None:
                     raise RuntimeError("queue ran dry during ack_and_lease")
             elapsed = time.perf_counter() - t
+            if meter and metered is not None:
+                metered.setdefault(label, []).append(meter() - before)
             q.ack(job)
             return elapsed
         return run
 
-    contenders = [(label, loop(q)) for label, q in queues.items()]
+    contenders = [(label, loop(label, q)) for label, q in queues.items()]
     try:  # alternate the order, so that neither side always runs second
         results: dict[str, list[float]] = {label: [] for label, _ in contenders}
         for turn in range(rounds):

@@ -2,6 +2,7 @@
 unlimited one, as tools/bench/limits.py measures it on files (issue 24: <= 1.1x).
 
     python make.py bench-postgres-limits [--ops N] [--rounds R] [--kind KIND] [--rate C/S]
+                                         [--server-cpu]
     python make.py bench-postgres-limits --full-keys K [--rounds R]
 
 make.py starts a throwaway server (tools/postgres/cluster.py) and runs this in
@@ -14,7 +15,11 @@ all interleaved. Its rate limit is 100,000 a second, so the window's ring
 grows through a run (a start is an INSERT); `--rate 200/0.0001` declares one
 whose ring of 200 slots wraps every 200 starts (an UPDATE), never full either.
 Prints one line a kind, `KIND: limited ... us, unlimited ... us per
-ack_and_lease: R.RRx (target <= 1.1x)`, the medians and their ratio.
+ack_and_lease: R.RRx (target <= 1.1x)`, the medians and their ratio; with
+--server-cpu a second, the server's CPU time per ack_and_lease (every
+`postgres` process's, read from /proc before and after each side's round:
+steadier than the wall clock on a shared machine, which other programs slow;
+its tick is 10 ms, so give rounds of --ops 2000 or more).
 With --full-keys K, instead: the median time of a limited lease of one job beside
 K concurrency keys each at its cap (1) with a job pending (issue 24's many-keys
 case: the walk parks them, as the file backend does), and of an idle worker's
@@ -50,10 +55,33 @@ def _declare(q: Any, kind: str, rate: tuple[int, float]) -> None:
     q.task(name="limited", **limits)(_noop)
 
 
+def server_cpu() -> float:
+    """CPU seconds (user + system) of every process named postgres on this machine:
+    the throwaway server's backends and background writers, measured in CPU time,
+    which the other programs of a shared machine do not add to as they add to the
+    wall clock (the server must run here: make.py's does)."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        name, rest = stat[stat.find("(") + 1:stat.rfind(")")], stat[stat.rfind(")") + 2:]
+        if name.startswith("postgres"):
+            fields = rest.split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (proc(5))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS,
-            rate: tuple[int, float] = (100_000, 1.0)) -> dict[str, dict[str, float]]:
+            rate: tuple[int, float] = (100_000, 1.0), cpu: bool = False
+            ) -> dict[str, dict[str, float]]:
     """For each of `kinds`: the median seconds per `ops` round trips of its side and
-    of the unlimited side (one, interleaved with every kind's), and their ratio."""
+    of the unlimited side (one, interleaved with every kind's), and their ratio; with
+    `cpu`, the same of the server's CPU seconds (`server_cpu`) too."""
     import nobroker as nb
 
     need = rounds * ops + 50
@@ -66,10 +94,17 @@ def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS,
         q.enqueue_many([{"task": "plain" if label == "unlimited" else "limited", "args": [i],
                          "kwargs": {}} for i in range(need)])
         queues[label] = q
-    res = _interleaved_loops(queues, ops, rounds)
+    spent: dict[str, list[float]] = {}
+    res = _interleaved_loops(queues, ops, rounds, server_cpu if cpu else None, spent)
     plain_t = median(res["unlimited"])
-    return {kind: {"limited": median(res[kind]), "unlimited": plain_t,
-                   "ratio": median(res[kind]) / plain_t} for kind in kinds}
+    got = {kind: {"limited": median(res[kind]), "unlimited": plain_t,
+                  "ratio": median(res[kind]) / plain_t} for kind in kinds}
+    if cpu:
+        plain_cpu = median(spent["unlimited"])
+        for kind in kinds:
+            got[kind].update(limited_cpu=median(spent[kind]), unlimited_cpu=plain_cpu,
+                             cpu_ratio=median(spent[kind]) / plain_cpu)
+    return got
 
 
 def beside_full_keys(url: str, keys: int, rounds: int) -> tuple[float, float]:
@@ -114,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a limited task's rate limit, COUNT/SECONDS (100000/1: never full)")
     p.add_argument("--full-keys", type=int, default=0,
                    help="time a lease beside this many full concurrency keys instead")
+    p.add_argument("--server-cpu", action="store_true",
+                   help="also the server's CPU time per ack_and_lease (a local server)")
     p.add_argument("--url", default=os.environ.get("NOBROKER_TEST_POSTGRES_URL"))
     p.add_argument("--src", help="import nobroker from this src/ (an A/B run)")
     args = p.parse_args(argv)
@@ -133,10 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     kinds = KINDS if args.kind == "all" else (args.kind,)
     count, _, period = args.rate.partition("/")
     rate = (int(count), float(period or 1.0))
-    for kind, got in measure(args.url, args.ops, args.rounds, kinds, rate).items():
+    for kind, got in measure(args.url, args.ops, args.rounds, kinds, rate,
+                             args.server_cpu).items():
         print(f"{kind}: limited {got['limited'] / args.ops * 1e6:.0f} us, unlimited "
               f"{got['unlimited'] / args.ops * 1e6:.0f} us per ack_and_lease: "
               f"{got['ratio']:.2f}x (target <= 1.1x)")
+        if args.server_cpu:
+            print(f"{kind}: server CPU limited {got['limited_cpu'] / args.ops * 1e6:.0f} us, "
+                  f"unlimited {got['unlimited_cpu'] / args.ops * 1e6:.0f} us per "
+                  f"ack_and_lease: {got['cpu_ratio']:.2f}x")
     return 0
 
 
