@@ -8,7 +8,8 @@ a key met under two rate keys holds its cap; a lease of one job, tried alone
 first, takes the job the walk would; a rate-limited one needs no walk within its
 window (migration 0013) and leaves a full key's best job to it; its starts' ring
 wraps exactly under two processes and a larger count; a lease beside many full
-keys reads a bounded number of them (migration 0014), a parked key is unparked by
+keys reads a bounded number of them (migration 0014), as one beside a full rate
+key's many pairs does (0015), a parked key is unparked by
 whatever frees its slot, an idle wait reads the pairs the walk does, every pending
 pair of a key with room stays where the walk meets it, and three connections drain
 many keys of cap 1 with never two holders of one.
@@ -286,6 +287,49 @@ class PostgresLimitsTest(unittest.TestCase):
         reads = jobs_read(q, lambda: leased.extend(q.lease(5)))
         self.assertEqual(len(leased), 1)  # other's cap, one already leased
         self.assertLess(reads, 100, reads)  # read the 1,000 keys' holders before 0014
+
+    def test_a_lease_beside_a_full_rate_key_s_many_pairs_reads_a_bounded_number(self
+                                                                                ) -> None:
+        """A rate limit with a concurrency key per customer has a pair of keys per
+        customer; once the rate window is full, the walk steps past all of them in one
+        probe (migration 0015), where it read each one's pending jobs and holders."""
+        q = self.open(visibility_timeout=3600)
+        q.task(name="mail", rate_limit=(2, 3600.0), concurrency=1,
+               concurrency_key=lambda who: who)(_noop)
+        q.task(name="other", concurrency=2)(_noop)
+        q.enqueue_many([{"task": "mail", "args": [f"c{n}"], "kwargs": {}}
+                        for n in range(1000)])
+        self.assertEqual(len(q.lease(10)), 2)  # the window full, 998 customers waiting
+        q.enqueue_many([{"task": "other", "args": [n], "kwargs": {}} for n in range(3)])
+        leased: list[Any] = []
+        reads = jobs_read(q, lambda: leased.extend(q.lease(5)))
+        self.assertEqual([job.payload["task"] for job in leased], ["other", "other"])
+        self.assertLess(reads, 100, reads)  # 998 customers' jobs read before 0015
+        pairs = self.pairs()  # every waiting customer's kept, none parked
+        self.assertLessEqual({f"c{n}" for n in range(2, 1000)}, set(pairs))
+        self.assertFalse(any(pairs.values()))
+
+    def test_an_idle_wait_beside_full_rate_windows_wakes_when_they_open(self) -> None:
+        # The wait takes a full window's opening for all its key's pairs, without
+        # reading them, and reads no pair while the queue's own window is full.
+        for options, task in (({}, {"rate_limit": (1, 60.0), "concurrency": 1,
+                                     "concurrency_key": lambda who: who}),
+                              ({"rate_limit": (1, 60.0)}, {})):
+            with self.subTest(queue=options, task=task):
+                clock, url = FakeClock(), fresh_schema_url()
+                self.addCleanup(drop_schema, url)
+                q = open_queue(url, "q", clock=clock, visibility_timeout=3600, **options)
+                self.addCleanup(q.close)
+                q.task(name="mail", **task)(_noop)
+                q.enqueue_many([{"task": "mail", "args": [who], "kwargs": {}}
+                                for who in "abc"])
+                self.assertEqual(len(q.lease(10)), 1)
+                self.assertFalse(q.wait(0))
+                clock.advance(59.5)
+                self.assertFalse(q.wait(0.1))
+                clock.advance(0.6)  # the window opened
+                self.assertTrue(q.wait(0))
+                self.assertEqual(len(q.lease(10)), 1)
 
     def test_a_parked_key_is_unparked_by_whatever_frees_its_slot(self) -> None:
         # Each key is met full (parked), then its slot freed one way; a key left with

@@ -6,8 +6,9 @@ limited_ack_and_lease.sql with an ack. Each takes expired leases back first
 (a killed holder's slot is free again from its lease's deadline), then calls
 nb_limited_lease (sql/migrations/0008; its body since 0009, in fewer
 statements, since 0010, linear in the pairs it walks, a lease of one job
-in one statement when the best is within its limits, and since 0014, blind
-to the pairs of the keys it found full: table limit_pairs), given the limits
+in one statement when the best is within its limits, since 0014 blind to
+the pairs of the keys it found full (table limit_pairs), and since 0015 past
+every pair of a rate key whose window is full in one step), given the limits
 this process declared (`declared_params`): under a lock on the queue's row in
 `queues`, held to the commit, it reads the holders of each concurrency key it meets
 and the latest starts of each declared rate key (a ring of rows per key,
@@ -56,7 +57,7 @@ from typing import Any
 
 import psycopg
 
-from ..limits import Budget, JobKeys, KeyUse, Limits, Window, family, key_use
+from ..limits import QUEUE_KEY, Budget, JobKeys, KeyUse, Limits, Window, family, key_use
 from .rows import lease_rows
 from .statements import Statements
 
@@ -212,8 +213,17 @@ class LimitedLeases:
         if state.paused:
             return state.now, None
         times = [] if state.next is None else [state.next]
-        rows = conn.execute(sql.limited_candidates,
-                            {**params, "n": 1, "full_rates": [], "full_conc": []}).fetchall()
+        # A full window's opening is the soonest any job of its key may start (at
+        # worst the worker wakes early); its pairs are not read (the walk steps past
+        # them too), and no pair is when the queue's own window is full.
+        full = [key for key, window in state.windows.items()
+                if window.room(limits.rates[key], state.now) == 0]
+        times += [state.windows[key].opens_at(limits.rates[key]) for key in full]
+        if QUEUE_KEY in full:
+            return state.now, max(min(times), state.now)
+        rows = conn.execute(sql.limited_candidates, {
+            **params, "n": 1, "full_rates": [_stored(key) for key in full],
+            "full_conc": []}).fetchall()
         in_use = {_read(row[4]) or "": row[5] for row in rows if row[5] is not None}
         budget = Budget(limits, state.windows, in_use, state.now)
         for row in rows:

@@ -3,7 +3,7 @@ unlimited one, as tools/bench/limits.py measures it on files (issue 24: <= 1.1x)
 
     python make.py bench-postgres-limits [--ops N] [--rounds R] [--kind KIND] [--rate C/S]
                                          [--server-cpu]
-    python make.py bench-postgres-limits --full-keys K [--rounds R]
+    python make.py bench-postgres-limits --full-keys K [--rate-full] [--rounds R]
 
 make.py starts a throwaway server (tools/postgres/cluster.py) and runs this in
 .dev/pg-venv. Each side runs `job = q.ack_and_lease(job)` N times a round on a
@@ -23,7 +23,9 @@ its tick is 10 ms, so give rounds of --ops 2000 or more).
 With --full-keys K, instead: the median time of a limited lease of one job beside
 K concurrency keys each at its cap (1) with a job pending (issue 24's many-keys
 case: the walk parks them, as the file backend does), and of an idle worker's
-look for its next due time (`q.wait(0)`) beside them.
+look for its next due time (`q.wait(0)`) beside them; with --rate-full, beside
+K keys with room whose task's rate window is full (a task limited by rate and
+per customer: the walk steps past all of its pairs at once).
 For an A/B against other code, run it directly with `--src OTHER/src` (its
 nobroker, imported first; PYTHONPATH cannot: importing `tools` puts this
 checkout's src/ first) and NOBROKER_TEST_POSTGRES_URL set, from this checkout:
@@ -107,10 +109,12 @@ def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS,
     return got
 
 
-def beside_full_keys(url: str, keys: int, rounds: int) -> tuple[float, float]:
+def beside_full_keys(url: str, keys: int, rounds: int, rate_full: bool = False
+                     ) -> tuple[float, float]:
     """Median seconds of a limited lease of one free job (acked after, untimed)
-    beside `keys` full concurrency keys, each with a job pending; then of an idle
-    wait's look (`q.wait(0)`: nothing leasable) beside them."""
+    beside `keys` full concurrency keys, each with a job pending (or, `rate_full`,
+    beside `keys` concurrency keys with room whose task's rate window is full);
+    then of an idle wait's look (`q.wait(0)`: nothing leasable) beside them."""
     import time
 
     import nobroker as nb
@@ -118,11 +122,12 @@ def beside_full_keys(url: str, keys: int, rounds: int) -> tuple[float, float]:
     joiner = "&" if "?" in url else "?"
     q = nb.Queue(f"{url}{joiner}schema=bench_{uuid.uuid4().hex[:10]}", "limits",
                  visibility_timeout=3600)
-    q.task(name="per", concurrency=1, concurrency_key=lambda who: who)(_noop)
+    rate = {"rate_limit": (1, 3600.0)} if rate_full else {}
+    q.task(name="per", concurrency=1, concurrency_key=lambda who: who, **rate)(_noop)
     q.enqueue_many([{"task": "per", "args": [n], "kwargs": {}}
                     for n in range(keys) for _ in range(2)])
     while q.lease(1000):  # one holder a key: each full, a job of each pending
-        pass
+        pass            # (with rate_full, one holder: the window full)
     q.enqueue_many([{"task": "plain", "args": [n], "kwargs": {}} for n in range(rounds)])
     times = []
     for _ in range(rounds):
@@ -149,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a limited task's rate limit, COUNT/SECONDS (100000/1: never full)")
     p.add_argument("--full-keys", type=int, default=0,
                    help="time a lease beside this many full concurrency keys instead")
+    p.add_argument("--rate-full", action="store_true",
+                   help="with --full-keys: the keys have room, their rate window is full")
     p.add_argument("--server-cpu", action="store_true",
                    help="also the server's CPU time per ack_and_lease (a local server)")
     p.add_argument("--url", default=os.environ.get("NOBROKER_TEST_POSTGRES_URL"))
@@ -161,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.url:
         p.error("no --url and no NOBROKER_TEST_POSTGRES_URL (run it with make.py)")
     if args.full_keys:
-        took, waited = beside_full_keys(args.url, args.full_keys, args.rounds)
-        print(f"a limited lease beside {args.full_keys} full concurrency keys: "
+        took, waited = beside_full_keys(args.url, args.full_keys, args.rounds, args.rate_full)
+        beside = ("concurrency keys of a full rate key" if args.rate_full
+                  else "full concurrency keys")
+        print(f"a limited lease beside {args.full_keys} {beside}: "
               f"{took * 1e3:.1f} ms (median of {args.rounds})")
         print(f"an idle wait's look beside them (q.wait(0)): {waited * 1e3:.1f} ms "
               f"(median of {args.rounds})")

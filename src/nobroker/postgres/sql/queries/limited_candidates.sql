@@ -7,15 +7,16 @@
 -- unparks it, and that ack wakes the idle workers (NOTIFY): it has no time of
 -- its own to wait for, so its backlog costs the wait nothing (it stepped through
 -- every pair with pending jobs in index jobs_limited before, parked or not:
--- O(keys) a wait). A pair whose rate key is in full_rates or concurrency key in
--- full_conc is never read. A job waiting for prerequisites (-2) is never a
--- candidate: it would take a place that a ready job of its pair could have.
+-- O(keys) a wait). A pair whose rate key is in full_rates (a window the caller
+-- found full: it waits for its opening) or concurrency key in full_conc is never
+-- read. A job waiting for prerequisites (-2) is never a candidate: it would take
+-- a place that a ready job of its pair could have.
 WITH t AS (SELECT {schema}.nb_now(%(t)s::float8) AS now),
 pairs AS (
     SELECT ''::text AS rk, ''::text AS ck
     UNION ALL
     SELECT p.rate_key, p.conc_key FROM {schema}.limit_pairs AS p
-    WHERE p.queue = %(q)s AND NOT p.parked)
+    WHERE p.queue = %(q)s AND NOT p.parked AND p.rate_key <> ALL(%(full_rates)s::text[]))
 SELECT c.id, c.priority, c.seq, p.rk, p.ck, CASE WHEN p.ck <> '' THEN (
            SELECT count(*) FROM {schema}.jobs AS h
            WHERE h.queue = %(q)s AND h.state = 1 AND h.conc_key = p.ck) END
@@ -24,5 +25,5 @@ FROM pairs AS p, t, LATERAL (
     WHERE j.queue = %(q)s AND j.state <= 0 AND j.rate_key = p.rk AND j.conc_key = p.ck
       AND j.state <> -2
       AND j.available_at <= t.now
-      AND p.rk <> ALL(%(full_rates)s::text[]) AND p.ck <> ALL(%(full_conc)s::text[])
+      AND p.ck <> ALL(%(full_conc)s::text[])
     ORDER BY j.priority DESC, j.seq LIMIT %(n)s) AS c
