@@ -9,10 +9,10 @@ first, takes the job the walk would; a rate-limited one needs no walk within its
 window (migration 0013) and leaves a full key's best job to it; its starts' ring
 wraps exactly under two processes and a larger count; a lease beside many full
 keys reads a bounded number of them (migration 0014), as one beside a full rate
-key's many pairs does (0015), a parked key is unparked by
-whatever frees its slot, an idle wait reads the pairs the walk does, every pending
-pair of a key with room stays where the walk meets it, and three connections drain
-many keys of cap 1 with never two holders of one.
+key's many pairs does (0015); a parked key is unparked by whatever frees its slot;
+an idle wait reads the pairs the walk does, and wakes when a full window opens;
+every pending pair of a key with room stays where the walk meets it, and three
+connections drain many keys of cap 1 with never two holders of one.
 
 The rules themselves are the limits contract's (tests/contract/limits_contract.py),
 which test_postgres runs here too, and the multi-process measures are
