@@ -23,7 +23,5 @@ SELECT c.id, c.priority, c.seq, p.rk, p.ck, CASE WHEN p.ck <> '' THEN (
 FROM pairs AS p, t, LATERAL (
     SELECT j.id, j.priority, j.seq FROM {schema}.jobs AS j
     WHERE j.queue = %(q)s AND j.state <= 0 AND j.rate_key = p.rk AND j.conc_key = p.ck
-      AND j.state <> -2
-      AND j.available_at <= t.now
-      AND p.ck <> ALL(%(full_conc)s::text[])
+      AND j.state <> -2 AND j.available_at <= t.now AND p.ck <> ALL(%(full_conc)s::text[])
     ORDER BY j.priority DESC, j.seq LIMIT %(n)s) AS c
