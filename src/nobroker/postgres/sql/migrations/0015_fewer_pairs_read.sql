@@ -19,7 +19,9 @@
 -- read every pair of the queue, or every pending job, and kept the key only as
 -- a filter (the put-back read 998 pending jobs to find none of a deleted pair,
 -- a walk's whole cost beside 1,000 customers). Parking finds a key's unparked
--- pairs by the new index limit_pairs_of_key, where it read the queue's pairs.
+-- pairs by the new index limit_pairs_of_key, where it read the queue's pairs,
+-- and counts the key's holders by index jobs_held, whose predicate its query
+-- now implies (`conc_key <> ''`): it read every leased job of the queue.
 CREATE INDEX limit_pairs_of_key ON {schema}.limit_pairs (queue, conc_key);
 
 CREATE OR REPLACE FUNCTION {schema}.nb_limited_lease(
@@ -314,7 +316,7 @@ BEGIN
                   AND (SELECT count(*) FROM (
                           SELECT 1 FROM {schema}.jobs AS h
                           WHERE h.queue = q AND h.state = 1 AND h.conc_key = f.ck
-                            AND h.id <> ALL(freed)
+                            AND h.conc_key <> '' AND h.id <> ALL(freed)
                           LIMIT f.cap FOR SHARE OF h SKIP LOCKED) AS held) >= f.cap
                 FOR NO KEY UPDATE OF l SKIP LOCKED) AS x) AS u
         WHERE p.ctid = u.at;
