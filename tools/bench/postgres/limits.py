@@ -126,8 +126,8 @@ def beside_full_keys(url: str, keys: int, rounds: int, rate_full: bool = False
     q.task(name="per", concurrency=1, concurrency_key=lambda who: who, **rate)(_noop)
     q.enqueue_many([{"task": "per", "args": [n], "kwargs": {}}
                     for n in range(keys) for _ in range(2)])
-    while q.lease(1000):  # one holder a key: each full, a job of each pending
-        pass            # (with rate_full, one holder: the window full)
+    while q.lease(1000):  # one holder a key, each full, a job of each pending (with
+        pass              # rate_full, one holder in all: the window full, the keys not)
     q.enqueue_many([{"task": "plain", "args": [n], "kwargs": {}} for n in range(rounds)])
     times = []
     for _ in range(rounds):
@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.path.abspath(args.src))
     if not args.url:
         p.error("no --url and no NOBROKER_TEST_POSTGRES_URL (run it with make.py)")
+    if args.rate_full and not args.full_keys:
+        p.error("--rate-full needs --full-keys")
     if args.full_keys:
         took, waited = beside_full_keys(args.url, args.full_keys, args.rounds, args.rate_full)
         beside = ("concurrency keys of a full rate key" if args.rate_full
