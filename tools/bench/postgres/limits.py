@@ -42,6 +42,7 @@ import uuid
 from statistics import median
 from typing import Any
 
+from tools.bench.common import proc_cpu_seconds
 from tools.bench.limits import _interleaved_loops, _noop
 
 KINDS = ("concurrency", "rate", "both")  # what a limited side's task declares
@@ -62,20 +63,17 @@ def server_cpu() -> float:
     the throwaway server's backends and background writers, measured in CPU time,
     which the other programs of a shared machine do not add to as they add to the
     wall clock (the server must run here: make.py's does)."""
-    total = 0
+    total = 0.0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
-                stat = f.read()
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                if f.read().startswith("postgres"):
+                    total += proc_cpu_seconds(int(pid))
         except OSError:  # gone meanwhile
             continue
-        name, rest = stat[stat.find("(") + 1:stat.rfind(")")], stat[stat.rfind(")") + 2:]
-        if name.startswith("postgres"):
-            fields = rest.split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (proc(5))
-    return total / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def measure(url: str, ops: int, rounds: int, kinds: tuple[str, ...] = KINDS,
