@@ -2,24 +2,24 @@
 
 What it copies: every job the source holds -- pending, leased (arriving
 pending: its holder's lease does not move with it) and dead -- with its id,
-payload, priority, attempts, max_attempts, last error and times, and its
-limit keys and stored cap as the source exports them (JobExport.export_limits:
+payload, priority, attempts, max_attempts, last error and times, and its limit
+keys and stored cap as the source exports them (JobExport.export_limits:
 stored, never computed again, so a worker there that declares the task limits
-the copies as it does new jobs); and the jobs
-waiting for prerequisites, after those, with what they still wait for and
-their mode (Dependencies.wait_modes), all in one enqueue_graph write, each
-under its id as a keyed enqueue: so a chord half done on the source still
-waits on the target for the members left, and runs after them. A waiting job
-whose prerequisite the target does not hold (nor copies) is counted as not
-copied. What it does not copy: finished jobs and the keys they leave behind
-and the acks count; but a cancelled dependent that a requeue of its failed
-prerequisite would revive (Revival.export_dormant) is copied as such into a
-target that imports and revives (PostgreSQL, memory://), so that the requeue
-there revives it: counted as copied "cancelled". And, first, every rate key's
-window with its latest starts (window_copies.RateWindows: from and into any
-backend with `capabilities.limits`), merged into the target's: right after the
-copy the target refuses the starts the source would have refused. The times are
-the queues' clocks' absolute seconds on every backend, copied as they are. A window
+the copies as it does new jobs); and the jobs waiting for prerequisites, after
+those, with what they still wait for and their mode (Dependencies.wait_modes),
+all in one enqueue_graph write, each under its id as a keyed enqueue: so a
+chord half done on the source still waits on the target for the members left,
+and runs after them. A waiting job whose prerequisite the target does not hold
+(nor copies) is counted as not copied. What it does not copy: finished jobs and
+the keys they leave behind and the acks count; but a cancelled dependent that a
+requeue of its failed prerequisite would revive (Revival.export_dormant) is
+copied as such into a target that imports and revives (PostgreSQL, memory://),
+so that the requeue there revives it: counted as copied "cancelled". And,
+first, every rate key's window with its latest starts
+(window_copies.RateWindows: from and into any backend with
+`capabilities.limits`), merged into the target's: right after the copy the
+target refuses the starts the source would have refused. The times are the
+queues' clocks' absolute seconds on every backend, copied as they are. A window
 from PostgreSQL has no period (its rings keep only the starts; each leasing
 process brings its declared one): it arrives with the time since its oldest
 start, and a second, as its period, which only a process that does not declare
