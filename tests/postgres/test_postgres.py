@@ -935,6 +935,8 @@ RELEASED_MIGRATIONS = {
     "0013_lean_rated_lease":
         "7071aecdd20ce5ac4e3cc59f1bccaaa0f4b38f7f3734a2084d9db9b465864c3c",
     "0014_parked_keys": "72f4e3f3e54c0a8905d20b06edf495f83ed155b414d551f98696bdaf560b4ce4",
+    "0015_fewer_pairs_read":
+        "101ddabc65fb937c16c065c5ef63dd9e70700815317fa60390a24e5a8e1a6270",
 }
 
 
