@@ -55,6 +55,21 @@ def drop_schema(url: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE'.encode())
 
 
+def schema_sql(url: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run `query` on the schema of `url` (`{s}`: its quoted name) in a connection of its
+    own, autocommit: its rows, [] for a statement that returns none."""
+    import psycopg
+
+    from nobroker.postgres import schema
+    from nobroker.postgres.url import parse
+
+    target = parse(url)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        cursor = conn.execute(query.replace("{s}", schema.quoted(target.schema)).encode(),
+                              params or None)
+        return cursor.fetchall() if cursor.description else []
+
+
 class OnFreshSchema:
     """A TestCase mixin (first among the bases): its queues live on a schema of its own
     (`location()`: its URL), dropped after it; how a suite written for `location()`

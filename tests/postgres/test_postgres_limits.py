@@ -26,7 +26,14 @@ import unittest
 from typing import Any
 from unittest import mock
 
-from harness.postgres import drop_schema, fresh_schema_url, jobs_read, needs_postgres, open_queue
+from harness.postgres import (
+    drop_schema,
+    fresh_schema_url,
+    jobs_read,
+    needs_postgres,
+    open_queue,
+    schema_sql,
+)
 from harness.support import FakeClock
 
 from nobroker import NotLeasedError, Queue
@@ -234,18 +241,8 @@ class PostgresLimitsTest(unittest.TestCase):
         self.assertIsNone(q.lease_one())  # three in the last second: full, as the walk sees
 
     def sql(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """Run `query` on this test's schema (`{s}`: its quoted name) in a connection of
-        its own, autocommit: its rows, [] for a statement that returns none."""
-        import psycopg
-
-        from nobroker.postgres import schema
-        from nobroker.postgres.url import parse
-
-        target = parse(self.url)
-        with psycopg.connect(target.conninfo, autocommit=True) as conn:
-            cursor = conn.execute(query.replace("{s}", schema.quoted(target.schema)).encode(),
-                                  params or None)
-            return cursor.fetchall() if cursor.description else []
+        """harness.postgres.schema_sql on this test's schema."""
+        return schema_sql(self.url, query, params)
 
     def _rename_the_walk(self, name: str, to: str) -> None:
         """Rename this schema's function `name` (any signature) to `to`, if there."""

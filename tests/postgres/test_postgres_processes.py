@@ -24,6 +24,7 @@ from harness.postgres import (
     needs_postgres,
     open_queue,
     restart_server,
+    schema_sql,
 )
 from harness.support import TempDirTestCase, child_env, slow, spawn_python, wait_until
 
@@ -82,9 +83,10 @@ import json, sys, time
 sys.path[:0] = [sys.argv[1]]
 from harness.postgres import open_queue
 url, out, seconds = sys.argv[2], sys.argv[3], float(sys.argv[4])
-chain = sys.argv[5:] == ["chain"]  # each ack leases the next job: q.ack_and_lease
+chain = "chain" in sys.argv[5:]  # each ack leases the next job: q.ack_and_lease
+count = 40 if "wide" in sys.argv[5:] else 5  # COUNT or WIDE
 q = open_queue(url, "work", visibility_timeout=30.0)
-q.task(name="limited", rate_limit=(5, 0.5))(lambda n: n)
+q.task(name="limited", rate_limit=(count, 0.5))(lambda n: n)
 q.task(name="held", concurrency=2, concurrency_key=lambda n: "k" + str(n % 2))(lambda n: n)
 with open(out, "a") as f:
     print("ready", flush=True)
@@ -106,6 +108,7 @@ with open(out, "a") as f:
         f.flush()
 """
 COUNT, PERIOD, PERIODS = 5, 0.5, 20
+WIDE = 40  # a window wide enough for starts granted ahead (migrations/0016)
 
 
 def _lines(path: Path) -> list[str]:
@@ -320,7 +323,8 @@ class PostgresLimitsAcrossProcessesTest(_Processes):
     def run_limited(self, items: list[dict[str, Any]], seconds: float,
                     *mode: str) -> list[list[Any]]:
         declared = open_queue(self.url, "work")
-        declared.task(name="limited", rate_limit=(COUNT, PERIOD))(lambda n: n)
+        count = WIDE if "wide" in mode else COUNT
+        declared.task(name="limited", rate_limit=(count, PERIOD))(lambda n: n)
         declared.task(name="held", concurrency=2,
                       concurrency_key=lambda n: "k" + str(n % 2))(lambda n: n)
         declared.enqueue_many(items)  # the keys are computed by the enqueuing process
@@ -341,18 +345,55 @@ class PostgresLimitsAcrossProcessesTest(_Processes):
     def test_the_window_holds_when_each_ack_leases_the_next_job(self) -> None:
         self.check_window("chain")  # limited_ack_and_lease.sql, one statement a job
 
+    @slow
+    def test_a_wide_window_holds_and_is_used_95_percent_with_starts_granted(self) -> None:
+        self.check_window("chain", "wide")  # 40 a half second: a quarter grantable
+
     def check_window(self, *mode: str) -> None:
+        count = WIDE if "wide" in mode else COUNT
         rows = self.run_limited([{"task": "limited", "args": [n], "kwargs": {}}
-                                 for n in range(COUNT * PERIODS * 4)], PERIOD * PERIODS + 2.0,
+                                 for n in range(count * PERIODS * 4)], PERIOD * PERIODS + 2.0,
                                 *mode)
         times = sorted(row[0] for row in rows)
-        self.assertGreater(len(times), COUNT * PERIODS)
-        # Sliding: any COUNT + 1 consecutive starts span at least a period (the
+        self.assertGreater(len(times), count * PERIODS)
+        # Sliding: any count + 1 consecutive starts span at least a period (the
         # server's times, less the visibility timeout added and taken off again).
-        for first, last in zip(times, times[COUNT:], strict=False):
+        for first, last in zip(times, times[count:], strict=False):
             self.assertGreaterEqual(last - first, PERIOD - 1e-6, (first, last))
         within = [at for at in times if at < times[0] + PERIOD * PERIODS]
-        self.assertGreaterEqual(len(within), 0.95 * COUNT * PERIODS, len(within))
+        self.assertGreaterEqual(len(within), 0.95 * count * PERIODS, len(within))
+
+    @slow
+    def test_the_window_holds_while_starts_are_granted_ahead(self) -> None:
+        # Waves of jobs, each once the window is empty again: a wave's first
+        # ack_and_lease finds it at most half used and takes starts ahead for its
+        # process (recorded at the latest time they may be used), which leases
+        # with them, no lock taken, while the three others lease under the lock.
+        declared = open_queue(self.url, "work")
+        self.addCleanup(declared.close)
+        declared.task(name="limited", rate_limit=(WIDE, PERIOD))(lambda n: n)
+        outs = [self.tmp / f"limited-{n}" for n in range(4)]
+        procs = [self.spawn(LIMITED, str(out), "300", "chain", "wide") for out in outs]
+        self.go(procs)
+        waves = [60] * 5 + [15]  # the last one too small to wrap the ring of 40
+        for wave, size in enumerate(waves):
+            declared.enqueue_many([{"task": "limited", "args": [wave * 100 + n], "kwargs": {}}
+                                   for n in range(size)])
+            done = sum(waves[:wave + 1])
+            wait_until(lambda done=done: sum(len(out.read_text().splitlines()) for out in outs
+                                             if out.exists()) >= done, timeout=60)
+            time.sleep(PERIOD + 0.1)  # every start of the wave out of the window
+        rows = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
+        times = sorted(row[0] for row in rows)
+        self.assertEqual(len(times), sum(waves))
+        for first, last in zip(times, times[WIDE:], strict=False):
+            self.assertGreaterEqual(last - first, PERIOD - 1e-6, (first, last))
+        # Starts were granted: the ring holds times no lease started at (a grant's,
+        # or a start recorded after one's, in order).
+        ring = [at for (at,) in schema_sql(
+            self.url, "SELECT at FROM {s}.limit_starts WHERE key = 'limited'")]
+        ahead = [at for at in ring if all(abs(at - t) > 1e-6 for t in times)]
+        self.assertTrue(ahead, ring)
 
     @slow
     def test_a_concurrency_key_never_has_more_holders_than_its_limit(self) -> None:

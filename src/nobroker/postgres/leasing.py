@@ -89,24 +89,29 @@ class Leasing:
         unrated_ack_and_lease.sql with no rate limit among them) with the ack's
         `params`: the next job, or None;
         `not_leased(conn)`'s error if the ack's lease was not current."""
-        sql = self._sql.ack_and_lease
+        sql, tail = self._sql.ack_and_lease, 1  # tail: columns after the job's
         if self._limits:  # declared: the lease within them, in the same statement
-            sql = (self._sql.limited_ack_and_lease if self._limits.rates
-                   else self._sql.unrated_ack_and_lease)  # no rate limit: leaner
+            sql, tail = self._sql.unrated_ack_and_lease, 2  # no rate limit: leaner
             params = {**params, **declared_params(self._limits)}
+            if self._limits.rates:  # and a start granted before, if one is left
+                sql = self._sql.limited_ack_and_lease
+                params.update(self._limited.grants.claim())
         params = {**params, **self._backoff}
         dead: list[str] = []
+        granted: list[str | None] = [None]
 
         def run(conn: Conn) -> Job | None:
             dead.clear()
             rows = conn.execute(sql, params).fetchall()
             if not rows or not rows[0][0]:
                 raise not_leased(conn)
-            row = rows[0][1:-1]
-            dead[:] = rows[0][-1] or ()
+            row = rows[0][1:-tail]
+            dead[:] = rows[0][-tail] or ()
+            granted[0] = rows[0][-1] if tail == 2 else None
             return job_from_row(row) if row[0] is not None else None
 
         job = self._link.run("ack_and_lease", run)
+        self._limited.grants.told(granted[0])  # committed: the starts are recorded
         self._told(dead)
         return job
 

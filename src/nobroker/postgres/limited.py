@@ -22,16 +22,21 @@ counted), and calls nb_limited_lease when that job's key is full, a waiting
 job is due or more jobs are wanted. nb_limited_lease's own first try costs
 more for the CTEs of its rate windows than for the work they do (1.3x an
 unlimited ack_and_lease where this one is 1.06x, fsync off). So a process that
-declared a rate limit calls nb_limited_lease_rated (migrations/0013) in
-limited_lease.sql and limited_ack_and_lease.sql: the same small first try, with
-the one rate window the job's start counts in read and its start written, and
-nb_limited_lease for anything else (two windows, one not written yet or full).
+declared a rate limit calls nb_limited_lease_granted (migrations/0016; 0013 had
+it without grants) in limited_lease.sql and limited_ack_and_lease.sql: the same
+small first try, with the one rate window the job's start counts in read and its
+start written, and nb_limited_lease for anything else (two windows, one not
+written yet or full). Its ack_and_lease asks for more starts ahead, and uses
+them while they last with no lock and no window written (grants.py).
 
 Why it is exact across processes and hosts: every limited lease of a queue
 takes the same row lock before it reads, and the function's reads (VOLATILE,
 READ COMMITTED) each take a snapshot after it, which holds everything the
 previous holder committed (its leases and windows); so the decisions happen
-one after the other, each seeing all before it, at times in that order.
+one after the other, each seeing all before it, at times in that order. A
+lease with a start granted ahead takes no lock: that start was decided, and
+recorded at the latest time it may be used, under the lock when it was
+granted (migrations/0016 says why every window stays within its count).
 Finishing (ack, nack) takes no lock: a slot it frees is seen by the next
 lease, never counted twice. A process that declared no limit leases with the
 single lease statement, as before, and is not limited by them (as on the
@@ -58,6 +63,7 @@ from typing import Any
 import psycopg
 
 from ..limits import QUEUE_KEY, Budget, JobKeys, KeyUse, Limits, Window, family, key_use
+from .grants import Grants
 from .rows import lease_rows
 from .statements import Statements
 
@@ -179,8 +185,8 @@ class _State:
             elif key in limits.rates:
                 rate = limits.rates[key]
                 self.windows[key] = Window(rate.count, rate.period, starts)
-        # Never before a start already counted (a clock stepped back): kept in order.
-        self.now = max([self.now, *(w.starts[-1] for w in self.windows.values() if w.starts)])
+        # Windows are checked at now, starts recorded later included (a start granted
+        # ahead, migrations/0016, or a clock stepped back): they count as made.
 
 
 class LimitedLeases:
@@ -188,6 +194,7 @@ class LimitedLeases:
 
     def __init__(self, sql: Statements, limits: Limits) -> None:
         self._sql, self._limits = sql, limits
+        self.grants = Grants()  # starts of a rate window granted ahead (grants.py)
 
     def lease(self, conn: Conn, params: dict[str, Any], count: int
               ) -> tuple[list[tuple[Any, ...]], list[str]]:

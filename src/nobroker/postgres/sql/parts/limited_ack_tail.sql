@@ -1,7 +1,9 @@
 -- The end of limited_ack_and_lease.sql and unrated_ack_and_lease.sql, after the
 -- CTE `l` (the jobs leased): the finished jobs settled, counted and notified (an
 -- ack that frees a concurrency slot wakes the idle workers, unless `l` took a
--- job of that key), then the rows. Needs the CTEs `t`, `acked`, `reclaimed`, `l`.
+-- job of that key), then the rows, and last the starts granted to this process
+-- (nb_limited_lease_granted, migrations/0016: NULL or '' for none). Needs the
+-- CTEs `t`, `acked`, `reclaimed`, `l`.
 leased AS (SELECT {job_columns} FROM l AS j),
 finishing AS (
     SELECT id, 3 AS st, dependents FROM acked
@@ -19,5 +21,6 @@ tally AS MATERIALIZED (
           FROM reclaimed) AS c1, settled),
 {counted}
 SELECT (SELECT count(*) FROM acked), leased.*,
-       (SELECT array_agg(id) FROM finishing WHERE st = 2)
+       (SELECT array_agg(id) FROM finishing WHERE st = 2),
+       current_setting('nobroker.grant', true)  -- after `l` ran: a join's target list
 FROM (SELECT 1) AS one LEFT JOIN leased ON true
