@@ -198,7 +198,7 @@ class GrantsTest(unittest.TestCase):
 
         grants = Grants()
         self.assertEqual(grants.claim(), {"gk": None, "gu": None, "gw": WANT})
-        grants.told("2 1000.5 my key")
+        grants.told("2 408f440000000000 my key")  # 1000.5 (float8send, in hex)
         self.assertEqual(grants.claim(), {"gk": "my key", "gu": 1000.5, "gw": WANT})
         grants.told("0")
         self.assertEqual(grants.claim()["gk"], "my key")
@@ -211,13 +211,13 @@ class GrantsTest(unittest.TestCase):
         from nobroker.postgres.grants import COOL, WANT, Grants
 
         grants = Grants()
-        grants.told("16 1.0 k")
+        grants.told("16 3ff0000000000000 k")
         for _ in range(3):
             grants.claim()
             grants.told("0")  # 3 of 16 used
-        grants.told("6 2.0 k")
+        grants.told("6 4000000000000000 k")
         self.assertEqual(grants.claim()["gw"], 6)
-        grants.told("6 3.0 k")  # none of those used: ask for none a while
+        grants.told("6 4008000000000000 k")  # none of those used: ask for none a while
         asks = [grants.claim()["gw"] for _ in range(COOL + 1)]
         self.assertEqual(asks, [0] * COOL + [WANT])
 

@@ -7,8 +7,9 @@ recorded at once at `until`, a twentieth of the period after (0.05 s at most), t
 latest queue time they may be used: until then this process's ack_and_lease
 leases with one of them, taking no lock and writing no window, when the best
 due job's start counts in that window alone and it has no concurrency key.
-The statement's last column says what happened: "count until key" (granted),
-"0" (one used), '' or None (neither).
+The statement's last column says what happened: "count until key" (granted;
+`until` a float8's 8 bytes in hex, exact whatever the session's
+extra_float_digits), "0" (one used), '' or None (neither).
 
 Each lease claims one before it asks, under a lock, so two threads never use
 one; one claimed and not used (the statement found another job best, or the
@@ -22,6 +23,7 @@ WANT starts a lease.
 
 from __future__ import annotations
 
+import struct
 import threading
 from typing import Any
 
@@ -69,4 +71,4 @@ class Grants:
                 self._want = min(WANT, 2 * self._used) or WANT
                 self._cool = COOL if self._used == 0 else 0
             self._key, self._count, self._left = key, int(count), int(count)
-            self._used, self._until = 0, float(until)
+            self._used, self._until = 0, struct.unpack(">d", bytes.fromhex(until))[0]

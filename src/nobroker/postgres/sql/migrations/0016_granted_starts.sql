@@ -534,7 +534,8 @@ BEGIN
             -- most C/2 - g starts in it now, this one included: its (C/2 - g + 1)-th
             -- latest start none or a period old), recorded at `until` (now_ + a
             -- twentieth of the period, at most 0.05 s), the latest time they may be
-            -- used, and tell the caller (nobroker.grant: "g until key"), which
+            -- used, and tell the caller (nobroker.grant: "g until key", `until` the
+            -- float8's 8 bytes in hex: its text depends on extra_float_digits), which
             -- leases with them above until then. In a statement of its own: a
             -- lease that grants nothing sets up no plan for it.
             IF r.g > 0 AND rate_counts[r.k] / 2 - r.g >= 1 THEN
@@ -554,8 +555,8 @@ BEGIN
                 SET next = (r.next + 1 + r.g) % r.size, last = greatest(until_, r.at)
                 FROM ok WHERE lw.queue = q AND lw.key = r.key;
                 IF FOUND THEN
-                    PERFORM set_config('nobroker.grant', r.g || ' ' || until_ || ' ' || r.key,
-                                       true);
+                    PERFORM set_config('nobroker.grant', r.g || ' '  -- until_ exact, in hex
+                        || encode(float8send(until_), 'hex') || ' ' || r.key, true);
                 END IF;
             END IF;
             RETURN NEXT r.job;
