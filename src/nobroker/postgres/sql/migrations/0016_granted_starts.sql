@@ -5,17 +5,17 @@
 -- the cost is made of"). Now such a lease, when its window will be at most half
 -- used, also takes up to `want` more starts (a quarter of the count at most) for
 -- the process that made it, recorded at once at `until`: now plus a twentieth
--- of the period, at most 0.05 s, the latest time the process may use them. Until then
--- its ack_and_lease uses one with no lock and no write but the job's, if the best
--- due job's start counts in that window alone and it has no concurrency key; a
--- start granted and not used (the process stopped, was killed, or leased another
--- job) counts as made. Why it stays exact: a start is never recorded before it
--- happened, and every check counts all starts recorded after now minus the
--- period, later ones included. Take any window of the period and, of the
--- decisions that put starts in it, the last one, at time t (a decision's starts
--- happen at t or later, within the window): each earlier start in the window
--- happened after t minus the period, so was recorded then or later, so that
--- decision counted it with its own.
+-- of the period, at most 0.05 s, the latest time the process may use them.
+-- Until then its ack_and_lease uses one with no lock and no write but the
+-- job's, if the best due job's start counts in that window alone and it has no
+-- concurrency key; a start granted and not used (the process stopped, was
+-- killed, or leased another job) counts as made. Why it stays exact: a start
+-- is never recorded before it happened, and every check counts all starts
+-- recorded after now minus the period, later ones included. Take any window of
+-- the period and, of the decisions that put starts in it, the last one, at time
+-- t (a decision's starts happen at t or later, within the window): each earlier
+-- start in the window happened after t minus the period, so was recorded then
+-- or later, so that decision counted it with its own.
 --
 -- So the walk (nb_limited_lease, its body of version 15) now checks windows,
 -- readies delayed jobs and sets lease deadlines at now, and only records its
