@@ -46,13 +46,7 @@ def fresh_schema_url() -> str:
 
 
 def drop_schema(url: str) -> None:
-    import psycopg
-
-    from nobroker.postgres.url import parse
-
-    target = parse(url)
-    with psycopg.connect(target.conninfo, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE'.encode())
+    schema_sql(url, "DROP SCHEMA IF EXISTS {s} CASCADE")
 
 
 def schema_sql(url: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
